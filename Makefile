@@ -1,0 +1,41 @@
+# gpualign: `make demo` runs the seed's story in the lab; `make test` runs every test. Both set up a fresh
+# machine first (Debian packages, the Python venv, the lab binaries built from Go modules into ~/.cache).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export GOTOOLCHAIN := local
+
+.PHONY: setup deps venv lab-bin test test-unit demo lint typecheck bench clean
+
+setup: deps venv lab-bin
+
+deps:
+	@scripts/install-debs
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+lab-bin: venv
+	$(BIN)/gpualign lab build
+
+test: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/pytest
+
+test-unit: venv
+	$(BIN)/pytest tests/unit
+
+demo: setup
+	$(BIN)/python scripts/demo.py
+
+lint: venv
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -1,0 +1,3 @@
+from gpualign.cli.app import main
+
+main()

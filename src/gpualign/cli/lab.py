@@ -1,0 +1,200 @@
+"""`gpualign lab …`: build, start, seed, inspect and stop the lab (a real control plane with kwok GPU nodes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpualign.cli.common import progress, stdout
+from gpualign.errors import BadInput
+
+app = typer.Typer(
+    help="The lab: etcd, kube-apiserver, controller-manager, scheduler and kwok as plain processes on 127.0.0.1, "
+         "with simulated GPU nodes, a local image registry and a driver simulator.\n\n"
+         "Typical use:  gpualign lab build && gpualign lab up && eval \"$(gpualign lab env)\"",
+    no_args_is_help=True,
+)
+
+StateDirOpt = Annotated[Path | None, typer.Option(
+    "--state-dir", envvar="GPUALIGN_LAB_DIR", show_envvar=True,
+    help="where the lab keeps its processes' state, certificates and logs [default: ~/.local/state/gpualign/lab]")]
+BinDirOpt = Annotated[Path | None, typer.Option(
+    "--bin-dir", envvar="GPUALIGN_LAB_BIN", show_envvar=True,
+    help="where the built binaries are [default: ~/.cache/gpualign/lab/<versions>/bin]")]
+
+
+def _dirs(state_dir: Path | None, bin_dir: Path | None) -> tuple[Path, Path]:
+    from gpualign.lab import cluster, versions
+
+    return state_dir or cluster.default_state_dir(), bin_dir or versions.default_bin_dir()
+
+
+@app.command()
+def build(
+    bin_dir: BinDirOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="rebuild even if the binaries are cached")] = False,
+) -> None:
+    """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd and kwok from the pinned Go
+    modules into the cache. Skips what is already built. A cold build takes about half an hour on 2 cores."""
+    from gpualign.lab import build as builder
+    from gpualign.lab import versions
+
+    target = bin_dir or versions.default_bin_dir()
+    progress(f"Kubernetes {versions.KUBERNETES}, etcd {versions.ETCD}, kwok {versions.KWOK} -> {target}")
+    started = time.monotonic()
+    timings = builder.build(target, force=force, progress=progress)
+    if timings:
+        progress(f"built in {time.monotonic() - started:.0f}s")
+    stdout.print(str(target))
+
+
+@app.command()
+def up(
+    scenario: Annotated[str, typer.Option("--scenario", "-s", help="fleet to seed: default | empty")] = "default",
+    state_dir: StateDirOpt = None,
+    bin_dir: BinDirOpt = None,
+    apiserver_port: Annotated[int, typer.Option(help="kube-apiserver port; 0 picks a free one")] = 0,
+    registry_port: Annotated[int, typer.Option(help="image registry port; 0 picks a free one")] = 0,
+) -> None:
+    """Start the lab (idempotent) and seed a scenario; returns once nodes are Ready and untainted."""
+    from gpualign.kube import Kube
+    from gpualign.lab import cluster, scenarios, seed
+
+    chosen = scenarios.get(scenario)
+    sdir, bdir = _dirs(state_dir, bin_dir)
+    started = time.monotonic()
+    state = cluster.up(sdir, bdir, apiserver_port=apiserver_port, registry_port=registry_port, progress=progress)
+    if not state.scenario:
+        progress(f"seeding scenario {chosen.name!r}: {chosen.description}")
+        kube = Kube(str(state.kubeconfig))
+        try:
+            seed.seed(kube, chosen, state.registry, progress=progress)
+        finally:
+            kube.close()
+        state.scenario = chosen.name
+        state.extra["branch"] = chosen.branch
+        state.extra["up_seconds_total"] = round(time.monotonic() - started, 2)
+        state.save()
+    elif state.scenario != chosen.name:
+        raise BadInput(f"the lab already runs scenario {state.scenario!r}: `gpualign lab down` first")
+    progress(f"lab up in {time.monotonic() - started:.1f}s: api {state.apiserver}, registry {state.registry}")
+    progress("use it with:  eval \"$(gpualign lab env)\"")
+
+
+@app.command()
+def down(state_dir: StateDirOpt = None) -> None:
+    """Stop every lab process (by pid) and remove the lab's state. Safe after a crash, and when nothing runs."""
+    from gpualign.lab import cluster
+
+    sdir, _ = _dirs(state_dir, None)
+    stopped = cluster.down(sdir)
+    progress(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@app.command()
+def status(state_dir: StateDirOpt = None) -> None:
+    """What runs, where, and for how long. Exit 1 if the lab is down or any component died."""
+    from gpualign.lab import cluster
+
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.LabState.load(sdir)
+    if not state or not state.procs:
+        stdout.print(f"no lab in {sdir}")
+        raise typer.Exit(1)
+    now = time.time()
+    alive = state.running()
+    stdout.print(f"lab in {sdir} (scenario {state.scenario or '-'})")
+    for name, proc in state.procs.items():
+        mark = "running" if alive[name] else "DEAD"
+        age = int(now - proc.started)
+        stdout.print(f"  {name:<24} {mark:<8} pid {proc.pid:<8} {proc.address or '-':<32} "
+                     f"up {age // 3600}h{age % 3600 // 60:02d}m{age % 60:02d}s")
+    if not all(alive.values()):
+        raise typer.Exit(1)
+
+
+@app.command()
+def env(state_dir: StateDirOpt = None) -> None:
+    """Print `export` lines for the lab: eval "$(gpualign lab env)" then use kubectl. ~/.kube/config is untouched."""
+    from gpualign.lab import cluster
+
+    sdir, _ = _dirs(state_dir, None)
+    for line in cluster.env_lines(cluster.require(sdir)):
+        print(line)
+
+
+@app.command("add-node")
+def add_node(
+    name: Annotated[str, typer.Argument(help="node name")],
+    kernel: Annotated[str, typer.Option(help="kernel-version.full label")] = "5.15.0-124-generic",
+    os: Annotated[str, typer.Option("--os", help="OS as ID+VERSION_ID, e.g. ubuntu22.04 or rhel9.4")] = "ubuntu22.04",
+    driver: Annotated[str | None, typer.Option(help="loaded driver version, e.g. 580.95.05")] = None,
+    branch: Annotated[str | None, typer.Option(help="driver branch of its pool's DaemonSet [default: lab's]")] = None,
+    gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="a GPU node (nvidia.com/gpu.present=true)")] = True,
+    label: Annotated[list[str] | None, typer.Option("--label", help="extra label KEY=VALUE (repeatable)")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Add a node at runtime, labelled as NFD/GFD would, plus the driver DaemonSet for its kernel+OS pool."""
+    import re
+
+    from gpualign.kube import Kube
+    from gpualign.lab import cluster, scenarios, seed
+
+    m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os)
+    if not m:
+        raise BadInput(f"--os {os!r}: expected ID followed by VERSION_ID, e.g. ubuntu22.04")
+    extra: dict[str, str] = {}
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--label {item!r}: expected KEY=VALUE")
+        extra[key] = value
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir)
+    spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra)
+    kube = Kube(str(state.kubeconfig))
+    try:
+        seed.add_node(kube, spec, branch=branch or state.extra.get("branch", "580"), registry=state.registry)
+        if wait:
+            seed.wait_nodes_ready(kube, [name])
+    finally:
+        kube.close()
+    progress(f"node {name} added (kernel {kernel}, {os})")
+
+
+@app.command("push-image")
+def push_image(
+    tag: Annotated[str, typer.Argument(help="driver image tag, e.g. 580-5.15.0-125-generic-ubuntu22.04")],
+    driver_version: Annotated[str | None, typer.Option(
+        help="DRIVER_VERSION in the image config [default: the branch's pinned version]")] = None,
+    cuda_version: Annotated[str | None, typer.Option(help="also set CUDA_VERSION in the image config")] = None,
+    repo: Annotated[str, typer.Option(help="repository in the lab registry")] = "nvidia/driver",
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Push a tiny image to the lab registry over the distribution API (no Docker needed)."""
+    from gpualign.lab import cluster, seed
+    from gpualign.ledger.registry import RegistryClient, RegistryRef
+    from gpualign.version import DriverVersion
+
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir)
+    env: dict[str, str] = {}
+    if repo == seed.DRIVER_REPO:
+        version = driver_version or seed.driver_version_for(tag.split("-", 1)[0].split(".")[0])
+        try:
+            DriverVersion.parse(version)
+        except ValueError:
+            raise BadInput(f"--driver-version {version!r}: expected e.g. 580.95.05") from None
+        env = {"DRIVER_VERSION": version, "DRIVER_BRANCH": version.split(".")[0]}
+    if cuda_version:
+        env["CUDA_VERSION"] = cuda_version
+    client = RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http"))
+    try:
+        client.push_image(tag, env)
+    finally:
+        client.close()
+    progress(f"pushed {state.registry}/{repo}:{tag}")

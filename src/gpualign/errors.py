@@ -1,0 +1,31 @@
+"""Errors a user sees as one line on stderr, each with the exit code it maps to."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+
+
+class GpualignError(Exception):
+    """An expected failure: printed as one line (no traceback) and mapped to an exit code."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+
+
+class BadInput(GpualignError):
+    """A file, flag or label that cannot be used as given (exit 2)."""
+
+
+class Unreachable(GpualignError):
+    """A cluster or registry that did not answer (exit 2: the check could not run)."""
+
+
+class LabError(GpualignError):
+    """The lab could not be built, started or reached."""

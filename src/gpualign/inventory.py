@@ -1,0 +1,90 @@
+"""Where node facts come from: a `kubectl get nodes -o json|yaml` dump, or a live cluster (two LISTs)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML, YAMLError
+
+from gpualign import labels as L
+from gpualign import selectors
+from gpualign.audit import DriverPod
+from gpualign.errors import BadInput
+from gpualign.facts import NodeFacts, node_facts
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[NodeFacts, ...]
+    pods: dict[str, DriverPod] | None  # None: not known (a dump has no pods)
+    source: str
+
+
+def _items(path: Path, data: Any) -> list[dict[str, Any]]:
+    if isinstance(data, dict) and isinstance(data.get("items"), list):
+        items = data["items"]
+    elif isinstance(data, dict) and data.get("kind") == "Node":
+        items = [data]
+    elif isinstance(data, list):
+        items = data
+    else:
+        raise BadInput(f"{path}: not a node list (expected `kubectl get nodes -o json` output)")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("metadata"), dict):
+            raise BadInput(f"{path}: item {i + 1} is not a Node object")
+        if item.get("kind", "Node") != "Node":
+            raise BadInput(f"{path}: item {i + 1} is a {item.get('kind')}, not a Node")
+    return items
+
+
+def load_nodes_file(path: Path) -> list[dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise BadInput(f"nodes file {path}: cannot read: {err.strerror}") from None
+    head = raw.lstrip()[:1]
+    if head in (b"{", b"["):
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{path}: not UTF-8 text") from None
+    else:
+        try:
+            data = YAML(typ="safe").load(raw)
+        except YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            raise BadInput(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: "
+                           f"{getattr(err, 'problem', None) or err}") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{path}: not UTF-8 text") from None
+    return _items(path, data)
+
+
+def from_file(path: Path, selector: str | None) -> Inventory:
+    sel = selectors.parse(selector)
+    facts = [node_facts(n) for n in load_nodes_file(path)]
+    return Inventory(tuple(f for f in facts if f.gpu and sel.matches(f.labels)), None, str(path))
+
+
+def _gpu_selector(selector: str | None) -> str:
+    base = f"{L.GPU_PRESENT}=true"
+    return f"{base},{selector}" if selector else base
+
+
+def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True) -> Inventory:
+    """One metadata-only LIST of GPU nodes (labels are all the facts need), one LIST of driver pods."""
+    selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
+    nodes = kube.nodes(_gpu_selector(selector), metadata_only=True)
+    pods: dict[str, DriverPod] | None = None
+    if with_pods:
+        pods = {}
+        for pod in kube.pods(label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"):
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+                pods[node] = DriverPod.from_pod(pod)
+    return Inventory(tuple(node_facts(n) for n in nodes), pods, kube.server)

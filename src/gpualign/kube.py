@@ -1,0 +1,212 @@
+"""The one door to the Kubernetes API server. Nothing else imports lightkube.
+
+Objects cross this door as plain dicts, the same shape `kubectl get -o json` prints, so the core reads a live
+cluster and a `--nodes-file` dump the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lightkube import Client, codecs
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ApiError, ConfigError
+
+from gpualign.errors import BadInput, Unreachable
+
+JSON = dict[str, Any]
+PAGE = 500
+METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+
+def _kubeconfig_path(explicit: str | None) -> Path | None:
+    """--kubeconfig, else the first existing file of $KUBECONFIG (a path list, as kubectl reads it)."""
+    if explicit:
+        return Path(explicit).expanduser()
+    for part in os.environ.get("KUBECONFIG", "").split(os.pathsep):
+        if part and Path(part).expanduser().exists():
+            return Path(part).expanduser()
+    return None
+
+
+@dataclass
+class EvictionResult:
+    """What the Eviction API answered for one pod."""
+
+    pod: str
+    status: int
+    message: str
+
+    @property
+    def evicted(self) -> bool:
+        return self.status in (200, 201, 404)  # 404: already gone, as kubectl drain counts it
+
+    @property
+    def refused(self) -> bool:
+        return self.status == 429
+
+
+class Kube:
+    """A connection to one cluster: raw JSON reads, server-side apply, patches, evictions and watches."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
+                 field_manager: str = "gpualign") -> None:
+        path = _kubeconfig_path(kubeconfig)
+        try:
+            if path is not None:
+                if not path.exists():
+                    raise BadInput(f"kubeconfig {path} does not exist")
+                config = KubeConfig.from_file(path).get(context_name=context)
+            else:
+                config = KubeConfig.from_env().get(context_name=context)
+        except ConfigError as err:
+            raise BadInput(f"kubeconfig {path or '~/.kube/config'}: {err}") from None
+        except (OSError, KeyError, ValueError) as err:
+            raise BadInput(f"kubeconfig {path or '~/.kube/config'} is unreadable: {err}") from None
+        self.field_manager = field_manager
+        self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
+                             trust_env=False)
+        self.server = config.cluster.server if config else "?"
+
+    # -- raw JSON -----------------------------------------------------------------------------------------------
+    @property
+    def _http(self) -> httpx2.Client:
+        # lightkube's own configured HTTP client (TLS, auth, base URL); used for reads lightkube cannot shape,
+        # such as metadata-only lists.
+        return self.client._client._client  # type: ignore[no-any-return]
+
+    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json", accept: str = "application/json") -> httpx2.Response:
+        headers = {"Accept": accept}
+        content = None
+        if body is not None:
+            headers["Content-Type"] = content_type
+            content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        try:
+            return self._http.request(method, path, params=params, content=content, headers=headers)
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+
+    def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
+        resp = self.request("GET", path, params=params, accept=accept)
+        if resp.status_code >= 400:
+            raise Unreachable(f"GET {path} on {self.server}: HTTP {resp.status_code}: {_status_message(resp)}")
+        return resp.json()  # type: ignore[no-any-return]
+
+    def list_raw(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                 metadata_only: bool = False) -> list[JSON]:
+        """LIST with pagination, as plain dicts (items keep their `kind`/`apiVersion` like kubectl's output)."""
+        items: list[JSON] = []
+        params: dict[str, Any] = {"limit": PAGE}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        accept = METADATA_ONLY if metadata_only else "application/json"
+        while True:
+            page = self.get_json(path, params=params, accept=accept)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = token
+
+    def nodes(self, label_selector: str | None = None, *, metadata_only: bool = False) -> list[JSON]:
+        return self.list_raw("/api/v1/nodes", label_selector=label_selector, metadata_only=metadata_only)
+
+    def pods(self, namespace: str | None = None, *, label_selector: str | None = None,
+             field_selector: str | None = None) -> list[JSON]:
+        path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        return self.list_raw(path, label_selector=label_selector, field_selector=field_selector)
+
+    def get(self, path: str) -> JSON | None:
+        resp = self.request("GET", path)
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise Unreachable(f"GET {path} on {self.server}: HTTP {resp.status_code}: {_status_message(resp)}")
+        return resp.json()  # type: ignore[no-any-return]
+
+    # -- writes -------------------------------------------------------------------------------------------------
+    def apply(self, obj: JSON, *, force: bool = True) -> JSON:
+        """Server-side apply of one manifest dict (any built-in kind lightkube knows)."""
+        resource = codecs.from_dict(obj)
+        try:
+            result = self.client.apply(resource, field_manager=self.field_manager, force=force)
+        except ApiError as err:
+            name = (obj.get("metadata") or {}).get("name")
+            raise BadInput(f"apply {obj.get('kind')}/{name}: {err.status.message}") from None
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"API server {self.server} unreachable: {err}") from None
+        return result.to_dict()  # type: ignore[no-any-return]
+
+    def patch(self, path: str, patch: JSON, *, kind: str = "merge") -> JSON:
+        ctype = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
+                 "json": "application/json-patch+json"}[kind]
+        resp = self.request("PATCH", path, body=patch, content_type=ctype)
+        if resp.status_code >= 400:
+            raise Unreachable(f"PATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
+        return resp.json()  # type: ignore[no-any-return]
+
+    def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> JSON:
+        return self.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+
+    def delete(self, path: str, *, grace_seconds: int | None = None) -> int:
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": grace_seconds} \
+            if grace_seconds is not None else None
+        return self.request("DELETE", path, body=body).status_code
+
+    def evict(self, namespace: str, pod: str) -> EvictionResult:
+        """POST a policy/v1 Eviction. 429 means a PDB (or rate limiting) refused; 404 means already gone."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": pod, "namespace": namespace}}
+        resp = self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body=body)
+        return EvictionResult(pod=f"{namespace}/{pod}", status=resp.status_code, message=_status_message(resp))
+
+    # -- watches ------------------------------------------------------------------------------------------------
+    def watch_raw(self, path: str, *, label_selector: str | None = None, resource_version: str | None = None,
+                  timeout_seconds: int = 60) -> Iterator[tuple[str, JSON]]:
+        """One watch request: yields (type, object) until the server closes it."""
+        params: dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds,
+                                  "allowWatchBookmarks": "true"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        req = self._http.build_request("GET", path, params=params,
+                                       timeout=httpx2.Timeout(10.0, read=timeout_seconds + 10))
+        try:
+            resp = self._http.send(req, stream=True)
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"API server {self.server} unreachable: {err}") from None
+        try:
+            if resp.status_code >= 400:
+                resp.read()
+                raise Unreachable(f"WATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
+            for line in resp.iter_lines():
+                if line:
+                    event = json.loads(line)
+                    yield event["type"], event["object"]
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"watch {path} broken: {err}") from None
+        finally:
+            resp.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _status_message(resp: httpx2.Response) -> str:
+    try:
+        data = resp.json()
+    except ValueError:
+        return resp.text[:200]
+    if isinstance(data, dict) and data.get("kind") == "Status":
+        return str(data.get("message") or data.get("reason") or "")
+    return ""

@@ -1,0 +1,113 @@
+"""Build the lab's binaries from the pinned Go wrapper modules into a cache outside the repository.
+
+Each target builds into a scratch directory and is moved into place only when the whole target succeeds, so an
+interrupted build never leaves a half-written binary where `lab up` would find it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpualign.errors import LabError
+from gpualign.lab import versions
+
+GO_MODULES = Path(__file__).parent / "go"
+
+
+@dataclass(frozen=True)
+class Target:
+    """One `go build` in one wrapper module."""
+
+    name: str
+    module_dir: Path
+    packages: tuple[str, ...]
+    binaries: tuple[str, ...]
+    ldflags: str = "-s -w"
+    output_name: str | None = None  # for a single package whose last path element is not the binary name
+
+
+def targets() -> list[Target]:
+    k8s = versions.KUBERNETES
+    stamp = " ".join(
+        f"-X {pkg}.gitVersion={k8s}" for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
+    )
+    return [
+        Target("etcd", GO_MODULES / "etcd", ("go.etcd.io/etcd/server/v3",), versions.ETCD_BINARIES,
+               output_name="etcd"),
+        Target("kwok", GO_MODULES / "kwok", ("sigs.k8s.io/kwok/cmd/kwok",), versions.KWOK_BINARIES),
+        Target(
+            "kubernetes",
+            GO_MODULES / "kubernetes",
+            tuple(f"k8s.io/kubernetes/cmd/{b}" for b in versions.KUBERNETES_BINARIES),
+            versions.KUBERNETES_BINARIES,
+            ldflags=f"-s -w {stamp}",
+        ),
+    ]
+
+
+def missing(bin_dir: Path, target: Target) -> list[str]:
+    return [b for b in target.binaries if not os.access(bin_dir / b, os.X_OK)]
+
+
+def go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(GOTOOLCHAIN="local", CGO_ENABLED="0")
+    env.setdefault("GOFLAGS", "-mod=readonly")
+    return env
+
+
+def build_target(target: Target, bin_dir: Path, log: Path) -> float:
+    """Build one target; return the seconds it took. Raises LabError with the log's tail on failure."""
+    if shutil.which("go") is None:
+        raise LabError("go not found on PATH: the lab binaries are built from Go modules (Go >= 1.26)")
+    scratch = bin_dir.parent / f".build-{target.name}-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    out = str(scratch / target.output_name) if target.output_name else str(scratch) + "/"
+    cmd = ["go", "build", "-trimpath", "-ldflags", target.ldflags, "-o", out, *target.packages]
+    started = time.monotonic()
+    try:
+        with log.open("w") as fh:
+            fh.write(" ".join(cmd) + "\n")
+            fh.flush()
+            proc = subprocess.run(cmd, cwd=target.module_dir, env=go_env(), stdout=fh, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise LabError(f"building {target.name} failed (exit {proc.returncode}); log: {log}",
+                           detail="\n".join(tail))
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for binary in target.binaries:
+            os.replace(scratch / binary, bin_dir / binary)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return time.monotonic() - started
+
+
+def build(bin_dir: Path, *, force: bool = False,
+          progress: Callable[[str], None] = lambda _msg: None) -> dict[str, float]:
+    """Build every target whose binaries are not all in bin_dir. Returns seconds per target built."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    for target in targets():
+        todo = target.binaries if force else missing(bin_dir, target)
+        if not todo:
+            progress(f"{target.name}: cached in {bin_dir}")
+            continue
+        log = bin_dir.parent / f"build-{target.name}.log"
+        progress(f"{target.name}: building {', '.join(todo)} (log: {log})")
+        seconds = build_target(target, bin_dir, log)
+        timings[target.name] = round(seconds, 1)
+        progress(f"{target.name}: built in {seconds:.0f}s")
+    if timings:
+        record = bin_dir.parent / "build-times.json"
+        previous = json.loads(record.read_text()) if record.exists() else {}
+        previous.update(timings)
+        record.write_text(json.dumps(previous, indent=2) + "\n")
+    return timings

@@ -1,0 +1,288 @@
+"""`lab up | down | status | env`: a real control plane as plain processes on 127.0.0.1.
+
+etcd, kube-apiserver (TLS, client certs, service-account keys, Node,RBAC), kube-controller-manager (default
+controllers), kube-scheduler, kwok (with the lab's stage file), Debian's docker-registry, and the lab's driver
+simulator. Ports are chosen free at start. Everything lives in one state directory; `down` removes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+
+from gpualign.errors import LabError
+from gpualign.lab import pki as pkimod
+from gpualign.lab import processes, versions
+from gpualign.lab.processes import Proc
+
+STAGES = Path(__file__).parent / "stages.yaml"
+REGISTRY_BINARY = "docker-registry"
+SERVICE_CIDR = "10.96.0.0/16"
+
+
+def default_state_dir() -> Path:
+    if env := os.environ.get("GPUALIGN_LAB_DIR"):
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "gpualign" / "lab"
+
+
+@dataclass
+class LabState:
+    """What `up` recorded: enough for `down`, `status`, `env` and the tests to find everything."""
+
+    dir: Path
+    bin_dir: str = ""
+    apiserver: str = ""
+    registry: str = ""
+    scenario: str = ""
+    started: float = 0.0
+    procs: dict[str, Proc] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.dir / "kubeconfig"
+
+    @property
+    def file(self) -> Path:
+        return self.dir / "state.json"
+
+    def save(self) -> None:
+        data = {"bin_dir": self.bin_dir, "apiserver": self.apiserver, "registry": self.registry,
+                "scenario": self.scenario, "started": self.started, "extra": self.extra,
+                "procs": {k: p.as_dict() for k, p in self.procs.items()}}
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, self.file)
+
+    @classmethod
+    def load(cls, directory: Path) -> LabState | None:
+        try:
+            data = json.loads((directory / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        procs = {k: Proc(**v) for k, v in data.get("procs", {}).items()}
+        return cls(dir=directory, bin_dir=data.get("bin_dir", ""), apiserver=data.get("apiserver", ""),
+                   registry=data.get("registry", ""), scenario=data.get("scenario", ""),
+                   started=data.get("started", 0.0), procs=procs, extra=data.get("extra", {}))
+
+    def running(self) -> dict[str, bool]:
+        return {name: p.alive() for name, p in self.procs.items()}
+
+
+# The order components start in; `down` stops them in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "registry",
+              "driver-sim")
+
+
+def find_binaries(bin_dir: Path) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in versions.ALL_BINARIES:
+        path = bin_dir / name
+        if not os.access(path, os.X_OK):
+            raise LabError(f"{name} not found in {bin_dir}: run `gpualign lab build` first")
+        found[name] = str(path)
+    registry = shutil.which(REGISTRY_BINARY) or (
+        "/usr/bin/docker-registry" if os.access("/usr/bin/docker-registry", os.X_OK) else None)
+    if os.environ.get("GPUALIGN_REGISTRY_BIN"):
+        registry = os.environ["GPUALIGN_REGISTRY_BIN"]
+    if not registry or not os.access(registry, os.X_OK):
+        raise LabError("docker-registry not found: install Debian's package (apt-get install docker-registry)")
+    found["registry"] = registry
+    return found
+
+
+def _tls_client(state: LabState, user: str = "admin") -> httpx2.Client:
+    p = pkimod.Pki(state.dir / "pki")
+    ctx = ssl.create_default_context(cafile=str(p.ca_cert))
+    ctx.load_cert_chain(str(p.client_cert(user)), str(p.client_key(user)))
+    return httpx2.Client(verify=ctx, timeout=2.0)
+
+
+def _http_ok(url: str, client: httpx2.Client | None = None) -> Callable[[], bool]:
+    def probe() -> bool:
+        c = client or httpx2.Client(timeout=2.0, verify=False)
+        return c.get(url).status_code == 200
+
+    return probe
+
+
+def _claim_ports(wanted: dict[str, int]) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for role, port in wanted.items():
+        if port:
+            if processes.port_in_use(port):
+                raise LabError(f"port 127.0.0.1:{port} ({role}) is already in use: pick another or use 0 for any")
+            ports[role] = port
+        else:
+            while (p := processes.free_port()) in ports.values():
+                pass
+            ports[role] = p
+    return ports
+
+
+def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port: int = 0,
+       progress: Callable[[str], None] = lambda _m: None) -> LabState:
+    """Start every component and wait for each to be healthy. On any failure, stop what was started."""
+    existing = LabState.load(state_dir)
+    if existing and existing.procs and all(existing.running().values()):
+        progress(f"lab already running (api {existing.apiserver})")
+        return existing
+    if existing and existing.procs:
+        progress("a previous lab left processes behind: cleaning up first")
+        down(state_dir)
+    bins = find_binaries(bin_dir)
+    ports = _claim_ports({"kube-apiserver": apiserver_port, "registry": registry_port, "etcd-client": 0,
+                          "etcd-peer": 0, "kube-controller-manager": 0, "kube-scheduler": 0, "kwok": 0})
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True)
+    logs = state_dir / "logs"
+    state = LabState(dir=state_dir, bin_dir=str(bin_dir), started=time.time(),
+                     apiserver=f"https://127.0.0.1:{ports['kube-apiserver']}",
+                     registry=f"127.0.0.1:{ports['registry']}")
+    started_at = time.monotonic()
+    try:
+        progress("writing certificates and kubeconfigs")
+        pki = pkimod.create(state_dir / "pki")
+        for user in pkimod.CLIENTS:
+            name = "kubeconfig" if user == "admin" else f"kubeconfig-{user}"
+            (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user))
+            (state_dir / name).chmod(0o600)
+
+        def launch(name: str, argv: list[str], address: str = "", env: dict[str, str] | None = None) -> Proc:
+            proc = processes.start(name, argv, logs / f"{name}.log", address=address, env=env)
+            state.procs[name] = proc
+            state.save()
+            return proc
+
+        etcd_url = f"http://127.0.0.1:{ports['etcd-client']}"
+        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+        progress("starting etcd")
+        proc = launch("etcd", [
+            bins["etcd"], "--name", "lab", "--data-dir", str(state_dir / "etcd"),
+            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+            "--initial-cluster", f"lab={peer_url}", "--unsafe-no-fsync", "--log-level", "warn",
+        ], etcd_url)
+        processes.wait_until(proc, _http_ok(f"{etcd_url}/health"), timeout=30, what="healthy")
+
+        progress("starting kube-apiserver")
+        proc = launch("kube-apiserver", [
+            bins["kube-apiserver"], "--etcd-servers", etcd_url,
+            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+            "--secure-port", str(ports["kube-apiserver"]), "--cert-dir", str(state_dir / "pki"),
+            "--tls-cert-file", str(pki.serving_cert), "--tls-private-key-file", str(pki.serving_key),
+            "--client-ca-file", str(pki.ca_cert),
+            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+            "--service-account-key-file", str(pki.sa_pub),
+            "--service-account-signing-key-file", str(pki.sa_key),
+            "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
+            "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
+        ], state.apiserver)
+        client = _tls_client(state)
+        processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
+
+        progress("starting kube-controller-manager, kube-scheduler and kwok")
+        cm_port = ports["kube-controller-manager"]
+        proc_cm = launch("kube-controller-manager", [
+            bins["kube-controller-manager"], "--kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
+            "--authentication-kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
+            "--authorization-kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
+            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(cm_port),
+            "--root-ca-file", str(pki.ca_cert), "--service-account-private-key-file", str(pki.sa_key),
+            "--use-service-account-credentials=true", "--controllers", "*",
+            "--node-monitor-grace-period", "60s",
+        ], f"https://127.0.0.1:{cm_port}")
+        sched_port = ports["kube-scheduler"]
+        proc_sched = launch("kube-scheduler", [
+            bins["kube-scheduler"], "--kubeconfig", str(state_dir / "kubeconfig-scheduler"),
+            "--authentication-kubeconfig", str(state_dir / "kubeconfig-scheduler"),
+            "--authorization-kubeconfig", str(state_dir / "kubeconfig-scheduler"),
+            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(sched_port),
+        ], f"https://127.0.0.1:{sched_port}")
+        proc_kwok = launch("kwok", [
+            bins["kwok"], "--kubeconfig", str(state.kubeconfig), "--config", str(STAGES),
+            "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
+            "--server-address", f"127.0.0.1:{ports['kwok']}", "--node-ip", "10.0.0.1",
+        ], f"127.0.0.1:{ports['kwok']}")
+
+        reg_dir = state_dir / "registry"
+        reg_dir.mkdir()
+        (reg_dir / "config.yml").write_text(
+            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
+            f"storage:\n  filesystem:\n    rootdirectory: {reg_dir / 'data'}\n  delete:\n    enabled: true\n"
+            f"http:\n  addr: {state.registry}\n")
+        proc_reg = launch("registry", [bins["registry"], "serve", str(reg_dir / "config.yml")],
+                          f"http://{state.registry}")
+
+        probe_client = httpx2.Client(verify=False, timeout=2.0)
+        processes.wait_until(proc_cm, _http_ok(f"https://127.0.0.1:{cm_port}/healthz", probe_client),
+                             timeout=60, what="healthy")
+        processes.wait_until(proc_sched, _http_ok(f"https://127.0.0.1:{sched_port}/healthz", probe_client),
+                             timeout=60, what="healthy")
+        processes.wait_until(proc_kwok, lambda: True, timeout=5, what="running")
+        processes.wait_until(proc_reg, _http_ok(f"http://{state.registry}/v2/"), timeout=30, what="serving")
+
+        progress("starting the driver simulator")
+        proc_sim = launch("driver-sim", [
+            sys.executable, "-m", "gpualign.lab.driver_sim", "--kubeconfig", str(state.kubeconfig),
+            "--registry", state.registry, "--ready-file", str(state_dir / "driver-sim.ready"),
+        ])
+        processes.wait_until(proc_sim, lambda: (state_dir / "driver-sim.ready").exists(), timeout=30,
+                             what="watching")
+
+        progress("waiting for the default ServiceAccount")
+        processes.wait_until(proc_cm, _http_ok(f"{state.apiserver}/api/v1/namespaces/default/serviceaccounts/default",
+                                               client), timeout=60, what="creating ServiceAccounts")
+        state.extra["up_seconds"] = round(time.monotonic() - started_at, 2)
+        state.save()
+        return state
+    except BaseException:
+        for name in reversed(list(state.procs)):
+            processes.stop(state.procs[name])
+        state.procs.clear()
+        try:
+            state.file.unlink()
+        except OSError:
+            pass
+        raise
+
+
+def down(state_dir: Path) -> list[str]:
+    """Stop every recorded process (reverse start order) and remove the state directory."""
+    state = LabState.load(state_dir)
+    stopped: list[str] = []
+    if state:
+        for name in reversed(list(state.procs)):
+            if processes.stop(state.procs[name]):
+                stopped.append(name)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    return stopped
+
+
+def require(state_dir: Path) -> LabState:
+    """The running lab's state, or a one-line error saying how to start one."""
+    state = LabState.load(state_dir)
+    if not state or not state.procs:
+        raise LabError(f"no lab running in {state_dir}: start one with `gpualign lab up`")
+    dead = [n for n, ok in state.running().items() if not ok]
+    if dead:
+        raise LabError(f"lab in {state_dir} is broken ({', '.join(dead)} not running): "
+                       "run `gpualign lab down` then `gpualign lab up`")
+    return state
+
+
+def env_lines(state: LabState) -> list[str]:
+    return [f"export KUBECONFIG={state.kubeconfig}", f"export PATH={state.bin_dir}:$PATH",
+            f"export GPUALIGN_LAB_REGISTRY={state.registry}"]

@@ -1,0 +1,174 @@
+"""SIMULATION (lab only): plays the kubelet and the driver container for driver pods.
+
+kwok leaves driver pods (app.kubernetes.io/component=nvidia-driver) alone; this process decides for them, as a
+real node would:
+- the pod's image tag exists in the lab registry: the pod becomes Running/Ready, and the node's GFD driver labels
+  change to the DRIVER_VERSION in that image's config ("the new driver is loaded");
+- it does not: the container waits in ImagePullBackOff, and the pull is retried every few seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpualign import labels as L
+from gpualign.errors import GpualignError
+from gpualign.kube import Kube
+from gpualign.lab.seed import driver_labels
+from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
+
+SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
+RETRY_SECONDS = 2.0
+log = logging.getLogger("driver-sim")
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """host/repo:tag → (host, repo, tag). An image without a registry host is 'docker.io'."""
+    name, _, tag = image.rpartition(":")
+    if not name or "/" in tag:
+        name, tag = image, "latest"
+    host, _, repo = name.partition("/")
+    if "." not in host and ":" not in host and host != "localhost":
+        host, repo = "docker.io", name
+    return host, repo, tag
+
+
+class Simulator:
+    def __init__(self, kube: Kube, registry: str) -> None:
+        self.kube = kube
+        self.registry = registry
+        self.decided: dict[str, tuple[str, float]] = {}  # pod uid+image -> (outcome, when)
+
+    def lookup(self, image: str) -> tuple[str | None, str]:
+        """(driver version, '') when pullable from the lab registry, else (None, why)."""
+        host, repo, tag = split_image(image)
+        if host != self.registry:
+            return None, f"simulated pull: only the lab registry {self.registry} is reachable"
+        client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=5.0)
+        try:
+            config = client.image_config(tag)
+        except GpualignError as err:
+            return None, err.message
+        finally:
+            client.close()
+        if config is None:
+            return None, f"manifest for {image} not found: manifest unknown"
+        return config_env(config).get("DRIVER_VERSION", ""), ""
+
+    def handle(self, pod: dict[str, Any]) -> None:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or meta.get("deletionTimestamp"):
+            return
+        containers = spec.get("containers") or []
+        image = containers[0]["image"] if containers else ""
+        key = f"{meta['uid']}|{image}"
+        outcome = self.decided.get(key)
+        if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < RETRY_SECONDS):
+            return
+        version, why = self.lookup(image)
+        ns, name = meta["namespace"], meta["name"]
+        path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
+        now = _now()
+        if version is None:
+            status = {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady",
+                 "lastTransitionTime": now}],
+                "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": "", "ready": False,
+                                       "restartCount": 0, "started": False,
+                                       "state": {"waiting": {"reason": "ImagePullBackOff",
+                                                             "message": f"Back-off pulling image \"{image}\": {why}"}}}
+                                      for c in containers]}
+            self._patch(path, status)
+            if not outcome:
+                log.info("%s/%s on %s: ImagePullBackOff (%s)", ns, name, node, why)
+            self.decided[key] = ("backoff", time.monotonic())
+            return
+        status = {"phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}],
+            "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": True,
+                                   "restartCount": 0, "started": True, "state": {"running": {"startedAt": now}}}
+                                  for c in containers]}
+        if version:
+            self.kube.patch_node_labels(node, driver_labels(version))
+        self._patch(path, status)
+        log.info("%s/%s on %s: Ready, driver %s loaded", ns, name, node, version or "?")
+        self.decided[key] = ("ready", time.monotonic())
+
+    def _patch(self, path: str, status: dict[str, Any]) -> None:
+        try:
+            self.kube.patch(path, {"status": status})
+        except GpualignError as err:  # the pod may be gone already
+            log.warning("%s", err.message)
+
+    def run(self, ready_file: Path | None) -> None:
+        rv: str | None = None
+        pods: dict[str, dict[str, Any]] = {}
+        while True:
+            try:
+                if rv is None:
+                    listing = self.kube.get_json("/api/v1/pods", params={"labelSelector": SELECTOR})
+                    rv = listing["metadata"]["resourceVersion"]
+                    pods = {p["metadata"]["uid"]: p for p in listing.get("items") or []}
+                    for pod in pods.values():
+                        self.handle(pod)
+                    if ready_file is not None and not ready_file.exists():
+                        ready_file.write_text("ok\n")
+                for kind, obj in self.kube.watch_raw("/api/v1/pods", label_selector=SELECTOR,
+                                                     resource_version=rv, timeout_seconds=int(RETRY_SECONDS)):
+                    if kind == "ERROR":
+                        rv = None  # 410 Gone: list again
+                        break
+                    rv = obj["metadata"].get("resourceVersion", rv)
+                    if kind == "BOOKMARK":
+                        continue
+                    uid = obj["metadata"]["uid"]
+                    if kind == "DELETED":
+                        pods.pop(uid, None)
+                        self.decided = {k: v for k, v in self.decided.items() if not k.startswith(uid)}
+                        continue
+                    pods[uid] = obj
+                    self.handle(obj)
+            except GpualignError as err:
+                log.warning("watch interrupted: %s", err.message)
+                time.sleep(1)
+                rv = None
+                continue
+            for pod in list(pods.values()):  # retry pulls that backed off, as the kubelet does
+                self.handle(pod)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpualign-lab-driver-sim", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--registry", required=True, help="the lab registry, HOST:PORT")
+    parser.add_argument("--ready-file", type=Path)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    sim = Simulator(Kube(args.kubeconfig, field_manager="gpualign-lab-driver-sim"), args.registry)
+    try:
+        sim.run(args.ready_file)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Start, watch and stop the lab's plain processes, by pid, with their logs in the lab's state directory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpualign.errors import LabError
+
+LOG_TAIL = 8
+
+
+@dataclass
+class Proc:
+    """One running component, as recorded in the lab's state file."""
+
+    name: str
+    pid: int
+    exe: str
+    log: str
+    started: float
+    address: str = ""
+
+    def alive(self) -> bool:
+        """True if the pid is ours: running, and still the executable we started (pids are reused)."""
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{self.pid}/stat").read_text()
+        except OSError:
+            return False
+        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+            return False
+        return os.path.basename(cmdline[0].decode(errors="replace")) == os.path.basename(self.exe)
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def log_tail(path: str | Path, lines: int = LOG_TAIL) -> str:
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def start(name: str, argv: list[str], log: Path, *, env: dict[str, str] | None = None,
+          address: str = "") -> Proc:
+    """Start argv detached (own session, so `lab up` may exit), output appended to log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as fh:
+        try:
+            popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True, env=env, close_fds=True)
+        except OSError as err:
+            raise LabError(f"{name}: cannot start {argv[0]}: {err.strerror}") from None
+    return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address)
+
+
+def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
+    """Poll ready() until true; fail at once, with the log tail, if the process dies first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not proc.alive():
+            _reap(proc.pid)
+            raise LabError(f"{proc.name} exited at start; log: {proc.log}", detail=log_tail(proc.log))
+        try:
+            if ready():
+                return
+        except Exception:  # noqa: BLE001 - any failure of a probe only means "not ready yet"
+            pass
+        if time.monotonic() > deadline:
+            raise LabError(f"{proc.name} not {what} after {timeout:.0f}s; log: {proc.log}",
+                           detail=log_tail(proc.log))
+        time.sleep(0.2)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def stop(proc: Proc, *, grace: float = 5.0) -> bool:
+    """SIGTERM the process group, then SIGKILL after grace seconds. Returns True if something was stopped."""
+    if not proc.alive():
+        return False
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            os.kill(proc.pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(proc.pid)
+            if not proc.alive():
+                return True
+            time.sleep(0.05)
+    return True

@@ -1,0 +1,26 @@
+"""The label, annotation and value names gpualign reads and writes, in one place."""
+
+GPU_PRESENT = "nvidia.com/gpu.present"
+KERNEL = "feature.node.kubernetes.io/kernel-version.full"
+OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
+OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
+OS_VERSION_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
+
+# GPU Feature Discovery: current names (GFD >= v0.15) and the deprecated ones it still writes.
+DRIVER_CURRENT = {"major": "nvidia.com/cuda.driver-version.major", "minor": "nvidia.com/cuda.driver-version.minor",
+                  "rev": "nvidia.com/cuda.driver-version.revision"}
+DRIVER_CURRENT_FULL = "nvidia.com/cuda.driver-version.full"
+DRIVER_LEGACY = {"major": "nvidia.com/cuda.driver.major", "minor": "nvidia.com/cuda.driver.minor",
+                 "rev": "nvidia.com/cuda.driver.rev"}
+GPU_PRODUCT = "nvidia.com/gpu.product"
+
+# The GPU Operator's driver-deploy label: "false" means the driver is installed on the host.
+DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
+
+UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+
+# Driver pods, as the GPU Operator labels them.
+DRIVER_COMPONENT = "app.kubernetes.io/component"
+DRIVER_COMPONENT_VALUE = "nvidia-driver"
+PRECOMPILED = "nvidia.com/precompiled"

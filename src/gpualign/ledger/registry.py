@@ -1,0 +1,325 @@
+"""The one door to OCI registries (distribution API v2): tag listing, manifests, image configs, and pushes.
+
+Handles `Link` pagination with a page cap and loop detection, Bearer-token challenges (anonymous or with
+credentials from a docker config.json), Basic challenges, and NGC's proxy_auth realm (a Bearer realm with no
+`service`). Credentials are never logged or put in an error message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx2
+
+from gpualign.errors import BadInput, Unreachable
+
+MANIFEST_TYPES = ", ".join([
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+])
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+DEFAULT_MAX_PAGES = 100
+PAGE_SIZE = 1000
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """registry://HOST[:PORT]/REPO (https; http on loopback) or oci://HOST/REPO, or HOST/REPO."""
+
+    host: str
+    repo: str
+    scheme: str
+
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://{self.host}"
+
+    @property
+    def image(self) -> str:
+        return f"{self.host}/{self.repo}"
+
+    def __str__(self) -> str:
+        return f"registry://{self.host}/{self.repo}"
+
+
+def parse_ref(text: str) -> RegistryRef:
+    m = re.fullmatch(r"(?:(registry|oci|https?)://)?([^/\s]+)/([a-z0-9._/-]+?)/?", text.strip())
+    if not m:
+        raise BadInput(f"registry ledger {text!r}: expected registry://HOST[:PORT]/REPO")
+    prefix, host, repo = m.groups()
+    hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    if prefix in ("http", "https"):
+        scheme = prefix
+    else:
+        scheme = "http" if hostname in LOOPBACK else "https"
+    return RegistryRef(host=host, repo=repo, scheme=scheme)
+
+
+def docker_credentials(host: str, config_path: Path | None = None) -> tuple[str, str] | None:
+    """(user, secret) for host from a docker config.json ($DOCKER_CONFIG or ~/.docker), or None."""
+    if config_path is None:
+        base = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
+        config_path = Path(base) / "config.json"
+    try:
+        data = json.loads(config_path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise BadInput(f"docker config {config_path} is unreadable: {err.__class__.__name__}") from None
+    auths = data.get("auths") or {}
+    for key in (host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"):
+        entry = auths.get(key)
+        if isinstance(entry, dict) and entry.get("auth"):
+            try:
+                user, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError):
+                raise BadInput(f"docker config {config_path}: the auth entry for {host} is not base64 user:secret") \
+                    from None
+            return user, secret
+    return None
+
+
+def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+def _next_link(header: str | None) -> str | None:
+    if not header:
+        return None
+    for part in header.split(","):
+        m = re.search(r"<([^>]+)>\s*;\s*rel=\"?next\"?", part)
+        if m:
+            return m.group(1)
+    return None
+
+
+@dataclass
+class RegistryClient:
+    """A small distribution-API client. One instance per registry host; tokens are cached per scope."""
+
+    ref: RegistryRef
+    credentials: tuple[str, str] | None = None
+    timeout: float = 10.0
+    max_pages: int = DEFAULT_MAX_PAGES
+    transport: httpx2.BaseTransport | None = None
+    _tokens: dict[str, str] = field(default_factory=dict, repr=False)
+    _http: httpx2.Client | None = field(default=None, repr=False)
+
+    @property
+    def http(self) -> httpx2.Client:
+        if self._http is None:
+            self._http = httpx2.Client(timeout=self.timeout, transport=self.transport, follow_redirects=True)
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+    # -- auth ---------------------------------------------------------------------------------------------------
+    def _token(self, challenge: dict[str, str], scope: str) -> str:
+        realm = challenge.get("realm")
+        if not realm:
+            raise Unreachable(f"{self.ref.host}: Bearer challenge without a realm")
+        params = {"scope": challenge.get("scope") or scope}
+        if challenge.get("service"):  # NGC's proxy_auth sends none, and wants none
+            params["service"] = challenge["service"]
+        auth = httpx2.BasicAuth(*self.credentials) if self.credentials else None
+        try:
+            resp = self.http.get(realm, params=params, auth=auth)
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"{self.ref.host}: token service unreachable: {err.__class__.__name__}") from None
+        if resp.status_code in (401, 403):
+            raise Unreachable(f"{self.ref.host}: token service refused "
+                              f"{'the configured credentials' if self.credentials else 'anonymous access'} "
+                              f"(HTTP {resp.status_code})")
+        if resp.status_code >= 400:
+            raise Unreachable(f"{self.ref.host}: token service answered HTTP {resp.status_code}")
+        try:
+            data = resp.json()
+            token = data.get("token") or data.get("access_token")
+        except (ValueError, AttributeError):
+            token = None
+        if not isinstance(token, str) or not token:
+            raise Unreachable(f"{self.ref.host}: token service answered without a token")
+        return token
+
+    def _send(self, method: str, url: str, *, scope: str, headers: dict[str, str] | None = None,
+              content: bytes | None = None) -> httpx2.Response:
+        """One request, answering at most one auth challenge (a second 401 is an error, never a loop)."""
+        hdrs = dict(headers or {})
+        if scope in self._tokens:
+            hdrs["Authorization"] = self._tokens[scope]
+        for attempt in range(2):
+            try:
+                resp = self.http.request(method, url, headers=hdrs, content=content)
+            except httpx2.TimeoutException:
+                raise Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s") from None
+            except httpx2.HTTPError as err:
+                raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}") from None
+            if resp.status_code != 401 or attempt == 1:
+                break
+            kind, challenge = _parse_challenge(resp.headers.get("WWW-Authenticate", ""))
+            if kind == "bearer":
+                value = f"Bearer {self._token(challenge, scope)}"
+            elif kind == "basic" and self.credentials:
+                value = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
+            else:
+                break
+            self._tokens[scope] = value
+            hdrs["Authorization"] = value
+        if resp.status_code == 401:
+            raise Unreachable(f"registry {self.ref.host} refused access to {self.ref.repo} (HTTP 401)")
+        return resp
+
+    # -- reads --------------------------------------------------------------------------------------------------
+    def tags(self, repo: str | None = None) -> list[str]:
+        """Every tag of repo, following Link pagination (capped at max_pages; a repeated link is an error)."""
+        repo = repo or self.ref.repo
+        scope = f"repository:{repo}:pull"
+        url: str | None = f"{self.ref.base}/v2/{repo}/tags/list?n={PAGE_SIZE}"
+        seen: set[str] = set()
+        tags: list[str] = []
+        pages = 0
+        while url:
+            if url in seen:
+                raise Unreachable(f"registry {self.ref.host}: pagination loops back to a page already read")
+            seen.add(url)
+            pages += 1
+            if pages > self.max_pages:
+                raise Unreachable(f"registry {self.ref.host}: more than {self.max_pages} pages of tags for {repo}")
+            resp = self._send("GET", url, scope=scope)
+            if resp.status_code == 404:
+                return tags  # NAME_UNKNOWN: a repository nobody pushed to has no tags
+            if resp.status_code >= 400:
+                raise Unreachable(f"registry {self.ref.host}: listing tags of {repo}: HTTP {resp.status_code}")
+            try:
+                body = resp.json()
+                page = body.get("tags") or []
+                if not isinstance(page, list) or not all(isinstance(t, str) for t in page):
+                    raise ValueError
+            except (ValueError, AttributeError):
+                raise Unreachable(f"registry {self.ref.host}: tag list for {repo} is not valid JSON") from None
+            tags.extend(page)
+            nxt = _next_link(resp.headers.get("Link"))
+            url = urljoin(self.ref.base + "/", nxt) if nxt else None
+            if url and urlsplit(url).netloc != urlsplit(self.ref.base).netloc:
+                raise Unreachable(f"registry {self.ref.host}: pagination link points to another host")
+        return tags
+
+    def manifest(self, reference: str, repo: str | None = None) -> dict[str, Any] | None:
+        """The manifest for a tag or digest, or None if the registry does not have it."""
+        repo = repo or self.ref.repo
+        resp = self._send("GET", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
+                          scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference}: HTTP {resp.status_code}")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not JSON") from None
+        if not isinstance(data, dict):
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not an object")
+        return data
+
+    def blob(self, digest: str, repo: str | None = None) -> bytes:
+        repo = repo or self.ref.repo
+        resp = self._send("GET", f"{self.ref.base}/v2/{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")
+        if resp.status_code >= 400:
+            raise Unreachable(f"registry {self.ref.host}: blob {digest[:19]}…: HTTP {resp.status_code}")
+        return resp.content
+
+    def image_config(self, reference: str, repo: str | None = None) -> dict[str, Any] | None:
+        """The image config (with config.Env) for a tag; an index resolves to its linux/amd64 entry."""
+        manifest = self.manifest(reference, repo)
+        if manifest is None:
+            return None
+        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+            entries = manifest.get("manifests") or []
+            chosen = next((m for m in entries if (m.get("platform") or {}).get("architecture") == "amd64"
+                           and (m.get("platform") or {}).get("os") == "linux"), entries[0] if entries else None)
+            if not chosen:
+                return None
+            manifest = self.manifest(chosen["digest"], repo)
+            if manifest is None:
+                return None
+        digest = (manifest.get("config") or {}).get("digest")
+        if not digest:
+            return None
+        try:
+            data = json.loads(self.blob(digest, repo))
+        except ValueError:
+            raise Unreachable(f"registry {self.ref.host}: image config of {reference} is not JSON") from None
+        return data if isinstance(data, dict) else None
+
+    # -- writes (the lab seeds its registry with these; no Docker needed) ---------------------------------------
+    def push_blob(self, data: bytes, repo: str | None = None) -> str:
+        repo = repo or self.ref.repo
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        scope = f"repository:{repo}:pull,push"
+        head = self._send("HEAD", f"{self.ref.base}/v2/{repo}/blobs/{digest}", scope=scope)
+        if head.status_code == 200:
+            return digest
+        start = self._send("POST", f"{self.ref.base}/v2/{repo}/blobs/uploads/", scope=scope)
+        if start.status_code != 202 or "Location" not in start.headers:
+            raise Unreachable(f"registry {self.ref.host}: blob upload refused: HTTP {start.status_code}")
+        location = urljoin(self.ref.base + "/", start.headers["Location"])
+        sep = "&" if "?" in location else "?"
+        put = self._send("PUT", f"{location}{sep}digest={digest}", scope=scope, content=data,
+                         headers={"Content-Type": "application/octet-stream"})
+        if put.status_code != 201:
+            raise Unreachable(f"registry {self.ref.host}: blob upload failed: HTTP {put.status_code}")
+        return digest
+
+    def push_manifest(self, tag: str, manifest: dict[str, Any], repo: str | None = None) -> None:
+        repo = repo or self.ref.repo
+        body = json.dumps(manifest, separators=(",", ":")).encode()
+        resp = self._send("PUT", f"{self.ref.base}/v2/{repo}/manifests/{tag}", scope=f"repository:{repo}:pull,push",
+                          content=body, headers={"Content-Type": manifest["mediaType"]})
+        if resp.status_code != 201:
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{tag} refused: HTTP {resp.status_code}")
+
+    def push_image(self, tag: str, env: dict[str, str], repo: str | None = None) -> None:
+        """Push a tiny single-layer OCI image whose config carries env (e.g. DRIVER_VERSION, CUDA_VERSION)."""
+        layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # empty gzip
+        config = json.dumps({
+            "architecture": "amd64", "os": "linux",
+            "config": {"Env": [f"{k}={v}" for k, v in env.items()]},
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]},
+        }, separators=(",", ":")).encode()
+        config_digest = self.push_blob(config, repo)
+        layer_digest = self.push_blob(layer, repo)
+        self.push_manifest(tag, {
+            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                       "size": len(config)},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
+                        "size": len(layer)}],
+        }, repo)
+
+
+def config_env(config: dict[str, Any]) -> dict[str, str]:
+    env = (config.get("config") or {}).get("Env") or []
+    return dict(e.split("=", 1) for e in env if isinstance(e, str) and "=" in e)
+
+
+def connect(ref_text: str, *, docker_config: Path | None = None, timeout: float = 10.0,
+            transport: httpx2.BaseTransport | None = None) -> RegistryClient:
+    ref = parse_ref(ref_text)
+    return RegistryClient(ref, credentials=docker_credentials(ref.host, docker_config), timeout=timeout,
+                          transport=transport)

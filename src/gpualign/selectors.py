@@ -1,0 +1,54 @@
+"""Kubernetes label selectors (`a=b,c!=d,e in (f,g),!h`), parsed and matched locally.
+
+Hand-written because no maintained Python library parses the kubectl selector grammar; it is small and is
+tested against the API server's own answers in the integration tests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from gpualign.errors import BadInput
+
+_TOKEN = re.compile(r"\s*(?:(!?)([A-Za-z0-9._/-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*)|"
+                    r"\s+(in|notin)\s*\(([^)]*)\))?)\s*(?:,|$)")
+
+
+@dataclass(frozen=True)
+class Selector:
+    text: str
+    _reqs: tuple[Callable[[Mapping[str, str]], bool], ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(req(labels) for req in self._reqs)
+
+
+def parse(text: str | None) -> Selector:
+    text = (text or "").strip()
+    reqs: list[Callable[[Mapping[str, str]], bool]] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            raise BadInput(f"label selector {text!r}: cannot parse at column {pos + 1}")
+        neg, key, op, value, setop, values = m.groups()
+        if neg and (op or setop):
+            raise BadInput(f"label selector {text!r}: '!{key}' takes no operator")
+        if op in ("=", "=="):
+            reqs.append(lambda ls, k=key, v=value: ls.get(k) == v)
+        elif op == "!=":
+            reqs.append(lambda ls, k=key, v=value: ls.get(k) != v)
+        elif setop:
+            vals = frozenset(v.strip() for v in values.split(",") if v.strip())
+            if setop == "in":
+                reqs.append(lambda ls, k=key, vs=vals: ls.get(k) in vs)
+            else:
+                reqs.append(lambda ls, k=key, vs=vals: ls.get(k) not in vs)
+        elif neg:
+            reqs.append(lambda ls, k=key: k not in ls)
+        else:
+            reqs.append(lambda ls, k=key: k in ls)
+        pos = m.end()
+    return Selector(text, tuple(reqs))

@@ -1,0 +1,145 @@
+"""NodeFacts + branch + rules → the driver image tag the node needs, and whether NVIDIA publishes it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML, YAMLError
+
+from gpualign.errors import BadInput
+from gpualign.facts import NodeFacts
+
+_UBUNTU_KERNEL = re.compile(r"(\d+)\.(\d+)\.\d+-\d+-([a-z][a-z0-9-]*)")
+_BRANCH = re.compile(r"[0-9]{3,4}")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The versioned naming rules (rules/driver_images.yaml, optionally overridden by --rules FILE)."""
+
+    major_version_only: frozenset[str]
+    flavours: frozenset[str]
+    kernels: Mapping[str, tuple[str, ...]]
+    published_branches: frozenset[str]
+    branches: Mapping[str, str]
+    default_branch: str
+    source: str = field(default="built-in", compare=False)
+
+
+def _read_yaml(path: Path | None, text: str | None = None) -> Any:
+    try:
+        return YAML(typ="safe").load(text if text is not None else path.read_text())  # type: ignore[union-attr]
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read: {err.strerror}") from None
+    except YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise BadInput(f"{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+
+
+def load_rules(override: Path | None = None) -> Rules:
+    base = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    source = "built-in"
+    if override is not None:
+        extra = _read_yaml(override)
+        if not isinstance(extra, dict):
+            raise BadInput(f"{override}: rules file must be a mapping (see rules/driver_images.yaml)")
+        base.update(extra)
+        source = str(override)
+    try:
+        pre = base["precompiled"]
+        return Rules(
+            major_version_only=frozenset(str(x) for x in base["os_tag"]["major_version_only"]),
+            flavours=frozenset(str(x) for x in pre["flavours"]),
+            kernels={str(k): tuple(str(x) for x in v) for k, v in pre["kernels"].items()},
+            published_branches=frozenset(str(x) for x in pre["branches"]),
+            branches={str(k): str(v) for k, v in base["branches"].items()},
+            default_branch=str(base["default_branch"]),
+            source=source,
+        )
+    except (KeyError, TypeError, AttributeError) as err:
+        raise BadInput(f"{source}: rules file lacks or mistypes {err}") from None
+
+
+def os_tag(os_id: str, version_id: str, rules: Rules) -> str:
+    """ubuntu + 22.04 → ubuntu22.04; rhel + 9.4 → rhel9 (major only for the IDs the rules name)."""
+    if os_id in rules.major_version_only:
+        version_id = version_id.split(".", 1)[0]
+    return f"{os_id}{version_id}"
+
+
+def kernel_flavour(kernel: str) -> str | None:
+    """5.15.0-69-generic → generic; 6.8.0-1017-azure-fde → azure-fde; RHEL-style kernels → None."""
+    m = _UBUNTU_KERNEL.fullmatch(kernel)
+    return m.group(3) if m else None
+
+
+def sanitize_kernel(kernel: str) -> str:
+    """The operator's form for object names and labels: 5.14.0-427.37.1.el9_4.x86_64 → 5.14.0-427.37.1.el9.4."""
+    k = re.sub(r"[._](x86_64|aarch64)(_64k)?$", "", kernel)
+    return k.replace("_", ".").lower()
+
+
+def normalize_branch(text: str) -> str:
+    """'580' or '580.95.05' → '580'. Digests and other shapes are refused."""
+    text = text.strip()
+    if "@" in text or text.startswith("sha256:"):
+        raise BadInput(f"driver branch {text!r}: a digest is not a branch; give the major number, e.g. 580")
+    head = text.split(".", 1)[0]
+    if not _BRANCH.fullmatch(head):
+        raise BadInput(f"driver branch {text!r}: expected a major driver number such as 580")
+    return head
+
+
+@dataclass(frozen=True)
+class RequiredImage:
+    """The image one node needs. `tag` is None when the labels do not allow deriving one."""
+
+    node: str
+    tag: str | None
+    os_tag: str | None
+    kernel: str | None
+    branch: str | None
+    published: bool
+    reason: str
+
+
+def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precompiled: bool = True,
+                   driver_version: str | None = None) -> RequiredImage:
+    """Total: any facts give a RequiredImage; problems become the reason, never an exception."""
+    ostag = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
+    if facts.problems:
+        return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False, "; ".join(facts.problems))
+    if not branch:
+        return RequiredImage(facts.name, None, ostag, facts.kernel, None, False,
+                             "no driver branch: pass --driver-branch or a --policy that selects this node")
+    assert ostag is not None and facts.kernel is not None
+    if precompiled:
+        tag = f"{branch}-{facts.kernel}-{ostag}"
+        flavour = kernel_flavour(facts.kernel)
+        series = ".".join(facts.kernel.split(".")[:2])
+        if flavour is None or flavour not in rules.flavours:
+            why = f"kernel flavour {flavour!r} is" if flavour else "this kernel's flavour is"
+            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
+                                 f"{why} not published precompiled by NVIDIA: build it in-house")
+        if ostag not in rules.kernels:
+            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
+                                 f"NVIDIA publishes no precompiled images for {ostag}: build it in-house")
+        if series not in rules.kernels[ostag]:
+            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
+                                 f"kernel series {series} is not in NVIDIA's {ostag} matrix: build it in-house")
+        if branch not in rules.published_branches:
+            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
+                                 f"branch {branch} is not published precompiled: build it in-house")
+        return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, True, "published by NVIDIA")
+    version = driver_version or rules.branches.get(branch)
+    if not version:
+        return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False,
+                             f"no full driver version known for branch {branch}: pass --driver-version")
+    return RequiredImage(facts.name, f"{version}-{ostag}", ostag, facts.kernel, branch, True,
+                         "regular (non-precompiled) driver image")

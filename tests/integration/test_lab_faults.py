@@ -1,0 +1,94 @@
+"""`lab up` failures are one clear line and leave no stray processes; `lab down` cleans up after a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpualign.lab import versions
+from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
+
+pytestmark = pytest.mark.lab
+
+
+def _our_processes(state_dir: Path) -> list[str]:
+    out = subprocess.run(["pgrep", "-af", str(state_dir)], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
+
+
+def _bin_dir_with(tmp_path: Path, replace: dict[str, str | None]) -> Path:
+    """A copy of the real bin dir (symlinks), with some binaries replaced by scripts or removed."""
+    real = versions.default_bin_dir()
+    bins = tmp_path / "bin"
+    bins.mkdir()
+    for name in versions.ALL_BINARIES:
+        if name in replace:
+            if replace[name] is not None:
+                (bins / name).write_text(replace[name])
+                (bins / name).chmod(0o755)
+        else:
+            (bins / name).symlink_to(real / name)
+    return bins
+
+
+def _up(state_dir: Path, bins: Path, *extra: str):
+    return run_cli("lab", "up", "--scenario", "empty", *extra,
+                   env={"GPUALIGN_LAB_DIR": str(state_dir), "GPUALIGN_LAB_BIN": str(bins)}, timeout=180)
+
+
+def test_missing_binary_is_one_line(tmp_path):
+    bins = _bin_dir_with(tmp_path, {"kube-scheduler": None})
+    res = _up(tmp_path / "state", bins)
+    assert res.code == 2
+    assert res.err.strip() == (f"gpualign: error: kube-scheduler not found in {bins}: "
+                               "run `gpualign lab build` first")
+    assert not _our_processes(tmp_path / "state")
+
+
+def test_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = _up(tmp_path / "state", versions.default_bin_dir(), "--apiserver-port", str(port))
+    assert res.code == 2
+    assert res.err.strip() == (f"gpualign: error: port 127.0.0.1:{port} (kube-apiserver) is already in use: "
+                               "pick another or use 0 for any")
+    assert not _our_processes(tmp_path / "state")
+
+
+def test_component_dying_at_start_shows_its_log_tail_and_stops_the_rest(tmp_path):
+    crash = "#!/bin/sh\necho 'E1129 scheduler: simulated crash: cannot load config'\nexit 1\n"
+    bins = _bin_dir_with(tmp_path, {"kube-scheduler": crash})
+    state = tmp_path / "state"
+    res = _up(state, bins)
+    assert res.code == 2
+    first, *rest = res.err.strip().splitlines()
+    assert first.startswith("gpualign: error: kube-scheduler exited at start; log: ")
+    assert "simulated crash: cannot load config" in "\n".join(rest)
+    assert not _our_processes(state)  # etcd, apiserver and controller-manager were started, then stopped
+
+
+def test_down_after_a_crash_still_cleans_up(tmp_path):
+    state = tmp_path / "state"
+    lab = start_lab(state, scenario="empty")
+    from gpualign.lab.cluster import LabState
+
+    procs = LabState.load(state).procs
+    os.kill(procs["kube-apiserver"].pid, signal.SIGKILL)
+    wait_for(lambda: not procs["kube-apiserver"].alive(), what="apiserver dead")
+    status = run_cli("lab", "status", env=lab.env)
+    assert status.code == 1
+    assert "DEAD" in status.out
+    down = run_cli("lab", "down", env=lab.env)
+    assert down.code == 0
+    assert not _our_processes(state)
+    assert not state.exists()
+    again = run_cli("lab", "down", env=lab.env)
+    assert again.code == 0 and "nothing was running" in again.err
