@@ -12,7 +12,8 @@ from rich.console import Console
 from ruamel.yaml import YAML
 
 stderr = Console(stderr=True, highlight=False)
-stdout = Console(highlight=False, soft_wrap=True)
+# Off a terminal, rows are never wrapped (like kubectl), so output stays one line per node for grep and awk.
+stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
 
 
 class Output(str, enum.Enum):
