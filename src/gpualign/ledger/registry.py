@@ -55,7 +55,7 @@ class RegistryRef:
 
 
 def parse_ref(text: str) -> RegistryRef:
-    m = re.fullmatch(r"(?:(registry|oci|https?)://)?([^/\s]+)/([a-z0-9._/-]+?)/?", text.strip())
+    m = re.fullmatch(r"(?:(registry|oci|https?)://)?([^/\s:]+(?::[0-9]+)?)/([a-z0-9][a-z0-9._/-]*?)/?", text.strip())
     if not m:
         raise BadInput(f"registry ledger {text!r}: expected registry://HOST[:PORT]/REPO")
     prefix, host, repo = m.groups()

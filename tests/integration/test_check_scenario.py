@@ -1,0 +1,100 @@
+"""The check issue's scenario on its own lab: a new kernel is flagged ahead of time and on arrival, then cleared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli, start_lab
+
+pytestmark = pytest.mark.lab
+
+NEW_KERNEL = "5.15.0-125-generic"
+NEW_TAG = f"580-{NEW_KERNEL}-ubuntu22.04"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    state = tmp_path_factory.mktemp("check-lab") / "state"
+    lab = start_lab(state)
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def check(lab, *args: str):
+    res = lab.cli("check", "--ledger", f"registry://{lab.registry}/nvidia/driver", "-o", "json", *args)
+    return res, (json.loads(res.out) if res.out.strip() else None)
+
+
+def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
+    # 1. The default fleet with its ledger filled: clean.
+    res, data = check(fleet)
+    assert res.code == 0, res.err
+    assert data["summary"] == {"gpu_nodes": 6, "present": 6, "missing": 0, "unknown": 0, "host_managed": 0,
+                               "pod_kernel_mismatch": 0}
+    gcp = next(n for n in data["nodes"] if n["name"] == "gpu-e1")
+    assert gcp["published"] is False and "build it in-house" in gcp["reason"]
+
+    # 3 (ahead of time). Planning the patch for the a-pool names the tag before any node runs that kernel.
+    plan = fleet.cli("plan", "-l", "kubernetes.io/hostname in (gpu-a1,gpu-a2)", "--kernel", NEW_KERNEL,
+                     "--ledger", f"registry://{fleet.registry}/nvidia/driver", "--build-matrix")
+    assert plan.code == 1, plan.err
+    assert json.loads(plan.out) == [{"DRIVER_BRANCH": "580", "KERNEL_VERSION": NEW_KERNEL,
+                                     "OS_TAG": "ubuntu22.04", "tag": NEW_TAG}]
+
+    # 2. A node arrives with a kernel one patch newer: exactly it, and exactly one tag, is flagged.
+    assert fleet.cli("lab", "add-node", "gpu-new", "--kernel", NEW_KERNEL).code == 0
+    res, data = check(fleet)
+    assert res.code == 1
+    assert [n["name"] for n in data["nodes"] if n["status"] != "present"] == ["gpu-new"]
+    assert data["missing"] == [{"tag": NEW_TAG, "image": f"{fleet.registry}/nvidia/driver:{NEW_TAG}",
+                                "nodes": ["gpu-new"]}]
+    new = next(n for n in data["nodes"] if n["name"] == "gpu-new")
+    assert new["driver_pod"]["tag"] == NEW_TAG  # the operator-like pool DaemonSet already asks for it…
+    assert new["driver_pod"]["state"] == "ImagePullBackOff"  # …and the node has quietly lost its GPUs
+
+    # The table names it in one glance too.
+    table = fleet.cli("check", "--ledger", f"registry://{fleet.registry}/nvidia/driver")
+    assert table.code == 1
+    row = next(line for line in table.out.splitlines() if line.startswith("gpu-new"))
+    assert "missing" in row and "ImagePullBackOff" in row and NEW_KERNEL in row
+
+    # 4. Push the image: clean again.
+    assert fleet.cli("lab", "push-image", NEW_TAG).code == 0
+    res, data = check(fleet)
+    assert res.code == 0, data
+
+
+def test_nodes_dump_gives_the_same_answer_offline(fleet, tmp_path):
+    dump = tmp_path / "nodes.json"
+    out = fleet.kubectl("get", "nodes", "-o", "json", check=True)
+    dump.write_text(out.stdout)
+    ledger = tmp_path / "ledger.txt"
+    tags = json.loads(fleet.cli("check", "--ledger", f"registry://{fleet.registry}/nvidia/driver",
+                                "-o", "json").out)
+    ledger.write_text("\n".join(n["tag"] for n in tags["nodes"]) + "\n")
+    res = run_cli("check", "--nodes-file", str(dump), "--ledger", str(ledger), "--driver-branch", "580",
+                  "-o", "json")
+    assert res.code == 0, res.err
+    offline = json.loads(res.out)
+    assert [(n["name"], n["tag"], n["status"]) for n in offline["nodes"]] == \
+        [(n["name"], n["tag"], n["status"]) for n in tags["nodes"]]
+
+
+def test_bad_inputs_are_one_line_exit_2(fleet, tmp_path):
+    bad = tmp_path / "nodes.json"
+    bad.write_text('{"items": [\n')
+    cases = [
+        (["check", "--nodes-file", str(bad), "--ledger", str(bad)], "invalid JSON"),
+        (["check", "--ledger", "registry://127.0.0.1:1/nvidia/driver"], "registry 127.0.0.1:1 unreachable"),
+        (["check", "--ledger", f"registry://{fleet.registry}/nvidia/driver", "-l", "pool=("], "label selector"),
+        (["check", "--ledger", f"registry://{fleet.registry}/nvidia/driver", "--driver-branch", "latest"],
+         "expected a major driver number"),
+        (["check"], "no ledger"),
+    ]
+    for args, needle in cases:
+        res = fleet.cli(*args)
+        assert res.code == 2, (args, res.err)
+        lines = res.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gpualign: error: ") and needle in lines[0], res.err

@@ -1,0 +1,97 @@
+"""The audit (required vs ledger vs running pods) and the plan (what a change would need)."""
+
+from __future__ import annotations
+
+from gpualign import labels as L
+from gpualign.audit import DriverPod, audit
+from gpualign.branches import BranchPolicy, load_policy
+from gpualign.facts import node_facts
+from gpualign.ledger.sources import Ledger
+from gpualign.plan import Change, plan
+from gpualign.tags import load_rules
+
+RULES = load_rules()
+REPO = "reg.local/nvidia/driver"
+
+
+def gpu(name: str, kernel: str = "5.15.0-124-generic", os_version: str = "22.04", **extra: str):
+    labels = {L.GPU_PRESENT: "true", L.KERNEL: kernel, L.OS_ID: "ubuntu", L.OS_VERSION: os_version,
+              L.DRIVER_CURRENT_FULL: "580.95.05", **extra}
+    return node_facts({"metadata": {"name": name, "labels": labels}})
+
+
+def pod(tag: str, state: str = "Running") -> DriverPod:
+    return DriverPod("gpu-operator/p", f"{REPO}:{tag}", tag, state, state == "Running")
+
+
+def test_only_the_node_with_the_new_kernel_is_missing():
+    nodes = [gpu("a"), gpu("b"), gpu("new", kernel="5.15.0-125-generic")]
+    ledger = Ledger(frozenset({"580-5.15.0-124-generic-ubuntu22.04"}), ("t",))
+    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO)
+    assert [f.status for f in result.findings] == ["present", "present", "missing"]
+    assert result.missing == (("580-5.15.0-125-generic-ubuntu22.04",
+                               f"{REPO}:580-5.15.0-125-generic-ubuntu22.04", ("new",)),)
+    assert result.summary()["missing"] == 1 and not result.clean
+
+
+def test_branch_comes_from_the_driver_pod_then_the_loaded_driver():
+    nodes = [gpu("a")]
+    ledger = Ledger(frozenset({"595-5.15.0-124-generic-ubuntu22.04"}), ("t",))
+    from_pod = audit(nodes, ledger, RULES, BranchPolicy(), repository=REPO,
+                     pods={"a": pod("595-5.15.0-124-generic-ubuntu22.04")})
+    assert from_pod.findings[0].branch == "595" and from_pod.clean
+    loaded = audit(nodes, ledger, RULES, BranchPolicy(), repository=REPO)
+    assert loaded.findings[0].branch == "580" and loaded.findings[0].status == "missing"
+
+
+def test_pod_running_an_image_for_another_kernel_is_flagged():
+    nodes = [gpu("a", kernel="5.15.0-125-generic")]
+    ledger = Ledger(frozenset({"580-5.15.0-125-generic-ubuntu22.04"}), ("t",))
+    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                   pods={"a": pod("580-5.15.0-124-generic-ubuntu22.04")})
+    f = result.findings[0]
+    assert f.status == "present" and f.pod_matches_kernel is False
+    assert "built for another kernel" in f.reason and not result.clean
+
+
+def test_host_managed_nodes_are_not_missing():
+    nodes = [gpu("host", **{L.DEPLOY_DRIVER: "false"}), gpu("nopod")]
+    result = audit(nodes, Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO, pods={})
+    assert [f.status for f in result.findings] == ["host-managed", "host-managed"]
+    assert "580.95.05" in result.findings[0].reason and "rests with the team" in result.findings[0].reason
+    assert result.clean
+
+
+def test_unknown_node_is_reported_not_skipped():
+    broken = node_facts({"metadata": {"name": "x", "labels": {L.GPU_PRESENT: "true"}}})
+    result = audit([broken], Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO)
+    assert result.findings[0].status == "unknown"
+    assert "is Node Feature Discovery running?" in result.findings[0].reason
+    assert not result.clean
+
+
+def test_policy_file_maps_pools_to_branches(tmp_path):
+    f = tmp_path / "policy.yaml"
+    f.write_text("pools:\n- selector: pool=train\n  branch: '595'\n- nodeSelector: {pool: infer}\n  branch: 580\n")
+    policy = load_policy(f)
+    assert policy.branch_for({"pool": "train"}) == "595"
+    assert policy.branch_for({"pool": "infer"}) == "580"
+    assert policy.branch_for({}) is None
+
+
+def test_plan_kernel_bump_lists_tags_to_build_with_build_args():
+    nodes = [gpu("a", pool="train"), gpu("b", pool="train")]
+    ledger = Ledger(frozenset({"580-5.15.0-124-generic-ubuntu22.04"}), ("t",))
+    result = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
+    (needed,) = result.to_build
+    assert needed.nodes == ("a", "b")
+    assert needed.build_args() == {"DRIVER_BRANCH": "580", "KERNEL_VERSION": "5.15.0-125-generic",
+                                   "OS_TAG": "ubuntu22.04", "tag": "580-5.15.0-125-generic-ubuntu22.04"}
+    nothing = plan(nodes, Change(branch="580"), ledger, RULES, BranchPolicy())
+    assert nothing.to_build == ()
+
+
+def test_plan_os_migration():
+    result = plan([gpu("a", kernel="6.8.0-48-generic")], Change(os_id="ubuntu", os_version="24.04"),
+                  Ledger(frozenset(), ()), RULES, BranchPolicy())
+    assert [n.tag for n in result.to_build] == ["580-6.8.0-48-generic-ubuntu24.04"]
