@@ -134,6 +134,8 @@ def add_node(
     driver: Annotated[str | None, typer.Option(help="loaded driver version, e.g. 580.95.05")] = None,
     branch: Annotated[str | None, typer.Option(help="driver branch of its pool's DaemonSet [default: lab's]")] = None,
     gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="a GPU node (nvidia.com/gpu.present=true)")] = True,
+    host_driver: Annotated[bool, typer.Option(
+        "--host-driver", help="driver installed on the host: nvidia.com/gpu.deploy.driver=false, no driver pod")] = False,
     label: Annotated[list[str] | None, typer.Option("--label", help="extra label KEY=VALUE (repeatable)")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,
@@ -147,7 +149,7 @@ def add_node(
     m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os)
     if not m:
         raise BadInput(f"--os {os!r}: expected ID followed by VERSION_ID, e.g. ubuntu22.04")
-    extra: dict[str, str] = {}
+    extra: dict[str, str] = {"nvidia.com/gpu.deploy.driver": "false"} if host_driver else {}
     for item in label or []:
         key, sep, value = item.partition("=")
         if not sep or not key:

@@ -46,7 +46,7 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     capacity = {"cpu": "96", "memory": "1536Gi", "pods": "110", "ephemeral-storage": "2Ti"}
     if spec.gpu:
         labels.update({L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,
-                       "nvidia.com/gpu.count": str(spec.gpus)})
+                       "nvidia.com/gpu.count": str(spec.gpus), L.DEPLOY_DRIVER: "true"})
         capacity["nvidia.com/gpu"] = str(spec.gpus)
     labels.update({L.KERNEL: spec.kernel, L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
                    L.OS_VERSION_MAJOR: spec.os_version.split(".")[0]})
@@ -80,7 +80,7 @@ def driver_daemonset(kernel: str, os_id: str, os_version: str, branch: str, regi
             "template": {
                 "metadata": {"labels": pod_labels},
                 "spec": {
-                    "nodeSelector": {L.GPU_PRESENT: "true", L.KERNEL: kernel, L.OS_ID: os_id,
+                    "nodeSelector": {L.DEPLOY_DRIVER: "true", L.KERNEL: kernel, L.OS_ID: os_id,
                                      L.OS_VERSION: os_version},
                     "tolerations": [{"operator": "Exists"}],
                     "priorityClassName": "system-node-critical",
@@ -135,7 +135,7 @@ def add_node(kube: Kube, spec: NodeSpec, *, branch: str, registry: str) -> None:
         raise LabError(f"node {spec.name} already exists")
     if resp.status_code >= 400:
         raise LabError(f"creating node {spec.name}: HTTP {resp.status_code}: {resp.text[:200]}")
-    if spec.gpu:
+    if spec.gpu and node_manifest(spec)["metadata"]["labels"].get(L.DEPLOY_DRIVER) == "true":
         kube.apply(driver_daemonset(spec.kernel, spec.os_id, spec.os_version, branch, registry))
 
 

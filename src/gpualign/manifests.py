@@ -1,0 +1,139 @@
+"""Add a CUDA driver floor to every pod template in a multi-document YAML, keeping comments and key order.
+
+The requirement is ANDed into every existing required nodeSelectorTerm (a cross product, since terms are ORed),
+preferred terms are kept, and terms gpualign wrote before are replaced, so injecting twice changes nothing.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml.comments import CommentedMap
+
+from gpualign.cuda import DRIVER_KEYS
+from gpualign.errors import BadInput
+
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+    "PodTemplate": ("template", "spec"),
+}
+# Kinds with no pod template that often sit beside workloads: passed through untouched.
+NO_POD_TEMPLATE = frozenset({
+    "Namespace", "Service", "ConfigMap", "Secret", "ServiceAccount", "PodDisruptionBudget", "Role", "RoleBinding",
+    "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "PersistentVolume", "Ingress", "NetworkPolicy",
+    "HorizontalPodAutoscaler", "PriorityClass", "LimitRange", "ResourceQuota", "StorageClass", "RuntimeClass",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition",
+})
+
+
+def _yaml(offset: int) -> YAML:
+    y = YAML()
+    y.preserve_quotes = True
+    y.width = 4096
+    y.indent(mapping=2, sequence=offset + 2, offset=offset)
+    y.explicit_start = None
+    return y
+
+
+def _style_for(text: str) -> YAML:
+    """Pick the sequence indentation the file already uses, so a round trip changes only what we change."""
+    for offset in (2, 0):
+        y = _yaml(offset)
+        try:
+            docs = list(y.load_all(text))
+        except YAMLError:
+            break
+        out = io.StringIO()
+        y.dump_all(docs, out)
+        if out.getvalue() == text:
+            return y
+    return _yaml(2 if "\n  - " in text or "\n    - " in text else 0)
+
+
+def _load(text: str, source: str) -> tuple[YAML, list[Any]]:
+    y = _yaml(2)
+    try:
+        docs = list(y.load_all(text))
+    except YAMLError as err:
+        mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark else source
+        raise BadInput(f"{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+    return _style_for(text), docs
+
+
+def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
+    line = doc.lc.line + 1 if hasattr(doc, "lc") else "?"
+    if not isinstance(doc, dict):
+        raise BadInput(f"{source}:{line}: a document is not a Kubernetes object")
+    kind = doc.get("kind")
+    if kind == "List":
+        for item in doc.get("items") or []:
+            yield from _pod_specs(item, source)
+        return
+    if kind in NO_POD_TEMPLATE:
+        return
+    if kind not in POD_SPEC_PATHS:
+        raise BadInput(f"{source}:{line}: unknown kind {kind!r}: gpualign knows "
+                       f"{', '.join(sorted(POD_SPEC_PATHS))} (and passes {len(NO_POD_TEMPLATE)} plain kinds through)")
+    node: Any = doc
+    for key in POD_SPEC_PATHS[kind]:
+        if not isinstance(node, dict) or not isinstance(node.get(key), dict):
+            raise BadInput(f"{source}:{line}: {kind} has no {'.'.join(POD_SPEC_PATHS[kind])}")
+        node = node[key]
+    yield node
+
+
+def _strip_ours(term: Any) -> CommentedMap:
+    kept = CommentedMap((k, v) for k, v in term.items() if k != "matchExpressions")
+    exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") not in DRIVER_KEYS]
+    if exprs:
+        kept["matchExpressions"] = exprs
+    return kept
+
+
+def merge_required(existing: list[Any], ours: list[dict[str, Any]]) -> list[Any]:
+    """(E1 or E2) and (T1 or T2) = E1T1 or E1T2 or E2T1 or E2T2, after removing earlier injections."""
+    bases: list[CommentedMap] = []
+    for term in existing:
+        stripped = _strip_ours(term)
+        if (stripped.get("matchExpressions") or stripped.get("matchFields")) and stripped not in bases:
+            bases.append(stripped)
+    if not bases:
+        return [CommentedMap(matchExpressions=list(t["matchExpressions"])) for t in ours]
+    merged: list[Any] = []
+    for base in bases:
+        for t in ours:
+            term = CommentedMap(base)
+            term["matchExpressions"] = list(base.get("matchExpressions") or []) + list(t["matchExpressions"])
+            merged.append(term)
+    return merged
+
+
+def inject_into_spec(spec: CommentedMap, terms: list[dict[str, Any]]) -> None:
+    affinity = spec.setdefault("affinity", CommentedMap())
+    node_aff = affinity.setdefault("nodeAffinity", CommentedMap())
+    required = node_aff.setdefault("requiredDuringSchedulingIgnoredDuringExecution", CommentedMap())
+    required["nodeSelectorTerms"] = merge_required(required.get("nodeSelectorTerms") or [], terms)
+
+
+def inject(text: str, terms: list[dict[str, Any]], source: str) -> tuple[str, int]:
+    """Return the new text and how many pod templates got the requirement. Raises BadInput, writes nothing."""
+    y, docs = _load(text, source)
+    count = 0
+    specs = [spec for doc in docs if doc is not None for spec in _pod_specs(doc, source)]
+    for spec in specs:
+        inject_into_spec(spec, terms)
+        count += 1
+    out = io.StringIO()
+    y.dump_all(docs, out)
+    return out.getvalue(), count

@@ -1,0 +1,170 @@
+"""CUDA table, affinity generation (checked against a reference nodeAffinity evaluator), and manifest injection."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign import labels as L
+from gpualign.cuda import minimum_driver, node_affinity, selector_terms, table
+from gpualign.errors import BadInput
+from gpualign.manifests import inject
+from gpualign.nodeaffinity import required_matches
+from gpualign.version import DriverVersion
+
+
+def test_table_lookups():
+    assert minimum_driver("12.4") == DriverVersion(550, 54, 14)
+    assert minimum_driver("12.4.1") == DriverVersion(550, 54, 15)
+    assert minimum_driver("12.6.3") == DriverVersion(560, 35, 5)
+    assert minimum_driver("12.8") == DriverVersion(570, 26, None)
+    assert minimum_driver("13.0.2") == DriverVersion(580, 95, 5)
+    assert minimum_driver("12.4", minor_compat=True) == DriverVersion(525, 60, 13)
+    assert minimum_driver("13.1", minor_compat=True) == DriverVersion(580, 0, None)
+
+
+@pytest.mark.parametrize("bad", ["12.7", "99.1", "12", "twelve", ""])
+def test_unknown_versions_name_the_known_ones(bad):
+    with pytest.raises(BadInput) as err:
+        minimum_driver(bad)
+    assert "known: 11.8, 12.0" in err.value.message and "12.7," not in err.value.message
+
+
+def node_labels(v: DriverVersion, which: str, pad: bool, empty_rev: bool) -> dict[str, str]:
+    names = L.DRIVER_CURRENT if which == "current" else L.DRIVER_LEGACY
+    minor = f"{v.minor:02d}" if pad else str(v.minor)
+    rev = "" if v.rev is None else (f"{v.rev:02d}" if pad else str(v.rev))
+    out = {names["major"]: str(v.major), names["minor"]: minor}
+    if v.rev is not None or empty_rev:
+        out[names["rev"]] = rev
+    return out
+
+
+versions = st.builds(DriverVersion, st.integers(400, 700), st.integers(0, 120), st.none() | st.integers(0, 99))
+
+
+@given(node=versions, minimum=versions, which=st.sampled_from(["legacy", "current"]),
+       labelset=st.sampled_from(["legacy", "current", "both"]), pad=st.booleans(), empty_rev=st.booleans())
+def test_generated_terms_agree_with_direct_comparison(node, minimum, which, labelset, pad, empty_rev):
+    labels = node_labels(node, which, pad, empty_rev)
+    admitted = required_matches(node_affinity(minimum, labelset), labels)
+    readable = labelset in (which, "both")
+    assert admitted == (readable and node >= minimum)
+
+
+@given(cuda=st.sampled_from(table().known), node=versions)
+def test_every_table_entry_admits_exactly_the_new_enough_drivers(cuda, node):
+    minimum = minimum_driver(cuda)
+    assert required_matches(node_affinity(minimum), node_labels(node, "current", True, False)) == (node >= minimum)
+
+
+def test_node_without_driver_labels_never_matches():
+    assert not required_matches(node_affinity(DriverVersion(525, 60, 13)), {})
+
+
+MANIFEST = """\
+# training job, owned by team ml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: trainer  # keep this name
+spec:
+  replicas: 2
+  template:
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions:
+              - key: pool
+                operator: In
+                values: [train]
+            - matchExpressions:
+              - key: pool
+                operator: In
+                values: [burst]
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 1
+            preference:
+              matchExpressions:
+              - key: zone
+                operator: In
+                values: [a]
+      containers:
+      - name: train
+        image: pytorch:25.01
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: trainer
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: nightly
+spec:
+  schedule: "0 1 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          containers:
+          - name: c
+            image: x
+"""
+
+
+def _docs(text):
+    from ruamel.yaml import YAML
+
+    return list(YAML(typ="safe").load_all(text))
+
+
+def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
+    terms = selector_terms(minimum_driver("12.4"), "current")
+    out, count = inject(MANIFEST, terms, "m.yaml")
+    assert count == 2
+    assert "# training job, owned by team ml" in out and "# keep this name" in out
+    deploy, service, cron = _docs(out)
+    aff = deploy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    required = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert len(required) == 2 * 3
+    assert aff["preferredDuringSchedulingIgnoredDuringExecution"][0]["weight"] == 1
+    assert service == {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "trainer"}}
+    cron_aff = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    assert len(cron_aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]) == 3
+    for pool, driver, ok in [("train", "550.54.14", True), ("burst", "560.28.03", True),
+                             ("train", "550.54.13", False), ("other", "580.65.06", False)]:
+        labels = {"pool": pool, **node_labels(DriverVersion.parse(driver), "current", True, False)}
+        assert required_matches(aff, labels) is ok, (pool, driver)
+
+
+def test_inject_is_idempotent_and_replaces_an_older_floor():
+    terms = selector_terms(minimum_driver("12.4"))
+    once, _ = inject(MANIFEST, terms, "m.yaml")
+    twice, _ = inject(once, terms, "m.yaml")
+    assert once == twice
+    newer, _ = inject(once, selector_terms(minimum_driver("12.8")), "m.yaml")
+    fresh, _ = inject(MANIFEST, selector_terms(minimum_driver("12.8")), "m.yaml")
+    assert newer == fresh
+
+
+def test_round_trip_keeps_untouched_documents_byte_for_byte():
+    text = "apiVersion: v1\nkind: ConfigMap  # cfg\nmetadata:\n  name: a\ndata:\n  k: 'v'\n"
+    out, count = inject(text, selector_terms(minimum_driver("12.4")), "c.yaml")
+    assert (out, count) == (text, 0)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("kind: Deployment\nspec: [\n", r"m.yaml:\d+: invalid YAML"),
+    ("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: x/v1\nkind: Deploymnet\nspec: {}\n",
+     r"m.yaml:4: unknown kind 'Deploymnet'"),
+    ("kind: Deployment\nspec:\n  replicas: 1\n", r"m.yaml:1: Deployment has no spec.template.spec"),
+    ("- just\n- a list\n", r"m.yaml:1: a document is not a Kubernetes object"),
+])
+def test_bad_manifests_name_file_and_line(text, message):
+    with pytest.raises(BadInput, match=message):
+        inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
