@@ -24,7 +24,7 @@ lab-bin: venv
 	$(BIN)/gpualign lab build
 
 test: setup
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/pytest
 
 test-unit: venv
@@ -34,7 +34,7 @@ demo: setup
 	$(BIN)/python scripts/demo.py
 
 lint: venv
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 
 clean:

@@ -11,8 +11,14 @@ from hypothesis import strategies as st
 from gpualign import labels as L
 from gpualign.errors import BadInput
 from gpualign.facts import node_facts
-from gpualign.tags import (kernel_flavour, load_rules, normalize_branch, os_tag, required_image,
-                           sanitize_kernel)
+from gpualign.tags import (
+    kernel_flavour,
+    load_rules,
+    normalize_branch,
+    os_tag,
+    required_image,
+    sanitize_kernel,
+)
 
 RULES = load_rules()
 

@@ -94,7 +94,7 @@ def _check_table(result, wide: bool) -> None:  # noqa: ANN001
     stdout.print(table)
     if result.missing:
         stdout.print("\n[bold]missing[/bold] (build or mirror these before the nodes lose their GPUs):")
-        for tag, image, nodes in result.missing:
+        for _tag, image, nodes in result.missing:
             stdout.print(f"  {image}  <- {', '.join(nodes)}")
     s = result.summary()
     stdout.print(f"\n{s['gpu_nodes']} GPU nodes: {s['present']} present, {s['missing']} missing, "

@@ -16,7 +16,7 @@ stderr = Console(stderr=True, highlight=False)
 stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
 
 
-class Output(str, enum.Enum):
+class Output(enum.StrEnum):
     table = "table"
     wide = "wide"
     json = "json"

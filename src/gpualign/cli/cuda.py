@@ -22,7 +22,7 @@ app = typer.Typer(
 )
 
 
-class Labels(str, enum.Enum):
+class Labels(enum.StrEnum):
     legacy = "legacy"
     current = "current"
     both = "both"

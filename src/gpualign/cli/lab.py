@@ -135,7 +135,8 @@ def add_node(
     branch: Annotated[str | None, typer.Option(help="driver branch of its pool's DaemonSet [default: lab's]")] = None,
     gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="a GPU node (nvidia.com/gpu.present=true)")] = True,
     host_driver: Annotated[bool, typer.Option(
-        "--host-driver", help="driver installed on the host: nvidia.com/gpu.deploy.driver=false, no driver pod")] = False,
+        "--host-driver",
+        help="driver installed on the host: nvidia.com/gpu.deploy.driver=false, no driver pod")] = False,
     label: Annotated[list[str] | None, typer.Option("--label", help="extra label KEY=VALUE (repeatable)")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,

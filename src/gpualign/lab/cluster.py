@@ -252,10 +252,7 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         for name in reversed(list(state.procs)):
             processes.stop(state.procs[name])
         state.procs.clear()
-        try:
-            state.file.unlink()
-        except OSError:
-            pass
+        state.file.unlink(missing_ok=True)
         raise
 
 

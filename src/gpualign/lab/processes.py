@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -98,10 +99,8 @@ def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: s
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def stop(proc: Proc, *, grace: float = 5.0) -> bool:

@@ -60,10 +60,7 @@ def parse_ref(text: str) -> RegistryRef:
         raise BadInput(f"registry ledger {text!r}: expected registry://HOST[:PORT]/REPO")
     prefix, host, repo = m.groups()
     hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-    if prefix in ("http", "https"):
-        scheme = prefix
-    else:
-        scheme = "http" if hostname in LOOPBACK else "https"
+    scheme = prefix if prefix in ("http", "https") else "http" if hostname in LOOPBACK else "https"
     return RegistryRef(host=host, repo=repo, scheme=scheme)
 
 

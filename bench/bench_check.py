@@ -1,0 +1,138 @@
+"""Benchmark: `gpualign check` against `kubectl get nodes -o json`, on N kwok GPU nodes and on an N-node dump.
+
+Both sides run as whole commands in the same run on the same lab, alternating, and medians are reported with the
+ratio. The target (issue: check) is gpualign <= 1.3x kubectl: the tool should cost little more than its one LIST.
+
+    .venv/bin/python bench/bench_check.py --nodes 1000 5000 --repeat 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from gpualign.kube import Kube  # noqa: E402
+from gpualign.lab import cluster, versions  # noqa: E402
+from gpualign.lab.scenarios import NodeSpec  # noqa: E402
+from gpualign.lab.seed import node_manifest, push_driver_image, registry_client  # noqa: E402
+
+KERNELS = ["5.15.0-124-generic", "5.15.0-125-generic", "6.8.0-48-generic", "6.8.0-1015-aws", "6.8.0-1017-azure"]
+GPUALIGN = [sys.executable, "-m", "gpualign"]
+
+
+def create_nodes(kube: Kube, start: int, count: int) -> None:
+    def one(i: int) -> None:
+        spec = NodeSpec(f"bench-{i:05d}", KERNELS[i % len(KERNELS)], "ubuntu", "22.04", driver="580.173.02",
+                        labels={"gpualign.io/bench": "true"})
+        resp = kube.request("POST", "/api/v1/nodes", body=node_manifest(spec))
+        if resp.status_code not in (201, 409):
+            raise RuntimeError(f"node create failed: {resp.status_code} {resp.text[:200]}")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(start, start + count)))
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
+    """Wall seconds and exit code of one whole command."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.decode()[-300:]}")
+    return elapsed, proc.returncode
+
+
+def peak_rss_kib(cmd: list[str], env: dict[str, str]) -> int:
+    """Peak RSS of this one command alone, from GNU time (the largest process of its tree)."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "%M", *cmd], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    return int(proc.stderr.strip().splitlines()[-1])
+
+
+def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat: int) -> dict[str, object]:
+    times: dict[str, list[float]] = {k: [] for k in pairs}
+    for _ in range(repeat):  # alternate, so drift hits both sides alike
+        for name, cmd in pairs.items():
+            times[name].append(timed(cmd, env)[0])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    names = list(pairs)
+    ratio = med[names[0]] / med[names[1]]
+    print(f"{label:<34} " + "  ".join(f"{k} {med[k]:.3f}s" for k in names) + f"  ratio {ratio:.2f}x", flush=True)
+    return {"case": label, "median_s": med, "ratio": round(ratio, 3), "runs": times}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/check.json"))
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="gpualign-bench-"))
+    state_dir = work / "lab"
+    env = dict(os.environ, GPUALIGN_LAB_DIR=str(state_dir))
+    subprocess.run([*GPUALIGN, "lab", "up", "--scenario", "empty"], env=env, check=True)
+    results: list[dict[str, object]] = []
+    try:
+        state = cluster.LabState.load(state_dir)
+        assert state is not None
+        env["KUBECONFIG"] = str(state.kubeconfig)
+        kubectl = str(versions.default_bin_dir() / "kubectl")
+        reg = registry_client(state.registry)
+        for k in KERNELS:
+            push_driver_image(reg, f"580-{k}-ubuntu22.04", "580.173.02")
+        reg.close()
+        ledger = f"registry://{state.registry}/nvidia/driver"
+        kube = Kube(str(state.kubeconfig))
+        have = 0
+        for n in sorted(args.nodes):
+            t0 = time.perf_counter()
+            create_nodes(kube, have, n - have)
+            print(f"created {n - have} nodes in {time.perf_counter() - t0:.1f}s (fleet: {n})", flush=True)
+            have = n
+            results.append(measure(f"cluster, {n} GPU nodes", {
+                "gpualign": [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"],
+                "kubectl": [kubectl, "get", "nodes", "-o", "json"],
+            }, env, args.repeat))
+            dump = work / f"nodes-{n}.json"
+            dump.write_bytes(subprocess.run([kubectl, "get", "nodes", "-o", "json"], env=env, check=True,
+                                            capture_output=True).stdout)
+            ledger_file = work / "ledger.txt"
+            ledger_file.write_text("".join(f"580-{k}-ubuntu22.04\n" for k in KERNELS))
+            results.append(measure(f"dump, {n} GPU nodes ({dump.stat().st_size >> 20} MiB)", {
+                "gpualign": [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
+                             "--driver-branch", "580", "-o", "json"],
+                "kubectl": [kubectl, "get", "nodes", "-o", "json"],
+            }, env, args.repeat))
+            rss = {
+                "gpualign check (cluster)": peak_rss_kib(
+                    [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"], env),
+                "gpualign check (dump)": peak_rss_kib(
+                    [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
+                     "--driver-branch", "580", "-o", "json"], env),
+                "kubectl get nodes -o json": peak_rss_kib([kubectl, "get", "nodes", "-o", "json"], env),
+            }
+            results.append({"case": f"peak RSS, {n} nodes", "rss_kib": rss})
+            print(f"peak RSS, {n} nodes: " + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in rss.items()),
+                  flush=True)
+        kube.close()
+    finally:
+        subprocess.run([*GPUALIGN, "lab", "down"], env=env)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

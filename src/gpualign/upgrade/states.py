@@ -1,0 +1,41 @@
+"""States, keys and annotations of the GPU Operator's driver upgrade (NVIDIA/k8s-operator-libs pkg/upgrade)."""
+
+from __future__ import annotations
+
+STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+POD_DRAIN_SKIP = "nvidia.com/gpu-driver-upgrade-drain.skip"
+
+INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
+WAIT_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
+VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+REQUESTED = "nvidia.com/gpu-driver-upgrade-requested"
+EVENT_REASON = "GPUDriverUpgrade"
+
+# gpualign's own annotations: why a node is where it is, and since when. A plain GPU Operator cluster lacks them,
+# and status/why then say less, but read the same states.
+BLOCKER = "gpualign.io/upgrade-blocker"
+BLOCKED_SINCE = "gpualign.io/upgrade-blocked-since"
+STATE_SINCE = "gpualign.io/upgrade-state-since"
+TARGET = "gpualign.io/upgrade-target"
+DELETION_START = "gpualign.io/upgrade-pod-deletion-start-time"
+RESTART_START = "gpualign.io/upgrade-pod-restart-start-time"
+
+UNKNOWN = ""
+REQUIRED = "upgrade-required"
+CORDON = "cordon-required"
+WAIT_FOR_JOBS = "wait-for-jobs-required"
+POD_DELETION = "pod-deletion-required"
+DRAIN = "drain-required"
+POD_RESTART = "pod-restart-required"
+VALIDATION = "validation-required"
+UNCORDON = "uncordon-required"
+DONE = "upgrade-done"
+FAILED = "upgrade-failed"
+
+ORDER = (REQUIRED, CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, DONE)
+ALL = (*ORDER, FAILED)
+# Nodes in these states hold a parallelism slot (the operator: all − (unknown + done + upgrade-required)).
+IN_PROGRESS = frozenset({CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, FAILED})
+# gpualign's annotations, cleared when a node finishes.
+OURS = (BLOCKER, BLOCKED_SINCE, TARGET, DELETION_START, RESTART_START, WAIT_START, VALIDATION_START)
