@@ -147,9 +147,12 @@ class Kube:
         return result.to_dict()  # type: ignore[no-any-return]
 
     def patch(self, path: str, patch: JSON, *, kind: str = "merge") -> JSON:
+        """PATCH; a resourceVersion in a merge patch's metadata is a precondition (409 → Conflict)."""
         ctype = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",
                  "json": "application/json-patch+json"}[kind]
         resp = self.request("PATCH", path, body=patch, content_type=ctype)
+        if resp.status_code == 409:
+            raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}")
         if resp.status_code >= 400:
             raise Unreachable(f"PATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
         return resp.json()  # type: ignore[no-any-return]
@@ -168,6 +171,23 @@ class Kube:
                 "metadata": {"name": pod, "namespace": namespace}}
         resp = self.request("POST", f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction", body=body)
         return EvictionResult(pod=f"{namespace}/{pod}", status=resp.status_code, message=_status_message(resp))
+
+    def event(self, node: JSON, reason: str, message: str, *, warning: bool = True,
+              component: str = "gpualign") -> None:
+        """A core/v1 Event on a Node (in `default`, where node events live), as kubectl describe node shows."""
+        now = _now()
+        meta = node["metadata"]
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
+                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
+                                   "uid": meta.get("uid", "")},
+                "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+                "source": {"component": component}, "reportingComponent": component,
+                "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+        resp = self.request("POST", "/api/v1/namespaces/default/events", body=body)
+        if resp.status_code >= 400:
+            raise Unreachable(f"creating event on node {meta['name']}: HTTP {resp.status_code}: "
+                              f"{_status_message(resp)}")
 
     # -- watches ------------------------------------------------------------------------------------------------
     def watch_raw(self, path: str, *, label_selector: str | None = None, resource_version: str | None = None,
@@ -200,6 +220,16 @@ class Kube:
 
     def close(self) -> None:
         self.client.close()
+
+
+class Conflict(Unreachable):
+    """409: the object changed since it was read; read it again and retry."""
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _status_message(resp: httpx2.Response) -> str:

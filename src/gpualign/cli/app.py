@@ -42,11 +42,12 @@ def root(
 
 
 def _register() -> None:
-    from gpualign.cli import check, cuda, lab
+    from gpualign.cli import check, cuda, lab, upgrade
 
     app.add_typer(lab.app, name="lab")
     app.add_typer(cuda.app, name="cuda")
     check.register(app)
+    upgrade.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,246 @@
+"""`gpualign upgrade`, `gpualign status` and `gpualign why NODE`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from gpualign.cli.check import DockerConfigOpt, LedgerOpt, RulesOpt
+from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
+from gpualign.errors import EXIT_FINDINGS, BadInput
+
+ToBranchOpt = Annotated[str | None, typer.Option(
+    "--to-branch", help="precompiled branch to move to; each node's target tag comes from its labels. Without it, "
+                        "the target is each driver DaemonSet's current template (controller-revision-hash)")]
+
+
+def _reporter(node: str, message: str) -> None:
+    stamp = datetime.now().strftime("%H:%M:%S")
+    if sys.stderr.isatty():
+        from gpualign.cli.common import stderr
+
+        stderr.print(f"[dim]{stamp}[/dim] [bold]{node}[/bold] {message}")
+    else:
+        print(f"{stamp} {node}: {message}", file=sys.stderr, flush=True)
+
+
+def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable: str | None,
+            drain: bool | None, timeout: int | None, failed_frees_slot: bool):  # noqa: ANN202
+    import dataclasses
+
+    from gpualign.upgrade import policy as pol
+
+    p = pol.load(policy_file) if policy_file else pol.UpgradePolicy()
+    overrides: dict[str, object] = {}
+    if max_parallel is not None:
+        overrides["max_parallel_upgrades"] = max_parallel
+    if max_unavailable is not None:
+        pol.from_dict({"maxUnavailable": int(max_unavailable) if max_unavailable.isdigit() else max_unavailable},
+                      "--max-unavailable")
+        overrides["max_unavailable"] = max_unavailable
+    if failed_frees_slot:
+        overrides["failed_nodes_hold_slots"] = False
+    p = dataclasses.replace(p, **overrides)
+    if drain is not None:
+        p = dataclasses.replace(p, drain=dataclasses.replace(p.drain, enable=drain))
+    if timeout is not None:
+        if timeout < 1:
+            raise BadInput("--eviction-timeout: expected seconds >= 1")
+        p = dataclasses.replace(p, pod_deletion=dataclasses.replace(p.pod_deletion, timeout_seconds=timeout),
+                                drain=dataclasses.replace(p.drain, timeout_seconds=timeout))
+    return p
+
+
+def _print_preflight(pre, snap) -> None:  # noqa: ANN001
+    stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
+                 f"{len(pre.already_done)} already on target")
+    for name in pre.upgrades:
+        ns = snap.nodes[name]
+        running = ns.pod["spec"]["containers"][0]["image"].rsplit(":", 1)[-1] if ns.pod else "no driver pod"
+        image = "[green]image present[/]" if ns.view.image_present else "[bold red]image missing[/]"
+        pods = pre.gpu_pods.get(name, [])
+        stdout.print(f"  {name}: {running} → {ns.target_tag or '?'}  {image}  "
+                     f"{len(pods)} pod(s) to evict{': ' + ', '.join(pods) if pods else ''}")
+    for node, tag in pre.missing_images:
+        stdout.print(f"  [bold red]{node} stays upgrade-required[/]: image missing: {tag} (never cordoned)")
+    for v in pre.pdbs:
+        guarded = ", ".join(f"{p} (on {n})" for p, n in v.pods)
+        verdict = (f"[bold red]would block {', '.join(v.blocked_nodes)}[/]" if v.blocked_nodes
+                   else "[green]allows it[/]")
+        stdout.print(f"  PDB {v.pdb} ({v.numbers}) protects {guarded}: {verdict}")
+
+
+def upgrade(
+    selector: SelectorOpt = None,
+    to_branch: ToBranchOpt = None,
+    ledger: LedgerOpt = None,
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="DriverUpgradePolicySpec YAML (maxParallelUpgrades, maxUnavailable, waitForCompletion, "
+                         "podDeletion, drain, validation, failedNodesHoldSlots)")] = None,
+    max_parallel: Annotated[int | None, typer.Option("--max-parallel", help="maxParallelUpgrades (0: any)")] = None,
+    max_unavailable: Annotated[str | None, typer.Option("--max-unavailable", help="int or percent")] = None,
+    drain: Annotated[bool | None, typer.Option("--drain/--no-drain", help="drain.enable")] = None,
+    eviction_timeout: Annotated[int | None, typer.Option(
+        "--eviction-timeout", help="seconds before a refused pod deletion / drain fails the node")] = None,
+    failed_frees_slot: Annotated[bool, typer.Option(
+        "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
+    timeout: Annotated[float, typer.Option(help="give up after this many seconds (0: never)")] = 0.0,
+    rules: RulesOpt = None,
+    docker_config: DockerConfigOpt = None,
+    output: OutputOpt = Output.table,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Walk the GPU driver upgrade node by node: image ensured → cordon → wait for jobs → evict GPU pods (or drain)
+    → restart the driver pod → validate → uncordon. State lives in the GPU Operator's node labels, so a killed run
+    resumes where it stopped. Nothing is cordoned before its image exists, and whatever blocks is named.
+
+    Exit 0 when every node is upgrade-done, 1 when some failed or are blocked, 2 on bad input.
+
+    Example:  gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
+    """
+    from gpualign.kube import Kube
+    from gpualign.ledger import sources
+    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.upgrade import snapshot
+    from gpualign.upgrade.preflight import preflight
+    from gpualign.upgrade.run import walk
+
+    if not ledger:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first")
+    branch = normalize_branch(to_branch) if to_branch else None
+    pol = _policy(policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot)
+    rule_set = load_rules(rules)
+    available = sources.load(ledger, docker_config=docker_config)
+    kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade")
+    try:
+        snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch)
+        if not snap.nodes:
+            raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
+        pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
+        if dry_run:
+            if output in (Output.json, Output.yaml):
+                emit_data(pre.as_dict(), output)
+            else:
+                _print_preflight(pre, snap)
+            if not pre.clean:
+                raise typer.Exit(EXIT_FINDINGS)
+            return
+        _print_preflight(pre, snap)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
+            typer.confirm("start the upgrade?", abort=True)
+        outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
+                       report=_reporter, timeout=timeout)
+    finally:
+        kube.close()
+    counts: dict[str, int] = {}
+    for state in outcome.states.values():
+        counts[state or "(none)"] = counts.get(state or "(none)", 0) + 1
+    stdout.print(f"\n[bold]summary[/bold] after {outcome.seconds:.0f}s: "
+                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    for node, reason in sorted(outcome.reasons.items()):
+        stdout.print(f"  {node} ({outcome.states.get(node) or '(none)'}): {reason}")
+    if not outcome.ok:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig, context):  # noqa: ANN001, ANN202
+    from gpualign.kube import Kube
+    from gpualign.ledger import sources
+    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.upgrade import snapshot
+
+    available = sources.load(ledger, docker_config=docker_config) if ledger else None
+    kube = Kube(kubeconfig, context)
+    try:
+        return snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
+                             to_branch=normalize_branch(to_branch) if to_branch else None), available is not None
+    finally:
+        kube.close()
+
+
+def _status_table(data: dict) -> None:  # noqa: ANN001
+    from gpualign.upgrade.report import duration
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("NODE", "STATE", "FOR", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"):
+        table.add_column(col, no_wrap=col != "BLOCKER", overflow="fold")
+    for n in data["nodes"]:
+        image = {True: "present", False: "[red]missing[/]", None: "-"}[n["image_present"]]
+        blocker = n["blocker"] or ""
+        if blocker and n["blocked_seconds"] is not None:
+            blocker += f" ({duration(n['blocked_seconds'])})"
+        table.add_row(n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None
+                      else "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image, blocker)
+    stdout.print(table)
+    stdout.print("\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()))
+
+
+def status(
+    selector: SelectorOpt = None,
+    ledger: LedgerOpt = None,
+    to_branch: ToBranchOpt = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
+    rules: RulesOpt = None,
+    docker_config: DockerConfigOpt = None,
+    output: OutputOpt = Output.table,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
+    counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
+    Exit 1 if any node is upgrade-failed."""
+    from gpualign.upgrade.report import fleet_status
+
+    while True:
+        snap, ledger_known = _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig, context)
+        data = fleet_status(snap, ledger_known=ledger_known)
+        if output in (Output.json, Output.yaml):
+            emit_data(data, output)
+        else:
+            if watch and sys.stdout.isatty():
+                stdout.clear()
+            _status_table(data)
+        if not watch:
+            break
+        time.sleep(2)
+    if data["counts"].get("upgrade-failed"):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def why(
+    node: Annotated[str, typer.Argument(help="node name")],
+    ledger: LedgerOpt = None,
+    to_branch: ToBranchOpt = None,
+    rules: RulesOpt = None,
+    docker_config: DockerConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Explain in plain words why a node is where it is in the driver upgrade."""
+    from gpualign.upgrade.report import why as explain
+
+    snap, ledger_known = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger, to_branch, rules,
+                                   docker_config, kubeconfig, context)
+    ns = snap.nodes.get(node)
+    if ns is None:
+        raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "
+                       "exist)")
+    for line in explain(ns, ledger_known=ledger_known):
+        stdout.print(line)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("upgrade")(upgrade)
+    app.command("status")(status)
+    app.command("why")(why)

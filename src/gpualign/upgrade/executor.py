@@ -1,0 +1,287 @@
+"""The executor: one reconcile pass applies the planner's actions and each state's handler, idempotently.
+
+Every step reads fresh state and writes the node's label (and annotations) in one patch guarded by the node's
+resourceVersion, so a process killed at any point resumes from the labels, and a concurrent write (409) is
+retried on a fresh object in the next pass. Every pod leaves through the Eviction API, the driver pod included.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign.errors import GpualignError
+from gpualign.kube import Conflict, Kube
+from gpualign.upgrade import pods as P
+from gpualign.upgrade import states as S
+from gpualign.upgrade.planner import Action, plan
+from gpualign.upgrade.policy import UpgradePolicy
+from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
+
+JSON = dict[str, Any]
+VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def since(ts: str | None) -> float:
+    """Seconds since an RFC 3339 timestamp (or a unix time, as the operator writes some); 0 if unparsable."""
+    if not ts:
+        return 0.0
+    try:
+        if ts.isdigit():
+            return time.time() - int(ts)
+        return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds()
+    except ValueError:
+        return 0.0
+
+
+@dataclass
+class Executor:
+    kube: Kube
+    policy: UpgradePolicy
+    report: Callable[[str, str], None] = lambda _node, _msg: None
+    last_attempt: dict[str, float] = field(default_factory=dict)
+    transitions: int = 0
+
+    # -- writes -------------------------------------------------------------------------------------------------
+    def move(self, ns: NodeState, state: str, *, annotations: dict[str, str | None] | None = None,
+             unschedulable: bool | None = None, why: str = "") -> None:
+        """Set the state label (plus annotations / cordon) in one patch, guarded by resourceVersion."""
+        meta = ns.node["metadata"]
+        ann: dict[str, str | None] = {S.STATE_SINCE: now_iso()}
+        ann.update(annotations or {})
+        patch: JSON = {"metadata": {"resourceVersion": meta["resourceVersion"], "labels": {S.STATE_LABEL: state},
+                                    "annotations": ann}}
+        if unschedulable is not None:
+            patch["spec"] = {"unschedulable": unschedulable}
+        self.kube.patch(f"/api/v1/nodes/{ns.name}", patch)
+        self.transitions += 1
+        old = ns.view.state or "(none)"
+        self.report(ns.name, f"{old} → {state}" + (f": {why}" if why else ""))
+
+    def annotate(self, ns: NodeState, annotations: dict[str, str | None]) -> None:
+        current = ns.annotations
+        if all(current.get(k) == v for k, v in annotations.items()):
+            return
+        self.kube.patch(f"/api/v1/nodes/{ns.name}", {"metadata": {"annotations": annotations}})
+
+    def block(self, ns: NodeState, message: str) -> None:
+        """Name the blocker on the node (annotation) and in an Event, once per distinct message."""
+        if ns.annotations.get(S.BLOCKER) == message:
+            return
+        self.annotate(ns, {S.BLOCKER: message, S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
+        try:
+            self.kube.event(ns.node, S.EVENT_REASON, message)
+        except GpualignError:
+            pass  # an event is a courtesy; the annotation is the record
+        self.report(ns.name, f"blocked: {message}")
+
+    def unblock(self) -> dict[str, str | None]:
+        return {S.BLOCKER: None, S.BLOCKED_SINCE: None}
+
+    # -- the pass -----------------------------------------------------------------------------------------------
+    def run_pass(self, snap: Snapshot) -> list[Action]:
+        actions = plan([n.view for n in snap.nodes.values()], self.policy)
+        for action in actions:
+            ns = snap.nodes[action.node]
+            try:
+                self.apply(action, ns)
+            except Conflict:
+                continue  # the node changed under us: the next pass reads it fresh
+        return actions
+
+    def apply(self, action: Action, ns: NodeState) -> None:
+        if action.kind == "mark-required":
+            self.move(ns, S.REQUIRED, annotations={S.TARGET: ns.target_tag})
+        elif action.kind == "mark-done":
+            self.move(ns, S.DONE, why=action.reason)
+        elif action.kind == "hold":
+            if action.reason.startswith(("image missing", "skipped")):
+                self.block(ns, action.reason)
+        elif action.kind == "start":
+            self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag})
+        elif action.kind == "uncordon":
+            self.uncordon(ns)
+        elif action.kind == "finish":
+            self.finish(ns, unschedulable=None, why=action.reason)
+        elif action.kind == "handle":
+            handler = {S.CORDON: self.cordon, S.WAIT_FOR_JOBS: self.wait_for_jobs, S.POD_DELETION: self.pod_deletion,
+                       S.DRAIN: self.drain, S.POD_RESTART: self.pod_restart, S.VALIDATION: self.validation}
+            if ns.view.state in handler:
+                handler[ns.view.state](ns)
+
+    # -- per state ----------------------------------------------------------------------------------------------
+    def cordon(self, ns: NodeState) -> None:
+        initial = ns.annotations.get(S.INITIAL_UNSCHEDULABLE)
+        if initial is None:  # remembered once, in the same write as the cordon: a restart cannot lose it
+            initial = "true" if ns.facts.unschedulable else "false"
+        self.move(ns, S.WAIT_FOR_JOBS, annotations={S.INITIAL_UNSCHEDULABLE: initial}, unschedulable=True,
+                  why="cordoned" if initial == "false" else "already cordoned by someone else")
+
+    def _pods_on(self, ns: NodeState, selector: str | None = None) -> list[JSON]:
+        return self.kube.pods(label_selector=selector, field_selector=f"spec.nodeName={ns.name}")
+
+    def wait_for_jobs(self, ns: NodeState) -> None:
+        wfc = self.policy.wait_for_completion
+        if not wfc.pod_selector:
+            self.move(ns, S.POD_DELETION, annotations={S.DELETION_START: now_iso()})
+            return
+        running = [p for p in self._pods_on(ns, wfc.pod_selector)
+                   if (p.get("status") or {}).get("phase") in ("Running", "Pending")]
+        start = ns.annotations.get(S.WAIT_START)
+        if not running:
+            self.move(ns, S.POD_DELETION, annotations={S.WAIT_START: None, S.DELETION_START: now_iso(),
+                                                       **self.unblock()})
+            return
+        if start is None:
+            self.annotate(ns, {S.WAIT_START: now_iso()})
+        elif wfc.timeout_seconds and since(start) > wfc.timeout_seconds:
+            self.move(ns, S.POD_DELETION, annotations={S.WAIT_START: None, S.DELETION_START: now_iso(),
+                                                       **self.unblock()},
+                      why=f"waitForCompletion timed out after {wfc.timeout_seconds}s")
+            return
+        names = ", ".join(P.name(p) for p in running[:3]) + (" …" if len(running) > 3 else "")
+        self.block(ns, f"waiting for {names} (selected by waitForCompletion {wfc.pod_selector!r})")
+
+    def _evict(self, ns: NodeState, victims: list[JSON], retry_delay: float) -> list[tuple[JSON, str]]:
+        """Evict concurrently (bounded); return the refusals (pod, API message). Retries wait retry_delay."""
+        key = ns.name
+        if time.monotonic() - self.last_attempt.get(key, 0.0) < retry_delay:
+            return [(v, "") for v in victims]  # not yet: the explicit retry delay
+        self.last_attempt[key] = time.monotonic()
+
+        def one(pod: JSON) -> tuple[JSON, int, str]:
+            meta = pod["metadata"]
+            res = self.kube.evict(meta["namespace"], meta["name"])
+            return pod, res.status, res.message
+
+        with ThreadPoolExecutor(max(1, min(self.policy.eviction_concurrency, len(victims)))) as pool:
+            results = list(pool.map(one, victims))
+        refused = []
+        for pod, status, message in results:
+            if status in (200, 201, 404):
+                self.report(ns.name, f"evicted {P.name(pod)}")
+            else:
+                refused.append((pod, message or f"HTTP {status}"))
+        return refused
+
+    def _move_pods(self, ns: NodeState, *, drain: bool) -> None:
+        cfg = self.policy.drain if drain else self.policy.pod_deletion
+        start_key = DRAIN_START if drain else S.DELETION_START
+        victims = P.to_move(self._pods_on(ns), drain=drain,
+                            selector=self.policy.drain.pod_selector if drain else "")
+        if not victims:
+            self.move(ns, S.POD_RESTART, annotations={start_key: None, S.RESTART_START: now_iso(),
+                                                      **self.unblock()},
+                      why="node drained" if drain else "GPU pods evicted")
+            return
+        start = ns.annotations.get(start_key)
+        if start is None:
+            self.annotate(ns, {start_key: now_iso()})
+        refused = [r for r in self._evict(ns, victims, cfg.retry_delay_seconds) if r[1]]
+        if refused:
+            pdbs = self.kube.list_raw(f"/apis/policy/v1/namespaces/{refused[0][0]['metadata']['namespace']}"
+                                      "/poddisruptionbudgets")
+            message = P.refusal(refused[0][0], pdbs, refused[0][1])
+            if len(refused) > 1:
+                message += f" (and {len(refused) - 1} more pods refused)"
+            if start is not None and since(start) > cfg.timeout_seconds:
+                what = "drain" if drain else "pod deletion"
+                if not drain and self.policy.drain.enable:
+                    self.move(ns, S.DRAIN, annotations={S.DELETION_START: None, DRAIN_START: now_iso()},
+                              why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
+                else:
+                    self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after "
+                                                         f"{cfg.timeout_seconds}s: {message}"},
+                              why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
+                return
+            self.block(ns, message)
+
+    def pod_deletion(self, ns: NodeState) -> None:
+        self._move_pods(ns, drain=False)
+
+    def drain(self, ns: NodeState) -> None:
+        self._move_pods(ns, drain=True)
+
+    def pod_restart(self, ns: NodeState) -> None:
+        pod, pool = ns.pod, ns.pool
+        in_sync = pod is not None and pool is not None and \
+            (pod["metadata"].get("labels") or {}).get("controller-revision-hash") == pool.newest_hash
+        if in_sync:
+            self.move(ns, S.VALIDATION, annotations={S.RESTART_START: None, S.VALIDATION_START: now_iso()},
+                      why=f"driver pod {P.name(pod)} runs {image_tag(pod['spec']['containers'][0]['image'])}")
+            return
+        if pool is None:
+            self.block(ns, "no driver DaemonSet selects this node")
+            return
+        if pod is not None:
+            res = self.kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if res.evicted:
+                self.report(ns.name, f"restarting driver pod {P.name(pod)} (evicted; its DaemonSet is OnDelete)")
+            else:
+                self.block(ns, f"eviction of driver pod {P.name(pod)} refused: {res.message}")
+        elif since(ns.annotations.get(S.RESTART_START)) > self.policy.validation.timeout_seconds:
+            self.move(ns, S.FAILED, annotations={S.BLOCKER: "no new driver pod appeared"},
+                      why="no new driver pod appeared")
+
+    def validation(self, ns: NodeState) -> None:
+        pod = ns.pod
+        problems = []
+        if pod is None:
+            problems.append("no driver pod")
+        else:
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                        for c in (pod.get("status") or {}).get("conditions") or [])
+            tag = image_tag(pod["spec"]["containers"][0]["image"])
+            if not ready:
+                state = next((cs["state"]["waiting"].get("reason") for cs in
+                              (pod.get("status") or {}).get("containerStatuses") or []
+                              if (cs.get("state") or {}).get("waiting")), "not Ready")
+                problems.append(f"driver pod {P.name(pod)} is {state}")
+            branch = tag.split("-", 1)[0]
+            if ns.facts.driver is None or ns.facts.driver.branch != branch:
+                problems.append(f"node's driver labels show {ns.facts.driver or 'no driver'}, expected branch "
+                                f"{branch}")
+        validators = self._pods_on(ns, VALIDATOR_SELECTOR)
+        for v in validators:
+            if not any(c.get("type") == "Ready" and c.get("status") == "True"
+                       for c in (v.get("status") or {}).get("conditions") or []):
+                problems.append(f"validator {P.name(v)} not Ready")
+        if not problems:
+            self.move(ns, S.UNCORDON, annotations={S.VALIDATION_START: None, **self.unblock()},
+                      why=f"driver {ns.facts.driver} validated")
+            return
+        start = ns.annotations.get(S.VALIDATION_START)
+        timeout = self.policy.validation.timeout_seconds
+        if start and since(start) > timeout:
+            message = f"validation timed out after {timeout}s: " + "; ".join(problems)
+            self.move(ns, S.FAILED, annotations={S.BLOCKER: message}, why=message)
+            return
+        if start is None:
+            self.annotate(ns, {S.VALIDATION_START: now_iso()})
+        self.block(ns, "validating: " + "; ".join(problems))
+
+    def uncordon(self, ns: NodeState) -> None:
+        fresh = self.kube.get(f"/api/v1/nodes/{ns.name}")  # check again right before uncordoning
+        if fresh is None:
+            return
+        ann = (fresh["metadata"].get("annotations") or {})
+        if ann.get(S.INITIAL_UNSCHEDULABLE) != "false":
+            self.finish(ns, unschedulable=None, why="was cordoned before the upgrade: left cordoned")
+            return
+        ns.node = fresh
+        self.finish(ns, unschedulable=False, why="uncordoned")
+
+    def finish(self, ns: NodeState, *, unschedulable: bool | None, why: str) -> None:
+        cleared: dict[str, str | None] = dict.fromkeys((*S.OURS, DRAIN_START, S.INITIAL_UNSCHEDULABLE))
+        self.move(ns, S.DONE, annotations=cleared, unschedulable=unschedulable, why=why)
+
+
+DRAIN_START = "gpualign.io/upgrade-drain-start-time"

@@ -1,0 +1,114 @@
+"""Which pods an upgrade moves, which PDBs guard them, and how a refusal is told. Pure functions on dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpualign import labels as L
+from gpualign import selectors
+from gpualign.upgrade import states as S
+
+JSON = Mapping[str, Any]
+
+
+def _resources(container: JSON) -> Iterable[str]:
+    res = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        yield from (res.get(part) or {}).keys()
+
+
+def is_gpu_pod(pod: JSON) -> bool:
+    """Requests nvidia.com/gpu* or nvidia.com/mig-*, holds a DRA claim, or runs with an nvidia runtime class.
+
+    The operator only looks at requests; runtimeClass users (and DaemonSets using the GPU that way) are then never
+    moved and the upgrade stalls (gpu-operator #2570).
+    """
+    spec = pod.get("spec") or {}
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    for name in (r for c in containers for r in _resources(c)):
+        if name.startswith(("nvidia.com/gpu", "nvidia.com/mig-")):
+            return True
+    if spec.get("resourceClaims"):
+        return True
+    return "nvidia" in str(spec.get("runtimeClassName") or "")
+
+
+def is_driver_pod(pod: JSON) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(L.DRIVER_COMPONENT) == L.DRIVER_COMPONENT_VALUE
+
+
+def is_daemonset_pod(pod: JSON) -> bool:
+    return any(o.get("kind") == "DaemonSet" for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def is_finished(pod: JSON) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def skip_drain(pod: JSON) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(S.POD_DRAIN_SKIP) == "true"
+
+
+def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JSON]:
+    """The pods pod-deletion (GPU pods) or drain (every pod, narrowed by podSelector) must evict from a node."""
+    sel = selectors.parse(selector)
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if meta.get("deletionTimestamp") or is_finished(pod) or is_driver_pod(pod) or skip_drain(pod):
+            continue
+        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+            continue
+        if drain:
+            if is_daemonset_pod(pod) or not sel.matches(meta.get("labels") or {}):
+                continue
+        elif not is_gpu_pod(pod):
+            continue
+        out.append(pod)
+    return out
+
+
+def label_selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector semantics; an empty selector matches everything (a PDB's does)."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def pdbs_for(pod: JSON, pdbs: Iterable[JSON]) -> list[JSON]:
+    meta = pod.get("metadata") or {}
+    return [p for p in pdbs if (p.get("metadata") or {}).get("namespace") == meta.get("namespace")
+            and label_selector_matches((p.get("spec") or {}).get("selector"), meta.get("labels") or {})]
+
+
+def name(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def pdb_numbers(pdb: JSON) -> str:
+    st = pdb.get("status") or {}
+    return (f"{st.get('currentHealthy', '?')} healthy, {st.get('desiredHealthy', '?')} required, "
+            f"{st.get('disruptionsAllowed', '?')} disruptions allowed")
+
+
+def refusal(pod: JSON, pdbs: Iterable[JSON], api_message: str) -> str:
+    """'eviction of ns/trainer-0 refused by PDB ns/trainer-pdb: 2 healthy, 2 required, 0 disruptions allowed'."""
+    guards = pdbs_for(pod, pdbs)
+    if guards:
+        return "; ".join(f"eviction of {name(pod)} refused by PDB {name(p)}: {pdb_numbers(p)}" for p in guards)
+    return f"eviction of {name(pod)} refused: {api_message or 'HTTP 429'}"

@@ -1,0 +1,97 @@
+"""`status` and `why`: where every node is in the upgrade, for how long, who cordoned it, and what blocks it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpualign.upgrade import states as S
+from gpualign.upgrade.executor import since
+from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
+
+
+def duration(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    name: str
+    state: str
+    in_state_seconds: float | None
+    cordoned: str  # no | upgrade | someone-else
+    driver: str | None
+    running_tag: str | None
+    target_tag: str | None
+    image_present: bool | None
+    blocker: str | None
+    blocked_seconds: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def cordoned_by(ns: NodeState) -> str:
+    if not ns.facts.unschedulable:
+        return "no"
+    initial = ns.annotations.get(S.INITIAL_UNSCHEDULABLE)
+    if initial == "false" and ns.view.state in S.IN_PROGRESS:
+        return "upgrade"
+    return "someone-else"
+
+
+def node_status(ns: NodeState, *, ledger_known: bool) -> NodeStatus:
+    ann = ns.annotations
+    since_ts = ann.get(S.STATE_SINCE)
+    blocker = ann.get(S.BLOCKER)
+    return NodeStatus(
+        name=ns.name, state=ns.view.state or "(none)",
+        in_state_seconds=since(since_ts) if since_ts else None,
+        cordoned=cordoned_by(ns), driver=str(ns.facts.driver) if ns.facts.driver else None,
+        running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
+        target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
+        blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
+        else None)
+
+
+def fleet_status(snap: Snapshot, *, ledger_known: bool) -> dict[str, Any]:
+    nodes = [node_status(ns, ledger_known=ledger_known) for _, ns in sorted(snap.nodes.items())]
+    counts: dict[str, int] = {}
+    for n in nodes:
+        counts[n.state] = counts.get(n.state, 0) + 1
+    order = {s: i for i, s in enumerate((*S.ORDER, S.FAILED, "(none)"))}
+    return {"nodes": [n.as_dict() for n in nodes],
+            "counts": dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))}
+
+
+def why(ns: NodeState, *, ledger_known: bool) -> list[str]:
+    """Plain words, most important first."""
+    st = node_status(ns, ledger_known=ledger_known)
+    lines: list[str] = []
+    held = f" for {duration(st.in_state_seconds)}" if st.in_state_seconds is not None else ""
+    lines.append(f"{ns.name} is in {st.state}{held}.")
+    if st.blocker:
+        lines.append(f"blocked: {st.blocker}" + (f", for {duration(st.blocked_seconds)}"
+                                                 if st.blocked_seconds is not None else ""))
+    if ns.view.skip:
+        lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true")
+    if ledger_known and ns.target_tag and not ns.view.image_present:
+        lines.append(f"image {ns.target_tag} missing from the ledger: it will not be cordoned until it exists")
+    if st.cordoned == "someone-else":
+        lines.append("cordoned by someone else before the upgrade: gpualign will leave it cordoned")
+    elif st.cordoned == "upgrade":
+        lines.append("cordoned by the upgrade: it is uncordoned when the new driver is validated")
+    if st.state == S.FAILED:
+        lines.append(f"to retry: fix the cause, then `kubectl label node {ns.name} {S.STATE_LABEL}=upgrade-required "
+                     "--overwrite`")
+    if st.running_tag or st.target_tag:
+        lines.append(f"driver pod runs {st.running_tag or 'nothing'}; target {st.target_tag or 'unknown'}; "
+                     f"loaded driver {st.driver or 'unknown'}")
+    if len(lines) == 1 and st.state in (S.DONE, "(none)") and not ns.view.needs_upgrade:
+        lines.append("nothing to do: its driver pod already runs the target")
+    return lines

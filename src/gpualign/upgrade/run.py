@@ -1,0 +1,82 @@
+"""The walk: ensure the target images in the pools' DaemonSets, then reconcile passes until nothing can move."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpualign.kube import Kube
+from gpualign.ledger.sources import Ledger
+from gpualign.tags import Rules
+from gpualign.upgrade import snapshot as snap_mod
+from gpualign.upgrade import states as S
+from gpualign.upgrade.executor import Executor
+from gpualign.upgrade.policy import UpgradePolicy
+from gpualign.upgrade.snapshot import Snapshot, image_tag
+
+PASS_INTERVAL = 1.0
+
+
+@dataclass
+class Outcome:
+    states: dict[str, str]
+    reasons: dict[str, str]
+    passes: int
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(s == S.DONE for s in self.states.values())
+
+
+def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]) -> None:
+    """--to-branch: point each pool's DaemonSet at the target tag, but only where the ledger has that image.
+
+    The DaemonSets are OnDelete, so nothing restarts here: nodes move one by one when their walk reaches
+    pod-restart-required.
+    """
+    for pool in snap.pools:
+        targets = {s.target_tag for s in snap.nodes.values() if s.pool is pool and s.target_tag}
+        ready = [s for s in snap.nodes.values() if s.pool is pool and s.view.image_present]
+        if len(targets) != 1 or not ready:
+            continue
+        tag = targets.pop()
+        if pool.tag == tag:
+            continue
+        repo = pool.image.rsplit(":", 1)[0] if ":" in pool.image.rsplit("/", 1)[-1] else pool.image
+        template = pool.obj["spec"]["template"]["spec"]
+        containers = [{"name": c["name"], "image": f"{repo}:{tag}"} for c in template["containers"][:1]]
+        kube.patch(f"/apis/apps/v1/namespaces/{pool.namespace}/daemonsets/{pool.name}",
+                   {"spec": {"template": {"spec": {"containers": containers}}}}, kind="strategic")
+        report(pool.name, f"DaemonSet image {image_tag(pool.image)} → {tag} (OnDelete: no pod restarts yet)")
+
+
+def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
+         to_branch: str | None, report: Callable[[str, str], None], timeout: float = 0.0) -> Outcome:
+    started = time.monotonic()
+    executor = Executor(kube, policy, report)
+    passes = 0
+    while True:
+        snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+        if to_branch and passes == 0:
+            ensure_images(kube, snap, report)
+            snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+        before = executor.transitions
+        actions = executor.run_pass(snap)
+        passes += 1
+        moving = [a for a in actions if a.kind != "hold"]
+        active = [n for n in snap.nodes.values() if n.view.state in S.IN_PROGRESS - {S.FAILED}]
+        if not moving and not active and executor.transitions == before:
+            final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+            reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
+            for name, ns in final.nodes.items():
+                if ns.view.state == S.FAILED:
+                    reasons[name] = ns.annotations.get(S.BLOCKER, "upgrade-failed")
+            return Outcome({n: s.view.state for n, s in final.nodes.items()}, reasons, passes,
+                           time.monotonic() - started)
+        if timeout and time.monotonic() - started > timeout:
+            return Outcome({n: s.view.state for n, s in snap.nodes.items()},
+                           {n: f"--timeout {timeout:.0f}s reached in {s.view.state}" for n, s in snap.nodes.items()
+                            if s.view.state != S.DONE}, passes, time.monotonic() - started)
+        time.sleep(PASS_INTERVAL)

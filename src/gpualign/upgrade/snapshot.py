@@ -1,0 +1,147 @@
+"""Read the cluster once per pass: target GPU nodes, their driver pods and pools, and what each node should run.
+
+Requests per pass: one LIST of GPU nodes (label selector), one LIST of driver pods, one LIST of driver DaemonSets
+and one LIST of ControllerRevisions per driver namespace. Nothing here lists all pods once per node.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign import labels as L
+from gpualign import selectors
+from gpualign.facts import NodeFacts, node_facts
+from gpualign.kube import Kube
+from gpualign.ledger.sources import Ledger
+from gpualign.tags import Rules, required_image
+from gpualign.upgrade import states as S
+from gpualign.upgrade.planner import NodeView
+
+JSON = dict[str, Any]
+DRIVER_SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
+HASH_LABEL = "controller-revision-hash"
+
+
+def image_tag(image: str) -> str:
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+@dataclass
+class Pool:
+    """One driver DaemonSet (one kernel+OS pool in precompiled mode)."""
+
+    obj: JSON
+    newest_hash: str | None
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def image(self) -> str:
+        containers = self.obj["spec"]["template"]["spec"].get("containers") or [{}]
+        return str(containers[0].get("image", ""))
+
+    @property
+    def tag(self) -> str:
+        return image_tag(self.image)
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        sel = self.obj["spec"]["template"]["spec"].get("nodeSelector") or {}
+        return all(labels.get(k) == v for k, v in sel.items())
+
+
+@dataclass
+class NodeState:
+    node: JSON
+    facts: NodeFacts
+    pod: JSON | None
+    pool: Pool | None
+    target_tag: str | None
+    view: NodeView
+
+    @property
+    def name(self) -> str:
+        return self.facts.name
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict(self.facts.annotations)
+
+
+@dataclass
+class Snapshot:
+    nodes: dict[str, NodeState]
+    pools: list[Pool]
+    taken: float = field(default_factory=time.time)
+
+
+def _ready(node: JSON) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _newest_hashes(kube: Kube, namespaces: set[str]) -> dict[str, str]:
+    """DaemonSet uid → controller-revision-hash of its newest ControllerRevision."""
+    best: dict[str, tuple[int, str]] = {}
+    for ns in namespaces:
+        for rev in kube.list_raw(f"/apis/apps/v1/namespaces/{ns}/controllerrevisions"):
+            for owner in rev["metadata"].get("ownerReferences") or []:
+                if owner.get("kind") == "DaemonSet":
+                    h = (rev["metadata"].get("labels") or {}).get(HASH_LABEL, "")
+                    if owner["uid"] not in best or rev.get("revision", 0) > best[owner["uid"]][0]:
+                        best[owner["uid"]] = (int(rev.get("revision", 0)), h)
+    return {uid: h for uid, (_, h) in best.items()}
+
+
+def target_selector(selector: str | None) -> str:
+    base = f"{L.GPU_PRESENT}=true,{L.DEPLOY_DRIVER}!=false"
+    return f"{base},{selector}" if selector else base
+
+
+def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
+         to_branch: str | None) -> Snapshot:
+    selectors.parse(selector)
+    nodes = kube.nodes(target_selector(selector))
+    pods: dict[str, JSON] = {}
+    for pod in kube.pods(label_selector=DRIVER_SELECTOR):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and not pod["metadata"].get("deletionTimestamp"):
+            pods[node] = pod
+    daemonsets = kube.list_raw("/apis/apps/v1/daemonsets", label_selector=DRIVER_SELECTOR)
+    hashes = _newest_hashes(kube, {d["metadata"]["namespace"] for d in daemonsets})
+    pools = [Pool(d, hashes.get(d["metadata"]["uid"])) for d in daemonsets]
+    states: dict[str, NodeState] = {}
+    for node in nodes:
+        facts = node_facts(node)
+        pod = pods.get(facts.name)
+        pool = next((p for p in pools if p.selects(dict(facts.labels))), None)
+        pod_tag = image_tag(pod["spec"]["containers"][0]["image"]) if pod else None
+        pod_hash = (pod["metadata"].get("labels") or {}).get(HASH_LABEL) if pod else None
+        if to_branch:
+            target = required_image(facts, to_branch, rules).tag
+            needs = pod is None or pod_tag != target or (pool is not None and pod_hash != pool.newest_hash)
+        else:
+            target = pool.tag if pool else None
+            needs = pod is None or (pool is not None and pod_hash != pool.newest_hash)
+        ann = facts.annotations
+        view = NodeView(
+            name=facts.name,
+            state=facts.labels.get(S.STATE_LABEL, S.UNKNOWN),
+            unschedulable=facts.unschedulable,
+            ready=_ready(node),
+            skip=facts.labels.get(S.SKIP_LABEL) == "true",
+            initial_unschedulable=ann.get(S.INITIAL_UNSCHEDULABLE),
+            needs_upgrade=needs,
+            image_present=bool(target) and (ledger is None or ledger.has(target or "")),
+            target_tag=target,
+        )
+        states[facts.name] = NodeState(node, facts, pod, pool, target, view)
+    return Snapshot(states, pools)
