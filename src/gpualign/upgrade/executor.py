@@ -7,6 +7,7 @@ retried on a fresh object in the next pass. Every pod leaves through the Evictio
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -77,10 +78,8 @@ class Executor:
         if ns.annotations.get(S.BLOCKER) == message:
             return
         self.annotate(ns, {S.BLOCKER: message, S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
-        try:
+        with contextlib.suppress(GpualignError):  # an event is a courtesy; the annotation is the record
             self.kube.event(ns.node, S.EVENT_REASON, message)
-        except GpualignError:
-            pass  # an event is a courtesy; the annotation is the record
         self.report(ns.name, f"blocked: {message}")
 
     def unblock(self) -> dict[str, str | None]:

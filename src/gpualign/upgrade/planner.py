@@ -55,10 +55,9 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy) -> list[Action]:
     max_parallel = policy.max_parallel_upgrades or len(views) or 1
 
     for n in views:
-        if n.skip:
-            if n.state in (S.UNKNOWN, S.DONE, S.REQUIRED):
-                actions.append(Action(n.name, "hold", f"skipped: {S.SKIP_LABEL}=true"))
-                continue
+        if n.skip and n.state in (S.UNKNOWN, S.DONE, S.REQUIRED):
+            actions.append(Action(n.name, "hold", f"skipped: {S.SKIP_LABEL}=true"))
+            continue
         if n.state in (S.UNKNOWN, S.DONE):
             if n.needs_upgrade:
                 actions.append(Action(n.name, "mark-required"))
