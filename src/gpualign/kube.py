@@ -73,6 +73,10 @@ class Kube:
         self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
                              trust_env=False)
         self.server = config.cluster.server if config else "?"
+        from gpualign import __version__
+
+        # Our requests are recognisable in the API server's audit log (the tests check every pod removal there).
+        self._http.headers["User-Agent"] = f"{field_manager}/{__version__}"
 
     # -- raw JSON -----------------------------------------------------------------------------------------------
     @property

@@ -117,6 +117,22 @@ def status(state_dir: StateDirOpt = None) -> None:
 
 
 @app.command()
+def restart(
+    component: Annotated[str, typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
+                                                  "kwok, registry or driver-sim")],
+    pause: Annotated[float, typer.Option(help="seconds to stay down before starting again")] = 0.0,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Stop one lab component and start it again with the same arguments: fault injection for tests and demos."""
+    from gpualign.lab import cluster
+
+    sdir, _ = _dirs(state_dir, None)
+    started = time.monotonic()
+    proc = cluster.restart(sdir, component, pause=pause)
+    progress(f"{component} restarted (pid {proc.pid}) in {time.monotonic() - started:.1f}s")
+
+
+@app.command()
 def env(state_dir: StateDirOpt = None) -> None:
     """Print `export` lines for the lab: eval "$(gpualign lab env)" then use kubectl. ~/.kube/config is untouched."""
     from gpualign.lab import cluster

@@ -26,6 +26,7 @@ from gpualign.lab import processes, versions
 from gpualign.lab.processes import Proc
 
 STAGES = Path(__file__).parent / "stages.yaml"
+AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
 REGISTRY_BINARY = "docker-registry"
 SERVICE_CIDR = "10.96.0.0/16"
 
@@ -189,6 +190,8 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             "--service-account-signing-key-file", str(pki.sa_key),
             "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
             "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
+            "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
+            "--audit-log-maxsize", "200",
         ], state.apiserver)
         client = _tls_client(state)
         processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
@@ -254,6 +257,23 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         state.procs.clear()
         state.file.unlink(missing_ok=True)
         raise
+
+
+def restart(state_dir: Path, name: str, *, pause: float = 0.0) -> Proc:
+    """Stop one component and start it again with the same arguments (fault injection for tests)."""
+    state = require(state_dir)
+    if name not in state.procs:
+        raise LabError(f"no lab component {name!r}; components: {', '.join(state.procs)}")
+    old = state.procs[name]
+    processes.stop(old)
+    time.sleep(pause)
+    proc = processes.start(name, old.argv or [old.exe], Path(old.log), address=old.address)
+    state.procs[name] = proc
+    state.save()
+    if name == "kube-apiserver":
+        processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", _tls_client(state)), timeout=60,
+                             what="ready")
+    return proc
 
 
 def down(state_dir: Path) -> list[str]:

@@ -27,6 +27,7 @@ class Proc:
     log: str
     started: float
     address: str = ""
+    argv: list[str] | None = None
 
     def alive(self) -> bool:
         """True if the pid is ours: running, and still the executable we started (pids are reused)."""
@@ -77,7 +78,8 @@ def start(name: str, argv: list[str], log: Path, *, env: dict[str, str] | None =
                                      start_new_session=True, env=env, close_fds=True)
         except OSError as err:
             raise LabError(f"{name}: cannot start {argv[0]}: {err.strerror}") from None
-    return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address)
+    return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address,
+                argv=list(argv))
 
 
 def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpualign.errors import Unreachable
 from gpualign.kube import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.tags import Rules
@@ -16,6 +17,7 @@ from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
 
 PASS_INTERVAL = 1.0
+OUTAGE_TOLERANCE = 180.0  # seconds of API-server outage a walk rides out before giving up
 
 
 @dataclass
@@ -57,13 +59,26 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
     started = time.monotonic()
     executor = Executor(kube, policy, report)
     passes = 0
+    outage_since: float | None = None
     while True:
-        snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
-        if to_branch and passes == 0:
-            ensure_images(kube, snap, report)
+        try:
             snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
-        before = executor.transitions
-        actions = executor.run_pass(snap)
+            if to_branch and passes == 0:
+                ensure_images(kube, snap, report)
+                snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+            before = executor.transitions
+            actions = executor.run_pass(snap)
+        except Unreachable as err:
+            # Every step is idempotent and the state is in the cluster: wait for the API server and go on.
+            outage_since = outage_since or time.monotonic()
+            if time.monotonic() - outage_since > OUTAGE_TOLERANCE:
+                raise
+            report("api-server", f"unreachable, retrying: {err.message}")
+            time.sleep(2.0)
+            continue
+        if outage_since is not None:
+            report("api-server", f"reachable again after {time.monotonic() - outage_since:.0f}s")
+            outage_since = None
         passes += 1
         moving = [a for a in actions if a.kind != "hold"]
         active = [n for n in snap.nodes.values() if n.view.state in S.IN_PROGRESS - {S.FAILED}]

@@ -1,0 +1,123 @@
+"""The upgrade survives SIGKILL at every state boundary, retries conflicts, and only ever evicts.
+
+Checked afterwards against the cluster and the API server's audit log (the lab's apiserver writes one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from gpualign import labels as L
+from gpualign.kube import Conflict
+from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
+from tests.upgrade_helpers import UpgradeProcess
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
+         "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
+BOUNDARIES = ["→ cordon-required", "→ wait-for-jobs-required", "→ pod-deletion-required", "evicted ml/",
+              "→ pod-restart-required", "restarting driver pod", "→ validation-required", "→ uncordon-required",
+              "→ upgrade-done"]
+
+
+@pytest.fixture(scope="module")
+def rlab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("reliability") / "state")
+    for pool in POOLS:
+        assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
+    kube = lab.kube()
+    kube.patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 1}})
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def audit_entries(lab) -> list[dict]:
+    path = lab.state_dir / "logs" / "audit.log"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_sigkill_at_every_state_boundary_then_resume(rlab):
+    lab = rlab
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    kube = lab.kube()
+    assert lab.kubectl("cordon", "gpu-d1").returncode == 0  # an admin's cordon, before the run
+    cordoned_before = {"gpu-d1"}
+    kills = 0
+    for boundary in BOUNDARIES:
+        walk = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger)
+        try:
+            walk.wait_line(boundary, timeout=90)
+        except AssertionError:
+            if walk.proc.poll() == 0:
+                break  # nothing left to interrupt
+            raise
+        os.kill(walk.proc.pid, signal.SIGKILL)
+        walk.finish(timeout=10)
+        kills += 1
+    assert kills >= 6
+    final = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger)
+    assert final.finish(timeout=300) == 0, final.output
+
+    nodes = {n["metadata"]["name"]: n for n in kube.nodes(f"{L.GPU_PRESENT}=true")}
+    assert {x["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") for x in nodes.values()} == \
+        {"upgrade-done"}
+    assert {x["metadata"]["labels"][L.DRIVER_CURRENT_FULL] for x in nodes.values()} == {"595.91.07"}
+    assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == cordoned_before
+
+    ours = [e for e in audit_entries(lab) if e.get("userAgent", "").startswith("gpualign-upgrade/")]
+    removals = [e for e in ours if e["objectRef"].get("resource") == "pods" and e["verb"] in ("delete",
+                                                                                             "deletecollection")]
+    evictions = [e for e in ours if e["objectRef"].get("subresource") == "eviction"]
+    assert removals == []  # every pod the upgrade removed went through the Eviction API
+    assert len(evictions) >= len(nodes)  # at least each node's driver pod
+    uncordons = [e for e in ours if e["objectRef"].get("resource") == "nodes"
+                 and e["objectRef"].get("name") in cordoned_before]
+    assert all(e["verb"] == "patch" for e in uncordons)
+    assert nodes["gpu-d1"]["spec"].get("unschedulable") is True
+
+
+def test_a_stale_write_gets_409_and_the_next_pass_retries_on_a_fresh_object(rlab):
+    from gpualign.tags import load_rules
+    from gpualign.upgrade import snapshot
+    from gpualign.upgrade.executor import Executor
+    from gpualign.upgrade.policy import UpgradePolicy
+
+    kube = rlab.kube()
+    snap = snapshot.take(kube, "kubernetes.io/hostname=gpu-a1", ledger=None, rules=load_rules(), to_branch=None)
+    stale = snap.nodes["gpu-a1"]
+    kube.patch("/api/v1/nodes/gpu-a1", {"metadata": {"labels": {"gpualign.io/touched": "yes"}}})  # someone else
+    ex = Executor(kube, UpgradePolicy())
+    with pytest.raises(Conflict):
+        ex.move(stale, "upgrade-done")
+    fresh = snapshot.take(kube, "kubernetes.io/hostname=gpu-a1", ledger=None, rules=load_rules(), to_branch=None)
+    ex.move(fresh.nodes["gpu-a1"], fresh.nodes["gpu-a1"].view.state or "upgrade-done")
+    wait_for(lambda: kube.get("/api/v1/nodes/gpu-a1")["metadata"]["labels"].get("gpualign.io/touched") == "yes",
+             what="the other writer's label kept")
+
+
+def test_an_api_server_restart_mid_walk_is_survived(tmp_path):
+    lab = start_lab(tmp_path / "state")
+    try:
+        for pool in POOLS:
+            assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
+        lab.kube().patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb",
+                         {"spec": {"minAvailable": 1}})
+        ledger = f"registry://{lab.registry}/nvidia/driver"
+        walk = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger)
+        walk.wait_line("→ pod-deletion-required", timeout=90)
+        res = lab.cli("lab", "restart", "kube-apiserver", "--pause", "3")
+        assert res.code == 0, res.err
+        assert walk.finish(timeout=300) == 0, walk.output
+        assert "api-server: unreachable, retrying" in walk.output
+        assert "reachable again" in walk.output
+        states = {n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state")
+                  for n in lab.kube().nodes(f"{L.GPU_PRESENT}=true")}
+        assert states == {"upgrade-done"}
+    finally:
+        run_cli("lab", "down", env=lab.env)
