@@ -128,7 +128,8 @@ def story() -> None:
     print(events.rstrip())
     gpualign("cuda", "check", "--cuda", "13.2", expect=1)
 
-    say("7. Loading a new driver means moving GPU work off first. A PodDisruptionBudget can refuse that:")
+    say("7. Loading a new driver means moving GPU work off first. A PodDisruptionBudget can refuse that.")
+    say("   First the plain way, kubectl drain:")
     node = run(kubectl, "get", "pods", "-n", "ml", "-l", "app=trainer", "-o",
                "jsonpath={.items[0].spec.nodeName}", show=False).stdout.strip()
     run(kubectl, "get", "pdb", "-n", "ml")
@@ -139,8 +140,39 @@ def story() -> None:
     say(f"   kubectl drain gave up, and left {node} cordoned: no new pods, and no new driver either.")
     run(kubectl, "get", "node", node)
     run(kubectl, "uncordon", node)
-    say("   Walking that upgrade safely (preflight, PDB-aware eviction, resumable states) is gpualign upgrade,")
-    say("   the next piece of work (see the open issues).")
+
+    say("8. Now the safe way. Branch 595's images are built for every pool (the gcp one in-house), and an admin")
+    say("   has cordoned gpu-c1 for unrelated reasons. The preflight checks images and PDBs before touching a node:")
+    for pool in ("5.15.0-124-generic-ubuntu22.04", f"{NEW_KERNEL}-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04",
+                 "6.8.0-1015-aws-ubuntu22.04", "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"):
+        gpualign("lab", "push-image", f"595-{pool}", show=False)
+    run(kubectl, "cordon", "gpu-c1")
+    gpualign("upgrade", "--to-branch", "595", "--ledger", ledger, "--dry-run", expect=1)
+
+    say("9. Start the walk. The PDB really refuses the eviction; gpualign names it on the node, in an Event and here.")
+    walk = subprocess.Popen([sys.executable, "-m", "gpualign", "upgrade", "--to-branch", "595", "--ledger", ledger,
+                             "--yes"], env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert walk.stdout is not None
+    blocked = None
+    for line in walk.stdout:
+        print(f"   {line.rstrip()}", flush=True)
+        if "refused by PDB" in line:
+            blocked = line.split()[1].rstrip(":")
+            break
+    if blocked is None:
+        raise StoryBroken("the walk should have been refused by the PDB")
+    gpualign("status", "--ledger", ledger, "--to-branch", "595")
+    gpualign("why", blocked, "--ledger", ledger, "--to-branch", "595")
+
+    say("10. The training team relaxes its PDB (or scales up). The walk goes on by itself, node by node:")
+    run(kubectl, "patch", "pdb", "-n", "ml", "trainer-pdb", "--type", "merge", "-p", '{"spec":{"minAvailable":1}}')
+    for line in walk.stdout:
+        print(f"   {line.rstrip()}", flush=True)
+    if walk.wait() != 0:
+        raise StoryBroken("the upgrade did not finish with every node upgrade-done")
+    say("11. Every node runs the 595 driver; only the nodes the upgrade cordoned were uncordoned:")
+    run(kubectl, "get", "nodes", "-L", "nvidia.com/gpu-driver-upgrade-state", "-L",
+        "nvidia.com/cuda.driver-version.full")
 
 
 def main() -> int:

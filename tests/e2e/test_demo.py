@@ -1,0 +1,27 @@
+"""README's first command must stay true: the demo walks the whole story and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_demo_tells_the_whole_story(tmp_path):
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path))
+    env.pop("GPUALIGN_LAB_DIR", None)
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "demo.py")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    out = proc.stdout
+    for needle in ("ImagePullBackOff", "must build", "FailedScheduling", "Cannot evict pod as it would violate",
+                   "refused by PDB ml/trainer-pdb", "summary after", "7 upgrade-done",
+                   "was cordoned before the upgrade: left cordoned", "The end."):
+        assert needle in out, needle
+    assert not (tmp_path / "gpualign" / "demo").exists()  # the demo lab was taken down
