@@ -52,3 +52,26 @@ def parse(text: str | None) -> Selector:
             reqs.append(lambda ls, k=key: k in ls)
         pos = m.end()
     return Selector(text, tuple(reqs))
+
+
+def to_label_selector(text: str | None) -> dict[str, object]:
+    """The same grammar as parse(), as a metav1.LabelSelector (matchExpressions), e.g. for a namespaceSelector."""
+    text = (text or "").strip()
+    parse(text)  # validate with the one parser: same errors, same columns
+    exprs: list[dict[str, object]] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        assert m is not None
+        neg, key, op, value, setop, values = m.groups()
+        if op in ("=", "=="):
+            exprs.append({"key": key, "operator": "In", "values": [value]})
+        elif op == "!=":
+            exprs.append({"key": key, "operator": "NotIn", "values": [value]})
+        elif setop:
+            vals = [v.strip() for v in values.split(",") if v.strip()]
+            exprs.append({"key": key, "operator": "In" if setop == "in" else "NotIn", "values": vals})
+        else:
+            exprs.append({"key": key, "operator": "DoesNotExist" if neg else "Exists"})
+        pos = m.end()
+    return {"matchExpressions": exprs} if exprs else {}

@@ -20,7 +20,8 @@ def test_demo_tells_the_whole_story(tmp_path):
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     out = proc.stdout
-    for needle in ("ImagePullBackOff", "must build", "FailedScheduling", "Cannot evict pod as it would violate",
+    for needle in ("ImagePullBackOff", '"KERNEL_VERSION": "5.15.0-125-generic"', "FailedScheduling",
+                   "Cannot evict pod as it would violate",
                    "refused by PDB ml/trainer-pdb", "summary after", "7 upgrade-done",
                    "was cordoned before the upgrade: left cordoned", "The end."):
         assert needle in out, needle

@@ -195,3 +195,35 @@ def _cuda_of_image(ref: str, docker_config: Path | None) -> str:
     if not version:
         raise BadInput(f"--image {ref}: its config sets no CUDA_VERSION; pass --cuda instead")
     return version
+
+
+class Mode(enum.StrEnum):
+    deny = "deny"
+    warn = "warn"
+    audit = "audit"
+
+
+@app.command("policy")
+def policy_cmd(
+    namespace_selector: Annotated[str | None, typer.Option(
+        "--namespace-selector", help="namespaces the policy applies to, as a label selector [default: all but "
+                                     "kube-system and gpu-operator, whose operands use the nvidia runtime class]")
+    ] = None,
+    mode: Annotated[Mode, typer.Option("--mode", help="deny refuses; warn admits with a warning to the client; "
+                                                      "audit only annotates the audit log")] = Mode.deny,
+) -> None:
+    """Print a ValidatingAdmissionPolicy and its binding (YAML, for kubectl apply -f -) that refuse GPU pods and
+    pod templates without a driver floor in their nodeAffinity. A workload annotated gpualign.io/cuda: "12.4" must
+    also have a floor of at least that version's minimum driver. CEL run by the API server; no webhook.
+
+    Example:  gpualign cuda policy --mode warn | kubectl apply -f -
+    """
+    from ruamel.yaml import YAML
+
+    from gpualign.cuda_policy import DEFAULT_NAMESPACES, binding, policy
+    from gpualign.selectors import to_label_selector
+
+    selector = to_label_selector(namespace_selector if namespace_selector is not None else DEFAULT_NAMESPACES)
+    yaml = YAML()
+    yaml.width = 100000
+    yaml.dump_all([policy(), binding(mode.value, selector)], sys.stdout)

@@ -21,13 +21,8 @@ ToBranchOpt = Annotated[str | None, typer.Option(
 
 
 def _reporter(node: str, message: str) -> None:
-    stamp = datetime.now().strftime("%H:%M:%S")
-    if sys.stderr.isatty():
-        from gpualign.cli.common import stderr
-
-        stderr.print(f"[dim]{stamp}[/dim] [bold]{node}[/bold] {message}")
-    else:
-        print(f"{stamp} {node}: {message}", file=sys.stderr, flush=True)
+    """Off a terminal: one plain line per transition, for logs and CI."""
+    print(f"{datetime.now():%H:%M:%S} {node}: {message}", file=sys.stderr, flush=True)
 
 
 def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable: str | None,
@@ -74,6 +69,37 @@ def _print_preflight(pre, snap) -> None:  # noqa: ANN001
         verdict = (f"[bold red]would block {', '.join(v.blocked_nodes)}[/]" if v.blocked_nodes
                    else "[green]allows it[/]")
         stdout.print(f"  PDB {v.pdb} ({v.numbers}) protects {guarded}: {verdict}")
+
+
+def _board(snap) -> Table:  # noqa: ANN001
+    """The live view: one row per node, refreshed every pass."""
+    from gpualign.upgrade import states as S
+    from gpualign.upgrade.report import duration, node_status
+
+    table = Table(box=None, pad_edge=False, header_style="bold", title="gpualign upgrade", title_justify="left")
+    for col in ("NODE", "STATE", "FOR", "CORDONED", "DRIVER", "BLOCKER"):
+        table.add_column(col, no_wrap=col != "BLOCKER", overflow="fold")
+    style = {S.DONE: "green", S.FAILED: "bold red", S.REQUIRED: "dim"}
+    for _, ns in sorted(snap.nodes.items()):
+        st = node_status(ns, ledger_known=True)
+        table.add_row(st.name, f"[{style.get(st.state, 'yellow')}]{st.state}[/]",
+                      duration(st.in_state_seconds) if st.in_state_seconds is not None else "-", st.cordoned,
+                      st.driver or "-", st.blocker or "")
+    return table
+
+
+def _walk_live(kube, selector, pol, available, rule_set, branch, timeout):  # noqa: ANN001, ANN202
+    from rich.live import Live
+
+    from gpualign.cli.common import stderr
+    from gpualign.upgrade.run import walk
+
+    with Live(console=stderr, refresh_per_second=4, transient=False) as live:
+        def report(node: str, message: str) -> None:
+            live.console.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] [bold]{node}[/bold] {message}")
+
+        return walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch, report=report,
+                    timeout=timeout, on_pass=lambda snap: live.update(_board(snap)))
 
 
 def upgrade(
@@ -139,8 +165,11 @@ def upgrade(
             if not sys.stdin.isatty():
                 raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
             typer.confirm("start the upgrade?", abort=True)
-        outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
-                       report=_reporter, timeout=timeout)
+        if sys.stderr.isatty():
+            outcome = _walk_live(kube, selector, pol, available, rule_set, branch, timeout)
+        else:
+            outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
+                           report=_reporter, timeout=timeout)
     finally:
         kube.close()
     counts: dict[str, int] = {}

@@ -163,6 +163,9 @@ def wait_nodes_ready(kube: Kube, names: list[str], *, timeout: float = 60.0) -> 
 def seed(kube: Kube, scenario: Scenario, registry: str, *,
          progress: Callable[[str], None] = lambda _m: None) -> None:
     kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
+    # The GPU Operator installs this RuntimeClass; GPU users that do not request nvidia.com/gpu rely on it.
+    kube.apply({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "nvidia"},
+                "handler": "nvidia"})
     version = driver_version_for(scenario.branch)
     rules = load_rules()
     client = registry_client(registry)

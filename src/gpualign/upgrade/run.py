@@ -55,7 +55,8 @@ def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]
 
 
 def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
-         to_branch: str | None, report: Callable[[str, str], None], timeout: float = 0.0) -> Outcome:
+         to_branch: str | None, report: Callable[[str, str], None], timeout: float = 0.0,
+         on_pass: Callable[[Snapshot], None] = lambda _snap: None) -> Outcome:
     started = time.monotonic()
     executor = Executor(kube, policy, report)
     passes = 0
@@ -76,6 +77,7 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
             report("api-server", f"unreachable, retrying: {err.message}")
             time.sleep(2.0)
             continue
+        on_pass(snap)
         if outage_since is not None:
             report("api-server", f"reachable again after {time.monotonic() - outage_since:.0f}s")
             outage_since = None

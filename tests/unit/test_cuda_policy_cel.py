@@ -1,0 +1,93 @@
+"""The admission policy's CEL, evaluated with cel-python against a table of specs and a property.
+
+The lab test runs the same policy in the real API server; this one covers many more cases quickly.
+"""
+
+from __future__ import annotations
+
+import celpy
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpualign.cuda import minimum_driver, selector_terms, table
+from gpualign.cuda_policy import policy
+
+ENV = celpy.Environment()
+POLICY = policy()["spec"]
+PROGRAMS = [(v["name"], ENV.program(ENV.compile(v["expression"]))) for v in POLICY["variables"]]
+CHECKS = [(ENV.program(ENV.compile(v["expression"])), ENV.program(ENV.compile(v["messageExpression"])))
+          for v in POLICY["validations"]]
+
+
+def evaluate(obj: dict) -> list[str]:
+    """The messages of every validation the object fails ([] = admitted)."""
+    cel_obj = celpy.json_to_cel(obj)
+    variables: dict = {}
+    for name, prg in PROGRAMS:
+        ctx = {"object": cel_obj, "variables": celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in variables.items()})}
+        variables[name] = prg.evaluate(ctx)
+    ctx = {"object": cel_obj, "variables": celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(k): v for k, v in variables.items()})}
+    return [str(msg.evaluate(ctx)) for check, msg in CHECKS if not check.evaluate(ctx)]
+
+
+def deployment(*, gpu: str | None = "nvidia.com/gpu", terms: list | None = None, cuda: str | None = None,
+               runtime: str | None = None, kind: str = "Deployment") -> dict:
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {gpu: "1"}} if gpu else {}}]}
+    if terms is not None:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": terms}}}
+    if runtime:
+        spec["runtimeClassName"] = runtime
+    meta = {"annotations": {"gpualign.io/cuda": cuda}} if cuda else {}
+    if kind == "Pod":
+        return {"kind": "Pod", "metadata": {"name": "p", **meta}, "spec": spec}
+    if kind == "CronJob":
+        return {"kind": "CronJob", "metadata": {"name": "cj"},
+                "spec": {"jobTemplate": {"spec": {"template": {"metadata": meta, "spec": spec}}}}}
+    return {"kind": kind, "metadata": {"name": "d"}, "spec": {"template": {"metadata": meta, "spec": spec}}}
+
+
+def floor(cuda: str, labels: str = "both") -> list:
+    return selector_terms(minimum_driver(cuda), labels)
+
+
+@pytest.mark.parametrize("obj,refused", [
+    (deployment(gpu=None), []),
+    (deployment(), ["GPU Deployment d has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
+    (deployment(kind="Pod"), ["GPU pod p has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
+    (deployment(gpu="nvidia.com/mig-1g.10gb", kind="CronJob"), ["GPU CronJob cj has no driver floor: add "
+                                                                "nodeAffinity (gpualign cuda inject --cuda X)"]),
+    (deployment(gpu=None, runtime="nvidia"), ["GPU Deployment d has no driver floor: add nodeAffinity "
+                                              "(gpualign cuda inject --cuda X)"]),
+    (deployment(terms=floor("12.4")), []),
+    (deployment(terms=floor("12.4", "legacy")), []),
+    (deployment(terms=[{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]),
+     ["GPU Deployment d has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
+    (deployment(terms=floor("12.8"), cuda="12.8"), []),
+    (deployment(terms=floor("12.2"), cuda="12.8"), ["GPU workload declares CUDA 12.8, which needs driver >= "
+                                                    "570.26.0, but its nodeAffinity admits older drivers: run "
+                                                    "gpualign cuda inject --cuda 12.8"]),
+    (deployment(terms=floor("12.8"), cuda="12.7"), ["gpualign.io/cuda: unknown CUDA version 12.7"]),
+    (deployment(gpu=None, cuda="12.7"), []),
+])
+def test_policy_table(obj, refused):
+    assert evaluate(obj) == refused
+
+
+versions = st.sampled_from([v for v in table().known] + [f"{v}.{u}" for v, ups in table().updates.items()
+                                                          for u in ups])
+
+
+@settings(max_examples=60, deadline=None)
+@given(floor_cuda=versions, declared=versions, labels=st.sampled_from(["legacy", "current", "both"]))
+def test_declared_cuda_is_admitted_exactly_when_the_floor_reaches_it(floor_cuda, declared, labels):
+    obj = deployment(terms=floor(floor_cuda, labels), cuda=declared)
+    admitted = evaluate(obj) == []
+
+    def key(v):  # a missing revision bounds like 0
+        return (v.major, v.minor, v.rev or 0)
+
+    assert admitted == (key(minimum_driver(floor_cuda)) >= key(minimum_driver(declared)))
