@@ -195,15 +195,18 @@ class Kube:
 
     # -- watches ------------------------------------------------------------------------------------------------
     def watch_raw(self, path: str, *, label_selector: str | None = None, resource_version: str | None = None,
-                  timeout_seconds: int = 60) -> Iterator[tuple[str, JSON]]:
-        """One watch request: yields (type, object) until the server closes it."""
+                  timeout_seconds: int = 60, metadata_only: bool = False) -> Iterator[tuple[str, JSON]]:
+        """One watch request: yields (type, object) until the server closes it. An ERROR event (410 Gone after
+        compaction, for one) is yielded as is: the caller lists again."""
         params: dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds,
                                   "allowWatchBookmarks": "true"}
         if label_selector:
             params["labelSelector"] = label_selector
         if resource_version:
             params["resourceVersion"] = resource_version
-        req = self._http.build_request("GET", path, params=params,
+        headers = {"Accept": METADATA_ONLY.replace("PartialObjectMetadataList", "PartialObjectMetadata")
+                   if metadata_only else "application/json"}
+        req = self._http.build_request("GET", path, params=params, headers=headers,
                                        timeout=httpx2.Timeout(10.0, read=timeout_seconds + 10))
         try:
             resp = self._http.send(req, stream=True)

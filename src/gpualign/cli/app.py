@@ -42,12 +42,13 @@ def root(
 
 
 def _register() -> None:
-    from gpualign.cli import check, cuda, lab, upgrade
+    from gpualign.cli import check, controller, cuda, lab, upgrade
 
     app.add_typer(lab.app, name="lab")
     app.add_typer(cuda.app, name="cuda")
     check.register(app)
     upgrade.register(app)
+    controller.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,78 @@
+"""`gpualign controller`: watch the fleet continuously and raise the alarm the cluster never rings."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Annotated
+
+import typer
+
+from gpualign.cli.check import BranchOpt, DockerConfigOpt, LedgerOpt, PolicyOpt, RepositoryOpt, RulesOpt
+from gpualign.cli.common import ContextOpt, KubeconfigOpt
+from gpualign.errors import BadInput
+
+
+def controller(
+    ledger: LedgerOpt = None,
+    driver_branch: BranchOpt = None,
+    policy: PolicyOpt = None,
+    rules: RulesOpt = None,
+    repository: RepositoryOpt = None,
+    docker_config: DockerConfigOpt = None,
+    ledger_refresh: Annotated[float, typer.Option(help="seconds between re-reads of the ledger")] = 60.0,
+    listen: Annotated[str, typer.Option(help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
+    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                                               help="hold a Lease so only one replica writes")] = True,
+    lease_namespace: Annotated[str, typer.Option(envvar="POD_NAMESPACE", help="namespace of the Lease")] =
+        "gpualign-system",
+    lease_name: Annotated[str, typer.Option(help="name of the Lease")] = "gpualign-controller",
+    identity: Annotated[str | None, typer.Option(envvar="POD_NAME", help="this replica's name [default: host]")]
+        = None,
+    lease_duration: Annotated[float, typer.Option(help="lease duration, seconds")] = 15.0,
+    renew_deadline: Annotated[float, typer.Option(help="renew deadline, seconds")] = 10.0,
+    retry_period: Annotated[float, typer.Option(help="retry period, seconds")] = 2.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Run continuously (in-cluster from its ServiceAccount, or from a kubeconfig): re-check a node within a second
+    of it appearing or of its kernel, OS or driver labels changing. When a node needs a driver image the ledger
+    lacks: an Event (DriverImageMissing) on the Node, the annotations gpualign.io/driver-image(-status), and the
+    metric gpualign_node_driver_image_missing; all cleared when the image appears.
+
+    Example:  gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
+    """
+    from gpualign.cli.check import _policy, _repository
+    from gpualign.controller.run import Options, run
+    from gpualign.kube import Kube
+    from gpualign.ledger import sources
+    from gpualign.tags import load_rules
+
+    if not ledger:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
+    if ledger_refresh <= 0:
+        raise BadInput("--ledger-refresh: expected seconds > 0")
+    logging.basicConfig(level=os.environ.get("GPUALIGN_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
+    branch_policy = _policy(driver_branch, policy)
+    rule_set = load_rules(rules)
+    sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
+    kube = Kube(kubeconfig, context, field_manager="gpualign-controller")
+    opts = Options(repository=_repository(repository, ledger), ledger_refresh=ledger_refresh,
+                   listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
+                   lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
+                   renew_seconds=renew_deadline, retry_seconds=retry_period)
+    try:
+        run(kube, rule_set, branch_policy, lambda: sources.load(ledger, docker_config=docker_config), opts)
+    finally:
+        kube.close()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("controller")(controller)
+
+

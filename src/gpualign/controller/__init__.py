@@ -1,0 +1,1 @@
+"""Controller mode: watch the fleet in-cluster and raise the alarm the cluster never rings."""

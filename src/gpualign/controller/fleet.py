@@ -1,0 +1,209 @@
+"""The controller's core loop: a cache of GPU nodes and driver pods fed by watches, a queue of nodes to re-check,
+and the alarm: an Event, a node annotation and a metric while a node needs an image the ledger lacks.
+
+The node annotation is also the alarm's memory: an Event is posted only when a node's status turns to missing for
+a tag, so a restarted (or newly elected) controller neither loses nor repeats one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign import labels as L
+from gpualign.audit import MISSING, DriverPod, audit
+from gpualign.branches import BranchPolicy
+from gpualign.errors import GpualignError
+from gpualign.facts import NodeFacts, node_facts
+from gpualign.kube import Kube
+from gpualign.ledger.sources import Ledger
+from gpualign.tags import Rules
+from gpualign.upgrade import states as S
+from gpualign.upgrade.executor import since
+
+log = logging.getLogger("gpualign.controller")
+JSON = dict[str, Any]
+
+IMAGE_ANNOTATION = "gpualign.io/driver-image"
+STATUS_ANNOTATION = "gpualign.io/driver-image-status"
+EVENT_MISSING = "DriverImageMissing"
+EVENT_PRESENT = "DriverImageAvailable"
+WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
+                  *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL)
+
+
+@dataclass
+class Fleet:
+    kube: Kube
+    rules: Rules
+    policy: BranchPolicy
+    repository: str
+    load_ledger: Callable[[], Ledger]
+    is_leader: Callable[[], bool] = lambda: True
+    on_checked: Callable[[float], None] = lambda _s: None
+    on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    pods: dict[str, DriverPod] = field(default_factory=dict)
+    findings: dict[str, JSON] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=lambda: Ledger(frozenset(), ()))
+    queue: queue.Queue[str] = field(default_factory=queue.Queue)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    events_posted: int = 0
+    updated: str = ""
+    published: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+
+    # -- cache updates from the watches -------------------------------------------------------------------------
+    def sync_nodes(self, items: list[JSON]) -> None:
+        fresh = {f.name: f for f in map(node_facts, items) if f.gpu}
+        with self.lock:
+            gone = set(self.nodes) - set(fresh)
+            self.nodes = fresh
+            for name in gone:
+                self._forget(name)
+        for name in fresh:
+            self.queue.put(name)
+
+    def node_event(self, kind: str, obj: JSON) -> None:
+        facts = node_facts(obj)
+        with self.lock:
+            old = self.nodes.get(facts.name)
+            if kind == "DELETED" or not facts.gpu:
+                self.nodes.pop(facts.name, None)
+                self._forget(facts.name)
+                return
+            self.nodes[facts.name] = facts
+        relevant = old is None or any(old.labels.get(k) != facts.labels.get(k) for k in WATCHED_LABELS)
+        if relevant:
+            self.queue.put(facts.name)
+
+    def sync_pods(self, items: list[JSON]) -> None:
+        with self.lock:
+            self.pods = {}
+            for pod in items:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and not pod["metadata"].get("deletionTimestamp"):
+                    self.pods[node] = DriverPod.from_pod(pod)
+        for name in list(self.nodes):
+            self.queue.put(name)
+
+    def pod_event(self, kind: str, pod: JSON) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return
+        with self.lock:
+            current = self.pods.get(node)
+            name = f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
+            if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                if current and current.name == name:
+                    self.pods.pop(node, None)
+            else:
+                self.pods[node] = DriverPod.from_pod(pod)
+        self.queue.put(node)
+
+    def _forget(self, name: str) -> None:
+        self.published.pop(name, None)
+        old = self.findings.pop(name, None)
+        if old and old["status"] == MISSING:
+            self.on_missing(name, old["tag"], None)
+
+    # -- the ledger ---------------------------------------------------------------------------------------------
+    def refresh_ledger(self) -> bool:
+        ledger = self.load_ledger()
+        changed = ledger.tags != self.ledger.tags
+        self.ledger = ledger
+        if changed:
+            for name in list(self.nodes):
+                self.queue.put(name)
+        return changed
+
+    # -- the check ----------------------------------------------------------------------------------------------
+    def check(self, name: str) -> None:
+        started = time.perf_counter()
+        with self.lock:
+            facts = self.nodes.get(name)
+            pod = self.pods.get(name)
+        if facts is None:
+            return
+        result = audit([facts], self.ledger, self.rules, self.policy, repository=self.repository,
+                       pods={name: pod} if pod else {})
+        finding = result.findings[0].as_dict()
+        finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
+        finding["pod_state"] = pod.state if pod else None
+        with self.lock:
+            old = self.findings.get(name)
+            self.findings[name] = finding
+        old_missing = old["tag"] if old and old["status"] == MISSING else None
+        new_missing = finding["tag"] if finding["status"] == MISSING else None
+        if old_missing != new_missing:
+            self.on_missing(name, old_missing, new_missing)
+        if self.is_leader():
+            self._publish(facts, finding)
+        self.on_checked(time.perf_counter() - started)
+        self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    def _publish(self, facts: NodeFacts, finding: JSON) -> None:
+        """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes."""
+        status, tag = finding["status"], finding["tag"]
+        ann = facts.annotations
+        # What this process last wrote, else what the node says (a restarted or newly elected controller).
+        last = self.published.get(facts.name) or (ann.get(STATUS_ANNOTATION), ann.get(IMAGE_ANNOTATION))
+        if last == (status, tag or None):
+            return
+        was_missing = last[0] == MISSING
+        try:
+            node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
+                IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status}}})
+            if status == MISSING:
+                self.kube.event(node_obj, EVENT_MISSING,
+                                f"driver image {finding['image']} is missing from the ledger: this node's driver "
+                                f"pod cannot pull it and the node loses its GPUs ({finding['reason']})")
+                self.events_posted += 1
+            elif was_missing:
+                self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is now in the ledger",
+                                warning=False)
+                self.events_posted += 1
+            self.published[facts.name] = (status, tag or None)
+        except GpualignError as err:
+            log.warning("node %s: %s", facts.name, err.message)
+            self.queue.put(facts.name)  # try again: the alarm must not be lost
+
+    def worker(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                name = self.queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                self.check(name)
+            except Exception:  # noqa: BLE001 - one bad node must not stop the loop
+                log.exception("checking node %s", name)
+
+    # -- views --------------------------------------------------------------------------------------------------
+    def view(self, leader: bool) -> dict[str, Any]:
+        with self.lock:
+            findings = [dict(f) for f in self.findings.values()]
+            facts = dict(self.nodes)
+        missing: dict[str, list[str]] = {}
+        for f in findings:
+            if f["status"] == MISSING and f["tag"]:
+                missing.setdefault(f["tag"], []).append(f["name"])
+        counts: dict[str, int] = {}
+        blocked: list[tuple[str, str, float]] = []
+        for name, nf in facts.items():
+            state = nf.labels.get(S.STATE_LABEL) or "none"
+            counts[state] = counts.get(state, 0) + 1
+            reason = nf.annotations.get(S.BLOCKER)
+            if reason:
+                blocked.append((name, reason, since(nf.annotations.get(S.BLOCKED_SINCE))))
+        nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
+                         "status": f["status"], "pod_state": f["pod_state"],
+                         "upgrade_state": facts[f["name"]].labels.get(S.STATE_LABEL) if f["name"] in facts else None}
+                        for f in findings), key=lambda n: n["name"])
+        return {"nodes": nodes, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
+                "leader": 1 if leader else 0, "updated": self.updated, "ledger_sources": list(self.ledger.sources)}

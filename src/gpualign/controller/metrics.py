@@ -1,0 +1,53 @@
+"""Prometheus metrics (prometheus-client). Fleet-wide gauges are computed at scrape time from the cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class FleetCollector(Collector):
+    """gpualign_gpu_nodes, gpualign_upgrade_nodes{state}, gpualign_upgrade_blocked_seconds{node,reason},
+    gpualign_missing_driver_images: derived from the fleet cache at each scrape, so they are never stale."""
+
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        data = self.snapshot()
+        yield GaugeMetricFamily("gpualign_gpu_nodes", "GPU nodes (nvidia.com/gpu.present=true) watched",
+                                value=len(data["nodes"]))
+        states = GaugeMetricFamily("gpualign_upgrade_nodes",
+                                   "GPU nodes per nvidia.com/gpu-driver-upgrade-state (none: no label)",
+                                   labels=["state"])
+        for state, count in sorted(data["upgrade_counts"].items()):
+            states.add_metric([state], count)
+        yield states
+        blocked = GaugeMetricFamily("gpualign_upgrade_blocked_seconds",
+                                    "Seconds a node's driver upgrade has been blocked, by reason",
+                                    labels=["node", "reason"])
+        for node, reason, seconds in data["blocked"]:
+            blocked.add_metric([node, reason], seconds)
+        yield blocked
+        yield GaugeMetricFamily("gpualign_missing_driver_images",
+                                "Distinct driver image tags some GPU node needs and the ledger lacks",
+                                value=len(data["missing"]))
+        yield GaugeMetricFamily("gpualign_leader", "Whether this replica holds the lease (1) or stands by (0)",
+                                value=data["leader"])
+
+
+class Metrics:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+        self.registry = CollectorRegistry()
+        self.image_missing = Gauge("gpualign_node_driver_image_missing",
+                                   "1 while a GPU node needs a driver image tag the ledger lacks",
+                                   ["node", "tag"], registry=self.registry)
+        self.check_duration = Histogram("gpualign_check_duration_seconds",
+                                        "Time to re-check one node against the ledger",
+                                        buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0),
+                                        registry=self.registry)
+        self.registry.register(FleetCollector(snapshot))

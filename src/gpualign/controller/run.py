@@ -1,0 +1,106 @@
+"""Wire the controller together: watches, the check worker, the ledger refresher, leader election, HTTP."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpualign import labels as L
+from gpualign.branches import BranchPolicy
+from gpualign.controller.fleet import Fleet
+from gpualign.controller.leader import LeaseElector
+from gpualign.controller.metrics import Metrics
+from gpualign.controller.server import serve
+from gpualign.controller.watch import Watcher
+from gpualign.errors import GpualignError
+from gpualign.kube import Kube
+from gpualign.ledger.sources import Ledger
+from gpualign.tags import Rules
+
+log = logging.getLogger("gpualign.controller")
+
+
+@dataclass
+class Options:
+    repository: str
+    ledger_refresh: float = 60.0
+    listen: tuple[str, int] = ("0.0.0.0", 8080)
+    leader_elect: bool = True
+    lease_namespace: str = "gpualign-system"
+    lease_name: str = "gpualign-controller"
+    identity: str = ""
+    lease_seconds: float = 15.0
+    renew_seconds: float = 10.0
+    retry_seconds: float = 2.0
+
+
+def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger], opts: Options,
+        stop: threading.Event | None = None) -> None:
+    stop = stop or threading.Event()
+    identity = opts.identity or socket.gethostname()
+    elector: LeaseElector | None = None
+    fleet = Fleet(kube, rules, policy, opts.repository, load_ledger)
+
+    def on_leader(leader: bool) -> None:
+        if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
+            for name in list(fleet.nodes):
+                fleet.queue.put(name)
+
+    if opts.leader_elect:
+        elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, identity,
+                               lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
+                               retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
+        fleet.is_leader = lambda: elector.leader  # type: ignore[union-attr]
+    is_leader = fleet.is_leader
+    metrics = Metrics(lambda: fleet.view(is_leader()))
+    fleet.on_checked = metrics.check_duration.observe
+
+    def on_missing(node: str, old: str | None, new: str | None) -> None:
+        if old:
+            metrics.image_missing.remove(node, old)
+        if new:
+            metrics.image_missing.labels(node, new).set(1)
+            log.warning("node %s needs driver image %s, missing from the ledger", node, new)
+
+    fleet.on_missing = on_missing
+    server = serve(opts.listen, metrics.registry, lambda: fleet.view(is_leader()))
+    log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
+    try:
+        fleet.refresh_ledger()
+    except GpualignError as err:
+        log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
+
+    watchers = [
+        Watcher(kube, "/api/v1/nodes", label_selector=f"{L.GPU_PRESENT}=true", metadata_only=True,
+                on_sync=fleet.sync_nodes, on_event=fleet.node_event, stop=stop, name="watch-nodes"),
+        Watcher(kube, "/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}",
+                metadata_only=False, on_sync=fleet.sync_pods, on_event=fleet.pod_event, stop=stop,
+                name="watch-driver-pods"),
+    ]
+    for w in watchers:
+        w.start()
+    if elector:
+        elector.start()
+    threading.Thread(target=fleet.worker, args=(stop,), name="check", daemon=True).start()
+
+    def refresher() -> None:
+        while not stop.wait(opts.ledger_refresh):
+            try:
+                if fleet.refresh_ledger():
+                    log.info("ledger changed: re-checking every node")
+            except GpualignError as err:
+                log.error("ledger: %s", err.message)
+
+    threading.Thread(target=refresher, name="ledger", daemon=True).start()
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    if elector:
+        elector.release()
+    server.shutdown()

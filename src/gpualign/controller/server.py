@@ -1,0 +1,44 @@
+"""/metrics, /healthz and the fleet board on one small HTTP server (stdlib; one thread per request)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpualign.controller.page import render
+
+
+def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, Any]]) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_args: object) -> None:  # quiet: metrics scrapes would flood the log
+            return
+
+        def _send(self, code: int, body: bytes, ctype: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                self._send(200, b"ok\n", "text/plain")
+            elif path == "/api/fleet":
+                self._send(200, json.dumps(view()).encode(), "application/json")
+            elif path in ("/", "/index.html"):
+                self._send(200, render(view()).encode(), "text/html; charset=utf-8")
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+    server = ThreadingHTTPServer(address, Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    return server

@@ -1,0 +1,79 @@
+"""List, then watch from the list's resourceVersion; resume after a dropped connection, list again on 410 Gone."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from gpualign.errors import GpualignError
+from gpualign.kube import Kube
+
+JSON = dict[str, Any]
+log = logging.getLogger("gpualign.controller")
+
+
+class Watcher(threading.Thread):
+    """Keeps `on_sync(items)` (after each LIST) and `on_event(type, obj)` (after each watch event) fed."""
+
+    def __init__(self, kube: Kube, path: str, *, label_selector: str | None, metadata_only: bool,
+                 on_sync: Callable[[list[JSON]], None], on_event: Callable[[str, JSON], None],
+                 stop: threading.Event, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.kube, self.path, self.selector, self.metadata_only = kube, path, label_selector, metadata_only
+        self.on_sync, self.on_event, self.stop_event = on_sync, on_event, stop
+        self.resource_version: str | None = None
+        self.relists = 0
+        self.resumes = 0
+
+    def _list(self) -> None:
+        items: list[JSON] = []
+        params: dict[str, Any] = {"limit": 500}
+        if self.selector:
+            params["labelSelector"] = self.selector
+        accept = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+                  if self.metadata_only else "application/json")
+        while True:
+            page = self.kube.get_json(self.path, params=params, accept=accept)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                break
+            params["continue"] = token
+        self.resource_version = page["metadata"]["resourceVersion"]
+        self.relists += 1
+        self.on_sync(items)
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                if self.resource_version is None:
+                    self._list()
+                for kind, obj in self.kube.watch_raw(self.path, label_selector=self.selector,
+                                                     resource_version=self.resource_version, timeout_seconds=30,
+                                                     metadata_only=self.metadata_only):
+                    if self.stop_event.is_set():
+                        return
+                    if kind == "ERROR":
+                        log.info("%s: watch expired (%s): listing again", self.name, obj.get("message", "?"))
+                        self.resource_version = None
+                        break
+                    self.resource_version = (obj.get("metadata") or {}).get("resourceVersion",
+                                                                              self.resource_version)
+                    if kind != "BOOKMARK":
+                        self.on_event(kind, obj)
+                else:
+                    self.resumes += 1  # the server closed the watch: resume from the last resourceVersion
+                backoff = 0.5
+            except GpualignError as err:
+                log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
+                self.resumes += 1
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
+            except Exception:  # noqa: BLE001 - a watcher must never die silently
+                log.exception("%s: unexpected error; listing again", self.name)
+                self.resource_version = None
+                time.sleep(1)

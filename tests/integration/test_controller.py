@@ -1,0 +1,218 @@
+"""Controller mode against a real control plane: detection within a second, clearing, restarts, failover, the
+fleet board in a real browser, and the shipped manifests under their own (non-admin) ServiceAccount."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from gpualign.lab.processes import free_port
+from gpualign.lab.scenarios import NodeSpec
+from gpualign.lab.seed import add_node
+from tests.conftest import ROOT, run_cli, start_lab
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def clab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("controller") / "state")
+    lab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+class Controller:
+    def __init__(self, lab, *extra: str, kubeconfig: Path | None = None, identity: str = "ctl") -> None:
+        self.port = free_port()
+        self.log = open(lab.state_dir.parent / f"controller-{identity}-{self.port}.log", "w")  # noqa: SIM115
+        env = {**os.environ, **lab.env, "POD_NAME": identity}
+        if kubeconfig:
+            env["KUBECONFIG"] = str(kubeconfig)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpualign", "controller", "--ledger", f"registry://{lab.registry}/nvidia/driver",
+             "--driver-branch", "580", "--listen", f"127.0.0.1:{self.port}", "--lease-namespace",
+             "gpualign-system", *extra], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self.metric("gpualign_gpu_nodes"), timeout=30, what="controller synced")
+
+    def get(self, path: str) -> str:
+        try:
+            return httpx2.get(f"http://127.0.0.1:{self.port}{path}", timeout=2).text
+        except httpx2.HTTPError:
+            return ""
+
+    def metric(self, name: str, labels: str = "") -> float | None:
+        label_part = r"\{" + labels + r"\}" if labels else r"(\{[^}]*\})?"
+        pattern = r"(?m)^" + re.escape(name) + label_part + r" ([0-9.e+-]+)"
+        m = re.search(pattern, self.get("/metrics"))
+        return float(m.group(m.lastindex)) if m else None
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=20)
+        self.log.close()
+
+
+def events(kube, node: str, reason: str) -> list[dict]:
+    return [e for e in kube.list_raw("/api/v1/namespaces/default/events")
+            if e["involvedObject"]["name"] == node and e["reason"] == reason]
+
+
+def annotation(kube, node: str, key: str) -> str | None:
+    return (kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}).get(key)
+
+
+def new_node(lab, name: str, kernel: str) -> float:
+    kube = lab.kube()
+    started = time.monotonic()
+    add_node(kube, NodeSpec(name, kernel, "ubuntu", "22.04", driver="580.173.02"), branch="580",
+             registry=lab.registry)
+    return started
+
+
+def test_missing_image_alarm_within_a_second_then_cleared(clab):
+    kube = clab.kube()
+    ctl = Controller(clab, "--ledger-refresh", "2")
+    try:
+        assert ctl.metric("gpualign_missing_driver_images") == 0
+        t0 = new_node(clab, "gpu-late", "5.15.0-131-generic")
+        wait_for(lambda: events(kube, "gpu-late", "DriverImageMissing"), timeout=5, interval=0.02,
+                 what="DriverImageMissing event")
+        latency = time.monotonic() - t0
+        assert latency < 1.0, f"event after {latency:.2f}s"
+        assert annotation(kube, "gpu-late", "gpualign.io/driver-image-status") == "missing"
+        assert annotation(kube, "gpu-late", "gpualign.io/driver-image") == "580-5.15.0-131-generic-ubuntu22.04"
+        assert ctl.metric("gpualign_node_driver_image_missing",
+                          'node="gpu-late",tag="580-5.15.0-131-generic-ubuntu22.04"') == 1
+        assert ctl.metric("gpualign_missing_driver_images") == 1
+        for other in ("gpu-a1", "gpu-b1", "gpu-e1"):  # only that node
+            assert annotation(kube, other, "gpualign.io/driver-image-status") == "present"
+            assert not events(kube, other, "DriverImageMissing")
+
+        assert clab.cli("lab", "push-image", "580-5.15.0-131-generic-ubuntu22.04").code == 0
+        pushed = time.monotonic()
+        wait_for(lambda: annotation(kube, "gpu-late", "gpualign.io/driver-image-status") == "present", timeout=10,
+                 what="alarm cleared")
+        assert time.monotonic() - pushed < 2 + 2  # the refresh interval, plus a re-check
+        assert ctl.metric("gpualign_node_driver_image_missing", 'node="gpu-late".*') is None
+        assert ctl.metric("gpualign_missing_driver_images") == 0
+        assert events(kube, "gpu-late", "DriverImageAvailable")
+    finally:
+        ctl.stop()
+
+
+def test_api_server_restart_loses_and_repeats_no_event(clab):
+    kube = clab.kube()
+    ctl = Controller(clab, "--ledger-refresh", "2")
+    try:
+        new_node(clab, "gpu-before", "5.15.0-132-generic")
+        wait_for(lambda: events(kube, "gpu-before", "DriverImageMissing"), timeout=5, what="first event")
+        assert clab.cli("lab", "restart", "kube-apiserver", "--pause", "2").code == 0
+        new_node(clab, "gpu-after", "5.15.0-133-generic")
+        wait_for(lambda: events(kube, "gpu-after", "DriverImageMissing"), timeout=30, what="event after restart")
+        time.sleep(4)  # let any duplicate show up
+        assert len(events(kube, "gpu-before", "DriverImageMissing")) == 1
+        assert len(events(kube, "gpu-after", "DriverImageMissing")) == 1
+    finally:
+        ctl.stop()
+    # and a controller restarted from scratch does not repeat them either: the annotation is the alarm's memory
+    again = Controller(clab, "--ledger-refresh", "2")
+    try:
+        time.sleep(3)
+        assert len(events(kube, "gpu-before", "DriverImageMissing")) == 1
+    finally:
+        again.stop()
+
+
+def test_leader_failover_within_the_lease_duration(clab):
+    fast = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5", "--lease-name", "failover")
+    a = Controller(clab, *fast, identity="replica-a")
+    b = Controller(clab, *fast, identity="replica-b")
+    try:
+        wait_for(lambda: sorted([a.metric("gpualign_leader"), b.metric("gpualign_leader")]) == [0, 1],
+                 what="exactly one leader")
+        leader, standby = (a, b) if a.metric("gpualign_leader") == 1 else (b, a)
+        leader.proc.kill()  # no clean release: the standby must wait the lease out
+        killed = time.monotonic()
+        wait_for(lambda: standby.metric("gpualign_leader") == 1, timeout=10, interval=0.1, what="takeover")
+        assert time.monotonic() - killed < 4 + 1.5
+        holder = clab.kube().get("/apis/coordination.k8s.io/v1/namespaces/gpualign-system/leases/failover")
+        assert holder["spec"]["holderIdentity"] == ("replica-b" if standby is b else "replica-a")
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_fleet_board_shows_a_blocked_node_in_a_browser(clab):
+    kube = clab.kube()
+    kube.patch("/api/v1/nodes/gpu-b1", {"metadata": {
+        "labels": {"nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"},
+        "annotations": {"gpualign.io/upgrade-blocker": "eviction of ml/trainer-0 refused by PDB ml/trainer-pdb: "
+                                                       "2 healthy, 2 required, 0 disruptions allowed",
+                        "gpualign.io/upgrade-blocked-since": "2026-11-29T06:00:00Z"}}})
+    ctl = Controller(clab)
+    try:
+        wait_for(lambda: "refused by PDB" in ctl.get("/api/fleet"), what="blocker in the fleet view")
+        ARTIFACTS.mkdir(exist_ok=True)
+        shot = ARTIFACTS / "fleet-board.png"
+        shot.unlink(missing_ok=True)
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 f"--user-data-dir={clab.state_dir.parent / 'chromium'}"]
+        url = f"http://127.0.0.1:{ctl.port}/"
+        dom = subprocess.run(["chromium", *flags, "--dump-dom", url], capture_output=True, text=True, timeout=60)
+        assert "Blocked upgrades" in dom.stdout
+        assert "gpu-b1" in dom.stdout and "refused by PDB ml/trainer-pdb" in dom.stdout
+        assert "pod-deletion-required" in dom.stdout
+        subprocess.run(["chromium", *flags, "--window-size=1280,1000", f"--screenshot={shot}", url],
+                       capture_output=True, timeout=60)
+        assert shot.exists() and shot.stat().st_size > 10_000
+    finally:
+        ctl.stop()
+        kube.patch("/api/v1/nodes/gpu-b1", {"metadata": {
+            "labels": {"nvidia.com/gpu-driver-upgrade-state": None},
+            "annotations": {"gpualign.io/upgrade-blocker": None, "gpualign.io/upgrade-blocked-since": None}}})
+
+
+def test_shipped_manifests_apply_and_the_controller_works_as_its_serviceaccount(clab, tmp_path):
+    kubectl = [str(clab.bin_dir / "kubectl"), "--kubeconfig", str(clab.kubeconfig)]
+    base = str(ROOT / "deploy" / "base")
+    dry = subprocess.run([*kubectl, "apply", "--dry-run=server", "-k", base], capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stderr
+    applied = subprocess.run([*kubectl, "apply", "-k", base], capture_output=True, text=True)
+    assert applied.returncode == 0, applied.stderr
+    token = subprocess.run([*kubectl, "create", "token", "gpualign-controller", "-n", "gpualign-system"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    sa_config = tmp_path / "sa-kubeconfig"
+    sa_config.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n"
+        f"    server: {clab.apiserver}\n    certificate-authority: {clab.state_dir / 'pki' / 'ca.crt'}\n"
+        f"users:\n- name: sa\n  user:\n    token: {token}\n"
+        "contexts:\n- name: sa\n  context: {cluster: lab, user: sa}\ncurrent-context: sa\n")
+    ctl = Controller(clab, "--ledger-refresh", "2", "--lease-name", "sa-test", kubeconfig=sa_config,
+                     identity="sa-replica")
+    try:
+        kube = clab.kube()
+        new_node(clab, "gpu-sa", "5.15.0-134-generic")
+        wait_for(lambda: events(kube, "gpu-sa", "DriverImageMissing"), timeout=10, what="event as the SA")
+        assert annotation(kube, "gpu-sa", "gpualign.io/driver-image-status") == "missing"
+        assert ctl.metric("gpualign_leader") == 1
+    finally:
+        ctl.stop()
+    from gpualign.kube import Kube
+
+    as_sa = Kube(str(sa_config))
+    assert as_sa.request("DELETE", "/api/v1/nodes/gpu-sa").status_code == 403
+    assert as_sa.request("GET", "/api/v1/namespaces/gpualign-system/secrets").status_code == 403
+    assert as_sa.request("GET", "/api/v1/nodes/gpu-sa").status_code == 200
