@@ -56,7 +56,9 @@ class Fleet:
     lock: threading.Lock = field(default_factory=threading.Lock)
     events_posted: int = 0
     updated: str = ""
-    published: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    published: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    node_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    pools: dict[str, JSON] = field(default_factory=dict)  # driver DaemonSets by namespace/name
 
     # -- cache updates from the watches -------------------------------------------------------------------------
     def sync_nodes(self, items: list[JSON]) -> None:
@@ -106,8 +108,40 @@ class Fleet:
                 self.pods[node] = DriverPod.from_pod(pod)
         self.queue.put(node)
 
+    def sync_pools(self, items: list[JSON]) -> None:
+        with self.lock:
+            self.pools = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in items}
+        for name in list(self.nodes):
+            self.queue.put(name)
+
+    def pool_event(self, kind: str, ds: JSON) -> None:
+        key = f"{ds['metadata']['namespace']}/{ds['metadata']['name']}"
+        with self.lock:
+            old = self.pools.pop(key, None) if kind == "DELETED" else self.pools.get(key)
+            if kind != "DELETED":
+                self.pools[key] = ds
+        template = lambda d: ((d or {}).get("spec") or {}).get("template")  # noqa: E731
+        if kind == "DELETED" or template(old) != template(ds):  # status-only updates change nothing here
+            for name in list(self.nodes):
+                self.queue.put(name)
+
+    def _pool_branch(self, facts: NodeFacts) -> str | None:
+        """The branch the node's driver DaemonSet deploys: known before its pod exists (a brand-new node)."""
+        with self.lock:
+            pools = list(self.pools.values())
+        for ds in pools:
+            template = (ds.get("spec") or {}).get("template") or {}
+            selector = (template.get("spec") or {}).get("nodeSelector") or {}
+            if selector and all(facts.labels.get(k) == v for k, v in selector.items()):
+                image = ((template.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
+                tag = image.rsplit("/", 1)[-1].partition(":")[2]
+                head = tag.split("-", 1)[0].split(".")[0]
+                return head if head.isdigit() else None
+        return None
+
     def _forget(self, name: str) -> None:
         self.published.pop(name, None)
+        self.node_locks.pop(name, None)
         old = self.findings.pop(name, None)
         if old and old["status"] == MISSING:
             self.on_missing(name, old["tag"], None)
@@ -124,13 +158,25 @@ class Fleet:
 
     # -- the check ----------------------------------------------------------------------------------------------
     def check(self, name: str) -> None:
+        """Re-check one node. Several workers run checks; one node is never checked by two at once."""
+        with self.lock:
+            node_lock = self.node_locks.setdefault(name, threading.Lock())
+        with node_lock:
+            self._check(name)
+
+    def _check(self, name: str) -> None:
         started = time.perf_counter()
         with self.lock:
             facts = self.nodes.get(name)
             pod = self.pods.get(name)
         if facts is None:
             return
-        result = audit([facts], self.ledger, self.rules, self.policy, repository=self.repository,
+        policy = self.policy
+        if not policy.branch_for(facts.labels) and pod is None:
+            hint = self._pool_branch(facts)
+            if hint:
+                policy = BranchPolicy(default=hint)
+        result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                        pods={name: pod} if pod else {})
         finding = result.findings[0].as_dict()
         finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
@@ -148,12 +194,16 @@ class Fleet:
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def _publish(self, facts: NodeFacts, finding: JSON) -> None:
-        """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes."""
-        status, tag = finding["status"], finding["tag"]
+        """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes.
+
+        Only a missing image is written down; a healthy node carries no annotation, so a 5,000-node fleet costs
+        no writes at start-up."""
+        status = MISSING if finding["status"] == MISSING else None
+        tag = finding["tag"] if status else None
         ann = facts.annotations
         # What this process last wrote, else what the node says (a restarted or newly elected controller).
         last = self.published.get(facts.name) or (ann.get(STATUS_ANNOTATION), ann.get(IMAGE_ANNOTATION))
-        if last == (status, tag or None):
+        if last == (status, tag):
             return
         was_missing = last[0] == MISSING
         try:
@@ -168,7 +218,7 @@ class Fleet:
                 self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is now in the ledger",
                                 warning=False)
                 self.events_posted += 1
-            self.published[facts.name] = (status, tag or None)
+            self.published[facts.name] = (status, tag)
         except GpualignError as err:
             log.warning("node %s: %s", facts.name, err.message)
             self.queue.put(facts.name)  # try again: the alarm must not be lost
@@ -185,9 +235,10 @@ class Fleet:
                 log.exception("checking node %s", name)
 
     # -- views --------------------------------------------------------------------------------------------------
-    def view(self, leader: bool) -> dict[str, Any]:
+    def view(self, leader: bool, *, with_nodes: bool = True) -> dict[str, Any]:
+        """The fleet for the board (with_nodes) or for a metrics scrape (counts only, cheap at 5,000 nodes)."""
         with self.lock:
-            findings = [dict(f) for f in self.findings.values()]
+            findings = list(self.findings.values())
             facts = dict(self.nodes)
         missing: dict[str, list[str]] = {}
         for f in findings:
@@ -201,6 +252,9 @@ class Fleet:
             reason = nf.annotations.get(S.BLOCKER)
             if reason:
                 blocked.append((name, reason, since(nf.annotations.get(S.BLOCKED_SINCE))))
+        if not with_nodes:
+            return {"nodes": facts, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
+                    "leader": 1 if leader else 0}
         nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
                          "status": f["status"], "pod_state": f["pod_state"],
                          "upgrade_state": facts[f["name"]].labels.get(S.STATE_LABEL) if f["name"] in facts else None}

@@ -36,6 +36,7 @@ class Options:
     lease_seconds: float = 15.0
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
+    workers: int = 8
 
 
 def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger], opts: Options,
@@ -56,7 +57,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
                                retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
         fleet.is_leader = lambda: elector.leader  # type: ignore[union-attr]
     is_leader = fleet.is_leader
-    metrics = Metrics(lambda: fleet.view(is_leader()))
+    metrics = Metrics(lambda: fleet.view(is_leader(), with_nodes=False))
     fleet.on_checked = metrics.check_duration.observe
 
     def on_missing(node: str, old: str | None, new: str | None) -> None:
@@ -80,12 +81,16 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
         Watcher(kube, "/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}",
                 metadata_only=False, on_sync=fleet.sync_pods, on_event=fleet.pod_event, stop=stop,
                 name="watch-driver-pods"),
+        Watcher(kube, "/apis/apps/v1/daemonsets",
+                label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}", metadata_only=False,
+                on_sync=fleet.sync_pools, on_event=fleet.pool_event, stop=stop, name="watch-driver-daemonsets"),
     ]
     for w in watchers:
         w.start()
     if elector:
         elector.start()
-    threading.Thread(target=fleet.worker, args=(stop,), name="check", daemon=True).start()
+    for i in range(opts.workers):  # writes are round trips: a burst of new nodes is alarmed in parallel
+        threading.Thread(target=fleet.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
 
     def refresher() -> None:
         while not stop.wait(opts.ledger_refresh):

@@ -69,6 +69,8 @@ class Watcher(threading.Thread):
                     self.resumes += 1  # the server closed the watch: resume from the last resourceVersion
                 backoff = 0.5
             except GpualignError as err:
+                if "HTTP 410" in err.message:  # the resourceVersion is too old: list again
+                    self.resource_version = None
                 log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
                 self.resumes += 1
                 self.stop_event.wait(backoff)
