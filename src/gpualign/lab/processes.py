@@ -28,15 +28,20 @@ class Proc:
     started: float
     address: str = ""
     argv: list[str] | None = None
+    boot_ticks: int | None = None  # /proc/<pid>/stat starttime: with the pid, names this process uniquely
 
     def alive(self) -> bool:
-        """True if the pid is ours: running, and still the executable we started (pids are reused)."""
+        """True if the pid is still the very process we started: pids are reused, so the kernel's start time and
+        the executable must both match. Nothing else is ever signalled."""
         try:
             cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
             stat = Path(f"/proc/{self.pid}/stat").read_text()
         except OSError:
             return False
-        if stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        fields = stat.rsplit(")", 1)[-1].split()
+        if fields[0] == "Z":
+            return False
+        if self.boot_ticks is not None and int(fields[19]) != self.boot_ticks:
             return False
         return os.path.basename(cmdline[0].decode(errors="replace")) == os.path.basename(self.exe)
 
@@ -79,7 +84,14 @@ def start(name: str, argv: list[str], log: Path, *, env: dict[str, str] | None =
         except OSError as err:
             raise LabError(f"{name}: cannot start {argv[0]}: {err.strerror}") from None
     return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address,
-                argv=list(argv))
+                argv=list(argv), boot_ticks=_start_ticks(popen.pid))
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
