@@ -192,3 +192,15 @@ def test_added_node_gets_ready_and_its_driver_pod_and_sim_follows_the_registry(l
     assert (labels[L.DRIVER_LEGACY["major"]], labels[L.DRIVER_LEGACY["minor"]], labels[L.DRIVER_LEGACY["rev"]]) \
         == ("580", "173", "02")
     kube.delete(f"/api/v1/nodes/{node}")
+
+
+def test_lab_up_is_idempotent(lab):
+    from gpualign.lab.cluster import LabState
+
+    before = {n: p.pid for n, p in LabState.load(lab.state_dir).procs.items()}
+    res = lab.cli("lab", "up")
+    assert res.code == 0, res.err
+    assert "lab already running" in res.err
+    assert {n: p.pid for n, p in LabState.load(lab.state_dir).procs.items()} == before
+    status = lab.cli("lab", "status")
+    assert status.code == 0 and status.out.count("running") == len(before)

@@ -5,9 +5,12 @@ Checked afterwards against the cluster and the API server's audit log (the lab's
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import signal
+import socket
+import subprocess
 
 import pytest
 
@@ -119,5 +122,56 @@ def test_an_api_server_restart_mid_walk_is_survived(tmp_path):
         states = {n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state")
                   for n in lab.kube().nodes(f"{L.GPU_PRESENT}=true")}
         assert states == {"upgrade-done"}
+    finally:
+        run_cli("lab", "down", env=lab.env)
+
+
+def test_a_second_walk_refuses_while_another_holds_the_lock(rlab):
+    from gpualign.upgrade.lock import hold
+
+    ledger = f"registry://{rlab.registry}/nvidia/driver"
+    kube = rlab.kube()
+    with hold(kube, "kube-system"):  # a live walk (this test process) holds the lock
+        second = rlab.cli("upgrade", "--ledger", ledger, "--yes")
+        assert second.code == 1, second.err
+        assert "another gpualign upgrade is running (gpualign-upgrade@" in second.err
+        assert "refusing to run two walks at once" in second.err
+    # a holder killed on this host (its pid is gone) is taken over at once
+    gone = _dead_pid()
+    kube.patch("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpualign-upgrade",
+               {"spec": {"holderIdentity": f"gpualign-upgrade@{socket.gethostname()}/{gone}",
+                         "renewTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}})
+    after = rlab.cli("upgrade", "--ledger", ledger, "--yes")
+    assert after.code == 0, after.err
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_refusing_pdb_fails_the_node_after_the_timeout_with_the_reason_kept(tmp_path):
+    lab = start_lab(tmp_path / "state")
+    try:
+        ledger = f"registry://{lab.registry}/nvidia/driver"
+        for pool in POOLS:
+            assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
+        kube = lab.kube()
+        node = wait_for(lambda: next((p["spec"].get("nodeName") for p in kube.pods("ml", label_selector="app=trainer")
+                                      if p["spec"].get("nodeName")), None), what="a trainer pod placed")
+        res = lab.cli("upgrade", "--to-branch", "595", "--ledger", ledger, "--yes", "-l",
+                      f"kubernetes.io/hostname={node}", "--eviction-timeout", "6", timeout=120)
+        assert res.code == 1
+        obj = kube.get(f"/api/v1/nodes/{node}")
+        assert obj["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
+        reason = obj["metadata"]["annotations"]["gpualign.io/upgrade-blocker"]
+        assert reason.startswith("pod deletion timed out after 6s: eviction of ml/trainer-")
+        assert "refused by PDB ml/trainer-pdb: 2 healthy, 2 required, 0 disruptions allowed" in reason
+        assert f"{node} (upgrade-failed): pod deletion timed out after 6s" in res.out
+        why = lab.cli("why", node)
+        assert f"{node} is in upgrade-failed" in why.out
+        assert "pod deletion timed out after 6s" in why.out
+        assert "nvidia.com/gpu-driver-upgrade-state=upgrade-required --overwrite" in why.out
     finally:
         run_cli("lab", "down", env=lab.env)

@@ -119,6 +119,8 @@ def upgrade(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds (0: never)")] = 0.0,
+    lock_namespace: Annotated[str, typer.Option(
+        help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -165,11 +167,14 @@ def upgrade(
             if not sys.stdin.isatty():
                 raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
             typer.confirm("start the upgrade?", abort=True)
-        if sys.stderr.isatty():
-            outcome = _walk_live(kube, selector, pol, available, rule_set, branch, timeout)
-        else:
-            outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
-                           report=_reporter, timeout=timeout)
+        from gpualign.upgrade.lock import hold
+
+        with hold(kube, lock_namespace):
+            if sys.stderr.isatty():
+                outcome = _walk_live(kube, selector, pol, available, rule_set, branch, timeout)
+            else:
+                outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
+                               report=_reporter, timeout=timeout)
     finally:
         kube.close()
     counts: dict[str, int] = {}

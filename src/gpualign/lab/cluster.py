@@ -167,16 +167,27 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             state.save()
             return proc
 
-        etcd_url = f"http://127.0.0.1:{ports['etcd-client']}"
-        peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
         progress("starting etcd")
-        proc = launch("etcd", [
-            bins["etcd"], "--name", "lab", "--data-dir", str(state_dir / "etcd"),
-            "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-            "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-            "--initial-cluster", f"lab={peer_url}", "--unsafe-no-fsync", "--log-level", "warn",
-        ], etcd_url)
-        processes.wait_until(proc, _http_ok(f"{etcd_url}/health"), timeout=30, what="healthy")
+        for attempt in (1, 2):
+            etcd_url = f"http://127.0.0.1:{ports['etcd-client']}"
+            peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
+            proc = launch("etcd", [
+                bins["etcd"], "--name", "lab", "--data-dir", str(state_dir / "etcd"),
+                "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+                "--initial-cluster", f"lab={peer_url}", "--unsafe-no-fsync", "--log-level", "info",
+            ], etcd_url)
+            try:
+                processes.wait_until(proc, _http_ok(f"{etcd_url}/health"), timeout=30, what="healthy")
+                break
+            except LabError as err:
+                # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept
+                # (appended to), and one fresh attempt on new ports is made before giving up.
+                if attempt == 2 or proc.alive() or not err.message.startswith("etcd exited at start"):
+                    raise
+                progress(f"etcd exited at start (log: {proc.log}); retrying once on new ports")
+                shutil.rmtree(state_dir / "etcd", ignore_errors=True)
+                ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
 
         progress("starting kube-apiserver")
         proc = launch("kube-apiserver", [
