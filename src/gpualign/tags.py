@@ -36,6 +36,8 @@ def _read_yaml(path: Path | None, text: str | None = None) -> Any:
         return YAML(typ="safe").load(text if text is not None else path.read_text())  # type: ignore[union-attr]
     except OSError as err:
         raise BadInput(f"{path}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text") from None
     except YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)

@@ -42,6 +42,9 @@ def root(
 
 
 def _register() -> None:
+    if _state.get("registered"):
+        return
+    _state["registered"] = True
     from gpualign.cli import check, controller, cuda, lab, upgrade
 
     app.add_typer(lab.app, name="lab")
@@ -51,10 +54,10 @@ def _register() -> None:
     controller.register(app)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        result = app(standalone_mode=False)
+        result = app(args=argv, standalone_mode=False)
     except GpualignError as err:
         print(f"gpualign: error: {err.message}", file=sys.stderr)
         if err.detail:
@@ -68,12 +71,14 @@ def main() -> None:
     except KeyboardInterrupt:
         print("gpualign: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as err:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(err, click.ClickException):
-            err.show()
-            sys.exit(err.exit_code)
+    except typer.TyperException as err:  # usage errors (typer's own click) carry their exit code, 2
+        show = getattr(err, "show", None)
+        if callable(show):
+            show()
+        else:
+            print(f"gpualign: error: {err}", file=sys.stderr)
+        sys.exit(getattr(err, "exit_code", 2))
+    except Exception as err:
         if _state["debug"]:
             raise
         print(f"gpualign: internal error: {err.__class__.__name__}: {err} (rerun with --debug for a traceback)",
