@@ -73,6 +73,7 @@ def controller(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("controller")(controller)
+    app.command("controller", short_help="Watch the fleet continuously: alarm (Event, annotation, metric) when a "
+                                         "node needs a driver image the ledger lacks.")(controller)
 
 

@@ -275,6 +275,8 @@ def why(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("upgrade")(upgrade)
-    app.command("status")(status)
-    app.command("why")(why)
+    app.command("upgrade", short_help="Walk the driver upgrade node by node, PDB-aware and resumable: image ensured "
+                                      "→ cordon → evict → restart → validate → uncordon.")(upgrade)
+    app.command("status", short_help="Where every GPU node is in the upgrade, for how long, and what blocks it.")(
+        status)
+    app.command("why", short_help="Explain in plain words why a node is where it is in the upgrade.")(why)
