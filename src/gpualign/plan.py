@@ -7,8 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpualign import labels as L
 from gpualign.branches import BranchPolicy
-from gpualign.facts import NodeFacts
+from gpualign.facts import NodeFacts, node_facts
 from gpualign.ledger.sources import Ledger
 from gpualign.tags import Rules, required_image
 
@@ -56,15 +57,15 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
     info: dict[str, tuple[str, str, str, bool]] = {}
     unknown: list[tuple[str, str]] = []
     for facts in sorted(nodes, key=lambda n: n.name):
-        changed = dataclasses.replace(
-            facts,
-            kernel=change.kernel or facts.kernel,
-            os_id=change.os_id or facts.os_id,
-            os_version=change.os_version or facts.os_version,
-            problems=tuple(p for p in facts.problems
-                           if not (change.kernel and "kernel" in p)
-                           and not (change.os_id and "os" in p.lower()) and "driver label" not in p),
-        )
+        # The node as it will be: its labels with the change applied, read by the same code as today's.
+        labels = dict(facts.labels)
+        if change.kernel:
+            labels[L.KERNEL] = change.kernel
+        if change.os_id and change.os_version:
+            labels[L.OS_ID], labels[L.OS_VERSION] = change.os_id, change.os_version
+        for key in (L.DRIVER_CURRENT_FULL, *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values()):
+            labels.pop(key, None)  # the loaded driver is about to change: its labels say nothing of the new image
+        changed = node_facts({"metadata": {"name": facts.name, "labels": labels}})
         branch = change.branch or policy.branch_for(facts.labels) or (facts.driver.branch if facts.driver else None)
         req = required_image(changed, branch, rules)
         if req.tag is None:

@@ -111,10 +111,12 @@ def _tls_client(state: LabState, user: str = "admin") -> httpx2.Client:
     return httpx2.Client(verify=ctx, timeout=2.0)
 
 
+_PLAIN = httpx2.Client(timeout=2.0, verify=False)  # one client for every plain probe, not one per poll
+
+
 def _http_ok(url: str, client: httpx2.Client | None = None) -> Callable[[], bool]:
     def probe() -> bool:
-        c = client or httpx2.Client(timeout=2.0, verify=False)
-        return c.get(url).status_code == 200
+        return (client or _PLAIN).get(url).status_code == 200
 
     return probe
 
