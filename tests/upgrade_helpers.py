@@ -10,6 +10,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+# Lines `gpualign upgrade` prints as a node crosses each state boundary, in walk order.
+BOUNDARIES = ["→ cordon-required", "→ wait-for-jobs-required", "→ pod-deletion-required", "evicted ",
+              "→ pod-restart-required", "restarting driver pod", "→ validation-required", "→ uncordon-required",
+              "→ upgrade-done"]
+
 
 @dataclass
 class UpgradeProcess:

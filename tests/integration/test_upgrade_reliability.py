@@ -18,15 +18,12 @@ from gpualign import labels as L
 from gpualign.kube import Conflict
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
-from tests.upgrade_helpers import UpgradeProcess
+from tests.upgrade_helpers import BOUNDARIES, UpgradeProcess
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
          "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
-BOUNDARIES = ["→ cordon-required", "→ wait-for-jobs-required", "→ pod-deletion-required", "evicted ml/",
-              "→ pod-restart-required", "restarting driver pod", "→ validation-required", "→ uncordon-required",
-              "→ upgrade-done"]
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ real node would:
 - the pod's image tag exists in the lab registry: the pod becomes Running/Ready, and the node's GFD driver labels
   change to the DRIVER_VERSION in that image's config ("the new driver is loaded");
 - it does not: the container waits in ImagePullBackOff, and the pull is retried every few seconds.
+A pod annotated driver-sim.gpualign.io/load-delay (seconds, or a Go-style "2s"/"500ms") stays Pending that long
+before the driver counts as loaded, to model the minutes a real driver container takes to load its module.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import datetime as dt
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +28,26 @@ from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
 
 SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
 RETRY_SECONDS = 2.0
+LOAD_DELAY = "driver-sim.gpualign.io/load-delay"
 log = logging.getLogger("driver-sim")
 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def load_delay(pod: dict[str, Any]) -> float:
+    """The pod's simulated driver load time in seconds (0 when absent or unreadable)."""
+    text = str(((pod.get("metadata") or {}).get("annotations") or {}).get(LOAD_DELAY, "")).strip()
+    scale = 1.0
+    if text.endswith("ms"):
+        text, scale = text[:-2], 0.001
+    elif text.endswith("s"):
+        text = text[:-1]
+    try:
+        return max(0.0, float(text) * scale)
+    except ValueError:
+        return 0.0
 
 
 def split_image(image: str) -> tuple[str, str, str]:
@@ -48,6 +66,7 @@ class Simulator:
         self.kube = kube
         self.registry = registry
         self.decided: dict[str, tuple[str, float]] = {}  # pod uid+image -> (outcome, when)
+        self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
 
     def lookup(self, image: str) -> tuple[str | None, str]:
         """(driver version, '') when pullable from the lab registry, else (None, why)."""
@@ -97,6 +116,15 @@ class Simulator:
                 log.info("%s/%s on %s: ImagePullBackOff (%s)", ns, name, node, why)
             self.decided[key] = ("backoff", time.monotonic())
             return
+        delay = load_delay(pod)
+        if delay:
+            if key not in self.loading:  # the module starts "loading": look again once, when it is done
+                self.loading[key] = time.monotonic()
+                timer = threading.Timer(delay + 0.01, self._loaded, args=(key, pod))
+                timer.daemon = True
+                timer.start()
+            if time.monotonic() - self.loading[key] < delay:
+                return
         status = {"phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
@@ -110,6 +138,10 @@ class Simulator:
         self._patch(path, status)
         log.info("%s/%s on %s: Ready, driver %s loaded", ns, name, node, version or "?")
         self.decided[key] = ("ready", time.monotonic())
+
+    def _loaded(self, key: str, pod: dict[str, Any]) -> None:
+        if key in self.loading:  # not deleted meanwhile
+            self.handle(pod)
 
     def _patch(self, path: str, status: dict[str, Any]) -> None:
         try:
@@ -142,6 +174,7 @@ class Simulator:
                     if kind == "DELETED":
                         pods.pop(uid, None)
                         self.decided = {k: v for k, v in self.decided.items() if not k.startswith(uid)}
+                        self.loading = {k: v for k, v in self.loading.items() if not k.startswith(uid)}
                         continue
                     pods[uid] = obj
                     self.handle(obj)

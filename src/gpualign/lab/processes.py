@@ -15,6 +15,7 @@ from pathlib import Path
 from gpualign.errors import LabError
 
 LOG_TAIL = 8
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # processes started by this very process, by pid
 
 
 @dataclass
@@ -32,7 +33,14 @@ class Proc:
 
     def alive(self) -> bool:
         """True if the pid is still the very process we started: pids are reused, so the kernel's start time and
-        the executable must both match. Nothing else is ever signalled."""
+        the executable must both match. Nothing else is ever signalled.
+
+        A process this Python process started is asked directly (waitpid), which cannot be fooled; /proc is read
+        only for processes an earlier command started (`lab up` exits, `lab down` comes later).
+        """
+        child = _CHILDREN.get(self.pid)
+        if child is not None:
+            return child.poll() is None
         try:
             cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
             stat = Path(f"/proc/{self.pid}/stat").read_text()
@@ -83,6 +91,7 @@ def start(name: str, argv: list[str], log: Path, *, env: dict[str, str] | None =
                                      start_new_session=True, env=env, close_fds=True)
         except OSError as err:
             raise LabError(f"{name}: cannot start {argv[0]}: {err.strerror}") from None
+    _CHILDREN[popen.pid] = popen
     return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address,
                 argv=list(argv), boot_ticks=_start_ticks(popen.pid))
 
@@ -113,6 +122,10 @@ def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: s
 
 
 def _reap(pid: int) -> None:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        child.poll()
+        return
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
 

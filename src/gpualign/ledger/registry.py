@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ MANIFEST_TYPES = ", ".join([
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
 DEFAULT_MAX_PAGES = 100
+MAX_BODY = 16 << 20  # bytes: a tag page of 1,000 tags is ~50 KB, a manifest or config a few KB
 PAGE_SIZE = 1000
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
@@ -136,9 +138,9 @@ class RegistryClient:
             params["service"] = challenge["service"]
         auth = httpx2.BasicAuth(*self.credentials) if self.credentials else None
         try:
-            resp = self.http.get(realm, params=params, auth=auth)
-        except httpx2.HTTPError as err:
-            raise Unreachable(f"{self.ref.host}: token service unreachable: {err.__class__.__name__}") from None
+            resp = self._bounded("GET", str(httpx2.URL(realm, params=params)), {}, None, auth=auth)
+        except (httpx2.InvalidURL, UnicodeError, ValueError):
+            raise Unreachable(f"{self.ref.host}: Bearer challenge names an unusable realm") from None
         if resp.status_code in (401, 403):
             raise Unreachable(f"{self.ref.host}: token service refused "
                               f"{'the configured credentials' if self.credentials else 'anonymous access'} "
@@ -161,12 +163,7 @@ class RegistryClient:
         if scope in self._tokens:
             hdrs["Authorization"] = self._tokens[scope]
         for attempt in range(2):
-            try:
-                resp = self.http.request(method, url, headers=hdrs, content=content)
-            except httpx2.TimeoutException:
-                raise Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s") from None
-            except httpx2.HTTPError as err:
-                raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}") from None
+            resp = self._bounded(method, url, hdrs, content)
             if resp.status_code != 401 or attempt == 1:
                 break
             kind, challenge = _parse_challenge(resp.headers.get("WWW-Authenticate", ""))
@@ -181,6 +178,37 @@ class RegistryClient:
         if resp.status_code == 401:
             raise Unreachable(f"registry {self.ref.host} refused access to {self.ref.repo} (HTTP 401)")
         return resp
+
+    def _bounded(self, method: str, url: str, headers: dict[str, str], content: bytes | None,
+                 auth: httpx2.Auth | None = None) -> httpx2.Response:
+        """One HTTP exchange within a whole-request deadline (self.timeout) and MAX_BODY bytes.
+
+        httpx's own timeouts bound each read, so a server dripping a byte at a time would hold us forever, and a
+        huge body would be read into memory whole; both are cut here, with one line saying which.
+        """
+        deadline = time.monotonic() + self.timeout
+        where = urlsplit(url).path
+        try:
+            with self.http.stream(method, url, headers=headers, content=content,
+                                  **({"auth": auth} if auth else {})) as resp:
+                body = bytearray()
+                for chunk in resp.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BODY:
+                        raise Unreachable(f"registry {self.ref.host}: response to {where} is larger than "
+                                          f"{MAX_BODY >> 20} MiB; refusing it")
+                    if time.monotonic() > deadline:
+                        raise Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s "
+                                          f"(response to {where} still arriving)")
+        except httpx2.TimeoutException:
+            raise Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s") from None
+        except httpx2.RemoteProtocolError:
+            raise Unreachable(f"registry {self.ref.host}: response to {where} was cut short") from None
+        except httpx2.HTTPError as err:
+            raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}") from None
+        plain = [(k, v) for k, v in resp.headers.raw
+                 if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
+        return httpx2.Response(resp.status_code, headers=plain, content=bytes(body), request=resp.request)
 
     # -- reads --------------------------------------------------------------------------------------------------
     def tags(self, repo: str | None = None) -> list[str]:

@@ -16,7 +16,7 @@ from gpualign.upgrade.executor import Executor
 from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
 
-PASS_INTERVAL = 1.0
+PASS_INTERVAL = 1.0  # between passes that moved nothing; a pass that moved a node is followed at once
 OUTAGE_TOLERANCE = 180.0  # seconds of API-server outage a walk rides out before giving up
 
 
@@ -96,4 +96,5 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
             return Outcome({n: s.view.state for n, s in snap.nodes.items()},
                            {n: f"--timeout {timeout:.0f}s reached in {s.view.state}" for n, s in snap.nodes.items()
                             if s.view.state != S.DONE}, passes, time.monotonic() - started)
-        time.sleep(PASS_INTERVAL)
+        if executor.transitions == before:
+            time.sleep(PASS_INTERVAL)  # nothing moved: wait for the cluster; after a move, read again at once

@@ -1,0 +1,91 @@
+"""Benchmark: what the lab costs — a cold build of its binaries, a warm `lab up`, and creating N kwok nodes.
+
+- cold build (only with --cold-build; about 15 minutes of both cores): `gpualign lab build --force` into a scratch
+  bin dir with an empty GOCACHE, so every package compiles; the Go module cache is left warm (downloads are
+  network-bound and are timed separately by a first `lab build` on a fresh machine);
+- warm `lab up --scenario empty` and `lab up` (default scenario), --repeat times each, with `lab down` between;
+- N nodes created through the API server (16 concurrent POSTs), then until kwok has made every one Ready.
+
+    .venv/bin/python bench/bench_lab.py --nodes 5000 --repeat 3 [--cold-build]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lab_helpers import GPUALIGN, bench_lab, create_nodes, median  # noqa: E402
+
+from gpualign.lab.scenarios import NodeSpec  # noqa: E402
+
+KERNELS = ["5.15.0-124-generic", "5.15.0-125-generic", "6.8.0-48-generic", "6.8.0-1015-aws", "6.8.0-1017-azure"]
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def ready_count(kube) -> int:  # noqa: ANN001
+    nodes = kube.get_json("/api/v1/nodes", params={"labelSelector": "gpualign.io/bench=lab"})["items"]
+    return sum(1 for n in nodes if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                       for c in (n.get("status") or {}).get("conditions") or []))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--cold-build", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/lab.json"))
+    args = ap.parse_args()
+    result: dict[str, object] = {}
+
+    if args.cold_build:
+        scratch = Path(tempfile.mkdtemp(prefix="gpualign-cold-"))
+        env = dict(os.environ, GOCACHE=str(scratch / "gocache"))
+        t = timed([*GPUALIGN, "lab", "build", "--bin-dir", str(scratch / "bin"), "--force"], env)
+        result["cold_build_s"] = round(t, 1)
+        print(f"cold build (empty GOCACHE, warm module cache): {t / 60:.1f} min", flush=True)
+        subprocess.run(["rm", "-rf", str(scratch)], check=False)
+
+    for scenario in ("empty", "default"):
+        times = []
+        for _ in range(args.repeat):
+            state = tempfile.mkdtemp(prefix="gpualign-labup-")
+            env = dict(os.environ, GPUALIGN_LAB_DIR=state)
+            times.append(timed([*GPUALIGN, "lab", "up", "--scenario", scenario], env))
+            subprocess.run([*GPUALIGN, "lab", "down"], env=env, check=True, capture_output=True)
+        result[f"lab_up_{scenario}_s"] = {"median": round(median(times), 2), "runs": [round(t, 2) for t in times]}
+        runs = ", ".join(f"{t:.1f}" for t in times)
+        print(f"warm lab up --scenario {scenario}: median {median(times):.1f}s ({runs})", flush=True)
+
+    with bench_lab("lab") as lab:
+        specs = [NodeSpec(f"lab-{i:05d}", KERNELS[i % len(KERNELS)], "ubuntu", "22.04", driver="580.173.02",
+                          labels={"gpualign.io/bench": "lab"}) for i in range(args.nodes)]
+        t0 = time.perf_counter()
+        create_nodes(lab.kube, specs)
+        created = time.perf_counter() - t0
+        while ready_count(lab.kube) < args.nodes:
+            time.sleep(1)
+        ready = time.perf_counter() - t0
+        result["nodes"] = {"count": args.nodes, "created_s": round(created, 1), "all_ready_s": round(ready, 1)}
+        print(f"{args.nodes} nodes: created in {created:.1f}s ({args.nodes / created:.0f}/s), all Ready after "
+              f"{ready:.1f}s", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

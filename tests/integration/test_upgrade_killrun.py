@@ -1,0 +1,146 @@
+"""Twenty GPU nodes, PDB-guarded workloads, two admin cordons: the upgrade is SIGKILLed at every state boundary and
+at random points, restarted each time, and finally run to the end. A recorder watching every node, PDB and pod
+change checks the invariants afterwards (issue: reliability):
+- no PDB's healthy count went below its minimum;
+- no node cordoned before the run was ever uncordoned, and none is left cordoned that was not before;
+- every pod that disappeared had been evicted (and gpualign never deleted a pod);
+- never more nodes in the walk at once than maxParallelUpgrades.
+The random kill points come from a seed printed on failure (GPUALIGN_KILL_SEED reproduces a run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+
+from gpualign import labels as L
+from gpualign.lab.scenarios import NodeSpec
+from gpualign.lab.seed import add_node, driver_version_for
+from tests.conftest import run_cli, start_lab
+from tests.helpers import pod_ready, wait_for
+from tests.recorder import Recorder
+from tests.upgrade_helpers import BOUNDARIES, UpgradeProcess
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
+         "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
+MAX_PARALLEL = 3
+RANDOM_KILLS = 6
+
+
+def serve_workload() -> list[dict]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "serve"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "serve"},
+         "spec": {"replicas": 12, "selector": {"matchLabels": {"app": "llm"}},
+                  "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {
+                      "nodeSelector": {L.GPU_PRESENT: "true"},
+                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                     "whenUnsatisfiable": "ScheduleAnyway",
+                                                     "labelSelector": {"matchLabels": {"app": "llm"}}}],
+                      "containers": [{"name": "llm", "image": "nvcr.io/nvidia/tritonserver:25.01-py3",
+                                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+         "metadata": {"name": "llm-pdb", "namespace": "serve"},
+         "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "llm"}}}},
+    ]
+
+
+def all_pods_ready(kube) -> bool:
+    pods = [p for ns in ("ml", "serve") for p in kube.pods(ns)]
+    return bool(pods) and all(pod_ready(p) or (p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    lab = start_lab(tmp_path / "state")
+    try:
+        kube = lab.kube()
+        for pool in POOLS:
+            assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
+        for i in range(14):
+            add_node(kube, NodeSpec(f"gpu-k{i:02d}", "5.15.0-124-generic", "ubuntu", "22.04",
+                                    driver=driver_version_for("580")), branch="580", registry=lab.registry)
+        kube.patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 1}})
+        for obj in serve_workload():
+            kube.apply(obj)
+        wait_for(lambda: len(kube.nodes(f"{L.GPU_PRESENT}=true")) == 20, what="20 GPU nodes")
+        wait_for(lambda: all_pods_ready(kube), timeout=120, what="workloads Ready")
+        yield lab
+    finally:
+        run_cli("lab", "down", env=lab.env)
+
+
+def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tmp_path):
+    lab = fleet
+    kube = lab.kube()
+    seed = int(os.environ.get("GPUALIGN_KILL_SEED") or time.time())
+    rng = random.Random(seed)
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    args = ("--to-branch", "595", "--ledger", ledger, "--max-parallel", str(MAX_PARALLEL))
+    admin_cordoned = {"gpu-d1", "gpu-k07"}
+    for name in admin_cordoned:
+        assert lab.kubectl("cordon", name).returncode == 0
+    gpu_nodes = {n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true")}
+    assert len(gpu_nodes) == 20
+    audit_mark = (lab.state_dir / "logs" / "audit.log").stat().st_size
+    recorder = Recorder(lab.kube()).start()
+    kills: list[str] = []
+    try:
+        for boundary in BOUNDARIES:  # one kill right after each kind of boundary ...
+            walk = UpgradeProcess.start(lab.env, *args)
+            try:
+                walk.wait_line(boundary, timeout=120)
+            except AssertionError:
+                if walk.proc.poll() == 0:
+                    break
+                raise
+            os.kill(walk.proc.pid, signal.SIGKILL)
+            walk.finish(timeout=10)
+            kills.append(f"after {boundary!r}")
+        for _ in range(RANDOM_KILLS):  # ... and at random moments, wherever the walk happens to be
+            delay = rng.uniform(0.5, 6.0)
+            walk = UpgradeProcess.start(lab.env, *args)
+            time.sleep(delay)
+            if walk.proc.poll() is not None:
+                break
+            os.kill(walk.proc.pid, signal.SIGKILL)
+            walk.finish(timeout=10)
+            kills.append(f"at +{delay:.2f}s ({walk.lines[-1] if walk.lines else 'no output yet'})")
+        final = UpgradeProcess.start(lab.env, *args)
+        code = final.finish(timeout=600)
+    finally:
+        recorder.stop()
+    context = f"seed {seed}; kills: {kills}; recorder errors: {recorder.errors}"
+    assert code == 0, f"{context}\n{final.output}"
+    assert len(kills) >= 12, context
+
+    nodes = {n["metadata"]["name"]: n for n in kube.nodes(f"{L.GPU_PRESENT}=true")}
+    assert {n["metadata"]["labels"].get(L.DRIVER_CURRENT_FULL) for n in nodes.values()} == \
+        {driver_version_for("595")}, context
+    assert {n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") for n in nodes.values()} == \
+        {"upgrade-done"}, context
+
+    assert recorder.pdb_breaches() == [], context
+    assert recorder.uncordons_of(admin_cordoned) == [], context
+    assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == admin_cordoned, context
+    assert recorder.most_walking_at_once() <= MAX_PARALLEL, context
+
+    entries = [json.loads(line) for line in
+               (lab.state_dir / "logs" / "audit.log").read_bytes()[audit_mark:].decode().splitlines() if line]
+    ours = [e for e in entries if e.get("userAgent", "").startswith("gpualign-upgrade/")
+            and e.get("stage") == "ResponseComplete"]
+    assert [e for e in ours if e["objectRef"].get("resource") == "pods" and not e["objectRef"].get("subresource")
+            and e["verb"] in ("delete", "deletecollection")] == [], context
+    evicted = {f"{e['objectRef']['namespace']}/{e['objectRef']['name']}" for e in ours
+               if e["objectRef"].get("subresource") == "eviction" and e["responseStatus"]["code"] in (200, 201)}
+    deleted = recorder.deleted_pods()
+    assert deleted, context
+    assert deleted <= evicted, f"removed without an eviction: {sorted(deleted - evicted)}; {context}"
+    assert not [g for g in gpu_nodes if g not in nodes], context
