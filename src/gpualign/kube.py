@@ -195,13 +195,16 @@ class Kube:
 
     # -- watches ------------------------------------------------------------------------------------------------
     def watch_raw(self, path: str, *, label_selector: str | None = None, resource_version: str | None = None,
-                  timeout_seconds: int = 60, metadata_only: bool = False) -> Iterator[tuple[str, JSON]]:
+                  timeout_seconds: int = 60, metadata_only: bool = False,
+                  field_selector: str | None = None) -> Iterator[tuple[str, JSON]]:
         """One watch request: yields (type, object) until the server closes it. An ERROR event (410 Gone after
         compaction, for one) is yielded as is: the caller lists again."""
         params: dict[str, Any] = {"watch": "true", "timeoutSeconds": timeout_seconds,
                                   "allowWatchBookmarks": "true"}
         if label_selector:
             params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
         if resource_version:
             params["resourceVersion"] = resource_version
         headers = {"Accept": METADATA_ONLY.replace("PartialObjectMetadataList", "PartialObjectMetadata")

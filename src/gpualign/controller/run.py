@@ -15,11 +15,11 @@ from gpualign.controller.fleet import Fleet
 from gpualign.controller.leader import LeaseElector
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
-from gpualign.controller.watch import Watcher
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.tags import Rules
+from gpualign.watch import Watcher
 
 log = logging.getLogger("gpualign.controller")
 

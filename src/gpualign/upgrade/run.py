@@ -15,8 +15,9 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import Executor
 from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
+from gpualign.upgrade.waker import Waker
 
-PASS_INTERVAL = 1.0  # between passes that moved nothing; a pass that moved a node is followed at once
+PASS_INTERVAL = 1.0  # the longest wait between passes; a watched change or a node that moved ends it sooner
 OUTAGE_TOLERANCE = 180.0  # seconds of API-server outage a walk rides out before giving up
 
 
@@ -57,6 +58,17 @@ def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]
 def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
          to_branch: str | None, report: Callable[[str, str], None], timeout: float = 0.0,
          on_pass: Callable[[Snapshot], None] = lambda _snap: None) -> Outcome:
+    waker = Waker(kube, selector).start()
+    try:
+        return _walk(kube, selector, policy, ledger=ledger, rules=rules, to_branch=to_branch, report=report,
+                     timeout=timeout, on_pass=on_pass, waker=waker)
+    finally:
+        waker.close()
+
+
+def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
+          to_branch: str | None, report: Callable[[str, str], None], timeout: float,
+          on_pass: Callable[[Snapshot], None], waker: Waker) -> Outcome:
     started = time.monotonic()
     executor = Executor(kube, policy, report)
     passes = 0
@@ -78,6 +90,7 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
             time.sleep(2.0)
             continue
         on_pass(snap)
+        waker.follow({n: s.view.state or "" for n, s in snap.nodes.items() if s.view.state in S.IN_PROGRESS})
         if outage_since is not None:
             report("api-server", f"reachable again after {time.monotonic() - outage_since:.0f}s")
             outage_since = None
@@ -97,4 +110,4 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
                            {n: f"--timeout {timeout:.0f}s reached in {s.view.state}" for n, s in snap.nodes.items()
                             if s.view.state != S.DONE}, passes, time.monotonic() - started)
         if executor.transitions == before:
-            time.sleep(PASS_INTERVAL)  # nothing moved: wait for the cluster; after a move, read again at once
+            waker.wait(PASS_INTERVAL)  # nothing moved: until the cluster changes; after a move, read again at once

@@ -20,9 +20,11 @@ class Watcher(threading.Thread):
 
     def __init__(self, kube: Kube, path: str, *, label_selector: str | None, metadata_only: bool,
                  on_sync: Callable[[list[JSON]], None], on_event: Callable[[str, JSON], None],
-                 stop: threading.Event, name: str) -> None:
+                 stop: threading.Event, name: str, field_selector: str | None = None,
+                 logger: logging.Logger = log, timeout_seconds: int = 30) -> None:
         super().__init__(name=name, daemon=True)
         self.kube, self.path, self.selector, self.metadata_only = kube, path, label_selector, metadata_only
+        self.field_selector, self.log, self.timeout_seconds = field_selector, logger, timeout_seconds
         self.on_sync, self.on_event, self.stop_event = on_sync, on_event, stop
         self.resource_version: str | None = None
         self.relists = 0
@@ -33,6 +35,8 @@ class Watcher(threading.Thread):
         params: dict[str, Any] = {"limit": 500}
         if self.selector:
             params["labelSelector"] = self.selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
         accept = ("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
                   if self.metadata_only else "application/json")
         while True:
@@ -53,12 +57,14 @@ class Watcher(threading.Thread):
                 if self.resource_version is None:
                     self._list()
                 for kind, obj in self.kube.watch_raw(self.path, label_selector=self.selector,
-                                                     resource_version=self.resource_version, timeout_seconds=30,
+                                                     field_selector=self.field_selector,
+                                                     resource_version=self.resource_version,
+                                                     timeout_seconds=self.timeout_seconds,
                                                      metadata_only=self.metadata_only):
                     if self.stop_event.is_set():
                         return
                     if kind == "ERROR":
-                        log.info("%s: watch expired (%s): listing again", self.name, obj.get("message", "?"))
+                        self.log.info("%s: watch expired (%s): listing again", self.name, obj.get("message", "?"))
                         self.resource_version = None
                         break
                     self.resource_version = (obj.get("metadata") or {}).get("resourceVersion",
@@ -71,11 +77,11 @@ class Watcher(threading.Thread):
             except GpualignError as err:
                 if "HTTP 410" in err.message:  # the resourceVersion is too old: list again
                     self.resource_version = None
-                log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
+                self.log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
                 self.resumes += 1
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
             except Exception:  # noqa: BLE001 - a watcher must never die silently
-                log.exception("%s: unexpected error; listing again", self.name)
+                self.log.exception("%s: unexpected error; listing again", self.name)
                 self.resource_version = None
                 time.sleep(1)
