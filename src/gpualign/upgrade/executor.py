@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,8 @@ from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
 JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
+NODE_WORKERS = 8  # nodes handled at once within a pass
+HOLDS_TOLD = ("image missing", "skipped")  # holds that are named on the node; other holds are only waits
 
 
 def now_iso() -> str:
@@ -50,6 +53,7 @@ class Executor:
     report: Callable[[str, str], None] = lambda _node, _msg: None
     last_attempt: dict[str, float] = field(default_factory=dict)
     transitions: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     # -- writes -------------------------------------------------------------------------------------------------
     def move(self, ns: NodeState, state: str, *, annotations: dict[str, str | None] | None = None,
@@ -63,9 +67,14 @@ class Executor:
         if unschedulable is not None:
             patch["spec"] = {"unschedulable": unschedulable}
         self.kube.patch(f"/api/v1/nodes/{ns.name}", patch)
-        self.transitions += 1
+        with self._lock:
+            self.transitions += 1
         old = ns.view.state or "(none)"
-        self.report(ns.name, f"{old} → {state}" + (f": {why}" if why else ""))
+        self.say(ns.name, f"{old} → {state}" + (f": {why}" if why else ""))
+
+    def say(self, node: str, message: str) -> None:
+        with self._lock:  # nodes are handled on several threads; lines stay whole and in one order
+            self.report(node, message)
 
     def annotate(self, ns: NodeState, annotations: dict[str, str | None]) -> None:
         current = ns.annotations
@@ -80,20 +89,28 @@ class Executor:
         self.annotate(ns, {S.BLOCKER: message, S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
         with contextlib.suppress(GpualignError):  # an event is a courtesy; the annotation is the record
             self.kube.event(ns.node, S.EVENT_REASON, message)
-        self.report(ns.name, f"blocked: {message}")
+        self.say(ns.name, f"blocked: {message}")
 
     def unblock(self) -> dict[str, str | None]:
         return {S.BLOCKER: None, S.BLOCKED_SINCE: None}
 
     # -- the pass -----------------------------------------------------------------------------------------------
     def run_pass(self, snap: Snapshot) -> list[Action]:
+        """Apply each node's action; nodes are independent, so up to NODE_WORKERS of them at once (a node's own
+        steps stay in order: one action per node per pass)."""
         actions = plan([n.view for n in snap.nodes.values()], self.policy)
-        for action in actions:
-            ns = snap.nodes[action.node]
-            try:
-                self.apply(action, ns)
-            except Conflict:
-                continue  # the node changed under us: the next pass reads it fresh
+
+        def one(action: Action) -> None:
+            with contextlib.suppress(Conflict):  # the node changed under us: the next pass reads it fresh
+                self.apply(action, snap.nodes[action.node])
+
+        work = [a for a in actions if a.kind != "hold" or a.reason.startswith(HOLDS_TOLD)]
+        if len(work) <= 1:
+            for action in work:
+                one(action)
+        else:
+            with ThreadPoolExecutor(min(NODE_WORKERS, len(work))) as pool:
+                list(pool.map(one, work))  # re-raises the first error (an outage) once all have run
         return actions
 
     def apply(self, action: Action, ns: NodeState) -> None:
@@ -102,7 +119,7 @@ class Executor:
         elif action.kind == "mark-done":
             self.move(ns, S.DONE, why=action.reason)
         elif action.kind == "hold":
-            if action.reason.startswith(("image missing", "skipped")):
+            if action.reason.startswith(HOLDS_TOLD):
                 self.block(ns, action.reason)
         elif action.kind == "start":
             self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag})
@@ -166,7 +183,7 @@ class Executor:
         refused = []
         for pod, status, message in results:
             if status in (200, 201, 404):
-                self.report(ns.name, f"evicted {P.name(pod)}")
+                self.say(ns.name, f"evicted {P.name(pod)}")
             else:
                 refused.append((pod, message or f"HTTP {status}"))
         return refused
@@ -223,7 +240,7 @@ class Executor:
         if pod is not None:
             res = self.kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
             if res.evicted:
-                self.report(ns.name, f"restarting driver pod {P.name(pod)} (evicted; its DaemonSet is OnDelete)")
+                self.say(ns.name, f"restarting driver pod {P.name(pod)} (evicted; its DaemonSet is OnDelete)")
             else:
                 self.block(ns, f"eviction of driver pod {P.name(pod)} refused: {res.message}")
         elif since(ns.annotations.get(S.RESTART_START)) > self.policy.validation.timeout_seconds:
