@@ -95,17 +95,26 @@ def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: 
           flush=True)
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat: everything in the lab shares these cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
 def one_walk(lab: BenchLab, n: int, parallel: int, branch: str, work: Path) -> dict[str, object]:
     policy = work / f"policy-{parallel}.yaml"
     policy.write_text(f"maxParallelUpgrades: {parallel}\nmaxUnavailable: 100%\n")
     audit_mark = lab.audit_mark()
     server_before = lab.server_requests()
+    cpu_before = machine_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(["/usr/bin/time", "-f", "peak-rss-kib %M", *GPUALIGN, "upgrade", "--yes",
                            "-l", "gpualign.io/bench=upgrade", "--to-branch", branch,
                            "--ledger", f"registry://{lab.state.registry}/nvidia/driver", "--policy", str(policy)],
                           env=lab.env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    busy, total = (a - b for a, b in zip(machine_cpu(), cpu_before, strict=True))
     if proc.returncode != 0:
         raise RuntimeError(f"upgrade exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     rss_kib = int(proc.stderr.strip().splitlines()[-1].split()[-1])
@@ -114,6 +123,7 @@ def one_walk(lab: BenchLab, n: int, parallel: int, branch: str, work: Path) -> d
     everyone = {k: server_after[k] - server_before.get(k, 0) for k in server_after
                 if server_after[k] - server_before.get(k, 0) > 0}
     return {"wall_s": round(wall, 2), "peak_rss_mib": round(rss_kib / 1024, 1),
+            "machine_cpu_busy": round(busy / total, 3),
             "gpualign_requests": dict(sorted(ours.items())),
             "gpualign_requests_per_node": {k: round(v / n, 2) for k, v in sorted(ours.items())},
             "all_clients_requests": dict(sorted(everyone.items()))}
@@ -146,7 +156,8 @@ def main() -> int:
                 per_node = row["gpualign_requests_per_node"]
                 total = sum(per_node.values())  # type: ignore[union-attr]
                 print(f"{n} nodes, maxParallel {parallel:>2}: wall {row['wall_s']:.1f}s, floor {floor:.1f}s "
-                      f"({row['wall_over_floor']}x), RSS {row['peak_rss_mib']} MiB; "
+                      f"({row['wall_over_floor']}x), RSS {row['peak_rss_mib']} MiB, machine CPU busy "
+                      f"{row['machine_cpu_busy']:.0%}; "
                       f"gpualign requests/node {total:.1f}: "
                       + ", ".join(f"{k} {v}" for k, v in per_node.items()), flush=True)  # type: ignore[union-attr]
                 want = n * args.pods_per_node
