@@ -57,8 +57,11 @@ class BenchLab:
                 ref = entry.get("objectRef") or {}
                 what = ref.get("resource", "?") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
                 verb = entry["verb"]
-                if verb == "list" and "watch=true" in entry.get("requestURI", ""):
+                uri = entry.get("requestURI", "")
+                if verb == "list" and "watch=true" in uri:
                     verb = "watch"
+                if "fieldSelector=spec.nodeName" in uri:
+                    what += " (one node)"
                 counts[f"{verb} {what}"] += 1
         return counts
 

@@ -77,6 +77,7 @@ def fleet(tmp_path):
         run_cli("lab", "down", env=lab.env)
 
 
+@pytest.mark.timeout(900)  # fifteen kills and restarts, then a whole 20-node walk
 def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tmp_path):
     lab = fleet
     kube = lab.kube()
@@ -127,10 +128,11 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
     assert {n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") for n in nodes.values()} == \
         {"upgrade-done"}, context
 
+    assert any(c.type == "MODIFIED" for c in recorder.of("pdb")), context  # the PDBs were exercised, and seen
     assert recorder.pdb_breaches() == [], context
     assert recorder.uncordons_of(admin_cordoned) == [], context
     assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == admin_cordoned, context
-    assert recorder.most_walking_at_once() <= MAX_PARALLEL, context
+    assert 2 <= recorder.most_walking_at_once() <= MAX_PARALLEL, context  # parallel, within the limit
 
     entries = [json.loads(line) for line in
                (lab.state_dir / "logs" / "audit.log").read_bytes()[audit_mark:].decode().splitlines() if line]
