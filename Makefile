@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin test test-unit demo lint typecheck bench clean
+.PHONY: setup deps venv lab-bin test test-unit demo lint bench clean
 
 setup: deps venv lab-bin
 
@@ -32,6 +32,13 @@ test-unit: venv
 
 demo: setup
 	$(BIN)/python scripts/demo.py
+
+bench: setup  # every benchmark, each on its own lab; about an hour here. Results go to bench/results/
+	$(BIN)/python bench/bench_check.py --nodes 1000 5000 --repeat 5
+	$(BIN)/python bench/bench_drain.py --pods 100 --repeat 5
+	$(BIN)/python bench/bench_upgrade.py --nodes 50 --pods-per-node 10 --parallel 1 5 10
+	$(BIN)/python bench/bench_controller.py --nodes 5000 --single 100 --burst 500
+	$(BIN)/python bench/bench_lab.py --nodes 5000 --repeat 3
 
 lint: venv
 	$(BIN)/ruff check src tests bench scripts

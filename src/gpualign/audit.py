@@ -69,7 +69,9 @@ class Audit:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, int]:
-        count = lambda s: sum(1 for f in self.findings if f.status == s)  # noqa: E731
+        def count(status: str) -> int:
+            return sum(1 for f in self.findings if f.status == status)
+
         return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
                 "unknown": count(UNKNOWN), "host_managed": count(HOST),
                 "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False)}

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from gpualign import labels as L
 from gpualign import selectors
@@ -37,7 +38,7 @@ def _items(path: Path, data: Any) -> list[dict[str, Any]]:
             raise BadInput(f"{path}: item {i + 1} is not a Node object")
         if item.get("kind", "Node") != "Node":
             raise BadInput(f"{path}: item {i + 1} is a {item.get('kind')}, not a Node")
-    return items
+    return cast("list[dict[str, Any]]", items)
 
 
 def load_nodes_file(path: Path) -> list[dict[str, Any]]:

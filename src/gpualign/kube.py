@@ -83,7 +83,7 @@ class Kube:
     def _http(self) -> httpx2.Client:
         # lightkube's own configured HTTP client (TLS, auth, base URL); used for reads lightkube cannot shape,
         # such as metadata-only lists.
-        return self.client._client._client  # type: ignore[no-any-return]
+        return self.client._client._client
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json", accept: str = "application/json") -> httpx2.Response:
@@ -148,7 +148,7 @@ class Kube:
             raise BadInput(f"apply {obj.get('kind')}/{name}: {err.status.message}") from None
         except httpx2.HTTPError as err:
             raise Unreachable(f"API server {self.server} unreachable: {err}") from None
-        return result.to_dict()  # type: ignore[no-any-return]
+        return result.to_dict()  # type: ignore[no-untyped-call,no-any-return]
 
     def patch(self, path: str, patch: JSON, *, kind: str = "merge") -> JSON:
         """PATCH; a resourceVersion in a merge patch's metadata is a precondition (409 → Conflict)."""

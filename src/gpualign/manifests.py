@@ -10,8 +10,9 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import YAMLError
 
 from gpualign.cuda import DRIVER_KEYS
 from gpualign.errors import BadInput

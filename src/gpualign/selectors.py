@@ -6,6 +6,7 @@ tested against the API server's own answers in the integration tests.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,30 @@ class Selector:
         return all(req(labels) for req in self._reqs)
 
 
+def _equals(key: str, value: str, labels: Mapping[str, str]) -> bool:
+    return labels.get(key) == value
+
+
+def _differs(key: str, value: str, labels: Mapping[str, str]) -> bool:
+    return labels.get(key) != value  # a missing key differs, as the API server has it
+
+
+def _within(key: str, values: frozenset[str], labels: Mapping[str, str]) -> bool:
+    return labels.get(key) in values
+
+
+def _outside(key: str, values: frozenset[str], labels: Mapping[str, str]) -> bool:
+    return labels.get(key) not in values
+
+
+def _present(key: str, labels: Mapping[str, str]) -> bool:
+    return key in labels
+
+
+def _absent(key: str, labels: Mapping[str, str]) -> bool:
+    return key not in labels
+
+
 def parse(text: str | None) -> Selector:
     text = (text or "").strip()
     reqs: list[Callable[[Mapping[str, str]], bool]] = []
@@ -37,19 +62,16 @@ def parse(text: str | None) -> Selector:
         if neg and (op or setop):
             raise BadInput(f"label selector {text!r}: '!{key}' takes no operator")
         if op in ("=", "=="):
-            reqs.append(lambda ls, k=key, v=value: ls.get(k) == v)
+            reqs.append(functools.partial(_equals, key, value))
         elif op == "!=":
-            reqs.append(lambda ls, k=key, v=value: ls.get(k) != v)
+            reqs.append(functools.partial(_differs, key, value))
         elif setop:
             vals = frozenset(v.strip() for v in values.split(",") if v.strip())
-            if setop == "in":
-                reqs.append(lambda ls, k=key, vs=vals: ls.get(k) in vs)
-            else:
-                reqs.append(lambda ls, k=key, vs=vals: ls.get(k) not in vs)
+            reqs.append(functools.partial(_within if setop == "in" else _outside, key, vals))
         elif neg:
-            reqs.append(lambda ls, k=key: k not in ls)
+            reqs.append(functools.partial(_absent, key))
         else:
-            reqs.append(lambda ls, k=key: k in ls)
+            reqs.append(functools.partial(_present, key))
         pos = m.end()
     return Selector(text, tuple(reqs))
 

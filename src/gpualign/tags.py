@@ -9,7 +9,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML, YAMLError
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from gpualign.errors import BadInput
 from gpualign.facts import NodeFacts

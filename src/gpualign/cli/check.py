@@ -7,13 +7,18 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
 from gpualign.errors import EXIT_FINDINGS, BadInput
+
+if TYPE_CHECKING:  # imported lazily at run time: each command loads only what it uses
+    from gpualign.audit import Audit
+    from gpualign.branches import BranchPolicy
+    from gpualign.inventory import Inventory
 
 NodesFileOpt = Annotated[Path | None, typer.Option(
     "--nodes-file", help="read nodes from a `kubectl get nodes -o json` dump instead of a cluster")]
@@ -34,7 +39,7 @@ DockerConfigOpt = Annotated[Path | None, typer.Option(
     "--docker-config", help="docker config.json with registry credentials [default: $DOCKER_CONFIG or ~/.docker]")]
 
 
-def _policy(branch: str | None, policy: Path | None):  # noqa: ANN202
+def _policy(branch: str | None, policy: Path | None) -> BranchPolicy:
     from gpualign.branches import BranchPolicy, load_policy
     from gpualign.tags import normalize_branch
 
@@ -58,7 +63,7 @@ def _repository(explicit: str | None, ledgers: list[str]) -> str:
 
 
 def _inventory(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None,
-               *, with_pods: bool = True):  # noqa: ANN202
+               *, with_pods: bool = True) -> Inventory:
     from gpualign import inventory
 
     if nodes_file:
@@ -75,7 +80,7 @@ def _inventory(nodes_file: Path | None, kubeconfig: str | None, context: str | N
 STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan"}
 
 
-def _check_table(result, wide: bool) -> None:  # noqa: ANN001
+def _check_table(result: Audit, wide: bool) -> None:
     table = Table(box=None, pad_edge=False, header_style="bold")
     cols = ["NODE", "OS", "KERNEL", "BRANCH", "REQUIRED TAG", "STATUS", "DRIVER POD"]
     if wide:

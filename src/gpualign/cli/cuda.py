@@ -7,12 +7,16 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
 from gpualign.errors import EXIT_FINDINGS, BadInput
+
+if TYPE_CHECKING:  # imported lazily at run time
+    from gpualign.facts import NodeFacts
+    from gpualign.version import DriverVersion
 
 app = typer.Typer(
     help="CUDA forward-compatibility gate: a container's CUDA needs a minimum driver. Write that floor as "
@@ -37,7 +41,7 @@ LabelsOpt = Annotated[Labels, typer.Option(
                      "(nvidia.com/cuda.driver-version.*) or both (ORed; works with any GFD version)")]
 
 
-def _minimum(cuda: str | None, minor_compat: bool):  # noqa: ANN202
+def _minimum(cuda: str | None, minor_compat: bool) -> DriverVersion:
     from gpualign.cuda import minimum_driver
 
     if not cuda:
@@ -155,7 +159,8 @@ def check_cmd(
         finally:
             kube.close()
     aff = node_affinity(minimum, "both")
-    able, unable = [], []
+    able: list[NodeFacts] = []
+    unable: list[NodeFacts] = []
     for n in sorted(inv.nodes, key=lambda f: f.name):
         (able if required_matches(aff, n.labels) else unable).append(n)
     drivers = [n.driver for n in inv.nodes if n.driver]

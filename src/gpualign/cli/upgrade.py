@@ -6,7 +6,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -14,6 +14,15 @@ from rich.table import Table
 from gpualign.cli.check import DockerConfigOpt, LedgerOpt, RulesOpt
 from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
 from gpualign.errors import EXIT_FINDINGS, BadInput
+
+if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
+    from gpualign.kube import Kube
+    from gpualign.ledger.sources import Ledger
+    from gpualign.tags import Rules
+    from gpualign.upgrade.policy import UpgradePolicy
+    from gpualign.upgrade.preflight import Preflight
+    from gpualign.upgrade.run import Outcome
+    from gpualign.upgrade.snapshot import Snapshot
 
 ToBranchOpt = Annotated[str | None, typer.Option(
     "--to-branch", help="precompiled branch to move to; each node's target tag comes from its labels. Without it, "
@@ -26,22 +35,20 @@ def _reporter(node: str, message: str) -> None:
 
 
 def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable: str | None,
-            drain: bool | None, timeout: int | None, failed_frees_slot: bool):  # noqa: ANN202
+            drain: bool | None, timeout: int | None, failed_frees_slot: bool) -> UpgradePolicy:
     import dataclasses
 
     from gpualign.upgrade import policy as pol
 
     p = pol.load(policy_file) if policy_file else pol.UpgradePolicy()
-    overrides: dict[str, object] = {}
     if max_parallel is not None:
-        overrides["max_parallel_upgrades"] = max_parallel
+        p = dataclasses.replace(p, max_parallel_upgrades=max_parallel)
     if max_unavailable is not None:
         pol.from_dict({"maxUnavailable": int(max_unavailable) if max_unavailable.isdigit() else max_unavailable},
                       "--max-unavailable")
-        overrides["max_unavailable"] = max_unavailable
+        p = dataclasses.replace(p, max_unavailable=max_unavailable)
     if failed_frees_slot:
-        overrides["failed_nodes_hold_slots"] = False
-    p = dataclasses.replace(p, **overrides)
+        p = dataclasses.replace(p, failed_nodes_hold_slots=False)
     if drain is not None:
         p = dataclasses.replace(p, drain=dataclasses.replace(p.drain, enable=drain))
     if timeout is not None:
@@ -52,7 +59,7 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
     return p
 
 
-def _print_preflight(pre, snap) -> None:  # noqa: ANN001
+def _print_preflight(pre: Preflight, snap: Snapshot) -> None:
     stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
                  f"{len(pre.already_done)} already on target")
     for name in pre.upgrades:
@@ -71,7 +78,7 @@ def _print_preflight(pre, snap) -> None:  # noqa: ANN001
         stdout.print(f"  PDB {v.pdb} ({v.numbers}) protects {guarded}: {verdict}")
 
 
-def _board(snap) -> Table:  # noqa: ANN001
+def _board(snap: Snapshot) -> Table:
     """The live view: one row per node, refreshed every pass."""
     from gpualign.upgrade import states as S
     from gpualign.upgrade.report import duration, node_status
@@ -88,7 +95,8 @@ def _board(snap) -> Table:  # noqa: ANN001
     return table
 
 
-def _walk_live(kube, selector, pol, available, rule_set, branch, timeout):  # noqa: ANN001, ANN202
+def _walk_live(kube: Kube, selector: str | None, pol: UpgradePolicy, available: Ledger, rule_set: Rules,
+               branch: str | None, timeout: float) -> Outcome:
     from rich.live import Live
 
     from gpualign.cli.common import stderr
@@ -188,7 +196,8 @@ def upgrade(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig, context):  # noqa: ANN001, ANN202
+def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | None, rules: Path | None,
+              docker_config: Path | None, kubeconfig: str | None, context: str | None) -> tuple[Snapshot, bool]:
     from gpualign.kube import Kube
     from gpualign.ledger import sources
     from gpualign.tags import load_rules, normalize_branch
@@ -203,7 +212,7 @@ def _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig, con
         kube.close()
 
 
-def _status_table(data: dict) -> None:  # noqa: ANN001
+def _status_table(data: dict[str, Any]) -> None:
     from gpualign.upgrade.report import duration
 
     table = Table(box=None, pad_edge=False, header_style="bold")

@@ -120,7 +120,9 @@ class Fleet:
             old = self.pools.pop(key, None) if kind == "DELETED" else self.pools.get(key)
             if kind != "DELETED":
                 self.pools[key] = ds
-        template = lambda d: ((d or {}).get("spec") or {}).get("template")  # noqa: E731
+        def template(d: JSON | None) -> Any:
+            return ((d or {}).get("spec") or {}).get("template")
+
         if kind == "DELETED" or template(old) != template(ds):  # status-only updates change nothing here
             for name in list(self.nodes):
                 self.queue.put(name)

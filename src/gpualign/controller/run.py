@@ -55,7 +55,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
         elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, identity,
                                lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
                                retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
-        fleet.is_leader = lambda: elector.leader  # type: ignore[union-attr]
+        fleet.is_leader = lambda: elector.leader
     is_leader = fleet.is_leader
     metrics = Metrics(lambda: fleet.view(is_leader(), with_nodes=False))
     fleet.on_checked = metrics.check_duration.observe

@@ -102,7 +102,7 @@ def create(directory: Path) -> Pki:
     _write_key(pki.ca_key, ca_key)
     _write_cert(pki.ca_cert, ca)
 
-    def issue(cn: str, org: str | None, usage: ExtendedKeyUsageOID,
+    def issue(cn: str, org: str | None, usage: x509.ObjectIdentifier,
               sans: list[x509.GeneralName] | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = _key()
         builder = (

@@ -190,7 +190,7 @@ class RegistryClient:
         where = urlsplit(url).path
         try:
             with self.http.stream(method, url, headers=headers, content=content,
-                                  **({"auth": auth} if auth else {})) as resp:
+                                  auth=auth if auth is not None else httpx2.USE_CLIENT_DEFAULT) as resp:
                 body = bytearray()
                 for chunk in resp.iter_bytes():
                     body += chunk

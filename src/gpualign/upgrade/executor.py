@@ -11,7 +11,7 @@ import contextlib
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,14 +166,15 @@ class Executor:
         names = ", ".join(P.name(p) for p in running[:3]) + (" …" if len(running) > 3 else "")
         self.block(ns, f"waiting for {names} (selected by waitForCompletion {wfc.pod_selector!r})")
 
-    def _evict(self, ns: NodeState, victims: list[JSON], retry_delay: float) -> list[tuple[JSON, str]]:
+    def _evict(self, ns: NodeState, victims: list[Mapping[str, Any]],
+               retry_delay: float) -> list[tuple[Mapping[str, Any], str]]:
         """Evict concurrently (bounded); return the refusals (pod, API message). Retries wait retry_delay."""
         key = ns.name
         if time.monotonic() - self.last_attempt.get(key, 0.0) < retry_delay:
             return [(v, "") for v in victims]  # not yet: the explicit retry delay
         self.last_attempt[key] = time.monotonic()
 
-        def one(pod: JSON) -> tuple[JSON, int, str]:
+        def one(pod: Mapping[str, Any]) -> tuple[Mapping[str, Any], int, str]:
             meta = pod["metadata"]
             res = self.kube.evict(meta["namespace"], meta["name"])
             return pod, res.status, res.message
@@ -231,6 +232,7 @@ class Executor:
         in_sync = pod is not None and pool is not None and \
             (pod["metadata"].get("labels") or {}).get("controller-revision-hash") == pool.newest_hash
         if in_sync:
+            assert pod is not None
             self.move(ns, S.VALIDATION, annotations={S.RESTART_START: None, S.VALIDATION_START: now_iso()},
                       why=f"driver pod {P.name(pod)} runs {image_tag(pod['spec']['containers'][0]['image'])}")
             return

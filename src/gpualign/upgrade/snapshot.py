@@ -111,10 +111,10 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     selectors.parse(selector)
     nodes = kube.nodes(target_selector(selector))
     pods: dict[str, JSON] = {}
-    for pod in kube.pods(label_selector=DRIVER_SELECTOR):
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node and not pod["metadata"].get("deletionTimestamp"):
-            pods[node] = pod
+    for driver_pod in kube.pods(label_selector=DRIVER_SELECTOR):
+        node = (driver_pod.get("spec") or {}).get("nodeName")
+        if node and not driver_pod["metadata"].get("deletionTimestamp"):
+            pods[node] = driver_pod
     daemonsets = kube.list_raw("/apis/apps/v1/daemonsets", label_selector=DRIVER_SELECTOR)
     hashes = _newest_hashes(kube, {d["metadata"]["namespace"] for d in daemonsets})
     pools = [Pool(d, hashes.get(d["metadata"]["uid"])) for d in daemonsets]

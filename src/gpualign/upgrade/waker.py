@@ -13,6 +13,7 @@ passes, not one per pod.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -66,7 +67,7 @@ class Waker:
             self._pod_watches[node] = stop
             Watcher(self.kube, "/api/v1/pods", label_selector=None, field_selector=f"spec.nodeName={node}",
                     metadata_only=True, on_sync=lambda _items: None,
-                    on_event=lambda kind, obj, node=node: self._pod_event(node, kind, obj), stop=stop,
+                    on_event=functools.partial(self._pod_event, node), stop=stop,
                     name=f"waker-pods-{node}", logger=log, timeout_seconds=15).start()
 
     def wait(self, fallback: float) -> None:
