@@ -25,6 +25,7 @@ lab-bin: venv
 
 test: setup
 	$(BIN)/ruff check src tests bench scripts
+	$(BIN)/mypy
 	$(BIN)/pytest
 
 test-unit: venv
