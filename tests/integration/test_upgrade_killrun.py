@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,10 +76,12 @@ def fleet(tmp_path):
         wait_for(lambda: all_pods_ready(kube), timeout=120, what="workloads Ready")
         yield lab
     finally:
+        keep = Path(os.environ.get("GPUALIGN_KEEP_LOGS", tmp_path / "lab-logs"))
+        shutil.copytree(lab.state_dir / "logs", keep, dirs_exist_ok=True)  # for a post-mortem; lab down removes them
         run_cli("lab", "down", env=lab.env)
 
 
-@pytest.mark.timeout(900)  # fifteen kills and restarts, then a whole 20-node walk
+@pytest.mark.timeout(1800)  # fifteen kills and restarts (each may wait out a 2-minute PDB hold), then a full walk
 def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tmp_path):
     lab = fleet
     kube = lab.kube()
@@ -97,7 +101,9 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
         for boundary in BOUNDARIES:  # one kill right after each kind of boundary ...
             walk = UpgradeProcess.start(lab.env, *args)
             try:
-                walk.wait_line(boundary, timeout=120)
+                # 200 s: a kill mid-eviction can leave a PDB counting a pod that was never deleted as disrupted,
+                # and the API server forgets that only after 2 minutes (see RELIABILITY.md)
+                walk.wait_line(boundary, timeout=200)
             except AssertionError:
                 if walk.proc.poll() == 0:
                     break
@@ -116,6 +122,10 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
             kills.append(f"at +{delay:.2f}s ({walk.lines[-1] if walk.lines else 'no output yet'})")
         final = UpgradeProcess.start(lab.env, *args)
         code = final.finish(timeout=600)
+    except AssertionError as err:
+        pods = lab.kubectl("get", "pods", "-A", "-o", "wide", "--no-headers").stdout
+        pdbs = lab.kubectl("get", "pdb", "-A", "--no-headers").stdout
+        raise AssertionError(f"{err}\nseed {seed}; kills: {kills}\npods:\n{pods}\npdbs:\n{pdbs}") from None
     finally:
         recorder.stop()
     context = f"seed {seed}; kills: {kills}; recorder errors: {recorder.errors}"
@@ -140,9 +150,22 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
             and e.get("stage") == "ResponseComplete"]
     assert [e for e in ours if e["objectRef"].get("resource") == "pods" and not e["objectRef"].get("subresource")
             and e["verb"] in ("delete", "deletecollection")] == [], context
+    # An eviction cut off by SIGKILL may still have deleted its pod while the API server logs 504 "context
+    # canceled": any eviction that was not refused (429) or late (404) counts as the start of a removal.
     evicted = {f"{e['objectRef']['namespace']}/{e['objectRef']['name']}" for e in ours
-               if e["objectRef"].get("subresource") == "eviction" and e["responseStatus"]["code"] in (200, 201)}
+               if e["objectRef"].get("subresource") == "eviction" and e["responseStatus"]["code"] not in (404, 429)}
     deleted = recorder.deleted_pods()
     assert deleted, context
-    assert deleted <= evicted, f"removed without an eviction: {sorted(deleted - evicted)}; {context}"
+    pod_writes = [e for e in entries if e.get("stage") == "ResponseComplete"
+                  and e["objectRef"].get("resource") == "pods" and not e["objectRef"].get("subresource")]
+    # kwok plays the kubelet: it removes a pod once its deletionTimestamp is set. Nobody else deleted a pod.
+    deleters = {(e.get("userAgent", "").split("/")[0], e["objectRef"].get("name")) for e in pod_writes
+                if e["verb"] in ("delete", "deletecollection") and not e.get("userAgent", "").startswith("kwok")}
+    assert deleters == set(), f"pods deleted outside the Eviction API: {sorted(deleters)}; {context}"
+    unexplained = sorted(deleted - evicted)
+    history = [(e["requestReceivedTimestamp"][11:23], e["verb"], e["objectRef"].get("subresource"),
+                e.get("user", {}).get("username"), e.get("userAgent", "")[:30], e["responseStatus"].get("code"))
+               for e in entries if e.get("stage") == "ResponseComplete" and e["objectRef"].get("resource") == "pods"
+               and f"{e['objectRef'].get('namespace')}/{e['objectRef'].get('name')}" in unexplained]
+    assert not unexplained, f"removed without an eviction: {unexplained}; its writes: {history}; {context}"
     assert not [g for g in gpu_nodes if g not in nodes], context

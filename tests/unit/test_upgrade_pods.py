@@ -52,3 +52,16 @@ def test_label_selector_expressions():
     assert P.label_selector_matches(sel, {"app": "a"})
     assert not P.label_selector_matches(sel, {"app": "a", "tier": "x"})
     assert not P.label_selector_matches(sel, {"app": "c"})
+
+
+def test_refusal_names_a_phantom_disruption_the_pdb_still_counts():
+    victim = {"metadata": {"namespace": "ml", "name": "trainer-0", "labels": {"app": "trainer"}}}
+    pdb = {"metadata": {"namespace": "ml", "name": "trainer-pdb"},
+           "spec": {"selector": {"matchLabels": {"app": "trainer"}}},
+           "status": {"currentHealthy": 1, "desiredHealthy": 1, "disruptionsAllowed": 0,
+                      "disruptedPods": {"trainer-1": "2026-11-29T12:52:01Z", "trainer-2": "2026-11-29T12:52:03Z"}}}
+    message = P.refusal(victim, [pdb], "Cannot evict pod")
+    assert message.startswith("eviction of ml/trainer-0 refused by PDB ml/trainer-pdb: 1 healthy, 1 required, "
+                              "0 disruptions allowed; it still counts ml/trainer-1 and 1 more as disrupted since "
+                              "2026-11-29T12:52:01Z")
+    assert "forgotten after 2 minutes" in message

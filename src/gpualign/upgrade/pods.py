@@ -102,8 +102,16 @@ def name(obj: JSON) -> str:
 
 def pdb_numbers(pdb: JSON) -> str:
     st = pdb.get("status") or {}
-    return (f"{st.get('currentHealthy', '?')} healthy, {st.get('desiredHealthy', '?')} required, "
+    text = (f"{st.get('currentHealthy', '?')} healthy, {st.get('desiredHealthy', '?')} required, "
             f"{st.get('disruptionsAllowed', '?')} disruptions allowed")
+    pending = st.get("disruptedPods") or {}
+    if pending:  # evictions the API server counted but whose pods are not gone yet (or never will be)
+        ns = (pdb.get("metadata") or {}).get("namespace")
+        first = sorted(pending.items(), key=lambda kv: str(kv[1]))[0]
+        more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
+        text += (f"; it still counts {ns}/{first[0]}{more} as disrupted since {first[1]} (an eviction whose pod "
+                 f"was not deleted, e.g. a client killed mid-request, is forgotten after 2 minutes)")
+    return text
 
 
 def refusal(pod: JSON, pdbs: Iterable[JSON], api_message: str) -> str:
