@@ -10,6 +10,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+# The default lab scenario's five driver pools, as `<kernel>-<os-tag>`: push `595-<pool>` to upgrade them all.
+POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
+         "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
+
 # Lines `gpualign upgrade` prints as a node crosses each state boundary, in walk order.
 BOUNDARIES = ["→ cordon-required", "→ wait-for-jobs-required", "→ pod-deletion-required", "evicted ",
               "→ pod-restart-required", "restarting driver pod", "→ validation-required", "→ uncordon-required",

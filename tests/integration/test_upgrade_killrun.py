@@ -26,12 +26,10 @@ from gpualign.lab.seed import add_node, driver_version_for
 from tests.conftest import run_cli, start_lab
 from tests.helpers import pod_ready, wait_for
 from tests.recorder import Recorder
-from tests.upgrade_helpers import BOUNDARIES, UpgradeProcess
+from tests.upgrade_helpers import BOUNDARIES, POOLS, UpgradeProcess
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
-         "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
 MAX_PARALLEL = 3
 RANDOM_KILLS = 6
 
