@@ -28,15 +28,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lab_helpers import GPUALIGN, KUBECTL, BenchLab, bench_lab, create_nodes, median  # noqa: E402
+from lab_helpers import (  # noqa: E402
+    GPUALIGN,
+    KUBECTL,
+    BenchLab,
+    bench_lab,
+    create_nodes,
+    driver_pool,
+    median,
+    wait_until,
+)
 
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import (  # noqa: E402
-    DRIVER_NAMESPACE,
-    driver_daemonset,
     driver_version_for,
-    push_driver_image,
-    registry_client,
     wait_nodes_ready,
 )
 
@@ -72,21 +77,12 @@ def running(lab: BenchLab, app: str) -> int:
                and (p.get("spec") or {}).get("nodeName"))
 
 
-def wait_running(lab: BenchLab, app: str, want: int, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while running(lab, app) != want:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{app}: {want} pods not Running after {timeout:.0f}s")
-        time.sleep(0.5)
+def wait_running(lab: BenchLab, app: str, want: int) -> None:
+    wait_until(f"{want} {app} pods Running", lambda: running(lab, app) == want)
 
 
 def setup(lab: BenchLab, pods: int, delete_delay: float) -> None:
-    reg = registry_client(lab.state.registry)
-    for branch in ("580", "595"):
-        push_driver_image(reg, f"{branch}-{KERNEL}-ubuntu22.04", driver_version_for(branch))
-    reg.close()
-    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
-    lab.kube.apply(driver_daemonset(KERNEL, "ubuntu", "22.04", "580", lab.state.registry))
+    driver_pool(lab, KERNEL)
     create_nodes(lab.kube, [NodeSpec(n, KERNEL, "ubuntu", "22.04", driver=driver_version_for("580"), gpus=pods,
                                      labels={"gpualign.io/bench": "drain"}) for n in NODES.values()])
     wait_nodes_ready(lab.kube, list(NODES.values()))

@@ -25,31 +25,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes  # noqa: E402
+from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes, driver_pool, wait_until  # noqa: E402
 
 from gpualign import labels as L  # noqa: E402
 from gpualign.lab.driver_sim import LOAD_DELAY  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import (  # noqa: E402
-    DRIVER_NAMESPACE,
-    driver_daemonset,
     driver_version_for,
-    push_driver_image,
-    registry_client,
     wait_nodes_ready,
 )
 
 KERNEL = "5.15.0-124-generic"
 BRANCHES = ("595", "580")
 STATE = "nvidia.com/gpu-driver-upgrade-state"
-
-
-def wait(what: str, check, timeout: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def running_gpu_pods(lab: BenchLab) -> int:
@@ -64,15 +52,8 @@ def ready_driver_pods(lab: BenchLab, version: str) -> int:
 
 
 def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: float, load: float) -> None:
-    reg = registry_client(lab.state.registry)
-    for branch in BRANCHES:
-        push_driver_image(reg, f"{branch}-{KERNEL}-ubuntu22.04", driver_version_for(branch))
-    reg.close()
-    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
-    ds = driver_daemonset(KERNEL, "ubuntu", "22.04", "580", lab.state.registry)
-    ds["spec"]["template"]["metadata"]["annotations"] = {
-        LOAD_DELAY: f"{load}s", "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(driver_delay * 1000)}ms"}
-    lab.kube.apply(ds)
+    driver_pool(lab, KERNEL, annotations={
+        LOAD_DELAY: f"{load}s", "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(driver_delay * 1000)}ms"})
     specs = [NodeSpec(f"up-{i:03d}", KERNEL, "ubuntu", "22.04", driver=driver_version_for("580"), gpus=per_node,
                       labels={"gpualign.io/bench": "upgrade"}) for i in range(n)]
     t0 = time.perf_counter()
@@ -89,8 +70,8 @@ def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: 
                          "name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
     t0 = time.perf_counter()
-    wait(f"{n * per_node} GPU pods Running", lambda: running_gpu_pods(lab) == n * per_node, timeout=600)
-    wait("every node's driver loaded", lambda: ready_driver_pods(lab, driver_version_for("580")) == n)
+    wait_until(f"{n * per_node} GPU pods Running", lambda: running_gpu_pods(lab) == n * per_node, timeout=600)
+    wait_until("every node's driver loaded", lambda: ready_driver_pods(lab, driver_version_for("580")) == n)
     print(f"{n * per_node} GPU pods Running and {n} driver pods Ready in {time.perf_counter() - t0:.1f}s",
           flush=True)
 
@@ -161,7 +142,7 @@ def main() -> int:
                       f"gpualign requests/node {total:.1f}: "
                       + ", ".join(f"{k} {v}" for k, v in per_node.items()), flush=True)  # type: ignore[union-attr]
                 want = n * args.pods_per_node
-                wait("GPU pods back", lambda want=want: running_gpu_pods(lab) == want, timeout=300)
+                wait_until("GPU pods back", lambda want=want: running_gpu_pods(lab) == want, timeout=300)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"per_node_floor_s": per_node_floor, "runs": results}, indent=2) + "\n")
     print(f"results: {args.out}")

@@ -15,8 +15,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpualign.kube import Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
-from gpualign.lab.seed import node_manifest  # noqa: E402
+from gpualign.lab.seed import (  # noqa: E402
+    DRIVER_NAMESPACE,
+    driver_daemonset,
+    driver_version_for,
+    node_manifest,
+    push_driver_image,
+    registry_client,
+)
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 KUBECTL = str(versions.default_bin_dir() / "kubectl")
@@ -103,6 +111,30 @@ def create_nodes(kube: Kube, specs: list[NodeSpec], workers: int = 16) -> None:
 
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, specs))
+
+
+def driver_pool(lab: BenchLab, kernel: str, *, annotations: dict[str, str] | None = None) -> None:
+    """One Ubuntu 22.04 kernel pool on branch 580: images for 580 and 595 in the lab registry (so a walk can go
+    either way) and its OnDelete driver DaemonSet, its pods annotated as given."""
+    reg = registry_client(lab.state.registry)
+    try:
+        for branch in ("580", "595"):
+            push_driver_image(reg, f"{branch}-{kernel}-ubuntu22.04", driver_version_for(branch))
+    finally:
+        reg.close()
+    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}})
+    ds = driver_daemonset(kernel, "ubuntu", "22.04", "580", lab.state.registry)
+    if annotations:
+        ds["spec"]["template"]["metadata"]["annotations"] = dict(annotations)
+    lab.kube.apply(ds)
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.5)
 
 
 def median(values: list[float]) -> float:
