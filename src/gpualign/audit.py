@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
+from gpualign.driver_pod import DriverPod
+from gpualign.expect import Expectation, Resolver, from_flags, inferred_branch
 from gpualign.facts import NodeFacts
 from gpualign.ledger.sources import Ledger
 from gpualign.tags import RequiredImage, Rules, required_image
 
 PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
-
-
-@dataclass(frozen=True)
-class DriverPod:
-    """The driver pod seen on a node: its image tag and how it is doing (Running, ImagePullBackOff, …)."""
-
-    name: str
-    image: str
-    tag: str
-    state: str
-    ready: bool
-
-    @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> DriverPod:
-        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        containers = spec.get("containers") or [{}]
-        image = str(containers[0].get("image", ""))
-        last = image.rsplit("/", 1)[-1]
-        tag = last.split(":", 1)[1] if ":" in last else ""
-        state = str(status.get("phase") or "Unknown")
-        for cs in status.get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting")
-            if waiting and waiting.get("reason"):
-                state = str(waiting["reason"])
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return cls(f"{meta.get('namespace')}/{meta.get('name')}", image, tag, state, ready)
+MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
+__all__ = ["DriverPod", "Audit", "Finding", "audit", "branch_for"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +33,8 @@ class Finding:
     driver: str | None = None
     driver_pod: DriverPod | None = None
     pod_matches_kernel: bool | None = None
+    source: str | None = None  # where the expectation came from: clusterpolicy/NAME, nvidiadriver/NAME, flags, …
+    operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -67,55 +47,79 @@ class Audit:
     findings: tuple[Finding, ...]
     missing: tuple[tuple[str, str, tuple[str, ...]], ...]  # (tag, image, nodes)
     extra: Mapping[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, int]:
         def count(status: str) -> int:
             return sum(1 for f in self.findings if f.status == status)
 
         return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
-                "unknown": count(UNKNOWN), "host_managed": count(HOST),
+                "unknown": count(UNKNOWN), "host_managed": count(HOST), "operator_mismatch": count(MISMATCH),
                 "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False)}
 
     @property
     def clean(self) -> bool:
         s = self.summary()
-        return s["missing"] == 0 and s["unknown"] == 0 and s["pod_kernel_mismatch"] == 0
+        return s["missing"] == 0 and s["unknown"] == 0 and s["pod_kernel_mismatch"] == 0 \
+            and s["operator_mismatch"] == 0
 
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [f.as_dict() for f in self.findings],
                 "missing": [{"tag": t, "image": i, "nodes": list(n)} for t, i, n in self.missing],
-                "summary": self.summary()}
+                "summary": self.summary(), **({"warnings": list(self.warnings)} if self.warnings else {})}
 
 
 def branch_for(facts: NodeFacts, policy: BranchPolicy, pod: DriverPod | None) -> str | None:
     """--driver-branch / policy first; else the branch the node's driver pod is deployed with; else the loaded one."""
-    chosen = policy.branch_for(facts.labels)
-    if chosen:
-        return chosen
-    if pod and pod.tag and pod.tag.split("-", 1)[0].isdigit():
-        return pod.tag.split("-", 1)[0].split(".")[0]
-    return facts.driver.branch if facts.driver else None
+    return policy.branch_for(facts.labels) or inferred_branch(facts, pod)
 
 
-def audit(nodes: Iterable[NodeFacts], ledger: Ledger, rules: Rules, policy: BranchPolicy, *,
-          repository: str, pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True,
-          driver_version: str | None = None) -> Audit:
-    """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown)."""
+def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: bool) -> bool:
+    """Whether an image's tag names this node's kernel (precompiled) and OS tag: a version difference is an upgrade
+    in waiting, not a mismatch."""
+    tag = image.rsplit("/", 1)[-1].partition(":")[2]
+    suffix = f"-{kernel}-{ostag}" if precompiled else f"-{ostag}"
+    return tag.endswith(suffix)
+
+
+def audit(nodes: Iterable[NodeFacts], ledger: Ledger | Callable[[str], Ledger], rules: Rules,
+          policy: BranchPolicy | None = None, *, repository: str | None = None,
+          pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
+          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
+          warnings: Iterable[str] = ()) -> Audit:
+    """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
+    expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
+    ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
+    given when the operator's configuration was read (operator_image and the mismatch check then apply)."""
+    resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
+                                   driver_version=driver_version)
+    ledger_for = ledger if callable(ledger) else (lambda _repo: ledger)
+    operator_mode = planned is not None
     findings: list[Finding] = []
+    absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)
     for facts in sorted((n for n in nodes if n.gpu), key=lambda n: n.name):
         pod = pods.get(facts.name) if pods is not None else None
         driver = str(facts.driver) if facts.driver else None
-        if facts.host_driver or (pods is not None and pod is None and facts.labels.get(L.DEPLOY_DRIVER) != "true"):
-            why = "the GPU Operator's driver-deploy label is false" if facts.host_driver else "no driver pod"
+        exp: Expectation = resolve(facts, pod)
+        if facts.host_driver or exp.host_managed or \
+                (pods is not None and pod is None and facts.labels.get(L.DEPLOY_DRIVER) != "true"):
+            why = exp.host_managed or ("the GPU Operator's driver-deploy label is false" if facts.host_driver
+                                       else "no driver pod")
             findings.append(Finding(facts.name, facts.kernel, None, None, None, None, HOST, False,
                                     f"driver installed on the host ({why}; driver {driver or 'unknown'}): "
-                                    "version management there rests with the team", driver, None))
+                                    "version management there rests with the team", driver, None,
+                                    source=exp.origin))
             continue
-        req: RequiredImage = required_image(facts, branch_for(facts, policy, pod), rules, precompiled=precompiled,
-                                            driver_version=driver_version)
-        if req.tag is None:
+        if exp.problem:
+            req = RequiredImage(facts.name, None, None, facts.kernel, exp.branch, False, exp.problem)
+        else:
+            req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled,
+                                 driver_version=exp.driver_version)
+        image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None
+        in_ledger = bool(req.tag and image and ledger_for(exp.repository or "").has(req.tag))
+        if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason
-        elif ledger.has(req.tag):
+        elif in_ledger:
             status, reason = PRESENT, req.reason
         else:
             status = MISSING
@@ -123,15 +127,31 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger, rules: Rules, policy: Bran
                 ("" if req.published else f" ({req.reason})")
         matches = None
         if pod is not None and facts.kernel:
-            matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not precompiled
+            matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not exp.precompiled
             if not matches:
                 reason += f"; driver pod {pod.name} runs {pod.tag or pod.image}, built for another kernel"
-        findings.append(Finding(
-            facts.name, facts.kernel, req.os_tag, req.branch, req.tag,
-            f"{repository}:{req.tag}" if req.tag else None, status, req.published, reason, driver, pod, matches))
-    groups: dict[str, list[str]] = {}
-    for f in findings:
-        if f.status == MISSING and f.tag:
-            groups.setdefault(f.tag, []).append(f.name)
-    missing = tuple((t, f"{repository}:{t}", tuple(n)) for t, n in sorted(groups.items()))
-    return Audit(tuple(findings), missing)
+        operator_image = None
+        if operator_mode:
+            plan = (planned or {}).get(facts.name)
+            operator_image = pod.image if pod is not None else (plan[1] if plan else None)
+            if image and operator_image and not _built_for(operator_image, facts.kernel, req.os_tag,
+                                                           exp.precompiled):
+                status = MISMATCH
+                reason = (f"the operator {'runs' if pod is not None else 'would deploy'} {operator_image} here, "
+                          f"but this node ({req.os_tag}, kernel {facts.kernel}) needs {image}"
+                          + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
+                             "objects per OS pool" if exp.one_os_tag else "")
+                          + ("" if in_ledger else f"; {req.tag} is also missing from the ledger"))
+            elif image and pod is not None and plan and plan[1] and \
+                    not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
+                reason += f"; its DaemonSet {plan[0]} now names {plan[1]}: the next restart would deploy that"
+        finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
+                          reason, driver, pod, matches, exp.origin, operator_image)
+        findings.append(finding)
+        if image and not in_ledger and status in (MISSING, MISMATCH):
+            absent.append(finding)
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for f in absent:
+        groups.setdefault(f.image or "", (f.tag or "", []))[1].append(f.name)
+    missing = tuple((t, i, tuple(n)) for i, (t, n) in sorted(groups.items()))
+    return Audit(tuple(findings), missing, warnings=tuple(warnings))

@@ -11,10 +11,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from gpualign import labels as L
-from gpualign import selectors
-from gpualign.audit import DriverPod
+from gpualign import operator_config, selectors
+from gpualign.driver_pod import DriverPod
 from gpualign.errors import BadInput
 from gpualign.facts import NodeFacts, node_facts
+from gpualign.operator_config import OperatorConfig
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,62 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True) -> 
             if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 pods[node] = DriverPod.from_pod(pod)
     return Inventory(tuple(node_facts(n) for n in nodes), pods, kube.server)
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    """The GPU Operator's driver configuration as read from a cluster, and what its DaemonSets would deploy."""
+
+    config: OperatorConfig | None
+    planned: dict[str, tuple[str, str]]  # node -> (namespace/DaemonSet, driver image) the operator deploys next
+    notes: tuple[str, ...]  # why something could not be read (RBAC, an unknown version): said on stderr and in JSON
+
+
+def _read_crs(kube: Any, group_path: str, plural: str, kind: str) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """(items, None); (None, None) when the cluster does not serve them; (None, why) when it will not let us."""
+    resp = kube.request("GET", f"{group_path}/{plural}")
+    if resp.status_code == 200:
+        return list(resp.json().get("items") or []), None
+    if resp.status_code in (401, 403):
+        return None, (f"not allowed to read {kind} objects ({plural}.nvidia.com: HTTP {resp.status_code}): "
+                      "expectations come from flags")
+    if resp.status_code == 404:
+        group = kube.request("GET", "/apis/nvidia.com")
+        if group.status_code == 200:
+            served = [v.get("groupVersion") for v in group.json().get("versions") or []]
+            wanted = group_path.removeprefix("/apis/")
+            if served and wanted not in served:
+                return None, (f"the cluster serves {kind} as {', '.join(map(str, served))}, not {wanted}, which "
+                              "gpualign reads: expectations come from flags")
+        return None, None
+    return None, f"reading {kind} objects: HTTP {resp.status_code}: expectations come from flags"
+
+
+def operator_view(kube: Any, nodes: tuple[NodeFacts, ...]) -> OperatorView:
+    """ClusterPolicy, NVIDIADrivers (when the ClusterPolicy hands the driver to them) and the operator's driver
+    DaemonSets. A cluster without the operator's CRDs gives an empty view; one that forbids reading them, a note."""
+    cps, note = _read_crs(kube, "/apis/nvidia.com/v1", "clusterpolicies", "ClusterPolicy")
+    if cps is None:
+        return OperatorView(None, {}, (note,) if note else ())
+    node_labels = [(n.name, n.labels) for n in nodes]
+    config = operator_config.read(cps, [], node_labels)
+    notes: list[str] = []
+    if config is not None and config.nvidiadriver_mode:
+        nds, note = _read_crs(kube, "/apis/nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver")
+        if nds is None:
+            return OperatorView(None, {}, (note or "the ClusterPolicy hands the driver to NVIDIADriver objects, "
+                                           "but the cluster serves none: expectations come from flags",))
+        config = operator_config.read(cps, nds, node_labels)
+    planned: dict[str, tuple[str, str]] = {}
+    resp = kube.request("GET", "/apis/apps/v1/daemonsets",
+                        params={"labelSelector": f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"})
+    if resp.status_code == 200:
+        daemonsets = resp.json().get("items") or []
+        for n in nodes:
+            found = operator_config.daemonset_image(n.labels, daemonsets)
+            if found:
+                planned[n.name] = found
+    else:
+        notes.append(f"not allowed to read the operator's driver DaemonSets (HTTP {resp.status_code}): the image "
+                     "it would deploy is known only where its pod runs")
+    return OperatorView(config, planned, tuple(notes))

@@ -150,6 +150,16 @@ class Kube:
             raise Unreachable(f"API server {self.server} unreachable: {err}") from None
         return result.to_dict()  # type: ignore[no-untyped-call,no-any-return]
 
+    def apply_at(self, path: str, obj: JSON) -> JSON:
+        """Server-side apply of any object, custom resources included, at its named path
+        (e.g. /apis/nvidia.com/v1/clusterpolicies/cluster-policy)."""
+        resp = self.request("PATCH", path, body=obj, content_type="application/apply-patch+yaml",
+                            params={"fieldManager": self.field_manager, "force": "true"})
+        if resp.status_code >= 400:
+            raise BadInput(f"apply {obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}: "
+                           f"HTTP {resp.status_code}: {_status_message(resp)}")
+        return resp.json()  # type: ignore[no-any-return]
+
     def patch(self, path: str, patch: JSON, *, kind: str = "merge") -> JSON:
         """PATCH; a resourceVersion in a merge patch's metadata is a precondition (409 → Conflict)."""
         ctype = {"merge": "application/merge-patch+json", "strategic": "application/strategic-merge-patch+json",

@@ -1,6 +1,7 @@
 """The label, annotation and value names gpualign reads and writes, in one place."""
 
 GPU_PRESENT = "nvidia.com/gpu.present"
+PCI_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"  # NFD: an NVIDIA PCI device; the operator keys on it
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"

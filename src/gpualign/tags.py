@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,50 @@ class Rules:
     branches: Mapping[str, str]
     default_branch: str
     source: str = field(default="built-in", compare=False)
+    eras: tuple[OsTagEra, ...] = field(default=(), compare=False)
+    operator_version: str | None = field(default=None, compare=False)  # whose OS-tag rules these are, if chosen
+
+
+@dataclass(frozen=True)
+class OsTagEra:
+    """How the operator named OS tags from one version (or main-branch commit date) on."""
+
+    since: tuple[int, int, int] | None
+    since_main: str  # YYYY-MM-DD
+    major_version_only: frozenset[str]
+
+
+_RELEASE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)")
+_PSEUDO = re.compile(r"v\d+\.\d+\.\d+-(?:0\.)?(\d{4})(\d{2})(\d{2})\d{6}-[0-9a-f]{12}")
+
+
+def _eras(raw: Any) -> tuple[OsTagEra, ...]:
+    eras = []
+    for item in raw or []:
+        m = _RELEASE.fullmatch(str(item["since"])) if item.get("since") else None
+        eras.append(OsTagEra(tuple(int(x) for x in m.groups()) if m else None,  # type: ignore[arg-type]
+                             str(item["since_main"]), frozenset(str(x) for x in item["major_version_only"])))
+    return tuple(eras)
+
+
+def for_operator(rules: Rules, version: str | None) -> tuple[Rules, str | None]:
+    """The rules as the given operator version names OS tags, and a note when the version cannot be placed
+    (the newest rules then apply). A release (v25.10.1) or a main pseudo-version (v0.0.0-20250917190837-d73a…)."""
+    if not version or not rules.eras:
+        return rules, None
+    pseudo = _PSEUDO.fullmatch(version)
+    release = _RELEASE.fullmatch(version)
+    era = None
+    if pseudo:
+        date = "-".join(pseudo.groups())
+        era = next((e for e in rules.eras if e.since_main <= date), None)
+    elif release:
+        number = tuple(int(x) for x in release.groups())
+        era = next((e for e in rules.eras if e.since is not None and e.since <= number), None)
+    if era is None:
+        return rules, (f"operator version {version!r} is neither a release (vX.Y.Z) nor a Go pseudo-version: "
+                       "OS tags follow the newest rules")
+    return replace(rules, major_version_only=era.major_version_only, operator_version=version), None
 
 
 def _read_yaml(path: Path | None, text: str | None = None) -> Any:
@@ -64,15 +108,20 @@ def load_rules(override: Path | None = None) -> Rules:
             branches={str(k): str(v) for k, v in base["branches"].items()},
             default_branch=str(base["default_branch"]),
             source=source,
+            eras=_eras(base["os_tag"].get("eras")),
         )
-    except (KeyError, TypeError, AttributeError) as err:
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
         raise BadInput(f"{source}: rules file lacks or mistypes {err}") from None
 
 
 def os_tag(os_id: str, version_id: str, rules: Rules) -> str:
-    """ubuntu + 22.04 → ubuntu22.04; rhel + 9.4 → rhel9 (major only for the IDs the rules name)."""
-    if os_id in rules.major_version_only:
-        version_id = version_id.split(".", 1)[0]
+    """ubuntu + 22.04 → ubuntu22.04; rhel + 9.4 → rhel9 (major only for the IDs the rules name; "rhel>=10" only
+    from major 10 on)."""
+    major = version_id.split(".", 1)[0]
+    for entry in rules.major_version_only:
+        name, _, floor = entry.partition(">=")
+        if name == os_id and (not floor or (major.isdigit() and int(major) >= int(floor))):
+            return f"{os_id}{major}"
     return f"{os_id}{version_id}"
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -18,7 +19,7 @@ from gpualign.errors import EXIT_FINDINGS, BadInput
 if TYPE_CHECKING:  # imported lazily at run time: each command loads only what it uses
     from gpualign.audit import Audit
     from gpualign.branches import BranchPolicy
-    from gpualign.inventory import Inventory
+    from gpualign.inventory import Inventory, OperatorView
 
 NodesFileOpt = Annotated[Path | None, typer.Option(
     "--nodes-file", help="read nodes from a `kubectl get nodes -o json` dump instead of a cluster")]
@@ -64,27 +65,47 @@ def _repository(explicit: str | None, ledgers: list[str]) -> str:
 
 def _inventory(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None,
                *, with_pods: bool = True) -> Inventory:
+    return _read(nodes_file, kubeconfig, context, selector, with_pods=with_pods)[0]
+
+
+def _read(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None,
+          *, with_pods: bool = True, with_operator: bool = False) -> tuple[Inventory, OperatorView | None]:
+    """The nodes (and driver pods) from a dump or a cluster; from a cluster, also the GPU Operator's configuration."""
     from gpualign import inventory
 
     if nodes_file:
-        return inventory.from_file(nodes_file, selector)
+        return inventory.from_file(nodes_file, selector), None
     from gpualign.kube import Kube
 
     kube = Kube(kubeconfig, context)
     try:
-        return inventory.from_cluster(kube, selector, with_pods=with_pods)
+        inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
+        return inv, inventory.operator_view(kube, inv.nodes) if with_operator else None
     finally:
         kube.close()
 
 
-STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan"}
+def _warn(message: str) -> None:
+    from gpualign.cli.common import stderr
+
+    stderr.print(f"gpualign: warning: {message}", soft_wrap=True, highlight=False, markup=False)
+
+
+OperatorVersionOpt = Annotated[str | None, typer.Option(
+    "--operator-version", help="name OS tags as this GPU Operator version does, e.g. v25.10.1 (RHEL keeps its "
+                               "full VERSION_ID before v26.3.0) [default: the version on the cluster's ClusterPolicy "
+                               "(label app.kubernetes.io/version), else the newest rules]")]
+
+
+STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan",
+                "operator-mismatch": "bold magenta"}
 
 
 def _check_table(result: Audit, wide: bool) -> None:
     table = Table(box=None, pad_edge=False, header_style="bold")
     cols = ["NODE", "OS", "KERNEL", "BRANCH", "REQUIRED TAG", "STATUS", "DRIVER POD"]
     if wide:
-        cols += ["PUBLISHED", "DRIVER", "POD IMAGE TAG"]
+        cols += ["SOURCE", "PUBLISHED", "DRIVER", "POD IMAGE TAG"]
     cols.append("REASON")
     for c in cols:
         table.add_column(c, no_wrap=c != "REASON", overflow="fold")
@@ -93,7 +114,7 @@ def _check_table(result: Audit, wide: bool) -> None:
                f"[{STATUS_STYLE.get(f.status, '')}]{f.status}[/]", f.driver_pod.state if f.driver_pod else "-"]
         if wide:
             pod = f.driver_pod
-            row += ["yes" if f.published else "no", f.driver or "-", pod.tag if pod else "-"]
+            row += [f.source or "-", "yes" if f.published else "no", f.driver or "-", pod.tag if pod else "-"]
         row.append(f.reason)
         table.add_row(*row)
     stdout.print(table)
@@ -104,6 +125,8 @@ def _check_table(result: Audit, wide: bool) -> None:
     s = result.summary()
     stdout.print(f"\n{s['gpu_nodes']} GPU nodes: {s['present']} present, {s['missing']} missing, "
                  f"{s['unknown']} unknown, {s['host_managed']} host-managed"
+                 + (f", {s['operator_mismatch']} where the operator deploys a mismatched image"
+                    if s["operator_mismatch"] else "")
                  + (f", {s['pod_kernel_mismatch']} driver pods built for another kernel"
                     if s["pod_kernel_mismatch"] else ""))
 
@@ -119,6 +142,7 @@ def check(
     driver_version: Annotated[str | None, typer.Option(
         help="full driver version for --no-precompiled [default: the branch's pinned version]")] = None,
     rules: RulesOpt = None,
+    operator_version: OperatorVersionOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -127,25 +151,81 @@ def check(
 ) -> None:
     """Work out the driver image every GPU node needs from its labels, and check it against the ledger.
 
-    Exit 0 when every GPU node's image is present, 1 when any is missing or unknown (or a driver pod runs an
-    image built for another kernel), 2 on bad input or an unreachable cluster/registry.
+    On a cluster running NVIDIA's GPU Operator, no flag is needed: each node's expectation (precompiled or not,
+    repository, branch or version) comes from the NVIDIADriver whose nodeSelector picks it, else the ClusterPolicy,
+    exactly as the operator derives it, and the ledger defaults to that repository. Where the operator runs (or
+    would deploy) an image built for another kernel or OS than the node's, the node is `operator-mismatch`. Flags
+    override the operator's objects.
 
-    Example:  gpualign check --ledger registry://127.0.0.1:5000/nvidia/driver --driver-branch 580
+    Exit 0 when every GPU node's image is present, 1 when any is missing or unknown, the operator deploys a
+    mismatched image, or a driver pod runs an image built for another kernel; 2 on bad input or an unreachable
+    cluster/registry.
+
+    Examples:  gpualign check                     (a cluster with the GPU Operator)
+               gpualign check --ledger registry://127.0.0.1:5000/nvidia/driver --driver-branch 580
     """
     from gpualign.audit import audit
+    from gpualign.expect import from_flags, from_operator
     from gpualign.ledger import sources
-    from gpualign.tags import load_rules
+    from gpualign.tags import for_operator, load_rules
 
-    if not ledger:
+    flags_given = bool(driver_branch or policy or no_precompiled or driver_version or repository)
+    if not ledger and (nodes_file or flags_given):
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
     branch_policy = _policy(driver_branch, policy)
     rule_set = load_rules(rules)
-    available = sources.load(ledger, docker_config=docker_config)
-    inv = _inventory(nodes_file, kubeconfig, context, selector)
-    result = audit(inv.nodes, available, rule_set, branch_policy, repository=_repository(repository, ledger),
-                   pods=inv.pods, precompiled=not no_precompiled, driver_version=driver_version)
+    available = sources.load(ledger, docker_config=docker_config) if ledger else None
+    inv, view = _read(nodes_file, kubeconfig, context, selector, with_operator=True)
+    config = view.config if view else None
+    for unread in view.notes if view else ():
+        _warn(unread)
+    if not ledger and config is None:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
+                       "check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
+    rule_set, version_note = for_operator(rule_set, operator_version or (config.version if config else None))
+    if version_note:
+        _warn(version_note)
+    if flags_given or config is None:
+        expect = from_flags(branch_policy, repository=_repository(repository, ledger or []),
+                            precompiled=not no_precompiled, driver_version=driver_version,
+                            policy_file=policy is not None)
+    else:
+        expect = from_operator(config)
+    if available is None:
+        assert config is not None
+        repos = sorted({s.repository for s in config.sources if s.repository and not s.problem})
+        per_repo = {r: sources.load([f"registry://{r}"], docker_config=docker_config) for r in repos}
+        empty = sources.Ledger(frozenset(), ())
+
+        def ledger_for(repo: str) -> sources.Ledger:
+            return per_repo.get(repo, empty)
+
+        ledger_arg: sources.Ledger | Callable[[str], sources.Ledger] = ledger_for
+        ledger_names = [f"registry://{r}" for r in repos]
+    else:
+        ledger_arg, ledger_names = available, list(available.sources)
+    warnings = list(config.warnings) if config else []
+    result = audit(inv.nodes, ledger_arg, rule_set, expect=expect, pods=inv.pods,
+                   planned=view.planned if view and config else None)
+    if config and not config.nvidiadriver_mode and not flags_given:
+        ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
+        if len(ostags) > 1:
+            warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
+                            f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
+                            "others get images built for another OS (use one NVIDIADriver per OS pool)")
+    for w in warnings:
+        _warn(w)
     if output in (Output.json, Output.yaml):
-        emit_data(result.as_dict(), output)
+        data = result.as_dict()
+        data["operator"] = None if config is None else {
+            "cluster_policy": config.cluster_policy, "version": config.version,
+            "mode": "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy",
+            "sources": [s.origin for s in config.sources]}
+        data["rules"] = {"source": rule_set.source, "operator_version": rule_set.operator_version}
+        data["ledger"] = ledger_names
+        notes = list(view.notes) if view else []
+        data["warnings"] = notes + warnings
+        emit_data(data, output)
     else:
         _check_table(result, output is Output.wide)
     if not result.clean:

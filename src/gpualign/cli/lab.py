@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpualign.cli.common import progress, stdout
 from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.kube import Kube
+    from gpualign.lab import cluster, scenarios
 
 app = typer.Typer(
     help="The lab: etcd, kube-apiserver, controller-manager, scheduler and kwok as plain processes on 127.0.0.1, "
@@ -54,7 +58,9 @@ def build(
 
 @app.command()
 def up(
-    scenario: Annotated[str, typer.Option("--scenario", "-s", help="fleet to seed: default | empty")] = "default",
+    scenario: Annotated[str, typer.Option(
+        "--scenario", "-s", help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver "
+                                 "(these two run NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
     state_dir: StateDirOpt = None,
     bin_dir: BinDirOpt = None,
     apiserver_port: Annotated[int, typer.Option(help="kube-apiserver port; 0 picks a free one")] = 0,
@@ -72,7 +78,13 @@ def up(
         progress(f"seeding scenario {chosen.name!r}: {chosen.description}")
         kube = Kube(str(state.kubeconfig))
         try:
-            seed.seed(kube, chosen, state.registry, progress=progress)
+            if chosen.operator:
+                _up_operator(kube, state, bdir, chosen)
+            else:
+                seed.seed(kube, chosen, state.registry, progress=progress)
+        except BaseException:
+            cluster.down(sdir)  # nothing half-up: a failed seed stops every process it started
+            raise
         finally:
             kube.close()
         state.scenario = chosen.name
@@ -83,6 +95,33 @@ def up(
         raise BadInput(f"the lab already runs scenario {state.scenario!r}: `gpualign lab down` first")
     progress(f"lab up in {time.monotonic() - started:.1f}s: api {state.apiserver}, registry {state.registry}")
     progress("use it with:  eval \"$(gpualign lab env)\"")
+
+
+def _up_operator(kube: Kube, state: cluster.LabState, bin_dir: Path, chosen: scenarios.Scenario) -> None:
+    """The fleet, the operator's CRDs and CRs, the operator itself; then wait until it has deployed everywhere."""
+    from gpualign.lab import operator, seed, versions
+
+    operator.operator_files(bin_dir)  # fail before seeding when the operator is not built
+    seed.seed_operator_fleet(kube, chosen, state.registry, progress=progress)
+    operator.install(kube, bin_dir, chosen, state.registry, progress=progress)
+    progress(f"starting NVIDIA's GPU Operator ({versions.GPU_OPERATOR}) out of cluster")
+    state.procs["gpu-operator"] = operator.start(state.dir, bin_dir, state.kubeconfig)
+    state.save()
+    started = time.monotonic()
+    outcome = operator.wait_deployed(kube, chosen, progress=progress)
+    failed = sorted(n for n, o in outcome.items() if o != "ready")
+    state.extra["operator_deploy_seconds"] = round(time.monotonic() - started, 2)
+    progress(f"the operator deployed drivers in {time.monotonic() - started:.1f}s"
+             + (f"; image pull failed on {', '.join(failed)}" if failed else ""))
+
+
+@app.command("scenarios")
+def list_scenarios() -> None:
+    """The fleets `lab up --scenario` can seed, with what each holds."""
+    from gpualign.lab import scenarios
+
+    for s in scenarios.SCENARIOS.values():
+        stdout.print(f"{s.name}\t{s.description}", soft_wrap=True, highlight=False)
 
 
 @app.command()

@@ -31,6 +31,8 @@ class Target:
     binaries: tuple[str, ...]
     ldflags: str = "-s -w"
     output_name: str | None = None  # for a single package whose last path element is not the binary name
+    subdir: str = ""  # the whole target lands in bin_dir/subdir, replaced as one directory
+    data: Callable[[Target, Path], None] | None = None  # copies data files next to the binaries, before the move
 
 
 def targets() -> list[Target]:
@@ -38,6 +40,9 @@ def targets() -> list[Target]:
     stamp = " ".join(
         f"-X {pkg}.gitVersion={k8s}" for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version")
     )
+    op = versions.GPU_OPERATOR
+    op_stamp = (f"-X {versions.GPU_OPERATOR_MODULE}/internal/info.version={op} "
+                f"-X {versions.GPU_OPERATOR_MODULE}/internal/info.gitCommit={versions.GPU_OPERATOR_COMMIT}")
     return [
         Target("etcd", GO_MODULES / "etcd", ("go.etcd.io/etcd/server/v3",), versions.ETCD_BINARIES,
                output_name="etcd"),
@@ -49,11 +54,35 @@ def targets() -> list[Target]:
             versions.KUBERNETES_BINARIES,
             ldflags=f"-s -w {stamp}",
         ),
+        Target("gpu-operator", GO_MODULES / "gpu-operator", (f"{versions.GPU_OPERATOR_MODULE}/cmd/gpu-operator",),
+               ("gpu-operator",), ldflags=f"-s -w {op_stamp}", output_name="gpu-operator",
+               subdir=versions.GPU_OPERATOR_SUBDIR, data=operator_data),
     ]
 
 
+def module_source(target: Target, module: str) -> Path:
+    """Where the Go module cache holds a dependency's source (read-only files)."""
+    proc = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=target.module_dir, env=go_env(),
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise LabError(f"cannot locate {module} in the Go module cache: {proc.stderr.strip()[:200]}")
+    return Path(proc.stdout.strip())
+
+
+def operator_data(target: Target, out: Path) -> None:
+    """The files the operator's image carries (its Dockerfile: COPY assets /opt/gpu-operator/, manifests/state-driver
+    into /opt/gpu-operator/manifests/) and its CRDs, all from the same module version as the binary."""
+    src = module_source(target, versions.GPU_OPERATOR_MODULE)
+    opt = out / "opt" / "gpu-operator"
+    shutil.copytree(src / "assets", opt)
+    shutil.copytree(src / "manifests" / "state-driver", opt / "manifests" / "state-driver")
+    shutil.copytree(src / "deployments" / "gpu-operator" / "crds", out / "crds")
+    for path in [out, *out.rglob("*")]:  # the module cache is read-only; the cache must stay removable
+        path.chmod(path.stat().st_mode | 0o200)
+
+
 def missing(bin_dir: Path, target: Target) -> list[str]:
-    return [b for b in target.binaries if not os.access(bin_dir / b, os.X_OK)]
+    return [b for b in target.binaries if not os.access(bin_dir / target.subdir / b, os.X_OK)]
 
 
 def go_env() -> dict[str, str]:
@@ -83,8 +112,15 @@ def build_target(target: Target, bin_dir: Path, log: Path) -> float:
             raise LabError(f"building {target.name} failed (exit {proc.returncode}); log: {log}",
                            detail="\n".join(tail))
         bin_dir.mkdir(parents=True, exist_ok=True)
-        for binary in target.binaries:
-            os.replace(scratch / binary, bin_dir / binary)
+        if target.data is not None:
+            target.data(target, scratch)
+        if target.subdir:
+            final = bin_dir / target.subdir
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(scratch, final)
+        else:
+            for binary in target.binaries:
+                os.replace(scratch / binary, bin_dir / binary)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return time.monotonic() - started

@@ -280,7 +280,8 @@ def restart(state_dir: Path, name: str, *, pause: float = 0.0) -> Proc:
     old = state.procs[name]
     processes.stop(old)
     time.sleep(pause)
-    proc = processes.start(name, old.argv or [old.exe], Path(old.log), address=old.address)
+    proc = processes.start(name, old.argv or [old.exe], Path(old.log), address=old.address, exe=old.exe,
+                           env=old.env)
     state.procs[name] = proc
     state.save()
     if name == "kube-apiserver":

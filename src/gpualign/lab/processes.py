@@ -30,6 +30,7 @@ class Proc:
     address: str = ""
     argv: list[str] | None = None
     boot_ticks: int | None = None  # /proc/<pid>/stat starttime: with the pid, names this process uniquely
+    env: dict[str, str] | None = None  # variables set on top of the caller's environment (kept for restarts)
 
     def alive(self) -> bool:
         """True if the pid is still the very process we started: pids are reused, so the kernel's start time and
@@ -82,18 +83,21 @@ def port_in_use(port: int) -> bool:
 
 
 def start(name: str, argv: list[str], log: Path, *, env: dict[str, str] | None = None,
-          address: str = "") -> Proc:
-    """Start argv detached (own session, so `lab up` may exit), output appended to log."""
+          address: str = "", exe: str | None = None) -> Proc:
+    """Start argv detached (own session, so `lab up` may exit), output appended to log. env: variables added to
+    this process's environment. exe: the program the
+    process ends up as, when argv[0] is a launcher that execs it (the operator under unshare)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as fh:
         try:
             popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True, env=env, close_fds=True)
+                                     start_new_session=True, env={**os.environ, **env} if env else None,
+                                     close_fds=True)
         except OSError as err:
             raise LabError(f"{name}: cannot start {argv[0]}: {err.strerror}") from None
     _CHILDREN[popen.pid] = popen
-    return Proc(name=name, pid=popen.pid, exe=argv[0], log=str(log), started=time.time(), address=address,
-                argv=list(argv), boot_ticks=_start_ticks(popen.pid))
+    return Proc(name=name, pid=popen.pid, exe=exe or argv[0], log=str(log), started=time.time(), address=address,
+                argv=list(argv), boot_ticks=_start_ticks(popen.pid), env=dict(env) if env else None)
 
 
 def _start_ticks(pid: int) -> int | None:

@@ -23,12 +23,24 @@ class NodeSpec:
 
 
 @dataclass(frozen=True)
+class DriverPool:
+    """One NVIDIADriver object: the nodes its selector picks get this branch."""
+
+    name: str
+    node_selector: dict[str, str]
+    branch: str
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str
     branch: str
     nodes: tuple[NodeSpec, ...]
     workloads: bool = True
+    operator: str | None = None  # None: the lab seeds its own driver DaemonSets; else "clusterpolicy"/"nvidiadriver"
+    pools: tuple[DriverPool, ...] = ()  # NVIDIADriver objects (operator == "nvidiadriver")
+    absent: tuple[str, ...] = ()  # nodes whose driver image is never pushed to the lab registry
 
 
 def _default() -> Scenario:
@@ -54,7 +66,41 @@ def _empty() -> Scenario:
                     nodes=(), workloads=False)
 
 
-SCENARIOS = {s.name: s for s in (_default(), _empty())}
+def _operator_fleet() -> tuple[NodeSpec, ...]:
+    """Mixed Ubuntu 22.04/24.04 on four kernels, one RHEL 9.4 node, one CPU node. No driver is loaded yet: the GPU
+    Operator deploys it. gpu-m1's image is never pushed."""
+    return (
+        NodeSpec("gpu-a1", "5.15.0-124-generic", "ubuntu", "22.04", labels={"pool": "train"}),
+        NodeSpec("gpu-a2", "5.15.0-124-generic", "ubuntu", "22.04", labels={"pool": "train"}),
+        NodeSpec("gpu-c1", "6.8.0-1015-aws", "ubuntu", "22.04", product="NVIDIA-A10G", labels={"pool": "train"}),
+        NodeSpec("gpu-b1", "6.8.0-48-generic", "ubuntu", "24.04", labels={"pool": "infer"}),
+        NodeSpec("gpu-m1", "6.8.0-1017-azure", "ubuntu", "24.04", product="NVIDIA-A100-SXM4-80GB",
+                 labels={"pool": "infer"}),
+        NodeSpec("gpu-r1", "5.14.0-427.37.1.el9_4.x86_64", "rhel", "9.4", product="NVIDIA-L40S",
+                 labels={"pool": "rhel"}),
+        NodeSpec("cpu-1", gpu=False),
+    )
+
+
+def _operator_clusterpolicy() -> Scenario:
+    return Scenario(
+        name="operator-clusterpolicy",
+        description="NVIDIA's GPU Operator (ClusterPolicy, precompiled, branch 580, driver and validator only) on a "
+                    "mixed Ubuntu 22.04/24.04 + RHEL 9.4 fleet; gpu-m1's image is absent from the lab registry",
+        branch="580", nodes=_operator_fleet(), workloads=False, operator="clusterpolicy", absent=("gpu-m1",))
+
+
+def _operator_nvidiadriver() -> Scenario:
+    return Scenario(
+        name="operator-nvidiadriver",
+        description="NVIDIA's GPU Operator with one NVIDIADriver per pool (train 580, infer 595, rhel 580; "
+                    "precompiled) on the same mixed fleet; gpu-m1's image is absent from the lab registry",
+        branch="580", nodes=_operator_fleet(), workloads=False, operator="nvidiadriver", absent=("gpu-m1",),
+        pools=(DriverPool("train", {"pool": "train"}, "580"), DriverPool("infer", {"pool": "infer"}, "595"),
+               DriverPool("rhel", {"pool": "rhel"}, "580")))
+
+
+SCENARIOS = {s.name: s for s in (_default(), _empty(), _operator_clusterpolicy(), _operator_nvidiadriver())}
 
 
 def get(name: str) -> Scenario:

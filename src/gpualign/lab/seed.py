@@ -45,7 +45,7 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
                               "type": "kwok", LAB_LABEL: "true"}
     capacity = {"cpu": "96", "memory": "1536Gi", "pods": "110", "ephemeral-storage": "2Ti"}
     if spec.gpu:
-        labels.update({L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,
+        labels.update({L.PCI_NVIDIA: "true", L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,
                        "nvidia.com/gpu.count": str(spec.gpus), L.DEPLOY_DRIVER: "true"})
         capacity["nvidia.com/gpu"] = str(spec.gpus)
     labels.update({L.KERNEL: spec.kernel, L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
@@ -186,5 +186,42 @@ def seed(kube: Kube, scenario: Scenario, registry: str, *,
         progress("creating workloads: ml/trainer (+PDB), ml/nightly-eval Job, apps/web")
         for obj in workloads():
             kube.apply(obj)
+    progress("waiting for nodes to be Ready and untainted")
+    wait_nodes_ready(kube, [n.name for n in scenario.nodes])
+
+
+def operator_image_tags(scenario: Scenario) -> dict[str, str]:
+    """node -> the precompiled tag the operator at the lab's pinned version derives for it: branch of the node's pool,
+    raw kernel, ID + the full VERSION_ID (this operator version does not cut RHEL to its major number)."""
+    tags: dict[str, str] = {}
+    for spec in scenario.nodes:
+        if not spec.gpu:
+            continue
+        branch = scenario.branch
+        for pool in scenario.pools:
+            if all(spec.labels.get(k) == v for k, v in pool.node_selector.items()):
+                branch = pool.branch
+                break
+        tags[spec.name] = f"{branch}-{spec.kernel}-{spec.os_id}{spec.os_version}"
+    return tags
+
+
+def seed_operator_fleet(kube: Kube, scenario: Scenario, registry: str, *,
+                        progress: Callable[[str], None] = lambda _m: None) -> None:
+    """Images for every node but the absent ones, and the nodes with no driver loaded: the operator deploys it."""
+    client = registry_client(registry)
+    try:
+        tags = sorted({t for n, t in operator_image_tags(scenario).items() if n not in scenario.absent})
+        progress(f"pushing {len(tags)} driver images to the lab registry {registry}/{DRIVER_REPO} "
+                 f"(none for {', '.join(scenario.absent) or '-'})")
+        for tag in tags:
+            push_driver_image(client, tag, driver_version_for(tag.split("-", 1)[0]))
+    finally:
+        client.close()
+    progress(f"creating {len(scenario.nodes)} nodes (no driver loaded yet)")
+    for spec in scenario.nodes:
+        resp = kube.request("POST", "/api/v1/nodes", body=node_manifest(spec))
+        if resp.status_code >= 400 and resp.status_code != 409:
+            raise LabError(f"creating node {spec.name}: HTTP {resp.status_code}: {resp.text[:200]}")
     progress("waiting for nodes to be Ready and untainted")
     wait_nodes_ready(kube, [n.name for n in scenario.nodes])

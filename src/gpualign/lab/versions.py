@@ -17,6 +17,19 @@ ETCD_BINARIES = ("etcd",)
 KWOK_BINARIES = ("kwok",)
 ALL_BINARIES = KUBERNETES_BINARIES + ETCD_BINARIES + KWOK_BINARIES
 
+# NVIDIA's GPU Operator: the only version the Go module proxy serves (main of 2025-09-17). It is built against
+# k8s.io v0.32 and controller-runtime v0.20, so it has its own wrapper module and its own cache directory (inside the
+# bin dir, keyed by its version) and does not change the key of the binaries above.
+GPU_OPERATOR_MODULE = "github.com/NVIDIA/gpu-operator"
+GPU_OPERATOR = "v0.0.0-20250917190837-d73a0086a6ba"
+GPU_OPERATOR_COMMIT = GPU_OPERATOR.rsplit("-", 1)[-1]
+GPU_OPERATOR_SUBDIR = f"gpu-operator-{GPU_OPERATOR_COMMIT}"
+
+
+def operator_dir(bin_dir: Path) -> Path:
+    """The operator's binary, its /opt/gpu-operator tree (assets, manifests) and CRDs, as `lab build` leaves them."""
+    return bin_dir / GPU_OPERATOR_SUBDIR
+
 
 def cache_root() -> Path:
     """~/.cache/gpualign (or $GPUALIGN_CACHE, or $XDG_CACHE_HOME/gpualign)."""

@@ -1,0 +1,198 @@
+"""The GPU Operator's own configuration, read as the operator reads it: a ClusterPolicy and NVIDIADriver objects →
+which driver source governs each GPU node. Pure: objects in, sources out.
+
+Sources (github.com/NVIDIA/gpu-operator at the lab's pin, and unchanged in v26.7.0 where it matters):
+- ClusterPolicy: controllers/object_controls.go resolveDriverTag (precompiled: REPOSITORY/IMAGE:VERSION-KERNEL-OSTAG;
+  kbld style: IMAGE-KERNEL-OSTAG when repository and version are empty), internal/image/image.go ImagePath
+  (regular: REPOSITORY/IMAGE:VERSION-OSTAG, or @digest as is). It takes ONE OS tag, from the first GPU node its cache
+  lists, for every kernel (kernelFullVersion): mixed-OS fleets get wrong tags.
+- spec.driver.useNvidiaDriverCRD: true hands the driver to NVIDIADriver objects (api/nvidia/v1alpha1): each selects
+  nodes by spec.nodeSelector (default nvidia.com/gpu.present=true) and names images per OS+kernel pool
+  (internal/state/nodepool.go), so mixed OS is right there. Two objects selecting one node are refused by the
+  operator (internal/validator: ConflictingNodeSelector).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign import labels as L
+
+CP_API = "nvidia.com/v1"
+ND_API = "nvidia.com/v1alpha1"
+VERSION_LABEL = "app.kubernetes.io/version"  # the operator Helm chart's appVersion on the ClusterPolicy
+
+
+@dataclass(frozen=True)
+class DriverSource:
+    """What one object says a node's driver image is: enough to name the image for any node it governs."""
+
+    origin: str  # clusterpolicy/NAME or nvidiadriver/NAME
+    precompiled: bool = True
+    repository: str | None = None  # the image's repository: REGISTRY/PATH/IMAGE
+    version: str | None = None  # precompiled: the branch; regular: the full driver version
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    digest: bool = False  # a regular image pinned by digest: used as is, no OS tag
+    problem: str | None = None  # why no image can be named from this object
+    host_managed: str | None = None  # why the operator deploys no driver at all (driver.enabled false)
+    one_os_tag: bool = False  # ClusterPolicy mode: the operator takes one OS tag for every kernel
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """The operator's driver configuration in one cluster."""
+
+    cluster_policy: str | None
+    version: str | None  # the operator version, when the ClusterPolicy carries it
+    sources: tuple[DriverSource, ...]
+    nvidiadriver_mode: bool
+    warnings: tuple[str, ...] = ()
+
+    def source_for(self, labels: Mapping[str, str]) -> tuple[DriverSource | None, str | None]:
+        """(source, None), or (None, why no source governs the node)."""
+        if not self.nvidiadriver_mode:
+            return (self.sources[0], None) if self.sources else (None, "no ClusterPolicy")
+        chosen = [s for s in self.sources if s.selects(labels)]
+        if len(chosen) > 1:
+            names = " and ".join(s.origin for s in chosen)
+            return None, (f"{names} both select this node: the operator refuses overlapping NVIDIADrivers "
+                          "(ConflictingNodeSelector) and deploys neither")
+        if not chosen:
+            return None, (f"no NVIDIADriver selects this node (ClusterPolicy {self.cluster_policy} sets "
+                          "driver.useNvidiaDriverCRD): the operator deploys no driver here")
+        return chosen[0], None
+
+
+def _str(value: Any) -> str:
+    return "" if value is None else str(value).strip()
+
+
+def _image_parts(origin: str, spec: Mapping[str, Any], precompiled: bool, field_prefix: str) -> DriverSource:
+    """Repository and version from repository/image/version, as ImagePath and resolveDriverTag combine them."""
+    repository, image, version = _str(spec.get("repository")), _str(spec.get("image")), _str(spec.get("version"))
+    if not repository and not version:
+        # kbld style: the whole reference in `image` ("HOST/PATH/driver:580")
+        name, sep, tag = image.rpartition(":")
+        if image and sep and "/" not in tag and "@" not in image:
+            return DriverSource(origin, precompiled, name, tag)
+        if image and "@" in image and not precompiled:
+            return DriverSource(origin, precompiled, image.split("@", 1)[0], image.split("@", 1)[1], digest=True)
+        return DriverSource(origin, precompiled, problem=(
+            f"{origin}: {field_prefix}repository, .image and .version are empty (the operator then takes its "
+            "DRIVER_IMAGE environment, which gpualign cannot read): set them, or pass --repository and "
+            "--driver-branch"))
+    missing = [n for n, v in (("repository", repository), ("image", image), ("version", version)) if not v]
+    if missing:
+        return DriverSource(origin, precompiled, problem=(
+            f"{origin}: {field_prefix}{', .'.join(missing)} missing: the operator cannot name a driver image"))
+    if version.startswith("sha256:"):
+        if precompiled:
+            return DriverSource(origin, precompiled, problem=(
+                f"{origin}: {field_prefix}version is a digest; precompiled images are named per kernel, so the "
+                "operator refuses a digest here"))
+        return DriverSource(origin, precompiled, f"{repository}/{image}", version, digest=True)
+    return DriverSource(origin, precompiled, f"{repository.rstrip('/')}/{image}", version)
+
+
+def _api_problem(obj: Mapping[str, Any], kind: str, expected: str) -> str | None:
+    api = _str(obj.get("apiVersion"))
+    if api and api != expected:
+        name = _str((obj.get("metadata") or {}).get("name"))
+        return f"{kind} {name} is {api}, which gpualign does not read (it reads {expected})"
+    return None
+
+
+def from_cluster_policy(obj: Mapping[str, Any]) -> tuple[DriverSource, bool]:
+    """(the ClusterPolicy's own source, whether it hands the driver to NVIDIADriver objects)."""
+    name = _str((obj.get("metadata") or {}).get("name")) or "?"
+    origin = f"clusterpolicy/{name}"
+    if problem := _api_problem(obj, "ClusterPolicy", CP_API):
+        return DriverSource(origin, problem=problem), False
+    raw_spec = obj.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    driver = spec.get("driver")
+    if not isinstance(driver, Mapping):
+        return DriverSource(origin, problem=f"{origin} has no spec.driver: the operator cannot name a driver"), False
+    if driver.get("enabled") is False:
+        return DriverSource(origin, host_managed=f"{origin} sets spec.driver.enabled: false (the driver is "
+                                                 "installed on the host)"), False
+    precompiled = driver.get("usePrecompiled") is True
+    source = _image_parts(origin, driver, precompiled, "spec.driver.")
+    return DriverSource(source.origin, source.precompiled, source.repository, source.version, {}, source.digest,
+                        source.problem, None, one_os_tag=True), driver.get("useNvidiaDriverCRD") is True
+
+
+def from_nvidia_driver(obj: Mapping[str, Any]) -> DriverSource:
+    name = _str((obj.get("metadata") or {}).get("name")) or "?"
+    origin = f"nvidiadriver/{name}"
+    raw_spec = obj.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    raw_selector = spec.get("nodeSelector")
+    selector = {str(k): str(v) for k, v in raw_selector.items()} if isinstance(raw_selector, Mapping) \
+        else {L.GPU_PRESENT: "true"}
+    if problem := _api_problem(obj, "NVIDIADriver", ND_API):
+        return DriverSource(origin, node_selector=selector, problem=problem)
+    driver_type = _str(spec.get("driverType")) or "gpu"
+    if driver_type != "gpu":
+        return DriverSource(origin, node_selector=selector, problem=(
+            f"{origin} has driverType {driver_type}: gpualign derives images for driverType gpu only"))
+    source = _image_parts(origin, spec, spec.get("usePrecompiled") is True, "spec.")
+    return DriverSource(source.origin, source.precompiled, source.repository, source.version, selector,
+                        source.digest, source.problem)
+
+
+def overlaps(sources: Iterable[DriverSource], nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[str]:
+    """One line per pair of NVIDIADrivers that select a common node (naming one such node)."""
+    listed = list(sources)
+    lines = []
+    for i, a in enumerate(listed):
+        for b in listed[i + 1:]:
+            both = sorted(n for n, labels in nodes if a.selects(labels) and b.selects(labels))
+            if both:
+                lines.append(f"{a.origin} and {b.origin} both select {both[0]}"
+                             + (f" and {len(both) - 1} more node(s)" if len(both) > 1 else "")
+                             + ": the operator refuses overlapping NVIDIADrivers (ConflictingNodeSelector)")
+    return lines
+
+
+def read(cluster_policies: Sequence[Mapping[str, Any]], nvidia_drivers: Sequence[Mapping[str, Any]],
+         nodes: Iterable[tuple[str, Mapping[str, str]]] = ()) -> OperatorConfig | None:
+    """The operator's configuration, or None when the cluster has no ClusterPolicy (no operator to follow)."""
+    if not cluster_policies:
+        return None
+    warnings: list[str] = []
+    ordered = sorted(cluster_policies, key=lambda o: _str((o.get("metadata") or {}).get("name")))
+    first = ordered[0]
+    if len(ordered) > 1:
+        warnings.append(f"{len(ordered)} ClusterPolicies: the operator acts on one; gpualign reads "
+                        f"{_str((first.get('metadata') or {}).get('name'))}")
+    cp_source, crd_mode = from_cluster_policy(first)
+    labels = (first.get("metadata") or {}).get("labels") or {}
+    version = _str(labels.get(VERSION_LABEL)) or None
+    cp_name = cp_source.origin.split("/", 1)[1]
+    if crd_mode and cp_source.problem is None:
+        sources = tuple(from_nvidia_driver(o) for o in
+                        sorted(nvidia_drivers, key=lambda o: _str((o.get("metadata") or {}).get("name"))))
+        warnings.extend(overlaps(sources, list(nodes)))
+        return OperatorConfig(cp_name, version, sources, True, tuple(warnings))
+    return OperatorConfig(cp_name, version, (cp_source,), False, tuple(warnings))
+
+
+def daemonset_image(labels: Mapping[str, str], daemonsets: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:
+    """(DaemonSet name, driver image) of the operator DaemonSet whose nodeSelector picks this node: the image the
+    operator deploys there next."""
+    for ds in daemonsets:
+        template = ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+        selector = template.get("nodeSelector") or {}
+        if selector and all(labels.get(k) == v for k, v in selector.items()):
+            containers = template.get("containers") or []
+            driver = next((c for c in containers if c.get("name") == "nvidia-driver-ctr"),
+                          containers[0] if containers else {})
+            return f"{(ds.get('metadata') or {}).get('namespace')}/{(ds.get('metadata') or {}).get('name')}", \
+                str(driver.get("image", ""))
+    return None
