@@ -121,21 +121,30 @@ def _read_crs(kube: Any, group_path: str, plural: str, kind: str) -> tuple[list[
     return None, f"reading {kind} objects: HTTP {resp.status_code}: expectations come from flags"
 
 
-def operator_view(kube: Any, nodes: tuple[NodeFacts, ...]) -> OperatorView:
-    """ClusterPolicy, NVIDIADrivers (when the ClusterPolicy hands the driver to them) and the operator's driver
-    DaemonSets. A cluster without the operator's CRDs gives an empty view; one that forbids reading them, a note."""
+def read_operator_config(kube: Any, nodes: tuple[NodeFacts, ...]) -> tuple[OperatorConfig | None, tuple[str, ...]]:
+    """The ClusterPolicy and (when it hands the driver to them) the NVIDIADrivers, read as the operator reads them.
+    (None, ()) without the operator's CRDs; (None, notes) when the cluster will not let us read them."""
     cps, note = _read_crs(kube, "/apis/nvidia.com/v1", "clusterpolicies", "ClusterPolicy")
     if cps is None:
-        return OperatorView(None, {}, (note,) if note else ())
+        return None, (note,) if note else ()
     node_labels = [(n.name, n.labels) for n in nodes]
     config = operator_config.read(cps, [], node_labels)
-    notes: list[str] = []
     if config is not None and config.nvidiadriver_mode:
         nds, note = _read_crs(kube, "/apis/nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver")
         if nds is None:
-            return OperatorView(None, {}, (note or "the ClusterPolicy hands the driver to NVIDIADriver objects, "
-                                           "but the cluster serves none: expectations come from flags",))
+            return None, (note or "the ClusterPolicy hands the driver to NVIDIADriver objects, but the cluster "
+                                  "serves none: expectations come from flags",)
         config = operator_config.read(cps, nds, node_labels)
+    return config, ()
+
+
+def operator_view(kube: Any, nodes: tuple[NodeFacts, ...]) -> OperatorView:
+    """The operator's configuration and its driver DaemonSets. A cluster without the operator's CRDs gives an empty
+    view; one that forbids reading them, a note."""
+    config, notes_read = read_operator_config(kube, nodes)
+    if config is None:
+        return OperatorView(None, {}, notes_read)
+    notes: list[str] = []
     planned: dict[str, tuple[str, str]] = {}
     resp = kube.request("GET", "/apis/apps/v1/daemonsets",
                         params={"labelSelector": f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"})

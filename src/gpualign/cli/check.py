@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -191,19 +190,14 @@ def check(
                             policy_file=policy is not None)
     else:
         expect = from_operator(config)
+    ledger_arg: sources.Ledger | sources.RepoLedgers
     if available is None:
         assert config is not None
-        repos = sorted({s.repository for s in config.sources if s.repository and not s.problem})
-        per_repo = {r: sources.load([f"registry://{r}"], docker_config=docker_config) for r in repos}
-        empty = sources.Ledger(frozenset(), ())
-
-        def ledger_for(repo: str) -> sources.Ledger:
-            return per_repo.get(repo, empty)
-
-        ledger_arg: sources.Ledger | Callable[[str], sources.Ledger] = ledger_for
-        ledger_names = [f"registry://{r}" for r in repos]
+        ledger_arg = sources.load_repositories([s.repository for s in config.sources
+                                                if s.repository and not s.problem], docker_config=docker_config)
     else:
-        ledger_arg, ledger_names = available, list(available.sources)
+        ledger_arg = available
+    ledger_names = list(ledger_arg.sources)
     warnings = list(config.warnings) if config else []
     result = audit(inv.nodes, ledger_arg, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None)

@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from gpualign.cli.check import BranchOpt, DockerConfigOpt, LedgerOpt, PolicyOpt, RepositoryOpt, RulesOpt
+from gpualign.cli.check import (
+    BranchOpt,
+    DockerConfigOpt,
+    LedgerOpt,
+    OperatorVersionOpt,
+    PolicyOpt,
+    RepositoryOpt,
+    RulesOpt,
+)
 from gpualign.cli.common import ContextOpt, KubeconfigOpt
 from gpualign.errors import BadInput
 
@@ -18,6 +26,7 @@ def controller(
     driver_branch: BranchOpt = None,
     policy: PolicyOpt = None,
     rules: RulesOpt = None,
+    operator_version: OperatorVersionOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     ledger_refresh: Annotated[float, typer.Option(help="seconds between re-reads of the ledger")] = 60.0,
@@ -40,16 +49,20 @@ def controller(
     lacks: an Event (DriverImageMissing) on the Node, the annotations gpualign.io/driver-image(-status), and the
     metric gpualign_node_driver_image_missing; all cleared when the image appears.
 
+    Beside NVIDIA's GPU Operator, with no branch or repository flag, each node's expectation comes from the
+    operator's ClusterPolicy/NVIDIADriver objects (re-read every --ledger-refresh seconds) and the ledger defaults
+    to their repositories; a node where the operator deploys an image built for another OS or kernel gets a
+    DriverImageMismatch Event and the annotation status operator-mismatch.
+
     Example:  gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
-    from gpualign.cli.check import _policy, _repository
+    from gpualign.cli.check import _policy, _repository, _warn
     from gpualign.controller.run import Options, run
+    from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube
     from gpualign.ledger import sources
-    from gpualign.tags import load_rules
+    from gpualign.tags import for_operator, load_rules
 
-    if not ledger:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
         raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
@@ -60,14 +73,34 @@ def controller(
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
     branch_policy = _policy(driver_branch, policy)
     rule_set = load_rules(rules)
-    sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
+    if ledger:
+        sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
     kube = Kube(kubeconfig, context, field_manager="gpualign-controller")
-    opts = Options(repository=_repository(repository, ledger), ledger_refresh=ledger_refresh,
+    config, notes = read_operator_config(kube, ())
+    for note in notes:
+        _warn(note)
+    follow = config is not None and not (driver_branch or policy or repository)
+    if not ledger and not follow:
+        kube.close()
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
+                       "the controller needs the GPU Operator's ClusterPolicy to name the repository")
+    rule_set, version_note = for_operator(rule_set, operator_version or (config.version if config else None))
+    if version_note:
+        _warn(version_note)
+
+    def load_ledger() -> sources.Ledger | sources.RepoLedgers:
+        if ledger:
+            return sources.load(ledger, docker_config=docker_config)
+        assert config is not None
+        return sources.load_repositories([s.repository for s in config.sources if s.repository],
+                                         docker_config=docker_config)
+
+    opts = Options(repository=_repository(repository, ledger or []), ledger_refresh=ledger_refresh,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
-        run(kube, rule_set, branch_policy, lambda: sources.load(ledger, docker_config=docker_config), opts)
+        run(kube, rule_set, branch_policy, load_ledger, opts, operator=config, follow_operator=follow)
     finally:
         kube.close()
 

@@ -197,7 +197,8 @@ def add_node(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Add a node at runtime, labelled as NFD/GFD would, plus the driver DaemonSet for its kernel+OS pool."""
+    """Add a node at runtime, labelled as NFD/GFD would, plus the driver DaemonSet for its kernel+OS pool (in the
+    operator scenarios the GPU Operator makes that DaemonSet itself)."""
     import re
 
     from gpualign.kube import Kube
@@ -217,7 +218,9 @@ def add_node(
     spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra)
     kube = Kube(str(state.kubeconfig))
     try:
-        seed.add_node(kube, spec, branch=branch or state.extra.get("branch", "580"), registry=state.registry)
+        operator_run = scenarios.get(state.scenario).operator is not None if state.scenario else False
+        seed.add_node(kube, spec, branch=branch or state.extra.get("branch", "580"), registry=state.registry,
+                      driver_pool=not operator_run)
         if wait:
             seed.wait_nodes_ready(kube, [name])
     finally:

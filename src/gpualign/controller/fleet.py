@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign import labels as L
-from gpualign.audit import MISSING, DriverPod, audit
+from gpualign.audit import MISMATCH, MISSING, DriverPod, audit
 from gpualign.branches import BranchPolicy
 from gpualign.errors import GpualignError
+from gpualign.expect import from_operator
 from gpualign.facts import NodeFacts, node_facts
 from gpualign.kube import Kube
-from gpualign.ledger.sources import Ledger
+from gpualign.ledger.sources import Ledger, RepoLedgers
+from gpualign.operator_config import OperatorConfig, daemonset_image
 from gpualign.tags import Rules
 from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import since
@@ -34,6 +36,8 @@ IMAGE_ANNOTATION = "gpualign.io/driver-image"
 STATUS_ANNOTATION = "gpualign.io/driver-image-status"
 EVENT_MISSING = "DriverImageMissing"
 EVENT_PRESENT = "DriverImageAvailable"
+EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image built for another OS or kernel
+ALARMS = (MISSING, MISMATCH)
 WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL)
 
@@ -44,14 +48,16 @@ class Fleet:
     rules: Rules
     policy: BranchPolicy
     repository: str
-    load_ledger: Callable[[], Ledger]
+    load_ledger: Callable[[], Ledger | RepoLedgers]
+    operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
+    follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)
     findings: dict[str, JSON] = field(default_factory=dict)
-    ledger: Ledger = field(default_factory=lambda: Ledger(frozenset(), ()))
+    ledger: Ledger | RepoLedgers = field(default_factory=lambda: Ledger(frozenset(), ()))
     queue: queue.Queue[str] = field(default_factory=queue.Queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
     events_posted: int = 0
@@ -158,6 +164,24 @@ class Fleet:
                 self.queue.put(name)
         return changed
 
+    def refresh_operator(self) -> bool:
+        """Re-read the operator's ClusterPolicy/NVIDIADrivers (when it runs here); re-check all on a change."""
+        if self.operator is None:
+            return False
+        from gpualign.inventory import read_operator_config
+
+        with self.lock:
+            nodes = tuple(self.nodes.values())
+        config, notes = read_operator_config(self.kube, nodes)
+        for note in notes:
+            log.warning("%s", note)
+        if config is None or config == self.operator:
+            return False
+        self.operator = config
+        for name in list(self.nodes):
+            self.queue.put(name)
+        return True
+
     # -- the check ----------------------------------------------------------------------------------------------
     def check(self, name: str) -> None:
         """Re-check one node. Several workers run checks; one node is never checked by two at once."""
@@ -178,8 +202,16 @@ class Fleet:
             hint = self._pool_branch(facts)
             if hint:
                 policy = BranchPolicy(default=hint)
+        operator = self.operator
+        planned = None
+        if operator is not None:
+            with self.lock:
+                pools = list(self.pools.values())
+            found = daemonset_image(facts.labels, pools)
+            planned = {name: found} if found else {}
         result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
-                       pods={name: pod} if pod else {})
+                       pods={name: pod} if pod else {}, planned=planned,
+                       expect=from_operator(operator) if operator is not None and self.follow_operator else None)
         finding = result.findings[0].as_dict()
         finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
         finding["pod_state"] = pod.state if pod else None
@@ -198,16 +230,16 @@ class Fleet:
     def _publish(self, facts: NodeFacts, finding: JSON) -> None:
         """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes.
 
-        Only a missing image is written down; a healthy node carries no annotation, so a 5,000-node fleet costs
-        no writes at start-up."""
-        status = MISSING if finding["status"] == MISSING else None
+        Only a missing image, or an operator deploying a mismatched one, is written down; a healthy node carries no
+        annotation, so a 5,000-node fleet costs no writes at start-up."""
+        status = finding["status"] if finding["status"] in ALARMS else None
         tag = finding["tag"] if status else None
         ann = facts.annotations
         # What this process last wrote, else what the node says (a restarted or newly elected controller).
         last = self.published.get(facts.name) or (ann.get(STATUS_ANNOTATION), ann.get(IMAGE_ANNOTATION))
         if last == (status, tag):
             return
-        was_missing = last[0] == MISSING
+        was_alarmed = last[0] in ALARMS
         try:
             node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
                 IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status}}})
@@ -216,9 +248,13 @@ class Fleet:
                                 f"driver image {finding['image']} is missing from the ledger: this node's driver "
                                 f"pod cannot pull it and the node loses its GPUs ({finding['reason']})")
                 self.events_posted += 1
-            elif was_missing:
-                self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is now in the ledger",
-                                warning=False)
+            elif status == MISMATCH:
+                self.kube.event(node_obj, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
+                                f"here, built for another OS or kernel: {finding['reason']}")
+                self.events_posted += 1
+            elif was_alarmed:
+                self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and "
+                                "is what the operator deploys", warning=False)
                 self.events_posted += 1
             self.published[facts.name] = (status, tag)
         except GpualignError as err:

@@ -17,7 +17,8 @@ from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
-from gpualign.ledger.sources import Ledger
+from gpualign.ledger.sources import Ledger, RepoLedgers
+from gpualign.operator_config import OperatorConfig
 from gpualign.tags import Rules
 from gpualign.watch import Watcher
 
@@ -39,12 +40,14 @@ class Options:
     workers: int = 8
 
 
-def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger], opts: Options,
-        stop: threading.Event | None = None) -> None:
+def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger | RepoLedgers],
+        opts: Options, stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
+        follow_operator: bool = False) -> None:
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
-    fleet = Fleet(kube, rules, policy, opts.repository, load_ledger)
+    fleet = Fleet(kube, rules, policy, opts.repository, load_ledger, operator=operator,
+                  follow_operator=follow_operator)
 
     def on_leader(leader: bool) -> None:
         if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
@@ -99,6 +102,11 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
                     log.info("ledger changed: re-checking every node")
             except GpualignError as err:
                 log.error("ledger: %s", err.message)
+            try:
+                if fleet.refresh_operator():
+                    log.info("the GPU Operator's driver configuration changed: re-checking every node")
+            except GpualignError as err:
+                log.error("operator configuration: %s", err.message)
 
     threading.Thread(target=refresher, name="ledger", daemon=True).start()
 

@@ -128,14 +128,14 @@ def registry_client(address: str) -> RegistryClient:
     return RegistryClient(RegistryRef(host=address, repo=DRIVER_REPO, scheme="http"))
 
 
-def add_node(kube: Kube, spec: NodeSpec, *, branch: str, registry: str) -> None:
-    """Create a node (idempotent) and make sure the driver DaemonSet for its kernel+OS pool exists."""
+def add_node(kube: Kube, spec: NodeSpec, *, branch: str, registry: str, driver_pool: bool = True) -> None:
+    """Create a node and (driver_pool) make sure the lab's driver DaemonSet for its kernel+OS pool exists."""
     resp = kube.request("POST", "/api/v1/nodes", body=node_manifest(spec))
     if resp.status_code == 409:
         raise LabError(f"node {spec.name} already exists")
     if resp.status_code >= 400:
         raise LabError(f"creating node {spec.name}: HTTP {resp.status_code}: {resp.text[:200]}")
-    if spec.gpu and node_manifest(spec)["metadata"]["labels"].get(L.DEPLOY_DRIVER) == "true":
+    if driver_pool and spec.gpu and node_manifest(spec)["metadata"]["labels"].get(L.DEPLOY_DRIVER) == "true":
         kube.apply(driver_daemonset(spec.kernel, spec.os_id, spec.os_version, branch, registry))
 
 

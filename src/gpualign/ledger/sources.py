@@ -36,3 +36,29 @@ def load(sources: list[str], *, docker_config: Path | None = None, timeout: floa
         else:
             tags.update(ledger_file.read(Path(source)))
     return Ledger(frozenset(tags), tuple(sources))
+
+
+@dataclass(frozen=True)
+class RepoLedgers:
+    """One ledger per image repository: the GPU Operator's objects may name several, each its own registry
+    repository. Called with a repository, gives that repository's ledger (empty when unknown)."""
+
+    by_repo: dict[str, Ledger]
+
+    def __call__(self, repository: str) -> Ledger:
+        return self.by_repo.get(repository) or Ledger(frozenset(), ())
+
+    @property
+    def tags(self) -> frozenset[str]:
+        return frozenset(f"{repo}:{tag}" for repo, ledger in self.by_repo.items() for tag in ledger.tags)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(s for ledger in self.by_repo.values() for s in ledger.sources)
+
+
+def load_repositories(repositories: list[str], *, docker_config: Path | None = None,
+                      timeout: float = 10.0) -> RepoLedgers:
+    """Each repository (HOST[:PORT]/PATH/IMAGE) read as registry://REPOSITORY."""
+    return RepoLedgers({r: load([f"registry://{r}"], docker_config=docker_config, timeout=timeout)
+                        for r in sorted(set(repositories))})

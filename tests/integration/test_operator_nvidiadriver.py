@@ -1,0 +1,144 @@
+"""Oracle: NVIDIA's real GPU Operator in NVIDIADriver mode (one NVIDIADriver per pool, mixed OS, a RHEL node and a
+node whose image is absent). gpualign's zero-flag check must name, for every GPU node, exactly the image the
+operator deployed there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli, start_lab
+from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig, wait_for
+
+pytestmark = pytest.mark.lab
+
+POOLS = {"gpu-a1": "train", "gpu-a2": "train", "gpu-c1": "train", "gpu-b1": "infer", "gpu-m1": "infer",
+         "gpu-r1": "rhel"}
+
+
+@pytest.fixture(scope="module")
+def oplab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("op-nd") / "state", "operator-nvidiadriver")
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def test_required_image_is_byte_for_byte_the_operators_pod_image(oplab):
+    pods = operator_driver_pods(oplab)
+    assert set(pods) == set(POOLS), pods
+    code, data, err = check_json(oplab)  # no flag at all: everything comes from the operator's objects
+    assert code == 1, err  # gpu-m1's image is missing
+    assert data["operator"]["mode"] == "nvidiadriver"
+    assert data["ledger"] == [f"registry://{oplab.registry}/nvidia/driver"]
+    by_name = {n["name"]: n for n in data["nodes"]}
+    assert set(by_name) == set(POOLS)
+    for node, pool in POOLS.items():
+        finding, pod = by_name[node], pods[node]
+        assert pod["owner"] == f"NVIDIADriver/{pool}"
+        assert finding["image"] == pod["image"], node  # byte for byte
+        assert finding["operator_image"] == pod["image"]
+        assert finding["source"] == f"nvidiadriver/{pool}"
+    assert by_name["gpu-r1"]["image"].endswith("-5.14.0-427.37.1.el9_4.x86_64-rhel9.4")  # this operator: rhel9.4
+    assert by_name["gpu-b1"]["branch"] == "595" and by_name["gpu-a1"]["branch"] == "580"  # per pool
+    # The absent image: flagged missing from the ledger, and the operator's pod indeed cannot pull it.
+    assert by_name["gpu-m1"]["status"] == "missing"
+    assert pods["gpu-m1"]["state"] in ("ImagePullBackOff", "ErrImagePull")
+    assert [m["nodes"] for m in data["missing"]] == [["gpu-m1"]]
+    assert {n: f["status"] for n, f in by_name.items() if n != "gpu-m1"} == dict.fromkeys(set(POOLS) - {"gpu-m1"},
+                                                                                          "present")
+    assert data["summary"]["operator_mismatch"] == 0
+
+
+def test_a_new_node_is_flagged_from_the_ledger_as_the_operator_deploys_it(oplab):
+    """A node with a new kernel joins the infer pool: gpualign names its image (absent) the moment it exists, and
+    the operator's pod for it then fails to pull exactly that image."""
+    add = oplab.cli("lab", "add-node", "gpu-n1", "--kernel", "6.8.0-50-generic", "--os", "ubuntu24.04",
+                    "--label", "pool=infer")
+    assert add.code == 0, add.err
+    code, data, _ = check_json(oplab, "-l", "kubernetes.io/hostname=gpu-n1")
+    node = data["nodes"][0]
+    assert code == 1 and node["status"] == "missing"
+    assert node["image"] == f"{oplab.registry}/nvidia/driver:595-6.8.0-50-generic-ubuntu24.04"
+    pod = wait_for(lambda: operator_driver_pods(oplab).get("gpu-n1"), timeout=60, what="the operator's pod")
+    assert pod["image"] == node["image"]
+    wait_for(lambda: operator_driver_pods(oplab)["gpu-n1"]["state"] in ("ImagePullBackOff", "ErrImagePull"),
+             timeout=30, what="the failed pull")
+
+
+def test_rules_follow_the_operator_version(oplab):
+    """This operator (main of 2025-09) keeps RHEL's full VERSION_ID; v26.7.0 cuts it to the major number. Told it
+    runs v26.7.0, gpualign expects rhel9, and so flags the rhel9.4 image the operator really deployed."""
+    _, detected, _ = check_json(oplab, "-l", "pool=rhel")
+    assert detected["rules"]["operator_version"] == "v0.0.0-20250917190837-d73a0086a6ba"
+    assert detected["nodes"][0]["image"].endswith("-rhel9.4") and detected["nodes"][0]["status"] == "present"
+    _, older, _ = check_json(oplab, "-l", "pool=rhel", "--operator-version", "v25.10.1")
+    assert older["nodes"][0]["image"] == detected["nodes"][0]["image"]
+    code, newer, _ = check_json(oplab, "-l", "pool=rhel", "--operator-version", "v26.7.0")
+    node = newer["nodes"][0]
+    assert code == 1 and node["image"].endswith("-5.14.0-427.37.1.el9_4.x86_64-rhel9")
+    assert node["status"] == "operator-mismatch" and node["operator_image"].endswith("-rhel9.4")
+
+
+def test_flags_override_the_operators_objects(oplab):
+    code, data, err = check_json(oplab, "-l", "pool=train", "--driver-branch", "595", "--ledger",
+                                 f"registry://{oplab.registry}/nvidia/driver")
+    assert {n["source"] for n in data["nodes"]} == {"flags"}
+    assert {n["branch"] for n in data["nodes"]} == {"595"}
+    # the operator still runs 580 there: an upgrade in waiting, not a mismatch
+    assert {n["status"] for n in data["nodes"]} == {"missing"}, err
+
+
+def test_without_rbac_for_the_crs_check_falls_back_to_flags_and_says_so(oplab, tmp_path):
+    for manifest in (
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader", "namespace": "default"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "node-reader"},
+         "rules": [{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "node-reader"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": "default"}]},
+    ):
+        path = tmp_path / f"{manifest['kind']}.json"
+        path.write_text(json.dumps(manifest))
+        oplab.kubectl("apply", "-f", str(path), check=True)
+    config = tmp_path / "reader-kubeconfig"
+    token_kubeconfig(oplab, config, "default", "reader")
+    bare = run_cli("check", "--kubeconfig", str(config))
+    assert bare.code == 2
+    assert "not allowed to read ClusterPolicy objects" in bare.err and "expectations come from flags" in bare.err
+    assert "no ledger" in bare.err and "Traceback" not in bare.err
+    flagged = run_cli("check", "--kubeconfig", str(config), "-o", "json", "--driver-branch", "580",
+                      "-l", "pool=train", "--ledger", f"registry://{oplab.registry}/nvidia/driver")
+    assert flagged.code == 0, flagged.err
+    data = json.loads(flagged.out)
+    assert data["operator"] is None and {n["source"] for n in data["nodes"]} == {"flags"}
+    assert any("not allowed to read ClusterPolicy" in w for w in data["warnings"])
+
+
+def test_overlapping_nvidiadrivers_are_named_as_the_operator_refuses_them(oplab, tmp_path):
+    """Runs last in this module: the real operator refuses every NVIDIADriver while two overlap."""
+    overlap = {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "metadata": {"name": "all-train"},
+               "spec": {"driverType": "gpu", "usePrecompiled": True, "repository": f"{oplab.registry}/nvidia",
+                        "image": "driver", "version": "595", "nodeSelector": {"pool": "train"}}}
+    path = tmp_path / "overlap.json"
+    path.write_text(json.dumps(overlap))
+    oplab.kubectl("apply", "-f", str(path), check=True)
+    try:
+        code, data, err = check_json(oplab)
+        assert code == 1
+        assert "nvidiadriver/all-train and nvidiadriver/train both select gpu-a1 and 2 more node(s)" in err
+        by_name = {n["name"]: n for n in data["nodes"]}
+        for node in ("gpu-a1", "gpu-a2", "gpu-c1"):
+            assert by_name[node]["status"] == "unknown"
+            assert "ConflictingNodeSelector" in by_name[node]["reason"]
+        assert by_name["gpu-b1"]["status"] == "present"  # other pools are still derived
+
+        def operator_says_conflict() -> bool:
+            cr = json.loads(oplab.kubectl("get", "nvidiadriver", "all-train", "-o", "json", check=True).stdout)
+            return any(c.get("reason") == "ConflictingNodeSelector"
+                       for c in (cr.get("status") or {}).get("conditions") or [])
+
+        wait_for(operator_says_conflict, timeout=60, what="the operator's own ConflictingNodeSelector condition")
+    finally:
+        oplab.kubectl("delete", "nvidiadriver", "all-train", "--wait=false")
