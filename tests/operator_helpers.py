@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from typing import Any
 
 from tests.conftest import Lab
@@ -38,17 +36,6 @@ def operator_driver_pods(lab: Lab) -> dict[str, dict[str, Any]]:
 def check_json(lab: Lab, *args: str) -> tuple[int, dict[str, Any], str]:
     res = lab.cli("check", "-o", "json", *args)
     return res.code, (json.loads(res.out) if res.out.strip() else {}), res.err
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.5)
 
 
 def token_kubeconfig(lab: Lab, path: Any, namespace: str, account: str) -> None:

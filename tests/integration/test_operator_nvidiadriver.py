@@ -9,7 +9,8 @@ import json
 import pytest
 
 from tests.conftest import run_cli, start_lab
-from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig, wait_for
+from tests.helpers import wait_for
+from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig
 
 pytestmark = pytest.mark.lab
 

@@ -1,0 +1,104 @@
+"""Oracle: NVIDIA's real GPU Operator in ClusterPolicy mode on a mixed-OS fleet. The operator names every kernel's
+image with one OS tag, taken from whichever GPU node it lists first (kernelFullVersion): gpualign must show, per node,
+the image it needs and the image the operator deployed, and flag exactly the nodes where the operator's pod carries
+another OS's tag. The controller raises DriverImageMismatch for them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpualign.lab.processes import free_port
+from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
+from tests.operator_helpers import check_json, operator_driver_pods
+
+pytestmark = pytest.mark.lab
+
+OS_TAG = {"gpu-a1": "ubuntu22.04", "gpu-a2": "ubuntu22.04", "gpu-c1": "ubuntu22.04", "gpu-b1": "ubuntu24.04",
+          "gpu-m1": "ubuntu24.04", "gpu-r1": "rhel9.4"}
+
+
+@pytest.fixture(scope="module")
+def cplab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("op-cp") / "state", "operator-clusterpolicy")
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def wrong_os(pod_image: str, node: str) -> bool:
+    return not pod_image.endswith(f"-{OS_TAG[node]}")
+
+
+def test_flags_exactly_the_nodes_whose_operator_pod_has_another_os_tag(cplab):
+    pods = operator_driver_pods(cplab)
+    assert set(pods) == set(OS_TAG) and {p["owner"] for p in pods.values()} == {"ClusterPolicy/cluster-policy"}
+    code, data, err = check_json(cplab)
+    assert code == 1
+    assert "ClusterPolicy mode names every kernel's image with ONE OS tag" in err
+    by_name = {n["name"]: n for n in data["nodes"]}
+    for node, pod in pods.items():
+        finding = by_name[node]
+        assert finding["source"] == "clusterpolicy/cluster-policy"
+        assert finding["operator_image"] == pod["image"]  # the image the operator chose
+        assert finding["image"].endswith(f"-{finding['kernel']}-{OS_TAG[node]}")  # the image the node needs
+    flagged = {n for n, f in by_name.items() if f["status"] == "operator-mismatch"}
+    truth = {n for n, p in pods.items() if wrong_os(p["image"], n)}
+    # One OS tag for three OSes: at least two OS groups are wrong, whichever node the operator listed first.
+    assert truth and flagged == truth
+    assert data["summary"]["operator_mismatch"] == len(truth)
+    for node in truth:
+        assert pods[node]["image"] in by_name[node]["reason"] and by_name[node]["image"] in by_name[node]["reason"]
+        if node != "gpu-m1":  # a wrong tag is never in the registry: the pull fails, as on a real cluster
+            assert pods[node]["state"] in ("ImagePullBackOff", "ErrImagePull")
+    # The absent image is still listed for building, even where a mismatch hides it.
+    assert [m["nodes"] for m in data["missing"]] == [["gpu-m1"]]
+    table = cplab.cli("check")
+    assert table.code == 1 and "operator-mismatch" in table.out
+
+
+def test_controller_raises_driver_image_mismatch_from_the_operators_objects(cplab):
+    """Zero flags: the controller reads the ClusterPolicy, takes its repository as ledger, and posts one
+    DriverImageMismatch Event per flagged node (and DriverImageMissing nowhere a mismatch hides it)."""
+    kube = cplab.kube()
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+    port = free_port()
+    log = open(cplab.state_dir.parent / "controller-op.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "gpualign", "controller", "--listen", f"127.0.0.1:{port}",
+                             "--lease-namespace", "gpualign-system", "--ledger-refresh", "5"],
+                            env={**os.environ, **cplab.env, "POD_NAME": "op"}, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        truth = {n for n, p in operator_driver_pods(cplab).items() if wrong_os(p["image"], n)}
+
+        def mismatch_events() -> set[str]:
+            return {e["involvedObject"]["name"] for e in kube.list_raw("/api/v1/namespaces/default/events")
+                    if e["reason"] == "DriverImageMismatch"}
+
+        wait_for(lambda: mismatch_events() == truth or None, timeout=30, what="DriverImageMismatch events")
+        for node in truth:
+            ann = kube.get(f"/api/v1/nodes/{node}")["metadata"]["annotations"]
+            assert ann["gpualign.io/driver-image-status"] == "operator-mismatch"
+        healthy = set(OS_TAG) - truth
+        for node in healthy:
+            ann = kube.get(f"/api/v1/nodes/{node}")["metadata"].get("annotations") or {}
+            assert "gpualign.io/driver-image-status" not in ann or node == "gpu-m1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+    assert proc.returncode == 0, (cplab.state_dir.parent / "controller-op.log").read_text()[-2000:]
+
+
+def test_a_clusterpolicy_missing_driver_fields_gets_a_reason_per_node(cplab, tmp_path):
+    """Runs last in this module (it breaks the ClusterPolicy for the operator too)."""
+    patch = [{"op": "remove", "path": "/spec/driver/version"}]
+    res = cplab.kubectl("patch", "clusterpolicy", "cluster-policy", "--type=json", "-p", json.dumps(patch))
+    assert res.returncode == 0, res.stderr
+    code, data, err = check_json(cplab)
+    assert code == 1 and "Traceback" not in err
+    assert {n["status"] for n in data["nodes"]} == {"unknown"}
+    assert all("spec.driver.version missing" in n["reason"] for n in data["nodes"])
