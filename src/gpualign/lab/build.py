@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.errors import LabError
+from gpualign.errors import BadInput, LabError
 from gpualign.lab import versions
 
 GO_MODULES = Path(__file__).parent / "go"
@@ -126,12 +126,17 @@ def build_target(target: Target, bin_dir: Path, log: Path) -> float:
     return time.monotonic() - started
 
 
-def build(bin_dir: Path, *, force: bool = False,
+def build(bin_dir: Path, *, force: bool = False, only: list[str] | None = None,
           progress: Callable[[str], None] = lambda _msg: None) -> dict[str, float]:
-    """Build every target whose binaries are not all in bin_dir. Returns seconds per target built."""
+    """Build every target (or only the named ones) whose binaries are not all in bin_dir. Returns seconds per
+    target built."""
+    chosen = targets()
+    unknown = sorted(set(only or []) - {t.name for t in chosen})
+    if unknown:
+        raise BadInput(f"unknown build target {', '.join(unknown)}; targets: {', '.join(t.name for t in chosen)}")
     bin_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    for target in targets():
+    for target in (t for t in chosen if not only or t.name in only):
         todo = target.binaries if force else missing(bin_dir, target)
         if not todo:
             progress(f"{target.name}: cached in {bin_dir}")
