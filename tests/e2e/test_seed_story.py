@@ -1,9 +1,12 @@
 """The seed's story, end to end, on its own lab with real Kubernetes components.
 
 1. A node with a newer kernel arrives: `check` flags only it. 2. Its image is pushed: `check` passes.
-3. An upgrade of the pool to branch 595 starts while a PDB protects the GPU training Deployment: the preview names
-   the PDB, the real API server refuses the eviction, and `status` / `why` say so.
-4. The PDB is relaxed: the walk goes on. 5. Every node ends upgrade-done with the new driver labels; only nodes the
+3. An upgrade of the pool to branch 595 starts while a PDB that allows no disruption protects the GPU training
+   Deployment: the preview names the PDB, the walk upgrades every other node and holds the trainer's nodes
+   uncordoned before cordon, and `status` / `why` say so. (The real refusal of an eviction by that PDB is shown by
+   `kubectl drain` in the demo, and by the operator's order in test_upgrade_reliability.)
+4. The PDB is relaxed: the held nodes are admitted one at a time and the walk ends.
+5. Every node ends upgrade-done with the new driver labels; only nodes the
    upgrade cordoned are uncordoned, and an admin-cordoned node stays cordoned.
 """
 
@@ -52,30 +55,42 @@ def test_the_seed_story(story_lab):
         assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
     assert lab.kubectl("cordon", "gpu-c1").returncode == 0
     trainer_nodes = {p["spec"]["nodeName"] for p in kube.pods("ml", label_selector="app=trainer")}
-    assert len(trainer_nodes) >= 1
+    assert len(trainer_nodes) == 2  # one replica per node (required anti-affinity)
 
     dry = lab.cli("upgrade", "--to-branch", "595", "--ledger", ledger, "--dry-run")
-    assert dry.code == 1  # the preview already knows the PDB will refuse
+    assert dry.code == 1  # the preview already knows the PDB would refuse
     assert "PDB ml/trainer-pdb (2 healthy, 2 required, 0 disruptions allowed)" in dry.out
-    assert "would block" in dry.out
+    assert "uncordoned until it allows their evictions" in dry.out
+    for node in trainer_nodes:  # the order it would take holds the PDB's nodes back, and says why
+        assert (f"held: {node}: waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions (2 healthy, "
+                "2 required)") in dry.out
 
-    walk = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger, "--eviction-timeout", "300")
-    blocked_line = walk.wait_line("refused by PDB ml/trainer-pdb", timeout=120)
-    blocked_node = blocked_line.split()[1].rstrip(":")
-    assert blocked_node in trainer_nodes
+    # With --timeout the walk waits for held nodes instead of ending when only they remain.
+    walk = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger, "--timeout", "600")
+    held_line = walk.wait_line("waiting before cordon: PDB ml/trainer-pdb", timeout=120)
+    held_node = held_line.split()[1].rstrip(":")
+    assert held_node in trainer_nodes
+    others = {n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true")} - trainer_nodes
 
+    def others_done() -> bool:
+        rows = json.loads(lab.cli("status", "--ledger", ledger, "--to-branch", "595", "-o", "json").out)["nodes"]
+        return all(r["state"] == "upgrade-done" for r in rows if r["name"] in others)
+
+    wait_for(others_done, timeout=240, what="every node the PDB does not guard upgraded")
     status = json.loads(lab.cli("status", "--ledger", ledger, "--to-branch", "595", "-o", "json").out)
-    row = next(n for n in status["nodes"] if n["name"] == blocked_node)
-    assert row["state"] == "pod-deletion-required" and row["cordoned"] == "upgrade"
-    assert "refused by PDB ml/trainer-pdb: 2 healthy, 2 required, 0 disruptions allowed" in row["blocker"]
-    why = lab.cli("why", blocked_node, "--ledger", ledger, "--to-branch", "595")
-    assert f"{blocked_node} is in pod-deletion-required" in why.out
-    assert "eviction of ml/trainer-" in why.out and "refused by PDB ml/trainer-pdb" in why.out
+    for row in (r for r in status["nodes"] if r["name"] in trainer_nodes):
+        assert (row["state"], row["cordoned"], row["hold"]) == ("upgrade-required", "no", "before-cordon")
+        assert row["blocker"].startswith("waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions")
+    why = lab.cli("why", held_node, "--ledger", ledger, "--to-branch", "595")
+    assert f"{held_node} is in upgrade-required" in why.out
+    assert "held before cordon (still schedulable, its pods untouched): PDB ml/trainer-pdb allows 0" in why.out
     events = [e for e in kube.list_raw("/api/v1/namespaces/default/events")
-              if e["reason"] == "GPUDriverUpgrade" and e["involvedObject"]["name"] == blocked_node]
-    assert events and "refused by PDB ml/trainer-pdb" in events[0]["message"]
+              if e["reason"] == "GPUDriverUpgrade" and e["involvedObject"]["name"] == held_node]
+    assert events and "waiting before cordon: PDB ml/trainer-pdb" in events[0]["message"]
+    for node in trainer_nodes:  # never cordoned, its training pods untouched
+        assert not kube.get(f"/api/v1/nodes/{node}")["spec"].get("unschedulable")
 
-    # 4. relax the PDB: the walk goes on by itself
+    # 4. relax the PDB: the held nodes are admitted one at a time, and the walk ends
     kube.patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 1}})
     assert walk.finish(timeout=300) == 0, walk.output
 
@@ -87,4 +102,4 @@ def test_the_seed_story(story_lab):
     assert nodes["gpu-c1"]["spec"].get("unschedulable") is True
     assert [n for n, x in nodes.items() if x["spec"].get("unschedulable")] == ["gpu-c1"]
     assert "was cordoned before the upgrade: left cordoned" in walk.output
-    assert "gpualign.io/upgrade-blocker" not in nodes[blocked_node]["metadata"].get("annotations", {})
+    assert "gpualign.io/upgrade-blocker" not in nodes[held_node]["metadata"].get("annotations", {})

@@ -35,12 +35,16 @@ def _reporter(node: str, message: str) -> None:
 
 
 def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable: str | None,
-            drain: bool | None, timeout: int | None, failed_frees_slot: bool) -> UpgradePolicy:
+            drain: bool | None, timeout: int | None, failed_frees_slot: bool,
+            admission: str | None = None) -> UpgradePolicy:
     import dataclasses
 
     from gpualign.upgrade import policy as pol
 
     p = pol.load(policy_file) if policy_file else pol.UpgradePolicy()
+    if admission is not None:
+        pol.from_dict({"admission": admission}, "--admission")
+        p = dataclasses.replace(p, admission=admission)
     if max_parallel is not None:
         p = dataclasses.replace(p, max_parallel_upgrades=max_parallel)
     if max_unavailable is not None:
@@ -59,7 +63,24 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
     return p
 
 
-def _print_preflight(pre: Preflight, snap: Snapshot) -> None:
+def _admission(snap: Snapshot, pol: UpgradePolicy) -> tuple[list[list[str]], dict[str, str]]:
+    from gpualign.upgrade.planner import admission_order
+
+    return admission_order([n.view for n in snap.nodes.values()], pol, snap.budgets)
+
+
+def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
+    rounds, held = _admission(snap, pol)
+    how = ("PDB-aware: a node is cordoned only when every PDB can take its evictions now"
+           if pol.admission == "pdb-aware" else "the operator's: by name, whatever the PDBs say")
+    stdout.print(f"[bold]order[/bold] ({how}; maxParallelUpgrades {pol.max_parallel_upgrades or 'any'}):")
+    for i, names in enumerate(rounds, 1):
+        stdout.print(f"  {i}. {', '.join(names)}")
+    for node, reason in sorted(held.items()):
+        stdout.print(f"  [yellow]held[/]: {node}: {reason}")
+
+
+def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:
     stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
                  f"{len(pre.already_done)} already on target")
     for name in pre.upgrades:
@@ -73,8 +94,12 @@ def _print_preflight(pre: Preflight, snap: Snapshot) -> None:
         stdout.print(f"  [bold red]{node} stays upgrade-required[/]: image missing: {tag} (never cordoned)")
     for v in pre.pdbs:
         guarded = ", ".join(f"{p} (on {n})" for p, n in v.pods)
-        verdict = (f"[bold red]would block {', '.join(v.blocked_nodes)}[/]" if v.blocked_nodes
-                   else "[green]allows it[/]")
+        if not v.blocked_nodes:
+            verdict = "[green]allows it[/]"
+        elif pdb_aware:
+            verdict = f"[yellow]keeps {', '.join(v.blocked_nodes)} uncordoned until it allows their evictions[/]"
+        else:
+            verdict = f"[bold red]would block {', '.join(v.blocked_nodes)}[/]"
         stdout.print(f"  PDB {v.pdb} ({v.numbers}) protects {guarded}: {verdict}")
 
 
@@ -124,6 +149,10 @@ def upgrade(
         "--eviction-timeout", help="seconds before a refused pod deletion / drain fails the node")] = None,
     failed_frees_slot: Annotated[bool, typer.Option(
         "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")] = False,
+    admission: Annotated[str | None, typer.Option(
+        "--admission", help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU "
+                            "pods can take their evictions now, so a saturated PDB holds its nodes uncordoned "
+                            "instead of stalling the walk; operator: the GPU Operator's order (by name)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(help="give up after this many seconds (0: never)")] = 0.0,
@@ -139,6 +168,12 @@ def upgrade(
     → restart the driver pod → validate → uncordon. State lives in the GPU Operator's node labels, so a killed run
     resumes where it stopped. Nothing is cordoned before its image exists, and whatever blocks is named.
 
+    Admission is PDB-aware by default: among the nodes waiting at upgrade-required, only those whose GPU pods every
+    PodDisruptionBudget can let go now are cordoned (in name order among them), after the evictions still
+    ahead on nodes already in the walk; the others stay schedulable, named "waiting before cordon: PDB …", and are
+    looked at again every pass. When only such nodes remain, the walk ends (exit 1) naming the PDBs to relax; with
+    --timeout it waits for them until then. --dry-run prints the order it would take.
+
     Exit 0 when every node is upgrade-done, 1 when some failed or are blocked, 2 on bad input.
 
     Example:  gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
@@ -153,24 +188,29 @@ def upgrade(
     if not ledger:
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first")
     branch = normalize_branch(to_branch) if to_branch else None
-    pol = _policy(policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot)
+    pol = _policy(policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
     rule_set = load_rules(rules)
     available = sources.load(ledger, docker_config=docker_config)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade")
     try:
-        snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch)
+        snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
+                             budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
         pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
+        pdb_aware = pol.admission == "pdb-aware"
         if dry_run:
             if output in (Output.json, Output.yaml):
-                emit_data(pre.as_dict(), output)
+                rounds, held = _admission(snap, pol)
+                emit_data({**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}},
+                          output)
             else:
-                _print_preflight(pre, snap)
+                _print_preflight(pre, snap, pdb_aware)
+                _print_order(snap, pol)
             if not pre.clean:
                 raise typer.Exit(EXIT_FINDINGS)
             return
-        _print_preflight(pre, snap)
+        _print_preflight(pre, snap, pdb_aware)
         if not yes:
             if not sys.stdin.isatty():
                 raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
@@ -192,6 +232,11 @@ def upgrade(
                  + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     for node, reason in sorted(outcome.reasons.items()):
         stdout.print(f"  {node} ({outcome.states.get(node) or '(none)'}): {reason}")
+    if outcome.pdb_held:
+        pdbs = sorted({r.split("PDB ", 1)[1].split(" ", 1)[0] for r in outcome.pdb_held.values() if "PDB " in r})
+        stdout.print(f"\n{len(outcome.pdb_held)} node(s) held before cordon ({', '.join(sorted(outcome.pdb_held))}),"
+                     f" never cordoned: relax {', '.join(f'PDB {p}' for p in pdbs)} (or move its pods), then run "
+                     "again; `--timeout SECONDS` waits for that instead of ending")
     if not outcome.ok:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -221,6 +266,8 @@ def _status_table(data: dict[str, Any]) -> None:
     for n in data["nodes"]:
         image = {True: "present", False: "[red]missing[/]", None: "-"}[n["image_present"]]
         blocker = n["blocker"] or ""
+        if blocker and n.get("hold") == "before-cordon" and not blocker.startswith("waiting before cordon"):
+            blocker = f"held before cordon: {blocker}"
         if blocker and n["blocked_seconds"] is not None:
             blocker += f" ({duration(n['blocked_seconds'])})"
         table.add_row(n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None

@@ -101,7 +101,12 @@ def workloads() -> list[dict[str, Any]]:
         {"apiVersion": "apps/v1", "kind": "Deployment",
          "metadata": {"name": "trainer", "namespace": "ml", "labels": {"app": "trainer"}},
          "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "trainer"}},
-                  "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": gpu_pod}}},
+                  "template": {"metadata": {"labels": {"app": "trainer"}}, "spec": {
+                      **gpu_pod,
+                      # one replica per node, as data-parallel training replicas usually run
+                      "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                          {"labelSelector": {"matchLabels": {"app": "trainer"}},
+                           "topologyKey": "kubernetes.io/hostname"}]}}}}}},
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
          "metadata": {"name": "trainer-pdb", "namespace": "ml"},
          "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "trainer"}}}},

@@ -20,14 +20,14 @@ from gpualign.errors import GpualignError
 from gpualign.kube import Conflict, Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
-from gpualign.upgrade.planner import Action, plan
+from gpualign.upgrade.planner import PDB_HOLD, Action, plan
 from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
 JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
-HOLDS_TOLD = ("image missing", "skipped")  # holds that are named on the node; other holds are only waits
+HOLDS_TOLD = ("image missing", "skipped", PDB_HOLD)  # holds named on the node; other holds are only waits
 
 
 def now_iso() -> str:
@@ -89,7 +89,7 @@ class Executor:
         self.annotate(ns, {S.BLOCKER: message, S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
         with contextlib.suppress(GpualignError):  # an event is a courtesy; the annotation is the record
             self.kube.event(ns.node, S.EVENT_REASON, message)
-        self.say(ns.name, f"blocked: {message}")
+        self.say(ns.name, message if message.startswith(PDB_HOLD) else f"blocked: {message}")
 
     def unblock(self) -> dict[str, str | None]:
         return {S.BLOCKER: None, S.BLOCKED_SINCE: None}
@@ -98,7 +98,7 @@ class Executor:
     def run_pass(self, snap: Snapshot) -> list[Action]:
         """Apply each node's action; nodes are independent, so up to NODE_WORKERS of them at once (a node's own
         steps stay in order: one action per node per pass)."""
-        actions = plan([n.view for n in snap.nodes.values()], self.policy)
+        actions = plan([n.view for n in snap.nodes.values()], self.policy, snap.budgets)
 
         def one(action: Action) -> None:
             with contextlib.suppress(Conflict):  # the node changed under us: the next pass reads it fresh

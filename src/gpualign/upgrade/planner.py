@@ -1,17 +1,23 @@
 """The pure planner: a snapshot of the target nodes + the policy → what to do next, node by node.
 
-It decides admission (who may start, within maxParallelUpgrades and maxUnavailable, and never without the image)
-and the uncordon rule (only nodes gpualign itself cordoned). The per-state work is the executor's; the planner
-only says which state handler runs on which node.
+It decides admission (who may start, within maxParallelUpgrades and maxUnavailable, never without the image, and
+by default never when a PodDisruptionBudget could not take the node's evictions now) and the uncordon rule (only
+nodes gpualign itself cordoned). The per-state work is the executor's; the planner only says which state handler
+runs on which node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 
 from gpualign.upgrade import states as S
-from gpualign.upgrade.policy import UpgradePolicy
+from gpualign.upgrade.budget import Budget
+from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
+
+PDB_HOLD = "waiting before cordon"  # a hold's reason starts so when a PDB keeps the node uncordoned
+# States whose node still has its GPU pods to evict: their evictions are spoken for in the PDBs' budgets.
+BEFORE_EVICTION = frozenset({S.CORDON, S.WAIT_FOR_JOBS, S.POD_DELETION, S.DRAIN})
 
 
 @dataclass(frozen=True)
@@ -27,6 +33,7 @@ class NodeView:
     needs_upgrade: bool = True  # its driver pod is not the target
     image_present: bool = True
     target_tag: str | None = None
+    pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
 
     @property
     def unavailable(self) -> bool:
@@ -46,13 +53,37 @@ def _holds_slot(n: NodeView, policy: UpgradePolicy) -> bool:
     return n.state in S.IN_PROGRESS
 
 
-def plan(nodes: Iterable[NodeView], policy: UpgradePolicy) -> list[Action]:
+def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budget]) -> str | None:
+    """Why the node's evictions would exceed a PDB's budget now, or None when every PDB can take them."""
+    for pdb, need in n.pdb_demand:
+        left = remaining.get(pdb)
+        if left is None or need <= left:
+            continue
+        budget = budgets.get(pdb) or Budget(pdb, 0)
+        taken = budget.allowed - left
+        return (f"{PDB_HOLD}: PDB {pdb} {budget.numbers()}"
+                + (f", {taken} of them spoken for by nodes already in the walk" if taken > 0 else "")
+                + (f"; this node would need {need}" if need > 1 else ""))
+    return None
+
+
+def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
+         budgets: Mapping[str, Budget] | None = None) -> list[Action]:
+    """budgets: the PDBs' current budgets (by namespace/name), given when admission is PDB-aware; then a node is
+    started only if every PDB can take its evictions now, after those still ahead on nodes already in the walk."""
     views = sorted(nodes, key=lambda n: n.name)
     actions: list[Action] = []
     in_progress = sum(1 for n in views if _holds_slot(n, policy))
     unavailable = sum(1 for n in views if n.unavailable)
     max_unavailable = policy.max_unavailable_nodes(len(views))
     max_parallel = policy.max_parallel_upgrades or len(views) or 1
+    pdb_aware = budgets is not None and policy.admission == PDB_AWARE
+    remaining = {name: b.allowed for name, b in (budgets or {}).items()}
+    for n in views:
+        if n.state in BEFORE_EVICTION:
+            for pdb, need in n.pdb_demand:
+                if pdb in remaining:
+                    remaining[pdb] -= need
 
     for n in views:
         if n.skip and n.state in (S.UNKNOWN, S.DONE, S.REQUIRED):
@@ -69,6 +100,8 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy) -> list[Action]:
                 actions.append(Action(n.name, "mark-done", "driver already the target"))
             elif not n.image_present:
                 actions.append(Action(n.name, "hold", f"image missing: {n.target_tag}"))
+            elif pdb_aware and (why := _pdb_hold(n, remaining, budgets or {})):
+                actions.append(Action(n.name, "hold", why))
             elif in_progress >= max_parallel:
                 actions.append(Action(n.name, "hold",
                                       f"waiting for a slot: {in_progress} of maxParallelUpgrades={max_parallel} "
@@ -82,6 +115,9 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy) -> list[Action]:
                 in_progress += 1
                 if not n.unavailable:
                     unavailable += 1
+                for pdb, need in n.pdb_demand:
+                    if pdb in remaining:
+                        remaining[pdb] -= need
             continue
         if n.state == S.UNCORDON:
             if n.initial_unschedulable == "false":
@@ -94,3 +130,28 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy) -> list[Action]:
             continue
         actions.append(Action(n.name, "handle"))
     return actions
+
+
+def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,
+                    budgets: Mapping[str, Budget] | None = None) -> tuple[list[list[str]], dict[str, str]]:
+    """What --dry-run shows: the rounds in which the nodes not yet in the walk would be started, supposing the nodes
+    already in it and each started round finish, and the PDBs' budgets stay as they are now; and why each other
+    node waits. Pure: it replays `plan` on the views."""
+    def finished(n: NodeView) -> NodeView:
+        cordoned = n.initial_unschedulable == "true" if n.state in S.IN_PROGRESS else n.unschedulable
+        return replace(n, state=S.DONE, needs_upgrade=False, unschedulable=cordoned, pdb_demand=())
+
+    views = {n.name: (finished(n) if n.state in S.IN_PROGRESS - {S.FAILED} else n) for n in nodes}
+    rounds: list[list[str]] = []
+    while True:
+        actions = plan(views.values(), policy, budgets)
+        promoted = [a.node for a in actions if a.kind == "mark-required"]
+        begun = [a.node for a in actions if a.kind == "start"]
+        for name in promoted:  # marking is not starting: replay with the node at upgrade-required
+            views[name] = replace(views[name], state=S.REQUIRED)
+        for name in begun:
+            views[name] = finished(views[name])
+        if begun:
+            rounds.append(begun)
+        elif not promoted:
+            return rounds, {a.node: a.reason for a in actions if a.kind == "hold"}

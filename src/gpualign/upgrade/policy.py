@@ -7,6 +7,8 @@ Differences from the operator, on purpose:
   forever then (k8s-operator-libs #626).
 - `podDeletion.retryDelaySeconds` / `drain.retryDelaySeconds` make the eviction retry delay explicit (5 s, as
   kubectl drain), and a zero timeout is refused: every eviction wait is finite.
+- `admission` (default `pdb-aware`): a node is cordoned only when every PodDisruptionBudget guarding its GPU pods
+  can take their evictions now; `operator` keeps the operator's order (by name, whatever the PDBs say).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Any
 
 from gpualign.errors import BadInput
 from gpualign.tags import _read_yaml
+
+PDB_AWARE, OPERATOR_ORDER = "pdb-aware", "operator"
+ADMISSIONS = (PDB_AWARE, OPERATOR_ORDER)
 
 
 @dataclass(frozen=True)
@@ -60,6 +65,7 @@ class UpgradePolicy:
     validation: Validation = field(default_factory=Validation)
     failed_nodes_hold_slots: bool = True
     eviction_concurrency: int = 8
+    admission: str = PDB_AWARE
 
     def max_unavailable_nodes(self, total: int) -> int:
         """An int, or a percentage of total rounded up (as the operator's intstr scaling)."""
@@ -71,7 +77,7 @@ class UpgradePolicy:
 
 _FIELDS = {
     "maxParallelUpgrades", "maxUnavailable", "waitForCompletion", "podDeletion", "drain", "validation",
-    "failedNodesHoldSlots", "evictionConcurrency", "autoUpgrade",
+    "failedNodesHoldSlots", "evictionConcurrency", "autoUpgrade", "admission",
 }
 
 
@@ -113,6 +119,10 @@ def from_dict(data: Any, source: str = "policy") -> UpgradePolicy:
     pod_timeout = _int(f"{source}: podDeletion.timeoutSeconds", p.get("timeoutSeconds", 300), 1)
     drain_timeout = _int(f"{source}: drain.timeoutSeconds", dr.get("timeoutSeconds", 300), 1)
 
+    admission = d.get("admission", PDB_AWARE)
+    if admission not in ADMISSIONS:
+        raise BadInput(f"{source}: admission: expected {' or '.join(ADMISSIONS)}, got {admission!r}")
+
     def delay(where: str, value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise BadInput(f"{where}: expected a positive number of seconds, got {value!r}")
@@ -134,6 +144,7 @@ def from_dict(data: Any, source: str = "policy") -> UpgradePolicy:
         validation=Validation(_int(f"{source}: validation.timeoutSeconds", v.get("timeoutSeconds", 600), 1)),
         failed_nodes_hold_slots=_bool(f"{source}: failedNodesHoldSlots", d.get("failedNodesHoldSlots", True)),
         eviction_concurrency=_int(f"{source}: evictionConcurrency", d.get("evictionConcurrency", 8), 1),
+        admission=str(admission),
     )
 
 

@@ -31,6 +31,7 @@ class NodeStatus:
     image_present: bool | None
     blocker: str | None
     blocked_seconds: float | None
+    hold: str | None = None  # before-cordon (still schedulable) | after-cordon (cordoned, in the walk) | None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -49,6 +50,9 @@ def node_status(ns: NodeState, *, ledger_known: bool) -> NodeStatus:
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
     blocker = ann.get(S.BLOCKER)
+    hold = None
+    if blocker:
+        hold = "after-cordon" if ns.view.state in S.IN_PROGRESS else "before-cordon"
     return NodeStatus(
         name=ns.name, state=ns.view.state or "(none)",
         in_state_seconds=since(since_ts) if since_ts else None,
@@ -56,7 +60,7 @@ def node_status(ns: NodeState, *, ledger_known: bool) -> NodeStatus:
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None)
+        else None, hold=hold)
 
 
 def fleet_status(snap: Snapshot, *, ledger_known: bool) -> dict[str, Any]:
@@ -76,8 +80,12 @@ def why(ns: NodeState, *, ledger_known: bool) -> list[str]:
     held = f" for {duration(st.in_state_seconds)}" if st.in_state_seconds is not None else ""
     lines.append(f"{ns.name} is in {st.state}{held}.")
     if st.blocker:
-        lines.append(f"blocked: {st.blocker}" + (f", for {duration(st.blocked_seconds)}"
-                                                 if st.blocked_seconds is not None else ""))
+        lasting = f", for {duration(st.blocked_seconds)}" if st.blocked_seconds is not None else ""
+        if st.hold == "before-cordon":
+            reason = st.blocker.removeprefix("waiting before cordon: ")
+            lines.append(f"held before cordon (still schedulable, its pods untouched): {reason}{lasting}")
+        else:
+            lines.append(f"blocked after cordon: {st.blocker}{lasting}")
     if ns.view.skip:
         lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true")
     if ledger_known and ns.target_tag and not ns.view.image_present:

@@ -13,7 +13,8 @@ from gpualign.tags import Rules
 from gpualign.upgrade import snapshot as snap_mod
 from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import Executor
-from gpualign.upgrade.policy import UpgradePolicy
+from gpualign.upgrade.planner import PDB_HOLD
+from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
 from gpualign.upgrade.waker import Waker
 
@@ -31,6 +32,11 @@ class Outcome:
     @property
     def ok(self) -> bool:
         return all(s == S.DONE for s in self.states.values())
+
+    @property
+    def pdb_held(self) -> dict[str, str]:
+        """Nodes left uncordoned at upgrade-required because a PDB could not take their evictions."""
+        return {n: r for n, r in self.reasons.items() if r.startswith(PDB_HOLD)}
 
 
 def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]) -> None:
@@ -73,12 +79,14 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
     executor = Executor(kube, policy, report)
     passes = 0
     outage_since: float | None = None
+    budgets = policy.admission == PDB_AWARE
     while True:
         try:
-            snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+            snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch, budgets=budgets)
             if to_branch and passes == 0:
                 ensure_images(kube, snap, report)
-                snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+                snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch,
+                                     budgets=budgets)
             before = executor.transitions
             actions = executor.run_pass(snap)
         except Unreachable as err:
@@ -97,7 +105,10 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
         passes += 1
         moving = [a for a in actions if a.kind != "hold"]
         active = [n for n in snap.nodes.values() if n.view.state in S.IN_PROGRESS - {S.FAILED}]
-        if not moving and not active and executor.transitions == before:
+        # Only PDB holds left: with --timeout, wait for the budgets to grow back (a human relaxing a PDB, a
+        # replacement pod turning healthy); without, end now and name what blocks.
+        pdb_wait = bool(timeout) and any(a.kind == "hold" and a.reason.startswith(PDB_HOLD) for a in actions)
+        if not moving and not active and executor.transitions == before and not pdb_wait:
             final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
             reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
             for name, ns in final.nodes.items():

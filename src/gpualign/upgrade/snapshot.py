@@ -1,13 +1,15 @@
 """Read the cluster once per pass: target GPU nodes, their driver pods and pools, and what each node should run.
 
 Requests per pass: one LIST of GPU nodes (label selector), one LIST of driver pods, one LIST of driver DaemonSets
-and one LIST of ControllerRevisions per driver namespace. Nothing here lists all pods once per node.
+and one LIST of ControllerRevisions per driver namespace; with PDB-aware admission, while some node waits to be
+admitted, one LIST of PDBs and one LIST of pods per namespace that has a PDB. Nothing here lists all pods, or
+lists pods once per node.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign import labels as L
@@ -17,6 +19,7 @@ from gpualign.kube import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.tags import Rules, required_image
 from gpualign.upgrade import states as S
+from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import NodeView
 
 JSON = dict[str, Any]
@@ -81,6 +84,24 @@ class Snapshot:
     nodes: dict[str, NodeState]
     pools: list[Pool]
     taken: float = field(default_factory=time.time)
+    budgets: dict[str, Budget] | None = None  # PDB budgets, read when admission is PDB-aware and someone waits
+
+
+def read_budgets(kube: Kube, snap: Snapshot) -> None:
+    """Fill in the PDBs' budgets and each node's demand on them (for nodes waiting to start, or still to evict)."""
+    pdbs = kube.list_raw("/apis/policy/v1/poddisruptionbudgets")
+    pods: list[JSON] = []
+    for ns in sorted({p["metadata"]["namespace"] for p in pdbs}):
+        pods.extend(kube.pods(ns, field_selector="status.phase!=Succeeded,status.phase!=Failed"))
+    need = demands(pdbs, pods)
+    snap.budgets = {b.name: b for b in map(Budget.from_pdb, pdbs)}
+    for name, state in snap.nodes.items():
+        if name in need:
+            state.view = replace(state.view, pdb_demand=tuple(sorted(need[name].items())))
+
+
+def waiting_to_start(snap: Snapshot) -> bool:
+    return any(s.view.needs_upgrade and s.view.state in (S.UNKNOWN, S.DONE, S.REQUIRED) for s in snap.nodes.values())
 
 
 def _ready(node: JSON) -> bool:
@@ -107,7 +128,8 @@ def target_selector(selector: str | None) -> str:
 
 
 def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
-         to_branch: str | None) -> Snapshot:
+         to_branch: str | None, budgets: bool = False) -> Snapshot:
+    """budgets: also read the PDBs (PDB-aware admission), when some node waits to start."""
     selectors.parse(selector)
     nodes = kube.nodes(target_selector(selector))
     pods: dict[str, JSON] = {}
@@ -144,4 +166,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             target_tag=target,
         )
         states[facts.name] = NodeState(node, facts, pod, pool, target, view)
-    return Snapshot(states, pools)
+    snap = Snapshot(states, pools)
+    if budgets and waiting_to_start(snap):
+        read_budgets(kube, snap)
+    return snap

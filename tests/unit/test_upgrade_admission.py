@@ -1,0 +1,133 @@
+"""PDB-aware admission (pure): hypothesis invariants, the order --dry-run prints, and the demand count."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign.upgrade import policy as pol
+from gpualign.upgrade import states as S
+from gpualign.upgrade.budget import Budget, demands
+from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, plan
+from tests.unit.test_upgrade_planner import policies, unique
+
+PDBS = ("ml/a", "ml/b", "web/c")
+demand = st.lists(st.tuples(st.sampled_from(PDBS), st.integers(1, 3)), max_size=2,
+                  unique_by=lambda t: t[0]).map(lambda items: tuple(sorted(items)))
+views_with_pdbs = st.builds(
+    NodeView,
+    name=st.text("abcdefgh", min_size=1, max_size=4),
+    state=st.sampled_from([S.UNKNOWN, *S.ALL]),
+    unschedulable=st.booleans(),
+    ready=st.booleans(),
+    skip=st.booleans(),
+    initial_unschedulable=st.sampled_from([None, "true", "false"]),
+    needs_upgrade=st.booleans(),
+    image_present=st.booleans(),
+    target_tag=st.just("595-k-ubuntu22.04"),
+    pdb_demand=demand,
+)
+budgets = st.fixed_dictionaries({name: st.integers(0, 3) for name in PDBS}).map(
+    lambda allowed: {n: Budget(n, a, a + 2, 2) for n, a in allowed.items()})
+fleets = st.lists(views_with_pdbs, max_size=12).map(unique)
+
+
+def started(actions):
+    return {a.node for a in actions if a.kind == "start"}
+
+
+@given(fleets, policies, budgets)
+def test_pdb_aware_admission_never_exceeds_the_limits(views, policy, budget):
+    actions = plan(views, policy, budget)
+    begun = started(actions)
+    holds_slot = {v.name for v in views if v.state in S.IN_PROGRESS
+                  and (v.state != S.FAILED or policy.failed_nodes_hold_slots)}
+    if begun:
+        assert len(holds_slot) + len(begun) <= (policy.max_parallel_upgrades or len(views))
+        unavailable = {v.name for v in views if v.unavailable}
+        newly = begun - unavailable
+        if newly:
+            assert len(unavailable) + len(newly) <= policy.max_unavailable_nodes(len(views))
+
+
+@given(fleets, policies, budgets)
+def test_the_admitted_set_never_asks_a_pdb_for_more_than_it_allows(views, policy, budget):
+    by_name = {v.name: v for v in views}
+    begun = started(plan(views, policy, budget))
+    for pdb, b in budget.items():
+        ahead = sum(need for v in views if v.state in BEFORE_EVICTION for p, need in v.pdb_demand if p == pdb)
+        asked = sum(need for n in begun for p, need in by_name[n].pdb_demand if p == pdb)
+        assert asked <= max(0, b.allowed - ahead)
+
+
+@given(fleets, policies, budgets)
+def test_a_node_no_pdb_guards_is_never_held_back_by_one(views, policy, budget):
+    for action in plan(views, policy, budget):
+        if action.reason.startswith(PDB_HOLD):
+            view = next(v for v in views if v.name == action.node)
+            assert view.pdb_demand, action
+
+
+@given(fleets, policies, budgets)
+def test_the_operator_order_ignores_budgets(views, policy, budget):
+    operator = pol.UpgradePolicy(**{**policy.__dict__, "admission": pol.OPERATOR_ORDER})
+    assert plan(views, operator, budget) == plan(views, operator)
+
+
+def test_the_issue_story_saturated_pdb_holds_its_nodes_and_the_rest_start():
+    trainer = (("ml/trainer-pdb", 1),)
+    views = [NodeView("gpu-a1", S.REQUIRED, False, pdb_demand=trainer),
+             NodeView("gpu-a2", S.REQUIRED, False, pdb_demand=trainer),
+             *(NodeView(f"gpu-{x}", S.REQUIRED, False) for x in ("b1", "c1", "d1", "e1"))]
+    policy = pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%")
+    saturated = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 2)}
+    actions = {a.node: a for a in plan(views, policy, saturated)}
+    assert started(actions.values()) == {"gpu-b1", "gpu-c1"}
+    assert actions["gpu-a1"].reason == ("waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions "
+                                        "(2 healthy, 2 required)")
+    operator = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%",
+                                             admission=pol.OPERATOR_ORDER), saturated)
+    assert started(operator) == {"gpu-a1", "gpu-a2"}  # what the issue saw: both cordoned, nothing moves
+    rounds, held = admission_order(views, policy, saturated)
+    assert rounds == [["gpu-b1", "gpu-c1"], ["gpu-d1", "gpu-e1"]]
+    assert set(held) == {"gpu-a1", "gpu-a2"}
+    relaxed = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 1, 2, 1)}
+    rounds, held = admission_order(views, policy, relaxed)
+    assert sum(r.count("gpu-a1") + r.count("gpu-a2") for r in rounds) == 2 and not held
+    assert not any({"gpu-a1", "gpu-a2"} <= set(r) for r in rounds)  # one at a time, never both together
+
+
+def test_evictions_ahead_in_the_walk_are_spoken_for():
+    views = [NodeView("a", S.POD_DELETION, True, initial_unschedulable="false", pdb_demand=(("ml/p", 1),)),
+             NodeView("b", S.REQUIRED, False, pdb_demand=(("ml/p", 1),))]
+    actions = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%"),
+                   {"ml/p": Budget("ml/p", 1, 3, 2)})
+    (hold,) = [a for a in actions if a.node == "b"]
+    assert hold.kind == "hold" and "1 of them spoken for by nodes already in the walk" in hold.reason
+
+
+def pod(name, node, labels, gpu=True, phase="Running"):
+    res = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {}
+    return {"metadata": {"name": name, "namespace": "ml", "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": res}]}, "status": {"phase": phase}}
+
+
+def test_demand_counts_only_the_pods_pod_deletion_evicts():
+    pdb = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"selector": {"matchLabels": {"app": "t"}}},
+           "status": {"disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2}}
+    pods = [pod("t1", "n1", {"app": "t"}), pod("t2", "n1", {"app": "t"}), pod("t3", "n2", {"app": "t"}),
+            pod("cpu", "n3", {"app": "t"}, gpu=False), pod("done", "n4", {"app": "t"}, phase="Succeeded"),
+            pod("other", "n5", {"app": "x"})]
+    assert demands([pdb], pods) == {"n1": {"ml/p": 2}, "n2": {"ml/p": 1}}
+    assert Budget.from_pdb(pdb).numbers() == "allows 0 disruptions (2 healthy, 2 required)"
+
+
+def test_admission_is_part_of_the_policy_file():
+    assert pol.UpgradePolicy().admission == "pdb-aware"
+    assert pol.from_dict({"admission": "operator"}).admission == "operator"
+    try:
+        pol.from_dict({"admission": "random"})
+    except Exception as err:  # noqa: BLE001
+        assert "admission: expected pdb-aware or operator" in str(err)
+    else:
+        raise AssertionError("accepted a bad admission")
