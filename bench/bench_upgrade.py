@@ -51,10 +51,13 @@ def ready_driver_pods(lab: BenchLab, version: str) -> int:
     return sum(1 for n in nodes if n["metadata"]["labels"].get(L.DRIVER_CURRENT_FULL) == version)
 
 
-def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: float, load: float) -> None:
+def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: float, load: float,
+          spare_gpus: int = 0) -> None:
+    """n nodes with per_node + spare_gpus GPUs each, per_node GPU pods on each, and their driver pool."""
     driver_pool(lab, KERNEL, annotations={
         LOAD_DELAY: f"{load}s", "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(driver_delay * 1000)}ms"})
-    specs = [NodeSpec(f"up-{i:03d}", KERNEL, "ubuntu", "22.04", driver=driver_version_for("580"), gpus=per_node,
+    specs = [NodeSpec(f"up-{i:03d}", KERNEL, "ubuntu", "22.04", driver=driver_version_for("580"),
+                      gpus=per_node + spare_gpus,
                       labels={"gpualign.io/bench": "upgrade"}) for i in range(n)]
     t0 = time.perf_counter()
     create_nodes(lab.kube, specs)

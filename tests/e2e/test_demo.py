@@ -22,7 +22,8 @@ def test_demo_tells_the_whole_story(tmp_path):
     out = proc.stdout
     for needle in ("ImagePullBackOff", '"KERNEL_VERSION": "5.15.0-125-generic"', "FailedScheduling",
                    "Cannot evict pod as it would violate",
-                   "refused by PDB ml/trainer-pdb", "summary after", "7 upgrade-done",
+                   "waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions", "held before cordon",
+                   "summary after", "7 upgrade-done",
                    "was cordoned before the upgrade: left cordoned", "The end."):
         assert needle in out, needle
     assert not (tmp_path / "gpualign" / "demo").exists()  # the demo lab was taken down
