@@ -9,27 +9,14 @@ from gpualign.upgrade import policy as pol
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, plan
-from tests.unit.test_upgrade_planner import policies, unique
+from tests.unit.test_upgrade_planner import node_views_with, policies, unique
 
 PDBS = ("ml/a", "ml/b", "web/c")
 demand = st.lists(st.tuples(st.sampled_from(PDBS), st.integers(1, 3)), max_size=2,
                   unique_by=lambda t: t[0]).map(lambda items: tuple(sorted(items)))
-views_with_pdbs = st.builds(
-    NodeView,
-    name=st.text("abcdefgh", min_size=1, max_size=4),
-    state=st.sampled_from([S.UNKNOWN, *S.ALL]),
-    unschedulable=st.booleans(),
-    ready=st.booleans(),
-    skip=st.booleans(),
-    initial_unschedulable=st.sampled_from([None, "true", "false"]),
-    needs_upgrade=st.booleans(),
-    image_present=st.booleans(),
-    target_tag=st.just("595-k-ubuntu22.04"),
-    pdb_demand=demand,
-)
 budgets = st.fixed_dictionaries({name: st.integers(0, 3) for name in PDBS}).map(
     lambda allowed: {n: Budget(n, a, a + 2, 2) for n, a in allowed.items()})
-fleets = st.lists(views_with_pdbs, max_size=12).map(unique)
+fleets = st.lists(node_views_with(demand), max_size=12).map(unique)
 
 
 def started(actions):
