@@ -133,9 +133,12 @@ class Simulator:
             "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": True,
                                    "restartCount": 0, "started": True, "state": {"running": {"startedAt": now}}}
                                   for c in containers]}
+        # The container is Ready first; GFD relabels the node after it sees the loaded driver, as on a real node.
+        # (The other order would wake the GPU Operator's upgrade controller, which reacts to node label changes,
+        # while the pod still looks unready: it then waits for its 2-minute requeue.)
+        self._patch(path, status)
         if version:
             self.kube.patch_node_labels(node, driver_labels(version))
-        self._patch(path, status)
         log.info("%s/%s on %s: Ready, driver %s loaded", ns, name, node, version or "?")
         self.decided[key] = ("ready", time.monotonic())
 
