@@ -29,3 +29,9 @@ class Unreachable(GpualignError):
 
 class LabError(GpualignError):
     """The lab could not be built, started or reached."""
+
+
+class Refused(GpualignError):
+    """gpualign will not act, for a reason the user can change (exit 1): e.g. the GPU Operator walks these nodes."""
+
+    exit_code = EXIT_FINDINGS

@@ -52,6 +52,8 @@ class OperatorConfig:
     sources: tuple[DriverSource, ...]
     nvidiadriver_mode: bool
     warnings: tuple[str, ...] = ()
+    auto_upgrade: bool = False  # spec.driver.upgradePolicy.autoUpgrade: the operator's own upgrade walk is on
+    upgrade_policy: bool = False  # whether the ClusterPolicy has spec.driver.upgradePolicy at all
 
     def source_for(self, labels: Mapping[str, str]) -> tuple[DriverSource | None, str | None]:
         """(source, None), or (None, why no source governs the node)."""
@@ -175,12 +177,16 @@ def read(cluster_policies: Sequence[Mapping[str, Any]], nvidia_drivers: Sequence
     labels = (first.get("metadata") or {}).get("labels") or {}
     version = _str(labels.get(VERSION_LABEL)) or None
     cp_name = cp_source.origin.split("/", 1)[1]
+    driver = ((first.get("spec") or {}).get("driver") or {}) if isinstance(first.get("spec"), Mapping) else {}
+    policy = driver.get("upgradePolicy") if isinstance(driver, Mapping) else None
+    walk = {"auto_upgrade": isinstance(policy, Mapping) and policy.get("autoUpgrade") is True,
+            "upgrade_policy": isinstance(policy, Mapping)}
     if crd_mode and cp_source.problem is None:
         sources = tuple(from_nvidia_driver(o) for o in
                         sorted(nvidia_drivers, key=lambda o: _str((o.get("metadata") or {}).get("name"))))
         warnings.extend(overlaps(sources, list(nodes)))
-        return OperatorConfig(cp_name, version, sources, True, tuple(warnings))
-    return OperatorConfig(cp_name, version, (cp_source,), False, tuple(warnings))
+        return OperatorConfig(cp_name, version, sources, True, tuple(warnings), **walk)
+    return OperatorConfig(cp_name, version, (cp_source,), False, tuple(warnings), **walk)
 
 
 def daemonset_image(labels: Mapping[str, str], daemonsets: Iterable[Mapping[str, Any]]) -> tuple[str, str] | None:

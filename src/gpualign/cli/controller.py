@@ -30,6 +30,11 @@ def controller(
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     ledger_refresh: Annotated[float, typer.Option(help="seconds between re-reads of the ledger")] = 60.0,
+    gate_operator_upgrades: Annotated[bool, typer.Option(
+        "--gate-operator-upgrades",
+        help="beside the GPU Operator's own upgrade walk: put its skip label (nvidia.com/gpu-driver-upgrade.skip="
+             "true) on any node whose target driver image is missing from the ledger, so the operator never cordons "
+             "it for an image it cannot pull; remove it (only labels the gate set) once the image is there")] = False,
     listen: Annotated[str, typer.Option(help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                                                help="hold a Lease so only one replica writes")] = True,
@@ -95,7 +100,11 @@ def controller(
         return sources.load_repositories([s.repository for s in config.sources if s.repository],
                                          docker_config=docker_config)
 
+    if gate_operator_upgrades and config is None:
+        kube.close()
+        raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
     opts = Options(repository=_repository(repository, ledger or []), ledger_refresh=ledger_refresh,
+                   gate=gate_operator_upgrades,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)

@@ -174,7 +174,12 @@ def upgrade(
     looked at again every pass. When only such nodes remain, the walk ends (exit 1) naming the PDBs to relax; with
     --timeout it waits for them until then. --dry-run prints the order it would take.
 
-    Exit 0 when every node is upgrade-done, 1 when some failed or are blocked, 2 on bad input.
+    Beside NVIDIA's GPU Operator with autoUpgrade on, the operator walks the nodes whose driver DaemonSet it owns;
+    gpualign then refuses them (exit 1, before writing anything) and names the field to change. There is no
+    override: two walkers on one node would fight over the same labels.
+
+    Exit 0 when every node is upgrade-done, 1 when some failed or are blocked (or the operator walks them), 2 on bad
+    input.
 
     Example:  gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
@@ -197,6 +202,14 @@ def upgrade(
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
+        from gpualign.errors import Refused
+        from gpualign.inventory import read_operator_config
+        from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+
+        config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
+        walked = walked_by_operator(config, snap)
+        if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
+            raise Refused(refusal(config, walked))
         pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
         pdb_aware = pol.admission == "pdb-aware"
         if dry_run:
@@ -242,17 +255,21 @@ def upgrade(
 
 
 def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | None, rules: Path | None,
-              docker_config: Path | None, kubeconfig: str | None, context: str | None) -> tuple[Snapshot, bool]:
+              docker_config: Path | None, kubeconfig: str | None,
+              context: str | None) -> tuple[Snapshot, bool, dict[str, str]]:
+    """The snapshot, whether a ledger was read, and the blockers derived for nodes the GPU Operator walks."""
     from gpualign.kube import Kube
     from gpualign.ledger import sources
     from gpualign.tags import load_rules, normalize_branch
     from gpualign.upgrade import snapshot
+    from gpualign.upgrade.observe import derive
 
     available = sources.load(ledger, docker_config=docker_config) if ledger else None
     kube = Kube(kubeconfig, context)
     try:
-        return snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
-                             to_branch=normalize_branch(to_branch) if to_branch else None), available is not None
+        snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
+                             to_branch=normalize_branch(to_branch) if to_branch else None)
+        return snap, available is not None, derive(kube, snap)
     finally:
         kube.close()
 
@@ -261,7 +278,7 @@ def _status_table(data: dict[str, Any]) -> None:
     from gpualign.upgrade.report import duration
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("NODE", "STATE", "FOR", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"):
+    for col in ("NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"):
         table.add_column(col, no_wrap=col != "BLOCKER", overflow="fold")
     for n in data["nodes"]:
         image = {True: "present", False: "[red]missing[/]", None: "-"}[n["image_present"]]
@@ -271,7 +288,8 @@ def _status_table(data: dict[str, Any]) -> None:
         if blocker and n["blocked_seconds"] is not None:
             blocker += f" ({duration(n['blocked_seconds'])})"
         table.add_row(n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None
-                      else "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image, blocker)
+                      else "-", n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image,
+                      blocker)
     stdout.print(table)
     stdout.print("\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()))
 
@@ -293,8 +311,9 @@ def status(
     from gpualign.upgrade.report import fleet_status
 
     while True:
-        snap, ledger_known = _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig, context)
-        data = fleet_status(snap, ledger_known=ledger_known)
+        snap, ledger_known, derived = _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig,
+                                                context)
+        data = fleet_status(snap, ledger_known=ledger_known, derived=derived)
         if output in (Output.json, Output.yaml):
             emit_data(data, output)
         else:
@@ -320,13 +339,13 @@ def why(
     """Explain in plain words why a node is where it is in the driver upgrade."""
     from gpualign.upgrade.report import why as explain
 
-    snap, ledger_known = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger, to_branch, rules,
-                                   docker_config, kubeconfig, context)
+    snap, ledger_known, derived = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger, to_branch,
+                                            rules, docker_config, kubeconfig, context)
     ns = snap.nodes.get(node)
     if ns is None:
         raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "
                        "exist)")
-    for line in explain(ns, ledger_known=ledger_known):
+    for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
         stdout.print(line)
 
 

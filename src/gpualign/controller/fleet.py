@@ -19,6 +19,7 @@ from typing import Any
 from gpualign import labels as L
 from gpualign.audit import MISMATCH, MISSING, DriverPod, audit
 from gpualign.branches import BranchPolicy
+from gpualign.controller import gate
 from gpualign.errors import GpualignError
 from gpualign.expect import from_operator
 from gpualign.facts import NodeFacts, node_facts
@@ -38,8 +39,10 @@ EVENT_MISSING = "DriverImageMissing"
 EVENT_PRESENT = "DriverImageAvailable"
 EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image built for another OS or kernel
 ALARMS = (MISSING, MISMATCH)
+EVENT_GATED = "DriverUpgradeGated"
+EVENT_UNGATED = "DriverUpgradeReleased"
 WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
-                  *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL)
+                  *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Fleet:
     load_ledger: Callable[[], Ledger | RepoLedgers]
     operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
     follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
+    gate: bool = False  # --gate-operator-upgrades: hold the operator's walk off nodes whose target image is missing
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
@@ -224,6 +228,8 @@ class Fleet:
             self.on_missing(name, old_missing, new_missing)
         if self.is_leader():
             self._publish(facts, finding)
+            if self.gate and operator is not None:
+                self._gate(facts, finding, planned.get(name) if planned else None)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -260,6 +266,38 @@ class Fleet:
         except GpualignError as err:
             log.warning("node %s: %s", facts.name, err.message)
             self.queue.put(facts.name)  # try again: the alarm must not be lost
+
+    def _in_ledger(self, image: str) -> bool:
+        repo, _, tag = image.rpartition(":")
+        if isinstance(self.ledger, RepoLedgers):
+            return self.ledger(repo).has(tag)
+        return self.ledger.has(tag)
+
+    def _gate(self, facts: NodeFacts, finding: JSON, planned: tuple[str, str] | None) -> None:
+        """The operator's skip label on a node whose next driver image is missing: the image gpualign expects from
+        the operator's objects (known the moment they change), or the one its DaemonSet names (what it will pull)."""
+        targets = [i for i in (finding.get("image"), planned[1] if planned else None) if i]
+        missing = [i for i in targets if not self._in_ledger(i)]
+        patch = gate.decide(facts.labels, facts.annotations, image_missing=bool(missing),
+                            target=missing[0] if missing else None)
+        if patch is None:
+            if missing and facts.labels.get(S.SKIP_LABEL) == "true" and gate.GATED not in facts.annotations:
+                log.info("node %s: its skip label was set by someone else; the gate leaves it", facts.name)
+            return
+        try:
+            node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": patch})
+            if missing:
+                self.kube.event(node_obj, EVENT_GATED, f"held out of the GPU Operator's upgrade walk "
+                                f"({S.SKIP_LABEL}=true): its target image {missing[0]} is missing from the ledger")
+                log.warning("node %s gated: %s missing", facts.name, missing[0])
+            else:
+                self.kube.event(node_obj, EVENT_UNGATED, "target driver image is in the ledger: released to the "
+                                "GPU Operator's upgrade walk", warning=False)
+                log.info("node %s released to the operator's walk", facts.name)
+            self.events_posted += 1
+        except GpualignError as err:
+            log.warning("node %s: gate: %s", facts.name, err.message)
+            self.queue.put(facts.name)
 
     def worker(self, stop: threading.Event) -> None:
         while not stop.is_set():

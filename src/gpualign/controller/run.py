@@ -38,6 +38,7 @@ class Options:
     renew_seconds: float = 10.0
     retry_seconds: float = 2.0
     workers: int = 8
+    gate: bool = False
 
 
 def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger | RepoLedgers],
@@ -47,7 +48,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
     fleet = Fleet(kube, rules, policy, opts.repository, load_ledger, operator=operator,
-                  follow_operator=follow_operator)
+                  follow_operator=follow_operator, gate=opts.gate and operator is not None)
 
     def on_leader(leader: bool) -> None:
         if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
@@ -88,6 +89,20 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
                 label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}", metadata_only=False,
                 on_sync=fleet.sync_pools, on_event=fleet.pool_event, stop=stop, name="watch-driver-daemonsets"),
     ]
+    if operator is not None:
+        # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
+        # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.
+        def operator_changed(*_: object) -> None:
+            try:
+                fleet.refresh_operator()
+            except GpualignError as err:
+                log.error("operator configuration: %s", err.message)
+
+        for path, name in (("/apis/nvidia.com/v1/clusterpolicies", "watch-clusterpolicies"),
+                           ("/apis/nvidia.com/v1alpha1/nvidiadrivers", "watch-nvidiadrivers")):
+            watchers.append(Watcher(kube, path, label_selector=None, metadata_only=False,
+                                    on_sync=lambda _items: operator_changed(), on_event=lambda *_: operator_changed(),
+                                    stop=stop, name=name))
     for w in watchers:
         w.start()
     if elector:

@@ -32,24 +32,36 @@ class NodeStatus:
     blocker: str | None
     blocked_seconds: float | None
     hold: str | None = None  # before-cordon (still schedulable) | after-cordon (cordoned, in the walk) | None
+    walker: str | None = None  # gpualign | operator (the GPU Operator's upgrade controller) | None (not walking)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
 
 def cordoned_by(ns: NodeState) -> str:
+    """The initial-state annotation says "true" when someone had cordoned the node before the walk. gpualign writes
+    "false" otherwise; the operator writes nothing then, so absent also means the walk cordoned it."""
     if not ns.facts.unschedulable:
         return "no"
     initial = ns.annotations.get(S.INITIAL_UNSCHEDULABLE)
-    if initial == "false" and ns.view.state in S.IN_PROGRESS:
+    if initial != "true" and ns.view.state in S.IN_PROGRESS:
         return "upgrade"
     return "someone-else"
 
 
-def node_status(ns: NodeState, *, ledger_known: bool) -> NodeStatus:
+def walker(ns: NodeState) -> str | None:
+    from gpualign.upgrade.observe import walked_by_gpualign
+
+    if ns.view.state in (S.UNKNOWN, S.DONE) and not ns.annotations.get(S.BLOCKER):
+        return None
+    return "gpualign" if walked_by_gpualign(ns.annotations) else "operator"
+
+
+def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> NodeStatus:
+    """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself)."""
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
-    blocker = ann.get(S.BLOCKER)
+    blocker = ann.get(S.BLOCKER) or derived
     hold = None
     if blocker:
         hold = "after-cordon" if ns.view.state in S.IN_PROGRESS else "before-cordon"
@@ -60,11 +72,12 @@ def node_status(ns: NodeState, *, ledger_known: bool) -> NodeStatus:
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None, hold=hold)
+        else None, hold=hold, walker=walker(ns))
 
 
-def fleet_status(snap: Snapshot, *, ledger_known: bool) -> dict[str, Any]:
-    nodes = [node_status(ns, ledger_known=ledger_known) for _, ns in sorted(snap.nodes.items())]
+def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None) -> dict[str, Any]:
+    nodes = [node_status(ns, ledger_known=ledger_known, derived=(derived or {}).get(name))
+             for name, ns in sorted(snap.nodes.items())]
     counts: dict[str, int] = {}
     for n in nodes:
         counts[n.state] = counts.get(n.state, 0) + 1
@@ -73,12 +86,13 @@ def fleet_status(snap: Snapshot, *, ledger_known: bool) -> dict[str, Any]:
             "counts": dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))}
 
 
-def why(ns: NodeState, *, ledger_known: bool) -> list[str]:
+def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> list[str]:
     """Plain words, most important first."""
-    st = node_status(ns, ledger_known=ledger_known)
+    st = node_status(ns, ledger_known=ledger_known, derived=derived)
     lines: list[str] = []
     held = f" for {duration(st.in_state_seconds)}" if st.in_state_seconds is not None else ""
-    lines.append(f"{ns.name} is in {st.state}{held}.")
+    by = {"operator": ", walked by the GPU Operator's upgrade controller", "gpualign": ", walked by gpualign"}
+    lines.append(f"{ns.name} is in {st.state}{held}{by.get(st.walker or '', '')}.")
     if st.blocker:
         lasting = f", for {duration(st.blocked_seconds)}" if st.blocked_seconds is not None else ""
         if st.hold == "before-cordon":
@@ -87,13 +101,20 @@ def why(ns: NodeState, *, ledger_known: bool) -> list[str]:
         else:
             lines.append(f"blocked after cordon: {st.blocker}{lasting}")
     if ns.view.skip:
-        lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true")
+        from gpualign.controller.gate import GATED
+
+        who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
+               else "set by someone else: gpualign leaves it")
+        lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true ({who})")
     if ledger_known and ns.target_tag and not ns.view.image_present:
         lines.append(f"image {ns.target_tag} missing from the ledger: it will not be cordoned until it exists")
     if st.cordoned == "someone-else":
         lines.append("cordoned by someone else before the upgrade: gpualign will leave it cordoned")
     elif st.cordoned == "upgrade":
         lines.append("cordoned by the upgrade: it is uncordoned when the new driver is validated")
+    if st.state == S.FAILED and st.walker == "operator":
+        lines.append("the GPU Operator leaves upgrade-failed by itself once the node's driver pod is in sync and "
+                     "Ready")
     if st.state == S.FAILED:
         lines.append(f"to retry: fix the cause, then `kubectl label node {ns.name} {S.STATE_LABEL}=upgrade-required "
                      "--overwrite`")

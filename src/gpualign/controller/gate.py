@@ -1,0 +1,33 @@
+"""The gate beside the GPU Operator's own upgrade walk (`gpualign controller --gate-operator-upgrades`). Pure.
+
+The operator's upgrade controller never checks that the new driver image exists: it cordons and drains a node, and
+only then does the new driver pod fail to pull. The gate puts the operator's own skip label
+(nvidia.com/gpu-driver-upgrade.skip=true) on a node whose target image is missing from the ledger, so the operator
+leaves it at upgrade-required, uncordoned, with its old driver; and takes the label off once the image is there.
+It only ever removes a label it set itself, marked by the annotation gpualign.io/upgrade-gated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpualign.upgrade import states as S
+
+GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
+
+
+def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_missing: bool,
+           target: str | None) -> dict[str, dict[str, str | None]] | None:
+    """The metadata patch (labels, annotations) that brings the node in line with the gate, or None."""
+    skip = labels.get(S.SKIP_LABEL) == "true"
+    ours = GATED in annotations
+    if image_missing:
+        if skip and ours:
+            return None
+        if skip:  # someone else's skip label: leave it, and do not claim it
+            return None
+        return {"labels": {S.SKIP_LABEL: "true"},
+                "annotations": {GATED: f"target image {target or '?'} missing from the ledger"}}
+    if ours:
+        return {"labels": {S.SKIP_LABEL: None} if skip else {}, "annotations": {GATED: None}}
+    return None
