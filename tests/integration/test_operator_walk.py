@@ -1,0 +1,210 @@
+"""Beside NVIDIA's real GPU Operator walking its own driver upgrade (autoUpgrade on, NVIDIADriver mode): gpualign's
+gate keeps it off a node whose new image is missing; without the gate it drains that node into a failed pull;
+`status` / `why` describe its walk, a PDB refusal and a failure; `gpualign upgrade` refuses to be a second walker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpualign.lab.processes import free_port
+from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
+from tests.recorder import STATE, Recorder
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+GATED = "gpualign.io/upgrade-gated"
+DRIVER = "nvidia.com/cuda.driver-version.full"
+TRAIN = ("gpu-a1", "gpu-a2", "gpu-c1")
+
+
+@pytest.fixture
+def wlab(tmp_path):
+    lab = start_lab(tmp_path / "state", "operator-nvidiadriver")
+    assert lab.cli("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04").code == 0  # gpu-c1's stays missing
+    auto = {"spec": {"driver": {"upgradePolicy": {"autoUpgrade": True}}}}
+    assert lab.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(auto)
+                       ).returncode == 0
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def node(lab, name: str) -> dict:
+    return lab.kube().get(f"/api/v1/nodes/{name}")
+
+
+def labels(lab, name: str) -> dict:
+    return node(lab, name)["metadata"].get("labels") or {}
+
+
+def to_595(lab, pool: str = "train") -> None:
+    patch = json.dumps({"spec": {"version": "595"}})
+    assert lab.kubectl("patch", "nvidiadriver", pool, "--type", "merge", "-p", patch).returncode == 0
+
+
+def ever_cordoned(recorder: Recorder, name: str) -> bool:
+    return any((c.obj.get("spec") or {}).get("unschedulable") for c in recorder.of("node") if c.name == name)
+
+
+class Controller:
+    def __init__(self, lab, *extra: str) -> None:
+        lab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+        self.log_path = lab.state_dir.parent / "controller-gate.log"
+        self.log = open(self.log_path, "w")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gpualign", "controller", "--listen", f"127.0.0.1:{free_port()}",
+             "--lease-namespace", "gpualign-system", "--ledger-refresh", "2", *extra],
+            env={**os.environ, **lab.env, "POD_NAME": "gate"}, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> str:
+        self.proc.terminate()
+        self.proc.wait(timeout=20)
+        self.log.close()
+        return self.log_path.read_text()
+
+
+@pytest.mark.timeout(300)
+def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
+    kube = wlab.kube()
+    recorder = Recorder(kube).start()
+    ctl = Controller(wlab, "--gate-operator-upgrades")
+    try:
+        # gpu-m1 (infer, image never pushed) is gated as soon as the controller has looked
+        wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated")
+        to_595(wlab)
+        wait_for(lambda: all(labels(wlab, n).get(DRIVER) == "595.91.07"
+                             and labels(wlab, n).get(STATE) == "upgrade-done" for n in ("gpu-a1", "gpu-a2")),
+                 timeout=90, what="the operator upgrading the nodes whose image exists")
+        c1 = node(wlab, "gpu-c1")
+        assert c1["metadata"]["labels"].get(SKIP) == "true"
+        assert "595-6.8.0-1015-aws-ubuntu22.04 missing" in c1["metadata"]["annotations"][GATED]
+        assert c1["metadata"]["labels"][DRIVER] == "580.173.02"  # keeps its old driver
+        why = wlab.cli("why", "gpu-c1")
+        assert "skipped: the node carries nvidia.com/gpu-driver-upgrade.skip=true (gpualign's gate set it" in why.out
+
+        # No two walkers: gpualign's own walk refuses these nodes, before writing anything.
+        ledger = f"registry://{wlab.registry}/nvidia/driver"
+        refused = wlab.cli("upgrade", "-l", "pool=train", "--to-branch", "595", "--ledger", ledger, "--yes")
+        assert refused.code == 1
+        assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade: true" in refused.err
+        assert "Traceback" not in refused.err
+        assert kube.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpualign-upgrade") is None
+
+        # Someone else's skip label is left alone, and never claimed.
+        assert wlab.kubectl("label", "node", "gpu-r1", f"{SKIP}=true").returncode == 0
+        to_595(wlab, "rhel")  # its 595 image is missing too
+        wait_for(lambda: "node gpu-r1: its skip label was set by someone else" in ctl.log_path.read_text(),
+                 timeout=30, what="the gate looking at gpu-r1 with its image missing")
+        assert "set by someone else: gpualign leaves it" in wlab.cli("why", "gpu-r1").out
+        assert GATED not in (node(wlab, "gpu-r1")["metadata"].get("annotations") or {})
+
+        # The image arrives: the gate lifts its own label and the operator upgrades the node.
+        assert wlab.cli("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04").code == 0
+        assert wlab.cli("lab", "push-image", "595-5.14.0-427.37.1.el9_4.x86_64-rhel9.4").code == 0
+        wait_for(lambda: labels(wlab, "gpu-c1").get(STATE) == "upgrade-done"
+                 and labels(wlab, "gpu-c1").get(DRIVER) == "595.91.07", timeout=90, what="gpu-c1 upgraded")
+        assert SKIP not in labels(wlab, "gpu-c1")
+        assert GATED not in (node(wlab, "gpu-c1")["metadata"].get("annotations") or {})
+        assert labels(wlab, "gpu-r1").get(SKIP) == "true"  # the admin's label stays
+        assert labels(wlab, "gpu-r1").get(DRIVER) == "580.173.02"
+    finally:
+        log = ctl.stop()
+        recorder.stop()
+    assert not ever_cordoned(recorder, "gpu-c1") or _cordoned_only_after_release(recorder), log[-2000:]
+    assert not ever_cordoned(recorder, "gpu-r1")
+    assert "Traceback" not in log
+
+
+def _cordoned_only_after_release(recorder: Recorder) -> bool:
+    """gpu-c1 may be cordoned only once its skip label is gone (the operator's own walk after the image arrived)."""
+    released = False
+    for c in recorder.of("node"):
+        if c.name != "gpu-c1":
+            continue
+        labels_now = (c.obj.get("metadata") or {}).get("labels") or {}
+        released = released or SKIP not in labels_now
+        if (c.obj.get("spec") or {}).get("unschedulable") and not released:
+            return False
+    return True
+
+
+@pytest.mark.timeout(300)
+def test_without_the_gate_the_operator_drains_into_a_failed_pull_and_status_says_so(wlab):
+    kube = wlab.kube()
+    recorder = Recorder(kube).start()
+    seen: list[dict] = []
+    try:
+        to_595(wlab)
+
+        def stuck() -> bool:
+            rows = json.loads(wlab.cli("status", "-l", "pool=train", "-o", "json").out)["nodes"]
+            seen.extend(rows)
+            c1 = next(r for r in rows if r["name"] == "gpu-c1")
+            return c1["state"] == "pod-restart-required" and "ImagePullBackOff" in (c1["blocker"] or "")
+
+        wait_for(stuck, timeout=120, interval=0.3, what="gpu-c1 cordoned and stuck on a pull it cannot make")
+    finally:
+        recorder.stop()
+    c1 = next(r for r in reversed(seen) if r["name"] == "gpu-c1")
+    assert (c1["walker"], c1["cordoned"]) == ("operator", "upgrade")
+    assert "new driver pod gpu-operator/" in c1["blocker"]
+    assert "595-6.8.0-1015-aws-ubuntu22.04" in c1["blocker"]
+    assert ever_cordoned(recorder, "gpu-c1") and labels(wlab, "gpu-c1")[DRIVER] == "580.173.02"
+    why = wlab.cli("why", "gpu-c1").out
+    assert "gpu-c1 is in pod-restart-required, walked by the GPU Operator's upgrade controller" in why
+    assert "cordoned by the upgrade" in why and "ImagePullBackOff" in why
+    # Every row status printed during the walk agrees with the walk: the operator cordoned, nobody else.
+    for row in seen:
+        if row["state"] not in ("upgrade-done", "upgrade-required", "(none)"):
+            assert row["walker"] == "operator", row
+            assert row["cordoned"] in ("no", "upgrade"), row
+    assert len({r["state"] for r in seen}) >= 3, {r["state"] for r in seen}
+
+
+@pytest.mark.timeout(300)
+def test_a_pdb_refusal_and_the_operators_failure_are_named(wlab, tmp_path):
+    kube = wlab.kube()
+    policy = {"spec": {"driver": {"upgradePolicy": {"podDeletion": {"timeoutSeconds": 8}}}}}
+    assert wlab.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(policy)
+                        ).returncode == 0
+    assert wlab.cli("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04").code == 0
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "held", "namespace": "ml"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "held"}}, "template": {
+             "metadata": {"labels": {"app": "held"}},
+             "spec": {"nodeSelector": {"kubernetes.io/hostname": "gpu-a1"}, "containers": [{
+                 "name": "t", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "held-pdb", "namespace": "ml"},
+         "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "held"}}}},
+    ]
+    for m in manifests:
+        path = tmp_path / f"{m['kind']}.json"
+        path.write_text(json.dumps(m))
+        assert wlab.kubectl("apply", "-f", str(path)).returncode == 0
+    wait_for(lambda: (kube.get("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/held-pdb") or {})
+             .get("status", {}).get("currentHealthy") == 1, timeout=60, what="the PDB counting its pod")
+    to_595(wlab)
+
+    def row() -> dict:
+        return next(r for r in json.loads(wlab.cli("status", "-l", "pool=train", "-o", "json").out)["nodes"]
+                    if r["name"] == "gpu-a1")
+
+    refusing = wait_for(lambda: (r := row())["state"] == "pod-deletion-required" and r["blocker"] and r,
+                        timeout=120, interval=0.3, what="gpu-a1 in pod deletion, refused")
+    assert "refused by PDB ml/held-pdb: 1 healthy, 1 required, 0 disruptions allowed" in refusing["blocker"]
+    assert refusing["walker"] == "operator" and refusing["cordoned"] == "upgrade"
+    failed = wait_for(lambda: (r := row())["state"] == "upgrade-failed" and r, timeout=120, what="upgrade-failed")
+    assert failed["blocker"].startswith("the GPU Operator failed it: Failed to delete workload pods")
+    status = wlab.cli("status", "-l", "pool=train")
+    assert status.code == 1 and "upgrade-failed" in status.out
+    why = wlab.cli("why", "gpu-a1").out
+    assert "gpu-a1 is in upgrade-failed, walked by the GPU Operator's upgrade controller" in why
+    assert "leaves upgrade-failed by itself once the node's driver pod is in sync and Ready" in why
