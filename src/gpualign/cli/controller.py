@@ -103,6 +103,12 @@ def controller(
     if gate_operator_upgrades and config is None:
         kube.close()
         raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
+    if gate_operator_upgrades and config is not None and not config.auto_upgrade:
+        _warn(f"ClusterPolicy {config.cluster_policy} "
+              + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
+                 else "has spec.driver.upgradePolicy.autoUpgrade off")
+              + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
+                "autoUpgrade is turned on")
     opts = Options(repository=_repository(repository, ledger or []), ledger_refresh=ledger_refresh,
                    gate=gate_operator_upgrades,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,

@@ -292,6 +292,8 @@ def _status_table(data: dict[str, Any]) -> None:
                       blocker)
     stdout.print(table)
     stdout.print("\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()))
+    if data.get("note"):
+        stdout.print(data["note"], soft_wrap=True, highlight=False, markup=False)
 
 
 def status(
@@ -314,6 +316,10 @@ def status(
         snap, ledger_known, derived = _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig,
                                                 context)
         data = fleet_status(snap, ledger_known=ledger_known, derived=derived)
+        if snap.nodes and set(data["counts"]) == {"(none)"}:
+            data["note"] = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU "
+                            "Operator reports no upgrade state (its ClusterPolicy's driver.upgradePolicy.autoUpgrade "
+                            "is off, which also removes the labels)")
         if output in (Output.json, Output.yaml):
             emit_data(data, output)
         else:

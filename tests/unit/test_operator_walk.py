@@ -1,0 +1,92 @@
+"""Beside the GPU Operator's walk (pure): the gate's decisions, the blockers read from the cluster, and the walker
+check behind `gpualign upgrade`'s refusal."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign import operator_config as oc
+from gpualign.controller.gate import GATED, decide
+from gpualign.upgrade import states as S
+from gpualign.upgrade.observe import blocker
+from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+
+
+def test_the_gate_sets_the_skip_label_with_its_mark_and_lifts_only_its_own():
+    patch = decide({}, {}, image_missing=True, target="reg/driver:595-k-ubuntu22.04")
+    assert patch == {"labels": {S.SKIP_LABEL: "true"},
+                     "annotations": {GATED: "target image reg/driver:595-k-ubuntu22.04 missing from the ledger"}}
+    gated = {S.SKIP_LABEL: "true"}
+    assert decide(gated, {GATED: "x"}, image_missing=True, target="t") is None  # already held
+    assert decide(gated, {GATED: "x"}, image_missing=False, target=None) == \
+        {"labels": {S.SKIP_LABEL: None}, "annotations": {GATED: None}}
+    assert decide(gated, {}, image_missing=True, target="t") is None  # someone else's: not claimed
+    assert decide(gated, {}, image_missing=False, target=None) is None  # someone else's: never removed
+
+
+@given(st.booleans(), st.booleans(), st.booleans())
+def test_the_gate_never_removes_a_skip_label_it_did_not_set(skip, ours, missing):
+    labels = {S.SKIP_LABEL: "true"} if skip else {}
+    annotations = {GATED: "x"} if ours else {}
+    patch = decide(labels, annotations, image_missing=missing, target="t")
+    if patch and patch["labels"].get(S.SKIP_LABEL, "keep") is None:
+        assert ours
+
+
+def pod(name, *, gpu=True, labels=None):
+    res = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {}
+    return {"metadata": {"name": name, "namespace": "ml", "labels": labels or {}},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": res}]}, "status": {"phase": "Running"}}
+
+
+def test_blockers_read_from_the_cluster_for_the_operators_walk():
+    pdb = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"selector": {"matchLabels": {"app": "t"}}},
+           "status": {"disruptionsAllowed": 0, "currentHealthy": 1, "desiredHealthy": 1}}
+    refused = blocker(S.POD_DELETION, pods=[pod("t1", labels={"app": "t"})], pdbs=[pdb], driver_pod=None,
+                      target_tag=None, validators=[], events=[], node="n", drain=False)
+    assert refused and refused.startswith("eviction of ml/t1 refused by PDB ml/p: 1 healthy, 1 required, 0 ")
+    driver = {"metadata": {"name": "d", "namespace": "gpu-operator"},
+              "spec": {"containers": [{"image": "reg/driver:595-k-ubuntu22.04"}]},
+              "status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting":
+                                                                              {"reason": "ImagePullBackOff"}}}]}}
+    pull = blocker(S.POD_RESTART, pods=[], pdbs=[], driver_pod=driver, target_tag="595-k-ubuntu22.04",
+                   validators=[], events=[], node="n", drain=False)
+    assert pull == "new driver pod gpu-operator/d is ImagePullBackOff: image reg/driver:595-k-ubuntu22.04"
+    events = [{"involvedObject": {"name": "n"}, "reason": S.EVENT_REASON, "type": "Warning",
+               "lastTimestamp": "2026-11-30T01:00:00Z", "message": "old"},
+              {"involvedObject": {"name": "n"}, "reason": S.EVENT_REASON, "type": "Warning",
+               "lastTimestamp": "2026-11-30T02:00:00Z", "message": "Failed to delete workload pods"}]
+    failed = blocker(S.FAILED, pods=[], pdbs=[], driver_pod=None, target_tag=None, validators=[], events=events,
+                     node="n", drain=False)
+    assert failed == "the GPU Operator failed it: Failed to delete workload pods"
+    none = blocker(S.VALIDATION, pods=[], pdbs=[], driver_pod=None, target_tag=None, validators=[], events=[],
+                   node="n", drain=False)
+    assert none and "waits forever" in none
+
+
+def snap_with(owner_kind: str | None):
+    refs = [{"kind": owner_kind, "name": "x"}] if owner_kind else []
+    pool = SimpleNamespace(obj={"metadata": {"ownerReferences": refs}})
+    return SimpleNamespace(nodes={"n1": SimpleNamespace(pool=pool)})
+
+
+def test_gpualign_refuses_only_nodes_the_operator_walks_itself():
+    cp = {"apiVersion": "nvidia.com/v1", "metadata": {"name": "cluster-policy"},
+          "spec": {"driver": {"usePrecompiled": True, "repository": "r", "image": "d", "version": "580",
+                              "upgradePolicy": {"autoUpgrade": True}}}}
+    on = oc.read([cp], [])
+    assert on is not None and on.auto_upgrade and on.upgrade_policy
+    assert walked_by_operator(on, snap_with("NVIDIADriver")) == ["n1"]  # type: ignore[arg-type]
+    assert walked_by_operator(on, snap_with(None)) == []  # type: ignore[arg-type]  # a DaemonSet nobody owns
+    off = oc.read([{**cp, "spec": {"driver": {**cp["spec"]["driver"], "upgradePolicy": {"autoUpgrade": False}}}}],
+                  [])
+    assert walked_by_operator(off, snap_with("ClusterPolicy")) == []  # type: ignore[arg-type]
+    bare = oc.read([{**cp, "spec": {"driver": {"usePrecompiled": True, "repository": "r", "image": "d",
+                                               "version": "580"}}}], [])
+    assert bare is not None and not bare.upgrade_policy and not bare.auto_upgrade
+    message = refusal(on, ["n1"])
+    assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade: true" in message
+    assert '"autoUpgrade":false' in message
