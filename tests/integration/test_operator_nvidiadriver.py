@@ -117,6 +117,21 @@ def test_without_rbac_for_the_crs_check_falls_back_to_flags_and_says_so(oplab, t
     assert any("not allowed to read ClusterPolicy" in w for w in data["warnings"])
 
 
+def test_with_autoupgrade_off_the_operator_wipes_the_state_label_so_gpualign_will_not_walk(oplab):
+    """The reason `gpualign upgrade` stays off operator-owned nodes even with autoUpgrade off: the operator deletes
+    the state label from every node on each reconcile (and a label change triggers one)."""
+    state = "nvidia.com/gpu-driver-upgrade-state"
+    assert oplab.kubectl("label", "node", "gpu-a1", f"{state}=upgrade-required").returncode == 0
+    kube = oplab.kube()
+    wait_for(lambda: state not in kube.get("/api/v1/nodes/gpu-a1")["metadata"]["labels"], timeout=30,
+             what="the operator deleting the state label")
+    res = oplab.cli("upgrade", "-l", "pool=train", "--ledger", f"registry://{oplab.registry}/nvidia/driver", "--yes")
+    assert res.code == 1 and "Traceback" not in res.err
+    assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade off" in res.err
+    assert "deletes nvidia.com/gpu-driver-upgrade-state from every node" in res.err
+    assert kube.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpualign-upgrade") is None
+
+
 def test_overlapping_nvidiadrivers_are_named_as_the_operator_refuses_them(oplab, tmp_path):
     """Runs last in this module: the real operator refuses every NVIDIADriver while two overlap."""
     overlap = {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "metadata": {"name": "all-train"},

@@ -83,10 +83,13 @@ def test_gpualign_refuses_only_nodes_the_operator_walks_itself():
     assert walked_by_operator(on, snap_with(None)) == []  # type: ignore[arg-type]  # a DaemonSet nobody owns
     off = oc.read([{**cp, "spec": {"driver": {**cp["spec"]["driver"], "upgradePolicy": {"autoUpgrade": False}}}}],
                   [])
-    assert walked_by_operator(off, snap_with("ClusterPolicy")) == []  # type: ignore[arg-type]
+    assert off is not None
+    # off, the operator deletes the state label on every reconcile: still not gpualign's to walk
+    assert walked_by_operator(off, snap_with("ClusterPolicy")) == ["n1"]  # type: ignore[arg-type]
+    assert "deletes nvidia.com/gpu-driver-upgrade-state from every node" in refusal(off, ["n1"])
     bare = oc.read([{**cp, "spec": {"driver": {"usePrecompiled": True, "repository": "r", "image": "d",
                                                "version": "580"}}}], [])
     assert bare is not None and not bare.upgrade_policy and not bare.auto_upgrade
     message = refusal(on, ["n1"])
     assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade: true" in message
-    assert '"autoUpgrade":false' in message
+    assert "--gate-operator-upgrades" in message  # the message says what to do instead

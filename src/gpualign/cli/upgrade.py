@@ -174,9 +174,10 @@ def upgrade(
     looked at again every pass. When only such nodes remain, the walk ends (exit 1) naming the PDBs to relax; with
     --timeout it waits for them until then. --dry-run prints the order it would take.
 
-    Beside NVIDIA's GPU Operator with autoUpgrade on, the operator walks the nodes whose driver DaemonSet it owns;
-    gpualign then refuses them (exit 1, before writing anything) and names the field to change. There is no
-    override: two walkers on one node would fight over the same labels.
+    Beside NVIDIA's GPU Operator, nodes whose driver DaemonSet it owns are refused (exit 1, before writing anything):
+    with autoUpgrade on it walks them itself; with it off its upgrade controller deletes the state label from every
+    node on each reconcile. Let the operator walk, gated by `gpualign controller --gate-operator-upgrades`. There is
+    no override.
 
     Exit 0 when every node is upgrade-done, 1 when some failed or are blocked (or the operator walks them), 2 on bad
     input.

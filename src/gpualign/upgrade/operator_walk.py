@@ -1,8 +1,12 @@
-"""No two walkers: whether NVIDIA's GPU Operator walks a node's driver upgrade itself. Pure.
+"""No two walkers: gpualign's walk stays off the nodes whose driver DaemonSet NVIDIA's GPU Operator owns. Pure.
 
-With `spec.driver.upgradePolicy.autoUpgrade: true` on the ClusterPolicy, the operator's upgrade controller
-(k8s-operator-libs) walks every node whose driver DaemonSet it owns, writing the same state labels gpualign writes.
-Two walkers on one node would fight over them, so `gpualign upgrade` refuses such nodes before writing anything.
+- With `spec.driver.upgradePolicy.autoUpgrade: true` the operator's upgrade controller (k8s-operator-libs) walks those
+  nodes itself, writing the same state label gpualign writes: two walkers would fight over it.
+- With autoUpgrade off, or no upgradePolicy, the same controller deletes `nvidia.com/gpu-driver-upgrade-state` from
+  every node on each reconcile (controllers/upgrade_controller.go, removeNodeUpgradeStateLabels), and any node label
+  change triggers one: a gpualign walk there would see its state wiped after every write.
+So beside the operator, the operator walks and gpualign gates (`controller --gate-operator-upgrades`) and reads the
+walk (`status`, `why`). `gpualign upgrade` refuses such nodes before writing anything.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ OWNERS = ("ClusterPolicy", "NVIDIADriver")
 
 
 def walked_by_operator(config: OperatorConfig | None, snap: Snapshot) -> list[str]:
-    """Target nodes whose driver DaemonSet a ClusterPolicy or NVIDIADriver owns, while autoUpgrade is on."""
-    if config is None or not config.auto_upgrade:
+    """Target nodes whose driver DaemonSet a ClusterPolicy or NVIDIADriver owns (autoUpgrade on or off)."""
+    if config is None:
         return []
     out = []
     for name, state in sorted(snap.nodes.items()):
@@ -27,9 +31,16 @@ def walked_by_operator(config: OperatorConfig | None, snap: Snapshot) -> list[st
 
 def refusal(config: OperatorConfig, nodes: list[str]) -> str:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
-    patch = '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":false}}}}'
-    return (f"refusing to walk {shown}: the GPU Operator walks their driver upgrade itself (ClusterPolicy "
-            f"{config.cluster_policy} has spec.driver.upgradePolicy.autoUpgrade: true), and two walkers would fight "
-            f"over the same node labels. To let gpualign walk, set it false: kubectl patch clusterpolicy "
-            f"{config.cluster_policy} --type merge -p '{patch}'; to let the operator walk, follow it with "
-            "`gpualign status` and `gpualign why NODE`")
+    if config.auto_upgrade:
+        return (f"refusing to walk {shown}: the GPU Operator walks their driver upgrade itself (ClusterPolicy "
+                f"{config.cluster_policy} has spec.driver.upgradePolicy.autoUpgrade: true), and two walkers would "
+                "fight over the same node labels. Let it walk: hold nodes whose image is missing with `gpualign "
+                "controller --gate-operator-upgrades`, and follow it with `gpualign status` / `gpualign why NODE`")
+    patch = '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}'
+    field = "has spec.driver.upgradePolicy.autoUpgrade off" if config.upgrade_policy else \
+        "has no spec.driver.upgradePolicy"
+    return (f"refusing to walk {shown}: their driver DaemonSets belong to the GPU Operator, and ClusterPolicy "
+            f"{config.cluster_policy} {field}, so its upgrade controller deletes "
+            "nvidia.com/gpu-driver-upgrade-state from every node on each reconcile: a gpualign walk would lose its "
+            f"state after every step. Let the operator walk (kubectl patch clusterpolicy {config.cluster_policy} "
+            f"--type merge -p '{patch}'), gated by `gpualign controller --gate-operator-upgrades`")
