@@ -73,6 +73,17 @@ class BenchLab:
                 counts[f"{verb} {what}"] += 1
         return counts
 
+    def audit_agents(self, mark: int) -> dict[str, int]:
+        """Completed requests per user agent since mark (to see who the clients were)."""
+        counts: Counter[str] = Counter()
+        with self.audit_log.open("rb") as fh:
+            fh.seek(mark)
+            for line in fh:
+                entry = json.loads(line)
+                if entry.get("stage") == "ResponseComplete":
+                    counts[entry.get("userAgent", "?").split(" ", 1)[0]] += 1
+        return dict(counts.most_common(10))
+
     def server_requests(self) -> Counter[str]:
         """apiserver_request_total summed by 'VERB resource[/sub]' (all clients)."""
         text = self.kube.request("GET", "/metrics").text
@@ -85,11 +96,11 @@ class BenchLab:
 
 
 @contextlib.contextmanager
-def bench_lab(prefix: str) -> Iterator[BenchLab]:
-    """A private, empty lab for one benchmark run; torn down afterwards whatever happens."""
+def bench_lab(prefix: str, scenario: str = "empty") -> Iterator[BenchLab]:
+    """A private lab (empty unless told) for one benchmark run; torn down afterwards whatever happens."""
     work = Path(tempfile.mkdtemp(prefix=f"gpualign-bench-{prefix}-"))
     env = dict(os.environ, GPUALIGN_LAB_DIR=str(work / "lab"))
-    subprocess.run([*GPUALIGN, "lab", "up", "--scenario", "empty"], env=env, check=True)
+    subprocess.run([*GPUALIGN, "lab", "up", "--scenario", scenario], env=env, check=True)
     kube = None
     try:
         state = cluster.LabState.load(work / "lab")
