@@ -180,6 +180,92 @@ def story() -> None:
         "nvidia.com/cuda.driver-version.full")
 
 
+def wait(what: str, check: object, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise StoryBroken(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def load_env() -> None:
+    for line in gpualign("lab", "env", show=False).stdout.splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        ENV[key] = value.replace("$PATH", os.environ.get("PATH", ""))
+
+
+def node_labels(name: str) -> dict[str, str]:
+    import json
+
+    out = run(str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl"), "get", "node", name, "-o", "json", show=False).stdout
+    return json.loads(out)["metadata"].get("labels") or {}
+
+
+def operator_story() -> None:
+    import json
+
+    kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
+    state, skip, driver = ("nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu-driver-upgrade.skip",
+                           "nvidia.com/cuda.driver-version.full")
+    say("12. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
+    say("    running beside the lab: one NVIDIADriver per pool (train 580, infer 595, rhel 580) on a mixed fleet.")
+    gpualign("lab", "down", show=False)
+    gpualign("lab", "up", "--scenario", "operator-nvidiadriver")
+    load_env()
+    say("    With no flag, check reads the operator's own objects and names exactly the images it deploys:")
+    gpualign("check", "-o", "wide", expect=1)
+    run(kubectl, "patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p",
+        '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}')
+
+    say("13. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
+    say("    built. The operator's own upgrade walk cordons gpu-c1, evicts its work, restarts its driver... which")
+    say("    cannot pull. The node has lost its GPUs, cordoned:")
+    gpualign("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04", show=False)
+    run(kubectl, "patch", "nvidiadriver", "train", "--type", "merge", "-p", '{"spec":{"version":"595"}}')
+
+    def stuck() -> bool:
+        rows = json.loads(gpualign("status", "-l", "pool=train", "-o", "json", show=False).stdout)["nodes"]
+        c1 = next(r for r in rows if r["name"] == "gpu-c1")
+        return c1["state"] == "pod-restart-required" and "ImagePullBackOff" in (c1["blocker"] or "")
+
+    wait("gpu-c1 to be drained into a failed pull", stuck)
+    gpualign("status", "-l", "pool=train")
+    gpualign("why", "gpu-c1")
+    say("    Someone builds the image; the operator finishes gpu-c1:")
+    gpualign("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04")
+    wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
+
+    say("14. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
+    say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
+    say("    cordons it; and gpualign's own walk refuses to be a second walker:")
+    ENV_CTL = dict(ENV, POD_NAME="demo")
+    run(kubectl, "create", "namespace", "gpualign-system")
+    log = open(STATE.parent / "demo-controller.log", "w")  # noqa: SIM115
+    ctl = subprocess.Popen([sys.executable, "-m", "gpualign", "controller", "--gate-operator-upgrades",
+                            "--ledger-refresh", "2", "--listen", "127.0.0.1:0", "--lease-namespace",
+                            "gpualign-system"], env=ENV_CTL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(3)
+        run(kubectl, "patch", "nvidiadriver", "rhel", "--type", "merge", "-p", '{"spec":{"version":"595"}}')
+        wait("gpu-r1 gated", lambda: node_labels("gpu-r1").get(skip) == "true")
+        time.sleep(3)  # the operator's walk has had its chance
+        run(kubectl, "get", "node", "gpu-r1", "-L", state, "-L", skip, "-L", driver)
+        if "SchedulingDisabled" in run(kubectl, "get", "node", "gpu-r1", show=False).stdout:
+            raise StoryBroken("the operator cordoned gpu-r1 despite the gate")
+        gpualign("why", "gpu-r1")
+        gpualign("upgrade", "-l", "pool=rhel", "--to-branch", "595", "--ledger",
+                 f"registry://{ENV['GPUALIGN_LAB_REGISTRY']}/nvidia/driver", "--yes", expect=1)
+        say("    The image arrives: the gate lifts its label and the operator upgrades gpu-r1:")
+        gpualign("lab", "push-image", "595-5.14.0-427.37.1.el9_4.x86_64-rhel9.4")
+        wait("gpu-r1 upgraded", lambda: node_labels("gpu-r1").get(state) == "upgrade-done"
+             and node_labels("gpu-r1").get(driver) == "595.91.07")
+        run(kubectl, "get", "node", "gpu-r1", "-L", state, "-L", skip, "-L", driver)
+    finally:
+        ctl.terminate()
+        ctl.wait(timeout=20)
+        log.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="leave the demo lab running at the end")
@@ -195,6 +281,7 @@ def main() -> int:
     ENV["GPUALIGN_LAB_BIN"] = from_state[0].split("=", 1)[1].split(":", 1)[0]
     try:
         story()
+        operator_story()
     except StoryBroken as err:
         print(f"\ndemo: the story broke: {err}", file=sys.stderr)
         return 1

@@ -24,6 +24,9 @@ def test_demo_tells_the_whole_story(tmp_path):
                    "Cannot evict pod as it would violate",
                    "waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions", "held before cordon",
                    "summary after", "7 upgrade-done",
-                   "was cordoned before the upgrade: left cordoned", "The end."):
+                   "was cordoned before the upgrade: left cordoned",
+                   "nvidiadriver/train", "walked by the GPU Operator's upgrade controller",
+                   "is ImagePullBackOff: image", "gpualign's gate set it", "refusing to walk gpu-r1",
+                   "The end."):
         assert needle in out, needle
     assert not (tmp_path / "gpualign" / "demo").exists()  # the demo lab was taken down
