@@ -31,9 +31,11 @@ def say(text: str) -> None:
 
 
 def run(*cmd: str, expect: int | None = 0, input: str | None = None,
-        show: bool = True) -> subprocess.CompletedProcess[str]:
+        show: bool = True, echo: bool = True) -> subprocess.CompletedProcess[str]:
+    """echo=False: a silent probe (the demo's polling), neither the command nor its output shown."""
     shown = " ".join(shlex.quote(c) for c in cmd)
-    print(f"{DIM}${RESET} {shown}", flush=True)
+    if echo:
+        print(f"{DIM}${RESET} {shown}", flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, input=input, env=ENV)
     if show:
         out = (proc.stdout + proc.stderr).rstrip()
@@ -197,7 +199,8 @@ def load_env() -> None:
 def node_labels(name: str) -> dict[str, str]:
     import json
 
-    out = run(str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl"), "get", "node", name, "-o", "json", show=False).stdout
+    out = run(str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl"), "get", "node", name, "-o", "json", show=False,
+              echo=False).stdout
     return json.loads(out)["metadata"].get("labels") or {}
 
 
@@ -224,7 +227,7 @@ def operator_story() -> None:
     run(kubectl, "patch", "nvidiadriver", "train", "--type", "merge", "-p", '{"spec":{"version":"595"}}')
 
     def stuck() -> bool:
-        rows = json.loads(gpualign("status", "-l", "pool=train", "-o", "json", show=False).stdout)["nodes"]
+        rows = json.loads(gpualign("status", "-l", "pool=train", "-o", "json", show=False, echo=False).stdout)["nodes"]
         c1 = next(r for r in rows if r["name"] == "gpu-c1")
         return c1["state"] == "pod-restart-required" and "ImagePullBackOff" in (c1["blocker"] or "")
 
@@ -250,7 +253,7 @@ def operator_story() -> None:
         wait("gpu-r1 gated", lambda: node_labels("gpu-r1").get(skip) == "true")
         time.sleep(3)  # the operator's walk has had its chance
         run(kubectl, "get", "node", "gpu-r1", "-L", state, "-L", skip, "-L", driver)
-        if "SchedulingDisabled" in run(kubectl, "get", "node", "gpu-r1", show=False).stdout:
+        if "SchedulingDisabled" in run(kubectl, "get", "node", "gpu-r1", show=False, echo=False).stdout:
             raise StoryBroken("the operator cordoned gpu-r1 despite the gate")
         gpualign("why", "gpu-r1")
         gpualign("upgrade", "-l", "pool=rhel", "--to-branch", "595", "--ledger",
