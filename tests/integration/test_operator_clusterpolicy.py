@@ -93,6 +93,36 @@ def test_controller_raises_driver_image_mismatch_from_the_operators_objects(cpla
     assert proc.returncode == 0, (cplab.state_dir.parent / "controller-op.log").read_text()[-2000:]
 
 
+def test_status_follows_the_operators_walk_after_a_clusterpolicy_version_change(cplab):
+    """ClusterPolicy mode: driver.version 580 -> 595 with autoUpgrade on; the operator walks (into the pulls its one
+    OS tag breaks). Every status row printed meanwhile agrees with the walk, and a stuck node is named with its
+    image."""
+    for tag in ("595-5.15.0-124-generic-ubuntu22.04", "595-6.8.0-48-generic-ubuntu24.04",
+                "595-6.8.0-1015-aws-ubuntu22.04", "595-5.14.0-427.37.1.el9_4.x86_64-rhel9.4"):
+        assert cplab.cli("lab", "push-image", tag).code == 0
+    patch = {"spec": {"driver": {"version": "595", "upgradePolicy": {"autoUpgrade": True}}}}
+    assert cplab.kubectl("patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p", json.dumps(patch)
+                         ).returncode == 0
+    seen: list[dict] = []
+
+    def walked() -> dict | None:
+        rows = json.loads(cplab.cli("status", "-o", "json").out)["nodes"]
+        seen.extend(rows)
+        done = [r for r in rows if r["state"] == "upgrade-done" and r["driver"] == "595.91.07"]
+        stuck = [r for r in rows if r["state"] == "pod-restart-required"
+                 and "is ImagePullBackOff: image" in (r["blocker"] or "")]
+        return (done + stuck or [None])[0]
+
+    wait_for(walked, timeout=120, interval=0.3, what="a node walked by the operator to done, or stuck on a pull")
+    for row in seen:
+        if row["state"] not in ("upgrade-done", "upgrade-required", "(none)"):
+            assert row["walker"] == "operator" and row["cordoned"] in ("no", "upgrade"), row
+    assert any(r["state"] not in ("upgrade-done", "upgrade-required", "(none)") for r in seen)
+    res = cplab.cli("upgrade", "--to-branch", "595", "--ledger", f"registry://{cplab.registry}/nvidia/driver",
+                    "--yes")
+    assert res.code == 1 and "the GPU Operator walks their driver upgrade itself" in res.err
+
+
 def test_a_clusterpolicy_missing_driver_fields_gets_a_reason_per_node(cplab, tmp_path):
     """Runs last in this module (it breaks the ClusterPolicy for the operator too)."""
     patch = [{"op": "remove", "path": "/spec/driver/version"}]
