@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_upgrade import KERNEL, setup  # noqa: E402
-from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes, median, wait_until  # noqa: E402
+from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes, gpu_workload, median, wait_until  # noqa: E402
 
 from gpualign import labels as L  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
@@ -71,15 +71,7 @@ def all_done(lab: BenchLab, selector: str, n: int) -> bool:
 
 
 def gpu_pods(lab: BenchLab, n: int, per_node: int, pod_delay: float, selector: dict[str, str]) -> None:
-    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
-    lab.kube.apply({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "work", "namespace": "bench"},
-        "spec": {"replicas": n * per_node, "selector": {"matchLabels": {"app": "work"}},
-                 "template": {"metadata": {"labels": {"app": "work"}, "annotations": {
-                     "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(pod_delay * 1000)}ms"}},
-                     "spec": {"nodeSelector": selector, "containers": [{
-                         "name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    gpu_workload(lab, n * per_node, pod_delay, selector)
 
     def running() -> bool:
         pods = lab.kube.pods("bench", label_selector="app=work")

@@ -25,7 +25,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes, driver_pool, wait_until  # noqa: E402
+from lab_helpers import (  # noqa: E402
+    GPUALIGN,
+    BenchLab,
+    bench_lab,
+    create_nodes,
+    driver_pool,
+    gpu_workload,
+    wait_until,
+)
 
 from gpualign import labels as L  # noqa: E402
 from gpualign.lab.driver_sim import LOAD_DELAY  # noqa: E402
@@ -63,15 +71,7 @@ def setup(lab: BenchLab, n: int, per_node: int, pod_delay: float, driver_delay: 
     create_nodes(lab.kube, specs)
     wait_nodes_ready(lab.kube, [s.name for s in specs], timeout=300)
     print(f"{n} nodes Ready in {time.perf_counter() - t0:.1f}s", flush=True)
-    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
-    lab.kube.apply({
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "work", "namespace": "bench"},
-        "spec": {"replicas": n * per_node, "selector": {"matchLabels": {"app": "work"}},
-                 "template": {"metadata": {"labels": {"app": "work"}, "annotations": {
-                     "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(pod_delay * 1000)}ms"}},
-                     "spec": {"nodeSelector": {"gpualign.io/bench": "upgrade"}, "containers": [{
-                         "name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
-                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    gpu_workload(lab, n * per_node, pod_delay, {"gpualign.io/bench": "upgrade"})
     t0 = time.perf_counter()
     wait_until(f"{n * per_node} GPU pods Running", lambda: running_gpu_pods(lab) == n * per_node, timeout=600)
     wait_until("every node's driver loaded", lambda: ready_driver_pods(lab, driver_version_for("580")) == n)

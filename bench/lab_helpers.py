@@ -140,6 +140,20 @@ def driver_pool(lab: BenchLab, kernel: str, *, annotations: dict[str, str] | Non
     lab.kube.apply(ds)
 
 
+def gpu_workload(lab: BenchLab, replicas: int, pod_delay: float, node_selector: dict[str, str]) -> None:
+    """Deployment bench/work: `replicas` pods of one GPU each on the selected nodes; kwok removes an evicted one
+    after pod_delay seconds."""
+    lab.kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench"}})
+    lab.kube.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "work", "namespace": "bench"},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "work"}},
+                 "template": {"metadata": {"labels": {"app": "work"}, "annotations": {
+                     "pod-delete.stage.kwok.x-k8s.io/delay": f"{int(pod_delay * 1000)}ms"}},
+                     "spec": {"nodeSelector": dict(node_selector), "containers": [{
+                         "name": "train", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                         "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+
+
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
