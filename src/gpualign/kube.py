@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,64 @@ def _kubeconfig_path(explicit: str | None) -> Path | None:
     return None
 
 
+def _read_kubeconfig(path: Path) -> dict[str, Any]:
+    """The file as a kubeconfig mapping, or a one-line BadInput naming it: missing, unreadable, not UTF-8, not YAML,
+    empty, not a mapping, or with clusters/contexts/users that are not lists of named entries."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"kubeconfig {path} does not exist") from None
+    except OSError as err:
+        raise BadInput(f"kubeconfig {path}: cannot read: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"kubeconfig {path}: not UTF-8 text") from None
+    try:
+        data = YAML(typ="safe").load(text)
+    except YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise BadInput(f"kubeconfig {path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: "
+                       f"{getattr(err, 'problem', None) or err}") from None
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise BadInput(f"kubeconfig {path}: not a kubeconfig ({what}; expected a mapping with clusters, contexts and "
+                       "users)")
+    for key in ("clusters", "contexts", "users"):
+        entries = data.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
+            raise BadInput(f"kubeconfig {path}: {key} must be a list of entries with a name")
+    return data
+
+
+def _check_tls_files(where: str, config: Any) -> None:
+    """Certificate files the chosen context names must exist, be non-empty and be PEM."""
+    if config is None:
+        return
+    for what, file in (("certificate-authority", getattr(config.cluster, "certificate_auth", None)),
+                       ("client-certificate", getattr(config.user, "client_cert", None)),
+                       ("client-key", getattr(config.user, "client_key", None))):
+        if not file:
+            continue
+        try:
+            file = config.abs_file(file)  # relative to the kubeconfig's directory, as kubectl (and lightkube) read it
+        except ConfigError as err:
+            raise BadInput(f"kubeconfig {where}: {err}") from None
+        try:
+            head = Path(file).read_bytes()[:4096]
+        except FileNotFoundError:
+            raise BadInput(f"kubeconfig {where}: {what} {file} does not exist") from None
+        except OSError as err:
+            raise BadInput(f"kubeconfig {where}: {what} {file}: cannot read: {err.strerror}") from None
+        if not head.strip():
+            raise BadInput(f"kubeconfig {where}: {what} {file} is empty")
+        if b"-----BEGIN " not in head:
+            raise BadInput(f"kubeconfig {where}: {what} {file} is not PEM")
+
+
 @dataclass
 class EvictionResult:
     """What the Eviction API answered for one pod."""
@@ -58,20 +117,23 @@ class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
                  field_manager: str = "gpualign") -> None:
         path = _kubeconfig_path(kubeconfig)
+        where = str(path or "~/.kube/config")
         try:
             if path is not None:
-                if not path.exists():
-                    raise BadInput(f"kubeconfig {path} does not exist")
-                config = KubeConfig.from_file(path).get(context_name=context)
+                config = KubeConfig.from_dict(_read_kubeconfig(path), fname=path).get(context_name=context)
             else:
                 config = KubeConfig.from_env().get(context_name=context)
         except ConfigError as err:
-            raise BadInput(f"kubeconfig {path or '~/.kube/config'}: {err}") from None
-        except (OSError, KeyError, ValueError) as err:
-            raise BadInput(f"kubeconfig {path or '~/.kube/config'} is unreadable: {err}") from None
+            raise BadInput(f"kubeconfig {where}: {err}") from None
+        except (OSError, KeyError, ValueError, AttributeError, TypeError) as err:
+            raise BadInput(f"kubeconfig {where}: not a usable kubeconfig ({err.__class__.__name__}: {err})") from None
+        _check_tls_files(where, config)
         self.field_manager = field_manager
-        self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
-                             trust_env=False)
+        try:
+            self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
+                                 trust_env=False)
+        except (ssl.SSLError, OSError, ValueError) as err:
+            raise BadInput(f"kubeconfig {where}: its TLS material is unusable: {err}") from None
         self.server = config.cluster.server if config else "?"
         from gpualign import __version__
 
