@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.driver_pod import DriverPod
-from gpualign.expect import Expectation, Resolver, from_flags, inferred_branch
+from gpualign.expect import Expectation, Resolver, from_flags
 from gpualign.facts import NodeFacts
-from gpualign.ledger.sources import Ledger
+from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.tags import RequiredImage, Rules, required_image
 
 PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
 MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
-__all__ = ["DriverPod", "Audit", "Finding", "audit", "branch_for"]
+__all__ = ["DriverPod", "Audit", "Finding", "audit"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,6 @@ class Audit:
     findings: tuple[Finding, ...]
     missing: tuple[tuple[str, str, tuple[str, ...]], ...]  # (tag, image, nodes)
     extra: Mapping[str, Any] = field(default_factory=dict)
-    warnings: tuple[str, ...] = ()
 
     def summary(self) -> dict[str, int]:
         def count(status: str) -> int:
@@ -66,12 +65,7 @@ class Audit:
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [f.as_dict() for f in self.findings],
                 "missing": [{"tag": t, "image": i, "nodes": list(n)} for t, i, n in self.missing],
-                "summary": self.summary(), **({"warnings": list(self.warnings)} if self.warnings else {})}
-
-
-def branch_for(facts: NodeFacts, policy: BranchPolicy, pod: DriverPod | None) -> str | None:
-    """--driver-branch / policy first; else the branch the node's driver pod is deployed with; else the loaded one."""
-    return policy.branch_for(facts.labels) or inferred_branch(facts, pod)
+                "summary": self.summary()}
 
 
 def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: bool) -> bool:
@@ -82,18 +76,16 @@ def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: b
     return tag.endswith(suffix)
 
 
-def audit(nodes: Iterable[NodeFacts], ledger: Ledger | Callable[[str], Ledger], rules: Rules,
+def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules,
           policy: BranchPolicy | None = None, *, repository: str | None = None,
           pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
-          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
-          warnings: Iterable[str] = ()) -> Audit:
+          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
     given when the operator's configuration was read (operator_image and the mismatch check then apply)."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
                                    driver_version=driver_version)
-    ledger_for = ledger if callable(ledger) else (lambda _repo: ledger)
     operator_mode = planned is not None
     findings: list[Finding] = []
     absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)
@@ -116,7 +108,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | Callable[[str], Ledger], 
             req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled,
                                  driver_version=exp.driver_version)
         image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None
-        in_ledger = bool(req.tag and image and ledger_for(exp.repository or "").has(req.tag))
+        in_ledger = bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag))
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason
         elif in_ledger:
@@ -154,4 +146,4 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | Callable[[str], Ledger], 
     for f in absent:
         groups.setdefault(f.image or "", (f.tag or "", []))[1].append(f.name)
     missing = tuple((t, i, tuple(n)) for i, (t, n) in sorted(groups.items()))
-    return Audit(tuple(findings), missing, warnings=tuple(warnings))
+    return Audit(tuple(findings), missing)

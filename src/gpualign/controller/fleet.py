@@ -269,9 +269,7 @@ class Fleet:
 
     def _in_ledger(self, image: str) -> bool:
         repo, _, tag = image.rpartition(":")
-        if isinstance(self.ledger, RepoLedgers):
-            return self.ledger(repo).has(tag)
-        return self.ledger.has(tag)
+        return self.ledger.for_repository(repo).has(tag)
 
     def _gate(self, facts: NodeFacts, finding: JSON, planned: tuple[str, str] | None) -> None:
         """The operator's skip label on a node whose next driver image is missing: the image gpualign expects from

@@ -22,9 +22,7 @@ def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_m
     skip = labels.get(S.SKIP_LABEL) == "true"
     ours = GATED in annotations
     if image_missing:
-        if skip and ours:
-            return None
-        if skip:  # someone else's skip label: leave it, and do not claim it
+        if skip:  # held already: by the gate, or by someone else's label, which it leaves and does not claim
             return None
         return {"labels": {S.SKIP_LABEL: "true"},
                 "annotations": {GATED: f"target image {target or '?'} missing from the ledger"}}

@@ -19,6 +19,10 @@ class Ledger:
     def has(self, tag: str) -> bool:
         return tag in self.tags
 
+    def for_repository(self, _repository: str) -> Ledger:
+        """One ledger answers for every repository (the --ledger sources are merged)."""
+        return self
+
 
 def is_registry(source: str) -> bool:
     return source.startswith(("registry://", "oci://"))
@@ -41,11 +45,12 @@ def load(sources: list[str], *, docker_config: Path | None = None, timeout: floa
 @dataclass(frozen=True)
 class RepoLedgers:
     """One ledger per image repository: the GPU Operator's objects may name several, each its own registry
-    repository. Called with a repository, gives that repository's ledger (empty when unknown)."""
+    repository."""
 
     by_repo: dict[str, Ledger]
 
-    def __call__(self, repository: str) -> Ledger:
+    def for_repository(self, repository: str) -> Ledger:
+        """That repository's ledger (empty when it was not read)."""
         return self.by_repo.get(repository) or Ledger(frozenset(), ())
 
     @property
