@@ -39,23 +39,14 @@ def _kubeconfig_path(explicit: str | None) -> Path | None:
 def _read_kubeconfig(path: Path) -> dict[str, Any]:
     """The file as a kubeconfig mapping, or a one-line BadInput naming it: missing, unreadable, not UTF-8, not YAML,
     empty, not a mapping, or with clusters/contexts/users that are not lists of named entries."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    from gpualign.tags import _read_yaml
 
+    if not path.exists():
+        raise BadInput(f"kubeconfig {path} does not exist")
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise BadInput(f"kubeconfig {path} does not exist") from None
-    except OSError as err:
-        raise BadInput(f"kubeconfig {path}: cannot read: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"kubeconfig {path}: not UTF-8 text") from None
-    try:
-        data = YAML(typ="safe").load(text)
-    except YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise BadInput(f"kubeconfig {path}{f':{mark.line + 1}' if mark else ''}: invalid YAML: "
-                       f"{getattr(err, 'problem', None) or err}") from None
+        data = _read_yaml(path)
+    except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader
+        raise BadInput(f"kubeconfig {err.message}") from None
     if not isinstance(data, dict):
         what = "empty" if data is None else f"a {type(data).__name__}"
         raise BadInput(f"kubeconfig {path}: not a kubeconfig ({what}; expected a mapping with clusters, contexts and "
