@@ -277,9 +277,7 @@ def main() -> int:
     say("0. Start the lab: etcd, kube-apiserver, controller-manager, scheduler, kwok, a registry, a driver simulator.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up")
-    for line in gpualign("lab", "env", show=False).stdout.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        ENV[key] = value.replace("$PATH", ENV.get("PATH", ""))
+    load_env()
     from_state = [ln for ln in gpualign("lab", "env", show=False).stdout.splitlines() if "PATH=" in ln]
     ENV["GPUALIGN_LAB_BIN"] = from_state[0].split("=", 1)[1].split(":", 1)[0]
     try:

@@ -138,12 +138,9 @@ def start(state_dir: Path, bin_dir: Path, kubeconfig: Path) -> Proc:
     proc = processes.start("gpu-operator", cmd, state_dir / "logs" / "gpu-operator.log", env=env,
                            address=f"http://127.0.0.1:{metrics}/metrics", exe=cmd[cmd.index("sh") + 4])
 
-    def ready() -> bool:
-        import httpx2
+    from gpualign.lab.cluster import _http_ok  # the lab's one plain probe client, not one per poll
 
-        return httpx2.get(f"http://127.0.0.1:{health}/readyz", timeout=2.0).status_code == 200
-
-    processes.wait_until(proc, ready, timeout=60, what="ready")
+    processes.wait_until(proc, _http_ok(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="ready")
     return proc
 
 
