@@ -43,7 +43,8 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
 
     p = pol.load(policy_file) if policy_file else pol.UpgradePolicy()
     if admission is not None:
-        pol.from_dict({"admission": admission}, "--admission")
+        if admission not in pol.ADMISSIONS:
+            raise BadInput(f"--admission {admission!r}: expected {' or '.join(pol.ADMISSIONS)}")
         p = dataclasses.replace(p, admission=admission)
     if max_parallel is not None:
         p = dataclasses.replace(p, max_parallel_upgrades=max_parallel)
