@@ -130,7 +130,7 @@ def gpualign_run(args: argparse.Namespace) -> dict[str, object]:
         sampler = Sampler(lab, "gpualign.io/bench=upgrade")
         t0 = time.perf_counter()
         proc = subprocess.run([*GPUALIGN, "upgrade", "--yes", "-l", "gpualign.io/bench=upgrade", "--to-branch",
-                               "595", "--ledger", f"registry://{lab.state.registry}/nvidia/driver", "--policy",
+                               "595", "--ledger", f"registry://{lab.state.registry}/nvidia/driver", "--upgrade-policy",
                                str(policy)], env=lab.env, capture_output=True, text=True, timeout=args.walk_timeout)
         wall = time.perf_counter() - t0
         cordoned = sampler.stop()

@@ -12,7 +12,7 @@ from gpualign.driver_pod import DriverPod
 from gpualign.expect import Expectation, Resolver, from_flags
 from gpualign.facts import NodeFacts
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.tags import RequiredImage, Rules, required_image
+from gpualign.tags import RequiredImage, Rules, os_tag, required_image
 
 PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
 MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
@@ -36,9 +36,15 @@ class Finding:
     source: str | None = None  # where the expectation came from: clusterpolicy/NAME, nvidiadriver/NAME, flags, …
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
 
+    @property
+    def action(self) -> str | None:
+        """How the image gets into the ledger: mirror (the rules say NVIDIA publishes it) or build (in-house)."""
+        return None if self.tag is None else "mirror" if self.published else "build"
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["driver_pod"] = asdict(self.driver_pod) if self.driver_pod else None
+        d["action"] = self.action
         return d
 
 
@@ -62,9 +68,15 @@ class Audit:
         return s["missing"] == 0 and s["unknown"] == 0 and s["pod_kernel_mismatch"] == 0 \
             and s["operator_mismatch"] == 0
 
+    def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
+        """(tag, image, nodes, action) for each missing image: mirror when NVIDIA publishes it, else build."""
+        published = {f.image: f.published for f in self.findings if f.image}
+        return [(t, i, n, "mirror" if published.get(i) else "build") for t, i, n in self.missing]
+
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [f.as_dict() for f in self.findings],
-                "missing": [{"tag": t, "image": i, "nodes": list(n)} for t, i, n in self.missing],
+                "missing": [{"tag": t, "image": i, "nodes": list(n), "action": a}
+                            for t, i, n, a in self.missing_actions()],
                 "summary": self.summary()}
 
 
@@ -97,7 +109,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                 (pods is not None and pod is None and facts.labels.get(L.DEPLOY_DRIVER) != "true"):
             why = exp.host_managed or ("the GPU Operator's driver-deploy label is false" if facts.host_driver
                                        else "no driver pod")
-            findings.append(Finding(facts.name, facts.kernel, None, None, None, None, HOST, False,
+            host_os = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
+            findings.append(Finding(facts.name, facts.kernel, host_os, None, None, None, HOST, False,
                                     f"driver installed on the host ({why}; driver {driver or 'unknown'}): "
                                     "version management there rests with the team", driver, None,
                                     source=exp.origin))
@@ -115,8 +128,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             status, reason = PRESENT, req.reason
         else:
             status = MISSING
-            reason = f"image {req.tag} missing from the ledger" + \
-                ("" if req.published else f" ({req.reason})")
+            reason = f"missing from the ledger; {req.reason}"
         matches = None
         if pod is not None and facts.kernel:
             matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not exp.precompiled

@@ -17,6 +17,7 @@ from gpualign.tags import _read_yaml, normalize_branch
 class BranchRule:
     selector: selectors.Selector
     branch: str
+    precompiled: bool | None = None  # the pool's usePrecompiled, as an NVIDIADriver sets it; None: the flag decides
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,17 @@ class BranchPolicy:
     rules: tuple[BranchRule, ...] = ()
     default: str | None = None
 
+    @property
+    def branches(self) -> frozenset[str]:
+        """Every branch the policy names."""
+        return frozenset({r.branch for r in self.rules} | ({self.default} if self.default else set()))
+
     def branch_for(self, labels: Mapping[str, str]) -> str | None:
-        for rule in self.rules:
-            if rule.selector.matches(labels):
-                return rule.branch
-        return self.default
+        rule = self.rule_for(labels)
+        return rule.branch if rule else self.default
+
+    def rule_for(self, labels: Mapping[str, str]) -> BranchRule | None:
+        return next((rule for rule in self.rules if rule.selector.matches(labels)), None)
 
 
 def _selector_text(path: Path, i: int, raw: Any) -> str:
@@ -48,6 +55,9 @@ def load_policy(path: Path) -> BranchPolicy:
     pools:
       - selector: "pool=train"            # or nodeSelector: {pool: train}
         branch: "580"
+      - selector: "feature.node.kubernetes.io/system-os_release.ID=rhel"
+        branch: "580"
+        usePrecompiled: false             # NVIDIA publishes no precompiled RHEL images
       - selector: ""                      # everything else
         branch: "595"
     """
@@ -60,8 +70,15 @@ def load_policy(path: Path) -> BranchPolicy:
         if not isinstance(item, Mapping) or "branch" not in item:
             raise BadInput(f"{path}: rule {i + 1}: expected a map with `selector` (or `nodeSelector`) and `branch`")
         text = _selector_text(path, i, item.get("selector", item.get("nodeSelector")))
+        unknown = sorted(set(item) - {"selector", "nodeSelector", "branch", "usePrecompiled"})
+        if unknown:
+            raise BadInput(f"{path}: rule {i + 1}: unknown key {', '.join(map(repr, unknown))} (known: selector, "
+                           "nodeSelector, branch, usePrecompiled)")
+        precompiled = item.get("usePrecompiled")
+        if precompiled is not None and not isinstance(precompiled, bool):
+            raise BadInput(f"{path}: rule {i + 1}: usePrecompiled must be true or false")
         try:
-            rules.append(BranchRule(selectors.parse(text), normalize_branch(str(item["branch"]))))
+            rules.append(BranchRule(selectors.parse(text), normalize_branch(str(item["branch"])), precompiled))
         except BadInput as err:
             raise BadInput(f"{path}: rule {i + 1}: {err.message}") from None
     return BranchPolicy(tuple(rules))

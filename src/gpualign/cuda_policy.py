@@ -20,7 +20,14 @@ ANNOTATION = "gpualign.io/cuda"
 NAME = "gpualign-cuda-driver-floor"
 Mode = Literal["deny", "warn", "audit"]
 ACTIONS = {"deny": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
-DEFAULT_NAMESPACES = "kubernetes.io/metadata.name notin (kube-system,gpu-operator)"
+# The GPU Operator's operands run with the nvidia runtime class and no driver floor: its namespace must be exempt.
+# Helm's documented default is gpu-operator; OpenShift's OperatorHub install uses nvidia-gpu-operator.
+EXEMPT_NAMESPACES = ("kube-system", "gpu-operator", "nvidia-gpu-operator")
+
+
+def namespace_selector(exempt: tuple[str, ...] = EXEMPT_NAMESPACES) -> str:
+    """Every namespace but the exempt ones, as a label selector on kubernetes.io/metadata.name."""
+    return f"kubernetes.io/metadata.name notin ({','.join(exempt)})"
 
 PARTS = {
     "major": [L.DRIVER_CURRENT["major"], L.DRIVER_LEGACY["major"]],

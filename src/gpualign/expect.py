@@ -45,12 +45,14 @@ def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: boo
     repo = repository or DEFAULT_REPOSITORY
 
     def resolve(facts: NodeFacts, pod: DriverPod | None) -> Expectation:
-        chosen = policy.branch_for(facts.labels)
+        rule = policy.rule_for(facts.labels)
+        chosen = rule.branch if rule else policy.default
         if chosen:
             origin = "policy-file" if policy_file else "flags"
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
-        return Expectation(origin, repo, chosen, precompiled, driver_version)
+        pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
+        return Expectation(origin, repo, chosen, pool_precompiled, driver_version)
 
     return resolve
 

@@ -7,9 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from gpualign import labels as L
 from gpualign import operator_config, selectors
 from gpualign.driver_pod import DriverPod
@@ -43,27 +40,30 @@ def _items(path: Path, data: Any) -> list[dict[str, Any]]:
 
 
 def load_nodes_file(path: Path) -> list[dict[str, Any]]:
+    """The Node objects of a `kubectl get nodes -o json|yaml` dump; `-` reads stdin."""
+    import sys
+
     try:
-        raw = path.read_bytes()
+        raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as err:
         raise BadInput(f"nodes file {path}: cannot read: {err.strerror}") from None
-    head = raw.lstrip()[:1]
-    if head in (b"{", b"["):
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text (not a kubectl node dump)") from None
+    if "\x00" in text:
+        raise BadInput(f"{path}: binary data, not text (not a kubectl node dump)")
+    if not text.strip():
+        raise BadInput(f"{path}: empty (expected `kubectl get nodes -o json` output)")
+    if text.lstrip()[:1] in ("{", "["):
         try:
-            data = json.loads(raw)
+            data = json.loads(text)
         except json.JSONDecodeError as err:
             raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
-        except UnicodeDecodeError:
-            raise BadInput(f"{path}: not UTF-8 text") from None
     else:
-        try:
-            data = YAML(typ="safe").load(raw)
-        except YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            raise BadInput(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: "
-                           f"{getattr(err, 'problem', None) or err}") from None
-        except UnicodeDecodeError:
-            raise BadInput(f"{path}: not UTF-8 text") from None
+        from gpualign import yamlio
+
+        data = yamlio.parse(text, str(path))
     return _items(path, data)
 
 

@@ -7,7 +7,6 @@ cluster and a `--nodes-file` dump the same way.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,40 +23,6 @@ from gpualign.errors import BadInput, Unreachable
 JSON = dict[str, Any]
 PAGE = 500
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-
-
-def _kubeconfig_path(explicit: str | None) -> Path | None:
-    """--kubeconfig, else the first existing file of $KUBECONFIG (a path list, as kubectl reads it)."""
-    if explicit:
-        return Path(explicit).expanduser()
-    for part in os.environ.get("KUBECONFIG", "").split(os.pathsep):
-        if part and Path(part).expanduser().exists():
-            return Path(part).expanduser()
-    return None
-
-
-def _read_kubeconfig(path: Path) -> dict[str, Any]:
-    """The file as a kubeconfig mapping, or a one-line BadInput naming it: missing, unreadable, not UTF-8, not YAML,
-    empty, not a mapping, or with clusters/contexts/users that are not lists of named entries."""
-    from gpualign.tags import _read_yaml
-
-    if not path.exists():
-        raise BadInput(f"kubeconfig {path} does not exist")
-    try:
-        data = _read_yaml(path)
-    except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader
-        raise BadInput(f"kubeconfig {err.message}") from None
-    if not isinstance(data, dict):
-        what = "empty" if data is None else f"a {type(data).__name__}"
-        raise BadInput(f"kubeconfig {path}: not a kubeconfig ({what}; expected a mapping with clusters, contexts and "
-                       "users)")
-    for key in ("clusters", "contexts", "users"):
-        entries = data.get(key)
-        if entries is None:
-            continue
-        if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
-            raise BadInput(f"kubeconfig {path}: {key} must be a list of entries with a name")
-    return data
 
 
 def _check_tls_files(where: str, config: Any) -> None:
@@ -107,14 +72,30 @@ class Kube:
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
                  field_manager: str = "gpualign") -> None:
-        path = _kubeconfig_path(kubeconfig)
-        where = str(path or "~/.kube/config")
+        from gpualign import kubeconfig as kc
+
+        files = kc.files_to_read(kubeconfig)
+        self.kubeconfig = ":".join(str(f) for f in files) or None
         try:
-            if path is not None:
-                config = KubeConfig.from_dict(_read_kubeconfig(path), fname=path).get(context_name=context)
+            if files:
+                merged = kc.merge(files)
+                where = str(merged.context_file(context))
+                if context and ("contexts", context) not in merged.origin:
+                    known = ", ".join(sorted(n for k, n in merged.origin if k == "contexts")) or "none"
+                    raise BadInput(f"kubeconfig {merged.describe()}: no context {context!r} (known: {known})")
+                config = KubeConfig.from_dict(merged.config, fname=files[0]).get(context_name=context)
+                self.context: str = context or str(merged.config.get("current-context") or "")
             else:
-                config = KubeConfig.from_env().get(context_name=context)
+                where = "in-cluster service account"
+                if context:
+                    raise BadInput(f"--context {context}: no kubeconfig to read it from (no --kubeconfig, "
+                                   "$KUBECONFIG or ~/.kube/config)")
+                config = KubeConfig.from_service_account().get()
+                self.context = "in-cluster"
         except ConfigError as err:
+            if not files:
+                raise BadInput("no kubeconfig: pass --kubeconfig FILE or set $KUBECONFIG (there is no "
+                               "~/.kube/config, and this is not a pod with a service account)") from None
             raise BadInput(f"kubeconfig {where}: {err}") from None
         except (OSError, KeyError, ValueError, AttributeError, TypeError) as err:
             raise BadInput(f"kubeconfig {where}: not a usable kubeconfig ({err.__class__.__name__}: {err})") from None
@@ -130,6 +111,10 @@ class Kube:
 
         # Our requests are recognisable in the API server's audit log (the tests check every pod removal there).
         self._http.headers["User-Agent"] = f"{field_manager}/{__version__}"
+
+    def describe(self) -> dict[str, str | None]:
+        """Which cluster this is, for reports: the context, its server, and the kubeconfig file(s) read."""
+        return {"context": self.context, "server": self.server, "kubeconfig": self.kubeconfig}
 
     # -- raw JSON -----------------------------------------------------------------------------------------------
     @property

@@ -6,6 +6,7 @@ preferred terms are kept, and terms gpualign wrote before are replaced, so injec
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -43,6 +44,8 @@ def _yaml(offset: int) -> YAML:
     y.width = 4096
     y.indent(mapping=2, sequence=offset + 2, offset=offset)
     y.explicit_start = None
+    # Plain YAML for review and GitOps: a value used twice is written out twice, never as an anchor and alias.
+    y.representer.ignore_aliases = lambda *_: True
     return y
 
 
@@ -68,7 +71,9 @@ def _load(text: str, source: str) -> tuple[YAML, list[Any]]:
     except YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
-        raise BadInput(f"{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+        from gpualign.yamlio import _problem
+
+        raise BadInput(f"{where}: invalid YAML: {_problem(err)}") from None
     return _style_for(text), docs
 
 
@@ -87,9 +92,12 @@ def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
         raise BadInput(f"{source}:{line}: unknown kind {kind!r}: gpualign knows "
                        f"{', '.join(sorted(POD_SPEC_PATHS))} (and passes {len(NO_POD_TEMPLATE)} plain kinds through)")
     node: Any = doc
+    at = line  # the line of the deepest key reached: where the missing part belongs
     for key in POD_SPEC_PATHS[kind]:
+        if isinstance(node, dict) and key in node and hasattr(node, "lc"):
+            at = node.lc.key(key)[0] + 1
         if not isinstance(node, dict) or not isinstance(node.get(key), dict):
-            raise BadInput(f"{source}:{line}: {kind} has no {'.'.join(POD_SPEC_PATHS[kind])}")
+            raise BadInput(f"{source}:{at}: {kind} has no {'.'.join(POD_SPEC_PATHS[kind])}")
         node = node[key]
     yield node
 
@@ -110,12 +118,13 @@ def merge_required(existing: list[Any], ours: list[dict[str, Any]]) -> list[Any]
         if (stripped.get("matchExpressions") or stripped.get("matchFields")) and stripped not in bases:
             bases.append(stripped)
     if not bases:
-        return [CommentedMap(matchExpressions=list(t["matchExpressions"])) for t in ours]
+        return [CommentedMap(matchExpressions=copy.deepcopy(list(t["matchExpressions"]))) for t in ours]
     merged: list[Any] = []
     for base in bases:
         for t in ours:
-            term = CommentedMap(base)
-            term["matchExpressions"] = list(base.get("matchExpressions") or []) + list(t["matchExpressions"])
+            term = copy.deepcopy(base)
+            term["matchExpressions"] = copy.deepcopy(list(base.get("matchExpressions") or [])) + \
+                copy.deepcopy(list(t["matchExpressions"]))
             merged.append(term)
     return merged
 

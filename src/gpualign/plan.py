@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,27 @@ class Change:
     branch: str | None = None
 
 
+_KERNEL_FAMILY = (("ubuntu", re.compile(r"\d+\.\d+\.\d+-\d+-[a-z][a-z0-9-]*")),
+                  ("rhel", re.compile(r".*\.el\d+.*")),
+                  ("amzn", re.compile(r".*\.amzn\d+.*")))
+_OS_FAMILY = {"ubuntu": "ubuntu", "debian": "ubuntu", "rhel": "rhel", "rocky": "rhel", "centos": "rhel",
+              "almalinux": "rhel", "ol": "rhel", "amzn": "amzn"}
+
+
+def kernel_family(kernel: str) -> str | None:
+    """Which distribution family names its kernels like this one (None: cannot tell)."""
+    return next((family for family, pattern in _KERNEL_FAMILY if pattern.fullmatch(kernel)), None)
+
+
+def misfit(kernel: str, os_id: str | None) -> str | None:
+    """Why `kernel` cannot run on an OS with this ID (an Ubuntu kernel on RHEL), or None when it can or we cannot
+    tell."""
+    have, want = kernel_family(kernel), _OS_FAMILY.get(os_id or "")
+    if have and want and have != want:
+        return f"kernel {kernel} is a {have} kernel; this node's OS is {os_id}: plan each OS pool with -l"
+    return None
+
+
 @dataclass(frozen=True)
 class Needed:
     tag: str
@@ -31,10 +53,16 @@ class Needed:
     published: bool
     in_ledger: bool
     nodes: tuple[str, ...]
+    reason: str = ""
+
+    @property
+    def action(self) -> str:
+        """mirror: the rules say NVIDIA publishes it precompiled; build: in-house."""
+        return "mirror" if self.published else "build"
 
     def build_args(self) -> dict[str, str]:
-        return {"DRIVER_BRANCH": self.branch, "KERNEL_VERSION": self.kernel, "OS_TAG": self.os_tag,
-                "tag": self.tag}
+        return {"action": self.action, "DRIVER_BRANCH": self.branch, "KERNEL_VERSION": self.kernel,
+                "OS_TAG": self.os_tag, "tag": self.tag}
 
 
 @dataclass(frozen=True)
@@ -47,14 +75,15 @@ class Plan:
         return tuple(n for n in self.needed if not n.in_ledger)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"needed": [dataclasses.asdict(n) for n in self.needed],
+        return {"needed": [{**dataclasses.asdict(n), "action": n.action} for n in self.needed],
                 "to_build": [n.tag for n in self.to_build],
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
 def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy) -> Plan:
+    """Each node as it will be after `change`; the ledger answers for the repository the images go to."""
     groups: dict[str, list[str]] = {}
-    info: dict[str, tuple[str, str, str, bool]] = {}
+    info: dict[str, tuple[str, str, str, bool, str]] = {}
     unknown: list[tuple[str, str]] = []
     for facts in sorted(nodes, key=lambda n: n.name):
         # The node as it will be: its labels with the change applied, read by the same code as today's.
@@ -66,13 +95,20 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
         for key in (L.DRIVER_CURRENT_FULL, *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values()):
             labels.pop(key, None)  # the loaded driver is about to change: its labels say nothing of the new image
         changed = node_facts({"metadata": {"name": facts.name, "labels": labels}})
-        branch = change.branch or policy.branch_for(facts.labels) or (facts.driver.branch if facts.driver else None)
-        req = required_image(changed, branch, rules)
+        unfit = misfit(changed.kernel, changed.os_id) if changed.kernel else None
+        if unfit:
+            unknown.append((facts.name, unfit))
+            continue
+        rule = policy.rule_for(facts.labels)
+        branch = change.branch or (rule.branch if rule else policy.default) or \
+            (facts.driver.branch if facts.driver else None)
+        precompiled = rule.precompiled if rule and rule.precompiled is not None else True
+        req = required_image(changed, branch, rules, precompiled=precompiled)
         if req.tag is None:
             unknown.append((facts.name, req.reason))
             continue
         groups.setdefault(req.tag, []).append(facts.name)
-        info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published)
-    needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag), tuple(names))
+        info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
+    needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag), tuple(names), info[tag][4])
                    for tag, names in sorted(groups.items()))
     return Plan(needed, tuple(unknown))

@@ -50,14 +50,38 @@ def _absent(key: str, labels: Mapping[str, str]) -> bool:
     return key not in labels
 
 
+def _diagnose(text: str, pos: int) -> str:
+    """Where a requirement starting at `pos` goes wrong, and what was expected there (columns count from 1)."""
+    rest = text[pos:]
+    start = pos + len(rest) - len(rest.lstrip())
+    key = re.compile(r"!?[A-Za-z0-9._/-]+\s*").match(text, start)
+    if not key:
+        found = repr(text[start]) if start < len(text) else "the end"
+        return f"expected a label key at column {start + 1}, found {found}"
+    after = key.end()
+    setop = re.compile(r"(in|notin)\s*\(").match(text, after)
+    if setop and ")" not in text[setop.end():]:
+        return f"expected ')' at column {len(text) + 1}"
+    op = re.compile(r"(==|=|!=)\s*").match(text, after)
+    if op:
+        value = re.compile(r"[A-Za-z0-9._-]*\s*").match(text, op.end())
+        end = value.end() if value else op.end()
+        if value and value.group().strip():
+            return f"expected ',' at column {end + 1}, found {text[end]!r}"
+        return f"invalid label value at column {end + 1}, found {text[end]!r}"
+    return f"expected an operator (=, ==, !=, in, notin) or ',' at column {after + 1}, found {text[after]!r}"
+
+
 def parse(text: str | None) -> Selector:
     text = (text or "").strip()
     reqs: list[Callable[[Mapping[str, str]], bool]] = []
+    if text.endswith(","):
+        raise BadInput(f"label selector {text!r}: expected a requirement after ',' at column {len(text) + 1}")
     pos = 0
     while pos < len(text):
         m = _TOKEN.match(text, pos)
         if not m or m.end() == pos:
-            raise BadInput(f"label selector {text!r}: cannot parse at column {pos + 1}")
+            raise BadInput(f"label selector {text!r}: {_diagnose(text, pos)}")
         neg, key, op, value, setop, values = m.groups()
         if neg and (op or setop):
             raise BadInput(f"label selector {text!r}: '!{key}' takes no operator")

@@ -9,9 +9,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
-
 from gpualign.errors import BadInput
 from gpualign.facts import NodeFacts
 
@@ -32,6 +29,12 @@ class Rules:
     source: str = field(default="built-in", compare=False)
     eras: tuple[OsTagEra, ...] = field(default=(), compare=False)
     operator_version: str | None = field(default=None, compare=False)  # whose OS-tag rules these are, if chosen
+    matrix_version: str = field(default="?", compare=False)  # the operator release NVIDIA's matrix is taken from
+
+    def describe(self) -> str:
+        """Where a 'published' verdict comes from, for reasons a user reads."""
+        where = "the built-in rules" if self.source == "built-in" else f"rules {self.source}"
+        return f"{where}, NVIDIA's matrix as of GPU Operator {self.matrix_version}"
 
 
 @dataclass(frozen=True)
@@ -77,27 +80,36 @@ def for_operator(rules: Rules, version: str | None) -> tuple[Rules, str | None]:
 
 
 def _read_yaml(path: Path | None, text: str | None = None) -> Any:
-    try:
-        return YAML(typ="safe").load(text if text is not None else path.read_text())  # type: ignore[union-attr]
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"{path}: not UTF-8 text") from None
-    except YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise BadInput(f"{where}: invalid YAML: {getattr(err, 'problem', None) or err}") from None
+    from gpualign import yamlio
+
+    return yamlio.parse(text, str(path)) if text is not None else yamlio.read(path)  # type: ignore[arg-type]
+
+
+KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branches", "default_branch")
+
+
+def merged_rules(override: Path | None = None) -> dict[str, Any]:
+    """The built-in rules as a mapping, with each top-level section of `override` replacing the built-in one."""
+    base = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    if override is None:
+        return dict(base)
+    extra = _read_yaml(override)
+    if not isinstance(extra, dict):
+        raise BadInput(f"{override}: rules file must be a mapping (print the built-in one with `gpualign rules`)")
+    unknown = sorted(str(k) for k in extra if k not in KNOWN_SECTIONS)
+    if unknown:
+        raise BadInput(f"{override}: unknown rules section {', '.join(map(repr, unknown))} (known: "
+                       f"{', '.join(KNOWN_SECTIONS)})")
+    if extra.get("schema", base.get("schema")) != base.get("schema"):
+        raise BadInput(f"{override}: rules schema {extra.get('schema')!r} is not the one this gpualign reads "
+                       f"({base.get('schema')})")
+    base.update(extra)
+    return dict(base)
 
 
 def load_rules(override: Path | None = None) -> Rules:
-    base = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
-    source = "built-in"
-    if override is not None:
-        extra = _read_yaml(override)
-        if not isinstance(extra, dict):
-            raise BadInput(f"{override}: rules file must be a mapping (see rules/driver_images.yaml)")
-        base.update(extra)
-        source = str(override)
+    base = merged_rules(override)
+    source = "built-in" if override is None else str(override)
     try:
         pre = base["precompiled"]
         return Rules(
@@ -109,9 +121,12 @@ def load_rules(override: Path | None = None) -> Rules:
             default_branch=str(base["default_branch"]),
             source=source,
             eras=_eras(base["os_tag"].get("eras")),
+            matrix_version=str(base.get("operator_version", "?")),
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
-        raise BadInput(f"{source}: rules file lacks or mistypes {err}") from None
+        hint = ("; a section given in --rules replaces the built-in one whole: copy it from `gpualign rules` and "
+                "edit it" if override is not None else "")
+        raise BadInput(f"{source}: rules file lacks or mistypes {err}{hint}") from None
 
 
 def os_tag(os_id: str, version_id: str, rules: Rules) -> str:
@@ -175,20 +190,22 @@ def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precom
         tag = f"{branch}-{facts.kernel}-{ostag}"
         flavour = kernel_flavour(facts.kernel)
         series = ".".join(facts.kernel.split(".")[:2])
+        if ostag not in rules.kernels:  # the OS first: NVIDIA publishes nothing precompiled for it at all
+            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
+                                 f"NVIDIA publishes no precompiled images for {ostag}: build it in-house")
         if flavour is None or flavour not in rules.flavours:
             why = f"kernel flavour {flavour!r} is" if flavour else "this kernel's flavour is"
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
                                  f"{why} not published precompiled by NVIDIA: build it in-house")
-        if ostag not in rules.kernels:
-            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"NVIDIA publishes no precompiled images for {ostag}: build it in-house")
         if series not in rules.kernels[ostag]:
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
                                  f"kernel series {series} is not in NVIDIA's {ostag} matrix: build it in-house")
         if branch not in rules.published_branches:
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
                                  f"branch {branch} is not published precompiled: build it in-house")
-        return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, True, "published by NVIDIA")
+        return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, True,
+                             f"NVIDIA publishes {ostag} kernel series {series}, branch {branch} precompiled "
+                             f"({rules.describe()}): mirror it, after checking the tag on NGC")
     version = driver_version or rules.branches.get(branch)
     if not version:
         return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False,

@@ -40,8 +40,9 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     plan = fleet.cli("plan", "-l", "kubernetes.io/hostname in (gpu-a1,gpu-a2)", "--kernel", NEW_KERNEL,
                      "--ledger", f"registry://{fleet.registry}/nvidia/driver", "--build-matrix")
     assert plan.code == 1, plan.err
-    assert json.loads(plan.out) == [{"DRIVER_BRANCH": "580", "KERNEL_VERSION": NEW_KERNEL,
-                                     "OS_TAG": "ubuntu22.04", "tag": NEW_TAG}]
+    assert json.loads(plan.out) == {"include": [{"action": "mirror", "DRIVER_BRANCH": "580",
+                                                 "KERNEL_VERSION": NEW_KERNEL, "OS_TAG": "ubuntu22.04",
+                                                 "tag": NEW_TAG}]}
 
     # 2. A node arrives with a kernel one patch newer: exactly it, and exactly one tag, is flagged.
     assert fleet.cli("lab", "add-node", "gpu-new", "--kernel", NEW_KERNEL).code == 0
@@ -49,7 +50,7 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert res.code == 1
     assert [n["name"] for n in data["nodes"] if n["status"] != "present"] == ["gpu-new"]
     assert data["missing"] == [{"tag": NEW_TAG, "image": f"{fleet.registry}/nvidia/driver:{NEW_TAG}",
-                                "nodes": ["gpu-new"]}]
+                                "nodes": ["gpu-new"], "action": "mirror"}]
     new = next(n for n in data["nodes"] if n["name"] == "gpu-new")
     assert new["driver_pod"]["tag"] == NEW_TAG  # the operator-like pool DaemonSet already asks for it…
     assert new["driver_pod"]["state"] == "ImagePullBackOff"  # …and the node has quietly lost its GPUs

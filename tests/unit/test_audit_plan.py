@@ -85,7 +85,7 @@ def test_plan_kernel_bump_lists_tags_to_build_with_build_args():
     result = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
     (needed,) = result.to_build
     assert needed.nodes == ("a", "b")
-    assert needed.build_args() == {"DRIVER_BRANCH": "580", "KERNEL_VERSION": "5.15.0-125-generic",
+    assert needed.build_args() == {"action": "mirror", "DRIVER_BRANCH": "580", "KERNEL_VERSION": "5.15.0-125-generic",
                                    "OS_TAG": "ubuntu22.04", "tag": "580-5.15.0-125-generic-ubuntu22.04"}
     nothing = plan(nodes, Change(branch="580"), ledger, RULES, BranchPolicy())
     assert nothing.to_build == ()

@@ -162,7 +162,7 @@ def test_round_trip_keeps_untouched_documents_byte_for_byte():
     ("kind: Deployment\nspec: [\n", r"m.yaml:\d+: invalid YAML"),
     ("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: x/v1\nkind: Deploymnet\nspec: {}\n",
      r"m.yaml:4: unknown kind 'Deploymnet'"),
-    ("kind: Deployment\nspec:\n  replicas: 1\n", r"m.yaml:1: Deployment has no spec.template.spec"),
+    ("kind: Deployment\nspec:\n  replicas: 1\n", r"m.yaml:2: Deployment has no spec.template.spec"),
     ("- just\n- a list\n", r"m.yaml:1: a document is not a Kubernetes object"),
 ])
 def test_bad_manifests_name_file_and_line(text, message):

@@ -38,9 +38,9 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 def assert_clean(code: int, err: str) -> None:
     assert code in (0, 1, 2), err
     assert "Traceback" not in err and "internal error" not in err, err
-    if code == 2:
-        first = err.strip().splitlines()[0]
-        assert first.startswith("gpualign: error: ") or first.startswith("Usage:"), err
+    if code == 2:  # one error line, after any warnings
+        lines = [line for line in err.strip().splitlines() if not line.startswith("gpualign: warning: ")]
+        assert len(lines) == 1 and lines[0].startswith("gpualign: error: "), err
 
 
 @FUZZ
@@ -68,7 +68,7 @@ def test_any_branch_policy_file(tmp_path: Path, capsys, policy: bytes):
     (tmp_path / "ledger.txt").write_text("x\n")
     (tmp_path / "policy.yaml").write_bytes(policy)
     assert_clean(*run(capsys, "check", "--nodes-file", str(tmp_path / "nodes.json"), "--ledger",
-                      str(tmp_path / "ledger.txt"), "--policy", str(tmp_path / "policy.yaml")))
+                      str(tmp_path / "ledger.txt"), "--branch-policy", str(tmp_path / "policy.yaml")))
 
 
 @FUZZ
@@ -77,7 +77,7 @@ def test_any_upgrade_policy_file(tmp_path: Path, capsys, monkeypatch, policy: by
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
     (tmp_path / "ledger.txt").write_text("x\n")
     (tmp_path / "policy.yaml").write_bytes(policy)
-    assert_clean(*run(capsys, "upgrade", "--policy", str(tmp_path / "policy.yaml"), "--ledger",
+    assert_clean(*run(capsys, "upgrade", "--upgrade-policy", str(tmp_path / "policy.yaml"), "--ledger",
                       str(tmp_path / "ledger.txt"), "--dry-run"))
 
 

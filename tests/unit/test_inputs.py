@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,9 @@ def test_text_ledger_with_comments_tags_and_references(tmp_path: Path):
     f.write_text("# in-house builds\n580-5.15.0-69-generic-ubuntu22.04\n\n"
                  "nvcr.io/nvidia/driver:580-6.8.0-48-generic-ubuntu24.04  # mirrored\n"
                  "registry.local:5000/nvidia/driver:535-5.15.0-1-generic-ubuntu22.04\n")
-    assert read(f) == {"580-5.15.0-69-generic-ubuntu22.04", "580-6.8.0-48-generic-ubuntu24.04",
-                       "535-5.15.0-1-generic-ubuntu22.04"}
+    assert read(f) == {(None, "580-5.15.0-69-generic-ubuntu22.04"),
+                       ("nvcr.io/nvidia/driver", "580-6.8.0-48-generic-ubuntu24.04"),
+                       ("registry.local:5000/nvidia/driver", "535-5.15.0-1-generic-ubuntu22.04")}
 
 
 def test_yaml_and_json_lists(tmp_path: Path):
@@ -30,8 +32,32 @@ def test_yaml_and_json_lists(tmp_path: Path):
     y.write_text("images:\n  - 580-a-ubuntu22.04\n  - nvcr.io/nvidia/driver:580-b-ubuntu22.04\n")
     j = tmp_path / "l.json"
     j.write_text(json.dumps(["580-c-ubuntu22.04"]))
-    assert read(y) == {"580-a-ubuntu22.04", "580-b-ubuntu22.04"}
-    assert read(j) == {"580-c-ubuntu22.04"}
+    assert read(y) == {(None, "580-a-ubuntu22.04"), ("nvcr.io/nvidia/driver", "580-b-ubuntu22.04")}
+    assert read(j) == {(None, "580-c-ubuntu22.04")}
+
+
+def test_a_full_reference_answers_only_for_its_own_repository(tmp_path: Path):
+    from gpualign.ledger.sources import load
+
+    f = tmp_path / "images.txt"
+    f.write_text("quay.io/other/thing:580-k-ubuntu24.04\n580-bare-ubuntu22.04\n")
+    ledger = load([str(f)])
+    assert not ledger.for_repository("nvcr.io/nvidia/driver").has("580-k-ubuntu24.04")
+    assert ledger.for_repository("quay.io/other/thing").has("580-k-ubuntu24.04")
+    assert ledger.for_repository("nvcr.io/nvidia/driver").has("580-bare-ubuntu22.04")  # a bare tag: any repo
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("empty.txt", "", "holds no tags"),
+    ("comments.txt", "# nothing yet\n\n", "holds no tags"),
+    ("empty.yaml", "images: []\n", "holds no tags"),
+    ("two.yaml", "- a\n---\n- b\n", "one YAML document"),
+])
+def test_an_empty_or_multi_document_ledger_is_refused(tmp_path: Path, name, text, message):
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        read(f)
 
 
 @pytest.mark.parametrize("name,text,message", [
@@ -91,8 +117,19 @@ def test_selectors():
     assert not selectors.parse("pool notin (train)").matches(labels)
     assert selectors.parse("gpu").matches(labels) and not selectors.parse("spot").matches(labels)
     assert selectors.parse("").matches({})
-    with pytest.raises(BadInput, match="cannot parse"):
+    with pytest.raises(BadInput, match="invalid label value at column 6"):
         selectors.parse("pool=(")
+
+
+@pytest.mark.parametrize("text,message", [
+    ("pool in (train", "expected ')' at column 15"),
+    ("pool=train,", "expected a requirement after ',' at column 12"),
+    ("a=b,,c", "expected a label key at column 5"),
+    ("a=b c", "expected ',' at column 5"),
+])
+def test_selector_errors_name_the_real_column(text, message):
+    with pytest.raises(BadInput, match=re.escape(message)):
+        selectors.parse(text)
 
 
 @given(st.text(max_size=30))

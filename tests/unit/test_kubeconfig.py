@@ -42,7 +42,8 @@ def test_bad_kubeconfigs_are_named_in_one_line(tmp_path, text, files, message):
     with pytest.raises(BadInput) as err:
         Kube(str(path))
     assert message.format(dir=tmp_path) in err.value.message and str(path) in err.value.message
-    res = run_cli("check", "--kubeconfig", str(path), "--ledger", "/dev/null", "--driver-branch", "580")
+    ledger = write(tmp_path, "ledger.txt", "580-5.15.0-124-generic-ubuntu22.04\n")
+    res = run_cli("check", "--kubeconfig", str(path), "--ledger", str(ledger), "--driver-branch", "580")
     assert res.code == 2 and res.err.count("\n") == 1 and res.err.startswith("gpualign: error: kubeconfig ")
 
 

@@ -1,87 +1,122 @@
 """`gpualign`: the root command. Errors become one line on stderr and an exit code (0 ok, 1 findings, 2 bad input).
 
 Installed as `gpualign` and as `kubectl-gpualign`, so `kubectl gpualign …` works too.
+
+Start-up is kept near the interpreter's own: `--version` never imports the CLI framework, and only the module of
+the command named on the command line is imported and registered (all of them for help and shell completion).
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Annotated
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from gpualign import __version__
-from gpualign.errors import EXIT_INTERNAL, GpualignError
+from gpualign.errors import EXIT_INTERNAL, EXIT_USAGE, GpualignError
 
-app = typer.Typer(
-    name="gpualign",
-    help="Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
-         "Exit codes: 0 all good, 1 findings (an image missing, a node blocked or failed), "
-         "2 bad usage or input (one line on stderr says what and where), 3 an internal error (a bug: please report).",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode="rich",
-)
+if TYPE_CHECKING:
+    import typer
+
+# command name -> the module under gpualign.cli that registers it
+COMMANDS = {"check": "check", "plan": "check", "rules": "check", "cuda": "cuda", "upgrade": "upgrade",
+            "status": "upgrade", "why": "upgrade", "controller": "controller", "lab": "lab", "completion": "completion"}
+HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
+        "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed); 2 bad usage or input "
+        "(one line on stderr says what and where); 3 an internal error (a bug: please report it).\n\n"
+        "Global flags, accepted anywhere on the line: --debug (tracebacks for unexpected errors).")
 _state = {"debug": False}
 
 
-def _version(value: bool) -> None:
-    if value:
-        print(f"gpualign {__version__}")
-        raise typer.Exit()
+def version_text() -> str:
+    from gpualign.data_versions import describe
+
+    return f"gpualign {__version__}\n" + describe()
 
 
-@app.callback()
-def root(
-    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks for unexpected errors")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="print the version and exit")] = False,
-) -> None:
-    _state["debug"] = debug
+def _prog_name() -> str:
+    """`kubectl gpualign` when run as kubectl's plugin, as kubectl users type it."""
+    base = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "gpualign"
+    return "kubectl gpualign" if base == "kubectl-gpualign" else "gpualign"
 
 
-def _register() -> None:
-    if _state.get("registered"):
-        return
-    _state["registered"] = True
-    from gpualign.cli import check, controller, cuda, lab, upgrade
+def _completing() -> bool:
+    return any(k.endswith("_COMPLETE") and k.startswith(("_GPUALIGN", "_KUBECTL_GPUALIGN")) for k in os.environ)
 
-    app.add_typer(lab.app, name="lab")
-    app.add_typer(cuda.app, name="cuda")
-    check.register(app)
-    upgrade.register(app)
-    controller.register(app)
+
+def build(args: list[str]) -> typer.Typer:
+    """The root app with only the command module `args` names registered (every one for help or completion)."""
+    import typer
+
+    from gpualign.cli.groups import Group
+
+    app = typer.Typer(name="gpualign", help=HELP, no_args_is_help=True, add_completion=False, cls=Group,
+                      pretty_exceptions_enable=False, rich_markup_mode=None,
+                      context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+
+    @app.callback()
+    def root(debug: bool = typer.Option(False, "--debug", help="show tracebacks for unexpected errors")) -> None:
+        """Keep a Kubernetes GPU fleet's drivers aligned with its kernels."""
+
+    root.__doc__ = HELP
+    first = next((a for a in args if not a.startswith("-")), None)
+    wanted = {COMMANDS[first]} if first in COMMANDS and not _completing() else set(COMMANDS.values())
+    import importlib
+
+    for name in dict.fromkeys(m for m in COMMANDS.values() if m in wanted):  # help lists them in this order
+        importlib.import_module(f"gpualign.cli.{name}").register(app)
+    return app
+
+
+def _usage_error(err: Any) -> str:
+    """click's four-line usage error as one line: what is wrong, and where to read more."""
+    from typer._click.exceptions import BadParameter, MissingParameter
+
+    ctx = getattr(err, "ctx", None)
+    param = getattr(err, "param", None)
+    if isinstance(err, BadParameter) and not isinstance(err, MissingParameter) and param is not None:
+        name = max(param.opts, key=len) if getattr(param, "opts", None) else (param.metavar or param.name)
+        message = f"{name}: {err.message}"
+    else:
+        message = err.format_message()
+    message = message.rstrip(".")
+    message = message[:1].lower() + message[1:]
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"gpualign: error: {message}{where}"
 
 
 def main(argv: list[str] | None = None) -> None:
-    _register()
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    _state["debug"] = "--debug" in args[:cut]  # a global flag, accepted anywhere (as kubectl's are)
+    args = [a for a in args[:cut] if a != "--debug"] + args[cut:]
+    if args[:1] == ["--version"]:
+        print(version_text())
+        sys.exit(0)
     try:
-        result = app(args=argv, standalone_mode=False)
+        from gpualign.cli.errors import run
+
+        result = run(build(args), args, _prog_name())
     except GpualignError as err:
         print(f"gpualign: error: {err.message}", file=sys.stderr)
         if err.detail:
             print(err.detail, file=sys.stderr)
         sys.exit(err.exit_code)
-    except typer.Exit as err:
-        sys.exit(err.exit_code)
-    except typer.Abort:
-        print("gpualign: aborted", file=sys.stderr)
-        sys.exit(130)
     except KeyboardInterrupt:
         print("gpualign: interrupted", file=sys.stderr)
         sys.exit(130)
-    except typer.TyperException as err:  # usage errors (typer's own click) carry their exit code, 2
-        show = getattr(err, "show", None)
-        if callable(show):
-            show()
-        else:
-            print(f"gpualign: error: {err}", file=sys.stderr)
-        sys.exit(getattr(err, "exit_code", 2))
+    except SystemExit:
+        raise
     except Exception as err:
+        from gpualign.cli.errors import usage_error_of
+
+        usage = usage_error_of(err)
+        if usage is not None:
+            print(_usage_error(usage), file=sys.stderr)
+            sys.exit(EXIT_USAGE)
         if _state["debug"]:
             raise
         print(f"gpualign: internal error: {err.__class__.__name__}: {err} (rerun with --debug for a traceback)",
               file=sys.stderr)
         sys.exit(EXIT_INTERNAL)
-    sys.exit(result if isinstance(result, int) else 0)
+    sys.exit(result)

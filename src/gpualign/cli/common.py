@@ -1,34 +1,43 @@
-"""Shared CLI plumbing: stderr progress (only on a terminal), output formats, and common options."""
+"""Shared CLI plumbing: stderr progress and warnings, and the JSON/YAML output. Nothing heavy is imported until used:
+rich only to print styled text on a terminal, ruamel.yaml only to print YAML."""
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-from rich.console import Console
-from ruamel.yaml import YAML
+from gpualign.cli.options import Output
 
-stderr = Console(stderr=True, highlight=False)
-# Off a terminal, rows are never wrapped (like kubectl), so output stays one line per node for grep and awk.
-stdout = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 400)
+__all__ = ["Output", "emit_data", "progress", "stderr", "stdout", "warn"]
 
 
-class Output(enum.StrEnum):
-    table = "table"
-    wide = "wide"
-    json = "json"
-    yaml = "yaml"
+class _LazyConsole:
+    """A rich Console made on first use."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._settings = settings
+        self._console: Any = None
+
+    @property
+    def console(self) -> Any:
+        """The rich Console itself, made on first use."""
+        if self._console is None:
+            from rich.console import Console
+
+            settings = dict(self._settings)
+            if settings.pop("stdout_width", False):
+                # Off a terminal rows are never wrapped (like kubectl), so output stays one line per item.
+                settings["width"] = None if sys.stdout.isatty() else 400
+            self._console = Console(**settings)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
 
 
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | wide | json | yaml")]
-KubeconfigOpt = Annotated[str | None, typer.Option(
-    "--kubeconfig", envvar="KUBECONFIG", show_envvar=True,
-    help="kubeconfig to use (default: $KUBECONFIG, then ~/.kube/config, or in-cluster)")]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="kubeconfig context to use")]
-SelectorOpt = Annotated[str | None, typer.Option("--selector", "-l", help="label selector, e.g. pool=train")]
+stderr = _LazyConsole(stderr=True, highlight=False)
+stdout = _LazyConsole(highlight=False, soft_wrap=True, stdout_width=True)
 
 
 def progress(message: str) -> None:
@@ -39,10 +48,32 @@ def progress(message: str) -> None:
         print(f"... {message}", file=sys.stderr, flush=True)
 
 
+def warn(message: str) -> None:
+    print(f"gpualign: warning: {message}", file=sys.stderr, flush=True)
+
+
 def emit_data(data: Any, fmt: Output) -> None:
+    """JSON or YAML on stdout; YAML is plain block style with no anchors or aliases."""
     if fmt is Output.json:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    else:
-        yaml = YAML()
-        yaml.default_flow_style = False
-        yaml.dump(data, sys.stdout)
+        return
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 100000
+    yaml.representer.ignore_aliases = lambda *_: True
+    yaml.dump(data, sys.stdout)
+
+
+API_VERSION = "gpualign.io/v1"
+
+
+def report(kind: str, source: dict[str, Any], body: dict[str, Any], *, cuda: bool = False) -> dict[str, Any]:
+    """A JSON/YAML document in gpualign's versioned envelope: apiVersion and kind first, then where its facts came
+    from (cluster or file, ledger sources, and the version of the built-in data it rests on), then the body."""
+    from gpualign import data_versions
+
+    data = {"cuda_table": data_versions.cuda_table_version()} if cuda else {
+        "rules": data_versions.rules_version()}
+    return {"apiVersion": API_VERSION, "kind": kind, "source": {**source, "builtin": data}, **body}

@@ -8,44 +8,49 @@ from typing import Annotated
 
 import typer
 
-from gpualign.cli.check import (
+from gpualign.cli.options import (
     BranchOpt,
+    BranchPolicyOpt,
+    ContextOpt,
     DockerConfigOpt,
+    KubeconfigOpt,
     LedgerOpt,
+    OldPolicyOpt,
     OperatorVersionOpt,
-    PolicyOpt,
     RepositoryOpt,
     RulesOpt,
 )
-from gpualign.cli.common import ContextOpt, KubeconfigOpt
 from gpualign.errors import BadInput
 
 
 def controller(
     ledger: LedgerOpt = None,
     driver_branch: BranchOpt = None,
-    policy: PolicyOpt = None,
+    branch_policy_file: BranchPolicyOpt = None,
+    old_policy: OldPolicyOpt = None,
     rules: RulesOpt = None,
     operator_version: OperatorVersionOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
-    ledger_refresh: Annotated[float, typer.Option(help="seconds between re-reads of the ledger")] = 60.0,
+    ledger_refresh: Annotated[float, typer.Option(
+        metavar="SECONDS", help="seconds between re-reads of the ledger")] = 60.0,
     gate_operator_upgrades: Annotated[bool, typer.Option(
         "--gate-operator-upgrades",
         help="beside the GPU Operator's own upgrade walk: put its skip label (nvidia.com/gpu-driver-upgrade.skip="
              "true) on any node whose target driver image is missing from the ledger, so the operator never cordons "
              "it for an image it cannot pull; remove it (only labels the gate set) once the image is there")] = False,
-    listen: Annotated[str, typer.Option(help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
+    listen: Annotated[str, typer.Option(
+        metavar="HOST:PORT", help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
                                                help="hold a Lease so only one replica writes")] = True,
-    lease_namespace: Annotated[str, typer.Option(envvar="POD_NAMESPACE", help="namespace of the Lease")] =
-        "gpualign-system",
-    lease_name: Annotated[str, typer.Option(help="name of the Lease")] = "gpualign-controller",
-    identity: Annotated[str | None, typer.Option(envvar="POD_NAME", help="this replica's name [default: host]")]
-        = None,
-    lease_duration: Annotated[float, typer.Option(help="lease duration, seconds")] = 15.0,
-    renew_deadline: Annotated[float, typer.Option(help="renew deadline, seconds")] = 10.0,
-    retry_period: Annotated[float, typer.Option(help="retry period, seconds")] = 2.0,
+    lease_namespace: Annotated[str, typer.Option(
+        envvar="POD_NAMESPACE", metavar="NAMESPACE", help="namespace of the Lease")] = "gpualign-system",
+    lease_name: Annotated[str, typer.Option(metavar="NAME", help="name of the Lease")] = "gpualign-controller",
+    identity: Annotated[str | None, typer.Option(
+        envvar="POD_NAME", metavar="NAME", help="this replica's name [default: the host name]")] = None,
+    lease_duration: Annotated[float, typer.Option(metavar="SECONDS", help="lease duration")] = 15.0,
+    renew_deadline: Annotated[float, typer.Option(metavar="SECONDS", help="renew deadline")] = 10.0,
+    retry_period: Annotated[float, typer.Option(metavar="SECONDS", help="retry period")] = 2.0,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
@@ -59,9 +64,13 @@ def controller(
     to their repositories; a node where the operator deploys an image built for another OS or kernel gets a
     DriverImageMismatch Event and the annotation status operator-mismatch.
 
-    Example:  gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
+    Example:
+
+    \b
+        gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
-    from gpualign.cli.check import _policy, _repository, _warn
+    from gpualign.cli.check import branch_policy, repository_for
+    from gpualign.cli.common import warn
     from gpualign.controller.run import Options, run
     from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube
@@ -76,22 +85,22 @@ def controller(
     logging.basicConfig(level=os.environ.get("GPUALIGN_LOG_LEVEL", "INFO"),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
-    branch_policy = _policy(driver_branch, policy)
+    pools = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     if ledger:
         sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
     kube = Kube(kubeconfig, context, field_manager="gpualign-controller")
     config, notes = read_operator_config(kube, ())
     for note in notes:
-        _warn(note)
-    follow = config is not None and not (driver_branch or policy or repository)
+        warn(note)
+    follow = config is not None and not (driver_branch or branch_policy_file or old_policy or repository)
     if not ledger and not follow:
         kube.close()
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
                        "the controller needs the GPU Operator's ClusterPolicy to name the repository")
     rule_set, version_note = for_operator(rule_set, operator_version or (config.version if config else None))
     if version_note:
-        _warn(version_note)
+        warn(version_note)
 
     def load_ledger() -> sources.Ledger | sources.RepoLedgers:
         if ledger:
@@ -104,18 +113,18 @@ def controller(
         kube.close()
         raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
     if gate_operator_upgrades and config is not None and not config.auto_upgrade:
-        _warn(f"ClusterPolicy {config.cluster_policy} "
+        warn(f"ClusterPolicy {config.cluster_policy} "
               + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
                  else "has spec.driver.upgradePolicy.autoUpgrade off")
               + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
                 "autoUpgrade is turned on")
-    opts = Options(repository=_repository(repository, ledger or []), ledger_refresh=ledger_refresh,
+    opts = Options(repository=repository_for(repository, ledger or []), ledger_refresh=ledger_refresh,
                    gate=gate_operator_upgrades,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
-        run(kube, rule_set, branch_policy, load_ledger, opts, operator=config, follow_operator=follow)
+        run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow)
     finally:
         kube.close()
 

@@ -11,7 +11,18 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
+from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.groups import Group
+from gpualign.cli.options import (
+    ContextOpt,
+    DockerConfigOpt,
+    KubeconfigOpt,
+    NodesFileOpt,
+    NoHeadersOpt,
+    Output,
+    OutputOpt,
+    SelectorOpt,
+)
 from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:  # imported lazily at run time
@@ -23,6 +34,7 @@ app = typer.Typer(
          "nodeAffinity on GPU Feature Discovery's driver labels, so the scheduler refuses a mismatch instead of "
          "the job failing on the node.",
     no_args_is_help=True,
+    cls=Group,
 )
 
 
@@ -32,12 +44,13 @@ class Labels(enum.StrEnum):
     both = "both"
 
 
-CudaOpt = Annotated[str | None, typer.Option("--cuda", help="CUDA toolkit version, e.g. 12.4 or 12.4.1")]
+CudaOpt = Annotated[str | None, typer.Option("--cuda", metavar="VERSION",
+                                             help="CUDA toolkit version, e.g. 12.4 or 12.4.1")]
 MinorOpt = Annotated[bool, typer.Option(
     "--minor-compat", help="use the minor-version-compatibility floor (e.g. 525.60.13 for any 12.x): a limited "
                            "feature set, see NVIDIA's compatibility guide")]
 LabelsOpt = Annotated[Labels, typer.Option(
-    "--labels", help="GFD labels to match: legacy (nvidia.com/cuda.driver.*), current "
+    "--labels", metavar="SET", help="GFD labels to match: legacy (nvidia.com/cuda.driver.*), current "
                      "(nvidia.com/cuda.driver-version.*) or both (ORed; works with any GFD version)")]
 
 
@@ -51,17 +64,23 @@ def _minimum(cuda: str | None, minor_compat: bool) -> DriverVersion:
 
 @app.command()
 def affinity(cuda: CudaOpt = None, minor_compat: MinorOpt = False, labels: LabelsOpt = Labels.both,
-             output: OutputOpt = Output.yaml) -> None:
+             output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT",
+                                                 help="yaml or json")] = "yaml") -> None:
     """Print the nodeAffinity (the value of spec.affinity.nodeAffinity) admitting only nodes whose driver is at
     least CUDA's minimum, to the revision.
 
-    Example:  gpualign cuda affinity --cuda 12.4 -o yaml
+    Example:
+
+    \b
+        gpualign cuda affinity --cuda 12.4 -o yaml
     """
+    if output not in ("yaml", "json"):
+        raise BadInput(f"--output {output!r}: cuda affinity prints yaml or json (it is an object, not a table)")
     from gpualign.cuda import node_affinity
 
     minimum = _minimum(cuda, minor_compat)
     print(f"# CUDA {cuda} needs driver >= {minimum}", file=sys.stderr)
-    emit_data(node_affinity(minimum, labels.value), Output.json if output is Output.json else Output.yaml)
+    emit_data(node_affinity(minimum, labels.value), Output(output))
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -76,11 +95,29 @@ def _write_atomically(path: Path, text: str) -> None:
         raise
 
 
+def _expand(names: list[str]) -> list[str]:
+    """Files as given; a directory becomes its *.yaml, *.yml and *.json files in name order (not recursive), as
+    `kubectl apply -f DIR` reads it."""
+    out: list[str] = []
+    for name in names:
+        path = Path(name)
+        if name != "-" and path.is_dir():
+            found = sorted(str(p) for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+            if not found:
+                raise BadInput(f"{name}: a directory with no *.yaml, *.yml or *.json file")
+            out.extend(found)
+        else:
+            out.append(name)
+    return out
+
+
 @app.command()
 def inject(
     cuda: CudaOpt = None,
-    filename: Annotated[list[str] | None, typer.Option("--filename", "-f", help="manifest file, or - for stdin "
-                                                                                "(repeatable)")] = None,
+    filename: Annotated[list[str] | None, typer.Option(
+        "--filename", "-f", metavar="FILE",
+        help="manifest file, a directory of them (*.yaml, *.yml, *.json, as kubectl -f reads one), or - for "
+             "stdin (repeatable)")] = None,
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="rewrite the files instead of printing")] = False,
     minor_compat: MinorOpt = False,
     labels: LabelsOpt = Labels.both,
@@ -88,7 +125,13 @@ def inject(
     """Add the CUDA driver floor to every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job,
     CronJob), ANDed into existing required terms. Idempotent; comments and key order are kept.
 
-    Example:  gpualign cuda inject --cuda 12.8 -f train.yaml | kubectl apply -f -
+    Output is plain YAML (no anchors or aliases), ready for review and GitOps. A file with no pod template is
+    left as it is, with a warning.
+
+    Example:
+
+    \b
+        gpualign cuda inject --cuda 12.8 -f train.yaml | kubectl apply -f -
     """
     from gpualign.cuda import selector_terms
     from gpualign.manifests import inject as do_inject
@@ -100,7 +143,7 @@ def inject(
         raise BadInput("--in-place cannot rewrite stdin")
     terms = selector_terms(minimum, labels.value)
     results: list[tuple[str, str]] = []
-    for name in filename:  # everything is checked before anything is written
+    for name in _expand(filename):  # everything is checked before anything is written
         if name == "-":
             text = sys.stdin.read()
         else:
@@ -111,7 +154,11 @@ def inject(
             except UnicodeDecodeError:
                 raise BadInput(f"{name}: not UTF-8 text") from None
         new, count = do_inject(text, terms, "<stdin>" if name == "-" else name)
-        print(f"# {name}: {count} pod template(s) now require driver >= {minimum}", file=sys.stderr)
+        if count == 0:
+            warn(f"{name}: no pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob): "
+                 "left as it is")
+        else:
+            print(f"# {name}: {count} pod template(s) now require driver >= {minimum}", file=sys.stderr)
         results.append((name, new))
     for name, new in results:
         if in_place:
@@ -124,22 +171,26 @@ def inject(
 def check_cmd(
     cuda: CudaOpt = None,
     image: Annotated[str | None, typer.Option(
-        "--image", help="read CUDA_VERSION from this image's config via the registry API, e.g. "
+        "--image", metavar="REF", help="read CUDA_VERSION from this image's config via the registry API, e.g. "
                         "registry://HOST/REPO:TAG or HOST/REPO:TAG")] = None,
     minor_compat: MinorOpt = False,
     selector: SelectorOpt = None,
-    nodes_file: Annotated[Path | None, typer.Option("--nodes-file", help="a `kubectl get nodes -o json` dump")] = None,
-    docker_config: Annotated[Path | None, typer.Option("--docker-config", help="docker config.json")] = None,
+    nodes_file: NodesFileOpt = None,
+    docker_config: DockerConfigOpt = None,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
     """Which GPU nodes can host a workload built for a CUDA version (or an image), and the fleet's lowest driver.
-    Exit 1 when some GPU nodes cannot host it.
+    Exit 1 when some GPU nodes cannot host it (or -l matches none).
 
-    Example:  gpualign cuda check --cuda 12.8
+    Example:
+
+    \b
+        gpualign cuda check --cuda 12.8
     """
-    from gpualign import inventory
+    from gpualign.cli.source import read_nodes
     from gpualign.cuda import node_affinity
     from gpualign.nodeaffinity import required_matches
 
@@ -148,16 +199,8 @@ def check_cmd(
     if image:
         cuda = _cuda_of_image(image, docker_config)
     minimum = _minimum(cuda, minor_compat)
-    if nodes_file:
-        inv = inventory.from_file(nodes_file, selector)
-    else:
-        from gpualign.kube import Kube
-
-        kube = Kube(kubeconfig, context)
-        try:
-            inv = inventory.from_cluster(kube, selector, with_pods=False)
-        finally:
-            kube.close()
+    read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False)
+    inv = read.inventory
     aff = node_affinity(minimum, "both")
     able: list[NodeFacts] = []
     unable: list[NodeFacts] = []
@@ -169,16 +212,19 @@ def check_cmd(
             "able": [{"name": n.name, "driver": str(n.driver) if n.driver else None} for n in able],
             "unable": [{"name": n.name, "driver": str(n.driver) if n.driver else None} for n in unable]}
     if output in (Output.json, Output.yaml):
-        emit_data(data, output)
+        emit_data(report("CudaCheckReport", read.source, data, cuda=True), output)
     else:
-        stdout.print(f"CUDA {cuda} needs driver >= {minimum}; the fleet's lowest driver is {lowest or 'unknown'}")
-        for n in able:
-            stdout.print(f"  [green]can host[/]   {n.name}  (driver {n.driver})")
-        for n in unable:
-            stdout.print(f"  [bold red]cannot host[/] {n.name}  (driver {n.driver or 'unknown: no GFD labels'})")
-        stdout.print(f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
-                     + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else ""))
-    if unable:
+        from gpualign.cli.table import Styled, render, use_color
+
+        rows: list[list[str | Styled]] = [[n.name, Styled("yes", "green"), str(n.driver)] for n in able]
+        rows += [[n.name, Styled("no", "bold red"), str(n.driver) if n.driver else "unknown (no GFD labels)"]
+                 for n in unable]
+        text = f"CUDA {cuda} needs driver >= {minimum}; the fleet's lowest driver is {lowest or 'unknown'}\n"
+        text += render(["NODE", "CAN HOST", "DRIVER"], rows, color=use_color(), no_headers=no_headers)
+        text += (f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
+                 + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else "") + "\n")
+        sys.stdout.write(text)
+    if unable or (selector and not inv.nodes):
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -210,25 +256,49 @@ class Mode(enum.StrEnum):
 
 @app.command("policy")
 def policy_cmd(
+    exempt_namespace: Annotated[list[str] | None, typer.Option(
+        "--exempt-namespace", metavar="NAMESPACE",
+        help="another namespace the policy leaves alone, e.g. where your GPU Operator runs under a custom name "
+             "(repeatable; added to kube-system, gpu-operator and nvidia-gpu-operator)")] = None,
     namespace_selector: Annotated[str | None, typer.Option(
-        "--namespace-selector", help="namespaces the policy applies to, as a label selector [default: all but "
-                                     "kube-system and gpu-operator, whose operands use the nvidia runtime class]")
-    ] = None,
-    mode: Annotated[Mode, typer.Option("--mode", help="deny refuses; warn admits with a warning to the client; "
-                                                      "audit only annotates the audit log")] = Mode.deny,
+        "--namespace-selector", metavar="SELECTOR",
+        help="namespaces the policy applies to, as a label selector; replaces the exemptions [default: "
+             "kubernetes.io/metadata.name notin (kube-system,gpu-operator,nvidia-gpu-operator)]")] = None,
+    mode: Annotated[Mode, typer.Option("--mode", metavar="MODE",
+                                       help="deny refuses; warn admits with a warning to the client; audit only "
+                                            "annotates the audit log")] = Mode.deny,
 ) -> None:
     """Print a ValidatingAdmissionPolicy and its binding (YAML, for kubectl apply -f -) that refuse GPU pods and
     pod templates without a driver floor in their nodeAffinity. A workload annotated gpualign.io/cuda: "12.4" must
     also have a floor of at least that version's minimum driver. CEL run by the API server; no webhook.
 
-    Example:  gpualign cuda policy --mode warn | kubectl apply -f -
+    GPU pods are told by their nvidia.com/gpu requests or a runtime class named like nvidia. The GPU Operator's own
+    operands are such pods without a floor, so its namespace must be exempt: gpu-operator (Helm's default) and
+    nvidia-gpu-operator (OpenShift's) are; name any other with --exempt-namespace.
+
+    Example:
+
+    \b
+        gpualign cuda policy --mode warn --exempt-namespace gpu-system | kubectl apply -f -
     """
     from ruamel.yaml import YAML
 
-    from gpualign.cuda_policy import DEFAULT_NAMESPACES, binding, policy
+    from gpualign.cuda_policy import EXEMPT_NAMESPACES, binding, policy
+    from gpualign.cuda_policy import namespace_selector as default_selector
     from gpualign.selectors import to_label_selector
 
-    selector = to_label_selector(namespace_selector if namespace_selector is not None else DEFAULT_NAMESPACES)
+    if namespace_selector is not None and exempt_namespace:
+        raise BadInput("--namespace-selector replaces the exemptions: pass it or --exempt-namespace, not both")
+    text = namespace_selector if namespace_selector is not None else \
+        default_selector(tuple(dict.fromkeys([*EXEMPT_NAMESPACES, *(exempt_namespace or [])])))
+    selector = to_label_selector(text)
+    print(f"# applies to namespaces matching: {text or 'all'}", file=sys.stderr)
     yaml = YAML()
     yaml.width = 100000
+    yaml.representer.ignore_aliases = lambda *_: True
     yaml.dump_all([policy(), binding(mode.value, selector)], sys.stdout)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="cuda", short_help="A CUDA version's driver floor as nodeAffinity, and the policy "
+                                                "that makes it mandatory.")

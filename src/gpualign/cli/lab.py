@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpualign.cli.common import progress, stdout
+from gpualign.cli.groups import Group
 from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
@@ -20,13 +21,14 @@ app = typer.Typer(
          "with simulated GPU nodes, a local image registry and a driver simulator.\n\n"
          "Typical use:  gpualign lab build && gpualign lab up && eval \"$(gpualign lab env)\"",
     no_args_is_help=True,
+    cls=Group,
 )
 
 StateDirOpt = Annotated[Path | None, typer.Option(
-    "--state-dir", envvar="GPUALIGN_LAB_DIR", show_envvar=True,
+    "--state-dir", envvar="GPUALIGN_LAB_DIR", show_envvar=True, metavar="DIR",
     help="where the lab keeps its processes' state, certificates and logs [default: ~/.local/state/gpualign/lab]")]
 BinDirOpt = Annotated[Path | None, typer.Option(
-    "--bin-dir", envvar="GPUALIGN_LAB_BIN", show_envvar=True,
+    "--bin-dir", envvar="GPUALIGN_LAB_BIN", show_envvar=True, metavar="DIR",
     help="where the built binaries are [default: ~/.cache/gpualign/lab/<versions>/bin]")]
 
 
@@ -264,3 +266,8 @@ def push_image(
     finally:
         client.close()
     progress(f"pushed {state.registry}/{repo}:{tag}")
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="lab", short_help="A real control plane with simulated GPU nodes, for the demo and "
+                                              "the tests.")

@@ -9,13 +9,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
-from gpualign.cli.check import DockerConfigOpt, LedgerOpt, RulesOpt
-from gpualign.cli.common import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt, emit_data, stdout
+from gpualign.cli.common import emit_data, report, stdout, warn
+from gpualign.cli.options import (
+    ContextOpt,
+    DockerConfigOpt,
+    KubeconfigOpt,
+    LedgerOpt,
+    NoHeadersOpt,
+    Output,
+    OutputOpt,
+    RulesOpt,
+    SelectorOpt,
+)
 from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
+    from rich.table import Table
+
     from gpualign.kube import Kube
     from gpualign.ledger.sources import Ledger
     from gpualign.tags import Rules
@@ -25,8 +36,9 @@ if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load 
     from gpualign.upgrade.snapshot import Snapshot
 
 ToBranchOpt = Annotated[str | None, typer.Option(
-    "--to-branch", help="precompiled branch to move to; each node's target tag comes from its labels. Without it, "
-                        "the target is each driver DaemonSet's current template (controller-revision-hash)")]
+    "--to-branch", metavar="BRANCH",
+    help="precompiled branch to move to; each node's target tag comes from its labels. Without it, the target is "
+         "each driver DaemonSet's current template (controller-revision-hash)")]
 
 
 def _reporter(node: str, message: str) -> None:
@@ -40,6 +52,9 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
     import dataclasses
 
     from gpualign.upgrade import policy as pol
+
+    if max_parallel is not None and max_parallel < 0:
+        raise BadInput(f"--max-parallel {max_parallel}: expected 0 (any) or more")
 
     p = pol.load(policy_file) if policy_file else pol.UpgradePolicy()
     if admission is not None:
@@ -106,6 +121,8 @@ def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) ->
 
 def _board(snap: Snapshot) -> Table:
     """The live view: one row per node, refreshed every pass."""
+    from rich.table import Table
+
     from gpualign.upgrade import states as S
     from gpualign.upgrade.report import duration, node_status
 
@@ -128,7 +145,7 @@ def _walk_live(kube: Kube, selector: str | None, pol: UpgradePolicy, available: 
     from gpualign.cli.common import stderr
     from gpualign.upgrade.run import walk
 
-    with Live(console=stderr, refresh_per_second=4, transient=False) as live:
+    with Live(console=stderr.console, refresh_per_second=4, transient=False) as live:
         def report(node: str, message: str) -> None:
             live.console.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] [bold]{node}[/bold] {message}")
 
@@ -140,25 +157,33 @@ def upgrade(
     selector: SelectorOpt = None,
     to_branch: ToBranchOpt = None,
     ledger: LedgerOpt = None,
-    policy: Annotated[Path | None, typer.Option(
-        "--policy", help="DriverUpgradePolicySpec YAML (maxParallelUpgrades, maxUnavailable, waitForCompletion, "
-                         "podDeletion, drain, validation, failedNodesHoldSlots)")] = None,
-    max_parallel: Annotated[int | None, typer.Option("--max-parallel", help="maxParallelUpgrades (0: any)")] = None,
-    max_unavailable: Annotated[str | None, typer.Option("--max-unavailable", help="int or percent")] = None,
+    upgrade_policy: Annotated[Path | None, typer.Option(
+        "--upgrade-policy", metavar="FILE",
+        help="the GPU Operator's DriverUpgradePolicySpec as YAML (maxParallelUpgrades, maxUnavailable, "
+             "waitForCompletion, podDeletion, drain, validation, failedNodesHoldSlots)")] = None,
+    old_policy: Annotated[Path | None, typer.Option(
+        "--policy", metavar="FILE", hidden=True, help="deprecated spelling of --upgrade-policy")] = None,
+    max_parallel: Annotated[int | None, typer.Option(
+        "--max-parallel", metavar="N", help="maxParallelUpgrades (0: any)")] = None,
+    max_unavailable: Annotated[str | None, typer.Option(
+        "--max-unavailable", metavar="N|N%", help="maxUnavailable: a count or a percentage of GPU nodes")] = None,
     drain: Annotated[bool | None, typer.Option("--drain/--no-drain", help="drain.enable")] = None,
     eviction_timeout: Annotated[int | None, typer.Option(
-        "--eviction-timeout", help="seconds before a refused pod deletion / drain fails the node")] = None,
+        "--eviction-timeout", metavar="SECONDS",
+        help="seconds before a refused pod deletion / drain fails the node")] = None,
     failed_frees_slot: Annotated[bool, typer.Option(
         "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")] = False,
     admission: Annotated[str | None, typer.Option(
-        "--admission", help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU "
-                            "pods can take their evictions now, so a saturated PDB holds its nodes uncordoned "
-                            "instead of stalling the walk; operator: the GPU Operator's order (by name)")] = None,
+        "--admission", metavar="MODE",
+        help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU pods can "
+             "take their evictions now, so a saturated PDB holds its nodes uncordoned instead of stalling the walk; "
+             "operator: the GPU Operator's order (by name)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
-    timeout: Annotated[float, typer.Option(help="give up after this many seconds (0: never)")] = 0.0,
+    timeout: Annotated[float, typer.Option(
+        metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0.0,
     lock_namespace: Annotated[str, typer.Option(
-        help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
+        metavar="NAMESPACE", help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     output: OutputOpt = Output.table,
@@ -183,7 +208,10 @@ def upgrade(
     Exit 0 when every node is upgrade-done, 1 when some failed or are blocked (or the operator walks them), 2 on bad
     input.
 
-    Example:  gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
+    Example:
+
+    \b
+        gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
     from gpualign.kube import Kube
     from gpualign.ledger import sources
@@ -194,8 +222,15 @@ def upgrade(
 
     if not ledger:
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first")
+    if timeout < 0:
+        raise BadInput(f"--timeout {timeout:g}: expected seconds >= 0 (0: never)")
+    if old_policy is not None:
+        warn("--policy is deprecated for upgrade: use --upgrade-policy (the same file)")
+        if upgrade_policy is not None:
+            raise BadInput("--policy and --upgrade-policy name the same file: pass --upgrade-policy only")
+        upgrade_policy = old_policy
     branch = normalize_branch(to_branch) if to_branch else None
-    pol = _policy(policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
+    pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
     rule_set = load_rules(rules)
     available = sources.load(ledger, docker_config=docker_config)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade")
@@ -217,8 +252,9 @@ def upgrade(
         if dry_run:
             if output in (Output.json, Output.yaml):
                 rounds, held = _admission(snap, pol)
-                emit_data({**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}},
-                          output)
+                emit_data(report("UpgradePlan", {"cluster": kube.describe(), "ledger": list(available.sources)},
+                                 {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds,
+                                                                 "held": held}}), output)
             else:
                 _print_preflight(pre, snap, pdb_aware)
                 _print_order(snap, pol)
@@ -258,8 +294,9 @@ def upgrade(
 
 def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | None, rules: Path | None,
               docker_config: Path | None, kubeconfig: str | None,
-              context: str | None) -> tuple[Snapshot, bool, dict[str, str]]:
-    """The snapshot, whether a ledger was read, and the blockers derived for nodes the GPU Operator walks."""
+              context: str | None) -> tuple[Snapshot, bool, dict[str, str], dict[str, Any]]:
+    """The snapshot, whether a ledger was read, the blockers derived for nodes the GPU Operator walks, and which
+    cluster was read."""
     from gpualign.kube import Kube
     from gpualign.ledger import sources
     from gpualign.tags import load_rules, normalize_branch
@@ -271,31 +308,33 @@ def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | N
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
                              to_branch=normalize_branch(to_branch) if to_branch else None)
-        return snap, available is not None, derive(kube, snap)
+        return snap, available is not None, derive(kube, snap), kube.describe()
     finally:
         kube.close()
 
 
-def _status_table(data: dict[str, Any]) -> None:
+def _status_table(data: dict[str, Any], no_headers: bool = False) -> str:
+    from gpualign.cli.table import Styled, render, use_color
     from gpualign.upgrade.report import duration
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"):
-        table.add_column(col, no_wrap=col != "BLOCKER", overflow="fold")
+    rows: list[list[str | Styled]] = []
     for n in data["nodes"]:
-        image = {True: "present", False: "[red]missing[/]", None: "-"}[n["image_present"]]
+        present = n["image_present"]
+        image: str | Styled = "-" if present is None else "present" if present else Styled("missing", "red")
         blocker = n["blocker"] or ""
         if blocker and n.get("hold") == "before-cordon" and not blocker.startswith("waiting before cordon"):
             blocker = f"held before cordon: {blocker}"
         if blocker and n["blocked_seconds"] is not None:
             blocker += f" ({duration(n['blocked_seconds'])})"
-        table.add_row(n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None
-                      else "-", n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image,
-                      blocker)
-    stdout.print(table)
-    stdout.print("\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()))
+        rows.append([n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None
+                     else "-", n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image,
+                     blocker or "-"])
+    text = render(["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"], rows,
+                  color=use_color(), no_headers=no_headers)
+    text += "\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()) + "\n"
     if data.get("note"):
-        stdout.print(data["note"], soft_wrap=True, highlight=False, markup=False)
+        text += data["note"] + "\n"
+    return text
 
 
 def status(
@@ -306,6 +345,7 @@ def status(
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
@@ -315,19 +355,21 @@ def status(
     from gpualign.upgrade.report import fleet_status
 
     while True:
-        snap, ledger_known, derived = _snapshot(selector, ledger, to_branch, rules, docker_config, kubeconfig,
-                                                context)
+        snap, ledger_known, derived, cluster = _snapshot(selector, ledger, to_branch, rules, docker_config,
+                                                         kubeconfig, context)
         data = fleet_status(snap, ledger_known=ledger_known, derived=derived)
         if snap.nodes and set(data["counts"]) == {"(none)"}:
             data["note"] = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU "
                             "Operator reports no upgrade state (its ClusterPolicy's driver.upgradePolicy.autoUpgrade "
                             "is off, which also removes the labels)")
         if output in (Output.json, Output.yaml):
-            emit_data(data, output)
+            emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
         else:
+            text = _status_table(data, no_headers)
             if watch and sys.stdout.isatty():
-                stdout.clear()
-            _status_table(data)
+                sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
+            sys.stdout.write(text)
+            sys.stdout.flush()
         if not watch:
             break
         time.sleep(2)
@@ -336,7 +378,7 @@ def status(
 
 
 def why(
-    node: Annotated[str, typer.Argument(help="node name")],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="node name")],
     ledger: LedgerOpt = None,
     to_branch: ToBranchOpt = None,
     rules: RulesOpt = None,
@@ -347,8 +389,8 @@ def why(
     """Explain in plain words why a node is where it is in the driver upgrade."""
     from gpualign.upgrade.report import why as explain
 
-    snap, ledger_known, derived = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger, to_branch,
-                                            rules, docker_config, kubeconfig, context)
+    snap, ledger_known, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger,
+                                               to_branch, rules, docker_config, kubeconfig, context)
     ns = snap.nodes.get(node)
     if ns is None:
         raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "

@@ -161,7 +161,7 @@ class Fleet:
     # -- the ledger ---------------------------------------------------------------------------------------------
     def refresh_ledger(self) -> bool:
         ledger = self.load_ledger()
-        changed = ledger.tags != self.ledger.tags
+        changed = ledger.fingerprint != self.ledger.fingerprint
         self.ledger = ledger
         if changed:
             for name in list(self.nodes):

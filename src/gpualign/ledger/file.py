@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
-
-from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 
 from gpualign.errors import BadInput
 
 
-def tag_of(ref: str) -> str:
-    """'nvcr.io/nvidia/driver:580-…' or '580-…' → '580-…'. A digest reference carries no tag and is refused."""
+def split_ref(ref: str) -> tuple[str | None, str]:
+    """'nvcr.io/nvidia/driver:580-…' → ('nvcr.io/nvidia/driver', '580-…'); '580-…' → (None, '580-…'). A digest
+    reference carries no tag and is refused."""
     ref = ref.strip()
     if "@" in ref:
         raise ValueError("a digest reference names no tag")
-    last = ref.rsplit("/", 1)[-1]
+    repo, _, last = ref.rpartition("/")
     if ":" in last:
-        return last.split(":", 1)[1]
+        name, tag = last.split(":", 1)
+        return (f"{repo}/{name}" if repo else name), tag
     if "/" in ref:
         raise ValueError("an image reference without a tag")
-    return ref
+    return None, ref
+
+
+def tag_of(ref: str) -> str:
+    """'nvcr.io/nvidia/driver:580-…' or '580-…' → '580-…'."""
+    return split_ref(ref)[1]
 
 
 def _entries_from_list(path: Path, items: object) -> list[str]:
@@ -37,10 +42,11 @@ def _entries_from_list(path: Path, items: object) -> list[str]:
     return out
 
 
-def read(path: Path) -> set[str]:
-    """The set of tags a ledger file holds. Bad entries are named by file and line."""
+def read(path: Path) -> set[tuple[str | None, str]]:
+    """The (repository, tag) entries a ledger file holds (repository None for a bare tag, which answers for any
+    repository). `-` reads stdin. Bad entries are named by file and line; a file with no entry is refused."""
     try:
-        text = path.read_text()
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
     except OSError as err:
         raise BadInput(f"ledger {path}: cannot read: {err.strerror}") from None
     except UnicodeDecodeError:
@@ -54,26 +60,27 @@ def read(path: Path) -> set[str]:
             raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
         entries = [(0, e) for e in _entries_from_list(path, data)]
     elif path.suffix in (".yaml", ".yml") or stripped.startswith("- ") or stripped.startswith("images:"):
-        try:
-            data = YAML(typ="safe").load(text)
-        except YAMLError as err:
-            mark = getattr(err, "problem_mark", None)
-            raise BadInput(f"{path}:{mark.line + 1 if mark else '?'}: invalid YAML: "
-                           f"{getattr(err, 'problem', None) or err}") from None
-        entries = [(0, e) for e in _entries_from_list(path, data or [])]
+        from gpualign import yamlio
+
+        docs = yamlio.parse(text, str(path), documents=True)
+        if len(docs) > 1:
+            raise BadInput(f"{path}: a ledger holds one YAML document, not {len(docs)}")
+        entries = [(0, e) for e in _entries_from_list(path, (docs[0] if docs else None) or [])]
     else:
         entries = []
         for n, line in enumerate(text.splitlines(), 1):
             line = line.split("#", 1)[0].strip()
             if line:
                 entries.append((n, line))
-    tags: set[str] = set()
+    tags: set[tuple[str | None, str]] = set()
     for n, entry in entries:
         where = f"{path}:{n}" if n else str(path)
         if any(c.isspace() for c in entry.strip()):
             raise BadInput(f"{where}: {entry!r} is not a tag or image reference")
         try:
-            tags.add(tag_of(entry))
+            tags.add(split_ref(entry))
         except ValueError as err:
             raise BadInput(f"{where}: {entry!r}: {err}") from None
+    if not tags:
+        raise BadInput(f"ledger {path} holds no tags (an empty ledger would make every image missing)")
     return tags

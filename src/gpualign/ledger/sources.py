@@ -1,27 +1,51 @@
-"""Ledger sources from the command line: files and registries, merged into one set of tags."""
+"""Ledger sources from the command line: files and registries, merged into one set of tags.
+
+A bare tag in a file, or a tag of a registry given with --ledger, answers for the repository the command names
+(the sources are merged). A full image reference in a file answers only for its own repository: a tag sitting in an
+unrelated repository does not make this repository's image present.
+
+The registry client (and its HTTP stack) is imported only when a registry is read."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpualign.ledger import file as ledger_file
-from gpualign.ledger import registry
 
 
 @dataclass(frozen=True)
 class Ledger:
-    """The merged ledger: every tag some source holds, and which sources were read."""
+    """The merged ledger: the tags that answer for any repository, the tags held per named repository, and which
+    sources were read."""
 
     tags: frozenset[str]
     sources: tuple[str, ...]
+    scoped: frozenset[tuple[str, str]] = field(default=frozenset())  # (repository, tag) from full references
 
     def has(self, tag: str) -> bool:
-        return tag in self.tags
+        """In the ledger for some repository (used where the repository is not known)."""
+        return tag in self.tags or any(t == tag for _, t in self.scoped)
 
-    def for_repository(self, _repository: str) -> Ledger:
-        """One ledger answers for every repository (the --ledger sources are merged)."""
-        return self
+    def for_repository(self, repository: str) -> Ledger:
+        """The ledger as it answers for one repository: the bare tags, plus the references into that repository."""
+        if not self.scoped:
+            return self
+        mine = {t for r, t in self.scoped if _same_repository(r, repository)}
+        return Ledger(self.tags | mine, self.sources)
+
+    @property
+    def fingerprint(self) -> frozenset[str]:
+        """Everything the ledger answers, to tell whether it changed."""
+        return self.tags | {f"{r}:{t}" for r, t in self.scoped}
+
+
+def _same_repository(a: str, b: str) -> bool:
+    """Docker Hub's implicit names aside, a repository is compared as written (host included)."""
+    def norm(r: str) -> str:
+        r = r.rstrip("/").removeprefix("docker.io/")
+        return r.removeprefix("library/")
+    return norm(a) == norm(b)
 
 
 def is_registry(source: str) -> bool:
@@ -30,16 +54,23 @@ def is_registry(source: str) -> bool:
 
 def load(sources: list[str], *, docker_config: Path | None = None, timeout: float = 10.0) -> Ledger:
     tags: set[str] = set()
+    scoped: set[tuple[str, str]] = set()
     for source in sources:
         if is_registry(source):
+            from gpualign.ledger import registry
+
             client = registry.connect(source, docker_config=docker_config, timeout=timeout)
             try:
                 tags.update(client.tags())
             finally:
                 client.close()
         else:
-            tags.update(ledger_file.read(Path(source)))
-    return Ledger(frozenset(tags), tuple(sources))
+            for repo, tag in ledger_file.read(Path(source)):
+                if repo is None:
+                    tags.add(tag)
+                else:
+                    scoped.add((repo, tag))
+    return Ledger(frozenset(tags), tuple(sources), frozenset(scoped))
 
 
 @dataclass(frozen=True)
@@ -56,6 +87,10 @@ class RepoLedgers:
     @property
     def tags(self) -> frozenset[str]:
         return frozenset(f"{repo}:{tag}" for repo, ledger in self.by_repo.items() for tag in ledger.tags)
+
+    @property
+    def fingerprint(self) -> frozenset[str]:
+        return self.tags
 
     @property
     def sources(self) -> tuple[str, ...]:

@@ -1,0 +1,20 @@
+"""The command group class gpualign's help uses: each command's summary is its whole first sentence, wrapped to the
+width, never cut off with "..." (click cuts it at the width, and help must be complete at any width)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from typer.core import TyperGroup
+
+
+class Group(TyperGroup):
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)

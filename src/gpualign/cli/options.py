@@ -1,0 +1,66 @@
+"""The options several commands share, named and documented once. Metavars are kubectl's style: what the value is
+(FILE, SOURCE, SELECTOR), never a Python type."""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class Output(enum.StrEnum):
+    table = "table"
+    wide = "wide"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option(
+    "--output", "-o", metavar="FORMAT",
+    help="table, wide (every column, and the long reasons), json or yaml (a versioned document)")]
+KubeconfigOpt = Annotated[str | None, typer.Option(
+    "--kubeconfig", metavar="FILE",
+    help="kubeconfig file to use [default: the files in $KUBECONFIG, merged as kubectl merges them, else "
+         "~/.kube/config, else the in-cluster service account]")]
+ContextOpt = Annotated[str | None, typer.Option(
+    "--context", metavar="NAME", help="kubeconfig context to use, from any file of $KUBECONFIG "
+                                      "[default: the current-context]")]
+SelectorOpt = Annotated[str | None, typer.Option(
+    "--selector", "-l", metavar="SELECTOR",
+    help="label selector on GPU nodes, as kubectl takes it: pool=train, 'pool in (a,b)', !spot")]
+NodesFileOpt = Annotated[Path | None, typer.Option(
+    "--nodes-file", metavar="FILE",
+    help="read nodes from a `kubectl get nodes -o json|yaml` dump (- for stdin) instead of a cluster")]
+LedgerOpt = Annotated[list[str] | None, typer.Option(
+    "--ledger", metavar="SOURCE",
+    help="where the team's driver images are listed (repeatable, merged): a text file (one tag or image per line, "
+         "# comments), a YAML/JSON list, - for stdin, or registry://HOST[:PORT]/REPO")]
+BranchOpt = Annotated[str | None, typer.Option(
+    "--driver-branch", metavar="BRANCH",
+    help="driver branch for every node, e.g. 580 [default: the branch each node's driver pod is deployed with, "
+         "else the loaded driver's]")]
+BranchPolicyOpt = Annotated[Path | None, typer.Option(
+    "--branch-policy", metavar="FILE",
+    help="YAML file mapping node selectors to branches (pools: [{selector, branch, usePrecompiled}]); first "
+         "match wins")]
+OldPolicyOpt = Annotated[Path | None, typer.Option(
+    "--policy", metavar="FILE", hidden=True, help="deprecated spelling of --branch-policy")]
+RulesOpt = Annotated[Path | None, typer.Option(
+    "--rules", metavar="FILE",
+    help="override sections of the built-in naming rules (print them with `gpualign rules`); a section given "
+         "replaces that section")]
+RepositoryOpt = Annotated[str | None, typer.Option(
+    "--repository", metavar="REPO",
+    help="image repository for full references [default: the registry ledger's, else nvcr.io/nvidia/driver]")]
+DockerConfigOpt = Annotated[Path | None, typer.Option(
+    "--docker-config", metavar="FILE",
+    help="docker config.json with registry credentials [default: $DOCKER_CONFIG/config.json, else "
+         "~/.docker/config.json]")]
+OperatorVersionOpt = Annotated[str | None, typer.Option(
+    "--operator-version", metavar="VERSION",
+    help="name OS tags as this GPU Operator version does, e.g. v25.10.1 (RHEL keeps its full VERSION_ID before "
+         "v26.3.0) [default: the version on the cluster's ClusterPolicy (label app.kubernetes.io/version), else "
+         "the newest rules]")]
+NoHeadersOpt = Annotated[bool, typer.Option("--no-headers", help="print tables without their header line")]

@@ -1,0 +1,57 @@
+"""Where a command's nodes come from (a cluster through a kubeconfig, or a dump file), read once for check, plan and
+cuda check, with the record every JSON report carries and the one line a terminal user sees."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.inventory import Inventory, OperatorView
+
+
+@dataclass
+class Read:
+    inventory: Inventory
+    view: OperatorView | None
+    source: dict[str, Any] = field(default_factory=dict)  # {"cluster": {context, server, kubeconfig}} or {"file": …}
+
+
+def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
+               with_pods: bool = True, with_operator: bool = False) -> Read:
+    """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster."""
+    from gpualign import inventory
+
+    if nodes_file:
+        if kubeconfig or context:
+            raise BadInput("--nodes-file reads a dump, --kubeconfig/--context a cluster: pass one of them")
+        inv = inventory.from_file(nodes_file, selector)
+        read = Read(inv, None, {"nodes_file": "<stdin>" if str(nodes_file) == "-" else str(nodes_file)})
+        _say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")
+    else:
+        from gpualign.kube import Kube
+
+        kube = Kube(kubeconfig, context)
+        try:
+            inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
+            _say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
+            view = inventory.operator_view(kube, inv.nodes) if with_operator else None
+        finally:
+            kube.close()
+        read = Read(inv, view, {"cluster": kube.describe()})
+    if not inv.nodes:
+        where = f" match -l {selector!r}" if selector else ""
+        from gpualign.cli.common import warn
+
+        warn(f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)")
+    return read
+
+
+def _say(text: str) -> None:
+    """Which cluster or file was read: on a terminal only, so pipelines and logs stay clean."""
+    if sys.stderr.isatty():
+        print(f"gpualign: {text}", file=sys.stderr, flush=True)

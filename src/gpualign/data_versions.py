@@ -1,0 +1,28 @@
+"""Which data gpualign's answers rest on, for `gpualign --version` and the `source` of every JSON report: the image
+naming rules (as of which GPU Operator release) and the CUDA minimum-driver table."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+
+@cache
+def rules_version() -> str:
+    """The GPU Operator release whose naming rules are built in, e.g. v26.7.0."""
+    from gpualign.tags import _read_yaml
+
+    data = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    return str(data.get("operator_version", "unknown"))
+
+
+def cuda_table_version() -> str:
+    """The newest CUDA toolkit the built-in minimum-driver table knows, e.g. 13.2."""
+    from gpualign.cuda import table
+
+    return table().known[-1]
+
+
+def describe() -> str:
+    return (f"rules: driver images named as GPU Operator {rules_version()} names them (built in)\n"
+            f"cuda table: minimum drivers up to CUDA {cuda_table_version()} (built in)")

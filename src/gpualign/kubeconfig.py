@@ -1,0 +1,109 @@
+"""kubeconfig files read and merged as kubectl reads them (client-go's loading rules), as plain dicts.
+
+- `--kubeconfig FILE` names the only file read.
+- Otherwise `$KUBECONFIG` is a list of paths (':'-separated); files that do not exist are skipped. The files are
+  merged: for clusters, contexts and users, the first file that defines a name wins; so does the first file that sets
+  current-context. So `--context` can name a context from any file of the list.
+- Otherwise ~/.kube/config, if it exists; else none (the caller falls back to the in-cluster service account).
+
+Relative file references (certificate-authority, client-certificate, client-key, tokenFile) are resolved against the
+directory of the file that holds them before merging, as client-go resolves them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpualign.errors import BadInput
+
+SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
+_FILE_KEYS = {"cluster": ("certificate-authority",), "user": ("client-certificate", "client-key", "tokenFile")}
+
+
+@dataclass
+class Merged:
+    """The merged kubeconfig, and which file each named entry came from (for messages that name the file)."""
+
+    config: dict[str, Any]
+    files: list[Path]
+    origin: dict[tuple[str, str], Path] = field(default_factory=dict)
+
+    def context_file(self, context: str | None) -> Path:
+        name = context or self.config.get("current-context") or ""
+        return self.origin.get(("contexts", name), self.files[0])
+
+    def describe(self) -> str:
+        return self.files[0].as_posix() if len(self.files) == 1 else ":".join(f.as_posix() for f in self.files)
+
+
+def files_to_read(explicit: str | None, env: str | None = None, home: Path | None = None) -> list[Path]:
+    """The kubeconfig files to merge, in precedence order; [] means in-cluster."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.exists():
+            raise BadInput(f"kubeconfig {path} does not exist")
+        return [path]
+    env = os.environ.get("KUBECONFIG") if env is None else env
+    if env:
+        listed = [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+        found = list(dict.fromkeys(p for p in listed if p.exists()))
+        if listed and not found:
+            raise BadInput(f"kubeconfig: no file of $KUBECONFIG exists ({env})")
+        return found
+    default = (home or Path.home()) / ".kube" / "config"
+    return [default] if default.exists() else []
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """One file as a kubeconfig mapping, or a one-line BadInput naming it: unreadable, not UTF-8, not YAML, empty,
+    not a mapping, or with clusters/contexts/users that are not lists of named entries."""
+    from gpualign.tags import _read_yaml
+
+    try:
+        data = _read_yaml(path)
+    except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader
+        raise BadInput(f"kubeconfig {err.message}") from None
+    if not isinstance(data, dict):
+        what = "empty" if data is None else f"a {type(data).__name__}"
+        raise BadInput(f"kubeconfig {path}: not a kubeconfig ({what}; expected a mapping with clusters, contexts and "
+                       "users)")
+    for key, inner in SECTIONS.items():
+        entries = data.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
+            raise BadInput(f"kubeconfig {path}: {key} must be a list of entries with a name")
+        if not all(isinstance(e.get(inner, {}), dict) for e in entries):
+            raise BadInput(f"kubeconfig {path}: each of {key} must hold a '{inner}' mapping")
+    return data
+
+
+def _absolutize(data: dict[str, Any], base: Path) -> None:
+    for key, inner in (("clusters", "cluster"), ("users", "user")):
+        for entry in data.get(key) or []:
+            body = entry.get(inner) or {}
+            for file_key in _FILE_KEYS[inner]:
+                value = body.get(file_key)
+                if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+                    body[file_key] = str(base / value)
+
+
+def merge(files: list[Path]) -> Merged:
+    """Read and merge the files by kubectl's rules (first definition of a name wins; first current-context wins)."""
+    merged: dict[str, Any] = {"apiVersion": "v1", "kind": "Config", "clusters": [], "contexts": [], "users": []}
+    result = Merged(merged, list(files))
+    for path in files:
+        data = read_file(path)
+        _absolutize(data, path.resolve().parent)
+        if not merged.get("current-context") and data.get("current-context"):
+            merged["current-context"] = data["current-context"]
+        for key in SECTIONS:
+            for entry in data.get(key) or []:
+                name = str(entry["name"])
+                if (key, name) not in result.origin:
+                    result.origin[(key, name)] = path
+                    merged[key].append(entry)
+    return result
