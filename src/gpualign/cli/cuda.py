@@ -59,7 +59,17 @@ def _minimum(cuda: str | None, minor_compat: bool) -> DriverVersion:
 
     if not cuda:
         raise BadInput("--cuda is required, e.g. --cuda 12.4")
-    return minimum_driver(cuda, minor_compat=minor_compat)
+    minimum = minimum_driver(cuda, minor_compat=minor_compat)
+    parts = cuda.strip().split(".")
+    if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) and not minor_compat:
+        from gpualign.cuda import table
+
+        minor, update = ".".join(parts[:2]), int(parts[2])
+        listed = sorted(table().updates.get(minor, {}))
+        if update not in listed:  # the table lists the updates that raised the floor, so this may be harmless
+            warn(f"CUDA {cuda}: the table lists no update {update} of {minor} (it lists the updates that raised the "
+                 f"driver floor: {', '.join(f'{minor}.{u}' for u in listed) or 'none'}); using {minimum}")
+    return minimum
 
 
 @app.command()

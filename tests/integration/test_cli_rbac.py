@@ -1,0 +1,113 @@
+"""The ClusterRoles shipped in deploy/cli are enough for the CLI, and no more, against the lab's real RBAC; and
+$KUBECONFIG is a path list merged by kubectl's rules, so --context names a context from any of its files.
+
+Each identity is a ServiceAccount with a bound token (TokenRequest), written into its own kubeconfig file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, run_cli, start_lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+NS = "gpualign-cli"
+
+
+@pytest.fixture(scope="module")
+def rbac(tmp_path_factory):
+    work = tmp_path_factory.mktemp("rbac")
+    lab = start_lab(work / "state")
+    assert lab.kubectl("apply", "-f", str(ROOT / "deploy" / "cli")).returncode == 0
+    lab.kubectl("create", "namespace", NS, check=True)
+    for sa in ("reader", "upgrader"):
+        lab.kubectl("create", "serviceaccount", sa, "-n", NS, check=True)
+    lab.kubectl("create", "clusterrolebinding", "t-reader", "--clusterrole", "gpualign-cli-reader",
+                f"--serviceaccount={NS}:reader", f"--serviceaccount={NS}:upgrader", check=True)
+    lab.kubectl("create", "clusterrolebinding", "t-upgrader", "--clusterrole", "gpualign-cli-upgrader",
+                f"--serviceaccount={NS}:upgrader", check=True)
+    lab.kubectl("create", "rolebinding", "t-lock", "-n", "kube-system", "--clusterrole",
+                "gpualign-cli-upgrade-lock", f"--serviceaccount={NS}:upgrader", check=True)
+    files = {}
+    for sa in ("reader", "upgrader"):
+        token = lab.kubectl("create", "token", sa, "-n", NS, "--duration", "1h", check=True).stdout.strip()
+        path = work / f"{sa}.yaml"
+        path.write_text(f"""apiVersion: v1
+kind: Config
+clusters:
+- name: lab-{sa}
+  cluster: {{server: "{lab.apiserver}", certificate-authority: {lab.state_dir}/pki/ca.crt}}
+users:
+- name: {sa}
+  user: {{token: "{token}"}}
+contexts:
+- name: {sa}
+  context: {{cluster: lab-{sa}, user: {sa}}}
+current-context: {sa}
+""")
+        files[sa] = path
+    yield lab, files
+    run_cli("lab", "down", env=lab.env)
+
+
+def cli(lab, kubeconfig: str, *args: str):
+    return run_cli(*args, env={"GPUALIGN_LAB_DIR": str(lab.state_dir), "KUBECONFIG": kubeconfig}, timeout=300)
+
+
+def test_the_reader_role_runs_every_read_only_command_and_nothing_else(rbac):
+    lab, files = rbac
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    # The reader's file comes second: --context still finds its context there (kubectl's merge).
+    path_list = f"{lab.kubeconfig}:{files['reader']}"
+    res = cli(lab, path_list, "check", "--context", "reader", "--ledger", ledger, "-o", "json")
+    assert res.code in (0, 1), res.err
+    report = json.loads(res.out)
+    assert report["apiVersion"] == "gpualign.io/v1" and report["kind"] == "CheckReport"
+    assert report["source"]["cluster"]["context"] == "reader"
+    assert report["source"]["cluster"]["server"] == lab.apiserver and report["nodes"]
+    for args in (["plan", "--kernel", "5.15.0-125-generic", "--ledger", ledger, "-l", "kubernetes.io/hostname in (gpu-a1,gpu-a2)"],
+                 ["cuda", "check", "--cuda", "12.4"],
+                 ["status", "--ledger", ledger],
+                 ["why", "gpu-a1", "--ledger", ledger]):
+        res = cli(lab, path_list, *args, "--context", "reader")
+        assert res.code in (0, 1), (args, res.err)
+        assert "403" not in res.err and "Forbidden" not in res.err, (args, res.err)
+    # Without the first file's admin identity, the reader cannot cordon: the walk is refused by RBAC, in one line.
+    res = cli(lab, str(files["reader"]), "upgrade", "--yes", "-l", "kubernetes.io/hostname=gpu-a1",
+              "--to-branch", "595", "--ledger", ledger)
+    assert res.code == 2 and "403" in res.err, res.err
+
+
+def test_the_first_file_wins_for_the_current_context_and_a_missing_context_is_named(rbac):
+    lab, files = rbac
+    res = cli(lab, f"{files['reader']}:{files['upgrader']}", "cuda", "check", "--cuda", "12.4", "-o", "json")
+    assert res.code in (0, 1), res.err
+    assert json.loads(res.out)["source"]["cluster"]["context"] == "reader"
+    res = cli(lab, f"{files['reader']}:{files['upgrader']}", "cuda", "check", "--cuda", "12.4", "--context", "nope")
+    assert res.code == 2 and res.err.strip() == (
+        f"gpualign: error: kubeconfig {files['reader']}:{files['upgrader']}: no context 'nope' (known: reader, "
+        "upgrader)")
+
+
+@pytest.mark.timeout(600)
+def test_the_upgrader_roles_walk_a_node_end_to_end(rbac):
+    lab, files = rbac
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    assert lab.cli("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04").code == 0
+    lab.kube().patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 0}})
+    res = cli(lab, str(files["upgrader"]), "upgrade", "--yes", "-l", "kubernetes.io/hostname=gpu-a1",
+              "--to-branch", "595", "--ledger", ledger, "--timeout", "400")
+    assert res.code == 0, res.out[-2000:] + res.err[-2000:]
+    node = lab.kube().get("/api/v1/nodes/gpu-a1")
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+    assert not node["spec"].get("unschedulable")
+
+
+def test_shipped_roles_are_read_only_where_they_say_so():
+    from ruamel.yaml import YAML
+
+    reader = YAML(typ="safe").load((ROOT / "deploy" / "cli" / "reader.yaml").read_text())
+    assert {v for rule in reader["rules"] for v in rule["verbs"]} <= {"get", "list"}
+    assert Path(ROOT / "deploy" / "cli" / "upgrader.yaml").exists()
