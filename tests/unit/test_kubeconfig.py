@@ -54,3 +54,48 @@ def test_a_good_kubeconfig_with_a_relative_ca_path_is_read_from_its_own_director
     kube = Kube(str(path))
     assert kube.server == "https://127.0.0.1:9"
     kube.close()
+
+
+
+def kubeconfig_text(cluster: str, server: str, ca: str | None, context: str, current: str | None) -> str:
+    ca_line = f", certificate-authority: {ca}" if ca else ""
+    return (f"clusters: [{{name: {cluster}, cluster: {{server: '{server}'{ca_line}}}}}]\n"
+            f"users: [{{name: u-{cluster}, user: {{token: t}}}}]\n"
+            f"contexts: [{{name: {context}, context: {{cluster: {cluster}, user: u-{cluster}}}}}]\n"
+            + (f"current-context: {current}\n" if current else ""))
+
+
+def test_kubeconfig_path_lists_merge_by_kubectls_rules(tmp_path):
+    from gpualign import kubeconfig as kc
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write(tmp_path / "a", "kc", kubeconfig_text("shared", "https://first", "ca.crt", "east", None))
+    second = write(tmp_path / "b", "kc", kubeconfig_text("shared", "https://second", "ca.crt", "west", "west"))
+    env = f"{first}:{tmp_path / 'missing'}:{second}"
+    files = kc.files_to_read(None, env=env)
+    assert files == [first, second]  # a file that does not exist is skipped, as kubectl skips it
+    merged = kc.merge(files)
+    assert merged.config["current-context"] == "west"  # the first file that sets it (only the second does)
+    (cluster,) = merged.config["clusters"]  # the first file to define a name wins
+    assert cluster["cluster"]["server"] == "https://first"
+    assert cluster["cluster"]["certificate-authority"] == str(tmp_path / "a" / "ca.crt")  # relative to its file
+    assert {c["name"] for c in merged.config["contexts"]} == {"east", "west"}
+    assert merged.context_file("east") == first and merged.context_file(None) == second
+    with pytest.raises(BadInput, match="no file of \\$KUBECONFIG exists"):
+        kc.files_to_read(None, env=f"{tmp_path / 'x'}:{tmp_path / 'y'}")
+    assert kc.files_to_read(None, env="", home=tmp_path) == []  # no ~/.kube/config: in-cluster
+
+
+def test_context_from_the_second_file_of_kubeconfig_is_used(tmp_path, monkeypatch):
+    first = write(tmp_path, "one.yaml", kubeconfig_text("c1", "https://127.0.0.1:1", None, "one", "one"))
+    second = write(tmp_path, "two.yaml", kubeconfig_text("c2", "https://127.0.0.1:2", None, "two", "two"))
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{second}")
+    kube = Kube(None, "two")
+    assert (kube.context, kube.server) == ("two", "https://127.0.0.1:2")
+    kube.close()
+    kube = Kube(None, None)
+    assert (kube.context, kube.server) == ("one", "https://127.0.0.1:1")
+    kube.close()
+    with pytest.raises(BadInput, match="no context 'three' \\(known: one, two\\)"):
+        Kube(None, "three")

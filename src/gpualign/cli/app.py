@@ -59,6 +59,10 @@ def build(args: list[str]) -> typer.Typer:
         """Keep a Kubernetes GPU fleet's drivers aligned with its kernels."""
 
     root.__doc__ = HELP
+    if _completing():  # the shell asks for completions: typer's per-shell completion classes answer
+        from typer._completion_classes import completion_init
+
+        completion_init()
     first = next((a for a in args if not a.startswith("-")), None)
     wanted = {COMMANDS[first]} if first in COMMANDS and not _completing() else set(COMMANDS.values())
     import importlib
