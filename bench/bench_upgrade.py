@@ -95,7 +95,8 @@ def one_walk(lab: BenchLab, n: int, parallel: int, branch: str, work: Path) -> d
     t0 = time.perf_counter()
     proc = subprocess.run(["/usr/bin/time", "-f", "peak-rss-kib %M", *GPUALIGN, "upgrade", "--yes",
                            "-l", "gpualign.io/bench=upgrade", "--to-branch", branch,
-                           "--ledger", f"registry://{lab.state.registry}/nvidia/driver", "--upgrade-policy", str(policy)],
+                           "--ledger", f"registry://{lab.state.registry}/nvidia/driver",
+                           "--upgrade-policy", str(policy)],
                           env=lab.env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     busy, total = (a - b for a, b in zip(machine_cpu(), cpu_before, strict=True))

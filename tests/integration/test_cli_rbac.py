@@ -67,7 +67,8 @@ def test_the_reader_role_runs_every_read_only_command_and_nothing_else(rbac):
     assert report["apiVersion"] == "gpualign.io/v1" and report["kind"] == "CheckReport"
     assert report["source"]["cluster"]["context"] == "reader"
     assert report["source"]["cluster"]["server"] == lab.apiserver and report["nodes"]
-    for args in (["plan", "--kernel", "5.15.0-125-generic", "--ledger", ledger, "-l", "kubernetes.io/hostname in (gpu-a1,gpu-a2)"],
+    for args in (["plan", "--kernel", "5.15.0-125-generic", "--ledger", ledger,
+                  "-l", "kubernetes.io/hostname in (gpu-a1,gpu-a2)"],
                  ["cuda", "check", "--cuda", "12.4"],
                  ["status", "--ledger", ledger],
                  ["why", "gpu-a1", "--ledger", ledger]):
