@@ -271,3 +271,10 @@ def test_the_kubectl_plugin_says_kubectl_gpualign(tmp_path):
     plugin = Path(sys.executable).parent / "kubectl-gpualign"
     res = subprocess.run([str(plugin), "cuda"], capture_output=True, text=True, env={**os.environ, **COLS80})
     assert res.returncode == 0 and res.stdout.startswith("Usage: kubectl gpualign cuda")
+
+
+def test_a_ledger_of_no_driver_tag_is_warned(fleet, tmp_path):
+    odd = tmp_path / "list.yaml"
+    odd.write_text("- a\n- b\n")
+    res = check(fleet[0], odd)
+    assert "gpualign: warning: no entry of the ledger looks like a driver image tag" in res.err

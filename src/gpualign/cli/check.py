@@ -163,7 +163,7 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
     """
     from gpualign.audit import audit
-    from gpualign.cli.source import read_nodes
+    from gpualign.cli.source import load_ledger, read_nodes
     from gpualign.expect import from_flags, from_operator
     from gpualign.ledger import sources
     from gpualign.tags import for_operator, load_rules
@@ -186,7 +186,7 @@ def check(
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     check_known_branches(pools, rule_set)
-    available = sources.load(ledger, docker_config=docker_config) if ledger else None
+    available = load_ledger(ledger, docker_config) if ledger else None
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_operator=True)
     inv, view = read.inventory, read.view
     config = view.config if view else None
@@ -275,8 +275,7 @@ def plan(
     \b
         gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
     """
-    from gpualign.cli.source import read_nodes
-    from gpualign.ledger import sources
+    from gpualign.cli.source import load_ledger, read_nodes
     from gpualign.plan import Change
     from gpualign.plan import plan as make_plan
     from gpualign.tags import load_rules, normalize_branch
@@ -286,6 +285,8 @@ def plan(
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
     if not (kernel or os_ or driver_branch):
         raise BadInput("nothing to plan: pass --kernel, --os and/or --driver-branch")
+    if build_matrix and output is not Output.table:
+        raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
     os_id = os_version = None
     if os_:
         m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os_)
@@ -304,7 +305,7 @@ def plan(
         from gpualign.branches import BranchPolicy
 
         check_known_branches(BranchPolicy(default=change.branch), rule_set)
-    available = sources.load(ledger, docker_config=docker_config)
+    available = load_ledger(ledger, docker_config)
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False)
     repo = repository_for(repository, ledger)
     result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools)

@@ -3,12 +3,15 @@ cuda check, with the record every JSON report carries and the one line a termina
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.errors import BadInput
+
+_DRIVER_TAG = re.compile(r"\d{3}")
 
 if TYPE_CHECKING:
     from gpualign.inventory import Inventory, OperatorView
@@ -55,3 +58,22 @@ def _say(text: str) -> None:
     """Which cluster or file was read: on a terminal only, so pipelines and logs stay clean."""
     if sys.stderr.isatty():
         print(f"gpualign: {text}", file=sys.stderr, flush=True)
+
+
+def load_ledger(sources_given: list[str], docker_config: Path | None) -> Any:
+    """The merged ledger; on a terminal, a line before a registry is read (it can take a while) and one after."""
+    from gpualign.ledger import sources
+
+    slow = [s for s in sources_given if sources.is_registry(s)]
+    if slow:
+        _say(f"reading ledger {', '.join(slow)} …")
+    ledger = sources.load(sources_given, docker_config=docker_config)
+    count = len(ledger.fingerprint)
+    _say(f"ledger: {count:,} tags from {', '.join('<stdin>' if s == '-' else s for s in sources_given)}")
+    odd = sorted(t for t in ledger.fingerprint if not _DRIVER_TAG.match(t.rsplit(":", 1)[-1]))
+    if odd and len(odd) == count:
+        from gpualign.cli.common import warn
+
+        warn(f"no entry of the ledger looks like a driver image tag (<branch>-<kernel>-<os-tag> or "
+             f"<version>-<os-tag>), e.g. {odd[0]!r}: is it the right file?")
+    return ledger

@@ -213,8 +213,8 @@ def upgrade(
     \b
         gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
+    from gpualign.cli.source import load_ledger
     from gpualign.kube import Kube
-    from gpualign.ledger import sources
     from gpualign.tags import load_rules, normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.preflight import preflight
@@ -232,7 +232,7 @@ def upgrade(
     branch = normalize_branch(to_branch) if to_branch else None
     pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
     rule_set = load_rules(rules)
-    available = sources.load(ledger, docker_config=docker_config)
+    available = load_ledger(ledger, docker_config)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade")
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
@@ -297,13 +297,13 @@ def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | N
               context: str | None) -> tuple[Snapshot, bool, dict[str, str], dict[str, Any]]:
     """The snapshot, whether a ledger was read, the blockers derived for nodes the GPU Operator walks, and which
     cluster was read."""
+    from gpualign.cli.source import load_ledger
     from gpualign.kube import Kube
-    from gpualign.ledger import sources
     from gpualign.tags import load_rules, normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.observe import derive
 
-    available = sources.load(ledger, docker_config=docker_config) if ledger else None
+    available = load_ledger(ledger, docker_config) if ledger else None
     kube = Kube(kubeconfig, context)
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
