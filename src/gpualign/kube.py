@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import orjson
 from lightkube import Client, codecs
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.core.exceptions import ApiError, ConfigError
@@ -139,7 +140,8 @@ class Kube:
         resp = self.request("GET", path, params=params, accept=accept)
         if resp.status_code >= 400:
             raise Unreachable(f"GET {path} on {self.server}: HTTP {resp.status_code}: {_status_message(resp)}")
-        return resp.json()  # type: ignore[no-any-return]
+        # orjson: LIST pages of thousands of objects (managedFields included) parse several times faster than json
+        return orjson.loads(resp.content)  # type: ignore[no-any-return]
 
     def list_raw(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
                  metadata_only: bool = False) -> list[JSON]:

@@ -3,7 +3,6 @@ rich only to print styled text on a terminal, ruamel.yaml only to print YAML."""
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -55,7 +54,10 @@ def warn(message: str) -> None:
 def emit_data(data: Any, fmt: Output) -> None:
     """JSON or YAML on stdout; YAML is plain block style with no anchors or aliases."""
     if fmt is Output.json:
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+        import orjson
+
+        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        sys.stdout.flush()
         return
     from ruamel.yaml import YAML
 
