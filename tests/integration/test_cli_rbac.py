@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, run_cli, start_lab
+from tests.helpers import token_kubeconfig
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 NS = "gpualign-cli"
@@ -23,31 +24,14 @@ def rbac(tmp_path_factory):
     assert lab.kubectl("apply", "-f", str(ROOT / "deploy" / "cli")).returncode == 0
     lab.kubectl("create", "namespace", NS, check=True)
     for sa in ("reader", "upgrader"):
-        lab.kubectl("create", "serviceaccount", sa, "-n", NS, check=True)
+        lab.kubectl("create", "serviceaccount", sa, "-n", NS, check=True)  # bound below, before their tokens
     lab.kubectl("create", "clusterrolebinding", "t-reader", "--clusterrole", "gpualign-cli-reader",
                 f"--serviceaccount={NS}:reader", f"--serviceaccount={NS}:upgrader", check=True)
     lab.kubectl("create", "clusterrolebinding", "t-upgrader", "--clusterrole", "gpualign-cli-upgrader",
                 f"--serviceaccount={NS}:upgrader", check=True)
     lab.kubectl("create", "rolebinding", "t-lock", "-n", "kube-system", "--clusterrole",
                 "gpualign-cli-upgrade-lock", f"--serviceaccount={NS}:upgrader", check=True)
-    files = {}
-    for sa in ("reader", "upgrader"):
-        token = lab.kubectl("create", "token", sa, "-n", NS, "--duration", "1h", check=True).stdout.strip()
-        path = work / f"{sa}.yaml"
-        path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: lab-{sa}
-  cluster: {{server: "{lab.apiserver}", certificate-authority: {lab.state_dir}/pki/ca.crt}}
-users:
-- name: {sa}
-  user: {{token: "{token}"}}
-contexts:
-- name: {sa}
-  context: {{cluster: lab-{sa}, user: {sa}}}
-current-context: {sa}
-""")
-        files[sa] = path
+    files = {sa: token_kubeconfig(lab, NS, sa, work / f"{sa}.yaml", sa) for sa in ("reader", "upgrader")}
     yield lab, files
     run_cli("lab", "down", env=lab.env)
 

@@ -69,8 +69,8 @@ def controller(
     \b
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
-    from gpualign.cli.check import branch_policy, repository_for
     from gpualign.cli.common import warn
+    from gpualign.cli.inputs import branch_policy, repository_for
     from gpualign.controller.run import Options, run
     from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube

@@ -25,8 +25,11 @@ class Read:
 
 
 def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
-               with_pods: bool = True, with_operator: bool = False) -> Read:
-    """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster."""
+               with_pods: bool = True, with_operator: bool = False, timeout: float | None = None,
+               announce: bool = True) -> Read:
+    """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster.
+    timeout bounds each request (kubectl's --request-timeout); announce=False leaves the terminal line and the
+    no-GPU-node warning to the caller (a fleet report prints them per cluster)."""
     from gpualign import inventory
 
     if nodes_file:
@@ -34,24 +37,30 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
             raise BadInput("--nodes-file reads a dump, --kubeconfig/--context a cluster: pass one of them")
         inv = inventory.from_file(nodes_file, selector)
         read = Read(inv, None, {"nodes_file": "<stdin>" if str(nodes_file) == "-" else str(nodes_file)})
-        _say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")
+        if announce:
+            _say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")
     else:
         from gpualign.kube import Kube
 
-        kube = Kube(kubeconfig, context)
+        kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
         try:
             inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
-            _say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
+            if announce:
+                _say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
             view = inventory.operator_view(kube, inv.nodes) if with_operator else None
         finally:
             kube.close()
         read = Read(inv, view, {"cluster": kube.describe()})
-    if not inv.nodes:
-        where = f" match -l {selector!r}" if selector else ""
+    if not inv.nodes and announce:
         from gpualign.cli.common import warn
 
-        warn(f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)")
+        warn(no_gpu_nodes(selector))
     return read
+
+
+def no_gpu_nodes(selector: str | None) -> str:
+    where = f" match -l {selector!r}" if selector else ""
+    return f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)"
 
 
 def _say(text: str) -> None:

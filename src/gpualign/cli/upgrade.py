@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +15,6 @@ from gpualign.cli.options import (
     DockerConfigOpt,
     KubeconfigOpt,
     LedgerOpt,
-    NoHeadersOpt,
     Output,
     OutputOpt,
     RulesOpt,
@@ -292,116 +290,6 @@ def upgrade(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _snapshot(selector: str | None, ledger: list[str] | None, to_branch: str | None, rules: Path | None,
-              docker_config: Path | None, kubeconfig: str | None,
-              context: str | None) -> tuple[Snapshot, bool, dict[str, str], dict[str, Any]]:
-    """The snapshot, whether a ledger was read, the blockers derived for nodes the GPU Operator walks, and which
-    cluster was read."""
-    from gpualign.cli.source import load_ledger
-    from gpualign.kube import Kube
-    from gpualign.tags import load_rules, normalize_branch
-    from gpualign.upgrade import snapshot
-    from gpualign.upgrade.observe import derive
-
-    available = load_ledger(ledger, docker_config) if ledger else None
-    kube = Kube(kubeconfig, context)
-    try:
-        snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
-                             to_branch=normalize_branch(to_branch) if to_branch else None)
-        return snap, available is not None, derive(kube, snap), kube.describe()
-    finally:
-        kube.close()
-
-
-def _status_table(data: dict[str, Any], no_headers: bool = False) -> str:
-    from gpualign.cli.table import Styled, render, use_color
-    from gpualign.upgrade.report import duration
-
-    rows: list[list[str | Styled]] = []
-    for n in data["nodes"]:
-        present = n["image_present"]
-        image: str | Styled = "-" if present is None else "present" if present else Styled("missing", "red")
-        blocker = n["blocker"] or ""
-        if blocker and n.get("hold") == "before-cordon" and not blocker.startswith("waiting before cordon"):
-            blocker = f"held before cordon: {blocker}"
-        if blocker and n["blocked_seconds"] is not None:
-            blocker += f" ({duration(n['blocked_seconds'])})"
-        rows.append([n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None
-                     else "-", n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image,
-                     blocker or "-"])
-    text = render(["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"], rows,
-                  color=use_color(), no_headers=no_headers)
-    text += "\n" + "  ".join(f"{state}: {count}" for state, count in data["counts"].items()) + "\n"
-    if data.get("note"):
-        text += data["note"] + "\n"
-    return text
-
-
-def status(
-    selector: SelectorOpt = None,
-    ledger: LedgerOpt = None,
-    to_branch: ToBranchOpt = None,
-    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
-    rules: RulesOpt = None,
-    docker_config: DockerConfigOpt = None,
-    output: OutputOpt = Output.table,
-    no_headers: NoHeadersOpt = False,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-) -> None:
-    """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
-    counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
-    Exit 1 if any node is upgrade-failed."""
-    from gpualign.upgrade.report import fleet_status
-
-    while True:
-        snap, ledger_known, derived, cluster = _snapshot(selector, ledger, to_branch, rules, docker_config,
-                                                         kubeconfig, context)
-        data = fleet_status(snap, ledger_known=ledger_known, derived=derived)
-        if snap.nodes and set(data["counts"]) == {"(none)"}:
-            data["note"] = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU "
-                            "Operator reports no upgrade state (its ClusterPolicy's driver.upgradePolicy.autoUpgrade "
-                            "is off, which also removes the labels)")
-        if output in (Output.json, Output.yaml):
-            emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
-        else:
-            text = _status_table(data, no_headers)
-            if watch and sys.stdout.isatty():
-                sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
-            sys.stdout.write(text)
-            sys.stdout.flush()
-        if not watch:
-            break
-        time.sleep(2)
-    if data["counts"].get("upgrade-failed"):
-        raise typer.Exit(EXIT_FINDINGS)
-
-
-def why(
-    node: Annotated[str, typer.Argument(metavar="NODE", help="node name")],
-    ledger: LedgerOpt = None,
-    to_branch: ToBranchOpt = None,
-    rules: RulesOpt = None,
-    docker_config: DockerConfigOpt = None,
-    kubeconfig: KubeconfigOpt = None,
-    context: ContextOpt = None,
-) -> None:
-    """Explain in plain words why a node is where it is in the driver upgrade."""
-    from gpualign.upgrade.report import why as explain
-
-    snap, ledger_known, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, ledger,
-                                               to_branch, rules, docker_config, kubeconfig, context)
-    ns = snap.nodes.get(node)
-    if ns is None:
-        raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "
-                       "exist)")
-    for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
-        stdout.print(line)
-
-
 def register(app: typer.Typer) -> None:
     app.command("upgrade", short_help="Walk the driver upgrade node by node, PDB-aware and resumable: image ensured "
                                       "→ cordon → evict → restart → validate → uncordon.")(upgrade)
-    app.command("status", short_help="Where every GPU node is in the upgrade, for how long, and what blocks it.")(
-        status)
-    app.command("why", short_help="Explain in plain words why a node is where it is in the upgrade.")(why)

@@ -38,6 +38,11 @@ def default_state_dir() -> Path:
     return Path(base) / "gpualign" / "lab"
 
 
+def context_name(state_dir: Path) -> str:
+    """The lab's name in its kubeconfigs: gpualign-lab for the default state dir, gpualign-NAME for …/NAME."""
+    return f"gpualign-{state_dir.name}"
+
+
 @dataclass
 class LabState:
     """What `up` recorded: enough for `down`, `status`, `env` and the tests to find everything."""
@@ -160,7 +165,7 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         pki = pkimod.create(state_dir / "pki")
         for user in pkimod.CLIENTS:
             name = "kubeconfig" if user == "admin" else f"kubeconfig-{user}"
-            (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user))
+            (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user, context_name(state_dir)))
             (state_dir / name).chmod(0o600)
 
         def launch(name: str, argv: list[str], address: str = "", env: dict[str, str] | None = None) -> Proc:

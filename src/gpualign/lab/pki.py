@@ -139,14 +139,16 @@ def create(directory: Path) -> Pki:
     return pki
 
 
-def kubeconfig(pki: Pki, server: str, user: str) -> str:
-    """A kubeconfig (as YAML text) for one client identity, with absolute paths to the lab's files."""
+def kubeconfig(pki: Pki, server: str, user: str, name: str = "gpualign-lab") -> str:
+    """A kubeconfig (as YAML text) for one client identity, with absolute paths to the lab's files. Its cluster,
+    user and context entries carry the lab's name, so the kubeconfigs of several labs merge in $KUBECONFIG without
+    one lab's entries shadowing another's (kubectl keeps the first entry of each name)."""
     return (
         "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: gpualign-lab\n  cluster:\n    server: {server}\n"
+        f"clusters:\n- name: {name}\n  cluster:\n    server: {server}\n"
         f"    certificate-authority: {pki.ca_cert}\n"
-        f"users:\n- name: {user}\n  user:\n    client-certificate: {pki.client_cert(user)}\n"
+        f"users:\n- name: {name}-{user}\n  user:\n    client-certificate: {pki.client_cert(user)}\n"
         f"    client-key: {pki.client_key(user)}\n"
-        f"contexts:\n- name: gpualign-lab\n  context:\n    cluster: gpualign-lab\n    user: {user}\n"
-        "current-context: gpualign-lab\n"
+        f"contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}-{user}\n"
+        f"current-context: {name}\n"
     )

@@ -1,0 +1,112 @@
+"""Reading several clusters at once for check, plan and status: which contexts (--context repeated, or
+--all-contexts), each read in its own thread, each bounded by --request-timeout, and one bad cluster reported in one
+line without spoiling the rest."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from gpualign.errors import BadInput, GpualignError
+from gpualign.fleetreport import ClusterRead
+
+ContextsOpt = Annotated[list[str] | None, typer.Option(
+    "--context", metavar="NAME",
+    help="kubeconfig context to use, from any file of $KUBECONFIG [default: the current-context]; repeat it to "
+         "read several clusters into one report")]
+AllContextsOpt = Annotated[bool, typer.Option(
+    "--all-contexts", help="read every context of the kubeconfig (all files of $KUBECONFIG) into one report")]
+RequestTimeoutOpt = Annotated[str | None, typer.Option(
+    "--request-timeout", metavar="DURATION",
+    help="give up on a cluster after this long, as kubectl takes it: 30s, 1m, 90 (seconds), 0 for no limit; a "
+         "cluster that times out is reported unreadable and the others still are [default: 30s per request, no "
+         "limit per cluster]")]
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?")
+
+
+def parse_timeout(text: str | None) -> float | None:
+    """kubectl's --request-timeout: a bare number of seconds or a Go duration (1h2m3s, 500ms); 0 means no limit."""
+    if text is None:
+        return None
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    else:
+        m = _DURATION.fullmatch(text)
+        if not m or not any(m.groups()):
+            raise BadInput(f"--request-timeout {text!r}: expected a duration such as 30s, 1m or 90")
+        h, mins, s, ms = (float(g) if g else 0.0 for g in m.groups())
+        seconds = h * 3600 + mins * 60 + s + ms / 1000
+    return seconds or None
+
+
+def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool) -> list[str] | None:
+    """The contexts to read, or None for the one-cluster path (no --context, or exactly one, without --all)."""
+    if not all_contexts:
+        if given and len(set(given)) > 1:
+            return list(dict.fromkeys(given))
+        return None
+    if given:
+        raise BadInput("--all-contexts reads every context: drop --context")
+    from gpualign import kubeconfig as kc
+
+    files = kc.files_to_read(kubeconfig)
+    if not files:
+        raise BadInput("--all-contexts: no kubeconfig to read contexts from (no --kubeconfig, $KUBECONFIG or "
+                       "~/.kube/config)")
+    merged = kc.merge(files)
+    names = [str(c["name"]) for c in merged.config["contexts"]]
+    if not names:
+        raise BadInput(f"--all-contexts: kubeconfig {merged.describe()} has no context")
+    return names
+
+
+def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], bool, str | None]],
+             limit: float | None) -> list[ClusterRead]:
+    """read_one(context) -> (report body, clean, server) for every context at once, each in a daemon thread (so a
+    hung cluster cannot hold the process); past `limit` seconds a cluster still reading is reported unreadable."""
+    results: dict[str, ClusterRead] = {}
+    lock = threading.Lock()
+
+    def run(name: str) -> None:
+        try:
+            body, clean, server = read_one(name)
+            outcome = ClusterRead(name, server, body, None, clean)
+        except GpualignError as err:
+            outcome = ClusterRead(name, None, None, err.message)
+        except Exception as err:  # a cluster's failure is its own line, never the whole report's
+            outcome = ClusterRead(name, None, None, f"{err.__class__.__name__}: {err}")
+        with lock:
+            results.setdefault(name, outcome)
+
+    threads = {n: threading.Thread(target=run, args=(n,), daemon=True, name=f"cluster-{n}") for n in names}
+    start = time.monotonic()
+    for t in threads.values():
+        t.start()
+    for name, t in threads.items():
+        t.join(None if limit is None else max(0.0, start + limit - time.monotonic()))
+        if t.is_alive():
+            with lock:
+                results.setdefault(name, ClusterRead(name, None, None,
+                                                     f"no complete answer within --request-timeout {limit:g}s"))
+    return [results[n] for n in names]
+
+
+def say_outcomes(reads: list[ClusterRead]) -> None:
+    """On stderr, per cluster: its warnings, and one line for a cluster that could not be read."""
+    import sys
+
+    from gpualign.cli.common import warn
+
+    for r in reads:
+        if r.body is None:
+            print(f"gpualign: error: cluster {r.name}: {r.error}", file=sys.stderr, flush=True)
+            continue
+        for w in r.body.get("warnings") or []:
+            warn(f"cluster {r.name}: {w}")

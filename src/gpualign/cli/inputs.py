@@ -1,0 +1,73 @@
+"""Inputs check, plan and the controller share: the branch policy, the repository, stdin, and the checks that a
+flag means something."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpualign.cli.common import warn
+from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.branches import BranchPolicy
+    from gpualign.tags import Rules
+
+
+def branch_policy(branch: str | None, policy: Path | None, old_policy: Path | None = None) -> BranchPolicy:
+    """--driver-branch, or --branch-policy FILE (--policy is its deprecated spelling)."""
+    from gpualign.branches import BranchPolicy, load_policy
+    from gpualign.tags import normalize_branch
+
+    if old_policy is not None:
+        warn("--policy is deprecated for this command: use --branch-policy (the same file)")
+        if policy is not None:
+            raise BadInput("--policy and --branch-policy name the same file: pass --branch-policy only")
+        policy = old_policy
+    if branch and policy:
+        raise BadInput("--driver-branch and --branch-policy are exclusive: use one")
+    if policy:
+        return load_policy(policy)
+    return BranchPolicy(default=normalize_branch(branch) if branch else None)
+
+
+def check_known_branches(policy: BranchPolicy, rules: Rules) -> None:
+    """A warning for a branch the rules do not know (nothing would be published for it, nor pinned)."""
+    known = sorted(rules.published_branches | set(rules.branches), key=int)
+    for branch in sorted(policy.branches):
+        if branch not in known:
+            warn(f"driver branch {branch} is not one the rules know ({', '.join(known)}): every image for it "
+                 "counts as in-house")
+
+
+def repository_for(explicit: str | None, ledgers: list[str]) -> str:
+    from gpualign.ledger.sources import is_registry
+
+    if explicit:
+        return explicit.rstrip("/")
+    for source in ledgers:
+        if is_registry(source):
+            from gpualign.ledger.registry import parse_ref
+
+            return parse_ref(source).image
+    return "nvcr.io/nvidia/driver"
+
+
+def stdin_once(ledger: list[str] | None, nodes_file: Path | None) -> None:
+    if (ledger or []).count("-") + (1 if str(nodes_file) == "-" else 0) > 1:
+        raise BadInput("stdin (-) can feed one input only: --nodes-file - or one --ledger -")
+
+
+def driver_version_flag(driver_version: str | None, no_precompiled: bool) -> None:
+    """--driver-version names a regular image's version: it needs --no-precompiled and must be a version."""
+    if driver_version is None:
+        return
+    from gpualign.version import DriverVersion
+
+    if not no_precompiled:
+        raise BadInput("--driver-version names a regular image's version: add --no-precompiled (precompiled "
+                       "tags carry the branch only)")
+    try:
+        DriverVersion.parse(driver_version)
+    except ValueError:
+        raise BadInput(f"--driver-version {driver_version!r}: expected a driver version such as 580.95.05") from None

@@ -1,0 +1,190 @@
+"""`gpualign plan`: before a kernel, OS or branch change, the images it needs that the ledger lacks; for one
+cluster, a dump, or several clusters at once."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
+from gpualign.cli.options import (
+    BranchPolicyOpt,
+    DockerConfigOpt,
+    KubeconfigOpt,
+    LedgerOpt,
+    NodesFileOpt,
+    NoHeadersOpt,
+    OldPolicyOpt,
+    Output,
+    OutputOpt,
+    RepositoryOpt,
+    RulesOpt,
+    SelectorOpt,
+)
+from gpualign.errors import EXIT_FINDINGS, BadInput
+
+
+def plan(
+    ledger: LedgerOpt = None,
+    kernel: Annotated[str | None, typer.Option(
+        "--kernel", metavar="KERNEL", help="the kernel the nodes will run, e.g. 5.15.0-125-generic")] = None,
+    os_: Annotated[str | None, typer.Option(
+        "--os", metavar="OS", help="the OS they will run, e.g. ubuntu24.04 (an OS change brings its own kernel: "
+                                   "pass --kernel with it)")] = None,
+    driver_branch: Annotated[str | None, typer.Option(
+        "--driver-branch", metavar="BRANCH", help="the branch they will run, e.g. 595")] = None,
+    branch_policy_file: BranchPolicyOpt = None,
+    old_policy: OldPolicyOpt = None,
+    selector: SelectorOpt = None,
+    nodes_file: NodesFileOpt = None,
+    build_matrix: Annotated[bool, typer.Option(
+        "--build-matrix", help="print the images to build as a GitHub Actions matrix: {\"include\": [{action, "
+                               "DRIVER_BRANCH, KERNEL_VERSION, OS_TAG, tag}]}")] = False,
+    rules: RulesOpt = None,
+    repository: RepositoryOpt = None,
+    docker_config: DockerConfigOpt = None,
+    output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextsOpt = None,
+    all_contexts: AllContextsOpt = False,
+    request_timeout: RequestTimeoutOpt = None,
+) -> None:
+    """Before a kernel, OS or branch change: list the images it would need that the ledger lacks.
+
+    Each image is either `mirror` (the rules say NVIDIA publishes precompiled images for that OS, kernel series and
+    branch: copy it from nvcr.io after checking the tag on NGC) or `build` (NVIDIA publishes none: build it
+    in-house). A node the change cannot apply to (an Ubuntu kernel on a RHEL node) is listed as unknown, with why.
+
+    Several clusters (--context repeated, or --all-contexts) give one plan: each image once, its nodes per cluster.
+
+    Exit 1 when something must be mirrored or built first, or a node cannot take the change; 0 when nothing must.
+    For several clusters: 4 when some cluster could not be read, 5 when that and something to do elsewhere.
+
+    Example:
+
+    \b
+        gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
+    """
+    from gpualign.cli import fleet
+    from gpualign.cli.inputs import branch_policy, check_known_branches, repository_for, stdin_once
+    from gpualign.cli.source import load_ledger, read_nodes
+    from gpualign.plan import Change
+    from gpualign.plan import plan as make_plan
+    from gpualign.tags import load_rules, normalize_branch
+
+    stdin_once(ledger, nodes_file)
+    if not ledger:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
+    if not (kernel or os_ or driver_branch):
+        raise BadInput("nothing to plan: pass --kernel, --os and/or --driver-branch")
+    if build_matrix and output is not Output.table:
+        raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
+    timeout = fleet.parse_timeout(request_timeout)
+    if nodes_file and (all_contexts or len(set(context or [])) > 1):
+        raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
+    names = fleet.contexts(kubeconfig, context, all_contexts)
+    os_id = os_version = None
+    if os_:
+        m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os_)
+        if not m:
+            raise BadInput(f"--os {os_!r}: expected ID followed by VERSION_ID, e.g. ubuntu24.04")
+        os_id, os_version = m.groups()
+        if not kernel:
+            warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
+                 "replaces; pass the kernel it ships with")
+    change = Change(kernel=kernel, os_id=os_id, os_version=os_version,
+                    branch=normalize_branch(driver_branch) if driver_branch else None)
+    rule_set = load_rules(rules)
+    pools = branch_policy(None, branch_policy_file, old_policy)
+    check_known_branches(pools, rule_set)
+    if change.branch:
+        from gpualign.branches import BranchPolicy
+
+        check_known_branches(BranchPolicy(default=change.branch), rule_set)
+    available = load_ledger(ledger, docker_config)
+    repo = repository_for(repository, ledger)
+
+    def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
+        read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=False, timeout=timeout,
+                          announce=announce)
+        result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools)
+        body = {**result.as_dict(), "repository": repo}
+        return body, not (result.to_build or result.unknown or (selector and not read.inventory.nodes)), \
+            read.source
+
+    if names is None:
+        body, clean, source = plan_of(context[0] if context else None)
+        if build_matrix:
+            to_build = [n for n in body["needed"] if not n["in_ledger"]]
+            sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in to_build]}, indent=2) + "\n")
+        elif output in (Output.json, Output.yaml):
+            emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), output)
+        else:
+            sys.stdout.write(_render(body["needed"], body["unknown"], repo, output is Output.wide, no_headers,
+                                     fleet=False))
+        if not clean:
+            raise typer.Exit(EXIT_FINDINGS)
+        return
+
+    from gpualign.fleetreport import exit_code, merge_plan
+
+    def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
+        body, clean, source = plan_of(name, announce=False)
+        return body, clean, source["cluster"]["server"]
+
+    reads = fleet.read_all(names, one, timeout)
+    fleet.say_outcomes(reads)
+    merged = merge_plan(reads)
+    merged["repository"] = repo
+    if build_matrix:
+        sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
+                                                 if not n["in_ledger"]]}, indent=2) + "\n")
+    elif output in (Output.json, Output.yaml):
+        emit_data(report("FleetPlanReport", {"kubeconfig": kubeconfig, "contexts": names,
+                                             "ledger": list(available.sources)}, merged), output)
+    else:
+        text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
+        for r in reads:
+            if not r.readable:
+                text += f"{r.name}: unreadable: {r.error}\n"
+        sys.stdout.write(text)
+    code = exit_code(reads)
+    if code:
+        raise typer.Exit(code)
+
+
+def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
+    return {"action": n["action"], "DRIVER_BRANCH": n["branch"], "KERNEL_VERSION": n["kernel"],
+            "OS_TAG": n["os_tag"], "tag": n["tag"]}
+
+
+def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: str, wide: bool, no_headers: bool,
+            fleet: bool) -> str:
+    from gpualign.cli.table import Styled, render, use_color
+    from gpualign.fleetreport import grouped
+
+    cols = ["IMAGE", "LEDGER", "ACTION", "NODES"] + (["REASON"] if wide else [])
+    rows: list[list[str | Styled]] = []
+    for n in needed:
+        row: list[str | Styled] = [f"{repo}:{n['tag']}", Styled("present", "green") if n["in_ledger"]
+                                   else Styled("missing", "bold red"), "-" if n["in_ledger"] else n["action"],
+                                   grouped(n["clusters"]) if fleet else ",".join(n["nodes"])]
+        rows.append(row + ([n["reason"]] if wide else []))
+    text = render(cols, rows, color=use_color(), no_headers=no_headers) if rows else ""
+    for u in unknown:
+        text += f"cannot plan {u['cluster'] + ':' if fleet else ''}{u['node']}: {u['reason']}\n"
+    to_build = [n for n in needed if not n["in_ledger"]]
+    mirror = sum(1 for n in to_build if n["action"] == "mirror")
+    return text + (f"\n{len(to_build)} of {len(needed)} images must be in the ledger first ({mirror} to mirror from "
+                   f"NVIDIA, {len(to_build) - mirror} to build in-house)\n")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", short_help="Before a kernel, OS or branch change: the images to mirror or build first.")(
+        plan)

@@ -1,0 +1,193 @@
+"""`gpualign status` (where every GPU node is in the driver upgrade, on one cluster or several) and
+`gpualign why NODE`."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
+from gpualign.cli.options import (
+    ContextOpt,
+    DockerConfigOpt,
+    KubeconfigOpt,
+    LedgerOpt,
+    NoHeadersOpt,
+    Output,
+    OutputOpt,
+    RulesOpt,
+    SelectorOpt,
+)
+from gpualign.cli.upgrade import ToBranchOpt
+from gpualign.errors import EXIT_FINDINGS, BadInput
+
+if TYPE_CHECKING:
+    from gpualign.ledger.sources import Ledger
+    from gpualign.upgrade.snapshot import Snapshot
+
+
+def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Path | None,
+              kubeconfig: str | None, context: str | None,
+              timeout: float | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any]]:
+    """The snapshot, the blockers derived for nodes the GPU Operator walks, and which cluster was read."""
+    from gpualign.kube import Kube
+    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.upgrade import snapshot
+    from gpualign.upgrade.observe import derive
+
+    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+    try:
+        snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
+                             to_branch=normalize_branch(to_branch) if to_branch else None)
+        return snap, derive(kube, snap), kube.describe()
+    finally:
+        kube.close()
+
+
+NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU Operator reports "
+            "no upgrade state (its ClusterPolicy's driver.upgradePolicy.autoUpgrade is off, which also removes the "
+            "labels)")
+
+
+def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Path | None,
+               kubeconfig: str | None, context: str | None,
+               timeout: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    from gpualign.upgrade.report import fleet_status
+
+    snap, derived, cluster = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout)
+    data = fleet_status(snap, ledger_known=available is not None, derived=derived)
+    if snap.nodes and set(data["counts"]) == {"(none)"}:
+        data["note"] = NO_STATE
+    return data, cluster
+
+
+def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: bool = False) -> str:
+    from gpualign.cli.table import Styled, render, use_color
+    from gpualign.upgrade.report import duration
+
+    rows: list[list[str | Styled]] = []
+    for n in nodes:
+        present = n["image_present"]
+        image: str | Styled = "-" if present is None else "present" if present else Styled("missing", "red")
+        blocker = n["blocker"] or ""
+        if blocker and n.get("hold") == "before-cordon" and not blocker.startswith("waiting before cordon"):
+            blocker = f"held before cordon: {blocker}"
+        if blocker and n["blocked_seconds"] is not None:
+            blocker += f" ({duration(n['blocked_seconds'])})"
+        rows.append(([n["cluster"]] if fleet else []) + [
+            n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None else "-",
+            n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image, blocker or "-"])
+    cols = ["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"]
+    return render((["CLUSTER"] if fleet else []) + cols, rows, color=use_color(), no_headers=no_headers)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return "  ".join(f"{state}: {count}" for state, count in counts.items())
+
+
+def status(
+    selector: SelectorOpt = None,
+    ledger: LedgerOpt = None,
+    to_branch: ToBranchOpt = None,
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
+    rules: RulesOpt = None,
+    docker_config: DockerConfigOpt = None,
+    output: OutputOpt = Output.table,
+    no_headers: NoHeadersOpt = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextsOpt = None,
+    all_contexts: AllContextsOpt = False,
+    request_timeout: RequestTimeoutOpt = None,
+) -> None:
+    """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
+    counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
+
+    Several clusters (--context repeated, or --all-contexts): one table with a CLUSTER column, counts per cluster
+    and in total; a cluster that cannot be read is named with its reason.
+
+    Exit 1 if any node is upgrade-failed; for several clusters, 4 when some cluster could not be read (5 with
+    failures elsewhere)."""
+    from gpualign.cli import fleet
+    from gpualign.cli.source import load_ledger
+
+    timeout = fleet.parse_timeout(request_timeout)
+    names = fleet.contexts(kubeconfig, context, all_contexts)
+    available = load_ledger(ledger, docker_config) if ledger else None
+    while True:
+        if names is None:
+            data, cluster = _status_of(selector, available, to_branch, rules, kubeconfig,
+                                       context[0] if context else None, timeout)
+            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") else 0
+            if output in (Output.json, Output.yaml):
+                emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
+                text = None
+            else:
+                text = _status_table(data["nodes"], no_headers) + "\n" + _counts(data["counts"]) + "\n" + \
+                    (data["note"] + "\n" if data.get("note") else "")
+        else:
+            from gpualign.fleetreport import exit_code, merge_status
+
+            def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
+                data, cluster = _status_of(selector, available, to_branch, rules, kubeconfig, name, timeout)
+                return data, not data["counts"].get("upgrade-failed"), cluster["server"]
+
+            reads = fleet.read_all(names, one, timeout)
+            fleet.say_outcomes(reads)
+            merged = merge_status(reads)
+            code = exit_code(reads)
+            if output in (Output.json, Output.yaml):
+                emit_data(report("FleetUpgradeStatus", {"kubeconfig": kubeconfig, "contexts": names,
+                                                        "ledger": ledger or []}, merged), output)
+                text = None
+            else:
+                text = _status_table(merged["nodes"], no_headers, fleet=True) + "\n"
+                for r in reads:
+                    text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name]) if r.readable
+                                             else f"unreadable: {r.error}") + "\n"
+                text += f"total: {_counts(merged['counts']['total'])}\n"
+        if text is not None:
+            if watch and sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        if not watch:
+            break
+        time.sleep(2)
+    if code:
+        raise typer.Exit(code)
+
+
+def why(
+    node: Annotated[str, typer.Argument(metavar="NODE", help="node name")],
+    ledger: LedgerOpt = None,
+    to_branch: ToBranchOpt = None,
+    rules: RulesOpt = None,
+    docker_config: DockerConfigOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Explain in plain words why a node is where it is in the driver upgrade."""
+    from gpualign.cli.source import load_ledger
+    from gpualign.upgrade.report import why as explain
+
+    available = load_ledger(ledger, docker_config) if ledger else None
+    snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch, rules,
+                                 kubeconfig, context)
+    ledger_known = available is not None
+    ns = snap.nodes.get(node)
+    if ns is None:
+        raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "
+                       "exist)")
+    for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
+        stdout.print(line)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("status", short_help="Where every GPU node is in the upgrade, for how long, and what blocks it.")(
+        status)
+    app.command("why", short_help="Explain in plain words why a node is where it is in the upgrade.")(why)
