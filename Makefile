@@ -5,9 +5,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin test test-unit demo lint bench clean
+.PHONY: setup deps venv lab-bin image test test-unit demo lint bench clean
 
-setup: deps venv lab-bin
+setup: deps venv lab-bin image
 
 deps:
 	@scripts/install-debs
@@ -22,6 +22,9 @@ $(VENV)/.installed: pyproject.toml
 
 lab-bin: venv
 	$(BIN)/gpualign lab build
+
+image: venv  # the container image, with buildah (cached; rebuilt when the source changes)
+	$(BIN)/python scripts/build_image.py
 
 test: setup
 	$(BIN)/ruff check src tests bench scripts

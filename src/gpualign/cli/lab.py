@@ -43,7 +43,8 @@ def build(
     bin_dir: BinDirOpt = None,
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the binaries are cached")] = False,
     only: Annotated[list[str] | None, typer.Option(
-        "--only", help="build only this target (repeatable): etcd, kwok, kubernetes, gpu-operator")] = None,
+        "--only", metavar="TARGET",
+        help="build only this target (repeatable): etcd, kwok, kubernetes, gpu-operator, helm, toxiproxy")] = None,
 ) -> None:
     """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and NVIDIA's GPU Operator
     (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A cold

@@ -57,6 +57,15 @@ def targets() -> list[Target]:
         Target("gpu-operator", GO_MODULES / "gpu-operator", (f"{versions.GPU_OPERATOR_MODULE}/cmd/gpu-operator",),
                ("gpu-operator",), ldflags=f"-s -w {op_stamp}", output_name="gpu-operator",
                subdir=versions.GPU_OPERATOR_SUBDIR, data=operator_data),
+        Target("helm", GO_MODULES / "helm", (f"{versions.HELM_MODULE}/cmd/helm",), ("helm",),
+               ldflags=f"-s -w -X {versions.HELM_MODULE}/internal/version.version={versions.HELM} " + " ".join(
+                   f"-X {versions.HELM_MODULE}/pkg/{pkg}.k8sVersion{part}={value}"  # as helm's Makefile stamps it
+                   for pkg in ("lint/rules", "chartutil")
+                   for part, value in zip(("Major", "Minor"), versions.HELM_KUBE, strict=True)),
+               output_name="helm", subdir=versions.HELM_SUBDIR),
+        Target("toxiproxy", GO_MODULES / "toxiproxy", (f"{versions.TOXIPROXY_MODULE}/cmd/server",),
+               ("toxiproxy-server",), ldflags=f"-s -w -X {versions.TOXIPROXY_MODULE}.Version={versions.TOXIPROXY}",
+               output_name="toxiproxy-server", subdir=versions.TOXIPROXY_SUBDIR),
     ]
 
 

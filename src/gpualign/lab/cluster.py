@@ -320,5 +320,8 @@ def require(state_dir: Path) -> LabState:
 
 
 def env_lines(state: LabState) -> list[str]:
-    return [f"export KUBECONFIG={state.kubeconfig}", f"export PATH={state.bin_dir}:$PATH",
+    """kubectl (and helm, when built) on PATH, the lab's kubeconfig and its registry."""
+    helm_dir = Path(state.bin_dir) / versions.HELM_SUBDIR
+    path = f"{state.bin_dir}:{helm_dir}" if helm_dir.is_dir() else state.bin_dir
+    return [f"export KUBECONFIG={state.kubeconfig}", f"export PATH={path}:$PATH",
             f"export GPUALIGN_LAB_REGISTRY={state.registry}"]

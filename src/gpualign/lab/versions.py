@@ -48,3 +48,24 @@ def default_bin_dir() -> Path:
     if env := os.environ.get("GPUALIGN_LAB_BIN"):
         return Path(env)
     return cache_root() / "lab" / version_key() / "bin"
+
+
+# Helm (v3), for the chart's tests: its own wrapper module and cache directory, like the operator's.
+HELM_MODULE = "helm.sh/helm/v3"
+HELM = "v3.22.0"
+HELM_KUBE = ("1", "37")  # the Kubernetes version helm assumes offline (`helm template`, lint): its client-go's, v0.37
+HELM_SUBDIR = f"helm-{HELM}-kube{'.'.join(HELM_KUBE)}"
+
+
+def helm_binary(bin_dir: Path | None = None) -> Path:
+    return (bin_dir or default_bin_dir()) / HELM_SUBDIR / "helm"
+
+
+# Toxiproxy, the fault proxy of the reliability tests (the newest the module proxy lists), like helm: own module.
+TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
+TOXIPROXY = "v2.5.0"
+TOXIPROXY_SUBDIR = f"toxiproxy-{TOXIPROXY}"
+
+
+def toxiproxy_binary(bin_dir: Path | None = None) -> Path:
+    return (bin_dir or default_bin_dir()) / TOXIPROXY_SUBDIR / "toxiproxy-server"

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Build the gpualign container image from the repository's Dockerfile with buildah, without Docker and without
+a public container registry (none is reachable here): the base is Debian bookworm's own python3, made by mmdebstrap
+and imported as localhost/gpualign-base:bookworm; the wheel is built from this checkout.
+
+    .venv/bin/python scripts/build_image.py           # `make image`; `make setup` runs it
+
+buildah runs as root with vfs storage and chroot isolation, its storage under ~/.cache/gpualign/containers. The base
+is cached by its recipe; the image is rebuilt when the source changes (its key is a hash of src/, pyproject.toml,
+README.md and the Dockerfile). The result is localhost/gpualign:VERSION in that storage; the tests push it to a lab
+registry and run it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from gpualign import __version__  # noqa: E402
+from gpualign.lab.versions import cache_root  # noqa: E402
+
+BASE_IMAGE = "localhost/gpualign-base:bookworm"
+IMAGE = f"localhost/gpualign:{__version__}"
+PACKAGES = ("python3", "python3-venv", "ca-certificates")
+EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
+
+
+def buildah(*args: str, capture: bool = False) -> str:
+    storage = cache_root() / "containers"
+    cmd = ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "run"),
+           "--storage-driver", "vfs", *args]
+    proc = subprocess.run(cmd, capture_output=capture, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"build_image: {' '.join(cmd[7:9])} failed (exit {proc.returncode})"
+                         + (f": {proc.stderr.strip()[-500:]}" if capture else ""))
+    return proc.stdout.strip() if capture else ""
+
+
+def has_image(name: str) -> bool:
+    return name in buildah("images", "--format", "{{.Name}}:{{.Tag}}", capture=True).split()
+
+
+def source_key() -> str:
+    digest = hashlib.sha256()
+    for path in sorted([*(ROOT / "src").rglob("*"), ROOT / "pyproject.toml", ROOT / "README.md",
+                        ROOT / "Dockerfile"]):
+        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".egg-info"):
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def base_key() -> str:
+    return hashlib.sha256(repr((PACKAGES, EXCLUDES, "bookworm", "essential")).encode()).hexdigest()[:12]
+
+
+def build_base() -> None:
+    stamp = cache_root() / "containers" / f"base-{base_key()}.done"
+    if stamp.exists() and has_image(BASE_IMAGE):
+        print(f"... base {BASE_IMAGE}: cached", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpualign-base-") as tmp:
+        tar = Path(tmp) / "rootfs.tar"
+        t0 = time.monotonic()
+        print("... base: mmdebstrap bookworm (python3, python3-venv, ca-certificates)", file=sys.stderr, flush=True)
+        cmd = ["mmdebstrap", "--quiet", "--variant=essential", f"--include={','.join(PACKAGES)}",
+               *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDES),
+               '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*', "bookworm", str(tar)]
+        if subprocess.run(cmd).returncode != 0:
+            raise SystemExit("build_image: mmdebstrap failed")
+        ctr = buildah("from", "scratch", capture=True)
+        try:
+            buildah("add", "--quiet", ctr, str(tar), "/")
+            buildah("config", "--cmd", '["/bin/bash"]', ctr)
+            buildah("commit", "--quiet", ctr, BASE_IMAGE)
+        finally:
+            buildah("rm", ctr, capture=True)
+        print(f"... base built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def build_image() -> None:
+    key = source_key()
+    stamp = cache_root() / "containers" / f"image-{__version__}-{key}.done"
+    if stamp.exists() and has_image(IMAGE):
+        print(f"... image {IMAGE}: cached (source {key})", file=sys.stderr)
+        return
+    with tempfile.TemporaryDirectory(prefix="gpualign-image-") as tmp:
+        ctx = Path(tmp)
+        t0 = time.monotonic()
+        wheel = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir",
+                                str(ctx / "dist"), str(ROOT)], capture_output=True, text=True)
+        if wheel.returncode != 0:
+            raise SystemExit(f"build_image: the wheel did not build: {wheel.stderr[-500:]}")
+        shutil.copy(ROOT / "Dockerfile", ctx / "Dockerfile")
+        args = ["bud", "--quiet", "--isolation", "chroot", "--layers=false", "--build-arg", f"BASE={BASE_IMAGE}",
+                "-t", IMAGE]
+        ca = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
+        if Path(ca).exists():  # the host's trust (a TLS-inspecting proxy's CA) for pip inside the build only
+            args += ["--volume", f"{ca}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt"]
+        print(f"... image: buildah bud {IMAGE}", file=sys.stderr, flush=True)
+        buildah(*args, str(ctx))
+        print(f"... image built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    for old in stamp.parent.glob(f"image-{__version__}-*.done"):
+        old.unlink()
+    stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def main() -> int:
+    for tool in ("buildah", "mmdebstrap"):
+        if shutil.which(tool) is None:
+            print(f"build_image: {tool} is missing (scripts/install-debs installs it)", file=sys.stderr)
+            return 2
+    if os.geteuid() != 0:
+        print("build_image: buildah with vfs storage and chroot isolation needs root here (no user namespaces "
+              "are set up for rootless builds)", file=sys.stderr)
+        return 2
+    build_base()
+    build_image()
+    print(IMAGE)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

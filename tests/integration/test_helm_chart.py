@@ -1,0 +1,170 @@
+"""The Helm chart, with real Helm (v3.22.0, built from its Go module) against the lab's real API server: lint,
+render with default and non-default values, server-side dry-run, install / upgrade / uninstall with the objects
+checked and the RBAC proven with `kubectl auth can-i --as`, monitoring objects only where their CRDs are served, and
+the same RBAC and alerts as deploy/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from gpualign.lab import versions
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+CHART = ROOT / "charts" / "gpualign"
+NONDEFAULT = CHART / "ci" / "nondefault-values.yaml"
+MONITORING = ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
+              "--api-versions", "monitoring.coreos.com/v1/PrometheusRule"]
+
+
+def helm(*args: str, kubeconfig: Path | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    binary = versions.helm_binary()
+    assert binary.exists(), f"{binary} is missing: `gpualign lab build --only helm` (make setup builds it)"
+    cmd = [str(binary), *args] + (["--kubeconfig", str(kubeconfig)] if kubeconfig else [])
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    if check:
+        assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
+    return proc
+
+
+def docs(text: str) -> list[dict]:
+    return [d for d in YAML(typ="safe").load_all(text) if d]
+
+
+def by_kind(objs: list[dict]) -> dict[str, dict]:
+    return {o["kind"]: o for o in objs}
+
+
+def test_lint_strict_with_default_and_non_default_values():
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART)).stdout
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), "-f", str(NONDEFAULT)).stdout
+
+
+def test_template_defaults_are_the_hardened_controller_without_monitoring():
+    objs = by_kind(docs(helm("template", "ga", str(CHART), "-n", "gpualign-system").stdout))
+    assert set(objs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+                         "Deployment"}  # no monitoring CRDs served: no ServiceMonitor, no PrometheusRule
+    dep = objs["Deployment"]["spec"]
+    pod = dep["template"]["spec"]
+    c = pod["containers"][0]
+    assert dep["replicas"] == 2 and pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]}}
+    assert c["image"] == "ghcr.io/example/gpualign:0.1.0" and c["resources"]["requests"]
+    assert c["args"] == ["controller", "--ledger-refresh=60", "--listen=0.0.0.0:8080"]  # follows the operator
+
+
+def test_template_non_default_values_reach_every_object():
+    objs = by_kind(docs(helm("template", "ga", str(CHART), "-n", "ops", "-f", str(NONDEFAULT), *MONITORING).stdout))
+    assert "ServiceMonitor" in objs and "PrometheusRule" not in objs  # disabled by value, though served
+    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    assert args.count("--ledger=registry://registry.local/nvidia/driver") == 1 and "--no-leader-elect" in args
+    assert "--branch-policy=/etc/gpualign/branch-policy/branch-policy.yaml" in args
+    assert "--docker-config=/etc/gpualign/docker/config.json" in args and "--gate-operator-upgrades" in args
+    policy = YAML(typ="safe").load(objs["ConfigMap"]["data"]["branch-policy.yaml"])
+    assert policy["pools"][1] == {"selector": "feature.node.kubernetes.io/system-os_release.ID=rhel",
+                                  "branch": "580", "usePrecompiled": False}
+    secret = next(v for v in pod["volumes"] if v["name"] == "registry-credentials")["secret"]
+    assert secret == {"secretName": "registry-credentials", "items": [{"key": ".dockerconfigjson",
+                                                                        "path": "config.json"}]}
+    assert pod["tolerations"][0]["key"] == "node-role.kubernetes.io/control-plane"
+    assert objs["ServiceMonitor"]["spec"]["endpoints"][0] == {"port": "http", "path": "/metrics", "interval": "15s"}
+    bad = helm("template", "ga", str(CHART), "--set", "driverBranch=580", "--set",
+               "branchPolicy[0].selector=a=b", "--set", "branchPolicy[0].branch=580", check=False)
+    assert bad.returncode != 0 and "driverBranch and branchPolicy are exclusive" in bad.stderr
+
+
+def test_the_chart_and_deploy_grant_exactly_the_same_rbac_and_alerts():
+    objs = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *MONITORING).stdout)
+    chart = {o["kind"]: o for o in objs}
+    base = {p.stem: YAML(typ="safe").load(p.read_text()) for p in (ROOT / "deploy" / "base").glob("*.yaml")}
+    assert chart["ClusterRole"]["rules"] == base["clusterrole"]["rules"]
+    assert chart["Role"]["rules"] == base["role"]["rules"]
+    alerts = YAML(typ="safe").load((ROOT / "deploy" / "monitoring" / "prometheusrule.yaml").read_text())
+    assert chart["PrometheusRule"]["spec"] == alerts["spec"]
+
+
+def test_the_values_table_in_the_chart_readme_is_current():
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "chart_values_table.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def kubectl(lab, *args: str) -> subprocess.CompletedProcess[str]:
+    return lab.kubectl(*args, timeout=120)
+
+
+def test_install_upgrade_uninstall_on_the_lab(lab, tmp_path):
+    ns = "gpualign-helm"
+    kc = lab.kubeconfig
+    rendered = helm("template", "ga", str(CHART), "-n", ns, "-f", str(NONDEFAULT)).stdout
+    (tmp_path / "out.yaml").write_text(rendered)
+    kubectl(lab, "create", "namespace", ns)
+    dry = kubectl(lab, "apply", "--dry-run=server", "-f", str(tmp_path / "out.yaml"))
+    assert dry.returncode == 0, dry.stderr
+    assert not kubectl(lab, "get", "deployment", "-n", ns, "-o", "name").stdout.strip()  # a dry run wrote nothing
+    try:
+        helm("install", "ga", str(CHART), "-n", ns, "--set", "ledgers={registry://127.0.0.1:1/nvidia/driver}",
+             "--set", "driverBranch=580", "--wait=false", kubeconfig=kc)
+        dep = json.loads(kubectl(lab, "get", "deployment", "gpualign-controller", "-n", ns, "-o", "json").stdout)
+        assert dep["spec"]["replicas"] == 2
+        assert "--driver-branch=580" in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+        sa = f"system:serviceaccount:{ns}:gpualign-controller"
+        can = {(verb, res): kubectl(lab, "auth", "can-i", verb, res, "--as", sa, *extra).stdout.strip()
+               for verb, res, extra in [("list", "nodes", []), ("patch", "nodes", []), ("create", "pods/eviction", []),
+                                        ("list", "clusterpolicies.nvidia.com", []),
+                                        ("update", "leases.coordination.k8s.io", ["-n", ns]),
+                                        ("delete", "nodes", []), ("create", "secrets", ["-n", ns]),
+                                        ("update", "leases.coordination.k8s.io", ["-n", "kube-system"]),
+                                        ("get", "secrets", ["-n", ns])]}
+        assert {k for k, v in can.items() if v == "yes"} == {
+            ("list", "nodes"), ("patch", "nodes"), ("create", "pods/eviction"), ("list", "clusterpolicies.nvidia.com"),
+            ("update", "leases.coordination.k8s.io")}, can
+        helm("upgrade", "ga", str(CHART), "-n", ns, "--reuse-values", "--set", "replicaCount=1", "--set",
+             "logLevel=DEBUG", kubeconfig=kc)
+        dep = json.loads(kubectl(lab, "get", "deployment", "gpualign-controller", "-n", ns, "-o", "json").stdout)
+        env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert dep["spec"]["replicas"] == 1 and env["GPUALIGN_LOG_LEVEL"] == "DEBUG"
+        history = json.loads(helm("history", "ga", "-n", ns, "-o", "json", kubeconfig=kc).stdout)
+        assert [h["revision"] for h in history] == [1, 2]
+    finally:
+        helm("uninstall", "ga", "-n", ns, "--wait", kubeconfig=kc, check=False)
+    left = kubectl(lab, "get", "deployment,serviceaccount,role,rolebinding,service", "-n", ns, "-l",
+                   "app.kubernetes.io/instance=ga", "-o", "name").stdout.split()
+    cluster_left = kubectl(lab, "get", "clusterrole,clusterrolebinding", "-l", "app.kubernetes.io/instance=ga",
+                           "-o", "name").stdout.split()
+    assert left == [] and cluster_left == []
+
+
+def test_monitoring_objects_install_once_their_crds_are_served(lab, tmp_path):
+    ns = "gpualign-mon"
+    crds = []
+    for kind, plural in (("ServiceMonitor", "servicemonitors"), ("PrometheusRule", "prometheusrules")):
+        crds.append({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                     "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+                     "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+                              "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                              "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                                  "openAPIV3Schema": {"type": "object",
+                                                      "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    path = tmp_path / "crds.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": crds}))
+    assert kubectl(lab, "apply", "-f", str(path)).returncode == 0
+    kubectl(lab, "wait", "--for=condition=Established", "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")
+    kubectl(lab, "create", "namespace", ns)
+    try:
+        helm("install", "mon", str(CHART), "-n", ns, "--wait=false", kubeconfig=lab.kubeconfig)
+        names = kubectl(lab, "get", "servicemonitors,prometheusrules", "-n", ns, "-o", "name").stdout.split()
+        assert sorted(names) == ["prometheusrule.monitoring.coreos.com/gpualign",
+                                 "servicemonitor.monitoring.coreos.com/gpualign-controller"]
+    finally:
+        helm("uninstall", "mon", "-n", ns, kubeconfig=lab.kubeconfig, check=False)
+        kubectl(lab, "delete", "-f", str(path), "--wait=false")
