@@ -10,6 +10,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from gpualign import labels as L
+from tests.helpers import pod_ready
+
 # The default lab scenario's five driver pools, as `<kernel>-<os-tag>`: push `595-<pool>` to upgrade them all.
 POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
          "6.8.0-1017-azure-ubuntu24.04", "6.8.0-1015-gcp-ubuntu22.04"]
@@ -65,3 +68,46 @@ class UpgradeProcess:
     @property
     def output(self) -> str:
         return "\n".join(self.lines)
+
+
+def serve_workload() -> list[dict]:
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "serve"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "serve"},
+         "spec": {"replicas": 12, "selector": {"matchLabels": {"app": "llm"}},
+                  "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {
+                      "nodeSelector": {L.GPU_PRESENT: "true"},
+                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                     "whenUnsatisfiable": "ScheduleAnyway",
+                                                     "labelSelector": {"matchLabels": {"app": "llm"}}}],
+                      "containers": [{"name": "llm", "image": "nvcr.io/nvidia/tritonserver:25.01-py3",
+                                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+         "metadata": {"name": "llm-pdb", "namespace": "serve"},
+         "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "llm"}}}},
+    ]
+
+
+def all_pods_ready(kube) -> bool:
+    pods = [p for ns in ("ml", "serve") for p in kube.pods(ns)]
+    return bool(pods) and all(pod_ready(p) or (p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
+
+
+def build_twenty(lab) -> None:  # noqa: ANN001 - tests.conftest.Lab
+    """The reliability fleet: the default lab plus 14 nodes (20 GPU nodes), 595 images for every pool, the trainer
+    PDB at minAvailable 1 and a 12-replica serving workload under a minAvailable-10 PDB."""
+    from gpualign.lab.scenarios import NodeSpec
+    from gpualign.lab.seed import add_node, driver_version_for
+    from tests.helpers import wait_for
+
+    kube = lab.kube()
+    for pool in POOLS:
+        assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
+    for i in range(14):
+        add_node(kube, NodeSpec(f"gpu-k{i:02d}", "5.15.0-124-generic", "ubuntu", "22.04",
+                                driver=driver_version_for("580")), branch="580", registry=lab.registry)
+    kube.patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 1}})
+    for obj in serve_workload():
+        kube.apply(obj)
+    wait_for(lambda: len(kube.nodes(f"{L.GPU_PRESENT}=true")) == 20, what="20 GPU nodes")
+    wait_for(lambda: all_pods_ready(kube), timeout=120, what="workloads Ready")

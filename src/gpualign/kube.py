@@ -271,7 +271,10 @@ class Kube:
                 raise Unreachable(f"WATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
             for line in resp.iter_lines():
                 if line:
-                    event = json.loads(line)
+                    try:
+                        event = json.loads(line)
+                    except ValueError:  # a stream cut inside an event: the caller resumes from the last one
+                        raise Unreachable(f"watch {path} broken inside an event") from None
                     yield event["type"], event["object"]
         except httpx2.HTTPError as err:
             raise Unreachable(f"watch {path} broken: {err}") from None

@@ -21,12 +21,10 @@ from pathlib import Path
 import pytest
 
 from gpualign import labels as L
-from gpualign.lab.scenarios import NodeSpec
-from gpualign.lab.seed import add_node, driver_version_for
+from gpualign.lab.seed import driver_version_for
 from tests.conftest import run_cli, start_lab
-from tests.helpers import pod_ready, wait_for
 from tests.recorder import Recorder
-from tests.upgrade_helpers import BOUNDARIES, POOLS, UpgradeProcess
+from tests.upgrade_helpers import BOUNDARIES, UpgradeProcess, build_twenty
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -34,44 +32,11 @@ MAX_PARALLEL = 3
 RANDOM_KILLS = 6
 
 
-def serve_workload() -> list[dict]:
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "serve"}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "serve"},
-         "spec": {"replicas": 12, "selector": {"matchLabels": {"app": "llm"}},
-                  "template": {"metadata": {"labels": {"app": "llm"}}, "spec": {
-                      "nodeSelector": {L.GPU_PRESENT: "true"},
-                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
-                                                     "whenUnsatisfiable": "ScheduleAnyway",
-                                                     "labelSelector": {"matchLabels": {"app": "llm"}}}],
-                      "containers": [{"name": "llm", "image": "nvcr.io/nvidia/tritonserver:25.01-py3",
-                                      "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-         "metadata": {"name": "llm-pdb", "namespace": "serve"},
-         "spec": {"minAvailable": 10, "selector": {"matchLabels": {"app": "llm"}}}},
-    ]
-
-
-def all_pods_ready(kube) -> bool:
-    pods = [p for ns in ("ml", "serve") for p in kube.pods(ns)]
-    return bool(pods) and all(pod_ready(p) or (p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
-
-
 @pytest.fixture
 def fleet(tmp_path):
     lab = start_lab(tmp_path / "state")
     try:
-        kube = lab.kube()
-        for pool in POOLS:
-            assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
-        for i in range(14):
-            add_node(kube, NodeSpec(f"gpu-k{i:02d}", "5.15.0-124-generic", "ubuntu", "22.04",
-                                    driver=driver_version_for("580")), branch="580", registry=lab.registry)
-        kube.patch("/apis/policy/v1/namespaces/ml/poddisruptionbudgets/trainer-pdb", {"spec": {"minAvailable": 1}})
-        for obj in serve_workload():
-            kube.apply(obj)
-        wait_for(lambda: len(kube.nodes(f"{L.GPU_PRESENT}=true")) == 20, what="20 GPU nodes")
-        wait_for(lambda: all_pods_ready(kube), timeout=120, what="workloads Ready")
+        build_twenty(lab)
         yield lab
     finally:
         keep = Path(os.environ.get("GPUALIGN_KEEP_LOGS", tmp_path / "lab-logs"))

@@ -13,6 +13,7 @@ from gpualign.cli.options import (
     BranchPolicyOpt,
     ContextOpt,
     DockerConfigOpt,
+    InsecureRegistryOpt,
     KubeconfigOpt,
     LedgerOpt,
     OldPolicyOpt,
@@ -32,6 +33,7 @@ def controller(
     operator_version: OperatorVersionOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     ledger_refresh: Annotated[float, typer.Option(
         metavar="SECONDS", help="seconds between re-reads of the ledger")] = 60.0,
     gate_operator_upgrades: Annotated[bool, typer.Option(

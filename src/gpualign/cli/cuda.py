@@ -16,6 +16,7 @@ from gpualign.cli.groups import Group
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
+    InsecureRegistryOpt,
     KubeconfigOpt,
     NodesFileOpt,
     NoHeadersOpt,
@@ -187,6 +188,7 @@ def check_cmd(
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,

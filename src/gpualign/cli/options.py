@@ -64,3 +64,15 @@ OperatorVersionOpt = Annotated[str | None, typer.Option(
          "v26.3.0) [default: the version on the cluster's ClusterPolicy (label app.kubernetes.io/version), else "
          "the newest rules]")]
 NoHeadersOpt = Annotated[bool, typer.Option("--no-headers", help="print tables without their header line")]
+def _allow_insecure(hosts: list[str] | None) -> list[str] | None:
+    if hosts:
+        from gpualign.ledger.registry import allow_insecure
+
+        allow_insecure(hosts)
+    return hosts
+
+
+InsecureRegistryOpt = Annotated[list[str] | None, typer.Option(
+    "--insecure-registry", metavar="HOST[:PORT]", callback=_allow_insecure,
+    help="speak plain http to this registry although it is not on this machine (repeatable); without it, http:// "
+         "to a remote registry is refused")]

@@ -15,6 +15,7 @@ from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchPolicyOpt,
     DockerConfigOpt,
+    InsecureRegistryOpt,
     KubeconfigOpt,
     LedgerOpt,
     NodesFileOpt,
@@ -48,6 +49,7 @@ def plan(
     rules: RulesOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,

@@ -15,6 +15,7 @@ from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
+    InsecureRegistryOpt,
     KubeconfigOpt,
     LedgerOpt,
     NoHeadersOpt,
@@ -97,6 +98,7 @@ def status(
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
@@ -168,6 +170,7 @@ def why(
     to_branch: ToBranchOpt = None,
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:

@@ -13,6 +13,7 @@ from gpualign.cli.common import emit_data, report, stdout, warn
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
+    InsecureRegistryOpt,
     KubeconfigOpt,
     LedgerOpt,
     Output,
@@ -184,6 +185,7 @@ def upgrade(
         metavar="NAMESPACE", help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,

@@ -56,13 +56,32 @@ class RegistryRef:
         return f"registry://{self.host}/{self.repo}"
 
 
+_INSECURE: set[str] = set()  # HOST[:PORT] the user allowed plain http to (--insecure-registry)
+
+
+def allow_insecure(hosts: list[str] | None) -> None:
+    """Registries (HOST or HOST:PORT) to speak plain http to although they are not on this machine."""
+    _INSECURE.update(h.strip().rstrip("/") for h in hosts or [] if h.strip())
+
+
+def _insecure_allowed(host: str, hostname: str) -> bool:
+    return host in _INSECURE or hostname in _INSECURE
+
+
 def parse_ref(text: str) -> RegistryRef:
+    """registry://, oci:// or no prefix: https, except on loopback or for a registry allowed by --insecure-registry;
+    https:// always; http:// only on loopback or when allowed: plain http elsewhere would carry credentials and the
+    ledger in clear, so it is refused."""
     m = re.fullmatch(r"(?:(registry|oci|https?)://)?([^/\s:]+(?::[0-9]+)?)/([a-z0-9][a-z0-9._/-]*?)/?", text.strip())
     if not m:
         raise BadInput(f"registry ledger {text!r}: expected registry://HOST[:PORT]/REPO")
     prefix, host, repo = m.groups()
     hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
-    scheme = prefix if prefix in ("http", "https") else "http" if hostname in LOOPBACK else "https"
+    plain_ok = hostname in LOOPBACK or _insecure_allowed(host, hostname)
+    if prefix == "http" and not plain_ok:
+        raise BadInput(f"registry {host}: plain http to a registry off this machine is refused (credentials and the "
+                       f"ledger would travel in clear); use https, or pass --insecure-registry {host}")
+    scheme = "https" if prefix == "https" else "http" if plain_ok else "https"
     return RegistryRef(host=host, repo=repo, scheme=scheme)
 
 

@@ -49,7 +49,7 @@ def _same_repository(a: str, b: str) -> bool:
 
 
 def is_registry(source: str) -> bool:
-    return source.startswith(("registry://", "oci://"))
+    return source.startswith(("registry://", "oci://", "http://", "https://"))
 
 
 def load(sources: list[str], *, docker_config: Path | None = None, timeout: float = 10.0) -> Ledger:

@@ -1,0 +1,218 @@
+"""Faults beyond restarts: Toxiproxy between gpualign and the lab's API server (and its registry) injects slow links
+(latency with jitter, a bandwidth cap), connections reset mid-stream (in watches and in LIST pages), a 30 s
+blackhole, slow closes and half-open connections. Checked with the recorder (an independent, unproxied client) and
+the API server's audit log:
+- the 20-node upgrade walk with PDBs ends with every node done, no PDB breach, no pod evicted twice, no stray cordon;
+- the controller raises no duplicate and misses no `DriverImageMissing` Event across resets of its watches, and a
+  change made while its watches are cut (even one far enough back to make the API server answer 410) is seen;
+- `check` ends with one clear line within its deadline, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpualign import labels as L
+from gpualign.lab.seed import driver_version_for
+from tests.conftest import run_cli, start_lab
+from tests.controller_helpers import Controller, events, new_node
+from tests.helpers import wait_for
+from tests.recorder import Recorder
+from tests.toxics import Toxiproxy, proxied_kubeconfig
+from tests.upgrade_helpers import UpgradeProcess, build_twenty
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+
+@dataclass
+class Faulty:
+    lab: object
+    toxi: Toxiproxy
+    kubeconfig: Path  # the lab's, through the proxy
+    registry: str  # the lab registry, through the proxy
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**self.lab.env, "KUBECONFIG": str(self.kubeconfig)}  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    work = tmp_path_factory.mktemp("faults")
+    lab = start_lab(work / "state")
+    toxi = Toxiproxy.start(work / "toxiproxy.log")
+    try:
+        build_twenty(lab)
+        api = toxi.proxy("apiserver", lab.apiserver.removeprefix("https://"))
+        registry = toxi.proxy("registry", lab.registry)
+        yield Faulty(lab, toxi, proxied_kubeconfig(lab.kubeconfig, api, work / "proxied.kubeconfig"), registry)
+    finally:
+        toxi.stop()
+        run_cli("lab", "down", env=lab.env)
+
+
+def audit_entries(lab, mark: int) -> list[dict]:
+    raw = (lab.state_dir / "logs" / "audit.log").read_bytes()[mark:].decode()
+    return [json.loads(line) for line in raw.splitlines() if line.strip()]
+
+
+def walk_under(faulty: Faulty, branch: str, during=None) -> None:  # noqa: ANN001 - a callable(UpgradeProcess)
+    """One walk of the 20 nodes to `branch` through the proxy, then every invariant checked."""
+    lab = faulty.lab
+    kube = lab.kube()  # type: ignore[attr-defined]
+    mark = (lab.state_dir / "logs" / "audit.log").stat().st_size  # type: ignore[attr-defined]
+    cordoned_before = {n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true")
+                       if n["spec"].get("unschedulable")}
+    recorder = Recorder(lab.kube()).start()  # type: ignore[attr-defined]
+    try:
+        walk = UpgradeProcess.start(faulty.env, "--to-branch", branch, "--ledger",
+                                    f"registry://{faulty.registry}/nvidia/driver", "--max-parallel", "4")
+        if during is not None:
+            during(walk)
+        code = walk.finish(timeout=900)
+    finally:
+        faulty.toxi.clear()
+        recorder.stop()
+    assert code == 0, walk.output[-4000:]
+    nodes = {n["metadata"]["name"]: n for n in kube.nodes(f"{L.GPU_PRESENT}=true")}
+    assert len(nodes) == 20
+    assert {n["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") for n in nodes.values()} == \
+        {"upgrade-done"}
+    assert {n["metadata"]["labels"].get(L.DRIVER_CURRENT_FULL) for n in nodes.values()} == \
+        {driver_version_for(branch)}
+    assert recorder.pdb_breaches() == []
+    assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == cordoned_before  # no stray cordon
+    ours = [e for e in audit_entries(lab, mark) if e.get("userAgent", "").startswith("gpualign-upgrade/")
+            and e.get("stage") == "ResponseComplete" and e["objectRef"].get("resource") == "pods"]
+    granted: dict[str, int] = {}
+    for e in ours:
+        if e["objectRef"].get("subresource") == "eviction" and e["responseStatus"]["code"] in (200, 201):
+            key = f"{e['objectRef']['namespace']}/{e['objectRef']['name']}"
+            granted[key] = granted.get(key, 0) + 1
+    assert granted and all(n == 1 for n in granted.values()), {k: n for k, n in granted.items() if n > 1}
+    assert [e for e in ours if not e["objectRef"].get("subresource") and e["verb"] == "delete"
+            and "nvidia-driver" not in e["objectRef"].get("name", "")] == []  # only evictions (and driver pods)
+
+
+@pytest.mark.timeout(1200)
+def test_the_walk_over_a_slow_link(faulty):
+    t = faulty.toxi
+    t.add("apiserver", "latency", "latency", latency=500, jitter=250)
+    t.add("apiserver", "latency-up", "latency", stream="upstream", latency=100, jitter=50)
+    t.add("apiserver", "bandwidth", "bandwidth", rate=256)  # KB/s
+    t.add("registry", "latency", "latency", latency=300, jitter=100)
+    walk_under(faulty, "595")
+
+
+@pytest.mark.timeout(1200)
+def test_the_walk_through_resets_mid_stream(faulty):
+    t = faulty.toxi
+    # A third of the connections are reset 1.5 s after their first byte (watches, long LISTs, kept-alive
+    # connections), and a fifth are cut after 40 kB, inside a LIST page.
+    t.add("apiserver", "reset", "reset_peer", toxicity=0.33, timeout=1500)
+    t.add("apiserver", "cut", "limit_data", toxicity=0.2, bytes=40_000)
+    walk_under(faulty, "580")
+
+
+@pytest.mark.timeout(1200)
+def test_the_walk_through_a_30s_blackhole_then_slow_closes(faulty):
+    def blackhole(walk: UpgradeProcess) -> None:
+        walk.wait_line("→ cordon-required", timeout=120)
+        faulty.toxi.add("apiserver", "blackhole", "timeout", timeout=0)  # nothing passes, nothing is closed
+        faulty.toxi.add("apiserver", "blackhole-up", "timeout", stream="upstream", timeout=0)
+        time.sleep(30)
+        faulty.toxi.remove("apiserver", "blackhole")
+        faulty.toxi.remove("apiserver", "blackhole-up")
+        faulty.toxi.add("apiserver", "slow-close", "slow_close", delay=3000)
+
+    walk_under(faulty, "595", during=blackhole)
+
+
+def check_cmd(faulty: Faulty, *extra: str) -> tuple[object, float]:
+    t0 = time.monotonic()
+    res = run_cli("check", "--ledger", f"registry://{faulty.registry}/nvidia/driver", "--driver-branch", "595",
+                  *extra, env=faulty.env, timeout=120)
+    return res, time.monotonic() - t0
+
+
+def test_check_ends_with_one_line_within_its_deadline(faulty):
+    t = faulty.toxi
+    t.add("apiserver", "blackhole", "timeout", timeout=0)  # half-open: connected, silent, never closed
+    try:
+        res, took = check_cmd(faulty, "--request-timeout", "5s")
+    finally:
+        t.clear()
+    assert res.code == 2 and res.err.count("\n") == 1 and res.err.startswith("gpualign: error: API server"), res.err
+    assert took < 20, took
+    t.add("registry", "blackhole", "timeout", timeout=0)
+    try:
+        res, took = check_cmd(faulty)
+    finally:
+        t.clear()
+    assert res.code == 2 and res.err.count("\n") == 1 and "registry" in res.err, res.err
+    assert took < 30, took  # the registry client's 10 s bound
+    t.add("apiserver", "latency", "latency", latency=500, jitter=250)
+    try:
+        res, took = check_cmd(faulty, "-o", "json")
+    finally:
+        t.clear()
+    assert res.code in (0, 1) and json.loads(res.out)["summary"]["gpu_nodes"] == 20, res.err
+
+
+@pytest.mark.timeout(600)
+def test_the_controller_misses_nothing_and_repeats_nothing_across_cut_watches(faulty, tmp_path):
+    lab = faulty.lab
+    kube = lab.kube()  # type: ignore[attr-defined]
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+    t = faulty.toxi
+    ctl = Controller(lab, "--ledger-refresh", "2", kubeconfig=faulty.kubeconfig, identity="faults")
+    recorder = Recorder(lab.kube()).start()  # type: ignore[attr-defined]
+    try:
+        # 1. Every connection reset 2 s after its first byte: the watches break over and over.
+        t.add("apiserver", "reset", "reset_peer", timeout=2000)
+        t.add("apiserver", "reset-up", "reset_peer", stream="upstream", timeout=2000)
+        for i in range(3):
+            new_node(lab, f"gpu-f{i}", "5.15.0-199-generic")
+            time.sleep(2.5)
+        for i in range(3):
+            wait_for(lambda i=i: events(kube, f"gpu-f{i}", "DriverImageMissing"), timeout=60,
+                     what=f"DriverImageMissing for gpu-f{i}")
+        # 2. The proxy refuses every connection while nodes change: far enough back (1,200 node writes) that the
+        # API server answers the controller's resume with 410 Gone, so it must list again.
+        t.clear()
+        t.enable("apiserver", False)
+        kube.patch("/api/v1/nodes/gpu-k03", {"metadata": {"labels": {L.KERNEL: "5.15.0-198-generic"}}})
+        for n in range(1200):
+            kube.patch(f"/api/v1/nodes/gpu-k{n % 14:02d}", {"metadata": {"annotations": {"churn": str(n)}}})
+        time.sleep(2)
+        t.enable("apiserver", True)
+        wait_for(lambda: events(kube, "gpu-k03", "DriverImageMissing"), timeout=90,
+                 what="the change made while the watches were cut")
+        assert any(c.kind == "node" and c.name == "gpu-k03" and
+                   c.obj["metadata"]["labels"].get(L.KERNEL) == "5.15.0-198-generic" for c in recorder.changes)
+        ctl_log = Path(ctl.log.name).read_text()
+        assert "listing again" in ctl_log, ctl_log[-3000:]  # 410: the resourceVersion was too old
+        # 3. The images appear (through the resets again): each node cleared once, no alarm repeated.
+        t.add("apiserver", "reset", "reset_peer", timeout=2000)
+        for tag in ("580-5.15.0-199-generic-ubuntu22.04", "580-5.15.0-198-generic-ubuntu22.04"):
+            assert lab.cli("lab", "push-image", tag).code == 0  # type: ignore[attr-defined]
+        for node in ("gpu-f0", "gpu-f1", "gpu-f2", "gpu-k03"):
+            wait_for(lambda node=node: events(kube, node, "DriverImageAvailable"), timeout=90,
+                     what=f"DriverImageAvailable for {node}")
+        t.clear()
+        time.sleep(5)  # quiet: any late duplicate would show now
+        for node in ("gpu-f0", "gpu-f1", "gpu-f2", "gpu-k03"):
+            for reason in ("DriverImageMissing", "DriverImageAvailable"):
+                got = events(kube, node, reason)
+                assert len(got) == 1 and got[0].get("count", 1) == 1, (node, reason, got)
+    finally:
+        t.clear()
+        t.enable("apiserver", True)
+        recorder.stop()
+        ctl.stop()
+        kube.patch("/api/v1/nodes/gpu-k03", {"metadata": {"labels": {L.KERNEL: "5.15.0-124-generic"}}})
