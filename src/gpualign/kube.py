@@ -227,18 +227,23 @@ class Kube:
         return EvictionResult(pod=f"{namespace}/{pod}", status=resp.status_code, message=_status_message(resp))
 
     def event(self, node: JSON, reason: str, message: str, *, warning: bool = True,
-              component: str = "gpualign") -> None:
-        """A core/v1 Event on a Node (in `default`, where node events live), as kubectl describe node shows."""
+              component: str = "gpualign", name: str | None = None) -> None:
+        """A core/v1 Event on a Node (in `default`, where node events live), as kubectl describe node shows. With a
+        name, the Event is made at most once: a second POST of it (a retry whose first answer was lost) finds it
+        there (409) and counts as done."""
         now = _now()
         meta = node["metadata"]
+        naming = {"name": name} if name else {"generateName": f"{meta['name']}."}
         body = {"apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": "default"},
+                "metadata": {**naming, "namespace": "default"},
                 "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": meta["name"],
                                    "uid": meta.get("uid", "")},
                 "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
                 "source": {"component": component}, "reportingComponent": component,
                 "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
         resp = self.request("POST", "/api/v1/namespaces/default/events", body=body)
+        if resp.status_code == 409 and name:
+            return  # made by the earlier attempt
         if resp.status_code >= 400:
             raise Unreachable(f"creating event on node {meta['name']}: HTTP {resp.status_code}: "
                               f"{_status_message(resp)}")

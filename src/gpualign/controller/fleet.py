@@ -12,7 +12,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ JSON = dict[str, Any]
 
 IMAGE_ANNOTATION = "gpualign.io/driver-image"
 STATUS_ANNOTATION = "gpualign.io/driver-image-status"
+# How many alarm transitions (alarmed, cleared) were written on the node: it names each transition's Event, so a
+# retried Event (after an answer lost to a reset) is the same object and is refused as a duplicate, never posted twice.
+SEQUENCE_ANNOTATION = "gpualign.io/driver-image-transitions"
 EVENT_MISSING = "DriverImageMissing"
 EVENT_PRESENT = "DriverImageAvailable"
 EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image built for another OS or kernel
@@ -67,6 +70,8 @@ class Fleet:
     events_posted: int = 0
     updated: str = ""
     published: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    # node -> the transition written (status, tag, sequence) whose Event is not confirmed yet (a write failed)
+    unconfirmed: dict[str, tuple[str | None, str | None, int]] = field(default_factory=dict)
     node_locks: dict[str, threading.Lock] = field(default_factory=dict)
     pools: dict[str, JSON] = field(default_factory=dict)  # driver DaemonSets by namespace/name
 
@@ -237,32 +242,49 @@ class Fleet:
         """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes.
 
         Only a missing image, or an operator deploying a mismatched one, is written down; a healthy node carries no
-        annotation, so a 5,000-node fleet costs no writes at start-up."""
+        annotation, so a 5,000-node fleet costs no writes at start-up. A write whose answer is lost (a reset
+        connection) is retried: the annotation is idempotent, and the Event is named by the transition's sequence
+        number, so the retry finds it if it was made, and makes it if it was not. Nothing is lost, nothing doubled."""
         status = finding["status"] if finding["status"] in ALARMS else None
         tag = finding["tag"] if status else None
         ann = facts.annotations
         # What this process last wrote, else what the node says (a restarted or newly elected controller).
         last = self.published.get(facts.name) or (ann.get(STATUS_ANNOTATION), ann.get(IMAGE_ANNOTATION))
-        if last == (status, tag):
+        pending = self.unconfirmed.get(facts.name)
+        if last == (status, tag) and not (pending and pending[:2] == (status, tag)):
             return
-        was_alarmed = last[0] in ALARMS
         try:
-            node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
-                IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status}}})
+            if pending and pending[:2] == (status, tag) and last == (status, tag):
+                # The annotation landed (its answer may have been lost); its Event may not have.
+                sequence, was_alarmed = pending[2], status is None
+                found = self.kube.get(f"/api/v1/nodes/{facts.name}")
+                if found is None:
+                    self.unconfirmed.pop(facts.name, None)
+                    return
+                node_obj = found
+            else:
+                was_alarmed = last[0] in ALARMS
+                sequence = _sequence(ann) + 1
+                self.unconfirmed[facts.name] = (status, tag, sequence)
+                node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
+                    IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status, SEQUENCE_ANNOTATION: str(sequence)}}})
+            node_ref = node_obj
+            name = _event_name(facts.name, sequence)
             if status == MISSING:
-                self.kube.event(node_obj, EVENT_MISSING,
+                self.kube.event(node_ref, EVENT_MISSING,
                                 f"driver image {finding['image']} is missing from the ledger: this node's driver "
-                                f"pod cannot pull it and the node loses its GPUs ({finding['reason']})")
+                                f"pod cannot pull it and the node loses its GPUs ({finding['reason']})", name=name)
                 self.events_posted += 1
             elif status == MISMATCH:
-                self.kube.event(node_obj, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
-                                f"here, built for another OS or kernel: {finding['reason']}")
+                self.kube.event(node_ref, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
+                                f"here, built for another OS or kernel: {finding['reason']}", name=name)
                 self.events_posted += 1
             elif was_alarmed:
-                self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and "
-                                "is what the operator deploys", warning=False)
+                self.kube.event(node_ref, EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and "
+                                "is what the operator deploys", warning=False, name=name)
                 self.events_posted += 1
             self.published[facts.name] = (status, tag)
+            self.unconfirmed.pop(facts.name, None)
         except GpualignError as err:
             log.warning("node %s: %s", facts.name, err.message)
             self.queue.put(facts.name)  # try again: the alarm must not be lost
@@ -335,3 +357,18 @@ class Fleet:
                         for f in findings), key=lambda n: n["name"])
         return {"nodes": nodes, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
                 "leader": 1 if leader else 0, "updated": self.updated, "ledger_sources": list(self.ledger.sources)}
+
+
+def _sequence(annotations: Mapping[str, str]) -> int:
+    value = annotations.get(SEQUENCE_ANNOTATION, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def _event_name(node: str, sequence: int) -> str:
+    """node.gpualign-<sequence>, shortened with a hash when the node's name is near the 253-character limit."""
+    suffix = f".gpualign-{sequence}"
+    if len(node) + len(suffix) <= 253:
+        return node + suffix
+    import hashlib
+
+    return f"{node[:200]}.{hashlib.sha256(node.encode()).hexdigest()[:16]}{suffix}"

@@ -224,7 +224,9 @@ class RegistryClient:
         except httpx2.RemoteProtocolError:
             raise Unreachable(f"registry {self.ref.host}: response to {where} was cut short") from None
         except httpx2.HTTPError as err:
-            raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}") from None
+            why = " ".join(str(err).split())[:200]  # e.g. [SSL: CERTIFICATE_VERIFY_FAILED] …: the reason, one line
+            raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}"
+                              + (f": {why}" if why else "")) from None
         plain = [(k, v) for k, v in resp.headers.raw
                  if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
         return httpx2.Response(resp.status_code, headers=plain, content=bytes(body), request=resp.request)
