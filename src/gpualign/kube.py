@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from gpualign.errors import BadInput, Unreachable
 
 JSON = dict[str, Any]
 PAGE = 500
+RETRIES_ON_RESET = 3  # a GET cut by a reset connection is tried again this many times (0.1, 0.2, 0.4 s apart)
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
@@ -131,10 +133,20 @@ class Kube:
         if body is not None:
             headers["Content-Type"] = content_type
             content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        try:
-            return self._http.request(method, path, params=params, content=content, headers=headers)
-        except httpx2.HTTPError as err:
-            raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+        # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again at once, as
+        # client-go retries GETs on a connection reset; writes are not replayed here: their callers decide.
+        attempts = RETRIES_ON_RESET + 1 if method in ("GET", "HEAD") else 1
+        for attempt in range(attempts):
+            try:
+                return self._http.request(method, path, params=params, content=content, headers=headers)
+            except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as err:
+                if attempt + 1 < attempts:
+                    time.sleep(0.1 * 2 ** attempt)
+                    continue
+                raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+            except httpx2.HTTPError as err:
+                raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
         resp = self.request("GET", path, params=params, accept=accept)

@@ -12,10 +12,11 @@ import datetime as dt
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 from gpualign.controller.leader import LeaseElector, _parse
-from gpualign.errors import EXIT_FINDINGS, GpualignError
+from gpualign.errors import EXIT_FINDINGS, GpualignError, Unreachable
 from gpualign.kube import Kube
 
 
@@ -47,11 +48,22 @@ def hold(kube: Kube, namespace: str, name: str = "gpualign-upgrade", lease_secon
     stop = threading.Event()
     elector = LeaseElector(kube, namespace, name, identity(), lease_seconds=lease_seconds, renew_seconds=10,
                            retry_seconds=2, stop=stop)
-    if not elector.try_acquire_or_renew():
+    deadline = time.monotonic() + 30
+    while True:  # a reset connection on the way in is tried again, as the walk rides out its own
+        try:
+            acquired = elector.try_acquire_or_renew()
+            break
+        except Unreachable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+    if not acquired:
         lease = kube.get(elector.path) or {}
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
-        if holder and _holder_dead_here(holder):
+        if holder == identity():
+            pass  # ours already: an earlier attempt took it and its answer was lost
+        elif holder and _holder_dead_here(holder):
             kube.patch(elector.path, {"spec": {"renewTime": "1970-01-01T00:00:00.000000Z"}})
             if not elector.try_acquire_or_renew():
                 raise Busy(f"another gpualign upgrade took the lock {namespace}/{name} first")

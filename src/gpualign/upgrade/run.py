@@ -109,7 +109,15 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
         # replacement pod turning healthy); without, end now and name what blocks.
         pdb_wait = bool(timeout) and any(a.kind == "hold" and a.reason.startswith(PDB_HOLD) for a in actions)
         if not moving and not active and executor.transitions == before and not pdb_wait:
-            final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+            try:
+                final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
+            except Unreachable as err:  # the closing read, too, rides out an outage: the next pass reads again
+                outage_since = outage_since or time.monotonic()
+                if time.monotonic() - outage_since > OUTAGE_TOLERANCE:
+                    raise
+                report("api-server", f"unreachable, retrying: {err.message}")
+                time.sleep(2.0)
+                continue
             reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
             for name, ns in final.nodes.items():
                 if ns.view.state == S.FAILED:
