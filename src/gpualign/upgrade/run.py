@@ -72,6 +72,17 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
         waker.close()
 
 
+def _ride_out(err: Unreachable, outage_since: float | None, report: Callable[[str, str], None]) -> float:
+    """One unreachable moment of an outage: re-raised once it has lasted OUTAGE_TOLERANCE, else reported and waited
+    on. Returns when the outage began."""
+    began = outage_since or time.monotonic()
+    if time.monotonic() - began > OUTAGE_TOLERANCE:
+        raise err
+    report("api-server", f"unreachable, retrying: {err.message}")
+    time.sleep(2.0)
+    return began
+
+
 def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
           to_branch: str | None, report: Callable[[str, str], None], timeout: float,
           on_pass: Callable[[Snapshot], None], waker: Waker) -> Outcome:
@@ -91,11 +102,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
             actions = executor.run_pass(snap)
         except Unreachable as err:
             # Every step is idempotent and the state is in the cluster: wait for the API server and go on.
-            outage_since = outage_since or time.monotonic()
-            if time.monotonic() - outage_since > OUTAGE_TOLERANCE:
-                raise
-            report("api-server", f"unreachable, retrying: {err.message}")
-            time.sleep(2.0)
+            outage_since = _ride_out(err, outage_since, report)
             continue
         on_pass(snap)
         waker.follow({n: s.view.state or "" for n, s in snap.nodes.items() if s.view.state in S.IN_PROGRESS})
@@ -112,11 +119,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
             try:
                 final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
             except Unreachable as err:  # the closing read, too, rides out an outage: the next pass reads again
-                outage_since = outage_since or time.monotonic()
-                if time.monotonic() - outage_since > OUTAGE_TOLERANCE:
-                    raise
-                report("api-server", f"unreachable, retrying: {err.message}")
-                time.sleep(2.0)
+                outage_since = _ride_out(err, outage_since, report)
                 continue
             reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
             for name, ns in final.nodes.items():
