@@ -63,7 +63,7 @@ class Setup:
 class Checked:
     audit: Audit
     body: dict[str, Any]  # the JSON report's body (nodes, missing, summary, operator, rules, ledger, warnings)
-    warnings: list[str]
+    warnings: list[str]  # to say on stderr (the read's own notes are said as soon as it is read)
 
 
 def check_cluster(read: Read, setup: Setup) -> Checked:
@@ -76,7 +76,8 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
 
     inv, view = read.inventory, read.view
     config = view.config if view else None
-    warnings = list(view.notes) if view else []
+    notes = list(view.notes) if view else []  # what could not be read (RBAC, an unknown version)
+    warnings: list[str] = []
     if not setup.ledger and config is None:
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
                        "check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
@@ -113,7 +114,7 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
         "sources": [s.origin for s in config.sources]}
     body["rules"] = {"source": rule_set.source, "operator_version": rule_set.operator_version}
     body["ledger"] = list(ledger.sources)
-    body["warnings"] = warnings
+    body["warnings"] = notes + warnings
     return Checked(result, body, warnings)
 
 
@@ -232,6 +233,8 @@ def check(
     if names is None:  # one cluster, or a dump
         read = read_nodes(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
                           timeout=timeout)
+        for note in read.view.notes if read.view else ():
+            warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
         checked = check_cluster(read, setup)
         for w in checked.warnings:
             warn(w)
@@ -252,7 +255,7 @@ def check(
         read = read_nodes(None, kubeconfig, name, selector, with_operator=True, timeout=timeout, announce=False)
         checked = check_cluster(read, setup)
         if not read.inventory.nodes:
-            checked.warnings.append(no_gpu_nodes(selector))
+            checked.body["warnings"].append(no_gpu_nodes(selector))
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
         return {**checked.body, "server": read.source["cluster"]["server"]}, clean, \
             read.source["cluster"]["server"]
