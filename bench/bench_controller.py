@@ -12,6 +12,7 @@ Targets (issue: controller): p99 < 1 s, RSS < 150 MB.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -20,7 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
@@ -71,16 +74,21 @@ def metric(port: int, name: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=5000)
-    ap.add_argument("--burst", type=int, default=500)
-    ap.add_argument("--single", type=int, default=100)
-    ap.add_argument("--gap", type=float, default=0.3)
-    ap.add_argument("--idle-seconds", type=float, default=20)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/controller.json"))
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gpualign-bench-ctl-"))
+@dataclass
+class Fleet:
+    """A lab of N kwok GPU nodes (images present for every kernel) with the controller running and synced."""
+
+    state: cluster.LabState
+    kube: Kube
+    ctl: subprocess.Popen[bytes]
+    synced_s: float  # controller start -> every node counted
+
+
+@contextlib.contextmanager
+def fleet_with_controller(prefix: str, nodes: int) -> Iterator[Fleet]:
+    """`lab up --scenario empty`, the driver images of KERNELS pushed, `nodes` GPU nodes, then the controller
+    (`--no-leader-elect`, ledger re-read every 30 s) started and waited on; all of it torn down at the end."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     env = dict(os.environ, GPUALIGN_LAB_DIR=str(work / "lab"))
     subprocess.run([*GPUALIGN, "lab", "up", "--scenario", "empty"], env=env, check=True)
     ctl = None
@@ -94,16 +102,36 @@ def main() -> int:
             push_driver_image(reg, f"580-{k}-ubuntu22.04", "580.173.02")
         reg.close()
         t0 = time.perf_counter()
-        create(kube, [f"fleet-{i:05d}" for i in range(args.nodes)], lambda n: KERNELS[int(n[6:]) % len(KERNELS)])
-        print(f"created {args.nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
+        create(kube, [f"fleet-{i:05d}" for i in range(nodes)], lambda n: KERNELS[int(n[6:]) % len(KERNELS)])
+        print(f"created {nodes} nodes in {time.perf_counter() - t0:.1f}s", flush=True)
         port = free_port()
         log = open(work / "controller.log", "w")  # noqa: SIM115
         started = time.perf_counter()
         ctl = subprocess.Popen([*GPUALIGN, "controller", "--ledger", f"registry://{state.registry}/nvidia/driver",
                                 "--driver-branch", "580", "--listen", f"127.0.0.1:{port}", "--no-leader-elect",
                                 "--ledger-refresh", "30"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        while metric(port, "gpualign_gpu_nodes") != args.nodes:
+        while metric(port, "gpualign_gpu_nodes") != nodes:
             time.sleep(0.2)
+        yield Fleet(state, kube, ctl, time.perf_counter() - started)
+    finally:
+        if ctl is not None:
+            ctl.terminate()
+            ctl.wait(timeout=20)
+        subprocess.run([*GPUALIGN, "lab", "down"], env=env)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=5000)
+    ap.add_argument("--burst", type=int, default=500)
+    ap.add_argument("--single", type=int, default=100)
+    ap.add_argument("--gap", type=float, default=0.3)
+    ap.add_argument("--idle-seconds", type=float, default=20)
+    ap.add_argument("--out", type=Path, default=Path("bench/results/controller.json"))
+    args = ap.parse_args()
+    with fleet_with_controller("gpualign-bench-ctl-", args.nodes) as fleet:
+        state, kube, ctl = fleet.state, fleet.kube, fleet.ctl
+        started = time.perf_counter() - fleet.synced_s
         # the first pass annotates every node once (status present); wait until that settles
         while True:
             c1, _ = proc_sample(ctl.pid)
@@ -185,11 +213,6 @@ def main() -> int:
         print(json.dumps(result, indent=2), flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
-    finally:
-        if ctl is not None:
-            ctl.terminate()
-            ctl.wait(timeout=20)
-        subprocess.run([*GPUALIGN, "lab", "down"], env=env)
     return 0
 
 

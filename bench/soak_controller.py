@@ -19,9 +19,7 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,13 +27,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_controller import KERNELS, MISSING_KERNEL, create, metric, proc_sample  # noqa: E402
+from bench_controller import KERNELS, MISSING_KERNEL, create, fleet_with_controller, proc_sample  # noqa: E402
 
 from gpualign import labels as L  # noqa: E402
 from gpualign.kube import Kube  # noqa: E402
-from gpualign.lab import cluster  # noqa: E402
-from gpualign.lab.processes import free_port  # noqa: E402
-from gpualign.lab.seed import push_driver_image, registry_client  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 
@@ -60,27 +55,8 @@ def main() -> int:
     ap.add_argument("--probe-every", type=float, default=2.0)
     ap.add_argument("--out", type=Path, default=Path("bench/results/soak.json"))
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="gpualign-soak-"))
-    env = dict(os.environ, GPUALIGN_LAB_DIR=str(work / "lab"))
-    subprocess.run([*GPUALIGN, "lab", "up", "--scenario", "empty"], env=env, check=True)
-    ctl = None
-    try:
-        state = cluster.LabState.load(work / "lab")
-        assert state is not None
-        env["KUBECONFIG"] = str(state.kubeconfig)
-        kube = Kube(str(state.kubeconfig))
-        reg = registry_client(state.registry)
-        for k in KERNELS:
-            push_driver_image(reg, f"580-{k}-ubuntu22.04", "580.173.02")
-        reg.close()
-        create(kube, [f"fleet-{i:05d}" for i in range(args.nodes)], lambda n: KERNELS[int(n[6:]) % len(KERNELS)])
-        port = free_port()
-        log = open(work / "controller.log", "w")  # noqa: SIM115
-        ctl = subprocess.Popen([*GPUALIGN, "controller", "--ledger", f"registry://{state.registry}/nvidia/driver",
-                                "--driver-branch", "580", "--listen", f"127.0.0.1:{port}", "--no-leader-elect",
-                                "--ledger-refresh", "30"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        while metric(port, "gpualign_gpu_nodes") != args.nodes:
-            time.sleep(0.5)
+    with fleet_with_controller("gpualign-soak-", args.nodes) as fleet:
+        state, kube, ctl = fleet.state, fleet.kube, fleet.ctl
         print(f"controller synced {args.nodes} nodes; soaking for {args.minutes:g} min", flush=True)
 
         seen: dict[str, float] = {}
@@ -170,11 +146,6 @@ def main() -> int:
               f"missed probes {len(missed)}: {'met' if ok else 'MISSED'}", flush=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
-    finally:
-        if ctl is not None:
-            ctl.terminate()
-            ctl.wait(timeout=20)
-        subprocess.run([*GPUALIGN, "lab", "down"], env=env)
     return 0
 
 

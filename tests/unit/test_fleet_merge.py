@@ -59,3 +59,20 @@ def test_one_bad_or_slow_cluster_does_not_hold_the_others():
     assert [r.readable for r in reads] == [True, False, False]
     assert reads[1].error == "GET /api/v1/nodes on https://d: HTTP 403: forbidden"
     assert reads[2].error == "no complete answer within --request-timeout 0.5s"
+
+
+def test_several_contexts_are_checked_against_the_kubeconfig_once(tmp_path):
+    from gpualign.cli.fleet import contexts
+
+    kc = tmp_path / "kc.yaml"
+    kc.write_text("clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+                  "users: [{name: u, user: {token: t}}]\n"
+                  "contexts: [{name: east, context: {cluster: c, user: u}},\n"
+                  "           {name: west, context: {cluster: c, user: u}}]\n")
+    assert contexts(str(kc), ["east"], False) is None  # one cluster: the single-cluster path
+    assert contexts(str(kc), ["east", "west", "east"], False) == ["east", "west"]
+    assert contexts(str(kc), None, True) == ["east", "west"]
+    with pytest.raises(BadInput, match=r"no context 'north' \(known: east, west\)"):
+        contexts(str(kc), ["east", "north"], False)
+    with pytest.raises(BadInput, match="does not exist"):
+        contexts(str(tmp_path / "missing.yaml"), ["east", "west"], False)

@@ -41,7 +41,9 @@ def _prog_name() -> str:
 
 
 def _completing() -> bool:
-    return any(k.endswith("_COMPLETE") and k.startswith(("_GPUALIGN", "_KUBECTL_GPUALIGN")) for k in os.environ)
+    from gpualign.cli.errors import COMPLETE_VAR
+
+    return bool(os.environ.get(COMPLETE_VAR))
 
 
 def build(args: list[str]) -> typer.Typer:
@@ -56,9 +58,8 @@ def build(args: list[str]) -> typer.Typer:
 
     @app.callback()
     def root(debug: bool = typer.Option(False, "--debug", help="show tracebacks for unexpected errors")) -> None:
-        """Keep a Kubernetes GPU fleet's drivers aligned with its kernels."""
+        """The global flags (--debug is also taken out of the line before parsing, so it works anywhere)."""
 
-    root.__doc__ = HELP
     if _completing():  # the shell asks for completions: typer's per-shell completion classes answer
         from typer._completion_classes import completion_init
 

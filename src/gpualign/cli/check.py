@@ -4,7 +4,8 @@ several clusters at once (one report)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -57,6 +58,9 @@ class Setup:
     driver_version: str | None
     operator_version: str | None
     docker_config: Path | None
+    # registries read for the operator's repositories, shared by every cluster of one report (read once each)
+    repositories_read: dict[str, Ledger] = field(default_factory=dict)
+    repositories_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass
@@ -93,8 +97,10 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     ledger: sources.Ledger | sources.RepoLedgers
     if setup.available is None:
         assert config is not None
-        ledger = sources.load_repositories([s.repository for s in config.sources if s.repository and not s.problem],
-                                           docker_config=setup.docker_config)
+        with setup.repositories_lock:
+            ledger = sources.load_repositories(
+                [s.repository for s in config.sources if s.repository and not s.problem],
+                docker_config=setup.docker_config, read=setup.repositories_read)
     else:
         ledger = setup.available
     if config:
@@ -257,8 +263,7 @@ def check(
         if not read.inventory.nodes:
             checked.body["warnings"].append(no_gpu_nodes(selector))
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
-        return {**checked.body, "server": read.source["cluster"]["server"]}, clean, \
-            read.source["cluster"]["server"]
+        return checked.body, clean, read.source["cluster"]["server"]
 
     from gpualign.fleetreport import exit_code, merge_check
 

@@ -47,24 +47,30 @@ def parse_timeout(text: str | None) -> float | None:
 
 
 def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool) -> list[str] | None:
-    """The contexts to read, or None for the one-cluster path (no --context, or exactly one, without --all)."""
-    if not all_contexts:
-        if given and len(set(given)) > 1:
-            return list(dict.fromkeys(given))
+    """The contexts to read, or None for the one-cluster path (no --context, or exactly one, without --all). The
+    kubeconfig is read here, once: a missing file or an unknown context is one usage error, not one per cluster."""
+    several = list(dict.fromkeys(given or []))
+    if not all_contexts and len(several) < 2:
         return None
-    if given:
+    if all_contexts and given:
         raise BadInput("--all-contexts reads every context: drop --context")
     from gpualign import kubeconfig as kc
 
     files = kc.files_to_read(kubeconfig)
     if not files:
-        raise BadInput("--all-contexts: no kubeconfig to read contexts from (no --kubeconfig, $KUBECONFIG or "
+        raise BadInput("several clusters need a kubeconfig to name them (no --kubeconfig, $KUBECONFIG or "
                        "~/.kube/config)")
     merged = kc.merge(files)
-    names = [str(c["name"]) for c in merged.config["contexts"]]
-    if not names:
-        raise BadInput(f"--all-contexts: kubeconfig {merged.describe()} has no context")
-    return names
+    known = [str(c["name"]) for c in merged.config["contexts"]]
+    if all_contexts:
+        if not known:
+            raise BadInput(f"--all-contexts: kubeconfig {merged.describe()} has no context")
+        return known
+    unknown = [n for n in several if n not in known]
+    if unknown:
+        raise BadInput(f"kubeconfig {merged.describe()}: no context {', '.join(map(repr, unknown))} (known: "
+                       f"{', '.join(sorted(known)) or 'none'})")
+    return several
 
 
 def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], bool, str | None]],

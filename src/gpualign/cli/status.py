@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -29,21 +28,22 @@ from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
+    from gpualign.tags import Rules
     from gpualign.upgrade.snapshot import Snapshot
 
 
-def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Path | None,
+def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None,
               timeout: float | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any]]:
     """The snapshot, the blockers derived for nodes the GPU Operator walks, and which cluster was read."""
     from gpualign.kube import Kube
-    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.tags import normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.observe import derive
 
     kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
     try:
-        snap = snapshot.take(kube, selector, ledger=available, rules=load_rules(rules),
+        snap = snapshot.take(kube, selector, ledger=available, rules=rules,
                              to_branch=normalize_branch(to_branch) if to_branch else None)
         return snap, derive(kube, snap), kube.describe()
     finally:
@@ -55,7 +55,7 @@ NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has st
             "labels)")
 
 
-def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Path | None,
+def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
                kubeconfig: str | None, context: str | None,
                timeout: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     from gpualign.upgrade.report import fleet_status
@@ -119,10 +119,13 @@ def status(
 
     timeout = fleet.parse_timeout(request_timeout)
     names = fleet.contexts(kubeconfig, context, all_contexts)
+    from gpualign.tags import load_rules
+
     available = load_ledger(ledger, docker_config) if ledger else None
+    rule_set = load_rules(rules)  # once, not per cluster and per refresh
     while True:
         if names is None:
-            data, cluster = _status_of(selector, available, to_branch, rules, kubeconfig,
+            data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig,
                                        context[0] if context else None, timeout)
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") else 0
             if output in (Output.json, Output.yaml):
@@ -135,7 +138,7 @@ def status(
             from gpualign.fleetreport import exit_code, merge_status
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
-                data, cluster = _status_of(selector, available, to_branch, rules, kubeconfig, name, timeout)
+                data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
                 return data, not data["counts"].get("upgrade-failed"), cluster["server"]
 
             reads = fleet.read_all(names, one, timeout)
@@ -179,8 +182,10 @@ def why(
     from gpualign.upgrade.report import why as explain
 
     available = load_ledger(ledger, docker_config) if ledger else None
-    snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch, rules,
-                                 kubeconfig, context)
+    from gpualign.tags import load_rules
+
+    snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,
+                                 load_rules(rules), kubeconfig, context)
     ledger_known = available is not None
     ns = snap.nodes.get(node)
     if ns is None:

@@ -158,6 +158,7 @@ class Fleet:
 
     def _forget(self, name: str) -> None:
         self.published.pop(name, None)
+        self.unconfirmed.pop(name, None)
         self.node_locks.pop(name, None)
         old = self.findings.pop(name, None)
         if old and old["status"] == MISSING:
@@ -251,36 +252,36 @@ class Fleet:
         # What this process last wrote, else what the node says (a restarted or newly elected controller).
         last = self.published.get(facts.name) or (ann.get(STATUS_ANNOTATION), ann.get(IMAGE_ANNOTATION))
         pending = self.unconfirmed.get(facts.name)
-        if last == (status, tag) and not (pending and pending[:2] == (status, tag)):
+        resuming = pending is not None and pending[:2] == (status, tag) and last == (status, tag)
+        if last == (status, tag) and not resuming:
             return
         try:
-            if pending and pending[:2] == (status, tag) and last == (status, tag):
+            if resuming:
                 # The annotation landed (its answer may have been lost); its Event may not have.
+                assert pending is not None
                 sequence, was_alarmed = pending[2], status is None
-                found = self.kube.get(f"/api/v1/nodes/{facts.name}")
-                if found is None:
+                node_obj = self.kube.get(f"/api/v1/nodes/{facts.name}")
+                if node_obj is None:
                     self.unconfirmed.pop(facts.name, None)
                     return
-                node_obj = found
             else:
                 was_alarmed = last[0] in ALARMS
                 sequence = _sequence(ann) + 1
                 self.unconfirmed[facts.name] = (status, tag, sequence)
                 node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
                     IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status, SEQUENCE_ANNOTATION: str(sequence)}}})
-            node_ref = node_obj
             name = _event_name(facts.name, sequence)
             if status == MISSING:
-                self.kube.event(node_ref, EVENT_MISSING,
+                self.kube.event(node_obj, EVENT_MISSING,
                                 f"driver image {finding['image']} is missing from the ledger: this node's driver "
                                 f"pod cannot pull it and the node loses its GPUs ({finding['reason']})", name=name)
                 self.events_posted += 1
             elif status == MISMATCH:
-                self.kube.event(node_ref, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
+                self.kube.event(node_obj, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
                                 f"here, built for another OS or kernel: {finding['reason']}", name=name)
                 self.events_posted += 1
             elif was_alarmed:
-                self.kube.event(node_ref, EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and "
+                self.kube.event(node_obj, EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and "
                                 "is what the operator deploys", warning=False, name=name)
                 self.events_posted += 1
             self.published[facts.name] = (status, tag)

@@ -97,8 +97,11 @@ class RepoLedgers:
         return tuple(s for ledger in self.by_repo.values() for s in ledger.sources)
 
 
-def load_repositories(repositories: list[str], *, docker_config: Path | None = None,
-                      timeout: float = 10.0) -> RepoLedgers:
-    """Each repository (HOST[:PORT]/PATH/IMAGE) read as registry://REPOSITORY."""
-    return RepoLedgers({r: load([f"registry://{r}"], docker_config=docker_config, timeout=timeout)
-                        for r in sorted(set(repositories))})
+def load_repositories(repositories: list[str], *, docker_config: Path | None = None, timeout: float = 10.0,
+                      read: dict[str, Ledger] | None = None) -> RepoLedgers:
+    """Each repository (HOST[:PORT]/PATH/IMAGE) read as registry://REPOSITORY. `read` holds repositories already
+    read in this run (several clusters naming one registry read it once); new ones are added to it."""
+    read = {} if read is None else read
+    for r in sorted(set(repositories) - set(read)):
+        read[r] = load([f"registry://{r}"], docker_config=docker_config, timeout=timeout)
+    return RepoLedgers({r: read[r] for r in sorted(set(repositories))})
