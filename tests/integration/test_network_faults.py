@@ -89,6 +89,7 @@ def walk_under(faulty: Faulty, during=None) -> None:  # noqa: ANN001 - a callabl
     assert {n["metadata"]["labels"].get(L.DRIVER_CURRENT_FULL) for n in nodes.values()} == \
         {driver_version_for(branch)}
     assert recorder.pdb_breaches() == []
+    assert recorder.pods_below_minimum() == []
     assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == cordoned_before  # no stray cordon
     ours = [e for e in audit_entries(lab, mark) if e.get("userAgent", "").startswith("gpualign-upgrade/")
             and e.get("stage") == "ResponseComplete" and e["objectRef"].get("resource") == "pods"]

@@ -104,7 +104,9 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
         {"upgrade-done"}, context
 
     assert any(c.type == "MODIFIED" for c in recorder.of("pdb")), context  # the PDBs were exercised, and seen
-    assert recorder.pdb_breaches() == [], context
+    assert recorder.pdb_breaches() == [], f"{context}\nevidence: {recorder.breach_evidence()}"
+    assert recorder.pods_below_minimum() == [], context
+    assert recorder.admissions_without_a_free_disruption() == [], context
     assert recorder.uncordons_of(admin_cordoned) == [], context
     assert {n for n, x in nodes.items() if x["spec"].get("unschedulable")} == admin_cordoned, context
     assert 2 <= recorder.most_walking_at_once() <= MAX_PARALLEL, context  # parallel, within the limit

@@ -14,8 +14,20 @@ from tests.unit.test_upgrade_planner import node_views_with, policies, unique
 PDBS = ("ml/a", "ml/b", "web/c")
 demand = st.lists(st.tuples(st.sampled_from(PDBS), st.integers(1, 3)), max_size=2,
                   unique_by=lambda t: t[0]).map(lambda items: tuple(sorted(items)))
-budgets = st.fixed_dictionaries({name: st.integers(0, 3) for name in PDBS}).map(
-    lambda allowed: {n: Budget(n, a, a + 2, 2) for n, a in allowed.items()})
+
+
+@st.composite
+def budget_of(draw, name: str, full: bool = False) -> Budget:
+    """A PDB's status as the disruption controller writes it: desired healthy, expected pods, and disruptions
+    allowed now (at most expected - desired; exactly that when full, i.e. every pod healthy)."""
+    desired = draw(st.integers(0, 4))
+    expected = desired + draw(st.integers(0, 3))
+    allowed = expected - desired if full else draw(st.integers(0, expected - desired))
+    return Budget(name, allowed, desired + allowed, desired, expected)
+
+
+budgets = st.fixed_dictionaries({name: budget_of(name) for name in PDBS})
+full_budgets = st.fixed_dictionaries({name: budget_of(name, full=True) for name in PDBS})
 fleets = st.lists(node_views_with(demand), max_size=12).map(unique)
 
 
@@ -38,13 +50,32 @@ def test_pdb_aware_admission_never_exceeds_the_limits(views, policy, budget):
 
 
 @given(fleets, policies, budgets)
-def test_the_admitted_set_never_asks_a_pdb_for_more_than_it_allows(views, policy, budget):
+def test_each_admitted_node_finds_a_disruption_nobody_in_the_walk_spoke_for(views, policy, budget):
+    """What admission promises each PDB: a node starts only when, after the pods still to evict on nodes already in
+    the walk and on nodes admitted before it, the PDB has at least one disruption free, so the node's own
+    evictions can go one after another; and never a PDB that can never allow one."""
     by_name = {v.name: v for v in views}
-    begun = started(plan(views, policy, budget))
+    begun = sorted(started(plan(views, policy, budget)))
     for pdb, b in budget.items():
-        ahead = sum(need for v in views if v.state in BEFORE_EVICTION for p, need in v.pdb_demand if p == pdb)
-        asked = sum(need for n in begun for p, need in by_name[n].pdb_demand if p == pdb)
-        assert asked <= max(0, b.allowed - ahead)
+        left = b.allowed - sum(need for v in views if v.state in BEFORE_EVICTION
+                               for p, need in v.pdb_demand if p == pdb)
+        for name in begun:
+            for p, need in by_name[name].pdb_demand:
+                if p == pdb:
+                    assert left >= 1 and not b.never_allows, (name, pdb, b, left)
+                    left -= need
+
+
+@given(fleets, policies, full_budgets)
+def test_a_node_a_sequential_drain_could_empty_is_not_held_forever(views, policy, budget):
+    """If every PDB guarding a node's pods could let them go one after another (it allows a disruption when its
+    pods are all healthy), the replay of the walk admits that node at some round: PDBs never hold it forever.
+    Only a PDB that never allows a disruption does."""
+    rounds, held = admission_order(views, policy, budget)
+    by_name = {v.name: v for v in views}
+    for name, reason in held.items():
+        if reason.startswith(PDB_HOLD):
+            assert any(budget[p].never_allows for p, _ in by_name[name].pdb_demand), (name, reason, rounds)
 
 
 @given(fleets, policies, budgets)
@@ -67,11 +98,11 @@ def test_the_issue_story_saturated_pdb_holds_its_nodes_and_the_rest_start():
              NodeView("gpu-a2", S.REQUIRED, False, pdb_demand=trainer),
              *(NodeView(f"gpu-{x}", S.REQUIRED, False) for x in ("b1", "c1", "d1", "e1"))]
     policy = pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%")
-    saturated = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 2)}
+    saturated = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 2, 2)}
     actions = {a.node: a for a in plan(views, policy, saturated)}
     assert started(actions.values()) == {"gpu-b1", "gpu-c1"}
     assert actions["gpu-a1"].reason == ("waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions "
-                                        "(2 healthy, 2 required)")
+                                        "(2 healthy, 2 required), and never will: it requires 2 of its 2 pods")
     operator = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%",
                                              admission=pol.OPERATOR_ORDER), saturated)
     assert started(operator) == {"gpu-a1", "gpu-a2"}  # what the issue saw: both cordoned, nothing moves
@@ -84,13 +115,37 @@ def test_the_issue_story_saturated_pdb_holds_its_nodes_and_the_rest_start():
     assert not any({"gpu-a1", "gpu-a2"} <= set(r) for r in rounds)  # one at a time, never both together
 
 
+def test_several_replicas_per_node_under_max_unavailable_one_go_node_after_node():
+    """The most common PDB: 8 replicas, maxUnavailable 1, two replicas on each of four nodes. No node's pods can
+    all go at once, but each node's can go one after another, as kubectl drain moves them: one node at a time is
+    admitted, never none."""
+    infer = (("kx/infer-pdb", 2),)
+    views = [NodeView(f"gpu-{i}", S.REQUIRED, False, pdb_demand=infer) for i in range(4)]
+    policy = pol.UpgradePolicy(max_parallel_upgrades=3, max_unavailable="100%")
+    full = {"kx/infer-pdb": Budget("kx/infer-pdb", 1, 8, 7, 8)}
+    actions = {a.node: a for a in plan(views, policy, full)}
+    assert started(actions.values()) == {"gpu-0"}
+    assert actions["gpu-1"].reason == ("waiting before cordon: PDB kx/infer-pdb allows 1 disruption (8 healthy, "
+                                       "7 required); nodes already in the walk have 2 of its pods still to evict; "
+                                       "this node would need 2")
+    rounds, held = admission_order(views, policy, full)
+    assert rounds == [["gpu-0"], ["gpu-1"], ["gpu-2"], ["gpu-3"]] and not held
+    # while gpu-0 still has a pod to evict, the PDB's one disruption is spoken for
+    walking = [NodeView("gpu-0", S.POD_DELETION, True, initial_unschedulable="false",
+                        pdb_demand=(("kx/infer-pdb", 1),)), *views[1:]]
+    assert started(plan(walking, policy, {"kx/infer-pdb": Budget("kx/infer-pdb", 0, 7, 7, 8)})) == set()
+    # its pods gone and their replacements healthy again: the next node goes
+    done = [NodeView("gpu-0", S.POD_DELETION, True, initial_unschedulable="false"), *views[1:]]
+    assert started(plan(done, policy, full)) == {"gpu-1"}
+
+
 def test_evictions_ahead_in_the_walk_are_spoken_for():
     views = [NodeView("a", S.POD_DELETION, True, initial_unschedulable="false", pdb_demand=(("ml/p", 1),)),
              NodeView("b", S.REQUIRED, False, pdb_demand=(("ml/p", 1),))]
     actions = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%"),
                    {"ml/p": Budget("ml/p", 1, 3, 2)})
     (hold,) = [a for a in actions if a.node == "b"]
-    assert hold.kind == "hold" and "1 of them spoken for by nodes already in the walk" in hold.reason
+    assert hold.kind == "hold" and "nodes already in the walk have 1 of its pods still to evict" in hold.reason
 
 
 def pod(name, node, labels, gpu=True, phase="Running"):

@@ -86,7 +86,7 @@ def _admission(snap: Snapshot, pol: UpgradePolicy) -> tuple[list[list[str]], dic
 
 def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
     rounds, held = _admission(snap, pol)
-    how = ("PDB-aware: a node is cordoned only when every PDB can take its evictions now"
+    how = ("PDB-aware: a node is cordoned only when its evictions can go one after another now"
            if pol.admission == "pdb-aware" else "the operator's: by name, whatever the PDBs say")
     stdout.print(f"[bold]order[/bold] ({how}; maxParallelUpgrades {pol.max_parallel_upgrades or 'any'}):")
     for i, names in enumerate(rounds, 1):
@@ -174,9 +174,10 @@ def upgrade(
         "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")] = False,
     admission: Annotated[str | None, typer.Option(
         "--admission", metavar="MODE",
-        help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU pods can "
-             "take their evictions now, so a saturated PDB holds its nodes uncordoned instead of stalling the walk; "
-             "operator: the GPU Operator's order (by name)")] = None,
+        help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU pods has a "
+             "disruption free that the nodes already in the walk have not spoken for (its pods then leave one "
+             "after another, as kubectl drain moves them), so a saturated PDB holds its nodes uncordoned instead "
+             "of stalling the walk; operator: the GPU Operator's order (by name)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(

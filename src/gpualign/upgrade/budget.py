@@ -1,9 +1,12 @@
 """PDB-aware admission's inputs: how many disruptions each node's evictable pods would ask of each
 PodDisruptionBudget, and how many each allows now. Pure functions on dicts.
 
-A node is cordoned only when every PDB guarding the pods pod-deletion would evict from it can take those evictions
-now, after the evictions still ahead on nodes already in the walk. Otherwise it stays schedulable at
-upgrade-required, and the next pass looks again: budgets grow back as replacement pods become healthy.
+A node is cordoned only when its evictions can complete one after another, as `kubectl drain` would complete them:
+every PDB guarding the pods pod-deletion would evict from it has at least one disruption free that no node already
+in the walk has spoken for, and is not one that can never allow a disruption (minAvailable equal to its pods). A
+node needing more than a PDB allows at once is still admitted: its pods leave one by one, each eviction after the
+previous pod's replacement became healthy. Otherwise it stays schedulable at upgrade-required, and the next pass
+looks again: budgets grow back as replacement pods become healthy.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ class Budget:
     allowed: int  # status.disruptionsAllowed
     healthy: int | None = None  # status.currentHealthy
     desired: int | None = None  # status.desiredHealthy
+    expected: int | None = None  # status.expectedPods
+
+    @property
+    def never_allows(self) -> bool:
+        """True when even with every pod healthy it would allow no disruption (minAvailable equal to the pods,
+        maxUnavailable 0): no sequential drain can ever move one of its pods."""
+        return self.expected is not None and self.desired is not None and self.expected <= self.desired
 
     @classmethod
     def from_pdb(cls, pdb: JSON) -> Budget:
@@ -34,12 +44,16 @@ class Budget:
             value = st.get(key)
             return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
-        return cls(P.name(pdb), max(0, num("disruptionsAllowed") or 0), num("currentHealthy"), num("desiredHealthy"))
+        return cls(P.name(pdb), max(0, num("disruptionsAllowed") or 0), num("currentHealthy"), num("desiredHealthy"),
+                   num("expectedPods"))
 
     def numbers(self) -> str:
         plural = "" if self.allowed == 1 else "s"
-        return (f"allows {self.allowed} disruption{plural} ({self.healthy if self.healthy is not None else '?'} "
+        text = (f"allows {self.allowed} disruption{plural} ({self.healthy if self.healthy is not None else '?'} "
                 f"healthy, {self.desired if self.desired is not None else '?'} required)")
+        if self.never_allows:
+            text += f", and never will: it requires {self.desired} of its {self.expected} pods"
+        return text
 
 
 def demands(pdbs: Iterable[JSON], pods: Iterable[JSON]) -> dict[str, dict[str, int]]:

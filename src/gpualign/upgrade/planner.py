@@ -1,9 +1,9 @@
 """The pure planner: a snapshot of the target nodes + the policy → what to do next, node by node.
 
 It decides admission (who may start, within maxParallelUpgrades and maxUnavailable, never without the image, and
-by default never when a PodDisruptionBudget could not take the node's evictions now) and the uncordon rule (only
-nodes gpualign itself cordoned). The per-state work is the executor's; the planner only says which state handler
-runs on which node.
+by default never when a PodDisruptionBudget could not let the node's evictions complete one after another now)
+and the uncordon rule (only nodes gpualign itself cordoned). The per-state work is the executor's; the planner
+only says which state handler runs on which node.
 """
 
 from __future__ import annotations
@@ -54,15 +54,21 @@ def _holds_slot(n: NodeView, policy: UpgradePolicy) -> bool:
 
 
 def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budget]) -> str | None:
-    """Why the node's evictions would exceed a PDB's budget now, or None when every PDB can take them."""
+    """Why the node's evictions could not complete one after another now, or None when they can.
+
+    Held: a PDB that can never allow a disruption (minAvailable equal to its pods), or one with no disruption left
+    that nodes already in the walk have not spoken for. Admitted: every other node, even one needing more than a
+    PDB allows at once; its pods then leave one by one, as `kubectl drain` moves them."""
     for pdb, need in n.pdb_demand:
         left = remaining.get(pdb)
-        if left is None or need <= left:
+        if left is None:
             continue
         budget = budgets.get(pdb) or Budget(pdb, 0)
+        if not budget.never_allows and left >= 1:
+            continue
         taken = budget.allowed - left
         return (f"{PDB_HOLD}: PDB {pdb} {budget.numbers()}"
-                + (f", {taken} of them spoken for by nodes already in the walk" if taken > 0 else "")
+                + (f"; nodes already in the walk have {taken} of its pods still to evict" if taken > 0 else "")
                 + (f"; this node would need {need}" if need > 1 else ""))
     return None
 
@@ -70,7 +76,8 @@ def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budg
 def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
          budgets: Mapping[str, Budget] | None = None) -> list[Action]:
     """budgets: the PDBs' current budgets (by namespace/name), given when admission is PDB-aware; then a node is
-    started only if every PDB can take its evictions now, after those still ahead on nodes already in the walk."""
+    started only if every PDB guarding its pods has a disruption free after the evictions still ahead on nodes
+    already in the walk (see _pdb_hold)."""
     views = sorted(nodes, key=lambda n: n.name)
     actions: list[Action] = []
     in_progress = sum(1 for n in views if _holds_slot(n, policy))

@@ -7,8 +7,9 @@ Differences from the operator, on purpose:
   forever then (k8s-operator-libs #626).
 - `podDeletion.retryDelaySeconds` / `drain.retryDelaySeconds` make the eviction retry delay explicit (5 s, as
   kubectl drain), and a zero timeout is refused: every eviction wait is finite.
-- `admission` (default `pdb-aware`): a node is cordoned only when every PodDisruptionBudget guarding its GPU pods
-  can take their evictions now; `operator` keeps the operator's order (by name, whatever the PDBs say).
+- `admission` (default `pdb-aware`): a node is cordoned only when its evictions can complete one after another
+  (every PodDisruptionBudget guarding its GPU pods has a disruption that the walk has not spoken for);
+  `operator` keeps the operator's order (by name, whatever the PDBs say).
 """
 
 from __future__ import annotations

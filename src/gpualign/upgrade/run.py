@@ -35,7 +35,7 @@ class Outcome:
 
     @property
     def pdb_held(self) -> dict[str, str]:
-        """Nodes left uncordoned at upgrade-required because a PDB could not take their evictions."""
+        """Nodes left uncordoned at upgrade-required because a PDB could not let their evictions go."""
         return {n: r for n, r in self.reasons.items() if r.startswith(PDB_HOLD)}
 
 
