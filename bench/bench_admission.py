@@ -1,18 +1,21 @@
 """Benchmark: PDB-aware admission against the operator's order, on a fleet where 20 % of the nodes carry a pod of a
 saturated PDB (minAvailable = replicas: it allows no disruption, ever).
 
-Three walks of the same fleet (N kwok GPU nodes, P GPU pods each, maxParallelUpgrades M, the same eviction timeout),
+Five walks of the same fleet (N kwok GPU nodes, P GPU pods each, maxParallelUpgrades M, the same eviction timeout),
 each on a fresh lab, in one run:
 - baseline: no saturated PDB (the held Deployment's pods move like any other): the whole fleet, PDB-aware;
 - pdb-aware: the saturated PDB in place, gpualign's default admission;
-- operator: the same, `--admission operator` (by name, as the GPU Operator's upgrade controller and kubectl drain).
+- operator: the same, `--admission operator` (by name, as the GPU Operator's upgrade controller and kubectl drain);
+- shared: instead, the most common PDB: a service with two replicas on each of the same nodes under
+  `maxUnavailable: 1` (no node's pods can all go at once, but one after another they can), PDB-aware;
+- shared-operator: the same, `--admission operator`.
 Measured:
 - wall time until every drainable node (those without a pod of the saturated PDB) is upgrade-done, or "never" when
   the walk ended first;
 - node-seconds cordoned while not draining: summed over nodes, the time a node was cordoned by the walk while its
   evictions were refused (its blocker names a PDB refusal) or it had failed, sampled every 0.25 s.
 Targets: pdb-aware's cordoned-while-blocked node-seconds = 0, and its drainable nodes finished in <= 1.1x the
-baseline's whole walk.
+baseline's whole walk; in the shared cases every node is drainable and finishes.
 
     .venv/bin/python bench/bench_admission.py --nodes 20 --pods-per-node 4 --parallel 2
 """
@@ -60,11 +63,40 @@ def saturate(lab: BenchLab, held: int, with_pdb: bool) -> set[str]:
         return len(ready) == held
 
     wait_until("held pods Running", placed, timeout=120)
+    return _settled(lab, "held", held, with_pdb)
+
+
+def share(lab: BenchLab, nodes: int) -> set[str]:
+    """A service of 2 x nodes one-GPU replicas, spread (ScheduleAnyway) over `nodes` nodes labelled
+    gpualign.io/shared, under a PDB with maxUnavailable 1."""
+    names = sorted(n["metadata"]["name"] for n in lab.kube.nodes("gpualign.io/bench=upgrade"))[:nodes]
+    for name in names:
+        lab.kube.patch_node_labels(name, {"gpualign.io/shared": "true"})
+    lab.kube.apply({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "shared", "namespace": "bench"},
+        "spec": {"replicas": 2 * nodes, "selector": {"matchLabels": {"app": "shared"}},
+                 "template": {"metadata": {"labels": {"app": "shared"}}, "spec": {
+                     "nodeSelector": {"gpualign.io/shared": "true"},
+                     "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                                    "whenUnsatisfiable": "ScheduleAnyway",
+                                                    "labelSelector": {"matchLabels": {"app": "shared"}}}],
+                     "containers": [{"name": "serve", "image": "nvcr.io/nvidia/tritonserver:25.01-py3",
+                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    lab.kube.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "shared-pdb", "namespace": "bench"},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "shared"}}}})
+    wait_until("shared pods Running", lambda: sum(
+        1 for p in lab.kube.pods("bench", label_selector="app=shared")
+        if (p.get("status") or {}).get("phase") == "Running") == 2 * nodes, timeout=120)
+    return _settled(lab, "shared", 2 * nodes, True)
+
+
+def _settled(lab: BenchLab, app: str, pods: int, with_pdb: bool) -> set[str]:
     if with_pdb:
-        wait_until("the PDB saturated", lambda: (lab.kube.get(
-            "/apis/policy/v1/namespaces/bench/poddisruptionbudgets/held-pdb") or {}).get("status", {}).get(
-            "currentHealthy") == held, timeout=60)
-    return {p["spec"]["nodeName"] for p in lab.kube.pods("bench", label_selector="app=held")}
+        wait_until(f"the PDB counting all {pods} pods", lambda: (lab.kube.get(
+            f"/apis/policy/v1/namespaces/bench/poddisruptionbudgets/{app}-pdb") or {}).get("status", {}).get(
+            "currentHealthy") == pods, timeout=60)
+    return {p["spec"]["nodeName"] for p in lab.kube.pods("bench", label_selector=f"app={app}")}
 
 
 class Sampler:
@@ -112,13 +144,16 @@ def walk(args: argparse.Namespace, case: str) -> dict[str, object]:
             subprocess.run([*GPUALIGN, "lab", "push-image", f"{tag}-{KERNEL}-ubuntu22.04"], env=lab.env, check=True,
                            capture_output=True)
         held_count = max(1, round(args.nodes * args.held_share))
-        held = saturate(lab, held_count, with_pdb=case != "baseline")
+        shared = case.startswith("shared")
+        held = share(lab, held_count) if shared else saturate(lab, held_count, with_pdb=case != "baseline")
+        placement = {n: sum(1 for p in lab.kube.pods("bench", label_selector="app=shared")
+                            if p["spec"].get("nodeName") == n) for n in sorted(held)} if shared else {}
         drainable = {n["metadata"]["name"] for n in lab.kube.nodes("gpualign.io/bench=upgrade")} - \
-            (held if case != "baseline" else set())
+            (held if case in ("pdb-aware", "operator") else set())
         cmd = [*GPUALIGN, "upgrade", "--yes", "-l", "gpualign.io/bench=upgrade", "--to-branch", "595",
                "--ledger", f"registry://{lab.state.registry}/nvidia/driver", "--max-parallel", str(args.parallel),
                "--max-unavailable", "100%", "--eviction-timeout", str(args.eviction_timeout),
-               "--admission", "operator" if case == "operator" else "pdb-aware"]
+               "--admission", "operator" if case.endswith("operator") else "pdb-aware"]
         sampler = Sampler(lab).start()
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, env=lab.env, capture_output=True, text=True, timeout=args.walk_timeout)
@@ -126,7 +161,9 @@ def walk(args: argparse.Namespace, case: str) -> dict[str, object]:
         sampler.stop()
         finished = {n: t for n, t in sampler.done_at.items() if n in drainable}
         all_done = set(finished) == drainable
-        row = {"case": case, "nodes": args.nodes, "held_nodes": sorted(held) if case != "baseline" else [],
+        row = {"case": case, "nodes": args.nodes,
+               "held_nodes": sorted(held) if case in ("pdb-aware", "operator") else [],
+               "shared_pdb_replicas_per_node": placement,
                "exit": proc.returncode, "walk_wall_s": round(wall, 2),
                "drainable": len(drainable), "drainable_done": len(finished),
                "drainable_done_s": round(max(finished.values()), 2) if all_done else None,
@@ -152,13 +189,15 @@ def main() -> int:
     ap.add_argument("--walk-timeout", type=float, default=1200)
     ap.add_argument("--out", type=Path, default=Path("bench/results/admission.json"))
     args = ap.parse_args()
-    rows = [walk(args, case) for case in ("baseline", "pdb-aware", "operator")]
+    rows = [walk(args, case) for case in ("baseline", "pdb-aware", "operator", "shared", "shared-operator")]
     base = rows[0]["drainable_done_s"]
     aware = rows[1]["drainable_done_s"]
     ratio = round(float(aware) / float(base), 2) if base and aware else None  # type: ignore[arg-type]
     summary = {"pdb_aware_over_baseline": ratio,
                "pdb_aware_cordoned_while_blocked_node_s": rows[1]["cordoned_while_blocked_node_s"],
-               "operator_cordoned_while_blocked_node_s": rows[2]["cordoned_while_blocked_node_s"]}
+               "operator_cordoned_while_blocked_node_s": rows[2]["cordoned_while_blocked_node_s"],
+               "shared_pdb_aware_done_s": rows[3]["drainable_done_s"],
+               "shared_operator_done_s": rows[4]["drainable_done_s"]}
     print(json.dumps(summary), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"runs": rows, "summary": summary}, indent=2) + "\n")

@@ -60,7 +60,7 @@ def test_the_seed_story(story_lab):
     dry = lab.cli("upgrade", "--to-branch", "595", "--ledger", ledger, "--dry-run")
     assert dry.code == 1  # the preview already knows the PDB would refuse
     assert "PDB ml/trainer-pdb (2 healthy, 2 required, 0 disruptions allowed)" in dry.out
-    assert "uncordoned until it allows their evictions" in dry.out
+    assert "uncordoned: it can never allow a disruption; relax it" in dry.out
     for node in trainer_nodes:  # the order it would take holds the PDB's nodes back, and says why
         assert (f"held: {node}: waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions (2 healthy, "
                 "2 required)") in dry.out

@@ -110,9 +110,12 @@ def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) ->
     for v in pre.pdbs:
         guarded = ", ".join(f"{p} (on {n})" for p, n in v.pods)
         if not v.blocked_nodes:
-            verdict = "[green]allows it[/]"
+            verdict = "[green]allows it[/]" + (", one pod after another" if v.one_by_one else "")
+        elif pdb_aware and v.never:
+            verdict = (f"[yellow]keeps {', '.join(v.blocked_nodes)} uncordoned: it can never allow a disruption; "
+                       "relax it[/]")
         elif pdb_aware:
-            verdict = f"[yellow]keeps {', '.join(v.blocked_nodes)} uncordoned until it allows their evictions[/]"
+            verdict = f"[yellow]keeps {', '.join(v.blocked_nodes)} uncordoned until it allows a disruption[/]"
         else:
             verdict = f"[bold red]would block {', '.join(v.blocked_nodes)}[/]"
         stdout.print(f"  PDB {v.pdb} ({v.numbers}) protects {guarded}: {verdict}")

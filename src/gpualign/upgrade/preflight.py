@@ -7,6 +7,7 @@ from typing import Any
 
 from gpualign.kube import Kube
 from gpualign.upgrade import pods as P
+from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.snapshot import Snapshot
 
 JSON = dict[str, Any]
@@ -18,14 +19,23 @@ class PdbVerdict:
     numbers: str
     disruptions_allowed: int
     pods: tuple[tuple[str, str], ...]  # (pod, node)
+    never: bool = False  # it can never allow a disruption (minAvailable equal to its pods, maxUnavailable 0)
 
     @property
     def blocked_nodes(self) -> list[str]:
-        """Nodes holding more of its pods than the budget allows to disrupt now (all are evicted together)."""
+        """Nodes whose pods it guards cannot leave now, not even one after another: it allows no disruption now
+        (or never will). A PDB allowing one lets every node's pods go, one after another, node after node."""
+        if self.disruptions_allowed >= 1 and not self.never:
+            return []
+        return sorted({node for _, node in self.pods})
+
+    @property
+    def one_by_one(self) -> bool:
+        """Some node holds more of its pods than it allows at once: they leave one after another."""
         per_node: dict[str, int] = {}
         for _, node in self.pods:
             per_node[node] = per_node.get(node, 0) + 1
-        return sorted(n for n, c in per_node.items() if c > self.disruptions_allowed)
+        return any(c > self.disruptions_allowed for c in per_node.values())
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class Preflight:
         return {"upgrades": list(self.upgrades), "already_done": list(self.already_done),
                 "missing_images": [{"node": n, "tag": t} for n, t in self.missing_images],
                 "pdbs": [{"pdb": v.pdb, "status": v.numbers, "disruptions_allowed": v.disruptions_allowed,
+                          "never_allows": v.never,
                           "pods": [{"pod": p, "node": n} for p, n in v.pods], "blocked_nodes": v.blocked_nodes}
                          for v in self.pdbs],
                 "gpu_pods": self.gpu_pods, "blocked_nodes": self.blocked_nodes}
@@ -70,7 +81,7 @@ def preflight(kube: Kube, snap: Snapshot, *, drain: bool, drain_selector: str = 
     for pdb in pdbs:
         guarded = tuple((P.name(p), n) for n, ps in sorted(victims.items()) for p in ps if P.pdbs_for(p, [pdb]))
         if guarded:
-            allowed = int((pdb.get("status") or {}).get("disruptionsAllowed") or 0)
-            verdicts.append(PdbVerdict(P.name(pdb), P.pdb_numbers(pdb), allowed, guarded))
+            budget = Budget.from_pdb(pdb)
+            verdicts.append(PdbVerdict(P.name(pdb), P.pdb_numbers(pdb), budget.allowed, guarded, budget.never_allows))
     return Preflight(tuple(todo), tuple(done), missing, tuple(verdicts),
                      {n: [P.name(p) for p in ps] for n, ps in sorted(victims.items())})
