@@ -158,12 +158,19 @@ class Recorder:
 
     # -- a consistent cut: every change in resourceVersion order (etcd's one global order across kinds) ---------
     def timeline(self) -> list[Change]:
-        return sorted((c for c in self.changes if c.type != "LISTED" or c.obj["metadata"].get("resourceVersion")),
+        """The watched changes (not the initial lists) in resourceVersion order."""
+        return sorted((c for c in self.changes if c.type != "LISTED"),
                       key=lambda c: (int(c.obj["metadata"].get("resourceVersion") or 0), c.at))
 
     def replay(self) -> Iterator[tuple[Change, World, World]]:
-        """Each change with the world just before and just after it (nodes, pods, PDBs by name)."""
+        """Each change with the world just before and just after it (nodes, pods, PDBs by name). The initial lists
+        come first, as one state: each listed object is yielded with the whole listed world around it."""
         world = World()
+        listed = [c for c in self.changes if c.type == "LISTED"]
+        for c in listed:
+            world.apply(c)
+        for c in listed:
+            yield c, world, world
         for c in self.timeline():
             before = world.copy()
             world.apply(c)
