@@ -192,14 +192,17 @@ class Recorder:
                     continue
                 st = pdb.get("status") or {}
                 disrupted = set(st.get("disruptedPods") or {})
-                ahead = sum(1 for node, n in after.nodes.items() if node != c.name and state_of(n) in EVICTING
-                            for p in after.guarded_pods(pdb, node) if p["metadata"]["name"] not in disrupted)
+                pending = [f"{p['metadata']['name']} on {node} ({state_of(n)}, pod rv "
+                           f"{p['metadata'].get('resourceVersion')})"
+                           for node, n in after.nodes.items() if node != c.name and state_of(n) in EVICTING
+                           for p in after.guarded_pods(pdb, node) if p["metadata"]["name"] not in disrupted]
                 allowed = int(st.get("disruptionsAllowed", 0))
                 never = st.get("expectedPods", 0) <= st.get("desiredHealthy", 0)
-                if allowed - ahead < 1 or never:
+                if allowed - len(pending) < 1 or never:
                     out.append(f"{c.name} admitted at rv {c.obj['metadata']['resourceVersion']} while "
-                               f"{_name(pdb)} allowed {allowed} with {ahead} pod(s) still to evict on nodes in the "
-                               f"walk (expected {st.get('expectedPods')}, desired {st.get('desiredHealthy')})")
+                               f"{_name(pdb)} (status rv {pdb['metadata'].get('resourceVersion')}) allowed {allowed} "
+                               f"with {len(pending)} pod(s) still to evict on nodes in the walk: {pending} "
+                               f"(expected {st.get('expectedPods')}, desired {st.get('desiredHealthy')})")
         return out
 
     def breach_evidence(self, limit: int = 3) -> list[str]:

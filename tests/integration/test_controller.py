@@ -3,11 +3,14 @@ fleet board in a real browser, and the shipped manifests under their own (non-ad
 
 from __future__ import annotations
 
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
+from gpualign.lab.processes import free_port
 from tests.conftest import ROOT, run_cli, start_lab
 from tests.controller_helpers import Controller, annotation, events, new_node
 from tests.helpers import wait_for
@@ -160,3 +163,44 @@ def test_shipped_manifests_apply_and_the_controller_works_as_its_serviceaccount(
     assert as_sa.request("DELETE", "/api/v1/nodes/gpu-sa").status_code == 403
     assert as_sa.request("GET", "/api/v1/namespaces/gpualign-system/secrets").status_code == 403
     assert as_sa.request("GET", "/api/v1/nodes/gpu-sa").status_code == 200
+
+
+def test_a_missing_lease_namespace_stops_the_controller_at_start(clab):
+    res = clab.cli("controller", "--ledger", f"registry://{clab.registry}/nvidia/driver", "--driver-branch", "580",
+                   "--listen", f"127.0.0.1:{free_port()}", "--lease-namespace", "no-such-namespace", timeout=60)
+    assert res.code == 2, res.out + res.err
+    assert ("gpualign: error: Lease no-such-namespace/gpualign-controller: namespace no-such-namespace does not "
+            "exist: create it (kubectl create namespace no-such-namespace) or pass --lease-namespace") in res.err
+    assert "Traceback" not in res.err
+
+
+def test_a_lease_it_cannot_write_is_an_error_a_metric_and_unreadiness_never_silence(clab):
+    kube = clab.kube()
+    namespace = "lease-gone"
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    fast = ("--lease-duration", "4", "--renew-deadline", "3", "--retry-period", "0.5", "--lease-name", "gone",
+            "--lease-namespace", namespace)
+    ctl = Controller(clab, *fast, identity="gone-replica")
+    try:
+        wait_for(lambda: ctl.metric("gpualign_leader") == 1, what="leader")
+        assert ctl.metric("gpualign_leader_election_failing") == 0
+        assert ctl.get("/readyz") == "ok\n"
+
+        assert clab.kubectl("delete", "namespace", namespace, "--wait=false").returncode == 0
+        wait_for(lambda: ctl.metric("gpualign_leader_election_failing") == 1, timeout=30, what="failing metric")
+        wait_for(lambda: ctl.metric("gpualign_leader") == 0, timeout=10, what="stepped down")
+        wait_for(lambda: ctl.get("/readyz").startswith("not ready: Lease lease-gone/gone"), timeout=15,
+                 what="readiness failing, with the cause")
+        log = Path(ctl.log.name).read_text()
+        assert re.search(r"ERROR leader election: Lease lease-gone/gone: .*cannot lead until it is fixed", log), log
+
+        wait_for(lambda: kube.get(f"/api/v1/namespaces/{namespace}") is None, timeout=60, what="namespace gone")
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        wait_for(lambda: ctl.metric("gpualign_leader") == 1, timeout=15, what="leader again")
+        assert ctl.metric("gpualign_leader_election_failing") == 0
+        wait_for(lambda: ctl.get("/readyz") == "ok\n", what="ready again")
+        assert "readable and writable again" in Path(ctl.log.name).read_text()
+    finally:
+        ctl.stop()
+    shutdown = Path(ctl.log.name).read_text().rsplit("became the leader", 1)[-1]  # after the last election
+    assert "gone-replica: released the lease" in shutdown and "lost the lease" not in shutdown, shutdown

@@ -84,7 +84,7 @@ def controller(
         raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
     if ledger_refresh <= 0:
         raise BadInput("--ledger-refresh: expected seconds > 0")
-    logging.basicConfig(level=os.environ.get("GPUALIGN_LOG_LEVEL", "INFO"),
+    logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)
@@ -136,3 +136,15 @@ def register(app: typer.Typer) -> None:
                                          "node needs a driver image the ledger lacks.")(controller)
 
 
+
+
+LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING", "error": "ERROR",
+              "critical": "CRITICAL"}
+
+
+def log_level(text: str) -> str:
+    """GPUALIGN_LOG_LEVEL as people write it: debug, info, warning (or warn), error, critical, in any case."""
+    level = LOG_LEVELS.get(text.strip().lower())
+    if level is None:
+        raise BadInput(f"GPUALIGN_LOG_LEVEL={text!r}: expected one of debug, info, warning, error, critical")
+    return level

@@ -2,6 +2,10 @@
 
 Defaults follow client-go: 15 s lease, 10 s renew deadline, 2 s retry. Writes are guarded by the Lease's
 resourceVersion, so two candidates never both win a takeover.
+
+Never silent: a Lease that cannot be read or written (its namespace missing, RBAC forbidding it, any other refusal)
+is an error-level line naming the cause, once per cause, and `problem` says it for the readiness probe and the
+metrics. `check_writable` tells the certain causes (namespace missing, forbidden) before the controller starts.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
+from gpualign.errors import BadInput, GpualignError
+from gpualign.kube import Kube, _status_message
 
 log = logging.getLogger("gpualign.controller")
 
@@ -40,6 +44,9 @@ class LeaseElector(threading.Thread):
         self.leader = False
         self.transitions = 0
         self._last_renew = 0.0
+        self.problem: str | None = None  # why the Lease cannot be read or written now; None while it can
+        self.problem_since = 0.0
+        self.released = False
 
     @property
     def path(self) -> str:
@@ -49,13 +56,62 @@ class LeaseElector(threading.Thread):
         return {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.lease_seconds),
                 "acquireTime": acquired or _micro(now), "renewTime": _micro(now), "leaseTransitions": transitions}
 
+    def _refusal(self, verb: str, status: int, message: str) -> str:
+        where = f"Lease {self.namespace}/{self.lease_name}"
+        if status == 404 and "namespace" in message.lower():
+            return (f"{where}: namespace {self.namespace} does not exist: create it (kubectl create namespace "
+                    f"{self.namespace}) or pass --lease-namespace")
+        if status == 403:
+            return f"{where}: forbidden to {verb} it ({message}): grant the controller's Role on leases"
+        return f"{where}: {verb} refused: HTTP {status}: {message}"
+
+    def check_writable(self) -> None:
+        """Before starting: a Lease namespace that does not exist, or RBAC that forbids the Lease, is certain to
+        keep this replica from ever leading. BadInput (exit 2) then, naming the cause. A dry-run create asks the
+        API server itself, without writing anything."""
+        resp = self.kube.request("GET", self.path)
+        if resp.status_code == 200:
+            return
+        if resp.status_code == 404:
+            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"name": self.lease_name, "namespace": self.namespace},
+                    "spec": self._spec(dt.datetime.now(dt.UTC), 0)}
+            resp = self.kube.request("POST", self.path.rsplit("/", 1)[0], params={"dryRun": "All"}, body=body)
+            if resp.status_code in (200, 201, 409):
+                return
+            verb = "create"
+        else:
+            verb = "read"
+        if resp.status_code in (403, 404):
+            raise BadInput(self._refusal(verb, resp.status_code, _status_message(resp)))
+
+    def _trouble(self, problem: str | None) -> None:
+        """Say a new problem once at error level, and its end once; keep it for readiness and the metrics."""
+        if problem == self.problem:
+            return
+        if problem:
+            log.error("leader election: %s (this replica cannot lead until it is fixed; retrying every %.0fs)",
+                      problem, self.retry_seconds)
+            self.problem_since = time.monotonic()
+        else:
+            log.info("leader election: Lease %s/%s readable and writable again", self.namespace, self.lease_name)
+        self.problem = problem
+
     def try_acquire_or_renew(self) -> bool:
         now = dt.datetime.now(dt.UTC)
-        lease = self.kube.get(self.path)
+        got = self.kube.request("GET", self.path)
+        if got.status_code not in (200, 404):
+            self._trouble(self._refusal("read", got.status_code, _status_message(got)))
+            return False
+        lease = got.json() if got.status_code == 200 else None
         if lease is None:
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
                     "metadata": {"name": self.lease_name, "namespace": self.namespace}, "spec": self._spec(now, 0)}
             resp = self.kube.request("POST", self.path.rsplit("/", 1)[0], body=body)
+            if resp.status_code not in (201, 409):  # 409: another candidate created it first
+                self._trouble(self._refusal("create", resp.status_code, _status_message(resp)))
+                return False
+            self._trouble(None)
             return resp.status_code == 201
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
@@ -63,6 +119,7 @@ class LeaseElector(threading.Thread):
         duration = spec.get("leaseDurationSeconds") or self.lease_seconds
         expired = renewed is None or (now - renewed).total_seconds() > duration
         if holder != self.identity and not expired:
+            self._trouble(None)  # readable, and held by a live replica: standing by is no problem
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
         acquired = spec.get("acquireTime") if holder == self.identity else None
@@ -71,13 +128,18 @@ class LeaseElector(threading.Thread):
                              "resourceVersion": lease["metadata"]["resourceVersion"]},
                 "spec": self._spec(now, transitions, acquired)}
         resp = self.kube.request("PUT", self.path, body=body)
-        return resp.status_code == 200  # 409: someone else wrote first
+        if resp.status_code not in (200, 409):  # 409: someone else wrote first
+            self._trouble(self._refusal("update", resp.status_code, _status_message(resp)))
+            return False
+        self._trouble(None)
+        return resp.status_code == 200
 
     def _set(self, leader: bool) -> None:
         if leader != self.leader:
             self.leader = leader
             self.transitions += 1
-            log.info("%s: %s", self.identity, "became the leader" if leader else "lost the lease: standing by")
+            log.info("%s: %s", self.identity, "became the leader" if leader else
+                     "released the lease" if self.released else "lost the lease: standing by")
             self.on_change(leader)
 
     def run(self) -> None:
@@ -85,7 +147,7 @@ class LeaseElector(threading.Thread):
             try:
                 ok = self.try_acquire_or_renew()
             except GpualignError as err:
-                log.warning("lease %s/%s: %s", self.namespace, self.lease_name, err.message)
+                self._trouble(f"Lease {self.namespace}/{self.lease_name}: {err.message}")
                 ok = False
             if ok:
                 self._last_renew = time.monotonic()
@@ -107,4 +169,5 @@ class LeaseElector(threading.Thread):
                 self.kube.request("PUT", self.path, body=lease)
         except GpualignError:
             pass
+        self.released = True
         self._set(False)

@@ -41,8 +41,13 @@ class FleetCollector(Collector):
 
 
 class Metrics:
-    def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, snapshot: Callable[[], dict[str, Any]],
+                 election_problem: Callable[[], str | None] = lambda: None) -> None:
         self.registry = CollectorRegistry()
+        failing = Gauge("gpualign_leader_election_failing",
+                        "1 while this replica cannot read or write its Lease (so it can never lead)",
+                        registry=self.registry)
+        failing.set_function(lambda: 1.0 if election_problem() else 0.0)
         self.image_missing = Gauge("gpualign_node_driver_image_missing",
                                    "1 while a GPU node needs a driver image tag the ledger lacks",
                                    ["node", "tag"], registry=self.registry)

@@ -6,6 +6,7 @@ import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,8 +61,19 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
                                lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
                                retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
         fleet.is_leader = lambda: elector.leader
+        elector.check_writable()  # a missing namespace or forbidden Lease: exit 2 now, not a silent standby
     is_leader = fleet.is_leader
-    metrics = Metrics(lambda: fleet.view(is_leader(), with_nodes=False))
+
+    def election_problem() -> str | None:
+        return elector.problem if elector is not None else None
+
+    def unready() -> str | None:  # a Lease unwritable for longer than a lease duration: not ready, and why
+        if elector is not None and elector.problem and \
+                time.monotonic() - elector.problem_since > opts.lease_seconds:
+            return f"not ready: {elector.problem}"
+        return None
+
+    metrics = Metrics(lambda: fleet.view(is_leader(), with_nodes=False), election_problem)
     fleet.on_checked = metrics.check_duration.observe
 
     def on_missing(node: str, old: str | None, new: str | None) -> None:
@@ -72,7 +84,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
             log.warning("node %s needs driver image %s, missing from the ledger", node, new)
 
     fleet.on_missing = on_missing
-    server = serve(opts.listen, metrics.registry, lambda: fleet.view(is_leader()))
+    server = serve(opts.listen, metrics.registry, lambda: fleet.view(is_leader()), unready)
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
         fleet.refresh_ledger()

@@ -13,7 +13,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from gpualign.controller.page import render
 
 
-def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, Any]]) -> ThreadingHTTPServer:
+def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, Any]],
+          unready: Callable[[], str | None] = lambda: None) -> ThreadingHTTPServer:
+    """unready: why this replica should not be counted ready now (a Lease it cannot write), or None."""
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *_args: object) -> None:  # quiet: metrics scrapes would flood the log
             return
@@ -29,8 +31,11 @@ def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, 
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz"):
+            elif path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
+            elif path == "/readyz":
+                why = unready()
+                self._send(503 if why else 200, f"{why}\n".encode() if why else b"ok\n", "text/plain")
             elif path == "/api/fleet":
                 self._send(200, json.dumps(view()).encode(), "application/json")
             elif path in ("/", "/index.html"):
