@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 
 from gpualign.lab import versions
 from tests.conftest import ROOT
+from tests.helpers import token_kubeconfig
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 CHART = ROOT / "charts" / "gpualign"
@@ -175,3 +176,57 @@ def test_monitoring_objects_install_once_their_crds_are_served(lab, tmp_path):
     finally:
         helm("uninstall", "mon", "-n", ns, kubeconfig=lab.kubeconfig, check=False)
         kubectl(lab, "delete", "-f", str(path), "--wait=false")
+
+
+def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rbac(lab, tmp_path):
+    """On uninstall, a post-delete Job runs `gpualign gate release` under its own ServiceAccount. kwok does not run
+    containers (it completes a Job's pod by itself), so helm's side is shown with real Helm (the hook runs and is
+    cleaned up) and the Job's command is then run as the hook's ServiceAccount, with exactly the rendered RBAC."""
+    ns = "gpualign-gate"
+    skip, gated = "nvidia.com/gpu-driver-upgrade.skip", "gpualign.io/upgrade-gated"
+    kube = lab.kube()
+    kube.patch("/api/v1/nodes/gpu-a1", {"metadata": {"labels": {skip: "true"},
+                                                     "annotations": {gated: "target image 595-x missing"}}})
+    kube.patch("/api/v1/nodes/gpu-a2", {"metadata": {"labels": {skip: "true"}}})  # an admin's own hold
+    hook = docs(helm("template", "ga", str(CHART), "-n", ns, "--set", "gateOperatorUpgrades=true",
+                     "--show-only", "templates/gate-release-hook.yaml").stdout)
+    assert not helm("template", "ga", str(CHART), "--show-only", "templates/gate-release-hook.yaml",
+                    check=False).stdout.strip()  # no gate, no hook
+    job = next(o for o in hook if o["kind"] == "Job")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-delete"
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args == ["gate", "release"]
+    kubectl(lab, "create", "namespace", ns)
+    rbac = tmp_path / "hook-rbac.json"
+    try:
+        helm("install", "gate", str(CHART), "-n", ns, "--set", "gateOperatorUpgrades=true", "--wait=false",
+             kubeconfig=lab.kubeconfig)
+        helm("uninstall", "gate", "-n", ns, "--wait", kubeconfig=lab.kubeconfig)  # the hook Job ran and succeeded
+        leftovers = kubectl(lab, "get", "job,serviceaccount", "-n", ns, "-l", "app.kubernetes.io/instance=gate",
+                            "-o", "name").stdout.split()
+        assert leftovers == [] and not kubectl(lab, "get", "clusterrole", f"gpualign-gate-release-{ns}",
+                                               "-o", "name").stdout.strip()  # cleaned up after success
+
+        # the Job's command, as its ServiceAccount, with its rendered ClusterRole
+        rbac.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
+                                    "items": [o for o in hook if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]}))
+        config = token_kubeconfig(lab, ns, "gpualign-gate-release", tmp_path / "hook-kubeconfig", "hook")
+        assert kubectl(lab, "apply", "-f", str(rbac)).returncode == 0
+        sa = f"system:serviceaccount:{ns}:gpualign-gate-release"
+        can = {what: kubectl(lab, "auth", "can-i", *a, "--as", sa).stdout.strip() for what, a in {
+            "patch nodes": ["patch", "nodes"], "create events": ["create", "events", "-n", "default"],
+            "delete nodes": ["delete", "nodes"], "evict pods": ["create", "pods", "--subresource=eviction"],
+            "read secrets": ["get", "secrets", "-n", ns]}.items()}
+        assert {k for k, v in can.items() if v == "yes"} == {"patch nodes", "create events"}, can
+        ran = subprocess.run([sys.executable, "-m", "gpualign", *args], capture_output=True, text=True, timeout=60,
+                             env={**lab.env, "KUBECONFIG": str(config), "PATH": "/usr/bin:/bin"})
+        assert ran.returncode == 0 and "released gpu-a1" in ran.stdout, ran.stdout + ran.stderr
+        a1, a2 = kube.get("/api/v1/nodes/gpu-a1")["metadata"], kube.get("/api/v1/nodes/gpu-a2")["metadata"]
+        assert skip not in a1["labels"] and gated not in (a1.get("annotations") or {})
+        assert a2["labels"].get(skip) == "true"  # the admin's hold survives
+    finally:
+        kube.patch("/api/v1/nodes/gpu-a1", {"metadata": {"labels": {skip: None}, "annotations": {gated: None}}})
+        kube.patch("/api/v1/nodes/gpu-a2", {"metadata": {"labels": {skip: None}}})
+        if rbac.exists():
+            kubectl(lab, "delete", "-f", str(rbac), "--wait=false")
+        kubectl(lab, "delete", "namespace", ns, "--wait=false")

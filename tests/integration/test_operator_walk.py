@@ -13,6 +13,7 @@ import pytest
 
 from gpualign.lab.processes import free_port
 from tests.conftest import run_cli, start_lab
+from tests.controller_helpers import events
 from tests.helpers import wait_for
 from tests.recorder import STATE, Recorder
 
@@ -208,3 +209,42 @@ def test_a_pdb_refusal_and_the_operators_failure_are_named(wlab, tmp_path):
     why = wlab.cli("why", "gpu-a1").out
     assert "gpu-a1 is in upgrade-failed, walked by the GPU Operator's upgrade controller" in why
     assert "leaves upgrade-failed by itself once the node's driver pod is in sync and Ready" in why
+
+
+@pytest.mark.timeout(300)
+def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it_all(wlab):
+    kube = wlab.kube()
+    assert wlab.kubectl("label", "node", "gpu-b1", f"{SKIP}=true").returncode == 0  # an admin's own hold
+    ctl = Controller(wlab, "--gate-operator-upgrades")
+    try:
+        wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated")
+        assert GATED in node(wlab, "gpu-m1")["metadata"]["annotations"]
+    finally:
+        ctl.stop()
+    assert labels(wlab, "gpu-m1").get(SKIP) == "true"  # stopping the controller alone leaves the hold in place
+
+    # restarted without the gate: it lets go of every node it held, with an Event, and of nothing else
+    plain = Controller(wlab)
+    try:
+        wait_for(lambda: SKIP not in labels(wlab, "gpu-m1"), timeout=30, what="gpu-m1 released")
+        assert GATED not in (node(wlab, "gpu-m1")["metadata"].get("annotations") or {})
+        wait_for(lambda: events(kube, "gpu-m1", "DriverUpgradeReleased"), what="the release Event")
+        assert "the gate is off" in events(kube, "gpu-m1", "DriverUpgradeReleased")[-1]["message"]
+    finally:
+        log = plain.stop()
+    assert "gpu-m1 released: the gate is off" in log
+    assert labels(wlab, "gpu-b1").get(SKIP) == "true"  # the admin's label: untouched
+
+    # gated again, then released by the command the Helm chart's uninstall hook runs (no controller needed)
+    ctl = Controller(wlab, "--gate-operator-upgrades")
+    try:
+        wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated again")
+    finally:
+        ctl.stop()
+    dry = wlab.cli("gate", "release", "--dry-run")
+    assert dry.code == 0 and "would release gpu-m1 (held: target image" in dry.out and "gpu-b1" not in dry.out
+    assert labels(wlab, "gpu-m1").get(SKIP) == "true"
+    res = wlab.cli("gate", "release")
+    assert res.code == 0 and "released gpu-m1" in res.out and "1 node(s) released" in res.out, res.out + res.err
+    assert SKIP not in labels(wlab, "gpu-m1") and labels(wlab, "gpu-b1").get(SKIP) == "true"
+    assert wlab.cli("gate", "release").out.strip() == "the gate holds no node"

@@ -20,6 +20,7 @@ from gpualign import labels as L
 from gpualign.audit import MISMATCH, MISSING, DriverPod, audit
 from gpualign.branches import BranchPolicy
 from gpualign.controller import gate
+from gpualign.controller.gate_release import release_node
 from gpualign.errors import GpualignError
 from gpualign.expect import from_operator
 from gpualign.facts import NodeFacts, node_facts
@@ -236,6 +237,8 @@ class Fleet:
             self._publish(facts, finding)
             if self.gate and operator is not None:
                 self._gate(facts, finding, planned.get(name) if planned else None)
+            elif gate.GATED in facts.annotations:
+                self._ungate(facts)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -318,6 +321,19 @@ class Fleet:
             self.events_posted += 1
         except GpualignError as err:
             log.warning("node %s: gate: %s", facts.name, err.message)
+            self.queue.put(facts.name)
+
+    def _ungate(self, facts: NodeFacts) -> None:
+        """The gate is off (no --gate-operator-upgrades, or no operator to gate): a skip label it set earlier must
+        not outlive it, or the operator would never upgrade that node again."""
+        try:
+            if release_node(self.kube, facts.name, "the gate is off (the controller runs without "
+                            "--gate-operator-upgrades)"):
+                log.warning("node %s released: the gate is off, so its skip label (set by the gate) is removed",
+                            facts.name)
+                self.events_posted += 1
+        except GpualignError as err:
+            log.warning("node %s: releasing the gate's label: %s", facts.name, err.message)
             self.queue.put(facts.name)
 
     def worker(self, stop: threading.Event) -> None:

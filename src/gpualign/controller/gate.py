@@ -5,6 +5,10 @@ only then does the new driver pod fail to pull. The gate puts the operator's own
 (nvidia.com/gpu-driver-upgrade.skip=true) on a node whose target image is missing from the ledger, so the operator
 leaves it at upgrade-required, uncordoned, with its old driver; and takes the label off once the image is there.
 It only ever removes a label it set itself, marked by the annotation gpualign.io/upgrade-gated.
+
+The gate's labels never outlive the gate: a controller running without it releases every label it set (with an
+Event per node), `gpualign gate release` does the same without a controller, and the Helm chart runs that on
+uninstall. An admin's own skip label (no gpualign.io/upgrade-gated mark) is never touched.
 """
 
 from __future__ import annotations
@@ -29,3 +33,12 @@ def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_m
     if ours:
         return {"labels": {S.SKIP_LABEL: None} if skip else {}, "annotations": {GATED: None}}
     return None
+
+
+def release(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, dict[str, str | None]] | None:
+    """The patch that lets the gate go of a node it holds (its skip label and its mark), or None when it holds
+    nothing there (no mark: any skip label is someone else's)."""
+    if GATED not in annotations:
+        return None
+    return {"labels": {S.SKIP_LABEL: None} if labels.get(S.SKIP_LABEL) == "true" else {},
+            "annotations": {GATED: None}}

@@ -1,0 +1,59 @@
+"""`gpualign gate release`: let go of every node the controller's gate holds, without a controller."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpualign.cli.common import stdout
+from gpualign.cli.groups import Group
+from gpualign.cli.options import ContextOpt, KubeconfigOpt, SelectorOpt
+
+app = typer.Typer(
+    help="The gate beside the GPU Operator (`gpualign controller --gate-operator-upgrades`) holds a node out of "
+         "the operator's upgrade walk with the operator's skip label, nvidia.com/gpu-driver-upgrade.skip=true, "
+         "while its target image is missing, and marks it gpualign.io/upgrade-gated. A controller running without "
+         "the gate releases those labels by itself; these commands do it without a controller (after the "
+         "controller is removed, for one). An admin's own skip label, with no gpualign mark, is never touched.",
+    no_args_is_help=True,
+    cls=Group,
+)
+
+
+@app.command("release")
+def release(
+    selector: SelectorOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list the nodes it would release, change nothing")]
+    = False,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """Remove the skip label the gate set from every GPU node it holds (with an Event on each), so the GPU
+    Operator upgrades them again."""
+    from gpualign.controller.gate_release import held, release_node
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release")
+    try:
+        nodes = held(kube, selector)
+        if not nodes:
+            stdout.print("the gate holds no node")
+            return
+        done = 0
+        for r in nodes:
+            if dry_run:
+                stdout.print(f"would release {r.node} (held: {r.held_for})")
+                continue
+            if release_node(kube, r.node, "released by `gpualign gate release`"):
+                done += 1
+                stdout.print(f"released {r.node} (held: {r.held_for})")
+        if not dry_run:
+            stdout.print(f"{done} node(s) released to the GPU Operator's upgrade walk")
+    finally:
+        kube.close()
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="gate", short_help="Release the nodes the controller's gate holds out of the GPU "
+                                                "Operator's upgrade walk.")

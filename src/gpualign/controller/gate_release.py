@@ -1,0 +1,47 @@
+"""Let go of every node the gate holds, on a cluster: the one place that writes the release (the controller with
+the gate off, `gpualign gate release`, the Helm chart's uninstall hook)."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from gpualign import labels as L
+from gpualign.controller import gate
+from gpualign.errors import GpualignError
+from gpualign.kube import Kube
+
+EVENT_RELEASED = "DriverUpgradeReleased"
+
+
+@dataclass(frozen=True)
+class Released:
+    node: str
+    held_for: str  # the gate's mark: why it held the node
+
+
+def held(kube: Kube, selector: str | None = None) -> list[Released]:
+    """The GPU nodes the gate holds now (its mark on them)."""
+    wanted = f"{L.GPU_PRESENT}=true" + (f",{selector}" if selector else "")
+    out = []
+    for node in kube.nodes(wanted, metadata_only=True):
+        ann = node["metadata"].get("annotations") or {}
+        if gate.GATED in ann:
+            out.append(Released(node["metadata"]["name"], ann[gate.GATED]))
+    return sorted(out, key=lambda r: r.node)
+
+
+def release_node(kube: Kube, name: str, why: str) -> bool:
+    """Release one node if the gate holds it (read fresh, patched with its resourceVersion); True if it did."""
+    node = kube.get(f"/api/v1/nodes/{name}")
+    if node is None:
+        return False
+    meta = node["metadata"]
+    patch = gate.release(meta.get("labels") or {}, meta.get("annotations") or {})
+    if patch is None:
+        return False
+    updated = kube.patch(f"/api/v1/nodes/{name}",
+                         {"metadata": {**patch, "resourceVersion": meta["resourceVersion"]}})
+    with contextlib.suppress(GpualignError):  # the Event is a courtesy; the label is the release
+        kube.event(updated, EVENT_RELEASED, f"released to the GPU Operator's upgrade walk: {why}", warning=False)
+    return True
