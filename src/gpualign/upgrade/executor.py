@@ -104,7 +104,11 @@ class Executor:
             with contextlib.suppress(Conflict):  # the node changed under us: the next pass reads it fresh
                 self.apply(action, snap.nodes[action.node])
 
-        work = [a for a in actions if a.kind != "hold" or a.reason.startswith(HOLDS_TOLD)]
+        # Admissions are written one after another, in the planner's (name) order: each was decided counting the
+        # PDB disruptions spoken for by those before it, so the cluster's record shows them in that order too.
+        for action in sorted((a for a in actions if a.kind == "start"), key=lambda a: a.node):
+            one(action)
+        work = [a for a in actions if a.kind != "start" and (a.kind != "hold" or a.reason.startswith(HOLDS_TOLD))]
         if len(work) <= 1:
             for action in work:
                 one(action)
@@ -122,7 +126,14 @@ class Executor:
             if action.reason.startswith(HOLDS_TOLD):
                 self.block(ns, action.reason)
         elif action.kind == "start":
-            self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag})
+            # Admitted and cordoned in one write: no pod is placed on a node between its admission (which counted
+            # the pods there against their PDBs) and its cordon. Whether it was cordoned before is kept in the
+            # same write, so a restart cannot lose it.
+            initial = "true" if ns.facts.unschedulable else "false"
+            self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag,
+                                                 S.INITIAL_UNSCHEDULABLE: initial}, unschedulable=True,
+                      why="admitted and cordoned" if initial == "false" else "admitted (already cordoned by someone "
+                                                                              "else)")
         elif action.kind == "uncordon":
             self.uncordon(ns)
         elif action.kind == "finish":
