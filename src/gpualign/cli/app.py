@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     import typer
 
 # command name -> the module under gpualign.cli that registers it
-COMMANDS = {"check": "check", "plan": "plan", "rules": "rules", "cuda": "cuda", "upgrade": "upgrade",
-            "status": "status", "why": "status", "controller": "controller", "gate": "gate", "lab": "lab",
-            "completion": "completion"}
+COMMANDS = {"check": "check", "plan": "plan", "ensure": "ensure", "rules": "rules", "cuda": "cuda",
+            "upgrade": "upgrade", "status": "status", "why": "status", "controller": "controller", "gate": "gate",
+            "lab": "lab", "completion": "completion"}
 HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
         "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed); 2 bad usage or input "
         "(one line on stderr says what and where); 3 an internal error (a bug: please report it).\n\n"

@@ -283,6 +283,22 @@ class RegistryClient:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not an object")
         return data
 
+    def digest(self, reference: str, repo: str | None = None) -> str | None:
+        """The manifest digest a tag resolves to (an index's own digest for a multi-platform image), or None."""
+        repo = repo or self.ref.repo
+        resp = self._send("HEAD", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
+                          scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code >= 400:
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference}: HTTP {resp.status_code}")
+        found = resp.headers.get("Docker-Content-Digest")
+        if found:
+            return found
+        body = self._send("GET", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
+                          scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
+        return "sha256:" + hashlib.sha256(body.content).hexdigest()
+
     def blob(self, digest: str, repo: str | None = None) -> bytes:
         repo = repo or self.ref.repo
         resp = self._send("GET", f"{self.ref.base}/v2/{repo}/blobs/{digest}", scope=f"repository:{repo}:pull")

@@ -1,0 +1,111 @@
+"""`gpualign ensure TAG…`: make the driver images exist in the ledger, verified against their kernels."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.options import DockerConfigOpt, InsecureRegistryOpt, Output, OutputOpt
+from gpualign.errors import BadInput
+
+NVIDIA = "nvcr.io/nvidia/driver"
+HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
+
+For each TAG (`<branch>-<kernel>-<os-tag>`, e.g. 535-6.1.0-50-amd64-debian12): already in the ledger, nothing is
+done (one manifest request); published upstream, it is mirrored by digest, every platform (skopeo); otherwise it
+is built, verified and pushed.
+
+What is built here: Debian 12 (bookworm) images, for real: NVIDIA's kernel module source from Debian's archive
+compiled against `linux-headers-<kernel>`, stripped, laid out under /opt/lib/modules/<kernel> with depmod, with an
+entrypoint that refuses to load on any other kernel, labelled version=<branch>-<kernel>. Before anything is pushed
+every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
+names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
+failure names the module and the first refused symbol, and nothing is pushed. Ubuntu and RHEL recipes are not run
+here (their archives are unreachable from this machine).
+
+Needs root (mmdebstrap, chroot and buildah, as they run here), buildah and skopeo. Compiled modules are cached
+under ~/.cache/gpualign/ensure by (module source version, kernel, flavour), so a failed push never recompiles.
+
+Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was printed); 1 an image could not be made
+(it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""
+
+
+def ensure(
+    tags: Annotated[list[str], typer.Argument(metavar="TAG...", help="driver image tags to ensure")],
+    ledger: Annotated[str, typer.Option(
+        "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO")],
+    upstream: Annotated[str | None, typer.Option(
+        "--upstream", metavar="REGISTRY",
+        help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
+             "tags NVIDIA publishes precompiled (ubuntu)]")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
+    = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", min=1,
+                                      help="compile jobs (make -jN)")] = 2,
+    flavour: Annotated[str, typer.Option(
+        "--flavour", metavar="FLAVOUR", help="proprietary (nvidia-kernel-source) or open "
+                                             "(nvidia-open-kernel-source)")] = "proprietary",
+    modules_from: Annotated[Path | None, typer.Option(
+        "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
+                                              "(they must pass the same checks)")] = None,
+    output: OutputOpt = Output.table,
+    docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
+) -> None:
+    from gpualign.ensure import run, tagspec
+    from gpualign.ledger.registry import connect
+
+    if output is Output.wide:
+        raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
+    if flavour not in ("proprietary", "open"):
+        raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
+    if modules_from is not None and not modules_from.is_dir():
+        raise BadInput(f"--modules-from {modules_from}: not a directory")
+    specs = [tagspec.parse(t) for t in dict.fromkeys(tags)]
+    target = connect(ledger, docker_config=docker_config, timeout=30.0)
+    explicit = upstream is not None and upstream != "none"
+    up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \
+        if upstream != "none" else None
+    authfile = str(docker_config) if docker_config else None
+
+    def say(tag: str, message: str) -> None:
+        if output is Output.table:
+            progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
+
+    outcomes = []
+    try:
+        options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run, jobs,
+                                         flavour, modules_from, authfile) for spec in specs}
+        planned = [run.plan_one(spec.tag, options[spec.tag]) for spec in specs]  # every bad tag before any work
+        if any(action == run.BUILD for _, action in planned) and not dry_run:
+            run.require_tools()
+        for spec in specs:
+            outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say))
+    finally:
+        target.close()
+        if up is not None:
+            up.close()
+    if output in (Output.json, Output.yaml):
+        emit_data(report("EnsureReport", {"ledger": ledger, "upstream": upstream or NVIDIA},
+                         {"dryRun": dry_run, "images": [o.as_dict() for o in outcomes]}), output)
+        return
+    for o in outcomes:
+        if o.action == run.PRESENT:
+            stdout.print(f"{o.tag}: present ({o.digest})")
+        elif not o.done:
+            stdout.print(f"{o.tag}: would {o.action}")
+        else:
+            figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
+            done = "built" if o.action == run.BUILD else "mirrored"
+            stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
+    sys.stdout.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ensure", help=HELP, short_help="Build or mirror the missing driver images, verified against "
+                                                "their kernels, into the ledger.")(ensure)

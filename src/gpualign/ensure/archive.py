@@ -1,0 +1,147 @@
+"""Debian's archive, through a private apt state under the cache (the machine's own apt sources are left alone:
+they often list `main` only, and NVIDIA's module source is in `non-free`/`contrib`).
+
+It answers: is there a headers package for this kernel, which NVIDIA module source version would a build get, and
+it fetches one kernel's Module.symvers (from its headers package, without installing anything).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpualign.errors import BadInput, GpualignError
+
+DEFAULT_MIRROR = "http://deb.debian.org/debian"
+DEFAULT_SECURITY = "http://deb.debian.org/debian-security"
+COMPONENTS = "main contrib non-free non-free-firmware"
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+REFRESH_SECONDS = 6 * 3600
+
+
+class ArchiveError(GpualignError):
+    """The archive could not be read (exit 2: ensure could not run)."""
+
+
+def cache_root() -> Path:
+    base = os.environ.get("GPUALIGN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpualign")
+    return Path(base) / "ensure"
+
+
+@dataclass(frozen=True)
+class Archive:
+    suite: str = "bookworm"
+    mirror: str = DEFAULT_MIRROR
+    security: str = DEFAULT_SECURITY
+
+    @property
+    def suites(self) -> list[str]:
+        return [self.suite, f"{self.suite}-updates", f"{self.suite}-security"]
+
+    def source_lines(self) -> list[str]:
+        return [f"deb [signed-by={KEYRING}] {self.mirror} {self.suite} {COMPONENTS}",
+                f"deb [signed-by={KEYRING}] {self.mirror} {self.suite}-updates {COMPONENTS}",
+                f"deb [signed-by={KEYRING}] {self.security} {self.suite}-security {COMPONENTS}"]
+
+    def describe(self) -> str:
+        return f"{', '.join(self.suites)} ({COMPONENTS.replace(' ', ', ')}) at {self.mirror}"
+
+    # -- the private apt state ----------------------------------------------------------------------------------
+    @property
+    def state(self) -> Path:
+        return cache_root() / "apt" / self.suite
+
+    def _apt_opts(self) -> list[str]:
+        s = self.state
+        return ["-o", f"Dir::Etc::SourceList={s / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
+                "-o", f"Dir::State::Lists={s / 'lists'}", "-o", f"Dir::Cache={s / 'cache'}",
+                "-o", f"Dir::State::status={s / 'status'}", "-o", "Debug::NoLocking=1",
+                "-o", "APT::Get::List-Cleanup=0", "-o", "Acquire::Languages=none"]
+
+    def _apt(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["apt-get", *self._apt_opts(), *args], capture_output=True, text=True, cwd=cwd,
+                              timeout=600)
+
+    def update(self, *, force: bool = False) -> None:
+        s = self.state
+        stamp = s / "updated"
+        if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:
+            return
+        for d in ("lists/partial", "cache/archives/partial"):
+            (s / d).mkdir(parents=True, exist_ok=True)
+        (s / "sources.list").write_text("\n".join(self.source_lines()) + "\n")
+        (s / "status").touch()
+        res = self._apt("update")
+        if res.returncode != 0:
+            raise ArchiveError(f"reading Debian's archive ({self.describe()}) failed: "
+                               f"{(res.stderr.strip().splitlines() or ['apt-get update failed'])[-1]}")
+        stamp.touch()
+
+    def _show(self, package: str) -> str | None:
+        res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", package],
+                             capture_output=True, text=True, timeout=60)
+        return res.stdout if res.returncode == 0 and res.stdout.strip() else None
+
+    def version_of(self, package: str) -> str | None:
+        """The candidate version of a package, or None when the archive has no such package."""
+        self.update()
+        text = self._show(package)
+        if text is None:
+            self.update(force=True)  # a kernel published since the last read
+            text = self._show(package)
+        if text is None:
+            return None
+        return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Version:")),
+                    None)
+
+    def require_headers(self, kernel: str) -> str:
+        """The headers package for a kernel, or BadInput naming the suites looked in."""
+        package = f"linux-headers-{kernel}"
+        if self.version_of(package) is None:
+            raise BadInput(f"kernel {kernel}: no headers package {package} in Debian's archive (looked in "
+                           f"{self.describe()})")
+        return package
+
+    def module_source_version(self, open_flavour: bool = False) -> str:
+        """NVIDIA's kernel module source version a build gets now, e.g. 535.261.03."""
+        package = "nvidia-open-kernel-source" if open_flavour else "nvidia-kernel-source"
+        version = self.version_of(package)
+        if version is None:
+            raise BadInput(f"{package} is not in Debian's archive ({self.describe()})")
+        return version.split("-", 1)[0]
+
+    def symvers(self, kernel: str) -> Path:
+        """The kernel's Module.symvers, cached, from its headers package (downloaded, never installed)."""
+        out = cache_root() / "symvers" / kernel / "Module.symvers"
+        if out.exists():
+            return out
+        package = self.require_headers(kernel)
+        with tempfile.TemporaryDirectory(prefix="gpualign-headers-") as tmp:
+            res = self._apt("download", package, cwd=Path(tmp))
+            debs = list(Path(tmp).glob("*.deb"))
+            if res.returncode != 0 or not debs:
+                raise ArchiveError(f"downloading {package} failed: "
+                                   f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
+            tar = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(debs[0])], capture_output=True, timeout=300)
+            if tar.returncode != 0:
+                raise ArchiveError(f"reading {debs[0].name} failed: {tar.stderr.decode(errors='replace').strip()}")
+            member = f"./usr/src/linux-headers-{kernel}/Module.symvers"
+            with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as tf:
+                try:
+                    data = tf.extractfile(member)
+                except KeyError:
+                    data = None
+                if data is None:
+                    raise ArchiveError(f"{package} has no {member.lstrip('.')}")
+                content = data.read()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        partial.write_bytes(content)
+        os.replace(partial, out)
+        return out

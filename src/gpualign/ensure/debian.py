@@ -1,0 +1,142 @@
+"""The Debian 12 recipe, run for real: NVIDIA's kernel modules compiled against one kernel's headers.
+
+The builder stage is a bookworm root made by mmdebstrap (gcc, make, kmod, the kernel's `linux-headers-<kernel>`,
+Debian's `nvidia-kernel-source` and `nvidia-open-kernel-source`), cached per kernel; the compile runs in it under
+chroot (as `buildah run --isolation chroot` would, without needing a container image for a throw-away stage), with
+NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*). The modules are
+stripped of debug info and cached by (module source version, kernel, flavour, signing key), so a failed push never
+recompiles. Needs root (chroot), as buildah here does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpualign.ensure.archive import Archive, cache_root
+from gpualign.errors import BadInput, GpualignError
+
+FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
+            "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
+BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "kmod", "xz-utils", "nvidia-kernel-source",
+                  "nvidia-open-kernel-source")
+Progress = Callable[[str], None]
+
+
+class BuildError(GpualignError):
+    """A build step failed (exit 1: the image could not be made; nothing was pushed)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Built:
+    kernel: str
+    flavour: str
+    driver_version: str  # the module source's upstream version, e.g. 535.261.03
+    directory: Path  # the stripped .ko files
+    compile_seconds: float  # 0 when they came from the cache
+    cached: bool
+
+    @property
+    def modules(self) -> list[Path]:
+        return sorted(self.directory.glob("*.ko"))
+
+
+def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 3600) -> None:
+    out = log.open("w") if log else subprocess.DEVNULL
+    try:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, timeout=timeout)
+    except FileNotFoundError:
+        raise BadInput(f"{what}: {cmd[0]} is not installed (scripts/install-debs installs it)") from None
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log else \
+            (proc.stderr or b"").decode(errors="replace").strip().splitlines()[-3:]
+        if any("No space left on device" in line for line in tail):
+            raise BuildError(f"{what}: the disk is full ({cache_root()}): free space and run again")
+        raise BuildError(f"{what} failed (exit {proc.returncode})" + (f": {' | '.join(tail)}" if tail else "")
+                         + (f"; log: {log}" if log else ""))
+
+
+def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None) -> Path:
+    """The bookworm build root for a kernel (cached; made atomically: a half-made root is never used)."""
+    headers = archive.require_headers(kernel)
+    root = cache_root() / "roots" / f"{archive.suite}-{kernel}"
+    if (root / ".complete").exists():
+        return root / "rootfs"
+    if os.geteuid() != 0:
+        raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    progress(f"build root: mmdebstrap {archive.suite} with {headers} and NVIDIA's module source")
+    with tempfile.TemporaryDirectory(prefix=f"{root.name}.", dir=root.parent) as tmp:
+        staging = Path(tmp) / "rootfs"
+        _run(["mmdebstrap", "--quiet", "--variant=apt", "--components=main,contrib,non-free,non-free-firmware",
+              f"--include={','.join((*BUILD_PACKAGES, headers))}", archive.suite, str(staging),
+              *archive.source_lines()], f"mmdebstrap for {kernel}", Path(tmp) / "mmdebstrap.log")
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir()
+        os.replace(staging, root / "rootfs")
+        (root / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+    return root / "rootfs"
+
+
+def _installed_version(rootfs: Path, package: str) -> str:
+    try:
+        res = subprocess.run(["chroot", str(rootfs), "dpkg-query", "-W", "-f=${Version}", package],
+                             capture_output=True, text=True)
+    except FileNotFoundError:
+        raise BadInput("chroot is not installed (coreutils): the modules are compiled in a chroot") from None
+    if res.returncode != 0 or not res.stdout:
+        raise BuildError(f"{package} is not installed in the build root {rootfs}")
+    return res.stdout.split("-", 1)[0].split("+", 1)[0]
+
+
+def modules_dir(kernel: str, flavour: str, driver_version: str, sign_key: str | None) -> Path:
+    signing = hashlib.sha256(sign_key.encode()).hexdigest()[:12] if sign_key else "unsigned"
+    return cache_root() / "modules" / driver_version / kernel / flavour / signing
+
+
+def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
+                    sign_key: str | None = None, progress: Progress = lambda _m: None) -> Built:
+    """NVIDIA's modules for one kernel, from the cache when built before with the same source and key."""
+    if flavour not in FLAVOURS:
+        raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
+    package, tarball, subdir = FLAVOURS[flavour]
+    rootfs = builder_root(archive, kernel, progress)
+    version = _installed_version(rootfs, package)
+    out = modules_dir(kernel, flavour, version, sign_key)
+    if (out / ".complete").exists():
+        progress(f"modules: cached ({version}, {kernel}, {flavour})")
+        return Built(kernel, flavour, version, out, 0.0, True)
+    progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}; a few CPU-minutes)")
+    work = f"/build/{flavour}"
+    script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "
+              f"cd modules/{subdir}; make -j{jobs} modules KERNEL_UNAME={kernel}; "
+              f"mkdir -p {work}/out; for ko in $(find . -name '*.ko'); do "
+              f"strip --strip-debug -o {work}/out/$(basename $ko) $ko; done")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    log = out.parent / f"{out.name}.build.log"
+    t0 = time.monotonic()
+    _run(["chroot", str(rootfs), "/bin/sh", "-c", script], f"compiling {flavour} modules for {kernel}", log)
+    took = time.monotonic() - t0
+    staging = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
+    for ko in (rootfs / work.lstrip("/") / "out").glob("*.ko"):
+        shutil.copy2(ko, staging / ko.name)
+    if not list(staging.glob("*.ko")):
+        shutil.rmtree(staging)
+        raise BuildError(f"compiling {flavour} modules for {kernel} produced no .ko; log: {log}")
+    (staging / ".complete").write_text(f"{took:.1f}\n")
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    shutil.rmtree(rootfs / work.lstrip("/"), ignore_errors=True)
+    return Built(kernel, flavour, version, out, took, False)

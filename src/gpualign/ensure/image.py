@@ -1,0 +1,158 @@
+"""The precompiled driver image, assembled with buildah and pushed only when whole.
+
+Layout, as KMM and NVIDIA's precompiled images expect: the modules under `/opt/lib/modules/<kernel>/kernel/drivers/
+video/` with `depmod -b /opt` run for that kernel, a small entrypoint that refuses to load on any kernel but its
+own (NVIDIA's entrypoint never compares `uname -r` with the kernel it was built for), OCI labels and NVIDIA's
+`version=<branch>-<kernel>` label. The base is a minimal bookworm (sh and kmod) from mmdebstrap, cached.
+
+buildah pushes a tag only once every blob and the manifest are in place (the manifest PUT comes last), so a push
+that fails leaves no tag half-made; the digest is read back from the registry afterwards.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from gpualign import __version__
+from gpualign.ensure.archive import cache_root
+from gpualign.ensure.debian import BuildError
+from gpualign.ensure.tagspec import TagSpec
+from gpualign.errors import BadInput, GpualignError
+
+BASE = "localhost/gpualign-driver-base:bookworm"
+EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
+ENTRYPOINT = """#!/bin/sh
+# gpualign precompiled NVIDIA driver: loads its modules only on the kernel they were built and verified for.
+set -eu
+want="${GPUALIGN_KERNEL:?}"
+have="$(uname -r)"
+if [ "$have" != "$want" ]; then
+  echo "gpualign driver image ${DRIVER_BRANCH}-${want}: built and verified for kernel $want, this node runs $have:" \\
+       "refusing to load (the kernel would refuse these modules: version magic and symbol CRCs differ)" >&2
+  exit 1
+fi
+for m in nvidia nvidia-uvm nvidia-modeset nvidia-drm; do
+  modprobe -d /opt "$m"
+done
+echo "NVIDIA ${DRIVER_VERSION} loaded on $have"
+exec sleep infinity
+"""
+
+
+class PushRefused(GpualignError):
+    """The registry refused the push (exit 1; nothing was pushed under the tag)."""
+
+    exit_code = 1
+
+
+def storage() -> Path:
+    return cache_root().parent / "containers"
+
+
+def buildah(*args: str, capture: bool = True) -> str:
+    s = storage()
+    cmd = ["buildah", "--root", str(s / "storage"), "--runroot", str(s / "run"), "--storage-driver", "vfs", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    except FileNotFoundError:
+        raise BadInput("buildah is not installed: the driver image is assembled with buildah "
+                       "(scripts/install-debs installs it)") from None
+    if proc.returncode != 0:
+        err = proc.stderr.strip().splitlines()
+        message = err[-1] if err else f"exit {proc.returncode}"
+        if args and args[0] == "push":
+            low = proc.stderr.lower()
+            if "unauthorized" in low or "401" in low or "authentication required" in low:
+                raise PushRefused(f"the registry refused the push (401 unauthorized): {message}")
+            if "denied" in low or "403" in low or "forbidden" in low:
+                raise PushRefused(f"the registry refused the push (403 denied): {message}")
+        if "no space left on device" in proc.stderr.lower():
+            raise BuildError(f"buildah {args[0]}: the disk is full ({s}): free space and run again")
+        raise BuildError(f"buildah {args[0]} failed: {message}")
+    return proc.stdout.strip() if capture else ""
+
+
+def ensure_base() -> str:
+    stamp = storage() / "driver-base.done"
+    if stamp.exists() and BASE in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
+        return BASE
+    with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
+        tar = Path(tmp) / "rootfs.tar"
+        cmd = ["mmdebstrap", "--quiet", "--variant=minbase", "--include=kmod",
+               *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDES),
+               '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*', "bookworm", str(tar)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")
+        ctr = buildah("from", "scratch")
+        try:
+            buildah("add", "--quiet", ctr, str(tar), "/")
+            buildah("commit", "--quiet", ctr, BASE)
+        finally:
+            buildah("rm", ctr)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text("ok\n")
+    return BASE
+
+
+def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> dict[str, str]:
+    return {
+        "version": f"{spec.branch}-{spec.kernel}",  # NVIDIA's precompiled images carry this
+        "org.opencontainers.image.title": "NVIDIA driver kernel modules (precompiled)",
+        "org.opencontainers.image.description": f"NVIDIA {driver_version} modules for Linux {spec.kernel} "
+                                                f"({spec.os_tag}), verified against its Module.symvers",
+        "org.opencontainers.image.version": f"{driver_version}-{spec.kernel}",
+        "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "org.opencontainers.image.vendor": "built in-house by gpualign",
+        "io.gpualign.kernel": spec.kernel,
+        "io.gpualign.driver-version": driver_version,
+        "io.gpualign.driver-branch": spec.branch,
+        "io.gpualign.os-tag": spec.os_tag,
+        "io.gpualign.built-by": f"gpualign {__version__}",
+        "io.gpualign.verified": json.dumps(verified, separators=(",", ":")),
+    }
+
+
+def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object]) -> str:
+    """The image as a local buildah image; returns its local name."""
+    base = ensure_base()
+    local = f"localhost/gpualign-driver:{spec.tag}"
+    with tempfile.TemporaryDirectory(prefix="gpualign-driver-") as tmp:
+        opt = Path(tmp) / "opt"
+        dest = opt / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
+        dest.mkdir(parents=True)
+        for ko in modules:
+            shutil.copy2(ko, dest / ko.name)
+        depmod = subprocess.run(["depmod", "-b", str(opt), spec.kernel], capture_output=True, text=True)
+        if depmod.returncode != 0:  # kmod on the host; the image's own depmod would do the same
+            raise BuildError(f"depmod for {spec.kernel} failed: {depmod.stderr.strip()[-300:]}")
+        entry = Path(tmp) / "entrypoint.sh"
+        entry.write_text(ENTRYPOINT)
+        entry.chmod(0o755)
+        ctr = buildah("from", "--pull-never", base)
+        try:
+            buildah("add", "--quiet", ctr, str(opt), "/opt")
+            buildah("add", "--quiet", "--chmod", "0755", ctr, str(entry), "/usr/local/bin/gpualign-driver")
+            config = ["--entrypoint", '["/usr/local/bin/gpualign-driver"]', "--cmd", "",
+                      "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
+                      "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
+            for key, value in labels(spec, driver_version, verified).items():
+                config += ["--label", f"{key}={value}"]
+            buildah("config", *config, ctr)
+            buildah("commit", "--quiet", "--format", "oci", ctr, local)
+        finally:
+            buildah("rm", ctr)
+    return local
+
+
+def push(local: str, reference: str, *, tls_verify: bool, authfile: str | None = None) -> None:
+    args = ["push", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
+    if authfile and os.path.exists(authfile):
+        args += ["--authfile", authfile]
+    buildah(*args, local, f"docker://{reference}")

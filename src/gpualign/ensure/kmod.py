@@ -1,0 +1,101 @@
+"""A kernel module's own records, read from its ELF sections as the kernel reads them at load. Pure (bytes in).
+
+- `.modinfo`: NUL-separated key=value strings (vermagic, version, name, depends, signer fields for modinfo);
+- `__versions`: the symbols it imports, each with the CRC it was built against (struct modversion_info: an
+  unsigned long CRC, then a 56-byte NUL-padded name; 64 bytes an entry on 64-bit kernels);
+- `__ksymtab_strings`: the names of the symbols it exports (for the NVIDIA modules that import from each other);
+- the appended signature: "~Module signature appended~\\n" at the very end, after a struct module_signature.
+
+pyelftools reads the ELF; the layouts above are the kernel's (include/linux/module.h, scripts/mod/modpost.c,
+include/linux/module_signature.h).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, field
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
+
+from gpualign.errors import BadInput
+
+SIG_MAGIC = b"~Module signature appended~\n"
+_SIG_STRUCT = struct.Struct(">BBBBBxxxI")  # algo, hash, id_type, signer_len, key_id_len, pad[3], sig_len
+
+
+@dataclass(frozen=True)
+class Signature:
+    id_type: int  # 2: PKCS#7
+    signer_len: int
+    key_id_len: int
+    length: int
+    pkcs7: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str  # file name, e.g. nvidia-uvm.ko
+    info: dict[str, list[str]]
+    imports: dict[str, int]  # symbol -> CRC it was built against
+    exports: frozenset[str]
+    signature: Signature | None
+    size: int
+
+    def field(self, key: str) -> str | None:
+        values = self.info.get(key)
+        return values[0] if values else None
+
+    @property
+    def vermagic(self) -> str:
+        return self.field("vermagic") or ""
+
+    @property
+    def release(self) -> str:
+        """The kernel release the module was built for: the first field of vermagic."""
+        return self.vermagic.split(" ", 1)[0]
+
+
+def read(name: str, data: bytes) -> Module:
+    """Parse one .ko (BadInput naming it if it is not a kernel module)."""
+    payload, signature = _split_signature(data)
+    try:
+        elf = ELFFile(io.BytesIO(payload))
+        modinfo = elf.get_section_by_name(".modinfo")
+        if modinfo is None:
+            raise BadInput(f"{name}: not a kernel module (no .modinfo section)")
+        info: dict[str, list[str]] = {}
+        for item in modinfo.data().split(b"\0"):
+            if b"=" in item:
+                key, _, value = item.decode(errors="replace").partition("=")
+                info.setdefault(key, []).append(value)
+        imports: dict[str, int] = {}
+        versions = elf.get_section_by_name("__versions")
+        if versions is not None:
+            raw = versions.data()
+            word = 8 if elf.elfclass == 64 else 4
+            entry = 64
+            fmt = ("<" if elf.little_endian else ">") + ("Q" if word == 8 else "I")
+            for off in range(0, len(raw) - entry + 1, entry):
+                (crc,) = struct.unpack_from(fmt, raw, off)
+                sym = raw[off + word:off + entry].split(b"\0", 1)[0].decode(errors="replace")
+                if sym:
+                    imports[sym] = crc & 0xFFFFFFFF
+        strings = elf.get_section_by_name("__ksymtab_strings")
+        exports = frozenset(s.decode(errors="replace") for s in strings.data().split(b"\0") if s) \
+            if strings is not None else frozenset()
+    except ELFError as err:
+        raise BadInput(f"{name}: not a readable ELF kernel module: {err}") from None
+    return Module(name, info, imports, exports, signature, len(data))
+
+
+def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
+    if not data.endswith(SIG_MAGIC):
+        return data, None
+    end = len(data) - len(SIG_MAGIC)
+    algo, hash_, id_type, signer_len, key_id_len, sig_len = _SIG_STRUCT.unpack_from(data, end - _SIG_STRUCT.size)
+    del algo, hash_
+    start = end - _SIG_STRUCT.size - sig_len - signer_len - key_id_len
+    pkcs7 = data[end - _SIG_STRUCT.size - sig_len:end - _SIG_STRUCT.size]
+    return data[:start], Signature(id_type, signer_len, key_id_len, sig_len, pkcs7)

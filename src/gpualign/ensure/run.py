@@ -1,0 +1,186 @@
+"""One ensure pass: for each tag, present (nothing to do), mirror (the upstream publishes it) or build (Debian 12
+here), verified against the kernel in its tag before anything is pushed.
+
+Idempotent: a tag already in the ledger costs one manifest HEAD. Two runs never build the same image twice: each
+tag is worked under a file lock, and a run that waited for it looks again before building.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpualign.ensure import debian, image, kmod, mirror, symvers, tagspec
+from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.verify import Verification, verify
+from gpualign.errors import BadInput, GpualignError
+from gpualign.ledger.registry import RegistryClient
+
+PRESENT, MIRROR, BUILD = "present", "mirror", "build"
+Say = Callable[[str, str], None]  # (tag, message)
+
+
+class NotVerified(GpualignError):
+    """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
+
+    exit_code = 1
+
+
+@dataclass
+class Outcome:
+    tag: str
+    action: str  # present | mirror | build
+    done: bool = False  # False under --dry-run
+    digest: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    verification: dict[str, Any] | None = None
+    reference: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
+                "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+                "verification": self.verification}
+
+
+@dataclass
+class Options:
+    target: RegistryClient
+    upstream: RegistryClient | None = None
+    dry_run: bool = False
+    jobs: int = 2
+    flavour: str = "proprietary"
+    modules_from: Path | None = None  # verify and push these modules instead of compiling
+    authfile: str | None = None
+    archive: Archive = field(default_factory=Archive)
+
+
+@contextmanager
+def tag_lock(tag: str) -> Iterator[None]:
+    path = cache_root() / "locks" / f"{tag}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive) -> Verification:
+    """The kernel's load checks against the tag's kernel (its Module.symvers from the archive)."""
+    table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
+    read = [kmod.read(p.name, p.read_bytes()) for p in modules]
+    return verify(read, spec.kernel, table, driver_version)
+
+
+def plan_one(tag: str, opts: Options) -> tuple[tagspec.TagSpec, str]:
+    spec = tagspec.parse(tag)
+    if opts.target.digest(spec.tag) is not None:
+        return spec, PRESENT
+    if opts.upstream is not None and opts.upstream.digest(spec.tag) is not None:
+        return spec, MIRROR
+    tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
+    return spec, BUILD
+
+
+def ensure_one(tag: str, opts: Options, say: Say) -> Outcome:
+    spec, action = plan_one(tag, opts)
+    out = Outcome(spec.tag, action, reference=f"{opts.target.ref.image}:{spec.tag}")
+    if action == PRESENT:
+        out.digest, out.done = opts.target.digest(spec.tag), True
+        say(spec.tag, "present in the ledger: nothing to do")
+        return out
+    if opts.dry_run:
+        say(spec.tag, f"would {action} it" + (f" from {opts.upstream.ref.image}" if action == MIRROR and
+                                              opts.upstream else ""))
+        return out
+    with tag_lock(spec.tag):
+        if opts.target.digest(spec.tag) is not None:  # another run made it while this one waited
+            out.action, out.digest, out.done = PRESENT, opts.target.digest(spec.tag), True
+            say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
+            return out
+        if action == MIRROR:
+            assert opts.upstream is not None
+            t0 = time.monotonic()
+            source = opts.upstream.digest(spec.tag)
+            assert source is not None
+            say(spec.tag, f"mirror: {opts.upstream.ref.image}@{source}")
+            mirror.copy(opts.upstream.ref, opts.target.ref, spec.tag, source, authfile=opts.authfile)
+            out.digest = opts.target.digest(spec.tag)
+            out.seconds["mirror"] = time.monotonic() - t0
+            if out.digest != source:
+                raise image.PushRefused(f"{spec.tag}: the ledger answers digest {out.digest} after mirroring "
+                                        f"{source}")
+            out.done = True
+            say(spec.tag, f"mirrored: {out.digest}")
+            return out
+        return _build(spec, opts, out, say)
+
+
+def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
+    archive = opts.archive
+    t0 = time.monotonic()
+    say(spec.tag, f"headers: linux-headers-{spec.kernel}")
+    archive.require_headers(spec.kernel)
+    out.seconds["headers"] = time.monotonic() - t0
+    if opts.modules_from is not None:
+        modules = sorted(opts.modules_from.glob("*.ko"))
+        if not modules:
+            raise BadInput(f"--modules-from {opts.modules_from}: no .ko file there")
+        read = [kmod.read(p.name, p.read_bytes()) for p in modules]
+        driver_version = next((m.field("version") for m in read if m.field("version")), "") or ""
+        say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
+    else:
+        built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
+                                       progress=lambda m: say(spec.tag, m))
+        modules, driver_version = built.modules, built.driver_version
+        out.seconds["compile"] = built.compile_seconds
+    if not driver_version.startswith(f"{spec.branch}."):
+        raise NotVerified(f"{spec.tag}: the modules are NVIDIA {driver_version or '(no version)'}, not branch "
+                          f"{spec.branch}; nothing pushed")
+    t0 = time.monotonic()
+    say(spec.tag, f"verify: {len(modules)} modules against {spec.kernel}'s Module.symvers")
+    checked = verify_modules(modules, spec, driver_version, archive)
+    out.seconds["verify"] = time.monotonic() - t0
+    out.verification = checked.as_dict()
+    if not checked.ok:
+        symbol = checked.first_symbol()
+        raise NotVerified(f"{spec.tag}: would not load on {spec.kernel}: {checked.first_problem()}"
+                          + (f"; first refused symbol: {symbol}" if symbol and symbol != checked.first_problem()
+                             else "")
+                          + f" ({checked.mismatches} of {checked.symbols_checked} symbols refused); nothing pushed")
+    say(spec.tag, f"verified: {checked.symbols_checked} symbol CRCs, vermagic {spec.kernel}, "
+                  f"version {driver_version}")
+    t0 = time.monotonic()
+    local = image.assemble(spec, modules, driver_version,
+                           {"symbols": checked.symbols_checked, "modules": len(checked.results)})
+    out.seconds["image"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    say(spec.tag, f"push: {out.reference}")
+    image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
+    out.digest = opts.target.digest(spec.tag)
+    out.seconds["push"] = time.monotonic() - t0
+    if out.digest is None:
+        raise image.PushRefused(f"{spec.tag}: pushed, but the ledger does not answer for it")
+    out.done = True
+    say(spec.tag, f"pushed: {out.digest}")
+    return out
+
+
+def require_tools() -> None:
+    """What a build needs on this machine, checked before any build starts (BadInput naming the first missing)."""
+    import os
+    import shutil
+
+    for tool, why in (("buildah", "the driver image is assembled with buildah"),
+                      ("mmdebstrap", "the build root is made with mmdebstrap"),
+                      ("chroot", "the modules are compiled in the build root under chroot"),
+                      ("depmod", "the image's module index is made with depmod (kmod)")):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            raise BadInput(f"{tool} is not installed: {why} (scripts/install-debs installs it)")
+

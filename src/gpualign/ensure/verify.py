@@ -1,0 +1,92 @@
+"""The kernel's own load checks, offline, for a set of modules against one kernel. Pure.
+
+At `insmod` the kernel refuses a module whose version magic names another release ("version magic '…' should be
+'…'"), and, with CONFIG_MODVERSIONS, one whose CRC for an imported symbol differs from its own ("disagrees about
+version of symbol …"), or that imports a symbol nobody exports ("Unknown symbol …"). Symbols the modules of the set
+export to each other (nvidia-uvm imports from nvidia) are checked against no kernel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpualign.ensure.kmod import Module
+
+
+@dataclass(frozen=True)
+class ModuleResult:
+    module: str
+    symbols_checked: int
+    mismatched: tuple[str, ...]  # symbols whose CRC differs, or that nobody exports
+    problems: tuple[str, ...]  # in the kernel's words, first mismatch first
+
+
+@dataclass(frozen=True)
+class Verification:
+    kernel: str
+    driver_version: str
+    results: tuple[ModuleResult, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and not any(r.problems for r in self.results)
+
+    @property
+    def symbols_checked(self) -> int:
+        return sum(r.symbols_checked for r in self.results)
+
+    @property
+    def mismatches(self) -> int:
+        return sum(len(r.mismatched) for r in self.results)
+
+    def first_problem(self) -> str | None:
+        for r in self.results:
+            if r.problems:
+                more = len(r.problems) - 1
+                return f"{r.problems[0]}" + (f" (and {more} more problems in {r.module})" if more else "")
+        return None if self.results else "no kernel module found"
+
+    def first_symbol(self) -> str | None:
+        """The first refused symbol, in the kernel's words ("nvidia: disagrees about version of symbol …")."""
+        for r in self.results:
+            for p in r.problems:
+                if "symbol" in p:
+                    return p
+        return None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"kernel": self.kernel, "driver_version": self.driver_version, "ok": self.ok,
+                "modules": len(self.results), "symbols_checked": self.symbols_checked,
+                "mismatches": self.mismatches, "first_problem": self.first_problem(),
+                "first_refused_symbol": self.first_symbol(),
+                "per_module": [{"module": r.module, "symbols_checked": r.symbols_checked,
+                                "mismatches": len(r.mismatched)} for r in self.results]}
+
+
+def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], driver_version: str) -> Verification:
+    """kernel: the release in the image's tag (uname -r on the node); symvers: that kernel's Module.symvers."""
+    among = frozenset().union(*(m.exports for m in modules)) if modules else frozenset()
+    results = []
+    for m in sorted(modules, key=lambda x: x.name):
+        short = m.name.removesuffix(".ko")
+        problems: list[str] = []
+        if m.release != kernel:
+            problems.append(f"{short}: version magic '{m.vermagic}' should be '{kernel} …' (built for "
+                            f"{m.release or 'no kernel'})")
+        version = m.field("version")
+        if version != driver_version:
+            problems.append(f"{short}: driver version {version or '(none)'} is not {driver_version}")
+        checked, mismatched = 0, []
+        for sym, crc in sorted(m.imports.items()):
+            if sym in symvers:
+                checked += 1
+                if symvers[sym] != crc:
+                    mismatched.append(sym)
+                    problems.append(f"{short}: disagrees about version of symbol {sym} (module 0x{crc:08x}, "
+                                    f"kernel {kernel} 0x{symvers[sym]:08x})")
+            elif sym not in among:
+                mismatched.append(sym)
+                problems.append(f"{short}: Unknown symbol {sym} (kernel {kernel} does not export it)")
+        results.append(ModuleResult(m.name, checked, tuple(mismatched), tuple(problems)))
+    return Verification(kernel, driver_version, tuple(results))

@@ -1,0 +1,252 @@
+"""`gpualign ensure` for real: one Debian 12 image built from NVIDIA's module source against a real kernel's headers,
+verified and pushed to the lab registry; then checked by this test with the kernel's own tools (modinfo and
+`modprobe --dump-modversions` against that kernel's Module.symvers), independently of gpualign's verifier. The
+compiled modules are cached (~/.cache/gpualign/ensure), so only a cold machine compiles (a few CPU-minutes).
+
+Also: 6.1.0-47's modules offered for 6.1.0-50 are refused naming a symbol, with nothing pushed; a published image
+is mirrored by digest from a second registry; a second run does nothing; two runs at once build once; bad input is
+one line each."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from gpualign.ensure.archive import Archive
+from gpualign.lab.processes import free_port
+from gpualign.ledger.registry import RegistryClient, RegistryRef
+from tests.conftest import run_cli
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+KERNEL, NEXT = "6.1.0-47-amd64", "6.1.0-50-amd64"
+TAG = f"535-{KERNEL}-debian12"
+
+
+def client(registry: str, repo: str = "nvidia/driver") -> RegistryClient:
+    return RegistryClient(RegistryRef(host=registry, repo=repo, scheme="http"), timeout=30.0)
+
+
+def symvers(kernel: str) -> dict[str, int]:
+    """The kernel's Module.symvers (fetched from its headers package), as the test reads it itself."""
+    out = {}
+    for line in Archive().symvers(kernel).read_text().splitlines():
+        crc, sym = line.split("\t")[:2]
+        out[sym] = int(crc, 16)
+    return out
+
+
+def modversions(ko: Path) -> dict[str, int]:
+    dump = subprocess.run(["modprobe", "--dump-modversions", str(ko)], capture_output=True, text=True, check=True)
+    return {line.split()[1]: int(line.split()[0], 16) for line in dump.stdout.splitlines() if line.strip()}
+
+
+def modinfo(ko: Path, field: str) -> str:
+    return subprocess.run(["modinfo", "-F", field, str(ko)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def pulled_modules(registry: str, tag: str, into: Path) -> tuple[dict, list[str]]:
+    """The image's config, and its files, with every .ko under /opt extracted into `into`."""
+    reg = client(registry)
+    manifest = reg.manifest(tag)
+    assert manifest is not None
+    config = json.loads(reg.blob(manifest["config"]["digest"]))
+    names: list[str] = []
+    for layer in manifest["layers"]:  # read plainly: a module layer is larger than the ledger client's body cap
+        blob = httpx2.get(f"http://{registry}/v2/nvidia/driver/blobs/{layer['digest']}", timeout=120,
+                          follow_redirects=True)
+        assert blob.status_code == 200
+        with tarfile.open(fileobj=io.BytesIO(blob.content)) as tf:
+            for member in tf.getmembers():
+                names.append(member.name)
+                if member.name.endswith(".ko") and member.name.lstrip("./").startswith("opt/"):
+                    data = tf.extractfile(member)
+                    assert data is not None
+                    (into / Path(member.name).name).write_bytes(data.read())
+    reg.close()
+    return config, names
+
+
+@pytest.mark.timeout(1800)  # cold: a bookworm build root and a real compile (a few CPU-minutes)
+def test_a_debian_image_is_built_verified_pushed_and_loads_as_the_kernel_would_check_it(lab, tmp_path):
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    res = lab.cli("ensure", TAG, "--ledger", ledger, "-o", "json", timeout=1700)
+    assert res.code == 0, res.out + res.err
+    report = json.loads(res.out)
+    (image,) = report["images"]
+    assert report["kind"] == "EnsureReport" and image["action"] == "build" and image["done"]
+    assert image["verification"]["ok"] and image["verification"]["mismatches"] == 0
+    assert image["digest"] == client(lab.registry).digest(TAG)
+
+    config, files = pulled_modules(lab.registry, TAG, tmp_path)
+    labels = config["config"]["Labels"]
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    assert labels["version"] == f"535-{KERNEL}" and labels["io.gpualign.kernel"] == KERNEL
+    assert env["GPUALIGN_KERNEL"] == KERNEL and env["DRIVER_VERSION"].startswith("535.")
+    assert config["config"]["Entrypoint"] == ["/usr/local/bin/gpualign-driver"]
+    assert f"opt/lib/modules/{KERNEL}/modules.dep" in {n.lstrip("./") for n in files}
+    modules = sorted(tmp_path.glob("*.ko"))
+    assert {m.name for m in modules} >= {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"}
+
+    # The oracle: the kernel's own tools, not gpualign's reader
+    table = symvers(KERNEL)
+    exported_by_the_set = set()
+    for ko in modules:
+        exported_by_the_set |= set(subprocess.run(["sh", "-c", f"nm {ko} 2>/dev/null | sed -n 's/.* __ksymtab_//p'"],
+                                                  capture_output=True, text=True).stdout.split())
+    checked = 0
+    for ko in modules:
+        assert modinfo(ko, "vermagic").split()[0] == KERNEL, ko
+        assert modinfo(ko, "version") == env["DRIVER_VERSION"], ko
+        for sym, crc in modversions(ko).items():
+            if sym in table:
+                checked += 1
+                assert table[sym] == crc, f"{ko.name}: {sym}"
+            else:
+                assert sym in exported_by_the_set, f"{ko.name}: {sym} exported by nobody"
+    assert checked == image["verification"]["symbols_checked"] > 700
+
+    again = lab.cli("ensure", TAG, "--ledger", ledger, timeout=60)  # idempotent: nothing built, nothing pushed
+    assert again.code == 0 and f"{TAG}: present (" in again.out and "push" not in again.err, again.err
+
+
+def cached_modules() -> Path:
+    found = sorted(Path.home().glob(f".cache/gpualign/ensure/modules/*/{KERNEL}/proprietary/unsigned"))
+    assert found, "the build test above leaves its modules in the cache"
+    return found[-1]
+
+
+@pytest.mark.timeout(600)
+def test_modules_built_for_one_security_update_are_refused_for_the_next_naming_a_symbol(lab):
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    tag = f"535-{NEXT}-debian12"
+    modules = cached_modules()
+    res = lab.cli("ensure", tag, "--ledger", ledger, "--modules-from", str(modules), timeout=300)
+    assert res.code == 1, res.out + res.err
+    line = res.err.strip().splitlines()[-1]
+    assert line.startswith(f"gpualign: error: {tag}: would not load on {NEXT}: ") and "nothing pushed" in line
+    assert "disagrees about version of symbol" in line
+    symbol = line.split("disagrees about version of symbol ")[1].split()[0]
+    module = line.split("first refused symbol: ")[1].split(":")[0]
+    # the oracle agrees: that module's CRC for that symbol differs from 6.1.0-50's
+    assert modversions(modules / f"{module}.ko")[symbol] != symvers(NEXT)[symbol]
+    assert client(lab.registry).digest(tag) is None  # nothing pushed
+
+
+@pytest.fixture
+def upstream(tmp_path):
+    """A second registry standing in for NVIDIA's, holding a 'published' Ubuntu image."""
+    port = free_port()
+    (tmp_path / "reg").mkdir()
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'reg'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    reg = client(address)
+    wait_for(lambda: reg.tags() is not None, timeout=30, what="second registry")
+    yield address
+    reg.close()
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_a_published_image_is_mirrored_by_digest_and_a_dry_run_changes_nothing(lab, upstream):
+    tag = "580-5.15.0-124-generic-ubuntu22.04"
+    up = client(upstream)
+    up.push_image(tag, {"DRIVER_VERSION": "580.95.05"})
+    source = up.digest(tag)
+    ledger = f"registry://{lab.registry}/mirror/driver"
+    dry = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
+                  "--dry-run")
+    assert dry.code == 0 and f"{tag}: would mirror" in dry.out
+    assert client(lab.registry, "mirror/driver").digest(tag) is None
+    res = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
+                  "-o", "json")
+    assert res.code == 0, res.err
+    (image,) = json.loads(res.out)["images"]
+    assert image["action"] == "mirror" and image["digest"] == source
+    assert client(lab.registry, "mirror/driver").digest(tag) == source  # byte for byte, by digest
+
+
+def test_two_runs_at_once_build_once(lab):
+    ledger = f"registry://{lab.registry}/concurrent/driver"
+    modules = cached_modules()
+    cmd = ["ensure", TAG, "--ledger", ledger, "--modules-from", str(modules)]
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(lab.cli(*cmd, timeout=300))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.code for r in results] == [0, 0], [r.err for r in results]
+    outs = sorted(r.out for r in results)
+    assert sum("built →" in o for o in outs) == 1 and sum("present (" in o for o in outs) == 1, outs
+
+
+class Refusing(http.server.BaseHTTPRequestHandler):
+    """A registry that has nothing and refuses every write: 401 with a Basic challenge."""
+
+    def log_message(self, *_args: object) -> None:
+        return
+
+    def _refuse(self) -> None:
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="refusing"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        if self.path.startswith("/v2/") and "/manifests/" in self.path:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self._refuse()
+
+    do_GET = do_HEAD  # noqa: N815
+    do_POST = do_PUT = do_PATCH = _refuse  # noqa: N815
+
+
+def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
+    ledger = f"registry://{lab.registry}/bad/driver"
+    cases = {
+        "580-6.1.0-47-amd64-debian12": "Debian bookworm carries NVIDIA 535, not 580",
+        "535-6.1.0-99-amd64-debian12": "kernel 6.1.0-99-amd64: no headers package linux-headers-6.1.0-99-amd64 "
+                                       "in Debian's archive (looked in bookworm, bookworm-updates, bookworm-security",
+        "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built here",
+        "535-6.1.0-47-amd64-plan9": "not a precompiled driver tag",
+    }
+    for tag, message in cases.items():
+        res = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", timeout=120)
+        assert res.code == 2 and message in res.err, (tag, res.err)
+        assert len(res.err.strip().splitlines()[-1:]) == 1 and "Traceback" not in res.err
+    assert client(lab.registry, "bad/driver").tags() == []
+
+    no_buildah = run_cli("ensure", "535-6.1.0-50-amd64-debian12", "--ledger", ledger,
+                         env={**lab.env, "PATH": str(tmp_path)}, timeout=60)
+    assert no_buildah.code == 2 and "buildah is not installed" in no_buildah.err, no_buildah.err
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        refusing = f"registry://127.0.0.1:{server.server_address[1]}/nvidia/driver"
+        t0 = time.monotonic()
+        res = lab.cli("ensure", TAG, "--ledger", refusing, "--modules-from", str(cached_modules()), timeout=300)
+        assert res.code == 1 and "the registry refused the push (401 unauthorized)" in res.err, res.err
+        assert time.monotonic() - t0 < 240
+    finally:
+        server.shutdown()

@@ -1,0 +1,124 @@
+"""ensure's pure parts: tags taken apart, what is built here, Module.symvers, a module's ELF records, and the
+kernel's load checks. The modules here are small ELF files written by the test with the kernel's section layouts;
+the real NVIDIA modules are checked in tests/integration/test_ensure_build.py, against modinfo and modprobe."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign.ensure import kmod, symvers, tagspec
+from gpualign.ensure.verify import verify
+from gpualign.errors import BadInput
+
+
+def fake_ko(info: dict[str, str], imports: dict[str, int], exports: tuple[str, ...] = (),
+            signature: bytes | None = None) -> bytes:
+    """A relocatable x86-64 ELF with .modinfo, __versions and __ksymtab_strings, as modpost lays them out."""
+    modinfo = b"".join(f"{k}={v}".encode() + b"\0" for k, v in info.items())
+    versions = b"".join(struct.pack("<Q", crc) + name.encode().ljust(56, b"\0") for name, crc in imports.items())
+    ksymtab = b"".join(e.encode() + b"\0" for e in exports)
+    sections = [(".modinfo", 1, modinfo), ("__versions", 1, versions), ("__ksymtab_strings", 1, ksymtab)]
+    shstrtab = b"\0" + b"".join(n.encode() + b"\0" for n, _, _ in sections) + b".shstrtab\0"
+    body, offsets = b"", []
+    for _, _, data in [*sections, (".shstrtab", 3, shstrtab)]:
+        offsets.append(64 + len(body))
+        body += data
+    shoff = 64 + len(body)
+    names, pos = [], 1
+    for n, _, _ in sections:
+        names.append(pos)
+        pos += len(n) + 1
+    names.append(pos)
+    headers = b"\0" * 64
+    for (_, typ, data), off, name in zip([*sections, (".shstrtab", 3, shstrtab)], offsets, names, strict=True):
+        headers += struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, len(data), 0, 0, 1, 0)
+    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2,
+                                 len(sections) + 1)
+    elf = header + body + headers
+    if signature is not None:
+        elf += signature + struct.pack(">BBBBBxxxI", 0, 0, 2, 0, 0, len(signature)) + kmod.SIG_MAGIC
+    return elf
+
+
+KERNEL = "6.1.0-47-amd64"
+VERMAGIC = f"{KERNEL} SMP preempt mod_unload modversions "
+TABLE = {"filp_open": 0x1111, "pci_save_state": 0x2222, "try_module_get": 0x3333}
+
+
+def module(name: str = "nvidia.ko", vermagic: str = VERMAGIC, version: str = "535.261.03",
+           imports: dict[str, int] | None = None, exports: tuple[str, ...] = ()) -> kmod.Module:
+    data = fake_ko({"version": version, "vermagic": vermagic, "name": name[:-3]},
+                   dict(TABLE) if imports is None else imports, exports)
+    return kmod.read(name, data)
+
+
+def test_tags_are_taken_apart_and_refused_with_the_shape_expected():
+    spec = tagspec.parse("535-6.1.0-50-amd64-debian12")
+    assert (spec.branch, spec.kernel, spec.os_tag, spec.family) == ("535", "6.1.0-50-amd64", "debian12", "debian")
+    assert tagspec.parse("registry.local/nvidia/driver:580-5.15.0-124-generic-ubuntu22.04").kernel == \
+        "5.15.0-124-generic"
+    for bad in ("latest", "535-debian12", "5-6.1.0-50-amd64-debian12", "535-6.1.0-50-amd64-plan9"):
+        with pytest.raises(BadInput, match="not a precompiled driver tag"):
+            tagspec.parse(bad)
+
+
+def test_only_debian_is_built_here_and_each_refusal_says_why():
+    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-amd64-debian12")) == "bookworm"
+    with pytest.raises(BadInput, match="Debian bookworm carries NVIDIA 535, not 580"):
+        tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"))
+    with pytest.raises(BadInput, match="ubuntu22.04 images are not built here"):
+        tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"))
+    with pytest.raises(BadInput, match="unknown OS 'sles15'"):
+        tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"))
+
+
+def test_module_symvers_lines_and_a_bad_line_named():
+    text = "0x1111\tfilp_open\tvmlinux\tEXPORT_SYMBOL\t\n0xdeadbeef\tpci_save_state\tvmlinux\tEXPORT_SYMBOL_GPL\t\n"
+    assert symvers.parse(text) == {"filp_open": 0x1111, "pci_save_state": 0xDEADBEEF}
+    with pytest.raises(BadInput, match=r"Module.symvers:2: expected 0xCRC"):
+        symvers.parse("0x1\ta\tvmlinux\tEXPORT_SYMBOL\nnot a line\n")
+
+
+def test_a_modules_records_are_read_from_its_sections():
+    m = module(exports=("nvidia_p2p_get_pages",))
+    assert m.release == KERNEL and m.field("version") == "535.261.03"
+    assert m.imports == TABLE and m.exports == {"nvidia_p2p_get_pages"} and m.signature is None
+    signed = kmod.read("s.ko", fake_ko({"vermagic": VERMAGIC}, {}, signature=b"\x30\x82pkcs7"))
+    assert signed.signature is not None and signed.signature.pkcs7 == b"\x30\x82pkcs7" and signed.release == KERNEL
+    with pytest.raises(BadInput, match="x.ko: not a readable ELF kernel module"):
+        kmod.read("x.ko", b"not an elf at all")
+
+
+def test_the_kernels_checks_pass_a_matching_set_and_name_the_first_refusal():
+    ok = verify([module(), module("nvidia-uvm.ko", imports={**TABLE, "nvidia_p2p_get_pages": 7})
+                 ], KERNEL, TABLE, "535.261.03")
+    assert ok.ok is False  # nvidia_p2p_get_pages: nobody in the set exports it
+    peer = verify([module(exports=("nvidia_p2p_get_pages",)),
+                   module("nvidia-uvm.ko", imports={**TABLE, "nvidia_p2p_get_pages": 7})], KERNEL, TABLE, "535.261.03")
+    assert peer.ok and peer.symbols_checked == 6 and peer.mismatches == 0  # exported within the set: not checked
+    newer = {**TABLE, "filp_open": 0x9999}
+    bad = verify([module()], "6.1.0-50-amd64", newer, "535.261.03")
+    assert not bad.ok and bad.mismatches == 1
+    assert bad.first_problem() == (f"nvidia: version magic '{VERMAGIC}' should be '6.1.0-50-amd64 …' (built for "
+                                   f"{KERNEL}) (and 1 more problems in nvidia.ko)")
+    crc_only = verify([module()], KERNEL, newer, "535.261.03")
+    assert crc_only.first_problem() == ("nvidia: disagrees about version of symbol filp_open (module 0x00001111, "
+                                        f"kernel {KERNEL} 0x00009999)")
+    assert "driver version 535.104.05 is not 535.261.03" in \
+        verify([module(version="535.104.05")], KERNEL, TABLE, "535.261.03").first_problem()
+    assert verify([], KERNEL, TABLE, "535.261.03").first_problem() == "no kernel module found"
+
+
+@given(st.dictionaries(st.from_regex(r"[a-z_]{1,20}", fullmatch=True), st.integers(0, 2**32 - 1), max_size=20),
+       st.data())
+def test_verification_refuses_exactly_the_symbols_whose_crc_differs(table, data):
+    changed = data.draw(st.sets(st.sampled_from(sorted(table)) if table else st.nothing()))
+    kernel = {s: (c ^ 1 if s in changed else c) for s, c in table.items()}
+    result = verify([module(imports=table)], KERNEL, kernel, "535.261.03")
+    assert result.mismatches == len(changed) and result.ok == (not changed)
+    assert set(result.results[0].mismatched) == changed
