@@ -1,11 +1,13 @@
-"""`gpualign ensure` for real: one Debian 12 image built from NVIDIA's module source against a real kernel's headers,
-verified and pushed to the lab registry; then checked by this test with the kernel's own tools (modinfo and
-`modprobe --dump-modversions` against that kernel's Module.symvers), independently of gpualign's verifier. The
-compiled modules are cached (~/.cache/gpualign/ensure), so only a cold machine compiles (a few CPU-minutes).
+"""`gpualign ensure` for real, as the seed's story goes: a Debian 12 node joins on 6.1.0-50-amd64 (Debian's security
+update), its driver pod cannot pull, `check` flags the image with action build, `ensure --from` the check report
+builds it from NVIDIA's module source against that kernel's headers, verifies and pushes it, and the driver pod
+comes up. The image is then checked by this test with the kernel's own tools (modinfo and `modprobe
+--dump-modversions` against that kernel's Module.symvers), independently of gpualign's verifier. That is the one
+real build; its modules are cached (~/.cache/gpualign/ensure), so only a cold machine compiles (a few CPU-minutes).
 
-Also: 6.1.0-47's modules offered for 6.1.0-50 are refused naming a symbol, with nothing pushed; a published image
-is mirrored by digest from a second registry; a second run does nothing; two runs at once build once; bad input is
-one line each."""
+Also: those modules offered for 6.1.0-47 are refused naming a symbol, with nothing pushed; a published image is
+mirrored by digest from a second registry; a second run does nothing; two runs at once build once; bad input is one
+line each."""
 
 from __future__ import annotations
 
@@ -25,12 +27,12 @@ import pytest
 from gpualign.ensure.archive import Archive
 from gpualign.lab.processes import free_port
 from gpualign.ledger.registry import RegistryClient, RegistryRef
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
-KERNEL, NEXT = "6.1.0-47-amd64", "6.1.0-50-amd64"
+KERNEL, OTHER = "6.1.0-50-amd64", "6.1.0-47-amd64"  # the one real build, and the kernel it must not pass for
 TAG = f"535-{KERNEL}-debian12"
 
 
@@ -79,16 +81,46 @@ def pulled_modules(registry: str, tag: str, into: Path) -> tuple[dict, list[str]
     return config, names
 
 
+@pytest.fixture
+def story_lab(tmp_path):
+    lab = start_lab(tmp_path / "state")
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
 @pytest.mark.timeout(1800)  # cold: a bookworm build root and a real compile (a few CPU-minutes)
-def test_a_debian_image_is_built_verified_pushed_and_loads_as_the_kernel_would_check_it(lab, tmp_path):
+def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_driver_comes_up(story_lab, tmp_path):
+    lab = story_lab
+    kube = lab.kube()
     ledger = f"registry://{lab.registry}/nvidia/driver"
-    res = lab.cli("ensure", TAG, "--ledger", ledger, "-o", "json", timeout=1700)
+    assert lab.cli("lab", "add-node", "deb-1", "--kernel", KERNEL, "--os", "debian12", "--branch", "535").code == 0
+
+    def driver_pod() -> dict | None:
+        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == "deb-1"]
+        return pods[0] if pods else None
+
+    wait_for(lambda: (p := driver_pod()) and "ImagePullBackOff" in json.dumps(p.get("status")), timeout=60,
+             what="deb-1's driver pod in ImagePullBackOff")
+    check = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "json")
+    assert check.code == 1, check.err
+    (missing,) = json.loads(check.out)["missing"]
+    assert (missing["tag"], missing["action"]) == (TAG, "build")
+    (tmp_path / "check.json").write_text(check.out)
+
+    res = lab.cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700)
     assert res.code == 0, res.out + res.err
     report = json.loads(res.out)
     (image,) = report["images"]
     assert report["kind"] == "EnsureReport" and image["action"] == "build" and image["done"]
     assert image["verification"]["ok"] and image["verification"]["mismatches"] == 0
     assert image["digest"] == client(lab.registry).digest(TAG)
+
+    wait_for(lambda: (p := driver_pod()) and any(c["type"] == "Ready" and c["status"] == "True"
+                                                 for c in p["status"].get("conditions") or []),
+             timeout=60, what="deb-1's driver pod Ready on the built image")
+    clean = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
+    assert clean.code == 0, clean.out + clean.err
 
     config, files = pulled_modules(lab.registry, TAG, tmp_path)
     labels = config["config"]["Labels"]
@@ -129,19 +161,19 @@ def cached_modules() -> Path:
 
 
 @pytest.mark.timeout(600)
-def test_modules_built_for_one_security_update_are_refused_for_the_next_naming_a_symbol(lab):
+def test_modules_built_for_one_security_update_are_refused_for_another_naming_a_symbol(lab):
     ledger = f"registry://{lab.registry}/nvidia/driver"
-    tag = f"535-{NEXT}-debian12"
+    tag = f"535-{OTHER}-debian12"
     modules = cached_modules()
     res = lab.cli("ensure", tag, "--ledger", ledger, "--modules-from", str(modules), timeout=300)
     assert res.code == 1, res.out + res.err
     line = res.err.strip().splitlines()[-1]
-    assert line.startswith(f"gpualign: error: {tag}: would not load on {NEXT}: ") and "nothing pushed" in line
+    assert line.startswith(f"gpualign: error: {tag}: would not load on {OTHER}: ") and "nothing pushed" in line
     assert "disagrees about version of symbol" in line
     symbol = line.split("disagrees about version of symbol ")[1].split()[0]
     module = line.split("first refused symbol: ")[1].split(":")[0]
-    # the oracle agrees: that module's CRC for that symbol differs from 6.1.0-50's
-    assert modversions(modules / f"{module}.ko")[symbol] != symvers(NEXT)[symbol]
+    # the oracle agrees: that module's CRC for that symbol differs from 6.1.0-47's
+    assert modversions(modules / f"{module}.ko")[symbol] != symvers(OTHER)[symbol]
     assert client(lab.registry).digest(tag) is None  # nothing pushed
 
 
@@ -224,7 +256,7 @@ class Refusing(http.server.BaseHTTPRequestHandler):
 def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     ledger = f"registry://{lab.registry}/bad/driver"
     cases = {
-        "580-6.1.0-47-amd64-debian12": "Debian bookworm carries NVIDIA 535, not 580",
+        "580-6.1.0-50-amd64-debian12": "Debian bookworm carries NVIDIA 535, not 580",
         "535-6.1.0-99-amd64-debian12": "kernel 6.1.0-99-amd64: no headers package linux-headers-6.1.0-99-amd64 "
                                        "in Debian's archive (looked in bookworm, bookworm-updates, bookworm-security",
         "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built here",
@@ -236,7 +268,7 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
         assert len(res.err.strip().splitlines()[-1:]) == 1 and "Traceback" not in res.err
     assert client(lab.registry, "bad/driver").tags() == []
 
-    no_buildah = run_cli("ensure", "535-6.1.0-50-amd64-debian12", "--ledger", ledger,
+    no_buildah = run_cli("ensure", f"535-{OTHER}-debian12", "--ledger", ledger,
                          env={**lab.env, "PATH": str(tmp_path)}, timeout=60)
     assert no_buildah.code == 2 and "buildah is not installed" in no_buildah.err, no_buildah.err
 

@@ -16,7 +16,8 @@ from gpualign.errors import BadInput
 NVIDIA = "nvcr.io/nvidia/driver"
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
 
-For each TAG (`<branch>-<kernel>-<os-tag>`, e.g. 535-6.1.0-50-amd64-debian12): already in the ledger, nothing is
+For each TAG (`<branch>-<kernel>-<os-tag>`, e.g. 535-6.1.0-50-amd64-debian12), or each missing image of a
+check or plan report (`gpualign check -o json | gpualign ensure --from - …`): already in the ledger, nothing is
 done (one manifest request); published upstream, it is mirrored by digest, every platform (skopeo); otherwise it
 is built, verified and pushed.
 
@@ -36,9 +37,10 @@ Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was pri
 
 
 def ensure(
-    tags: Annotated[list[str], typer.Argument(metavar="TAG...", help="driver image tags to ensure")],
     ledger: Annotated[str, typer.Option(
         "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO")],
+    tags: Annotated[list[str] | None, typer.Argument(metavar="[TAG]...",
+                                                     help="driver image tags to ensure")] = None,
     upstream: Annotated[str | None, typer.Option(
         "--upstream", metavar="REGISTRY",
         help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
@@ -53,6 +55,10 @@ def ensure(
     modules_from: Annotated[Path | None, typer.Option(
         "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
                                               "(they must pass the same checks)")] = None,
+    from_report: Annotated[Path | None, typer.Option(
+        "--from", metavar="FILE",
+        help="ensure what a report lists: `gpualign check -o json` (its missing images), `gpualign plan -o json` "
+             "(to_build) or `plan --build-matrix`; - for stdin")] = None,
     output: OutputOpt = Output.table,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
@@ -66,7 +72,20 @@ def ensure(
         raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
     if modules_from is not None and not modules_from.is_dir():
         raise BadInput(f"--modules-from {modules_from}: not a directory")
-    specs = [tagspec.parse(t) for t in dict.fromkeys(tags)]
+    wanted = list(tags or [])
+    if from_report is not None:
+        from gpualign import yamlio
+        from gpualign.ensure.inputs import tags_from_report
+
+        where = "stdin" if str(from_report) == "-" else str(from_report)
+        data = yamlio.parse(sys.stdin.read(), where) if str(from_report) == "-" else yamlio.read(from_report)
+        wanted += tags_from_report(data, where)
+    if not wanted:
+        if from_report is not None:
+            stdout.print("nothing to ensure: the report lists no missing image")
+            return
+        raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
+    specs = [tagspec.parse(t) for t in dict.fromkeys(wanted)]
     target = connect(ledger, docker_config=docker_config, timeout=30.0)
     explicit = upstream is not None and upstream != "none"
     up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \

@@ -1,0 +1,27 @@
+"""The tags to ensure, read from what check and plan print: check's report (`missing[].tag`), plan's report
+(`to_build[]`) or its build matrix (`include[].tag`), as JSON or YAML. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpualign.errors import BadInput
+
+
+def tags_from_report(data: Any, where: str) -> list[str]:
+    if not isinstance(data, dict):
+        raise BadInput(f"{where}: expected a gpualign check or plan report (a mapping), got {type(data).__name__}")
+    kind = data.get("kind")
+    if isinstance(data.get("missing"), list):  # CheckReport (and a fleet's)
+        tags = [m.get("tag") for m in data["missing"] if isinstance(m, dict)]
+    elif isinstance(data.get("to_build"), list):  # PlanReport
+        tags = list(data["to_build"])
+    elif isinstance(data.get("include"), list):  # plan --build-matrix
+        tags = [m.get("tag") for m in data["include"] if isinstance(m, dict)]
+    else:
+        raise BadInput(f"{where}: {kind or 'this document'} has none of missing, to_build or include: expected "
+                       "the output of `gpualign check -o json`, `gpualign plan -o json` or `plan --build-matrix`")
+    bad = [t for t in tags if not isinstance(t, str) or not t]
+    if bad:
+        raise BadInput(f"{where}: an entry without a tag ({bad[0]!r})")
+    return list(dict.fromkeys(str(t) for t in tags))
