@@ -182,6 +182,32 @@ def story() -> None:
         "nvidia.com/cuda.driver-version.full")
 
 
+def ensure_story() -> None:
+    ledger = "registry://" + ENV["GPUALIGN_LAB_REGISTRY"] + "/nvidia/driver"
+    kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
+    tag = "535-6.1.0-50-amd64-debian12"
+    say("12. Build the missing combination in advance, for real. A Debian 12 node joins on 6.1.0-50-amd64, Debian's")
+    say("    security update, with NVIDIA 535. Nobody publishes its precompiled image: check says build.")
+    gpualign("lab", "add-node", "deb-1", "--kernel", "6.1.0-50-amd64", "--os", "debian12", "--branch", "535")
+    time.sleep(3)
+    report = gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "wide", expect=1)
+    if tag not in report.stdout or "build" not in report.stdout:
+        raise StoryBroken(f"check should flag {tag} with action build")
+    say("    gpualign ensure builds it from NVIDIA's module source in Debian's archive against that kernel's headers,")
+    say("    checks every module as the kernel would at load (vermagic, 700+ symbol CRCs against Module.symvers),")
+    say("    and only then pushes it (the first time on a machine, the compile takes a few CPU-minutes):")
+    as_json = gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "json", expect=1,
+                       show=False, echo=False)
+    print(f"{DIM}${RESET} gpualign check -l kubernetes.io/hostname=deb-1 -o json | gpualign ensure --from - "
+          f"--ledger {ledger}", flush=True)
+    gpualign("ensure", "--from", "-", "--ledger", ledger, input=as_json.stdout, echo=False)
+    wait("deb-1's driver pod Ready", lambda: "Running" in run(
+        kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o",
+        "jsonpath={.items[*].status.phase}", show=False, echo=False).stdout, timeout=60)
+    gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
+    run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o", "wide")
+
+
 def wait(what: str, check: object, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():  # type: ignore[operator]
@@ -210,7 +236,7 @@ def operator_story() -> None:
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     state, skip, driver = ("nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu-driver-upgrade.skip",
                            "nvidia.com/cuda.driver-version.full")
-    say("12. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
+    say("13. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
     say("    running beside the lab: one NVIDIADriver per pool (train 580, infer 595, rhel 580) on a mixed fleet.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up", "--scenario", "operator-nvidiadriver")
@@ -220,7 +246,7 @@ def operator_story() -> None:
     run(kubectl, "patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p",
         '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}')
 
-    say("13. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
+    say("14. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
     say("    built. The operator's own upgrade walk cordons gpu-c1, evicts its work, restarts its driver... which")
     say("    cannot pull. The node has lost its GPUs, cordoned:")
     gpualign("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04", show=False)
@@ -238,7 +264,7 @@ def operator_story() -> None:
     gpualign("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04")
     wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
 
-    say("14. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
+    say("15. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
     say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
     say("    cordons it; and gpualign's own walk refuses to be a second walker:")
     ENV_CTL = dict(ENV, POD_NAME="demo")
@@ -282,6 +308,7 @@ def main() -> int:
     ENV["GPUALIGN_LAB_BIN"] = from_state[0].split("=", 1)[1].split(":", 1)[0]
     try:
         story()
+        ensure_story()
         operator_story()
     except StoryBroken as err:
         print(f"\ndemo: the story broke: {err}", file=sys.stderr)

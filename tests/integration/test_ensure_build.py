@@ -282,3 +282,27 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
         assert time.monotonic() - t0 < 240
     finally:
         server.shutdown()
+
+
+@pytest.mark.timeout(900)
+def test_upgrade_ensure_builds_the_missing_target_before_anything_is_cordoned(story_lab):
+    """A Debian node on branch 580 (a tag-only lab image) moves to 535, whose image nobody built: `upgrade --ensure`
+    builds and verifies it first, and only then does the walk cordon the node; the driver pod comes up on it."""
+    lab = story_lab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    assert lab.cli("lab", "push-image", f"580-{KERNEL}-debian12").code == 0
+    assert lab.cli("lab", "add-node", "deb-2", "--kernel", KERNEL, "--os", "debian12", "--branch", "580",
+                   "--driver", "580.95.05").code == 0
+    selector = ("-l", "kubernetes.io/hostname=deb-2")
+    dry = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--ensure", "--dry-run")
+    assert dry.code == 1 and f"ensure: would build {TAG}" in dry.out, dry.out + dry.err  # image still missing
+    assert client(lab.registry).digest(TAG) is None
+    res = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--ensure", "--yes",
+                  timeout=800)
+    assert res.code == 0, res.out + res.err
+    pushed = res.err.index(f"ensure {TAG}: pushed: sha256:")
+    assert pushed < res.err.index("deb-2: upgrade-required → cordon-required")  # image ensured, then cordon
+    node = kube.get("/api/v1/nodes/deb-2")
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+    assert node["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"].startswith("535.")

@@ -95,6 +95,32 @@ def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
         stdout.print(f"  [yellow]held[/]: {node}: {reason}")
 
 
+def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None) -> None:
+    """--ensure: the missing target images, ensured into the one registry ledger before the walk."""
+    from gpualign.cli.common import progress
+    from gpualign.ensure import run
+    from gpualign.ledger.registry import connect
+    from gpualign.ledger.sources import is_registry
+
+    registries = [s for s in ledger if is_registry(s)]
+    if len(registries) != 1:
+        raise BadInput("--ensure needs exactly one registry ledger (--ledger registry://HOST/REPO) to put the "
+                       f"missing images in; got {len(registries)}")
+    target = connect(registries[0], docker_config=docker_config, timeout=30.0)
+    try:
+        opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None)
+        for tag in tags:
+            run.plan_one(tag, opts)  # every tag's bad input before any work
+        if not dry_run and any(run.plan_one(t, opts)[1] == run.BUILD for t in tags):
+            run.require_tools()
+        for tag in tags:
+            out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"))
+            if dry_run:
+                stdout.print(f"  ensure: would {out.action} {tag}")
+    finally:
+        target.close()
+
+
 def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:
     stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
                  f"{len(pre.already_done)} already on target")
@@ -182,6 +208,10 @@ def upgrade(
              "after another, as kubectl drain moves them), so a saturated PDB holds its nodes uncordoned instead "
              "of stalling the walk; operator: the GPU Operator's order (by name)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
+    ensure_images: Annotated[bool, typer.Option(
+        "--ensure", help="first make the missing target images exist in the (registry) ledger, as `gpualign "
+                         "ensure` does: mirrored or built, and verified against their kernels, before any node is "
+                         "cordoned; with --dry-run, say what it would do")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(
         metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0.0,
@@ -198,11 +228,15 @@ def upgrade(
     → restart the driver pod → validate → uncordon. State lives in the GPU Operator's node labels, so a killed run
     resumes where it stopped. Nothing is cordoned before its image exists, and whatever blocks is named.
 
-    Admission is PDB-aware by default: among the nodes waiting at upgrade-required, only those whose GPU pods every
-    PodDisruptionBudget can let go now are cordoned (in name order among them), after the evictions still
-    ahead on nodes already in the walk; the others stay schedulable, named "waiting before cordon: PDB …", and are
-    looked at again every pass. When only such nodes remain, the walk ends (exit 1) naming the PDBs to relax; with
-    --timeout it waits for them until then. --dry-run prints the order it would take.
+    With --ensure, the missing target images are first mirrored or built (Debian 12 here) and verified against their
+    kernels, as `gpualign ensure` does, so the walk really starts at "image ensured".
+
+    Admission is PDB-aware by default: among the nodes waiting at upgrade-required, a node is cordoned (in name
+    order) only when every PodDisruptionBudget guarding its GPU pods has a disruption that the nodes already in the
+    walk have not spoken for; its pods then leave one after another, as kubectl drain moves them. The others stay
+    schedulable, named "waiting before cordon: PDB …", and are looked at again every pass. When only such nodes
+    remain, the walk ends (exit 1) naming the PDBs to relax; with --timeout it waits for them until then. --dry-run
+    prints the order it would take.
 
     Beside NVIDIA's GPU Operator, nodes whose driver DaemonSet it owns are refused (exit 1, before writing anything):
     with autoUpgrade on it walks them itself; with it off its upgrade controller deletes the state label from every
@@ -252,6 +286,13 @@ def upgrade(
         if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
             raise Refused(refusal(config, walked))
         pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
+        if ensure_images and pre.missing_images:
+            _ensure_missing(ledger, sorted({t for _, t in pre.missing_images}), dry_run, docker_config)
+            if not dry_run:  # read again: the walk starts at "image ensured"
+                available = load_ledger(ledger, docker_config)
+                snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
+                                     budgets=pol.admission == "pdb-aware")
+                pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
         pdb_aware = pol.admission == "pdb-aware"
         if dry_run:
             if output in (Output.json, Output.yaml):
