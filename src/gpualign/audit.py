@@ -16,6 +16,7 @@ from gpualign.tags import RequiredImage, Rules, os_tag, required_image
 
 PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
 MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
+WRONG = "wrong-image"  # in the ledger under the right tag, but built for another kernel or branch (present but wrong)
 __all__ = ["DriverPod", "Audit", "Finding", "audit"]
 
 
@@ -61,13 +62,14 @@ class Audit:
 
         return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
                 "unknown": count(UNKNOWN), "host_managed": count(HOST), "operator_mismatch": count(MISMATCH),
+                "wrong_image": count(WRONG),
                 "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False)}
 
     @property
     def clean(self) -> bool:
         s = self.summary()
         return s["missing"] == 0 and s["unknown"] == 0 and s["pod_kernel_mismatch"] == 0 \
-            and s["operator_mismatch"] == 0
+            and s["operator_mismatch"] == 0 and s["wrong_image"] == 0
 
     def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
         """(tag, image, nodes, action) for each missing image: mirror when NVIDIA publishes it, else build."""
@@ -92,11 +94,13 @@ def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: b
 def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules,
           policy: BranchPolicy | None = None, *, repository: str | None = None,
           pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
-          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None) -> Audit:
+          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
+          wrong: Mapping[str, str] | None = None) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
-    given when the operator's configuration was read (operator_image and the mismatch check then apply)."""
+    given when the operator's configuration was read (operator_image and the mismatch check then apply).
+    wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch)."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
                                    driver_version=driver_version)
     operator_mode = planned is not None
@@ -125,6 +129,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
         in_ledger = bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag))
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason
+        elif in_ledger and wrong and image in wrong:
+            status, reason = WRONG, f"present but wrong: {wrong[image]}"
         elif in_ledger:
             status, reason = PRESENT, req.reason
         else:

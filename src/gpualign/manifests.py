@@ -78,7 +78,8 @@ def _load(text: str, source: str) -> tuple[YAML, list[Any]]:
 
 
 def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
-    line = doc.lc.line + 1 if hasattr(doc, "lc") else "?"
+    known = getattr(getattr(doc, "lc", None), "line", None)  # a scalar document ("=") has no line recorded
+    line = known + 1 if isinstance(known, int) else "?"
     if not isinstance(doc, dict):
         raise BadInput(f"{source}:{line}: a document is not a Kubernetes object")
     kind = doc.get("kind")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import re
 import shutil
 import subprocess
 import tarfile
@@ -306,3 +307,63 @@ def test_upgrade_ensure_builds_the_missing_target_before_anything_is_cordoned(st
     node = kube.get("/api/v1/nodes/deb-2")
     assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
     assert node["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"].startswith("535.")
+
+
+@pytest.mark.timeout(900)
+def test_a_mistagged_image_is_seen_by_check_never_cordoned_for_and_crash_loops_with_the_kernels_message(story_lab):
+    """6.1.0-50's image pushed under 6.1.0-47's tag (a mis-tagged push): check calls it wrong-image before any node
+    is touched (its labels; with --verify-modules, the module and symbol the kernel would refuse); an upgrade to it
+    never cordons the node; and a driver pod that pulls it crash-loops with the kernel's own message."""
+    lab = story_lab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    assert lab.cli("ensure", TAG, "--ledger", ledger, timeout=1200).code == 0
+    cloud = f"{OTHER.removesuffix('-amd64')}-cloud-amd64"  # 6.1.0-47-cloud-amd64: its own DaemonSet pool
+    wrong, wrong_cloud = f"535-{OTHER}-debian12", f"535-{cloud}-debian12"
+    for tag in (wrong, wrong_cloud):  # 6.1.0-50's image pushed under two 6.1.0-47 tags
+        copied = subprocess.run(["skopeo", "copy", "--all", "--src-tls-verify=false", "--dest-tls-verify=false",
+                                 f"docker://{lab.registry}/nvidia/driver:{TAG}",
+                                 f"docker://{lab.registry}/nvidia/driver:{tag}"], capture_output=True, text=True)
+        assert copied.returncode == 0, copied.stderr
+    assert lab.cli("lab", "push-image", f"580-{cloud}-debian12").code == 0
+    assert lab.cli("lab", "add-node", "deb-u", "--kernel", cloud, "--os", "debian12", "--branch", "580",
+                   "--driver", "580.95.05").code == 0
+    selector = ("-l", "kubernetes.io/hostname=deb-u")
+
+    seen = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "-o", "json")
+    assert seen.code == 1, seen.err
+    (node,) = json.loads(seen.out)["nodes"]
+    assert node["status"] == "wrong-image" and json.loads(seen.out)["summary"]["wrong_image"] == 1
+    assert node["reason"] == (f"present but wrong: its label io.gpualign.kernel says it was built for kernel {KERNEL},"
+                              f" not {cloud}")
+    deep = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "--verify-modules", "-o", "json")
+    (node,) = json.loads(deep.out)["nodes"]
+    assert deep.code == 1 and node["status"] == "wrong-image", deep.err
+    assert f"its modules would not load on {cloud}: " in node["reason"]
+    # names the module and the symbol (the cloud kernel has no DRM at all: "Unknown symbol")
+    assert re.search(r"nvidia[-a-z]*: (disagrees about version of symbol|Unknown symbol) \w+", node["reason"])
+
+    walk = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--yes", timeout=300)
+    assert walk.code == 1, walk.out + walk.err
+    after = kube.get("/api/v1/nodes/deb-u")
+    assert after["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required"
+    assert not after["spec"].get("unschedulable")  # never cordoned
+    assert after["metadata"]["annotations"]["gpualign.io/upgrade-blocker"].startswith(
+        f"image present but wrong: {wrong_cloud}: its label io.gpualign.kernel says")
+
+    assert lab.cli("lab", "add-node", "deb-c", "--kernel", OTHER, "--os", "debian12", "--branch", "535").code == 0
+
+    def crashing() -> dict | None:
+        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == "deb-c"]
+        statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
+        waiting = (statuses[0].get("state") or {}).get("waiting") or {} if statuses else {}
+        return pods[0] if waiting.get("reason") == "CrashLoopBackOff" else None
+
+    pod = wait_for(crashing, timeout=120, what="deb-c's driver pod crash-looping")
+    message = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"]
+    assert message.startswith("insmod: ERROR: could not insert module ") and "Invalid module format" in message
+    assert "disagrees about version of symbol" in message
+    events = [e for e in kube.list_raw(f"/api/v1/namespaces/{pod['metadata']['namespace']}/events")
+              if e["involvedObject"]["name"] == pod["metadata"]["name"] and e["reason"] == "BackOff"]
+    assert events and "driver modules refused by the node's kernel" in events[0]["message"]

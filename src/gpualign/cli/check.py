@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from gpualign.tags import Rules
 
 STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan",
-                "operator-mismatch": "bold magenta"}
+                "operator-mismatch": "bold magenta", "wrong-image": "bold red"}
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class Setup:
     driver_version: str | None
     operator_version: str | None
     docker_config: Path | None
+    verify_modules: bool = False  # --verify-modules: pull present images' modules and check them as the kernel would
     # registries read for the operator's repositories, shared by every cluster of one report (read once each)
     repositories_read: dict[str, Ledger] = field(default_factory=dict)
     repositories_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -107,6 +108,11 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
         warnings.extend(config.warnings)
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None)
+    if any(sources.is_registry(s) for s in ledger.sources):
+        wrong = _wrong_images(result, setup.docker_config, warnings, setup.verify_modules)
+        if wrong:  # present but wrong: the same audit, told which present images name another build
+            result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
+                           planned=view.planned if view and config else None, wrong=wrong)
     if config and not config.nvidiadriver_mode and not setup.flags_given:
         ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
         if len(ostags) > 1:
@@ -122,6 +128,49 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     body["ledger"] = list(ledger.sources)
     body["warnings"] = notes + warnings
     return Checked(result, body, warnings)
+
+
+def _wrong_images(result: Any, docker_config: Path | None, warnings: list[str],
+                  modules: bool = False) -> dict[str, str]:
+    """image -> why it is present but wrong, from each present image's config labels (no layers are read); with
+    `modules`, also from its kernel modules, checked against the kernel of each node that needs it."""
+    from gpualign.audit import PRESENT
+    from gpualign.ensure.archive import cache_root
+    from gpualign.ensure.inspect import by_labels, by_modules, checkable
+    from gpualign.errors import GpualignError
+    from gpualign.ledger.registry import connect
+
+    wrong: dict[str, str] = {}
+    images = sorted({f.image for f in result.findings if f.status == PRESENT and f.image})
+    by_repo: dict[str, list[str]] = {}
+    for image in images:
+        repo, _, tag = image.rpartition(":")
+        by_repo.setdefault(repo, []).append(tag)
+    for repo, tags in by_repo.items():
+        try:
+            client = connect(f"registry://{repo}", docker_config=docker_config)
+        except GpualignError:
+            continue  # not a registry reference gpualign can read: nothing to inspect
+        try:
+            for tag in tags:
+                kernels = sorted({f.kernel for f in result.findings if f.image == f"{repo}:{tag}"
+                                  and checkable(f.kernel)}) if modules else []
+                for kernel in kernels:  # the modules first: the kernel's own verdict names module and symbol
+                    refused = by_modules(client, tag, kernel, cache_root() / "images")
+                    if refused:
+                        wrong[f"{repo}:{tag}"] = f"its modules would not load on {kernel}: {refused}"
+                        break
+                if f"{repo}:{tag}" in wrong:
+                    continue
+                config = client.image_config(tag) or {}
+                why = by_labels(tag, (config.get("config") or {}).get("Labels") or {})
+                if why:
+                    wrong[f"{repo}:{tag}"] = why
+        except GpualignError as err:
+            warnings.append(f"could not read the labels of the images in {repo}: {err.message}")
+        finally:
+            client.close()
+    return wrong
 
 
 def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wide: bool, no_headers: bool,
@@ -160,6 +209,8 @@ def summary_line(s: dict[str, int]) -> str:
             + (f", {s['operator_mismatch']} where the operator deploys a mismatched image"
                if s["operator_mismatch"] else "")
             + (f", {s['pod_kernel_mismatch']} driver pods built for another kernel" if s["pod_kernel_mismatch"]
+               else "")
+            + (f", {s['wrong_image']} present but wrong (built for another kernel or branch)" if s.get("wrong_image")
                else ""))
 
 
@@ -182,6 +233,12 @@ def check(
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    verify_modules: Annotated[bool, typer.Option(
+        "--verify-modules",
+        help="also pull each present image's kernel modules and check them as the node's kernel would at load "
+             "(version magic, every symbol CRC against its Module.symvers), for nodes whose kernel has headers in "
+             "Debian's archive (Debian 12); an image that would be refused is wrong-image, naming the module and "
+             "symbol")] = False,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
@@ -234,7 +291,7 @@ def check(
     check_known_branches(pools, rule_set)
     setup = Setup(pools, rule_set, load_ledger(ledger, docker_config) if ledger else None, list(ledger or []),
                   flags_given, policy_given, repository, not no_precompiled, driver_version, operator_version,
-                  docker_config)
+                  docker_config, verify_modules)
     wide = output is Output.wide
     if names is None:  # one cluster, or a dump
         read = read_nodes(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,

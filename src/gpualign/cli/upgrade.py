@@ -95,6 +95,31 @@ def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
         stdout.print(f"  [yellow]held[/]: {node}: {reason}")
 
 
+def _present_but_wrong(ledger: list[str], snap: Snapshot, docker_config: Path | None) -> dict[str, str]:
+    """tag -> why, for the target images in a registry ledger whose labels name another kernel or branch."""
+    from gpualign.ensure.inspect import by_labels
+    from gpualign.errors import GpualignError
+    from gpualign.ledger.registry import connect
+    from gpualign.ledger.sources import is_registry
+
+    tags = sorted({n.view.target_tag for n in snap.nodes.values()
+                   if n.view.target_tag and n.view.image_present and n.view.needs_upgrade})
+    found: dict[str, str] = {}
+    for source in (s for s in ledger if is_registry(s)):
+        client = connect(source, docker_config=docker_config)
+        try:
+            for tag in tags:
+                config = client.image_config(tag)
+                why = by_labels(tag, ((config or {}).get("config") or {}).get("Labels") or {})
+                if why:
+                    found[tag] = why
+        except GpualignError as err:
+            warn(f"could not read the labels of the target images in {source}: {err.message}")
+        finally:
+            client.close()
+    return found
+
+
 def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None) -> None:
     """--ensure: the missing target images, ensured into the one registry ledger before the walk."""
     from gpualign.cli.common import progress
@@ -132,7 +157,9 @@ def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) ->
         stdout.print(f"  {name}: {running} → {ns.target_tag or '?'}  {image}  "
                      f"{len(pods)} pod(s) to evict{': ' + ', '.join(pods) if pods else ''}")
     for node, tag in pre.missing_images:
-        stdout.print(f"  [bold red]{node} stays upgrade-required[/]: image missing: {tag} (never cordoned)")
+        problem = snap.nodes[node].view.image_problem
+        what = f"image present but wrong: {tag}: {problem}" if problem else f"image missing: {tag}"
+        stdout.print(f"  [bold red]{node} stays upgrade-required[/]: {what} (never cordoned)")
     for v in pre.pdbs:
         guarded = ", ".join(f"{p} (on {n})" for p, n in v.pods)
         if not v.blocked_nodes:
@@ -277,6 +304,13 @@ def upgrade(
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
+        refused = _present_but_wrong(ledger, snap, docker_config)
+        if refused:  # never cordon a node for an image that would not load there
+            from dataclasses import replace as with_fields
+
+            available = with_fields(available, refused=tuple(sorted(refused.items())))
+            snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
+                                 budgets=pol.admission == "pdb-aware")
         from gpualign.errors import Refused
         from gpualign.inventory import read_operator_config
         from gpualign.upgrade.operator_walk import refusal, walked_by_operator

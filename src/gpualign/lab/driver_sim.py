@@ -5,6 +5,11 @@ real node would:
 - the pod's image tag exists in the lab registry: the pod becomes Running/Ready, and the node's GFD driver labels
   change to the DRIVER_VERSION in that image's config ("the new driver is loaded");
 - it does not: the container waits in ImagePullBackOff, and the pull is retried every few seconds.
+- the node's kernel has headers in Debian's archive (Debian 12's 6.1.0-N-amd64 and flavours) and the image holds
+  kernel modules: the modules are checked as that kernel would at insmod (version magic, every symbol CRC against
+  its Module.symvers; lab/kernel_load.py); refused, the pod crash-loops with the kernel's message in its status and
+  a BackOff Event. An image without modules (the lab's synthetic ones), or a node whose kernel has no headers here
+  (Ubuntu, RHEL), is tag-only: pulling the tag is loading it.
 A pod annotated driver-sim.gpualign.io/load-delay (seconds, or a Go-style "2s"/"500ms") stays Pending that long
 before the driver counts as loaded, to model the minutes a real driver container takes to load its module.
 """
@@ -12,6 +17,7 @@ before the driver counts as loaded, to model the minutes a real driver container
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import logging
 import sys
@@ -21,8 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from gpualign import labels as L
+from gpualign.ensure.inspect import checkable
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
+from gpualign.lab import kernel_load
 from gpualign.lab.seed import driver_labels
 from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
 
@@ -65,7 +73,7 @@ class Simulator:
     def __init__(self, kube: Kube, registry: str) -> None:
         self.kube = kube
         self.registry = registry
-        self.decided: dict[str, tuple[str, float]] = {}  # pod uid+image -> (outcome, when)
+        self.decided: dict[str, tuple[Any, ...]] = {}  # pod uid+image -> (outcome, when[, restarts])
         self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
 
     def lookup(self, image: str) -> tuple[str | None, str]:
@@ -94,11 +102,21 @@ class Simulator:
         key = f"{meta['uid']}|{image}"
         outcome = self.decided.get(key)
         if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < RETRY_SECONDS):
-            return
+            return  # a crash-looping pod is looked at again too: a fixed image pushed under its tag then loads
         version, why = self.lookup(image)
         ns, name = meta["namespace"], meta["name"]
         path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
         now = _now()
+        refusal = self.kernel_refuses(image, node, version) if version is not None else None
+        if refusal is not None:  # pulled, but the node's kernel would not load its modules: crash-loop
+            restarts = int(outcome[2]) + 1 if outcome and outcome[0] == "crash" and len(outcome) > 2 else 1
+            self._patch(path, _crashing(containers, refusal, restarts, now))
+            if not outcome or outcome[0] != "crash":
+                log.info("%s/%s on %s: CrashLoopBackOff (%s)", ns, name, node, refusal)
+                with contextlib.suppress(GpualignError):
+                    self.kube.request("POST", f"/api/v1/namespaces/{ns}/events", body=_pod_event(pod, refusal, now))
+            self.decided[key] = ("crash", time.monotonic(), restarts)
+            return
         if version is None:
             status = {"phase": "Pending", "conditions": [
                 {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
@@ -141,6 +159,22 @@ class Simulator:
             self.kube.patch_node_labels(node, driver_labels(version))
         log.info("%s/%s on %s: Ready, driver %s loaded", ns, name, node, version or "?")
         self.decided[key] = ("ready", time.monotonic())
+
+    def kernel_refuses(self, image: str, node: str, version: str) -> str | None:
+        """The kernel's refusal of the image's modules on this node, or None (loaded, or a tag-only image)."""
+        host, repo, tag = split_image(image)
+        node_obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
+        kernel = ((node_obj.get("metadata") or {}).get("labels") or {}).get(L.KERNEL)
+        if not checkable(kernel):
+            return None
+        client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=30.0)
+        try:
+            result = kernel_load.load(client, tag, kernel, version)
+        except GpualignError as err:
+            return f"pulling the modules failed: {err.message}"
+        finally:
+            client.close()
+        return None if result.loaded else result.message
 
     def _loaded(self, key: str, pod: dict[str, Any]) -> None:
         if key in self.loading:  # not deleted meanwhile
@@ -188,6 +222,34 @@ class Simulator:
                 continue
             for pod in list(pods.values()):  # retry pulls that backed off, as the kubelet does
                 self.handle(pod)
+
+
+def _crashing(containers: list[dict[str, Any]], message: str, restarts: int, now: str) -> dict[str, Any]:
+    """The status a kubelet reports for a driver container that exits at once (its modprobe refused)."""
+    return {"phase": "Running", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}],
+        "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": False,
+                               "restartCount": restarts, "started": False,
+                               "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                     "message": f"back-off restarting failed container {c['name']}: "
+                                                                f"{message}"}},
+                               "lastState": {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
+                                                            "startedAt": now, "finishedAt": now}}}
+                              for c in containers]}
+
+
+def _pod_event(pod: dict[str, Any], message: str, now: str) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid", "")},
+            "reason": "BackOff", "message": f"driver modules refused by the node's kernel: {message}"[:1024],
+            "type": "Warning", "source": {"component": "kubelet (gpualign lab driver-sim)"},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,17 +22,24 @@ class Ledger:
     tags: frozenset[str]
     sources: tuple[str, ...]
     scoped: frozenset[tuple[str, str]] = field(default=frozenset())  # (repository, tag) from full references
+    refused: tuple[tuple[str, str], ...] = ()  # (tag, why): present under the tag, but built for something else
 
     def has(self, tag: str) -> bool:
-        """In the ledger for some repository (used where the repository is not known)."""
+        """In the ledger for some repository (used where the repository is not known), and not present but wrong."""
+        if any(t == tag for t, _ in self.refused):
+            return False
         return tag in self.tags or any(t == tag for _, t in self.scoped)
+
+    def wrong(self, tag: str) -> str | None:
+        """Why the image under this tag is present but wrong, or None."""
+        return next((why for t, why in self.refused if t == tag), None)
 
     def for_repository(self, repository: str) -> Ledger:
         """The ledger as it answers for one repository: the bare tags, plus the references into that repository."""
         if not self.scoped:
             return self
         mine = {t for r, t in self.scoped if _same_repository(r, repository)}
-        return Ledger(self.tags | mine, self.sources)
+        return Ledger(self.tags | mine, self.sources, refused=self.refused)
 
     @property
     def fingerprint(self) -> frozenset[str]:

@@ -27,7 +27,8 @@ from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
-HOLDS_TOLD = ("image missing", "skipped", PDB_HOLD)  # holds named on the node; other holds are only waits
+# holds named on the node; other holds are only waits
+HOLDS_TOLD = ("image missing", "image present but wrong", "skipped", PDB_HOLD)
 
 
 def now_iso() -> str:

@@ -33,6 +33,7 @@ class NodeView:
     needs_upgrade: bool = True  # its driver pod is not the target
     image_present: bool = True
     target_tag: str | None = None
+    image_problem: str | None = None  # present under the tag but built for another kernel or branch
     pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
 
     @property
@@ -106,7 +107,8 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
             if not n.needs_upgrade:
                 actions.append(Action(n.name, "mark-done", "driver already the target"))
             elif not n.image_present:
-                actions.append(Action(n.name, "hold", f"image missing: {n.target_tag}"))
+                actions.append(Action(n.name, "hold", f"image present but wrong: {n.target_tag}: {n.image_problem}"
+                                      if n.image_problem else f"image missing: {n.target_tag}"))
             elif pdb_aware and (why := _pdb_hold(n, remaining, budgets or {})):
                 actions.append(Action(n.name, "hold", why))
             elif in_progress >= max_parallel:

@@ -164,6 +164,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             needs_upgrade=needs,
             image_present=bool(target) and (ledger is None or ledger.has(target or "")),
             target_tag=target,
+            image_problem=ledger.wrong(target) if ledger is not None and target else None,
         )
         states[facts.name] = NodeState(node, facts, pod, pool, target, view)
     snap = Snapshot(states, pools)

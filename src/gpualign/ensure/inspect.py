@@ -1,0 +1,114 @@
+"""Present but wrong: an image in the ledger under the right tag whose own records name another kernel or branch.
+
+`by_labels` (pure) reads only the image's config (cheap: no layers): NVIDIA's `version=<branch>-<kernel>` label and
+gpualign's `io.gpualign.kernel` / `io.gpualign.driver-branch`. An image without such labels cannot be judged this
+way (it passes). `by_modules` (check's --verify-modules, and the lab's driver simulator) pulls the image's modules
+and runs the kernel's load checks on them against a kernel's Module.symvers.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx2
+
+from gpualign.ensure import tagspec
+from gpualign.errors import BadInput, GpualignError
+from gpualign.ledger.registry import RegistryClient
+
+DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+-(amd64|cloud-amd64|rt-amd64)")
+
+
+def checkable(kernel: str | None) -> bool:
+    """A kernel whose headers (and Module.symvers) Debian's archive carries: Debian 12's 6.1.0-N-amd64 and its
+    -cloud/-rt flavours. Modules can be checked against it here; others (Ubuntu, RHEL) cannot."""
+    return bool(kernel and DEBIAN_KERNEL.fullmatch(kernel))
+
+
+def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
+    """Why the image under `tag` is wrong by its own labels, or None."""
+    try:
+        spec = tagspec.parse(tag)
+    except BadInput:
+        return None  # not a precompiled tag: nothing kernel-specific to compare
+    kernel = labels.get("io.gpualign.kernel")
+    if kernel and kernel != spec.kernel:
+        return f"its label io.gpualign.kernel says it was built for kernel {kernel}, not {spec.kernel}"
+    branch = labels.get("io.gpualign.driver-branch")
+    if branch and branch != spec.branch:
+        return f"its label io.gpualign.driver-branch says branch {branch}, not {spec.branch}"
+    version = labels.get("version")
+    if version and "-" in version:
+        v_branch, _, v_kernel = version.partition("-")
+        if v_branch.isdigit() and (v_branch != spec.branch or v_kernel != spec.kernel):
+            return f"its label version={version} names another build than {spec.branch}-{spec.kernel}"
+    return None
+
+
+def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path] | None:
+    """(manifest digest, directory of its .ko files) for an image that holds kernel modules under /opt, else None.
+    Its layers are read once (streamed: a module layer is larger than the ledger client's body cap) and the modules
+    kept under `cache`, by manifest digest."""
+    manifest = client.manifest(tag)
+    digest = client.digest(tag)
+    if manifest is None or digest is None:
+        return None
+    if "manifests" in manifest:  # an index: the linux/amd64 entry, as a node would pull
+        entry = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("architecture") == "amd64"),
+                     None)
+        if entry is None:
+            return None
+        manifest = client.manifest(entry["digest"]) or {}
+    out = cache / digest.replace(":", "-")
+    if (out / ".complete").exists():
+        return (digest, out) if list(out.glob("*.ko")) else None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    try:
+        for layer in manifest.get("layers") or []:
+            url = f"{client.ref.base}/v2/{client.ref.repo}/blobs/{layer['digest']}"
+            with httpx2.stream("GET", url, timeout=120, follow_redirects=True) as resp:  # a layer can be 70 MB
+                if resp.status_code != 200:
+                    raise GpualignError(f"pulling layer {layer['digest'][:19]}…: HTTP {resp.status_code}")
+                data = resp.read()
+            try:
+                with tarfile.open(fileobj=io.BytesIO(data)) as tf:
+                    for member in tf.getmembers():
+                        name = member.name.lstrip("./")
+                        if member.isfile() and name.startswith("opt/") and name.endswith(".ko"):
+                            blob = tf.extractfile(member)
+                            if blob is not None:
+                                (staging / Path(name).name).write_bytes(blob.read())
+            except tarfile.TarError:
+                continue  # not a tar layer: nothing to load from it
+        (staging / ".complete").write_text(digest + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return (digest, out) if list(out.glob("*.ko")) else None
+
+
+def by_modules(client: RegistryClient, tag: str, kernel: str, cache: Path) -> str | None:
+    """Why the image's modules would not load on `kernel`, in the kernel's words, or None (they would, or the image
+    holds no modules). The kernel's Module.symvers comes from Debian's archive (its headers package)."""
+    from gpualign.ensure import kmod, symvers
+    from gpualign.ensure.archive import Archive
+    from gpualign.ensure.verify import verify
+
+    found = modules_of(client, tag, cache)
+    if found is None:
+        return None
+    table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
+    modules = [kmod.read(p.name, p.read_bytes()) for p in sorted(found[1].glob("*.ko"))]
+    result = verify(modules, kernel, table, modules[0].field("version") or "" if modules else "")
+    if result.ok:
+        return None
+    return result.first_symbol() or result.first_problem()
