@@ -40,10 +40,11 @@ class Recorder:
     PATHS = {"node": "/api/v1/nodes", "pdb": "/apis/policy/v1/poddisruptionbudgets", "pod": "/api/v1/pods"}
 
     def start(self, settle: float = 90.0) -> Recorder:
-        """settle: first wait (up to that many seconds) until every PDB's status agrees with its pods (observed its
-        generation, and counts exactly the Ready, non-terminating pods it selects as healthy). The disruption
-        controller writes that status a while after the pods change, so a recorder started right after a rollout
-        would otherwise record the rollout's last stale status as a breach."""
+        """settle: first wait (up to that many seconds) until every PDB's workload is rolled out and its status
+        agrees with its pods: as many pods as it expects (its controller's scale), all Ready, none terminating or
+        counted as disrupted, and the status observed its generation and counts them all healthy. Started earlier,
+        the recorder would take a rollout still under way (or the disruption controller's status lagging one) for
+        a breach."""
         if settle:
             self.wait_for_settled_pdbs(settle)
         ready = []
@@ -67,11 +68,13 @@ class Recorder:
             lagging = []
             for pdb in self.kube.get_json(self.PATHS["pdb"]).get("items") or []:
                 st = pdb.get("status") or {}
-                ready = sum(1 for p in world.selected(pdb) if not world.unhealthy_reason(p, {}))
+                selected = world.selected(pdb)
+                ready = sum(1 for p in selected if not world.unhealthy_reason(p, {}))
                 if st.get("observedGeneration") != pdb["metadata"].get("generation") or \
-                        st.get("currentHealthy") != ready or st.get("disruptedPods"):
-                    lagging.append(f"{_name(pdb)}: status says {st.get('currentHealthy')} healthy, "
-                                   f"{ready} Ready pods")
+                        st.get("currentHealthy") != ready or st.get("disruptedPods") or \
+                        st.get("expectedPods") != ready or len(selected) != ready:
+                    lagging.append(f"{_name(pdb)}: status says {st.get('currentHealthy')} healthy of "
+                                   f"{st.get('expectedPods')} expected, {ready} Ready pods of {len(selected)}")
             if not lagging:
                 return
             time.sleep(0.25)

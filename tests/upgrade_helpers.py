@@ -89,6 +89,15 @@ def serve_workload() -> list[dict]:
 
 
 def all_pods_ready(kube) -> bool:
+    """Every Deployment of ml and serve rolled out (all its replicas created and available: a ReplicaSet creates
+    them in batches, so the pods that exist being Ready is not enough), and every pod Ready or finished."""
+    for ns in ("ml", "serve"):
+        for d in kube.list_raw(f"/apis/apps/v1/namespaces/{ns}/deployments"):
+            st = d.get("status") or {}
+            if st.get("observedGeneration") != d["metadata"].get("generation") or \
+                    st.get("availableReplicas") != d["spec"].get("replicas") or \
+                    st.get("replicas") != d["spec"].get("replicas"):
+                return False
     pods = [p for ns in ("ml", "serve") for p in kube.pods(ns)]
     return bool(pods) and all(pod_ready(p) or (p.get("status") or {}).get("phase") == "Succeeded" for p in pods)
 

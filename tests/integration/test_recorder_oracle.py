@@ -67,7 +67,7 @@ def test_a_pdb_status_lagging_its_pods_is_no_breach_and_the_recorder_waits_it_ou
         assert stale.pods_below_minimum() == []  # the pods tell the truth: 4 Ready of 3 required
         assert "not healthy: []" in stale.breach_evidence()[0]  # no pod to blame: the status was behind
 
-        with pytest.raises(AssertionError, match="lag/svc-pdb: status says 0 healthy, 4 Ready pods"):
+        with pytest.raises(AssertionError, match="lag/svc-pdb: status says 0 healthy of 4 expected, 4 Ready pods of 4"):
             Recorder(kube).start(settle=3)  # the witness now refuses to start on a status behind its pods
 
         os.kill(kcm, signal.SIGCONT)
