@@ -113,6 +113,28 @@ def test_help_at_80_columns_is_complete_and_shows_defaults():
     assert root.code == 0 and "..." not in commands and "completion" in commands and "--install" not in root.out
 
 
+def test_no_help_shows_a_python_type_or_typer_braces_and_the_root_lists_every_exit_code():
+    import re
+
+    from gpualign.cli.app import build
+
+    app = build([])
+    import typer.main
+
+    root = typer.main.get_command(app)
+    paths = [[name] for name in root.commands]  # type: ignore[attr-defined]
+    paths += [[name, sub] for name, cmd in root.commands.items()  # type: ignore[attr-defined]
+              for sub in getattr(cmd, "commands", {})]
+    for path in paths:
+        res = run_cli(*path, "--help", env=COLS80)
+        assert res.code == 0, path
+        bad = re.findall(r"<(?:str|int|float)>|\{[A-Za-z_]+(?:\.\.\.)?\}|\[default: 0\.0\]", res.out)
+        assert not bad, (path, bad)
+    assert "why [OPTIONS] NODE" in run_cli("why", "--help").out
+    text = " ".join(run_cli(env=COLS80).out.split())
+    assert "4 some cluster could not be read, 5 that and findings in another" in text
+
+
 def test_version_names_the_data_it_rests_on():
     res = run_cli("--version")
     assert res.code == 0

@@ -24,7 +24,9 @@ COMMANDS = {"check": "check", "plan": "plan", "ensure": "ensure", "rules": "rule
             "lab": "lab", "completion": "completion"}
 HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
         "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed); 2 bad usage or input "
-        "(one line on stderr says what and where); 3 an internal error (a bug: please report it).\n\n"
+        "(one line on stderr says what and where); 3 an internal error (a bug: please report it); over several "
+        "clusters (--context A --context B, --all-contexts) the codes are bits: 4 some cluster could not be read, "
+        "5 that and findings in another.\n\n"
         "Global flags, accepted anywhere on the line: --debug (tracebacks for unexpected errors).")
 _state = {"debug": False}
 

@@ -66,12 +66,13 @@ def build(
 @app.command()
 def up(
     scenario: Annotated[str, typer.Option(
-        "--scenario", "-s", help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver "
-                                 "(these two run NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
+        "--scenario", "-s", metavar="SCENARIO",
+        help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver (these two run "
+             "NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
     state_dir: StateDirOpt = None,
     bin_dir: BinDirOpt = None,
-    apiserver_port: Annotated[int, typer.Option(help="kube-apiserver port; 0 picks a free one")] = 0,
-    registry_port: Annotated[int, typer.Option(help="image registry port; 0 picks a free one")] = 0,
+    apiserver_port: Annotated[int, typer.Option(metavar="PORT", help="kube-apiserver port; 0 picks a free one")] = 0,
+    registry_port: Annotated[int, typer.Option(metavar="PORT", help="image registry port; 0 picks a free one")] = 0,
 ) -> None:
     """Start the lab (idempotent) and seed a scenario; returns once nodes are Ready and untainted."""
     from gpualign.kube import Kube
@@ -167,7 +168,7 @@ def status(state_dir: StateDirOpt = None) -> None:
 def restart(
     component: Annotated[str, typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
                                                   "kwok, registry or driver-sim")],
-    pause: Annotated[float, typer.Option(help="seconds to stay down before starting again")] = 0.0,
+    pause: Annotated[float, typer.Option(metavar="SECONDS", help="seconds to stay down before starting again")] = 0,
     state_dir: StateDirOpt = None,
 ) -> None:
     """Stop one lab component and start it again with the same arguments: fault injection for tests and demos."""
@@ -192,15 +193,18 @@ def env(state_dir: StateDirOpt = None) -> None:
 @app.command("add-node")
 def add_node(
     name: Annotated[str, typer.Argument(help="node name")],
-    kernel: Annotated[str, typer.Option(help="kernel-version.full label")] = "5.15.0-124-generic",
-    os: Annotated[str, typer.Option("--os", help="OS as ID+VERSION_ID, e.g. ubuntu22.04 or rhel9.4")] = "ubuntu22.04",
-    driver: Annotated[str | None, typer.Option(help="loaded driver version, e.g. 580.95.05")] = None,
-    branch: Annotated[str | None, typer.Option(help="driver branch of its pool's DaemonSet [default: lab's]")] = None,
+    kernel: Annotated[str, typer.Option(metavar="KERNEL", help="kernel-version.full label")] = "5.15.0-124-generic",
+    os: Annotated[str, typer.Option("--os", metavar="OS",
+                                    help="OS as ID+VERSION_ID, e.g. ubuntu22.04 or rhel9.4")] = "ubuntu22.04",
+    driver: Annotated[str | None, typer.Option(metavar="VERSION", help="loaded driver version, e.g. 580.95.05")] = None,
+    branch: Annotated[str | None, typer.Option(metavar="BRANCH",
+                                               help="driver branch of its pool's DaemonSet [default: lab's]")] = None,
     gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="a GPU node (nvidia.com/gpu.present=true)")] = True,
     host_driver: Annotated[bool, typer.Option(
         "--host-driver",
         help="driver installed on the host: nvidia.com/gpu.deploy.driver=false, no driver pod")] = False,
-    label: Annotated[list[str] | None, typer.Option("--label", help="extra label KEY=VALUE (repeatable)")] = None,
+    label: Annotated[list[str] | None, typer.Option("--label", metavar="KEY=VALUE",
+                                                    help="extra label KEY=VALUE (repeatable)")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,
 ) -> None:
@@ -239,9 +243,10 @@ def add_node(
 def push_image(
     tag: Annotated[str, typer.Argument(help="driver image tag, e.g. 580-5.15.0-125-generic-ubuntu22.04")],
     driver_version: Annotated[str | None, typer.Option(
-        help="DRIVER_VERSION in the image config [default: the branch's pinned version]")] = None,
-    cuda_version: Annotated[str | None, typer.Option(help="also set CUDA_VERSION in the image config")] = None,
-    repo: Annotated[str, typer.Option(help="repository in the lab registry")] = "nvidia/driver",
+        metavar="VERSION", help="DRIVER_VERSION in the image config [default: the branch's pinned version]")] = None,
+    cuda_version: Annotated[str | None, typer.Option(metavar="VERSION",
+                                                     help="also set CUDA_VERSION in the image config")] = None,
+    repo: Annotated[str, typer.Option(metavar="REPO", help="repository in the lab registry")] = "nvidia/driver",
     state_dir: StateDirOpt = None,
 ) -> None:
     """Push a tiny image to the lab registry over the distribution API (no Docker needed)."""

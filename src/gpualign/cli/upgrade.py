@@ -241,7 +241,7 @@ def upgrade(
                          "cordoned; with --dry-run, say what it would do")] = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(
-        metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0.0,
+        metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0,
     lock_namespace: Annotated[str, typer.Option(
         metavar="NAMESPACE", help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
     rules: RulesOpt = None,
