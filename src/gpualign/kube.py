@@ -100,10 +100,15 @@ class Kube:
                 raise BadInput("no kubeconfig: pass --kubeconfig FILE or set $KUBECONFIG (there is no "
                                "~/.kube/config, and this is not a pod with a service account)") from None
             raise BadInput(f"kubeconfig {where}: {err}") from None
-        except (OSError, KeyError, ValueError, AttributeError, TypeError) as err:
-            raise BadInput(f"kubeconfig {where}: not a usable kubeconfig ({err.__class__.__name__}: {err})") from None
+        except KeyError as err:  # a context naming a cluster or user the file does not define
+            named = context or "the current context"
+            raise BadInput(f"kubeconfig {where}: {named} refers to {err.args[0]!r}, which no cluster or user entry "
+                           "defines") from None
+        except (OSError, ValueError, AttributeError, TypeError) as err:
+            raise BadInput(f"kubeconfig {where}: not a usable kubeconfig: {err}") from None
         _check_tls_files(where, config)
         self.field_manager = field_manager
+        self.timeout = timeout
         try:
             self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
                                  trust_env=False)
@@ -114,6 +119,16 @@ class Kube:
 
         # Our requests are recognisable in the API server's audit log (the tests check every pod removal there).
         self._http.headers["User-Agent"] = f"{field_manager}/{__version__}"
+
+    def failed(self, err: Exception) -> str:
+        """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
+        anything else one that could not be reached."""
+        if isinstance(err, httpx2.TimeoutException):
+            step = ("connecting" if isinstance(err, httpx2.ConnectTimeout) else
+                    "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer")
+            return f"API server {self.server} did not answer within {self.timeout:g}s ({step})"
+        detail = str(err) or err.__class__.__name__
+        return f"API server {self.server} unreachable: {detail}"
 
     def describe(self) -> dict[str, str | None]:
         """Which cluster this is, for reports: the context, its server, and the kubeconfig file(s) read."""
@@ -143,9 +158,9 @@ class Kube:
                 if attempt + 1 < attempts:
                     time.sleep(0.1 * 2 ** attempt)
                     continue
-                raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+                raise Unreachable(self.failed(err)) from None
             except httpx2.HTTPError as err:
-                raise Unreachable(f"API server {self.server} unreachable: {err.__class__.__name__}: {err}") from None
+                raise Unreachable(self.failed(err)) from None
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
@@ -199,7 +214,7 @@ class Kube:
             name = (obj.get("metadata") or {}).get("name")
             raise BadInput(f"apply {obj.get('kind')}/{name}: {err.status.message}") from None
         except httpx2.HTTPError as err:
-            raise Unreachable(f"API server {self.server} unreachable: {err}") from None
+            raise Unreachable(self.failed(err)) from None
         return result.to_dict()  # type: ignore[no-untyped-call,no-any-return]
 
     def apply_at(self, path: str, obj: JSON) -> JSON:
@@ -281,7 +296,7 @@ class Kube:
         try:
             resp = self._http.send(req, stream=True)
         except httpx2.HTTPError as err:
-            raise Unreachable(f"API server {self.server} unreachable: {err}") from None
+            raise Unreachable(self.failed(err)) from None
         try:
             if resp.status_code >= 400:
                 resp.read()

@@ -99,3 +99,34 @@ def test_context_from_the_second_file_of_kubeconfig_is_used(tmp_path, monkeypatc
     kube.close()
     with pytest.raises(BadInput, match="no context 'three' \\(known: one, two\\)"):
         Kube(None, "three")
+
+
+def test_a_context_naming_an_undefined_cluster_is_a_sentence_not_an_exception_name(tmp_path):
+    text = CONFIG.format(ca="insecure-skip-tls-verify: true").replace("{cluster: c, user: u}",
+                                                                       "{cluster: missing, user: u}")
+    path = write(tmp_path, "kc.yaml", text)
+    with pytest.raises(BadInput) as err:
+        Kube(str(path))
+    assert err.value.message == (f"kubeconfig {path}: the current context refers to 'missing', which no cluster or "
+                                 "user entry defines")
+
+
+def test_a_server_that_does_not_answer_in_time_is_named_so_not_unreachable(tmp_path):
+    import socket
+
+    from gpualign.errors import Unreachable
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)  # accepts the connection in the kernel, never answers the TLS handshake
+    port = silent.getsockname()[1]
+    path = write(tmp_path, "kc.yaml", CONFIG.replace("127.0.0.1:9", f"127.0.0.1:{port}").format(
+        ca="insecure-skip-tls-verify: true"))
+    kube = Kube(str(path), timeout=0.5)
+    try:
+        with pytest.raises(Unreachable) as err:
+            kube.get_json("/api")
+        assert err.value.message == f"API server https://127.0.0.1:{port} did not answer within 0.5s (connecting)"
+    finally:
+        kube.close()
+        silent.close()
