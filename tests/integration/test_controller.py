@@ -147,7 +147,7 @@ def test_shipped_manifests_apply_and_the_controller_works_as_its_serviceaccount(
         f"    server: {clab.apiserver}\n    certificate-authority: {clab.state_dir / 'pki' / 'ca.crt'}\n"
         f"users:\n- name: sa\n  user:\n    token: {token}\n"
         "contexts:\n- name: sa\n  context: {cluster: lab, user: sa}\ncurrent-context: sa\n")
-    ctl = Controller(clab, "--ledger-refresh", "2", "--lease-name", "sa-test", kubeconfig=sa_config,
+    ctl = Controller(clab, "--ledger-refresh", "2", kubeconfig=sa_config,  # its Role names its own Lease only
                      identity="sa-replica")
     try:
         kube = clab.kube()

@@ -20,6 +20,7 @@ from tests.helpers import token_kubeconfig
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 CHART = ROOT / "charts" / "gpualign"
 NONDEFAULT = CHART / "ci" / "nondefault-values.yaml"
+IMAGE = ["--set", "image.repository=registry.local/gpualign"]  # required: gpualign publishes no image
 MONITORING = ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor",
               "--api-versions", "monitoring.coreos.com/v1/PrometheusRule"]
 
@@ -43,22 +44,32 @@ def by_kind(objs: list[dict]) -> dict[str, dict]:
 
 
 def test_lint_strict_with_default_and_non_default_values():
-    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART)).stdout
+    assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), *IMAGE).stdout
     assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), "-f", str(NONDEFAULT)).stdout
 
 
 def test_template_defaults_are_the_hardened_controller_without_monitoring():
-    objs = by_kind(docs(helm("template", "ga", str(CHART), "-n", "gpualign-system").stdout))
+    objs = by_kind(docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE).stdout))
     assert set(objs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                         "Deployment"}  # no monitoring CRDs served: no ServiceMonitor, no PrometheusRule
+                         "Deployment", "PodDisruptionBudget"}  # no monitoring CRDs served: no ServiceMonitor, …
     dep = objs["Deployment"]["spec"]
     pod = dep["template"]["spec"]
     c = pod["containers"][0]
     assert dep["replicas"] == 2 and pod["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                     "capabilities": {"drop": ["ALL"]}}
-    assert c["image"] == "ghcr.io/example/gpualign:0.1.0" and c["resources"]["requests"]
-    assert c["args"] == ["controller", "--ledger-refresh=60", "--listen=0.0.0.0:8080"]  # follows the operator
+    assert c["image"] == "registry.local/gpualign:0.1.0" and c["resources"]["requests"]
+    assert c["args"] == ["controller", "--ledger-refresh=60", "--listen=0.0.0.0:8080",
+                         "--lease-name=gpualign-controller"]  # follows the operator
+    # kept off GPU nodes (their driver upgrades drain them), allowed on the control plane, evicted late
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["tolerations"] == [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
+                                   "effect": "NoSchedule"}]
+    prefs = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert prefs[0]["preference"]["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "NotIn",
+                                                           "values": ["true"]}]
+    assert objs["PodDisruptionBudget"]["spec"]["maxUnavailable"] == 1
+    assert objs["Role"]["rules"][1]["resourceNames"] == ["gpualign-controller"]  # its own Lease only
 
 
 def test_template_non_default_values_reach_every_object():
@@ -77,13 +88,32 @@ def test_template_non_default_values_reach_every_object():
                                                                         "path": "config.json"}]}
     assert pod["tolerations"][0]["key"] == "node-role.kubernetes.io/control-plane"
     assert objs["ServiceMonitor"]["spec"]["endpoints"][0] == {"port": "http", "path": "/metrics", "interval": "15s"}
-    bad = helm("template", "ga", str(CHART), "--set", "driverBranch=580", "--set",
+    bad = helm("template", "ga", str(CHART), *IMAGE, "--set", "driverBranch=580", "--set",
                "branchPolicy[0].selector=a=b", "--set", "branchPolicy[0].branch=580", check=False)
     assert bad.returncode != 0 and "driverBranch and branchPolicy are exclusive" in bad.stderr
 
 
+def test_the_schema_refuses_wrong_types_and_the_image_is_required():
+    for value, why in (("gateOperatorUpgrades=no", "at '/gateOperatorUpgrades': got string, want boolean"),
+                       ("replicaCount=abc", "at '/replicaCount': got string, want integer"),
+                       ("ledgers=registry://x/y", "at '/ledgers': got string, want array"),
+                       ("logLevel=verbose", "at '/logLevel': 'verbose' does not match pattern"),
+                       ("servicePort=0", "at '/servicePort'"),
+                       ("typo=1", "additional properties 'typo' not allowed")):
+        bad = helm("template", "ga", str(CHART), *IMAGE, "--set", value, check=False)
+        assert bad.returncode != 0 and why in bad.stderr, (value, bad.stderr)
+    for level in ("debug", "INFO", "Warning", "error"):  # the levels people write, in any case
+        assert helm("template", "ga", str(CHART), *IMAGE, "--set", f"logLevel={level}", check=False).returncode == 0
+    bare = helm("template", "ga", str(CHART), check=False)
+    assert bare.returncode != 0 and "image.repository is required: gpualign publishes no image" in bare.stderr
+    second = by_kind(docs(helm("template", "gb", str(CHART), *IMAGE, "--set", "fullnameOverride=gpualign-b").stdout))
+    assert second["Deployment"]["metadata"]["name"] == "gpualign-b"  # a second release in the same namespace
+    assert "--lease-name=gpualign-b" in second["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert second["Role"]["rules"][1]["resourceNames"] == ["gpualign-b"]
+
+
 def test_the_chart_and_deploy_grant_exactly_the_same_rbac_and_alerts():
-    objs = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *MONITORING).stdout)
+    objs = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE, *MONITORING).stdout)
     chart = {o["kind"]: o for o in objs}
     base = {p.stem: YAML(typ="safe").load(p.read_text()) for p in (ROOT / "deploy" / "base").glob("*.yaml")}
     assert chart["ClusterRole"]["rules"] == base["clusterrole"]["rules"]
@@ -112,7 +142,7 @@ def test_install_upgrade_uninstall_on_the_lab(lab, tmp_path):
     assert dry.returncode == 0, dry.stderr
     assert not kubectl(lab, "get", "deployment", "-n", ns, "-o", "name").stdout.strip()  # a dry run wrote nothing
     try:
-        helm("install", "ga", str(CHART), "-n", ns, "--set", "ledgers={registry://127.0.0.1:1/nvidia/driver}",
+        helm("install", "ga", str(CHART), "-n", ns, *IMAGE, "--set", "ledgers={registry://127.0.0.1:1/nvidia/driver}",
              "--set", "driverBranch=580", "--wait=false", kubeconfig=kc)
         dep = json.loads(kubectl(lab, "get", "deployment", "gpualign-controller", "-n", ns, "-o", "json").stdout)
         assert dep["spec"]["replicas"] == 2
@@ -120,7 +150,9 @@ def test_install_upgrade_uninstall_on_the_lab(lab, tmp_path):
         sa = f"system:serviceaccount:{ns}:gpualign-controller"
         checks = {"list nodes": ["list", "nodes"], "patch nodes": ["patch", "nodes"],
                   "evict pods": ["create", "pods", "--subresource=eviction"],
-                  "update its lease": ["update", "leases.coordination.k8s.io", "-n", ns],
+                  "update its lease": ["update", "leases.coordination.k8s.io/gpualign-controller", "-n", ns],
+                  "update the operator's lease": ["update", "leases.coordination.k8s.io/53822513.nvidia.com",
+                                                  "-n", ns],
                   "delete nodes": ["delete", "nodes"], "read secrets": ["get", "secrets", "-n", ns],
                   "create secrets": ["create", "secrets", "-n", ns],
                   "update a lease elsewhere": ["update", "leases.coordination.k8s.io", "-n", "kube-system"],
@@ -169,7 +201,7 @@ def test_monitoring_objects_install_once_their_crds_are_served(lab, tmp_path):
             "crd/prometheusrules.monitoring.coreos.com", "--timeout=60s")
     kubectl(lab, "create", "namespace", ns)
     try:
-        helm("install", "mon", str(CHART), "-n", ns, "--wait=false", kubeconfig=lab.kubeconfig)
+        helm("install", "mon", str(CHART), "-n", ns, *IMAGE, "--wait=false", kubeconfig=lab.kubeconfig)
         names = kubectl(lab, "get", "servicemonitors,prometheusrules", "-n", ns, "-o", "name").stdout.split()
         assert sorted(names) == ["prometheusrule.monitoring.coreos.com/gpualign",
                                  "servicemonitor.monitoring.coreos.com/gpualign-controller"]
@@ -188,9 +220,9 @@ def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rb
     kube.patch("/api/v1/nodes/gpu-a1", {"metadata": {"labels": {skip: "true"},
                                                      "annotations": {gated: "target image 595-x missing"}}})
     kube.patch("/api/v1/nodes/gpu-a2", {"metadata": {"labels": {skip: "true"}}})  # an admin's own hold
-    hook = docs(helm("template", "ga", str(CHART), "-n", ns, "--set", "gateOperatorUpgrades=true",
+    hook = docs(helm("template", "ga", str(CHART), "-n", ns, *IMAGE, "--set", "gateOperatorUpgrades=true",
                      "--show-only", "templates/gate-release-hook.yaml").stdout)
-    assert not helm("template", "ga", str(CHART), "--show-only", "templates/gate-release-hook.yaml",
+    assert not helm("template", "ga", str(CHART), *IMAGE, "--show-only", "templates/gate-release-hook.yaml",
                     check=False).stdout.strip()  # no gate, no hook
     job = next(o for o in hook if o["kind"] == "Job")
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-delete"
@@ -199,7 +231,7 @@ def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rb
     kubectl(lab, "create", "namespace", ns)
     rbac = tmp_path / "hook-rbac.json"
     try:
-        helm("install", "gate", str(CHART), "-n", ns, "--set", "gateOperatorUpgrades=true", "--wait=false",
+        helm("install", "gate", str(CHART), "-n", ns, *IMAGE, "--set", "gateOperatorUpgrades=true", "--wait=false",
              kubeconfig=lab.kubeconfig)
         helm("uninstall", "gate", "-n", ns, "--wait", kubeconfig=lab.kubeconfig)  # the hook Job ran and succeeded
         leftovers = kubectl(lab, "get", "job,serviceaccount", "-n", ns, "-l", "app.kubernetes.io/instance=gate",

@@ -1,4 +1,13 @@
-{{- define "gpualign.name" -}}gpualign-controller{{- end }}
+{{- /* The controller's object names, and its Lease's: gpualign-controller unless overridden (a second release in
+one namespace needs fullnameOverride). */ -}}
+{{- define "gpualign.name" -}}
+{{- default (printf "%s-controller" (default "gpualign" .Values.nameOverride)) .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
+{{- define "gpualign.image" -}}
+{{- $repo := required "image.repository is required: gpualign publishes no image; build it (`make image`, or `docker build` with the repository's Dockerfile), push it to your registry and set image.repository to it" .Values.image.repository -}}
+{{ $repo }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
 
 {{- define "gpualign.labels" -}}
 app.kubernetes.io/name: gpualign
