@@ -24,6 +24,9 @@ class Inventory:
 
 def _items(path: Path, data: Any) -> list[dict[str, Any]]:
     if isinstance(data, dict) and isinstance(data.get("items"), list):
+        kind = data.get("kind")
+        if kind not in (None, "List", "NodeList"):  # `kubectl get pods -o json` is a PodList whose items lack kind
+            raise BadInput(f"{path}: a {kind}, not a node list (expected `kubectl get nodes -o json` output)")
         items = data["items"]
     elif isinstance(data, dict) and data.get("kind") == "Node":
         items = [data]

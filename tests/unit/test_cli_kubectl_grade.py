@@ -204,9 +204,9 @@ def test_an_empty_ledger_is_refused(fleet, tmp_path):
 
 def test_a_podlist_is_not_a_nodes_file(tmp_path, fleet):
     pods = tmp_path / "pods.json"
-    pods.write_text(json.dumps({"kind": "PodList", "items": [{"kind": "Pod", "metadata": {"name": "p"}}]}))
+    pods.write_text(json.dumps({"kind": "PodList", "items": [{"metadata": {"name": "p"}}]}))  # items lack kind
     res = check(pods, fleet[1])
-    assert res.code == 2 and "item 1 is a Pod, not a Node" in res.err
+    assert res.code == 2 and "a PodList, not a node list" in res.err
 
 
 def test_plan_refuses_a_kernel_of_another_os_family_per_node(fleet):

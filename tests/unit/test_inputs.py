@@ -99,7 +99,9 @@ def test_nodes_dump_json_and_yaml(tmp_path: Path):
 
 @pytest.mark.parametrize("text,message", [
     ('{"items": [', r"nodes.json:1: invalid JSON"),
-    ('{"kind": "PodList", "items": [{"kind": "Pod", "metadata": {}}]}', "item 1 is a Pod, not a Node"),
+    ('{"kind": "PodList", "items": [{"kind": "Pod", "metadata": {}}]}', "a PodList, not a node list"),
+    ('{"kind": "PodList", "items": [{"metadata": {"name": "p"}}]}', "a PodList, not a node list"),  # items w/o kind
+    ('{"items": [{"kind": "Pod", "metadata": {}}]}', "item 1 is a Pod, not a Node"),
     ('{"foo": 1}', "not a node list"),
     ('{"items": [42]}', "item 1 is not a Node object"),
 ])
