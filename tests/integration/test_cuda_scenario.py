@@ -100,3 +100,14 @@ def test_cuda_check_reads_cuda_version_from_an_image_config(fleet):
     assert sorted(n["name"] for n in data["unable"]) == ["gpu-535", "gpu-550"]
     missing = fleet.cli("cuda", "check", "--image", f"{fleet.registry}/nvidia/cuda:nope")
     assert missing.code == 2 and "not found in the registry" in missing.err
+
+
+def test_why_tells_a_host_driver_a_cpu_node_and_a_missing_node_apart(fleet):
+    host = fleet.cli("why", "gpu-535")
+    assert host.code == 0 and host.out.startswith("gpu-535's driver is installed on the host "
+                                                  "(nvidia.com/gpu.deploy.driver=false), version 535.309.01"), host.out
+    assert fleet.cli("lab", "add-node", "cpu-x", "--no-gpu").code == 0
+    cpu = fleet.cli("why", "cpu-x")
+    assert cpu.code == 0 and "cpu-x is not a GPU node (no nvidia.com/gpu.present=true label)" in cpu.out, cpu.out
+    gone = fleet.cli("why", "no-such-node")
+    assert gone.code == 2 and gone.err == "gpualign: error: node 'no-such-node' not found\n"

@@ -189,10 +189,33 @@ def why(
     ledger_known = available is not None
     ns = snap.nodes.get(node)
     if ns is None:
-        raise BadInput(f"node {node!r} is not a GPU node with a driver managed by the GPU Operator (or does not "
-                       "exist)")
+        for line in _why_not_walked(node, kubeconfig, context):
+            stdout.print(line)
+        return
     for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
         stdout.print(line)
+
+
+def _why_not_walked(node: str, kubeconfig: str | None, context: str | None) -> list[str]:
+    """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
+    does not exist is an error (exit 2)."""
+    from gpualign import labels as L
+    from gpualign.facts import node_facts
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context)
+    try:
+        obj = kube.get(f"/api/v1/nodes/{node}")
+    finally:
+        kube.close()
+    if obj is None:
+        raise BadInput(f"node {node!r} not found")
+    facts = node_facts(obj)
+    if not facts.gpu:
+        return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label): no driver upgrade applies to it."]
+    driver = str(facts.driver) if facts.driver else "unknown"
+    return [f"{node}'s driver is installed on the host ({L.DEPLOY_DRIVER}=false), version {driver}: the GPU "
+            "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling."]
 
 
 def register(app: typer.Typer) -> None:
