@@ -99,8 +99,11 @@ def merge_status(reads: list[ClusterRead]) -> dict[str, Any]:
             continue
         nodes.extend({"cluster": r.name, **n} for n in r.body["nodes"])
         counts[r.name] = r.body["counts"]
+    trouble = {r.name: {k: int(r.body.get(k) or 0) for k in ("stuck", "gated", "no_driver")}
+               for r in reads if r.body is not None}
     return {"clusters": [cluster_entry(r) for r in reads], "nodes": nodes,
             "counts": {"total": _total(counts.values()), "clusters": counts},
+            "trouble": {"total": _total(trouble.values()), "clusters": trouble},
             "unreadable": [r.name for r in reads if not r.readable]}
 
 

@@ -103,6 +103,15 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
 
     wait_for(lambda: (p := driver_pod()) and "ImagePullBackOff" in json.dumps(p.get("status")), timeout=60,
              what="deb-1's driver pod in ImagePullBackOff")
+    # status and why do not look calm: the node has no driver, and they say what to mirror or build
+    status = lab.cli("status", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "json")
+    (row,) = json.loads(status.out)["nodes"]
+    assert row["stuck"] and row["no_driver"].endswith(f"missing from the ledger: mirror or build it (gpualign "
+                                                      f"ensure {TAG})"), row
+    assert status.code == 0 and json.loads(status.out)["stuck"] == 1  # informative by default ...
+    assert lab.cli("status", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1",
+                   "--fail-on-stuck").code == 1  # ... and exit 1 on demand
+    assert "no driver: driver pod gpu-operator/" in lab.cli("why", "deb-1", "--ledger", ledger).out
     check = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "json")
     assert check.code == 1, check.err
     (missing,) = json.loads(check.out)["missing"]
@@ -122,6 +131,7 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
              timeout=60, what="deb-1's driver pod Ready on the built image")
     clean = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
     assert clean.code == 0, clean.out + clean.err
+    assert lab.cli("status", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "--fail-on-stuck").code == 0
 
     config, files = pulled_modules(lab.registry, TAG, tmp_path)
     labels = config["config"]["Labels"]

@@ -219,6 +219,8 @@ def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it
     try:
         wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated")
         assert GATED in node(wlab, "gpu-m1")["metadata"]["annotations"]
+        status = wlab.cli("status", "-l", "kubernetes.io/hostname=gpu-m1")  # the view people watch shows the gate
+        assert "gated: image " in status.out and "gated: 1" in status.out, status.out
     finally:
         ctl.stop()
     assert labels(wlab, "gpu-m1").get(SKIP) == "true"  # stopping the controller alone leaves the hold in place

@@ -87,6 +87,17 @@ def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: 
     return render((["CLUSTER"] if fleet else []) + cols, rows, color=use_color(), no_headers=no_headers)
 
 
+def _trouble(data: dict[str, Any]) -> str:
+    """'  stuck: 1 (no driver: 1)  gated: 2' after the per-state counts, when there is any."""
+    parts = []
+    if data.get("stuck"):
+        parts.append(f"stuck: {data['stuck']}" + (f" (no driver: {data['no_driver']})" if data.get("no_driver")
+                                                  else ""))
+    if data.get("gated"):
+        parts.append(f"gated: {data['gated']}")
+    return ("  " + "  ".join(parts)) if parts else ""
+
+
 def _counts(counts: dict[str, int]) -> str:
     return "  ".join(f"{state}: {count}" for state, count in counts.items())
 
@@ -96,6 +107,9 @@ def status(
     ledger: LedgerOpt = None,
     to_branch: ToBranchOpt = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
+    fail_on_stuck: Annotated[bool, typer.Option(
+        "--fail-on-stuck", help="exit 1 when a node is stuck: its driver pod not running (ImagePullBackOff, "
+                                "CrashLoopBackOff), or cordoned by the upgrade with something blocking it")] = False,
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
@@ -112,8 +126,12 @@ def status(
     Several clusters (--context repeated, or --all-contexts): one table with a CLUSTER column, counts per cluster
     and in total; a cluster that cannot be read is named with its reason.
 
-    Exit 1 if any node is upgrade-failed; for several clusters, 4 when some cluster could not be read (5 with
-    failures elsewhere)."""
+    A node whose driver pod is not running shows "no driver: …" (and, when its image is missing from the ledger,
+    what to mirror or build); a node the controller's gate holds shows "gated: image … missing". The line under the
+    table counts the stuck and gated nodes.
+
+    Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck); for several clusters, 4 when
+    some cluster could not be read (5 with failures elsewhere)."""
     from gpualign.cli import fleet
     from gpualign.cli.source import load_ledger
 
@@ -127,19 +145,20 @@ def status(
         if names is None:
             data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig,
                                        context[0] if context else None, timeout)
-            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") else 0
+            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) else 0
             if output in (Output.json, Output.yaml):
                 emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
                 text = None
             else:
-                text = _status_table(data["nodes"], no_headers) + "\n" + _counts(data["counts"]) + "\n" + \
-                    (data["note"] + "\n" if data.get("note") else "")
+                text = _status_table(data["nodes"], no_headers) + "\n" + _counts(data["counts"]) + \
+                    _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
         else:
             from gpualign.fleetreport import exit_code, merge_status
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
                 data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
-                return data, not data["counts"].get("upgrade-failed"), cluster["server"]
+                bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
+                return data, not bad, cluster["server"]
 
             reads = fleet.read_all(names, one, timeout)
             fleet.say_outcomes(reads)
@@ -152,9 +171,10 @@ def status(
             else:
                 text = _status_table(merged["nodes"], no_headers, fleet=True) + "\n"
                 for r in reads:
-                    text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name]) if r.readable
+                    text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name])
+                                             + _trouble(merged["trouble"]["clusters"][r.name]) if r.readable
                                              else f"unreadable: {r.error}") + "\n"
-                text += f"total: {_counts(merged['counts']['total'])}\n"
+                text += f"total: {_counts(merged['counts']['total'])}{_trouble(merged['trouble']['total'])}\n"
         if text is not None:
             if watch and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does

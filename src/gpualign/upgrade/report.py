@@ -33,9 +33,18 @@ class NodeStatus:
     blocked_seconds: float | None
     hold: str | None = None  # before-cordon (still schedulable) | after-cordon (cordoned, in the walk) | None
     walker: str | None = None  # gpualign | operator (the GPU Operator's upgrade controller) | None (not walking)
+    gated: str | None = None  # the gate holds it out of the operator's walk: why
+    no_driver: str | None = None  # its driver pod is not running (ImagePullBackOff, CrashLoopBackOff, none): why
+
+    @property
+    def stuck(self) -> bool:
+        """No running driver, or cordoned by the upgrade with something blocking it: a node that has lost its GPUs
+        until someone acts (a hold before cordon is not: the node still serves)."""
+        return bool(self.no_driver) or (self.cordoned == "upgrade" and bool(self.blocker)) or \
+            self.state == S.FAILED
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "stuck": self.stuck}
 
 
 def cordoned_by(ns: NodeState) -> str:
@@ -59,12 +68,27 @@ def walker(ns: NodeState) -> str | None:
 
 def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> NodeStatus:
     """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself)."""
+    from gpualign.controller.gate import GATED
+    from gpualign.driver_pod import DriverPod
+
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
-    blocker = ann.get(S.BLOCKER) or derived
+    gated = None
+    if ns.view.skip and ann.get(GATED):
+        gated = ann[GATED].replace("target image ", "image ").replace(" missing from the ledger", " missing")
+    no_driver = None
+    if ns.pod is not None:
+        dp = DriverPod.from_pod(ns.pod)
+        if not dp.ready and dp.state not in ("Pending", "ContainerCreating", "PodInitializing"):
+            no_driver = f"driver pod {dp.name} is {dp.state}: image {dp.image}"
+            if ledger_known and dp.tag == ns.target_tag and not ns.view.image_present:
+                no_driver += f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
+    blocker = ann.get(S.BLOCKER) or derived or (f"gated: {gated}" if gated else None)
     hold = None
     if blocker:
         hold = "after-cordon" if ns.view.state in S.IN_PROGRESS else "before-cordon"
+    elif no_driver:  # nothing holds it: its driver is simply not running
+        blocker = f"no driver: {no_driver}"
     return NodeStatus(
         name=ns.name, state=ns.view.state or "(none)",
         in_state_seconds=since(since_ts) if since_ts else None,
@@ -72,7 +96,7 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None, hold=hold, walker=walker(ns))
+        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver)
 
 
 def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None) -> dict[str, Any]:
@@ -83,7 +107,9 @@ def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] 
         counts[n.state] = counts.get(n.state, 0) + 1
     order = {s: i for i, s in enumerate((*S.ORDER, S.FAILED, "(none)"))}
     return {"nodes": [n.as_dict() for n in nodes],
-            "counts": dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99)))}
+            "counts": dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99))),
+            "stuck": sum(1 for n in nodes if n.stuck), "gated": sum(1 for n in nodes if n.gated),
+            "no_driver": sum(1 for n in nodes if n.no_driver)}
 
 
 def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> list[str]:
@@ -95,7 +121,9 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> lis
     lines.append(f"{ns.name} is in {st.state}{held}{by.get(st.walker or '', '')}.")
     if st.blocker:
         lasting = f", for {duration(st.blocked_seconds)}" if st.blocked_seconds is not None else ""
-        if st.hold == "before-cordon":
+        if st.hold is None:
+            lines.append(f"{st.blocker}{lasting}")
+        elif st.hold == "before-cordon":
             reason = st.blocker.removeprefix("waiting before cordon: ")
             lines.append(f"held before cordon (still schedulable, its pods untouched): {reason}{lasting}")
         else:
@@ -106,6 +134,8 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> lis
         who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
                else "set by someone else: gpualign leaves it")
         lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true ({who})")
+    if st.no_driver and not (st.blocker or "").startswith("no driver"):
+        lines.append(f"no driver: {st.no_driver}")
     if ledger_known and ns.target_tag and not ns.view.image_present:
         lines.append(f"image {ns.target_tag} missing from the ledger: it will not be cordoned until it exists")
     if st.cordoned == "someone-else":
@@ -119,7 +149,8 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> lis
         lines.append(f"to retry: fix the cause, then `kubectl label node {ns.name} {S.STATE_LABEL}=upgrade-required "
                      "--overwrite`")
     if st.running_tag or st.target_tag:
-        lines.append(f"driver pod runs {st.running_tag or 'nothing'}; target {st.target_tag or 'unknown'}; "
+        runs = "runs" if not st.no_driver else "is meant to run"
+        lines.append(f"driver pod {runs} {st.running_tag or 'nothing'}; target {st.target_tag or 'unknown'}; "
                      f"loaded driver {st.driver or 'unknown'}")
     if len(lines) == 1 and st.state in (S.DONE, "(none)") and not ns.view.needs_upgrade:
         lines.append("nothing to do: its driver pod already runs the target")
