@@ -122,9 +122,26 @@ def test_fleet_board_shows_a_blocked_node_in_a_browser(clab):
         assert "Blocked upgrades" in dom.stdout
         assert "gpu-b1" in dom.stdout and "refused by PDB ml/trainer-pdb" in dom.stdout
         assert "pod-deletion-required" in dom.stdout
+        # in the walk and blocked: stuck, so the card is red, never a green 0
+        assert '<div class="card bad"><span>stuck nodes (no driver, or blocked in the walk)</span><b>1</b>' \
+            in dom.stdout
+        assert "not upgrading (" in dom.stdout and "none (" not in dom.stdout
+        assert "<meta http-equiv=\"refresh\" content=\"10\">" in dom.stdout
+        assert "cluster https://127.0.0.1:" in dom.stdout
+        assert "href=\"/node/gpu-b1\"" in dom.stdout  # every row links to the node's page
+        assert ctl.metric("gpualign_stuck_nodes") == 1
         subprocess.run(["chromium", *flags, "--window-size=1280,1000", f"--screenshot={shot}", url],
                        capture_output=True, timeout=60)
         assert shot.exists() and shot.stat().st_size > 10_000
+        page = subprocess.run(["chromium", *flags, "--dump-dom", f"{url}node/gpu-b1"], capture_output=True,
+                              text=True, timeout=60).stdout
+        assert "gpu-b1 is in pod-deletion-required" in page and "blocked: eviction of ml/trainer-0 refused" in page
+        node_shot = ARTIFACTS / "fleet-board-node.png"
+        node_shot.unlink(missing_ok=True)
+        subprocess.run(["chromium", *flags, "--window-size=1000,500", f"--screenshot={node_shot}",
+                        f"{url}node/gpu-b1"], capture_output=True, timeout=60)
+        assert node_shot.exists() and node_shot.stat().st_size > 5_000
+        assert "no such GPU node" in ctl.get("/node/cpu-1")
     finally:
         ctl.stop()
         kube.patch("/api/v1/nodes/gpu-b1", {"metadata": {

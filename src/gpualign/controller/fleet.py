@@ -359,21 +359,33 @@ class Fleet:
                 missing.setdefault(f["tag"], []).append(f["name"])
         counts: dict[str, int] = {}
         blocked: list[tuple[str, str, float]] = []
+        gated: dict[str, str] = {}
         for name, nf in facts.items():
             state = nf.labels.get(S.STATE_LABEL) or "none"
             counts[state] = counts.get(state, 0) + 1
             reason = nf.annotations.get(S.BLOCKER)
             if reason:
                 blocked.append((name, reason, since(nf.annotations.get(S.BLOCKED_SINCE))))
+            if nf.labels.get(S.SKIP_LABEL) == "true" and nf.annotations.get(gate.GATED):
+                gated[name] = nf.annotations[gate.GATED]
+        # stuck: the driver is not running (its pod waits in ImagePullBackOff, CrashLoopBackOff, …), or the node is
+        # in the walk (cordoned) and something blocks it. A node held before cordon still serves: not stuck.
+        no_driver = {f["name"]: f["pod_state"] for f in findings
+                     if f["pod_state"] and f["pod_state"] not in ("Running", "Pending", "ContainerCreating")}
+        stuck = sorted(set(no_driver) | {n for n, _, _ in blocked if facts.get(n) is not None
+                                         and facts[n].labels.get(S.STATE_LABEL) in S.IN_PROGRESS})
         if not with_nodes:
             return {"nodes": facts, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
-                    "leader": 1 if leader else 0}
+                    "leader": 1 if leader else 0, "stuck": stuck, "gated": gated}
         nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
-                         "status": f["status"], "pod_state": f["pod_state"],
+                         "status": f["status"], "pod_state": f["pod_state"], "reason": f.get("reason"),
+                         "image": f.get("image"), "action": f.get("action"),
+                         "gated": gated.get(f["name"]), "stuck": f["name"] in stuck,
                          "upgrade_state": facts[f["name"]].labels.get(S.STATE_LABEL) if f["name"] in facts else None}
                         for f in findings), key=lambda n: n["name"])
         return {"nodes": nodes, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
-                "leader": 1 if leader else 0, "updated": self.updated, "ledger_sources": list(self.ledger.sources)}
+                "leader": 1 if leader else 0, "updated": self.updated, "ledger_sources": list(self.ledger.sources),
+                "stuck": stuck, "gated": gated, "cluster": self.kube.server}
 
 
 def _sequence(annotations: Mapping[str, str]) -> int:

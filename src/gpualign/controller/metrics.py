@@ -12,7 +12,8 @@ from prometheus_client.registry import Collector
 
 class FleetCollector(Collector):
     """gpualign_gpu_nodes, gpualign_upgrade_nodes{state}, gpualign_upgrade_blocked_seconds{node,reason},
-    gpualign_missing_driver_images: derived from the fleet cache at each scrape, so they are never stale."""
+    gpualign_missing_driver_images, gpualign_stuck_nodes, gpualign_gated_nodes: derived from the fleet cache at each
+    scrape, so they are never stale."""
 
     def __init__(self, snapshot: Callable[[], dict[str, Any]]) -> None:
         self.snapshot = snapshot
@@ -38,6 +39,11 @@ class FleetCollector(Collector):
                                 value=len(data["missing"]))
         yield GaugeMetricFamily("gpualign_leader", "Whether this replica holds the lease (1) or stands by (0)",
                                 value=data["leader"])
+        yield GaugeMetricFamily("gpualign_stuck_nodes", "GPU nodes with no running driver pod, or blocked in the walk",
+                                value=len(data.get("stuck") or []))
+        yield GaugeMetricFamily("gpualign_gated_nodes",
+                                "GPU nodes the gate holds out of the GPU Operator's upgrade walk",
+                                value=len(data.get("gated") or {}))
 
 
 class Metrics:

@@ -1,10 +1,12 @@
-"""The read-only fleet board, server-rendered HTML with no build step: nodes by upgrade state, missing images, and
-blockers with their reasons."""
+"""The read-only fleet board, server-rendered HTML with no build step: nodes by upgrade state, missing images,
+blockers with their reasons, stuck and gated nodes; a page per node (/node/NAME) says why it is where it is. Both
+refresh themselves every 10 s."""
 
 from __future__ import annotations
 
 import html
 from typing import Any
+from urllib.parse import quote
 
 from gpualign.upgrade import states as S
 from gpualign.upgrade.report import duration
@@ -18,8 +20,19 @@ h1{font-size:20px;margin:0 0 4px} .sub{color:#667;margin-bottom:18px}
 table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:18px}
 th,td{text-align:left;padding:6px 10px;border-bottom:1px solid #eef} th{background:#eef1f6}
 .state{font-family:ui-monospace,monospace} .blocker{color:#c0262d} .missing{color:#c0262d;font-weight:600}
-h2{font-size:16px;margin:18px 0 8px}
+h2{font-size:16px;margin:18px 0 8px} a{color:#1d4fb8} .why li{margin:4px 0}
 """
+REFRESH = 10  # seconds
+GROUP = {"none": "not upgrading"}
+
+
+def _head(title: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><meta http-equiv='refresh' content='{REFRESH}'>"
+            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>")
+
+
+def _link(name: str) -> str:
+    return f"<a href='/node/{quote(name)}'>{html.escape(name)}</a>"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -29,40 +42,102 @@ def render(data: dict[str, Any]) -> str:
     by_state: dict[str, list[dict[str, Any]]] = {}
     for n in nodes:
         by_state.setdefault(n["upgrade_state"] or "none", []).append(n)
+    stuck, gated = data.get("stuck") or [], data.get("gated") or {}
     cards = [f'<div class="card"><span>GPU nodes</span><b>{len(nodes)}</b></div>',
              f'<div class="card {"bad" if data["missing"] else "ok"}"><span>missing images</span>'
              f'<b>{len(data["missing"])}</b></div>',
-             f'<div class="card {"bad" if data["blocked"] else "ok"}"><span>blocked nodes</span>'
-             f'<b>{len(data["blocked"])}</b></div>']
+             f'<div class="card {"bad" if stuck else "ok"}"><span>stuck nodes (no driver, or blocked in the '
+             f'walk)</span><b>{len(stuck)}</b></div>',
+             f'<div class="card {"bad" if data["blocked"] or stuck else "ok"}"><span>blocked nodes</span>'
+             f'<b>{len(data["blocked"])}</b></div>',
+             f'<div class="card {"bad" if gated else "ok"}"><span>gated (held off the operator\'s walk)</span>'
+             f'<b>{len(gated)}</b></div>']
     for state in sorted(by_state, key=lambda s: order.get(s, 99)):
-        cards.append(f'<div class="card"><span class="state">{e(state)}</span><b>{len(by_state[state])}</b></div>')
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>gpualign fleet</title>"
-             f"<style>{STYLE}</style></head><body>",
-             "<h1>gpualign fleet board</h1>",
-             f"<div class='sub'>{'leader' if data['leader'] else 'standby replica'} · updated "
-             f"{e(data['updated'])} · ledger: {e(', '.join(data['ledger_sources']))}</div>",
+        cards.append(f'<div class="card"><span class="state">{e(GROUP.get(state, state))}</span>'
+                     f'<b>{len(by_state[state])}</b></div>')
+    parts = [_head("gpualign fleet"), "<h1>gpualign fleet board</h1>",
+             f"<div class='sub'>cluster {e(str(data.get('cluster') or '?'))} · "
+             f"{'leader' if data['leader'] else 'standby replica'} · updated {e(data['updated'])} · refreshes every "
+             f"{REFRESH} s · ledger: {e(', '.join(data['ledger_sources']))}</div>",
              f"<div class='cards'>{''.join(cards)}</div>"]
+    if stuck:
+        parts.append("<h2>Stuck nodes</h2><table><tr><th>node</th><th>state</th><th>driver pod</th><th>why</th>"
+                     "</tr>")
+        for name in stuck:
+            row: dict[str, Any] = next((x for x in nodes if x["name"] == name), {})
+            blocker = next((r for b, r, _ in data["blocked"] if b == name), "")
+            why = blocker or (f"no driver: its image {row.get('image') or row.get('tag')} is {row.get('status')}"
+                              if row.get("status") == "missing" else "no driver")
+            parts.append(f"<tr><td>{_link(name)}</td><td class='state'>{e(row.get('upgrade_state') or 'none')}</td>"
+                         f"<td class='blocker'>{e(row.get('pod_state') or '-')}</td>"
+                         f"<td class='blocker'>{e(why)}</td></tr>")
+        parts.append("</table>")
     if data["missing"]:
         parts.append("<h2>Missing driver images</h2><table><tr><th>image tag</th><th>nodes</th></tr>")
         for tag, names in sorted(data["missing"].items()):
-            parts.append(f"<tr><td class='missing'>{e(tag)}</td><td>{e(', '.join(sorted(names)))}</td></tr>")
+            parts.append(f"<tr><td class='missing'>{e(tag)}</td><td>{', '.join(map(_link, sorted(names)))}</td>"
+                         "</tr>")
+        parts.append("</table>")
+    if gated:
+        parts.append("<h2>Gated: held off the GPU Operator's upgrade walk</h2><table><tr><th>node</th><th>why</th>"
+                     "</tr>")
+        for name, why in sorted(gated.items()):
+            parts.append(f"<tr><td>{_link(name)}</td><td>{e(why)}</td></tr>")
         parts.append("</table>")
     if data["blocked"]:
         parts.append("<h2>Blocked upgrades</h2><table><tr><th>node</th><th>state</th><th>reason</th>"
                      "<th>for</th></tr>")
         for node, reason, seconds in data["blocked"]:
             state = next((n["upgrade_state"] for n in nodes if n["name"] == node), "")
-            parts.append(f"<tr><td>{e(node)}</td><td class='state'>{e(state or 'none')}</td>"
+            parts.append(f"<tr><td>{_link(node)}</td><td class='state'>{e(state or 'none')}</td>"
                          f"<td class='blocker'>{e(reason)}</td><td>{e(duration(seconds))}</td></tr>")
         parts.append("</table>")
     for state in sorted(by_state, key=lambda s: order.get(s, 99)):
-        parts.append(f"<h2 class='state'>{e(state)} ({len(by_state[state])})</h2><table><tr><th>node</th>"
-                     "<th>kernel</th><th>driver</th><th>required image</th><th>status</th><th>driver pod</th></tr>")
+        parts.append(f"<h2 class='state'>{e(GROUP.get(state, state))} ({len(by_state[state])})</h2><table><tr>"
+                     "<th>node</th><th>kernel</th><th>driver</th><th>required image</th><th>status</th>"
+                     "<th>driver pod</th></tr>")
         for n in sorted(by_state[state], key=lambda x: x["name"]):
-            cls = "missing" if n["status"] == "missing" else ""
-            parts.append(f"<tr><td>{e(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
+            cls = "missing" if n["status"] == "missing" or n.get("stuck") else ""
+            parts.append(f"<tr><td>{_link(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
                          f"<td>{e(n['driver'] or '-')}</td><td>{e(n['tag'] or '-')}</td>"
-                         f"<td class='{cls}'>{e(n['status'])}</td><td>{e(n['pod_state'] or '-')}</td></tr>")
+                         f"<td class='{cls}'>{e(n['status'])}</td><td class='{cls}'>{e(n['pod_state'] or '-')}</td>"
+                         "</tr>")
         parts.append("</table>")
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def node_lines(data: dict[str, Any], name: str) -> list[str] | None:
+    """Why the node is where it is, in plain words (as `gpualign why` says it), from the board's view; None when
+    the controller does not watch such a GPU node."""
+    n = next((x for x in data["nodes"] if x["name"] == name), None)
+    if n is None:
+        return None
+    state = n["upgrade_state"] or "none"
+    lines = [f"{name} is {'not upgrading' if state == 'none' else f'in {state}'}; kernel {n['kernel'] or '?'}, "
+             f"loaded driver {n['driver'] or 'unknown'}."]
+    blocker = next((r for b, r, _ in data["blocked"] if b == name), None)
+    if blocker:
+        lines.append(f"blocked: {blocker}")
+    if n.get("gated"):
+        lines.append(f"gated: held off the GPU Operator's upgrade walk ({n['gated']}); released once the image is "
+                     "in the ledger")
+    if n.get("pod_state") and n["pod_state"] not in ("Running", "Pending", "ContainerCreating"):
+        lines.append(f"no driver: its driver pod is {n['pod_state']}")
+    if n["status"] == "missing":
+        lines.append(f"its driver image {n.get('image') or n['tag']} is missing from the ledger: "
+                     f"{n.get('action') or 'build'} it (gpualign ensure {n['tag']})")
+    elif n["status"]:
+        lines.append(f"image status {n['status']}" + (f": {n['reason']}" if n.get("reason") else ""))
+    return lines
+
+
+def render_node(data: dict[str, Any], name: str) -> str | None:
+    lines = node_lines(data, name)
+    if lines is None:
+        return None
+    e = html.escape
+    return "".join([_head(f"gpualign: {name}"), f"<h1>{e(name)}</h1>",
+                    f"<div class='sub'>cluster {e(str(data.get('cluster') or '?'))} · updated {e(data['updated'])}"
+                    f" · <a href='/'>fleet board</a></div>",
+                    "<ul class='why'>", *(f"<li>{e(line)}</li>" for line in lines), "</ul></body></html>"])

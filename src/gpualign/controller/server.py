@@ -10,7 +10,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpualign.controller.page import render
+from gpualign.controller.page import render, render_node
 
 
 def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, Any]],
@@ -40,6 +40,14 @@ def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, 
                 self._send(200, json.dumps(view()).encode(), "application/json")
             elif path in ("/", "/index.html"):
                 self._send(200, render(view()).encode(), "text/html; charset=utf-8")
+            elif path.startswith("/node/"):
+                from urllib.parse import unquote
+
+                page = render_node(view(), unquote(path.removeprefix("/node/")))
+                if page is None:
+                    self._send(404, b"no such GPU node\n", "text/plain")
+                else:
+                    self._send(200, page.encode(), "text/html; charset=utf-8")
             else:
                 self._send(404, b"not found\n", "text/plain")
 
