@@ -69,7 +69,8 @@ def render(data: dict[str, Any]) -> str:
             why = blocker or (f"no driver: its image {row.get('image') or row.get('tag')} is {row.get('status')}"
                               if row.get("status") == "missing" else "no driver")
             parts.append(f"<tr><td>{_link(name)}</td><td class='state'>{e(row.get('upgrade_state') or 'none')}</td>"
-                         f"<td class='blocker'>{e(row.get('pod_state') or '-')}</td>"
+                         f"<td class='{'' if row.get('pod_state') == 'Running' else 'blocker'}'>"
+                         f"{e(row.get('pod_state') or '-')}</td>"
                          f"<td class='blocker'>{e(why)}</td></tr>")
         parts.append("</table>")
     if data["missing"]:
@@ -97,11 +98,12 @@ def render(data: dict[str, Any]) -> str:
                      "<th>node</th><th>kernel</th><th>driver</th><th>required image</th><th>status</th>"
                      "<th>driver pod</th></tr>")
         for n in sorted(by_state[state], key=lambda x: x["name"]):
-            cls = "missing" if n["status"] == "missing" or n.get("stuck") else ""
+            cls = "missing" if n["status"] == "missing" else ""
+            pod_cls = "missing" if n["pod_state"] not in (None, "Running", "Pending", "ContainerCreating") else ""
             parts.append(f"<tr><td>{_link(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
                          f"<td>{e(n['driver'] or '-')}</td><td>{e(n['tag'] or '-')}</td>"
-                         f"<td class='{cls}'>{e(n['status'])}</td><td class='{cls}'>{e(n['pod_state'] or '-')}</td>"
-                         "</tr>")
+                         f"<td class='{cls}'>{e(n['status'])}</td><td class='{pod_cls}'>{e(n['pod_state'] or '-')}"
+                         "</td></tr>")
         parts.append("</table>")
     parts.append("</body></html>")
     return "".join(parts)
