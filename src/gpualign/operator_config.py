@@ -14,6 +14,7 @@ Sources (github.com/NVIDIA/gpu-operator at the lab's pin, and unchanged in v26.7
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,11 @@ def _str(value: Any) -> str:
     return "" if value is None else str(value).strip()
 
 
+_REPOSITORY = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]+)?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
+_IMAGE = re.compile(r"[a-z0-9]([a-z0-9._/-]*[a-z0-9])?")
+_VERSION = re.compile(r"[0-9]{3,4}(\.[0-9]+){0,2}")
+
+
 def _image_parts(origin: str, spec: Mapping[str, Any], precompiled: bool, field_prefix: str) -> DriverSource:
     """Repository and version from repository/image/version, as ImagePath and resolveDriverTag combine them."""
     repository, image, version = _str(spec.get("repository")), _str(spec.get("image")), _str(spec.get("version"))
@@ -92,6 +98,17 @@ def _image_parts(origin: str, spec: Mapping[str, Any], precompiled: bool, field_
     if missing:
         return DriverSource(origin, precompiled, problem=(
             f"{origin}: {field_prefix}{', .'.join(missing)} missing: the operator cannot name a driver image"))
+    if not _REPOSITORY.fullmatch(repository.rstrip("/")):
+        return DriverSource(origin, precompiled, problem=(
+            f"{origin}: {field_prefix}repository {repository!r} is not an image repository (expected "
+            "REGISTRY[/PATH], e.g. nvcr.io/nvidia)"))
+    if not _IMAGE.fullmatch(image):
+        return DriverSource(origin, precompiled, problem=(
+            f"{origin}: {field_prefix}image {image!r} is not an image name (e.g. driver)"))
+    if not version.startswith("sha256:") and not _VERSION.fullmatch(version):
+        return DriverSource(origin, precompiled, problem=(
+            f"{origin}: {field_prefix}version {version!r} is neither a driver branch nor a driver version (e.g. "
+            "580, or 580.95.05)"))
     if version.startswith("sha256:"):
         if precompiled:
             return DriverSource(origin, precompiled, problem=(

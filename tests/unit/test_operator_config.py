@@ -68,6 +68,23 @@ def test_a_clusterpolicy_missing_driver_fields_is_a_reason_not_a_crash(driver, e
     assert exp.problem and expected in exp.problem
 
 
+@pytest.mark.parametrize(("field", "value", "expected"), [
+    ("version", "banana", "nvidiadriver/infer: spec.version 'banana' is neither a driver branch nor a driver version"),
+    ("repository", "not a repo//x", "nvidiadriver/infer: spec.repository 'not a repo//x' is not an image repository"),
+    ("image", "Driver Image", "nvidiadriver/infer: spec.image 'Driver Image' is not an image name"),
+])
+def test_a_bad_value_in_one_nvidiadriver_makes_only_its_nodes_unknown_naming_object_and_field(field, value, expected):
+    config = oc.read([cp({**PRECOMPILED, "useNvidiaDriverCRD": True})],
+                     [nd("train", {"pool": "train"}), nd("infer", {"pool": "infer"}, **{field: value})],
+                     [("a", {"nvidia.com/gpu.present": "true", "pool": "train"}),
+                      ("b", {"nvidia.com/gpu.present": "true", "pool": "infer"})])
+    assert config is not None
+    resolve = from_operator(config)
+    good, bad = resolve(node("a", pool="train"), None), resolve(node("b", pool="infer"), None)
+    assert good.problem is None and good.repository == "reg/nvidia/driver"  # the healthy pool is still read
+    assert bad.problem is not None and expected in bad.problem
+
+
 def test_kbld_style_image_and_disabled_driver():
     kbld = oc.read([cp({"usePrecompiled": True, "image": "reg/nvidia/driver:580"})], [])
     assert kbld is not None

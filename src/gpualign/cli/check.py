@@ -106,6 +106,13 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
         ledger = setup.available
     if config:
         warnings.extend(config.warnings)
+        if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
+            known = sorted(rule_set.published_branches | set(rule_set.branches), key=int)
+            for src in config.sources:
+                version = src.version or ""
+                if src.precompiled and version.isdigit() and version not in known:
+                    warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
+                                    f"({', '.join(known)}): every image for it counts as in-house")
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None)
     if any(sources.is_registry(s) for s in ledger.sources):
