@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import (
     ContextOpt,
@@ -193,6 +194,7 @@ def check_cmd(
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
 ) -> None:
     """Which GPU nodes can host a workload built for a CUDA version (or an image), and the fleet's lowest driver.
     Exit 1 when some GPU nodes cannot host it (or -l matches none).
@@ -211,7 +213,10 @@ def check_cmd(
     if image:
         cuda = _cuda_of_image(image, docker_config)
     minimum = _minimum(cuda, minor_compat)
-    read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False)
+    from gpualign.cli.fleet import parse_timeout
+
+    read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
+                      timeout=parse_timeout(request_timeout))
     inv = read.inventory
     aff = node_affinity(minimum, "both")
     able: list[NodeFacts] = []

@@ -196,8 +196,12 @@ def why(
     insecure_registry: InsecureRegistryOpt = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
 ) -> None:
     """Explain in plain words why a node is where it is in the driver upgrade."""
+    from gpualign.cli.fleet import parse_timeout
+
+    timeout = parse_timeout(request_timeout)
     from gpualign.cli.source import load_ledger
     from gpualign.upgrade.report import why as explain
 
@@ -205,25 +209,26 @@ def why(
     from gpualign.tags import load_rules
 
     snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,
-                                 load_rules(rules), kubeconfig, context)
+                                 load_rules(rules), kubeconfig, context, timeout)
     ledger_known = available is not None
     ns = snap.nodes.get(node)
     if ns is None:
-        for line in _why_not_walked(node, kubeconfig, context):
+        for line in _why_not_walked(node, kubeconfig, context, timeout):
             stdout.print(line)
         return
     for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
         stdout.print(line)
 
 
-def _why_not_walked(node: str, kubeconfig: str | None, context: str | None) -> list[str]:
+def _why_not_walked(node: str, kubeconfig: str | None, context: str | None,
+                    timeout: float | None = None) -> list[str]:
     """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
     does not exist is an error (exit 2)."""
     from gpualign import labels as L
     from gpualign.facts import node_facts
     from gpualign.kube import Kube
 
-    kube = Kube(kubeconfig, context)
+    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
     try:
         obj = kube.get(f"/api/v1/nodes/{node}")
     finally:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpualign.cli.common import emit_data, report, stdout, warn
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -250,6 +251,7 @@ def upgrade(
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
 ) -> None:
     """Walk the GPU driver upgrade node by node: image ensured → cordon → wait for jobs → evict GPU pods (or drain)
     → restart the driver pod → validate → uncordon. State lives in the GPU Operator's node labels, so a killed run
@@ -298,7 +300,11 @@ def upgrade(
     pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
     rule_set = load_rules(rules)
     available = load_ledger(ledger, docker_config)
-    kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade")
+    from gpualign.cli.fleet import parse_timeout
+
+    per_request = parse_timeout(request_timeout)
+    kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
+                                                                          else {}))
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                              budgets=pol.admission == "pdb-aware")
