@@ -12,6 +12,7 @@ class GpualignError(Exception):
     """An expected failure: printed as one line (no traceback) and mapped to an exit code."""
 
     exit_code = EXIT_USAGE
+    word = "error"  # the line reads `gpualign: <word>: …`; exit 1 failures say "refused" or "failed", never "error"
 
     def __init__(self, message: str, *, detail: str | None = None) -> None:
         super().__init__(message)
@@ -35,3 +36,4 @@ class Refused(GpualignError):
     """gpualign will not act, for a reason the user can change (exit 1): e.g. the GPU Operator walks these nodes."""
 
     exit_code = EXIT_FINDINGS
+    word = "refused"

@@ -179,7 +179,7 @@ def test_modules_built_for_one_security_update_are_refused_for_another_naming_a_
     res = lab.cli("ensure", tag, "--ledger", ledger, "--modules-from", str(modules), timeout=300)
     assert res.code == 1, res.out + res.err
     line = res.err.strip().splitlines()[-1]
-    assert line.startswith(f"gpualign: error: {tag}: would not load on {OTHER}: ") and "nothing pushed" in line
+    assert line.startswith(f"gpualign: refused: {tag}: would not load on {OTHER}: ") and "nothing pushed" in line
     assert "disagrees about version of symbol" in line
     symbol = line.split("disagrees about version of symbol ")[1].split()[0]
     module = line.split("first refused symbol: ")[1].split(":")[0]

@@ -23,10 +23,11 @@ COMMANDS = {"check": "check", "plan": "plan", "ensure": "ensure", "rules": "rule
             "upgrade": "upgrade", "status": "status", "why": "status", "controller": "controller", "gate": "gate",
             "lab": "lab", "completion": "completion"}
 HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
-        "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed); 2 bad usage or input "
-        "(one line on stderr says what and where); 3 an internal error (a bug: please report it); over several "
-        "clusters (--context A --context B, --all-contexts) the codes are bits: 4 some cluster could not be read, "
-        "5 that and findings in another.\n\n"
+        "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed; a line 'gpualign: "
+        "refused: …' or 'gpualign: failed: …' says why when gpualign would not or could not act); 2 bad usage or "
+        "input (one line 'gpualign: error: …' on stderr says what and where); 3 an internal error (a bug: please "
+        "report it); over several clusters (--context A --context B, --all-contexts) the codes are bits: 4 some "
+        "cluster could not be read, 5 that and findings in another.\n\n"
         "Global flags, accepted anywhere on the line: --debug (tracebacks for unexpected errors).")
 _state = {"debug": False}
 
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
 
         result = run(build(args), args, _prog_name())
     except GpualignError as err:
-        print(f"gpualign: error: {err.message}", file=sys.stderr)
+        print(f"gpualign: {err.word}: {err.message}", file=sys.stderr)
         if err.detail:
             print(err.detail, file=sys.stderr)
         sys.exit(err.exit_code)

@@ -34,6 +34,7 @@ class BuildError(GpualignError):
     """A build step failed (exit 1: the image could not be made; nothing was pushed)."""
 
     exit_code = 1
+    word = "failed"
 
 
 @dataclass(frozen=True)

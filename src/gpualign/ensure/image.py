@@ -49,6 +49,7 @@ class PushRefused(GpualignError):
     """The registry refused the push (exit 1; nothing was pushed under the tag)."""
 
     exit_code = 1
+    word = "refused"
 
 
 def storage() -> Path:

@@ -29,6 +29,7 @@ class NotVerified(GpualignError):
     """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
 
     exit_code = 1
+    word = "refused"
 
 
 @dataclass

@@ -24,6 +24,7 @@ class Busy(GpualignError):
     """Another walk holds the lock (exit 1: blocked, not bad input)."""
 
     exit_code = EXIT_FINDINGS
+    word = "refused"
 
 
 def identity() -> str:
