@@ -94,7 +94,10 @@ def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
         refused = wlab.cli("upgrade", "-l", "pool=train", "--to-branch", "595", "--ledger", ledger, "--yes")
         assert refused.code == 1
         assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade: true" in refused.err
-        assert "Traceback" not in refused.err
+        assert "Traceback" not in refused.err and refused.err.startswith("gpualign: refused: ")
+        # beside the operator no ledger is needed to learn that: the same refusal, as check needs none either
+        bare = wlab.cli("upgrade", "-l", "pool=train", "--to-branch", "595", "--yes")
+        assert bare.code == 1 and bare.err == refused.err, bare.err
         assert kube.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpualign-upgrade") is None
 
         # Someone else's skip label is left alone, and never claimed.

@@ -96,6 +96,25 @@ def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
         stdout.print(f"  [yellow]held[/]: {node}: {reason}")
 
 
+def _ledger_from_operator(kube: Kube, selector: str | None, rules: Rules, branch: str | None) -> list[str]:
+    """No --ledger: the GPU Operator's objects, when there are some, name the image repositories (as for check); a
+    node the operator walks is refused first, since that is the answer whatever the ledger says."""
+    from gpualign.errors import Refused
+    from gpualign.inventory import read_operator_config
+    from gpualign.upgrade import snapshot
+    from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+
+    snap = snapshot.take(kube, selector, ledger=None, rules=rules, to_branch=branch)
+    config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
+    if config is not None and (walked := walked_by_operator(config, snap)):
+        raise Refused(refusal(config, walked))
+    repositories = sorted({s.repository for s in (config.sources if config else ()) if s.repository and not s.problem})
+    if not repositories:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first (no "
+                       "GPU Operator objects name a repository here)")
+    return [f"registry://{r}" for r in repositories]
+
+
 def _present_but_wrong(ledger: list[str], snap: Snapshot, docker_config: Path | None) -> dict[str, str]:
     """tag -> why, for the target images in a registry ledger whose labels name another kernel or branch."""
     from gpualign.ensure.inspect import by_labels
@@ -287,8 +306,6 @@ def upgrade(
     from gpualign.upgrade.preflight import preflight
     from gpualign.upgrade.run import walk
 
-    if not ledger:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first")
     if timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected seconds >= 0 (0: never)")
     if old_policy is not None:
@@ -299,13 +316,15 @@ def upgrade(
     branch = normalize_branch(to_branch) if to_branch else None
     pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
     rule_set = load_rules(rules)
-    available = load_ledger(ledger, docker_config)
     from gpualign.cli.fleet import parse_timeout
 
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
                                                                           else {}))
     try:
+        if not ledger:  # as check does: beside the GPU Operator, its objects name the repositories
+            ledger = _ledger_from_operator(kube, selector, rule_set, branch)
+        available = load_ledger(ledger, docker_config)
         snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
