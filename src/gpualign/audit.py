@@ -131,8 +131,10 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             status, reason = UNKNOWN, req.reason
         elif in_ledger and wrong and image in wrong:
             status, reason = WRONG, f"present but wrong: {wrong[image]}"
-        elif in_ledger:
-            status, reason = PRESENT, req.reason
+        elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
+            status = PRESENT
+            reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
+                .removesuffix(": build it in-house")
         else:
             status = MISSING
             reason = f"missing from the ledger; {req.reason}"
