@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -218,12 +219,16 @@ def test_a_pdb_refusal_and_the_operators_failure_are_named(wlab, tmp_path):
 def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it_all(wlab):
     kube = wlab.kube()
     assert wlab.kubectl("label", "node", "gpu-b1", f"{SKIP}=true").returncode == 0  # an admin's own hold
-    ctl = Controller(wlab, "--gate-operator-upgrades")
+    ctl = Controller(wlab, "--gate-operator-upgrades", "--gate-warn-after", "3")
     try:
         wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated")
         assert GATED in node(wlab, "gpu-m1")["metadata"]["annotations"]
         status = wlab.cli("status", "-l", "kubernetes.io/hostname=gpu-m1")  # the view people watch shows the gate
         assert "gated: image " in status.out and "gated: 1" in status.out, status.out
+        # a hold older than --gate-warn-after is not forgotten: one warning Event
+        wait_for(lambda: events(kube, "gpu-m1", "DriverUpgradeGatedLong"), timeout=30, what="held-too-long Event")
+        time.sleep(3)
+        assert len(events(kube, "gpu-m1", "DriverUpgradeGatedLong")) == 1  # once per hold
     finally:
         ctl.stop()
     assert labels(wlab, "gpu-m1").get(SKIP) == "true"  # stopping the controller alone leaves the hold in place

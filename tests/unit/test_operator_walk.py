@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpualign import operator_config as oc
-from gpualign.controller.gate import GATED, decide
+from gpualign.controller.gate import GATED, GATED_SINCE, HELD_WARNED, decide
 from gpualign.upgrade import states as S
 from gpualign.upgrade.observe import blocker
 from gpualign.upgrade.operator_walk import refusal, walked_by_operator
@@ -17,12 +17,13 @@ from gpualign.upgrade.operator_walk import refusal, walked_by_operator
 
 def test_the_gate_sets_the_skip_label_with_its_mark_and_lifts_only_its_own():
     patch = decide({}, {}, image_missing=True, target="reg/driver:595-k-ubuntu22.04")
-    assert patch == {"labels": {S.SKIP_LABEL: "true"},
-                     "annotations": {GATED: "target image reg/driver:595-k-ubuntu22.04 missing from the ledger"}}
+    assert patch is not None and patch["labels"] == {S.SKIP_LABEL: "true"}
+    assert patch["annotations"][GATED] == "target image reg/driver:595-k-ubuntu22.04 missing from the ledger"
+    assert patch["annotations"][GATED_SINCE].endswith("Z") and patch["annotations"][HELD_WARNED] is None
     gated = {S.SKIP_LABEL: "true"}
     assert decide(gated, {GATED: "x"}, image_missing=True, target="t") is None  # already held
     assert decide(gated, {GATED: "x"}, image_missing=False, target=None) == \
-        {"labels": {S.SKIP_LABEL: None}, "annotations": {GATED: None}}
+        {"labels": {S.SKIP_LABEL: None}, "annotations": {GATED: None, GATED_SINCE: None, HELD_WARNED: None}}
     assert decide(gated, {}, image_missing=True, target="t") is None  # someone else's: not claimed
     assert decide(gated, {}, image_missing=False, target=None) is None  # someone else's: never removed
 

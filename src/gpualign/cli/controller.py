@@ -41,6 +41,10 @@ def controller(
         help="beside the GPU Operator's own upgrade walk: put its skip label (nvidia.com/gpu-driver-upgrade.skip="
              "true) on any node whose target driver image is missing from the ledger, so the operator never cordons "
              "it for an image it cannot pull; remove it (only labels the gate set) once the image is there")] = False,
+    gate_warn_after: Annotated[float, typer.Option(
+        metavar="SECONDS", help="a node the gate has held longer than this gets a warning Event "
+                                "(DriverUpgradeGatedLong, once per hold); gpualign_gate_held_seconds shows every "
+                                "hold's age")] = 86400,
     listen: Annotated[str, typer.Option(
         metavar="HOST:PORT", help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
@@ -84,6 +88,8 @@ def controller(
         raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
     if ledger_refresh <= 0:
         raise BadInput("--ledger-refresh: expected seconds > 0")
+    if gate_warn_after <= 0:
+        raise BadInput("--gate-warn-after: expected seconds > 0")
     logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
@@ -121,7 +127,7 @@ def controller(
               + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
                 "autoUpgrade is turned on")
     opts = Options(repository=repository_for(repository, ledger or []), ledger_refresh=ledger_refresh,
-                   gate=gate_operator_upgrades,
+                   gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)

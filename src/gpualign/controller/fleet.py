@@ -45,6 +45,7 @@ EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image buil
 ALARMS = (MISSING, MISMATCH)
 EVENT_GATED = "DriverUpgradeGated"
 EVENT_UNGATED = "DriverUpgradeReleased"
+EVENT_HELD_LONG = "DriverUpgradeGatedLong"
 WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
 
@@ -59,6 +60,7 @@ class Fleet:
     operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
     follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
     gate: bool = False  # --gate-operator-upgrades: hold the operator's walk off nodes whose target image is missing
+    gate_warn_after: float = 86400.0  # a hold older than this raises a warning Event (once per hold) and shows
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
@@ -307,6 +309,8 @@ class Fleet:
         if patch is None:
             if missing and facts.labels.get(S.SKIP_LABEL) == "true" and gate.GATED not in facts.annotations:
                 log.info("node %s: its skip label was set by someone else; the gate leaves it", facts.name)
+            elif missing and gate.GATED in facts.annotations:
+                self._held_long(facts, missing[0])
             return
         try:
             node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": patch})
@@ -322,6 +326,30 @@ class Fleet:
         except GpualignError as err:
             log.warning("node %s: gate: %s", facts.name, err.message)
             self.queue.put(facts.name)
+
+    def overdue_holds(self) -> list[str]:
+        """Nodes the gate has held longer than gate_warn_after and not yet warned about (checked periodically: a
+        hold changes nothing on the node, so no watch event would bring it back)."""
+        with self.lock:
+            facts = list(self.nodes.values())
+        return [f.name for f in facts if f.annotations.get(gate.GATED) and not f.annotations.get(gate.HELD_WARNED)
+                and since(f.annotations.get(gate.GATED_SINCE)) >= self.gate_warn_after]
+
+    def _held_long(self, facts: NodeFacts, image: str) -> None:
+        """A hold older than gate_warn_after: one warning Event per hold, so a forgotten hold becomes visible."""
+        held = since(facts.annotations.get(gate.GATED_SINCE))
+        if held < self.gate_warn_after or facts.annotations.get(gate.HELD_WARNED):
+            return
+        try:
+            node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}",
+                                       {"metadata": {"annotations": {gate.HELD_WARNED: "true"}}})
+            self.kube.event(node_obj, EVENT_HELD_LONG, f"held out of the GPU Operator's upgrade walk for "
+                            f"{held / 3600:.1f} h: its target image {image} is still missing from the ledger "
+                            "(mirror or build it: gpualign ensure)")
+            log.warning("node %s: gated for %.1f h, image %s still missing", facts.name, held / 3600, image)
+            self.events_posted += 1
+        except GpualignError as err:
+            log.warning("node %s: gate warning: %s", facts.name, err.message)
 
     def _ungate(self, facts: NodeFacts) -> None:
         """The gate is off (no --gate-operator-upgrades, or no operator to gate): a skip label it set earlier must
@@ -360,6 +388,7 @@ class Fleet:
         counts: dict[str, int] = {}
         blocked: list[tuple[str, str, float]] = []
         gated: dict[str, str] = {}
+        gated_for: dict[str, float] = {}
         for name, nf in facts.items():
             state = nf.labels.get(S.STATE_LABEL) or "none"
             counts[state] = counts.get(state, 0) + 1
@@ -368,6 +397,7 @@ class Fleet:
                 blocked.append((name, reason, since(nf.annotations.get(S.BLOCKED_SINCE))))
             if nf.labels.get(S.SKIP_LABEL) == "true" and nf.annotations.get(gate.GATED):
                 gated[name] = nf.annotations[gate.GATED]
+                gated_for[name] = since(nf.annotations.get(gate.GATED_SINCE))
         # stuck: the driver is not running (its pod waits in ImagePullBackOff, CrashLoopBackOff, …), or the node is
         # in the walk (cordoned) and something blocks it. A node held before cordon still serves: not stuck.
         no_driver = {f["name"]: f["pod_state"] for f in findings
@@ -376,7 +406,7 @@ class Fleet:
                                          and facts[n].labels.get(S.STATE_LABEL) in S.IN_PROGRESS})
         if not with_nodes:
             return {"nodes": facts, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
-                    "leader": 1 if leader else 0, "stuck": stuck, "gated": gated}
+                    "leader": 1 if leader else 0, "stuck": stuck, "gated": gated, "gated_for": gated_for}
         nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
                          "status": f["status"], "pod_state": f["pod_state"], "reason": f.get("reason"),
                          "image": f.get("image"), "action": f.get("action"),

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from gpualign.upgrade import states as S
 
 GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
+GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
+HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold
 
 
 def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_missing: bool,
@@ -29,10 +31,18 @@ def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_m
         if skip:  # held already: by the gate, or by someone else's label, which it leaves and does not claim
             return None
         return {"labels": {S.SKIP_LABEL: "true"},
-                "annotations": {GATED: f"target image {target or '?'} missing from the ledger"}}
+                "annotations": {GATED: f"target image {target or '?'} missing from the ledger",
+                                GATED_SINCE: _now(), HELD_WARNED: None}}
     if ours:
-        return {"labels": {S.SKIP_LABEL: None} if skip else {}, "annotations": {GATED: None}}
+        return {"labels": {S.SKIP_LABEL: None} if skip else {},
+                "annotations": {GATED: None, GATED_SINCE: None, HELD_WARNED: None}}
     return None
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def release(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[str, dict[str, str | None]] | None:
@@ -41,4 +51,4 @@ def release(labels: Mapping[str, str], annotations: Mapping[str, str]) -> dict[s
     if GATED not in annotations:
         return None
     return {"labels": {S.SKIP_LABEL: None} if labels.get(S.SKIP_LABEL) == "true" else {},
-            "annotations": {GATED: None}}
+            "annotations": {GATED: None, GATED_SINCE: None, HELD_WARNED: None}}

@@ -41,6 +41,12 @@ class FleetCollector(Collector):
                                 value=data["leader"])
         yield GaugeMetricFamily("gpualign_stuck_nodes", "GPU nodes with no running driver pod, or blocked in the walk",
                                 value=len(data.get("stuck") or []))
+        held = GaugeMetricFamily("gpualign_gate_held_seconds",
+                                 "Seconds the gate has held a node out of the GPU Operator's upgrade walk",
+                                 labels=["node"])
+        for node, seconds in sorted((data.get("gated_for") or {}).items()):
+            held.add_metric([node], seconds)
+        yield held
         yield GaugeMetricFamily("gpualign_gated_nodes",
                                 "GPU nodes the gate holds out of the GPU Operator's upgrade walk",
                                 value=len(data.get("gated") or {}))

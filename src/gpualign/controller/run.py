@@ -40,6 +40,7 @@ class Options:
     retry_seconds: float = 2.0
     workers: int = 8
     gate: bool = False
+    gate_warn_after: float = 86400.0
 
 
 def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger | RepoLedgers],
@@ -49,7 +50,8 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
     fleet = Fleet(kube, rules, policy, opts.repository, load_ledger, operator=operator,
-                  follow_operator=follow_operator, gate=opts.gate and operator is not None)
+                  follow_operator=follow_operator, gate=opts.gate and operator is not None,
+                  gate_warn_after=opts.gate_warn_after)
 
     def on_leader(leader: bool) -> None:
         if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
@@ -124,6 +126,9 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[]
 
     def refresher() -> None:
         while not stop.wait(opts.ledger_refresh):
+            if fleet.gate:
+                for name in fleet.overdue_holds():
+                    fleet.queue.put(name)
             try:
                 if fleet.refresh_ledger():
                     log.info("ledger changed: re-checking every node")
