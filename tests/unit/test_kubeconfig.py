@@ -130,3 +130,16 @@ def test_a_server_that_does_not_answer_in_time_is_named_so_not_unreachable(tmp_p
     finally:
         kube.close()
         silent.close()
+
+
+def test_a_fleet_report_says_when_a_kubeconfig_file_it_was_given_is_gone(tmp_path, monkeypatch, capsys):
+    from gpualign.cli import fleet
+
+    one = write(tmp_path, "a.yaml", kubeconfig_text("a", "https://127.0.0.1:9", None, "ctx-a", "ctx-a"))
+    two = write(tmp_path, "b.yaml", kubeconfig_text("b", "https://127.0.0.1:10", None, "ctx-b", None))
+    gone = tmp_path / "gone.yaml"
+    monkeypatch.setenv("KUBECONFIG", f"{one}:{gone}:{two}")
+    assert fleet.contexts(None, None, True) == ["ctx-a", "ctx-b"]
+    assert f"$KUBECONFIG lists {gone}, which does not exist: the clusters it named are not in this report" in \
+        capsys.readouterr().err
+    assert fleet.kubeconfig_read(None) == f"{one}:{two}"  # the report's source names the files it read

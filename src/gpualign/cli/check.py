@@ -335,8 +335,8 @@ def check(
     fleet.say_outcomes(reads)
     merged = merge_check(reads)
     if output in (Output.json, Output.yaml):
-        emit_data(report("FleetCheckReport", {"kubeconfig": kubeconfig, "contexts": names, "ledger": setup.ledger},
-                         merged), output)
+        emit_data(report("FleetCheckReport", {"kubeconfig": fleet.kubeconfig_read(kubeconfig), "contexts": names,
+                                              "ledger": setup.ledger}, merged), output)
     else:
         text = render_check(merged["nodes"], merged["missing"], wide, no_headers, fleet=True) + "\n"
         for r in reads:

@@ -4,14 +4,17 @@ line without spoiling the rest."""
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from gpualign.cli.common import warn
 from gpualign.errors import BadInput, GpualignError
 from gpualign.fleetreport import ClusterRead
 
@@ -46,6 +49,13 @@ def parse_timeout(text: str | None) -> float | None:
     return seconds or None
 
 
+def kubeconfig_read(kubeconfig: str | None) -> str | None:
+    """The kubeconfig file(s) a report was read from, as $KUBECONFIG lists them (for its JSON source)."""
+    from gpualign import kubeconfig as kc
+
+    return ":".join(str(f) for f in kc.files_to_read(kubeconfig)) or None
+
+
 def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool) -> list[str] | None:
     """The contexts to read, or None for the one-cluster path (no --context, or exactly one, without --all). The
     kubeconfig is read here, once: a missing file or an unknown context is one usage error, not one per cluster."""
@@ -60,6 +70,11 @@ def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool
     if not files:
         raise BadInput("several clusters need a kubeconfig to name them (no --kubeconfig, $KUBECONFIG or "
                        "~/.kube/config)")
+    if kubeconfig is None and os.environ.get("KUBECONFIG"):  # kubectl skips a missing file; a report says so
+        for listed in (p for p in os.environ["KUBECONFIG"].split(os.pathsep) if p):
+            if not Path(listed).expanduser().exists():
+                warn(f"$KUBECONFIG lists {listed}, which does not exist: the clusters it named are not in this "
+                     "report")
     merged = kc.merge(files)
     known = [str(c["name"]) for c in merged.config["contexts"]]
     if all_contexts:

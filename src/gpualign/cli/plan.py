@@ -148,7 +148,7 @@ def plan(
         sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
                                                  if not n["in_ledger"]]}, indent=2) + "\n")
     elif output in (Output.json, Output.yaml):
-        emit_data(report("FleetPlanReport", {"kubeconfig": kubeconfig, "contexts": names,
+        emit_data(report("FleetPlanReport", {"kubeconfig": fleet.kubeconfig_read(kubeconfig), "contexts": names,
                                              "ledger": list(available.sources)}, merged), output)
     else:
         text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)

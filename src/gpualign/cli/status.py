@@ -165,8 +165,8 @@ def status(
             merged = merge_status(reads)
             code = exit_code(reads)
             if output in (Output.json, Output.yaml):
-                emit_data(report("FleetUpgradeStatus", {"kubeconfig": kubeconfig, "contexts": names,
-                                                        "ledger": ledger or []}, merged), output)
+                emit_data(report("FleetUpgradeStatus", {"kubeconfig": fleet.kubeconfig_read(kubeconfig),
+                                                        "contexts": names, "ledger": ledger or []}, merged), output)
                 text = None
             else:
                 text = _status_table(merged["nodes"], no_headers, fleet=True) + "\n"
