@@ -194,6 +194,14 @@ def test_a_ledger_entry_from_another_repository_does_not_count(fleet, tmp_path):
     assert next(n for n in data["nodes"] if n["name"] == "gpu-u2404-aws-b1")["status"] == "present"
 
 
+def test_a_repository_without_its_image_name_is_warned_about_as_the_operator_splits_it(fleet):
+    nodes, ledger = fleet
+    split = check(nodes, ledger, "--repository", "nvcr.io/nvidia")
+    assert "gpualign: warning: --repository nvcr.io/nvidia: gpualign takes the image's whole repository" in split.err
+    assert "pass nvcr.io/nvidia/driver" in split.err
+    assert "--repository" not in check(nodes, ledger, "--repository", "nvcr.io/nvidia/driver").err
+
+
 def test_an_empty_ledger_is_refused(fleet, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")

@@ -44,7 +44,12 @@ def repository_for(explicit: str | None, ledgers: list[str]) -> str:
     from gpualign.ledger.sources import is_registry
 
     if explicit:
-        return explicit.rstrip("/")
+        repo = explicit.rstrip("/")
+        if "driver" not in repo.rsplit("/", 1)[-1]:
+            warn(f"--repository {repo}: gpualign takes the image's whole repository, where the GPU Operator splits "
+                 f"it into repository and image (nvcr.io/nvidia + driver): the images would read {repo}:TAG; if "
+                 f"{repo} is the operator's repository, pass {repo}/driver")
+        return repo
     for source in ledgers:
         if is_registry(source):
             from gpualign.ledger.registry import parse_ref
