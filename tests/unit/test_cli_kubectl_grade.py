@@ -150,6 +150,27 @@ def test_completion_scripts_and_answers(shell):
     assert answer.out.split() == ["check"]
 
 
+def test_completion_of_contexts_scenarios_and_kubectls_plugin_protocol(tmp_path):
+    import subprocess
+    import sys
+
+    config = tmp_path / "kc.yaml"
+    config.write_text("clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+                      "users: [{name: u, user: {token: t}}]\n"
+                      "contexts: [{name: prod-east, context: {cluster: c, user: u}}, "
+                      "{name: prod-west, context: {cluster: c, user: u}}, "
+                      "{name: lab, context: {cluster: c, user: u}}]\n")
+    env = {"_GPUALIGN_COMPLETE": "complete_bash", "KUBECONFIG": str(config)}
+    ctx = run_cli(env={**env, "COMP_WORDS": "gpualign check --context prod", "COMP_CWORD": "3"})
+    assert ctx.out.split() == ["prod-east", "prod-west"]
+    scen = run_cli(env={**env, "COMP_WORDS": "gpualign lab up --scenario op", "COMP_CWORD": "4"})
+    assert scen.out.split() == ["operator-clusterpolicy", "operator-nvidiadriver"]
+    plugin = subprocess.run([sys.executable, "-c", "from gpualign.cli.app import kubectl_complete as k; k()",
+                             "status", "--context", "prod-w"], capture_output=True, text=True,
+                            env={**os.environ, "KUBECONFIG": str(config)})
+    assert plugin.stdout.splitlines() == ["prod-west", ":4"]  # kubectl_complete-gpualign's answer
+
+
 # -- stdin ------------------------------------------------------------------------------------------------------
 def test_nodes_file_and_ledger_read_stdin(fleet):
     nodes, ledger = fleet

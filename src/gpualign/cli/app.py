@@ -94,6 +94,25 @@ def _usage_error(err: Any) -> str:
     return f"gpualign: error: {message}{where}"
 
 
+def kubectl_complete() -> None:
+    """`kubectl_complete-gpualign ARGS… PARTIAL`: what kubectl runs to complete `kubectl gpualign …` (its plugin
+    completion protocol): one candidate a line, then `:4` (no file completion)."""
+    import contextlib
+    import io
+
+    from gpualign.cli.errors import COMPLETE_VAR
+
+    words = ["gpualign", *sys.argv[1:]]
+    os.environ.update({COMPLETE_VAR: "complete_bash", "COMP_WORDS": " ".join(words),
+                       "COMP_CWORD": str(len(words) - 1)})
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+        main(sys.argv[1:])
+    for line in out.getvalue().split():
+        print(line)
+    print(":4")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     cut = args.index("--") if "--" in args else len(args)

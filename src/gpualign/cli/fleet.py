@@ -14,12 +14,13 @@ from typing import Annotated, Any
 
 import typer
 
+from gpualign.cli import complete
 from gpualign.cli.common import warn
 from gpualign.errors import BadInput, GpualignError
 from gpualign.fleetreport import ClusterRead
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
-    "--context", metavar="NAME",
+    "--context", metavar="NAME", autocompletion=complete.contexts,
     help="kubeconfig context to use, from any file of $KUBECONFIG [default: the current-context]; repeat it to "
          "read several clusters into one report")]
 AllContextsOpt = Annotated[bool, typer.Option(
@@ -122,8 +123,6 @@ def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], b
 def say_outcomes(reads: list[ClusterRead]) -> None:
     """On stderr, per cluster: its warnings, and one line for a cluster that could not be read."""
     import sys
-
-    from gpualign.cli.common import warn
 
     for r in reads:
         if r.body is None:

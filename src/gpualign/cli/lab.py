@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout
 from gpualign.cli.groups import Group
 from gpualign.errors import BadInput
@@ -66,7 +67,7 @@ def build(
 @app.command()
 def up(
     scenario: Annotated[str, typer.Option(
-        "--scenario", "-s", metavar="SCENARIO",
+        "--scenario", "-s", metavar="SCENARIO", autocompletion=complete.scenarios,
         help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver (these two run "
              "NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
     state_dir: StateDirOpt = None,

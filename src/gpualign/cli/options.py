@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from gpualign.cli import complete
+
 
 class Output(enum.StrEnum):
     table = "table"
@@ -25,8 +27,8 @@ KubeconfigOpt = Annotated[str | None, typer.Option(
     help="kubeconfig file to use [default: the files in $KUBECONFIG, merged as kubectl merges them, else "
          "~/.kube/config, else the in-cluster service account]")]
 ContextOpt = Annotated[str | None, typer.Option(
-    "--context", metavar="NAME", help="kubeconfig context to use, from any file of $KUBECONFIG "
-                                      "[default: the current-context]")]
+    "--context", metavar="NAME", autocompletion=complete.contexts,
+    help="kubeconfig context to use, from any file of $KUBECONFIG [default: the current-context]")]
 SelectorOpt = Annotated[str | None, typer.Option(
     "--selector", "-l", metavar="SELECTOR",
     help="label selector on GPU nodes, as kubectl takes it: pool=train, 'pool in (a,b)', !spot")]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpualign.cli import complete
 from gpualign.cli.common import emit_data, report, stdout
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
@@ -188,7 +189,7 @@ def status(
 
 
 def why(
-    node: Annotated[str, typer.Argument(metavar="NODE", help="node name")],
+    node: Annotated[str, typer.Argument(metavar="NODE", help="node name", autocompletion=complete.gpu_nodes)],
     ledger: LedgerOpt = None,
     to_branch: ToBranchOpt = None,
     rules: RulesOpt = None,

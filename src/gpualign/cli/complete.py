@@ -1,0 +1,38 @@
+"""Shell completion of values, as kubectl completes them: context names from the kubeconfig, GPU node names from the
+cluster (a short request), lab scenarios. Each answers quietly: a kubeconfig or cluster that cannot be read
+completes nothing rather than printing an error into the shell line."""
+
+from __future__ import annotations
+
+import contextlib
+
+
+def contexts(incomplete: str) -> list[str]:
+    with contextlib.suppress(Exception):
+        from gpualign import kubeconfig as kc
+
+        files = kc.files_to_read(None)
+        if files:
+            names = [str(c["name"]) for c in kc.merge(files).config["contexts"]]
+            return [n for n in names if n.startswith(incomplete)]
+    return []
+
+
+def gpu_nodes(incomplete: str) -> list[str]:
+    with contextlib.suppress(Exception):
+        from gpualign import labels as L
+        from gpualign.kube import Kube
+
+        kube = Kube(None, None, timeout=2.0)
+        try:
+            names = [n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true", metadata_only=True)]
+        finally:
+            kube.close()
+        return sorted(n for n in names if n.startswith(incomplete))
+    return []
+
+
+def scenarios(incomplete: str) -> list[str]:
+    from gpualign.lab.scenarios import SCENARIOS
+
+    return [n for n in SCENARIOS if n.startswith(incomplete)]
