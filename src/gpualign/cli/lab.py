@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -127,10 +128,11 @@ def _up_operator(kube: Kube, state: cluster.LabState, bin_dir: Path, chosen: sce
 @app.command("scenarios")
 def list_scenarios() -> None:
     """The fleets `lab up --scenario` can seed, with what each holds."""
+    from gpualign.cli.table import render
     from gpualign.lab import scenarios
 
-    for s in scenarios.SCENARIOS.values():
-        stdout.print(f"{s.name}\t{s.description}", soft_wrap=True, highlight=False)
+    rows = [[s.name, s.description] for s in scenarios.SCENARIOS.values()]
+    sys.stdout.write(render(["SCENARIO", "FLEET"], rows) + "\n")
 
 
 @app.command()
