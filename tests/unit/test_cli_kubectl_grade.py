@@ -329,3 +329,12 @@ def test_a_ledger_of_no_driver_tag_is_warned(fleet, tmp_path):
     odd.write_text("- a\n- b\n")
     res = check(fleet[0], odd)
     assert "gpualign: warning: no entry of the ledger looks like a driver image tag" in res.err
+
+
+def test_lab_scenarios_is_a_table_with_headers():
+    res = run_cli("lab", "scenarios")
+    lines = res.out.splitlines()
+    assert res.code == 0 and lines[0].split() == ["SCENARIO", "FLEET"]
+    assert [line.split()[0] for line in lines[1:]] == ["default", "empty", "operator-clusterpolicy",
+                                                       "operator-nvidiadriver"]
+    assert len({line.index(line.split()[1]) for line in lines}) == 1  # the second column starts at one place
