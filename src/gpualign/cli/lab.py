@@ -132,7 +132,7 @@ def list_scenarios() -> None:
     from gpualign.lab import scenarios
 
     rows = [[s.name, s.description] for s in scenarios.SCENARIOS.values()]
-    sys.stdout.write(render(["SCENARIO", "FLEET"], rows) + "\n")
+    sys.stdout.write(render(["SCENARIO", "FLEET"], rows))
 
 
 @app.command()
