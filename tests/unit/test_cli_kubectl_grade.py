@@ -220,7 +220,11 @@ def test_a_repository_without_its_image_name_is_warned_about_as_the_operator_spl
     split = check(nodes, ledger, "--repository", "nvcr.io/nvidia")
     assert "gpualign: warning: --repository nvcr.io/nvidia: gpualign takes the image's whole repository" in split.err
     assert "pass nvcr.io/nvidia/driver" in split.err
-    assert "--repository" not in check(nodes, ledger, "--repository", "nvcr.io/nvidia/driver").err
+    whole = check(nodes, ledger, "--repository", "nvcr.io/nvidia/driver").err
+    assert "takes the image's whole repository" not in whole
+    # and building under NVIDIA's own registry is named for what it is
+    assert "the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you cannot push to" \
+        in whole
 
 
 def test_an_empty_ledger_is_refused(fleet, tmp_path):

@@ -120,6 +120,11 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
         if wrong:  # present but wrong: the same audit, told which present images name another build
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                            planned=view.planned if view and config else None, wrong=wrong)
+    if (setup.flags_given or config is None) and \
+            repository_for(setup.repository, setup.ledger) == "nvcr.io/nvidia/driver" and \
+            any(action == "build" for _, _, _, action in result.missing_actions()):
+        warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
+                        "cannot push to: pass --repository with your registry's repository (or a registry ledger)")
     if config and not config.nvidiadriver_mode and not setup.flags_given:
         ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
         if len(ostags) > 1:
