@@ -12,11 +12,12 @@ DRIVER_PODS = "app.kubernetes.io/component=nvidia-driver"
 
 
 def operator_driver_pods(lab: Lab) -> dict[str, dict[str, Any]]:
-    """node -> {image, state, owner}: the driver pods of DaemonSets that a ClusterPolicy or NVIDIADriver owns (the
-    operator made them; the lab made none in these scenarios)."""
+    """node -> {image, state, owner, ds_image}: the driver pods of DaemonSets that a ClusterPolicy or NVIDIADriver
+    owns (the operator made them; the lab made none in these scenarios), and the image their DaemonSet names now."""
     daemonsets = json.loads(lab.kubectl("get", "ds", "-n", "gpu-operator", "-o", "json", check=True).stdout)
-    owner_of = {}
+    owner_of, ds_image = {}, {}
     for ds in daemonsets["items"]:
+        ds_image[ds["metadata"]["name"]] = ds["spec"]["template"]["spec"]["containers"][0]["image"]
         refs = ds["metadata"].get("ownerReferences") or []
         owner_of[ds["metadata"]["name"]] = next(
             (f"{r['kind']}/{r['name']}" for r in refs if r["kind"] in ("ClusterPolicy", "NVIDIADriver")), None)
@@ -28,7 +29,7 @@ def operator_driver_pods(lab: Lab) -> dict[str, dict[str, Any]]:
         statuses = pod["status"].get("containerStatuses") or [{}]
         waiting = (statuses[0].get("state") or {}).get("waiting") or {}
         found[pod["spec"]["nodeName"]] = {
-            "image": pod["spec"]["containers"][0]["image"], "owner": owner_of.get(ds),
+            "image": pod["spec"]["containers"][0]["image"], "owner": owner_of.get(ds), "ds_image": ds_image.get(ds),
             "state": waiting.get("reason") or pod["status"].get("phase")}
     return found
 

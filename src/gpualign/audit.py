@@ -62,7 +62,7 @@ class Audit:
 
         return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
                 "unknown": count(UNKNOWN), "host_managed": count(HOST), "operator_mismatch": count(MISMATCH),
-                "wrong_image": count(WRONG),
+                "wrong_image": count(WRONG), "missing_images": len(self.missing),
                 "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False)}
 
     @property
@@ -157,7 +157,9 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                           + ("" if in_ledger else f"; {req.tag} is also missing from the ledger"))
             elif image and pod is not None and plan and plan[1] and \
                     not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
-                reason += f"; its DaemonSet {plan[0]} now names {plan[1]}: the next restart would deploy that"
+                status = MISMATCH  # latent: the running pod is right, the next restart deploys the wrong image
+                reason = (f"its DaemonSet {plan[0]} now names {plan[1]}, built for another OS or kernel: the next "
+                          f"driver restart deploys that here; {reason}")
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
                           reason, driver, pod, matches, exp.origin, operator_image)
         findings.append(finding)

@@ -34,6 +34,11 @@ def wrong_os(pod_image: str, node: str) -> bool:
     return not pod_image.endswith(f"-{OS_TAG[node]}")
 
 
+def wrong_now_or_next(pod: dict, node: str) -> bool:
+    """The operator runs, or on the driver's next restart would run, an image for another OS here."""
+    return wrong_os(pod["image"], node) or wrong_os(pod["ds_image"] or pod["image"], node)
+
+
 def test_flags_exactly_the_nodes_whose_operator_pod_has_another_os_tag(cplab):
     pods = operator_driver_pods(cplab)
     assert set(pods) == set(OS_TAG) and {p["owner"] for p in pods.values()} == {"ClusterPolicy/cluster-policy"}
@@ -47,13 +52,14 @@ def test_flags_exactly_the_nodes_whose_operator_pod_has_another_os_tag(cplab):
         assert finding["operator_image"] == pod["image"]  # the image the operator chose
         assert finding["image"].endswith(f"-{finding['kernel']}-{OS_TAG[node]}")  # the image the node needs
     flagged = {n for n, f in by_name.items() if f["status"] == "operator-mismatch"}
-    truth = {n for n, p in pods.items() if wrong_os(p["image"], n)}
+    truth = {n for n, p in pods.items() if wrong_now_or_next(p, n)}  # a latent one too: the next restart
     # One OS tag for three OSes: at least two OS groups are wrong, whichever node the operator listed first.
     assert truth and flagged == truth
     assert data["summary"]["operator_mismatch"] == len(truth)
     for node in truth:
-        assert pods[node]["image"] in by_name[node]["reason"] and by_name[node]["image"] in by_name[node]["reason"]
-        if node != "gpu-m1":  # a wrong tag is never in the registry: the pull fails, as on a real cluster
+        wrong = pods[node]["image"] if wrong_os(pods[node]["image"], node) else pods[node]["ds_image"]
+        assert wrong in by_name[node]["reason"] and by_name[node]["image"] in by_name[node]["reason"]
+        if node != "gpu-m1" and wrong_os(pods[node]["image"], node):  # a wrong tag is never in the registry
             assert pods[node]["state"] in ("ImagePullBackOff", "ErrImagePull")
     # The absent image is still listed for building, even where a mismatch hides it.
     assert [m["nodes"] for m in data["missing"]] == [["gpu-m1"]]
@@ -72,7 +78,7 @@ def test_controller_raises_driver_image_mismatch_from_the_operators_objects(cpla
                              "--lease-namespace", "gpualign-system", "--ledger-refresh", "5"],
                             env={**os.environ, **cplab.env, "POD_NAME": "op"}, stdout=log, stderr=subprocess.STDOUT)
     try:
-        truth = {n for n, p in operator_driver_pods(cplab).items() if wrong_os(p["image"], n)}
+        truth = {n for n, p in operator_driver_pods(cplab).items() if wrong_now_or_next(p, n)}
 
         def mismatch_events() -> set[str]:
             return {e["involvedObject"]["name"] for e in kube.list_raw("/api/v1/namespaces/default/events")
