@@ -52,6 +52,17 @@ class PushRefused(GpualignError):
     word = "refused"
 
 
+def refusal(stderr: str, what: str) -> PushRefused | None:
+    """A registry's refusal in a tool's error output (buildah push, skopeo copy), as one line; None otherwise."""
+    low = stderr.lower()
+    last = (stderr.strip().splitlines() or ["refused"])[-1]
+    if "unauthorized" in low or "401" in low or "authentication required" in low:
+        return PushRefused(f"{what} (401 unauthorized): {last}")
+    if "denied" in low or "403" in low or "forbidden" in low:
+        return PushRefused(f"{what} (403 denied): {last}")
+    return None
+
+
 def storage() -> Path:
     return cache_root().parent / "containers"
 
@@ -67,12 +78,8 @@ def buildah(*args: str, capture: bool = True) -> str:
     if proc.returncode != 0:
         err = proc.stderr.strip().splitlines()
         message = err[-1] if err else f"exit {proc.returncode}"
-        if args and args[0] == "push":
-            low = proc.stderr.lower()
-            if "unauthorized" in low or "401" in low or "authentication required" in low:
-                raise PushRefused(f"the registry refused the push (401 unauthorized): {message}")
-            if "denied" in low or "403" in low or "forbidden" in low:
-                raise PushRefused(f"the registry refused the push (403 denied): {message}")
+        if args and args[0] == "push" and (refused := refusal(proc.stderr, "the registry refused the push")):
+            raise refused
         if "no space left on device" in proc.stderr.lower():
             raise BuildError(f"buildah {args[0]}: the disk is full ({s}): free space and run again")
         raise BuildError(f"buildah {args[0]} failed: {message}")

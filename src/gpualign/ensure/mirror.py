@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 
 from gpualign.ensure.debian import BuildError
-from gpualign.ensure.image import PushRefused
+from gpualign.ensure.image import refusal
 from gpualign.errors import BadInput
 from gpualign.ledger.registry import RegistryRef
 
@@ -28,9 +28,8 @@ def copy(source: RegistryRef, target: RegistryRef, tag: str, digest: str, *, aut
         raise BadInput("skopeo is not installed: ensure mirrors published images with it "
                        "(scripts/install-debs installs it)") from None
     if proc.returncode != 0:
-        low, last = proc.stderr.lower(), (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        if "unauthorized" in low or "authentication required" in low:
-            raise PushRefused(f"mirroring {tag}: refused (401 unauthorized): {last}")
-        if "denied" in low or "forbidden" in low:
-            raise PushRefused(f"mirroring {tag}: refused (403 denied): {last}")
-        raise BuildError(f"mirroring {tag} from {source.image} failed: {last}")
+        refused = refusal(proc.stderr, f"mirroring {tag}: refused")
+        if refused:
+            raise refused
+        raise BuildError(f"mirroring {tag} from {source.image} failed: "
+                         f"{(proc.stderr.strip().splitlines() or ['failed'])[-1]}")

@@ -269,12 +269,9 @@ class RegistryClient:
     def manifest(self, reference: str, repo: str | None = None) -> dict[str, Any] | None:
         """The manifest for a tag or digest, or None if the registry does not have it."""
         repo = repo or self.ref.repo
-        resp = self._send("GET", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
-                          scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
-        if resp.status_code == 404:
+        resp = self._manifest_request("GET", reference, repo)
+        if resp is None:
             return None
-        if resp.status_code >= 400:
-            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference}: HTTP {resp.status_code}")
         try:
             data = resp.json()
         except ValueError:
@@ -286,18 +283,24 @@ class RegistryClient:
     def digest(self, reference: str, repo: str | None = None) -> str | None:
         """The manifest digest a tag resolves to (an index's own digest for a multi-platform image), or None."""
         repo = repo or self.ref.repo
-        resp = self._send("HEAD", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
+        resp = self._manifest_request("HEAD", reference, repo)
+        if resp is None:
+            return None
+        found = resp.headers.get("Docker-Content-Digest")
+        if found:
+            return str(found)
+        body = self._manifest_request("GET", reference, repo)
+        return "sha256:" + hashlib.sha256(body.content if body is not None else b"").hexdigest()
+
+    def _manifest_request(self, method: str, reference: str, repo: str) -> httpx2.Response | None:
+        """GET or HEAD a manifest: the answer, None when the registry does not have it, Unreachable otherwise."""
+        resp = self._send(method, f"{self.ref.base}/v2/{repo}/manifests/{reference}",
                           scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
         if resp.status_code == 404:
             return None
         if resp.status_code >= 400:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference}: HTTP {resp.status_code}")
-        found = resp.headers.get("Docker-Content-Digest")
-        if found:
-            return found
-        body = self._send("GET", f"{self.ref.base}/v2/{repo}/manifests/{reference}",
-                          scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
-        return "sha256:" + hashlib.sha256(body.content).hexdigest()
+        return resp
 
     def blob(self, digest: str, repo: str | None = None) -> bytes:
         repo = repo or self.ref.repo
