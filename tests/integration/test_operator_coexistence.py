@@ -1,7 +1,8 @@
 """Together, safely: NVIDIA's GPU Operator walks the train pool to 595 (autoUpgrade on) while `gpualign controller
 --gate-operator-upgrades` runs beside it, through the whole walk (one node gated, then released when its image is
 pushed) and then GPUALIGN_COEXIST_IDLE seconds of quiet (300 in `make test`: 60 of the controller's 5 s ledger
-refreshes and two of the operator's 2-minute requeues, every periodic loop on either side several times over). An admin cordoned gpu-a2 beforehand.
+refreshes and two of the operator's 2-minute requeues, every periodic loop on either side several times over).
+An admin cordoned gpu-a2 beforehand.
 
 From the API server's audit log and a recorder watching every node change: gpualign's writes per node are few and
 none at all while idle; no label or annotation flaps; no Event storm; the admin's cordon is never undone."""
