@@ -13,7 +13,7 @@ from gpualign.tags import Rules
 from gpualign.upgrade import snapshot as snap_mod
 from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import Executor
-from gpualign.upgrade.planner import PDB_HOLD
+from gpualign.upgrade.planner import PDB_HOLD, Action
 from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
 from gpualign.upgrade.waker import Waker
@@ -72,6 +72,22 @@ def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Led
         waker.close()
 
 
+def _recovering(snap: Snapshot, actions: list[Action]) -> bool:
+    """A node held before cordon by a PDB whose budget grows back by itself: it allows fewer disruptions than it
+    would with every pod healthy (an eviction still counted in its status, a replacement not Ready yet), and can
+    allow one at all."""
+    budgets = snap.budgets or {}
+    for a in actions:
+        if a.kind != "hold" or not a.reason.startswith(PDB_HOLD) or a.node not in snap.nodes:
+            continue
+        for pdb, _ in snap.nodes[a.node].view.pdb_demand:
+            b = budgets.get(pdb)
+            if b is not None and not b.never_allows and b.desired is not None and b.expected is not None \
+                    and b.allowed < b.expected - b.desired:
+                return True
+    return False
+
+
 def _ride_out(err: Unreachable, outage_since: float | None, report: Callable[[str, str], None]) -> float:
     """One unreachable moment of an outage: re-raised once it has lasted OUTAGE_TOLERANCE, else reported and waited
     on. Returns when the outage began."""
@@ -90,6 +106,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
     executor = Executor(kube, policy, report)
     passes = 0
     outage_since: float | None = None
+    recovering_since: float | None = None
     budgets = policy.admission == PDB_AWARE
     while True:
         try:
@@ -113,8 +130,15 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
         moving = [a for a in actions if a.kind != "hold"]
         active = [n for n in snap.nodes.values() if n.view.state in S.IN_PROGRESS - {S.FAILED}]
         # Only PDB holds left: with --timeout, wait for the budgets to grow back (a human relaxing a PDB, a
-        # replacement pod turning healthy); without, end now and name what blocks.
-        pdb_wait = bool(timeout) and any(a.kind == "hold" and a.reason.startswith(PDB_HOLD) for a in actions)
+        # replacement pod turning healthy); without, end now and name what blocks, unless a budget is already on
+        # its way back by itself (fewer pods healthy than the PDB expects: a replacement not Ready yet), which is
+        # waited for up to the pod-deletion timeout.
+        held = any(a.kind == "hold" and a.reason.startswith(PDB_HOLD) for a in actions)
+        recovering = held and _recovering(snap, actions)
+        recovering_since = (recovering_since or time.monotonic()) if recovering else None
+        pdb_wait = (bool(timeout) and held) or (
+            recovering_since is not None
+            and time.monotonic() - recovering_since < policy.pod_deletion.timeout_seconds)
         if not moving and not active and executor.transitions == before and not pdb_wait:
             try:
                 final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
