@@ -81,6 +81,21 @@ def test_rules_follow_the_operator_version(oplab):
     assert node["status"] == "operator-mismatch" and node["operator_image"].endswith("-rhel9.4")
 
 
+def test_plan_needs_no_ledger_beside_the_operator_and_takes_each_pools_branch(oplab):
+    """As check: the operator's objects name the repository (the ledger) and each pool's branch."""
+    res = oplab.cli("plan", "--kernel", "5.15.0-125-generic", "-o", "json")
+    assert res.code == 1, res.err  # a new kernel: images to build
+    data = json.loads(res.out)
+    assert data["source"]["ledger"] == [f"registry://{oplab.registry}/nvidia/driver"]
+    assert data["repository"] == f"{oplab.registry}/nvidia/driver"
+    infer = {n["metadata"]["name"] for n in oplab.kube().nodes("pool=infer")}
+    branches = {tuple(n["nodes"]): n["branch"] for n in data["needed"]}
+    for nodes, branch in branches.items():  # train and rhel pools run 580, infer 595 (the NVIDIADrivers)
+        assert branch == ("595" if set(nodes) <= infer else "580"), branches
+    several = oplab.cli("plan", "--kernel", "5.15.0-125-generic", "--all-contexts")
+    assert several.code == 2 and "only a single cluster's GPU Operator objects can stand in for it" in several.err
+
+
 def test_flags_override_the_operators_objects(oplab):
     code, data, err = check_json(oplab, "-l", "pool=train", "--driver-branch", "595", "--ledger",
                                  f"registry://{oplab.registry}/nvidia/driver")

@@ -81,8 +81,13 @@ def plan(
     from gpualign.tags import load_rules, normalize_branch
 
     stdin_once(ledger, nodes_file)
-    if not ledger:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
+    derived_pools = None
+    if not ledger:  # as check does: beside the GPU Operator, its objects name the repository and the branches
+        if nodes_file or all_contexts or len(set(context or [])) > 1:
+            raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
+                           "single cluster's GPU Operator objects can stand in for it")
+        ledger, derived_pools, repository = _from_operator(kubeconfig, context[0] if context else None,
+                                                           repository, fleet.parse_timeout(request_timeout))
     if not (kernel or os_ or driver_branch):
         raise BadInput("nothing to plan: pass --kernel, --os and/or --driver-branch")
     if build_matrix and output is not Output.table:
@@ -104,6 +109,8 @@ def plan(
                     branch=normalize_branch(driver_branch) if driver_branch else None)
     rule_set = load_rules(rules)
     pools = branch_policy(None, branch_policy_file, old_policy)
+    if derived_pools is not None and not (branch_policy_file or old_policy):
+        pools = derived_pools
     check_known_branches(pools, rule_set)
     if change.branch:
         from gpualign.branches import BranchPolicy
@@ -159,6 +166,40 @@ def plan(
     code = exit_code(reads)
     if code:
         raise typer.Exit(code)
+
+
+def _from_operator(kubeconfig: str | None, context: str | None, repository: str | None,
+                   timeout: float | None) -> tuple[list[str], Any, str | None]:
+    """No --ledger: the GPU Operator's objects name the image repository (the ledger to read) and each pool's
+    branch, as check reads them. (ledger sources, branch policy, repository)."""
+    from gpualign import labels as L
+    from gpualign import selectors
+    from gpualign.branches import BranchPolicy, BranchRule
+    from gpualign.facts import node_facts
+    from gpualign.inventory import read_operator_config
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+    try:
+        facts = tuple(node_facts(n) for n in kube.nodes(f"{L.GPU_PRESENT}=true"))
+        config, notes = read_operator_config(kube, facts)
+    finally:
+        kube.close()
+    for note in notes:
+        warn(note)
+    if config is None:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
+                       "Operator objects here name the repository")
+    sources = [s for s in config.sources if not s.problem and not s.host_managed and s.repository and s.version]
+    repos = sorted({s.repository for s in sources if s.repository})
+    if repository is None and len(repos) != 1:
+        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
+                       "): pass --ledger and --repository for the one to plan")
+    repo = repository or repos[0]
+    rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
+                             (s.version or "").split(".", 1)[0], s.precompiled) for s in sources if s.node_selector)
+    default = next(((s.version or "").split(".", 1)[0] for s in sources if not s.node_selector), None)
+    return [f"registry://{repo}"], BranchPolicy(rules, default), repo
 
 
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
