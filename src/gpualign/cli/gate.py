@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from gpualign.cli.common import stdout
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, SelectorOpt
 
@@ -28,13 +29,17 @@ def release(
     = False,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
 ) -> None:
     """Remove the skip label the gate set from every GPU node it holds (with an Event on each), so the GPU
     Operator upgrades them again."""
+    from gpualign.cli.fleet import parse_timeout
     from gpualign.controller.gate_release import held, release_node
     from gpualign.kube import Kube
 
-    kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release")
+    per_request = parse_timeout(request_timeout)
+    kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release",
+                **({"timeout": per_request} if per_request else {}))
     try:
         nodes = held(kube, selector)
         if not nodes:
