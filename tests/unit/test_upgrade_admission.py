@@ -173,3 +173,24 @@ def test_admission_is_part_of_the_policy_file():
         assert "admission: expected pdb-aware or operator" in str(err)
     else:
         raise AssertionError("accepted a bad admission")
+
+
+def test_a_walk_left_with_pdb_holds_waits_only_for_a_budget_on_its_way_back():
+    from gpualign.facts import node_facts
+    from gpualign.upgrade.planner import Action
+    from gpualign.upgrade.run import _recovering
+    from gpualign.upgrade.snapshot import NodeState, Snapshot
+
+    view = NodeView("gpu-c1", S.REQUIRED, False, pdb_demand=(("ml/trainer-pdb", 1),))
+    node = {"metadata": {"name": "gpu-c1", "labels": {}}}
+    snap = Snapshot({"gpu-c1": NodeState(node, node_facts(node), None, None, None, view)}, [])
+    hold = [Action("gpu-c1", "hold", f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions")]
+    # an eviction still counted (0 allowed of the 1 it allows with every pod healthy): coming back by itself
+    snap.budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 1, 2)}
+    assert _recovering(snap, hold)
+    # minAvailable equal to its pods: it never comes back, the walk ends and names it
+    snap.budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 2, 2)}
+    assert not _recovering(snap, hold)
+    # at full budget a hold is not a PDB waiting to recover (it is the walk's own spoken-for evictions)
+    snap.budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 1, 2, 1, 2)}
+    assert not _recovering(snap, hold)
