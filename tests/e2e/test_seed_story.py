@@ -50,12 +50,14 @@ def test_the_seed_story(story_lab):
     assert lab.cli("lab", "push-image", f"580-{NEW_KERNEL}-ubuntu22.04").code == 0
     wait_for(lambda: lab.cli("check", "--ledger", ledger).code == 0, timeout=30, what="clean check")
 
-    # 3. the new branch's images exist for every pool; an admin has cordoned gpu-c1 for unrelated reasons
+    # 3. the new branch's images exist for every pool; an admin has cordoned a node (not a trainer's) for
+    #    unrelated reasons
     for pool in POOLS:
         assert lab.cli("lab", "push-image", f"595-{pool}").code == 0
-    assert lab.kubectl("cordon", "gpu-c1").returncode == 0
     trainer_nodes = {p["spec"]["nodeName"] for p in kube.pods("ml", label_selector="app=trainer")}
     assert len(trainer_nodes) == 2  # one replica per node (required anti-affinity)
+    admin = "gpu-c1" if "gpu-c1" not in trainer_nodes else "gpu-d1" if "gpu-d1" not in trainer_nodes else "gpu-e1"
+    assert lab.kubectl("cordon", admin).returncode == 0
 
     dry = lab.cli("upgrade", "--to-branch", "595", "--ledger", ledger, "--dry-run")
     assert dry.code == 1  # the preview already knows the PDB would refuse
@@ -99,7 +101,7 @@ def test_the_seed_story(story_lab):
     assert {n: x["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") for n, x in nodes.items()} == \
         dict.fromkeys(nodes, "upgrade-done")
     assert {x["metadata"]["labels"][L.DRIVER_CURRENT_FULL] for x in nodes.values()} == {"595.91.07"}
-    assert nodes["gpu-c1"]["spec"].get("unschedulable") is True
-    assert [n for n, x in nodes.items() if x["spec"].get("unschedulable")] == ["gpu-c1"]
+    assert nodes[admin]["spec"].get("unschedulable") is True
+    assert [n for n, x in nodes.items() if x["spec"].get("unschedulable")] == [admin]
     assert "was cordoned before the upgrade: left cordoned" in walk.output
     assert "gpualign.io/upgrade-blocker" not in nodes[held_node]["metadata"].get("annotations", {})
