@@ -18,6 +18,7 @@ from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot, image_tag
 from gpualign.upgrade.waker import Waker
 
+SETTLE = 10.0  # seconds a walk left with only PDB holds waits for the budgets to settle before it ends
 PASS_INTERVAL = 1.0  # the longest wait between passes; a watched change or a node that moved ends it sooner
 OUTAGE_TOLERANCE = 180.0  # seconds of API-server outage a walk rides out before giving up
 
@@ -107,6 +108,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
     passes = 0
     outage_since: float | None = None
     recovering_since: float | None = None
+    settling_since: float | None = None
     budgets = policy.admission == PDB_AWARE
     while True:
         try:
@@ -128,6 +130,8 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
             outage_since = None
         passes += 1
         moving = [a for a in actions if a.kind != "hold"]
+        if moving or executor.transitions != before:
+            settling_since = None
         active = [n for n in snap.nodes.values() if n.view.state in S.IN_PROGRESS - {S.FAILED}]
         # Only PDB holds left: with --timeout, wait for the budgets to grow back (a human relaxing a PDB, a
         # replacement pod turning healthy); without, end now and name what blocks, unless a budget is already on
@@ -140,6 +144,13 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
             recovering_since is not None
             and time.monotonic() - recovering_since < policy.pod_deletion.timeout_seconds)
         if not moving and not active and executor.transitions == before and not pdb_wait:
+            # PDB holds only: a budget read a moment after an eviction can look settled when it is not (a pod
+            # gone, its replacement not created yet: the disruption controller then expects one pod fewer), so
+            # the walk ends only once that state has held for SETTLE seconds.
+            settling_since = settling_since or time.monotonic()
+            if held and time.monotonic() - settling_since < SETTLE:
+                waker.wait(PASS_INTERVAL)
+                continue
             try:
                 final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
             except Unreachable as err:  # the closing read, too, rides out an outage: the next pass reads again
