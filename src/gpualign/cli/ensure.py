@@ -5,13 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpualign.cli.common import emit_data, progress, report, stdout
-from gpualign.cli.options import DockerConfigOpt, InsecureRegistryOpt, Output, OutputOpt
+from gpualign.cli.options import ContextOpt, DockerConfigOpt, InsecureRegistryOpt, KubeconfigOpt, Output, OutputOpt
 from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.ensure.sign import SigningKey
 
 NVIDIA = "nvcr.io/nvidia/driver"
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -29,8 +32,14 @@ names the kernel in the tag, every imported symbol's CRC equals the kernel's, an
 failure names the module and the first refused symbol, and nothing is pushed. Ubuntu and RHEL recipes are not run
 here (their archives are unreachable from this machine).
 
+Secure Boot: with --sign-key/--sign-cert (files) or --sign-secret NAMESPACE/NAME (a Secret on the cluster, with
+data keys key and cert as KMM keeps them, or tls.key and tls.crt), every module is signed with the kernel's own
+sign-file (from its headers' kbuild tree, with the kernel's CONFIG_MODULE_SIG_HASH), and nothing is pushed unless
+each signature names that certificate's key (issuer and serial number) and verifies over its module.
+
 Needs root (mmdebstrap, chroot and buildah, as they run here), buildah and skopeo. Compiled modules are cached
-under ~/.cache/gpualign/ensure by (module source version, kernel, flavour), so a failed push never recompiles.
+under ~/.cache/gpualign/ensure by (module source version, kernel, flavour), signed ones also by the certificate, so
+a failed push never recompiles or re-signs.
 
 Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was printed); 1 an image could not be made
 (it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""
@@ -59,6 +68,17 @@ def ensure(
         "--from", metavar="FILE",
         help="ensure what a report lists: `gpualign check -o json` (its missing images), `gpualign plan -o json` "
              "(to_build) or `plan --build-matrix`; - for stdin")] = None,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="FILE", help="sign every module for Secure Boot with this private key (PEM, "
+                                           "unencrypted); needs --sign-cert")] = None,
+    sign_cert: Annotated[Path | None, typer.Option(
+        "--sign-cert", metavar="FILE", help="the signing key's X.509 certificate (PEM or DER): the one enrolled "
+                                            "on the nodes (MOK or the platform keyring)")] = None,
+    sign_secret: Annotated[str | None, typer.Option(
+        "--sign-secret", metavar="NAMESPACE/NAME",
+        help="read the signing key and certificate from this Secret on the cluster instead of files")] = None,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
     output: OutputOpt = Output.table,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
@@ -72,6 +92,7 @@ def ensure(
         raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
     if modules_from is not None and not modules_from.is_dir():
         raise BadInput(f"--modules-from {modules_from}: not a directory")
+    signing = _signing(sign_key, sign_cert, sign_secret, kubeconfig, context)
     wanted = list(tags or [])
     if from_report is not None:
         from gpualign import yamlio
@@ -99,7 +120,7 @@ def ensure(
     outcomes = []
     try:
         options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run, jobs,
-                                         flavour, modules_from, authfile) for spec in specs}
+                                         flavour, modules_from, signing, authfile) for spec in specs}
         planned = [run.plan_one(spec.tag, options[spec.tag]) for spec in specs]  # every bad tag before any work
         if any(action == run.BUILD for _, action in planned) and not dry_run:
             run.require_tools()
@@ -123,6 +144,32 @@ def ensure(
             done = "built" if o.action == run.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
+
+
+def _signing(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,
+             context: str | None) -> SigningKey | None:
+    """The signing key, checked before any work (None: modules are not signed)."""
+    from gpualign.ensure import sign
+
+    if secret is not None:
+        if key is not None or cert is not None:
+            raise BadInput("--sign-secret: give either the Secret or --sign-key/--sign-cert, not both")
+        namespace, _, name = secret.partition("/")
+        if not namespace or not name or "/" in name:
+            raise BadInput(f"--sign-secret {secret!r}: expected NAMESPACE/NAME")
+        from gpualign.kube import Kube
+
+        kube = Kube(kubeconfig, context)
+        try:
+            obj = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        finally:
+            kube.close()
+        return sign.from_secret(obj, f"--sign-secret {secret}")
+    if (key is None) != (cert is None):
+        raise BadInput("--sign-key and --sign-cert go together: the key signs, the certificate names it")
+    if key is None or cert is None:
+        return None
+    return sign.from_files(key, cert)
 
 
 def register(app: typer.Typer) -> None:

@@ -208,6 +208,11 @@ def add_node(
         help="driver installed on the host: nvidia.com/gpu.deploy.driver=false, no driver pod")] = False,
     label: Annotated[list[str] | None, typer.Option("--label", metavar="KEY=VALUE",
                                                     help="extra label KEY=VALUE (repeatable)")] = None,
+    secure_boot_cert: Annotated[list[Path] | None, typer.Option(
+        "--secure-boot-cert", metavar="FILE",
+        help="Secure Boot on, with this certificate (PEM or DER) enrolled in the node's kernel (repeatable): the "
+             "driver simulator then refuses modules that are unsigned or signed by another key, as the kernel "
+             "does (Debian kernels; annotation lab.gpualign.io/secure-boot-certs)")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,
 ) -> None:
@@ -217,6 +222,7 @@ def add_node(
 
     from gpualign.kube import Kube
     from gpualign.lab import cluster, scenarios, seed
+    from gpualign.lab.kernel_load import SECURE_BOOT
 
     m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os)
     if not m:
@@ -229,7 +235,9 @@ def add_node(
         extra[key] = value
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
-    spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra)
+    annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}
+    spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra,
+                              annotations=annotations)
     kube = Kube(str(state.kubeconfig))
     try:
         operator_run = scenarios.get(state.scenario).operator is not None if state.scenario else False
@@ -240,6 +248,24 @@ def add_node(
     finally:
         kube.close()
     progress(f"node {name} added (kernel {kernel}, {os})")
+
+
+def _enrolled_pem(files: list[Path]) -> str:
+    """The certificates as one PEM bundle (BadInput naming a file that is not one)."""
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    from gpualign.ensure.modsig import load_certs
+
+    out = []
+    for path in files:
+        try:
+            certs = load_certs(path.read_bytes())
+        except OSError as err:
+            raise BadInput(f"--secure-boot-cert {path}: {err.strerror}") from None
+        except ValueError:
+            raise BadInput(f"--secure-boot-cert {path}: not an X.509 certificate (PEM or DER)") from None
+        out += [c.public_bytes(Encoding.PEM).decode() for c in certs]
+    return "".join(out)
 
 
 @app.command("push-image")

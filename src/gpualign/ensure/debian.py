@@ -10,7 +10,6 @@ recompiles. Needs root (chroot), as buildah here does.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -102,20 +101,22 @@ def _installed_version(rootfs: Path, package: str) -> str:
     return res.stdout.split("-", 1)[0].split("+", 1)[0]
 
 
-def modules_dir(kernel: str, flavour: str, driver_version: str, sign_key: str | None) -> Path:
-    signing = hashlib.sha256(sign_key.encode()).hexdigest()[:12] if sign_key else "unsigned"
-    return cache_root() / "modules" / driver_version / kernel / flavour / signing
+def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | None) -> Path:
+    """signing: the signing certificate's SHA-256 (None: the unsigned modules, as compiled)."""
+    return cache_root() / "modules" / driver_version / kernel / flavour / (f"signed-{signing[:16]}" if signing
+                                                                          else "unsigned")
 
 
 def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
-                    sign_key: str | None = None, progress: Progress = lambda _m: None) -> Built:
-    """NVIDIA's modules for one kernel, from the cache when built before with the same source and key."""
+                    progress: Progress = lambda _m: None) -> Built:
+    """NVIDIA's modules for one kernel, unsigned, from the cache when built before from the same source (signing,
+    when asked for, is a step after this one: ensure.sign)."""
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package, tarball, subdir = FLAVOURS[flavour]
     rootfs = builder_root(archive, kernel, progress)
     version = _installed_version(rootfs, package)
-    out = modules_dir(kernel, flavour, version, sign_key)
+    out = modules_dir(kernel, flavour, version, None)
     if (out / ".complete").exists():
         progress(f"modules: cached ({version}, {kernel}, {flavour})")
         return Built(kernel, flavour, version, out, 0.0, True)

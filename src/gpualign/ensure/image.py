@@ -110,7 +110,12 @@ def ensure_base() -> str:
 
 
 def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> dict[str, str]:
-    return {
+    signed = verified.get("signed")
+    signing = {"io.gpualign.signer": str(signed.get("signer", "")),
+               "io.gpualign.signing-key-id": str(signed.get("key_id", "")),
+               "io.gpualign.signing-cert-sha256": str(signed.get("cert_sha256", ""))} \
+        if isinstance(signed, dict) else {}
+    return signing | {
         "version": f"{spec.branch}-{spec.kernel}",  # NVIDIA's precompiled images carry this
         "org.opencontainers.image.title": "NVIDIA driver kernel modules (precompiled)",
         "org.opencontainers.image.description": f"NVIDIA {driver_version} modules for Linux {spec.kernel} "

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from cryptography import x509
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from gpualign.ensure import modsig
 from gpualign.errors import BadInput
 
 SIG_MAGIC = b"~Module signature appended~\n"
@@ -32,6 +35,12 @@ class Signature:
     key_id_len: int
     length: int
     pkcs7: bytes = field(repr=False)
+    signed_by: modsig.SignedBy | None = field(default=None, repr=False)  # None: malformed (see `malformed`)
+    content_digest: bytes | None = field(default=None, repr=False)  # of the bytes before it, by its algorithm
+    malformed: str | None = None
+
+    def check(self, trusted: Sequence[x509.Certificate]) -> modsig.SigCheck:
+        return modsig.check(self.signed_by, self.content_digest, trusted, self.malformed)
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,20 @@ def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
         return data, None
     end = len(data) - len(SIG_MAGIC)
     algo, hash_, id_type, signer_len, key_id_len, sig_len = _SIG_STRUCT.unpack_from(data, end - _SIG_STRUCT.size)
-    del algo, hash_
     start = end - _SIG_STRUCT.size - sig_len - signer_len - key_id_len
     pkcs7 = data[end - _SIG_STRUCT.size - sig_len:end - _SIG_STRUCT.size]
-    return data[:start], Signature(id_type, signer_len, key_id_len, sig_len, pkcs7)
+    if start < 0:
+        return data, Signature(id_type, signer_len, key_id_len, sig_len, b"", malformed="truncated signature")
+    payload = data[:start]
+    if id_type != 2:  # PKEY_ID_PKCS7: the only kind the kernel reads (mod_check_sig)
+        return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7,
+                                  malformed=f"signature type {id_type}, not PKCS#7")
+    if algo or hash_ or signer_len or key_id_len:
+        return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7,
+                                  malformed="struct module_signature fields the kernel requires to be 0 are not")
+    try:
+        signed_by = modsig.parse(pkcs7)
+        digest = modsig.content_digest(signed_by.digest_algorithm, payload)
+    except modsig.Malformed as err:
+        return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7, malformed=str(err))
+    return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7, signed_by, digest)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpualign.ensure import debian, image, kmod, mirror, symvers, tagspec
+from gpualign.ensure import debian, image, kmod, mirror, sign, symvers, tagspec
 from gpualign.ensure.archive import Archive, cache_root
 from gpualign.ensure.verify import Verification, verify
 from gpualign.errors import BadInput, GpualignError
@@ -56,6 +56,7 @@ class Options:
     jobs: int = 2
     flavour: str = "proprietary"
     modules_from: Path | None = None  # verify and push these modules instead of compiling
+    signing: sign.SigningKey | None = None  # sign every module for Secure Boot, and verify the signatures
     authfile: str | None = None
     archive: Archive = field(default_factory=Archive)
 
@@ -72,11 +73,22 @@ def tag_lock(tag: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive) -> Verification:
-    """The kernel's load checks against the tag's kernel (its Module.symvers from the archive)."""
+def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive,
+                   signing: sign.SigningKey | None = None) -> Verification:
+    """The kernel's load checks against the tag's kernel (its Module.symvers from the archive); with a signing key,
+    also the signature check of a Secure Boot kernel that holds that key's certificate."""
     table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
     read = [kmod.read(p.name, p.read_bytes()) for p in modules]
-    return verify(read, spec.kernel, table, driver_version)
+    return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
+
+
+def _content_key(modules: list[Path]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for p in modules:
+        digest.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    return digest.hexdigest()[:16]
 
 
 def plan_one(tag: str, opts: Options) -> tuple[tagspec.TagSpec, str]:
@@ -144,9 +156,17 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     if not driver_version.startswith(f"{spec.branch}."):
         raise NotVerified(f"{spec.tag}: the modules are NVIDIA {driver_version or '(no version)'}, not branch "
                           f"{spec.branch}; nothing pushed")
+    if opts.signing is not None:
+        t0 = time.monotonic()
+        rootfs = debian.builder_root(archive, spec.kernel, progress=lambda m: say(spec.tag, m))
+        flavour = opts.flavour if opts.modules_from is None else "given-" + _content_key(modules)
+        modules = sign.sign_modules(rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
+                                    progress=lambda m: say(spec.tag, m))
+        out.seconds["sign"] = time.monotonic() - t0
     t0 = time.monotonic()
-    say(spec.tag, f"verify: {len(modules)} modules against {spec.kernel}'s Module.symvers")
-    checked = verify_modules(modules, spec, driver_version, archive)
+    say(spec.tag, f"verify: {len(modules)} modules against {spec.kernel}'s Module.symvers"
+                  + (f" and {opts.signing.signer}'s certificate" if opts.signing else ""))
+    checked = verify_modules(modules, spec, driver_version, archive, opts.signing)
     out.seconds["verify"] = time.monotonic() - t0
     out.verification = checked.as_dict()
     if not checked.ok:
@@ -156,10 +176,14 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
                              else "")
                           + f" ({checked.mismatches} of {checked.symbols_checked} symbols refused); nothing pushed")
     say(spec.tag, f"verified: {checked.symbols_checked} symbol CRCs, vermagic {spec.kernel}, "
-                  f"version {driver_version}")
+                  f"version {driver_version}" + (f", {len(checked.results)} signatures by {opts.signing.signer} "
+                                                 f"(key {opts.signing.describe()['key_id']})"
+                                                 if opts.signing else ""))
     t0 = time.monotonic()
-    local = image.assemble(spec, modules, driver_version,
-                           {"symbols": checked.symbols_checked, "modules": len(checked.results)})
+    record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
+    if opts.signing is not None:
+        record["signed"] = opts.signing.describe()
+    local = image.assemble(spec, modules, driver_version, record)
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"push: {out.reference}")

@@ -3,7 +3,8 @@
 At `insmod` the kernel refuses a module whose version magic names another release ("version magic '…' should be
 '…'"), and, with CONFIG_MODVERSIONS, one whose CRC for an imported symbol differs from its own ("disagrees about
 version of symbol …"), or that imports a symbol nobody exports ("Unknown symbol …"). Symbols the modules of the set
-export to each other (nvidia-uvm imports from nvidia) are checked against no kernel.
+export to each other (nvidia-uvm imports from nvidia) are checked against no kernel. With signatures enforced
+(Secure Boot), `trusted` is the keys the kernel holds, and each module's signature is checked too (modsig).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cryptography import x509
+
+from gpualign.ensure import modsig
 from gpualign.ensure.kmod import Module
 
 
@@ -20,6 +24,9 @@ class ModuleResult:
     symbols_checked: int
     mismatched: tuple[str, ...]  # symbols whose CRC differs, or that nobody exports
     problems: tuple[str, ...]  # in the kernel's words, first mismatch first
+    signer: str | None = None  # when signatures were checked: the signer's name and key id, as modinfo shows them
+    key_id: str | None = None
+    signature_ok: bool | None = None  # None: not checked
 
 
 @dataclass(frozen=True)
@@ -27,6 +34,7 @@ class Verification:
     kernel: str
     driver_version: str
     results: tuple[ModuleResult, ...] = field(default=())
+    signatures_checked: bool = False
 
     @property
     def ok(self) -> bool:
@@ -60,17 +68,27 @@ class Verification:
                 "modules": len(self.results), "symbols_checked": self.symbols_checked,
                 "mismatches": self.mismatches, "first_problem": self.first_problem(),
                 "first_refused_symbol": self.first_symbol(),
+                "signatures_checked": self.signatures_checked,
                 "per_module": [{"module": r.module, "symbols_checked": r.symbols_checked,
-                                "mismatches": len(r.mismatched)} for r in self.results]}
+                                "mismatches": len(r.mismatched),
+                                **({"signer": r.signer, "key_id": r.key_id, "signature_ok": r.signature_ok}
+                                   if self.signatures_checked else {})} for r in self.results]}
 
 
-def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], driver_version: str) -> Verification:
-    """kernel: the release in the image's tag (uname -r on the node); symvers: that kernel's Module.symvers."""
+def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], driver_version: str,
+           trusted: Sequence[x509.Certificate] | None = None) -> Verification:
+    """kernel: the release in the image's tag (uname -r on the node); symvers: that kernel's Module.symvers;
+    trusted: with signatures enforced, the keys the kernel holds (None: signatures are not checked)."""
     among = frozenset().union(*(m.exports for m in modules)) if modules else frozenset()
     results = []
     for m in sorted(modules, key=lambda x: x.name):
         short = m.name.removesuffix(".ko")
         problems: list[str] = []
+        sig = None  # the kernel checks the signature first (module_sig_check), then the version magic, then CRCs
+        if trusted is not None:
+            sig = m.signature.check(trusted) if m.signature else modsig.check(None, None, trusted)
+            if sig.problem:
+                problems.append(f"{short}: {sig.problem}")
         if m.release != kernel:
             problems.append(f"{short}: version magic '{m.vermagic}' should be '{kernel} …' (built for "
                             f"{m.release or 'no kernel'})")
@@ -88,5 +106,7 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
             elif sym not in among:
                 mismatched.append(sym)
                 problems.append(f"{short}: Unknown symbol {sym} (kernel {kernel} does not export it)")
-        results.append(ModuleResult(m.name, checked, tuple(mismatched), tuple(problems)))
-    return Verification(kernel, driver_version, tuple(results))
+        results.append(ModuleResult(m.name, checked, tuple(mismatched), tuple(problems),
+                                    sig.signer if sig else None, sig.key_id if sig else None,
+                                    sig.ok if sig else None))
+    return Verification(kernel, driver_version, tuple(results), trusted is not None)

@@ -8,7 +8,9 @@ real node would:
 - the node's kernel has headers in Debian's archive (Debian 12's 6.1.0-N-amd64 and flavours) and the image holds
   kernel modules: the modules are checked as that kernel would at insmod (version magic, every symbol CRC against
   its Module.symvers; lab/kernel_load.py); refused, the pod crash-loops with the kernel's message in its status and
-  a BackOff Event. An image without modules (the lab's synthetic ones), or a node whose kernel has no headers here
+  a BackOff Event. A node annotated lab.gpualign.io/secure-boot-certs (Secure Boot, with the certificates its
+  kernel holds) also has each module's signature checked first ("Key was rejected by service"). An image without
+  modules (the lab's synthetic ones), or a node whose kernel has no headers here
   (Ubuntu, RHEL), is tag-only: pulling the tag is loading it.
 A pod annotated driver-sim.gpualign.io/load-delay (seconds, or a Go-style "2s"/"500ms") stays Pending that long
 before the driver counts as loaded, to model the minutes a real driver container takes to load its module.
@@ -169,7 +171,7 @@ class Simulator:
             return None
         client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=30.0)
         try:
-            result = kernel_load.load(client, tag, kernel, version)
+            result = kernel_load.load(client, tag, kernel, version, kernel_load.enrolled(node_obj))
         except GpualignError as err:
             return f"pulling the modules failed: {err.message}"
         finally:

@@ -5,20 +5,54 @@ flavours), the image's layers are read from the registry, the `*.ko` files under
 digest), and each module checked against that kernel's Module.symvers: version magic, every imported symbol's CRC,
 exactly the checks `gpualign ensure` runs before pushing (gpualign.ensure.verify), with the kernel's messages.
 
+A node marked Secure Boot (the annotation SECURE_BOOT, holding the PEM certificates its kernel trusts: what a real
+node has enrolled in its platform keyring or as a MOK) also has every module's signature checked, first, as the
+kernel does with signatures enforced: unsigned, or signed by a key it does not hold, is "Key was rejected by
+service". On a real fleet the same facts come from the node itself: `mokutil --sb-state` (or the SecureBoot EFI
+variable) and `keyctl list %:.platform` / `mokutil --list-enrolled`, published as node labels by a labeller (an
+NFD local feature hook, for example); gpualign reads them from an annotation here because the lab has no firmware.
+
 Everything else is tag-only, as before: an image without modules (the lab's synthetic images), or a node whose
 kernel has no headers here (Ubuntu, RHEL): pulling the tag is loading it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from gpualign.ensure import kmod, symvers
+from cryptography import x509
+
+from gpualign.ensure import kmod, modsig, symvers
 from gpualign.ensure.archive import Archive
 from gpualign.ensure.inspect import checkable, modules_of
 from gpualign.ensure.verify import verify
 from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import RegistryClient
+
+SECURE_BOOT = "lab.gpualign.io/secure-boot-certs"
+# insmod's words for the kernel's errno, by what was refused (kmod's insmod: its mod_strerror, else strerror)
+_ERRNO = (("Key was rejected by service", "Key was rejected by service"),  # EKEYREJECTED: the signature
+          ("(Bad message)", "Bad message"),  # EBADMSG: a malformed signature
+          ("version magic", "Invalid module format"),  # ENOEXEC: check_modinfo
+          ("disagrees about version of symbol", "Invalid parameters"),  # EINVAL: resolve_symbol's check_version
+          ("Unknown symbol", "Unknown symbol in module"))  # ENOENT: nobody exports it
+
+
+def enrolled(node: Mapping[str, Any]) -> list[x509.Certificate] | None:
+    """The certificates a Secure Boot node's kernel trusts (None: Secure Boot is off; signatures not enforced)."""
+    text = ((node.get("metadata") or {}).get("annotations") or {}).get(SECURE_BOOT)
+    if text is None:
+        return None
+    try:
+        return modsig.load_certs(text.encode()) if text.strip() else []
+    except ValueError:
+        return []  # unreadable: the kernel would hold none of them
+
+
+def insmod_words(problem: str) -> str:
+    return next((words for marker, words in _ERRNO if marker in problem), "Invalid module format")
 
 
 @dataclass(frozen=True)
@@ -28,8 +62,10 @@ class Load:
     message: str  # on failure, in the kernel's words (what dmesg and insmod would say)
 
 
-def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: str) -> Load:
-    """What `modprobe nvidia` would do with this image's modules on a node running `kernel`."""
+def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: str,
+         trusted: list[x509.Certificate] | None = None) -> Load:
+    """What `modprobe nvidia` would do with this image's modules on a node running `kernel` (with Secure Boot on,
+    `trusted`: the certificates its kernel holds)."""
     if not checkable(kernel):
         return Load(True, False, "tag-only: no headers for this node's kernel in the lab")
     assert kernel is not None
@@ -39,10 +75,28 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     _, directory = found
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read(p.name, p.read_bytes()) for p in sorted(directory.glob("*.ko"))]
-    result = verify(modules, kernel, table, driver_version or (modules[0].field("version") or ""))
+    result = verify(modules, kernel, table, driver_version or (modules[0].field("version") or ""), trusted)
     if result.ok:
-        return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match {kernel}")
-    first = result.first_symbol() or result.first_problem() or "refused"
+        signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
+        return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match "
+                                f"{kernel}{signed}")
+    first = _first_refusal(result.results)
     module = first.split(":", 1)[0]
-    return Load(False, True, f"insmod: ERROR: could not insert module {module}.ko: Invalid module format; "
+    return Load(False, True, f"insmod: ERROR: could not insert module {module}.ko: {insmod_words(first)}; "
                              f"kernel: {first}")
+
+
+def _first_refusal(results: Any) -> str:
+    """The first module the kernel would refuse, in load order (nvidia first), and the refusal it meets first: the
+    signature (module_sig_check), then the symbol CRCs (a kernel with CONFIG_MODVERSIONS compares vermagic without
+    its release, and refuses on the CRCs), then anything else."""
+    order = {"nvidia.ko": 0, "nvidia-uvm.ko": 1, "nvidia-modeset.ko": 2, "nvidia-drm.ko": 3}
+
+    def rank(problem: str) -> int:
+        return 0 if "rejected by service" in problem or "(Bad message)" in problem else \
+            1 if "symbol" in problem else 2
+
+    for r in sorted(results, key=lambda r: (order.get(r.module, 9), r.module)):
+        if r.problems:
+            return str(min(r.problems, key=rank))
+    return "refused"

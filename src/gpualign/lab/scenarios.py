@@ -20,6 +20,7 @@ class NodeSpec:
     gpus: int = 8
     product: str = "NVIDIA-H100-80GB-HBM3"
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     labels.update(spec.labels)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": spec.name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        "metadata": {"name": spec.name, "labels": labels,
+                     "annotations": {"kwok.x-k8s.io/node": "fake", **spec.annotations}},
         "spec": {},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},
     }

@@ -1,0 +1,214 @@
+"""Secure Boot, end to end on the lab: `gpualign ensure --sign-key/--sign-cert` signs the real NVIDIA modules with
+the kernel's own sign-file, and nodes marked Secure Boot load them only if they hold the signing certificate.
+
+The oracle is independent of gpualign's code: modinfo (kmod) names the signer and key id, and `openssl cms -verify`
+verifies each module's detached PKCS#7 over the module's bytes, with the certificate given on the command line.
+
+The modules are the cached ones of the one real build (tests/integration/test_ensure_build.py compiles them on a
+cold machine; this test compiles them itself if it runs first)."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpualign.ensure import debian
+from gpualign.ensure.archive import Archive
+from tests.conftest import start_lab
+from tests.helpers import wait_for
+from tests.integration.test_ensure_build import KERNEL, TAG, client, pulled_modules
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+MAGIC = b"~Module signature appended~\n"
+
+
+def keypair(where: Path, name: str, cn: str) -> tuple[Path, Path]:
+    key, cert = where / f"{name}.key", where / f"{name}.crt"
+    subprocess.run(["openssl", "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj",
+                    f"/CN={cn}/O=gpualign tests", "-keyout", str(key), "-out", str(cert)], check=True,
+                   capture_output=True)
+    return key, cert
+
+
+def forget_signed(cert: Path) -> None:
+    """Remove the signed copies this test's throw-away key left in the module cache (about 67 MB a run)."""
+    import shutil
+
+    from gpualign.ensure.archive import cache_root
+
+    fp = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-fingerprint", "-sha256"],
+                        capture_output=True, text=True, check=True).stdout.strip().split("=", 1)[1]
+    for d in cache_root().glob(f"modules/*/*/*/signed-{fp.replace(':', '').lower()[:16]}"):
+        shutil.rmtree(d)
+
+
+def serial(cert: Path) -> str:
+    out = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-serial"], capture_output=True, text=True,
+                         check=True).stdout.strip().split("=", 1)[1]
+    out = out if len(out) % 2 == 0 else "0" + out
+    return ":".join(out[i:i + 2] for i in range(0, len(out), 2)).upper()
+
+
+def split(ko: bytes) -> tuple[bytes, bytes]:
+    """(the module's bytes before the signature, the PKCS#7), by the layout sign-file appends."""
+    assert ko.endswith(MAGIC), "not signed"
+    sig_len = struct.unpack(">I", ko[-len(MAGIC) - 4:-len(MAGIC)])[0]
+    end = len(ko) - len(MAGIC) - 12
+    return ko[:end - sig_len], ko[end - sig_len:end]
+
+
+def cms_verifies(payload: bytes, pkcs7: bytes, cert: Path, tmp: Path) -> bool:
+    (tmp / "payload").write_bytes(payload)
+    (tmp / "sig.p7").write_bytes(pkcs7)
+    res = subprocess.run(["openssl", "cms", "-verify", "-binary", "-inform", "DER", "-in", str(tmp / "sig.p7"),
+                          "-content", str(tmp / "payload"), "-certfile", str(cert), "-nointern", "-noverify",
+                          "-out", "/dev/null"], capture_output=True, text=True)
+    return res.returncode == 0 and "Verification successful" in res.stderr
+
+
+def modinfo(ko: Path, field: str) -> str:
+    return subprocess.run(["modinfo", "-F", field, str(ko)], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture
+def sb_lab(tmp_path):
+    lab = start_lab(tmp_path / "state")
+    yield lab
+    lab.cli("lab", "down")
+
+
+def driver_pod(kube, node: str) -> dict | None:
+    pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+            if p["spec"].get("nodeName") == node]
+    return pods[0] if pods else None
+
+
+def ready(kube, node: str) -> dict | None:
+    p = driver_pod(kube, node)
+    return p if p and any(c["type"] == "Ready" and c["status"] == "True"
+                          for c in (p.get("status") or {}).get("conditions") or []) else None
+
+
+def crash_message(kube, node: str) -> str | None:
+    p = driver_pod(kube, node)
+    statuses = ((p or {}).get("status") or {}).get("containerStatuses") or []
+    if not statuses or ((statuses[0].get("state") or {}).get("waiting") or {}).get("reason") != "CrashLoopBackOff":
+        return None
+    return str(statuses[0]["lastState"]["terminated"]["message"])
+
+
+@pytest.mark.timeout(1800)
+def test_signed_modules_load_only_where_their_key_is_enrolled(sb_lab, tmp_path):
+    lab = sb_lab
+    kube = lab.kube()
+    unsigned = debian.compile_modules(Archive(), KERNEL).directory  # cached after the one real build
+    key_a, cert_a = keypair(tmp_path, "a", "gpualign fleet key A")
+    _, cert_b = keypair(tmp_path, "b", "another fleet key B")
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    try:
+        walk_through(lab, kube, unsigned, ledger, key_a, cert_a, cert_b, tmp_path)
+    finally:
+        forget_signed(cert_a)
+
+
+def walk_through(lab, kube, unsigned: Path, ledger: str, key_a: Path, cert_a: Path, cert_b: Path,
+                 tmp_path: Path) -> None:
+
+    # 1. the unsigned image: a plain node loads it; a Secure Boot node refuses it, as the kernel does
+    assert lab.cli("ensure", TAG, "--ledger", ledger, "--modules-from", str(unsigned), timeout=600).code == 0
+    for node, certs in (("deb-plain", []), ("deb-sb-a", ["--secure-boot-cert", str(cert_a)])):
+        assert lab.cli("lab", "add-node", node, "--kernel", KERNEL, "--os", "debian12", "--branch", "535",
+                       *certs).code == 0
+    wait_for(lambda: ready(kube, "deb-plain"), timeout=120, what="deb-plain's driver pod Ready (no Secure Boot)")
+    message = wait_for(lambda: crash_message(kube, "deb-sb-a"), timeout=120, what="deb-sb-a refusing unsigned")
+    assert message == ("insmod: ERROR: could not insert module nvidia.ko: Key was rejected by service; kernel: "
+                       "nvidia: Loading of unsigned module is rejected (Key was rejected by service)"), message
+
+    # 2. ensure signs with key A (into a second repository), verified before the push
+    signed_ledger = f"registry://{lab.registry}/signed/driver"
+    res = lab.cli("ensure", TAG, "--ledger", signed_ledger, "--modules-from", str(unsigned), "--sign-key",
+                  str(key_a), "--sign-cert", str(cert_a), "-o", "json", timeout=600)
+    assert res.code == 0, res.err
+    (image,) = json.loads(res.out)["images"]
+    v = image["verification"]
+    assert v["ok"] and v["signatures_checked"] and v["modules"] == len(v["per_module"]) >= 4
+    assert {(m["signer"], m["key_id"], m["signature_ok"]) for m in v["per_module"]} == \
+        {("gpualign fleet key A", serial(cert_a), True)}
+    config, _ = pulled_modules_from(lab.registry, "signed/driver", tmp_path / "signed")
+    labels = config["config"]["Labels"]
+    assert labels["io.gpualign.signer"] == "gpualign fleet key A"
+    assert labels["io.gpualign.signing-key-id"] == serial(cert_a)
+
+    # the oracle: modinfo names the signer and key; openssl verifies every signature with A, none with B
+    modules = sorted((tmp_path / "signed").glob("*.ko"))
+    assert {m.name for m in modules} >= {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"}
+    for ko in modules:
+        assert modinfo(ko, "sig_id") == "PKCS#7" and modinfo(ko, "signer") == "gpualign fleet key A", ko
+        assert modinfo(ko, "sig_key") == serial(cert_a), ko
+        assert modinfo(ko, "sig_hashalgo") == "sha256", ko  # Debian's CONFIG_MODULE_SIG_HASH
+        payload, pkcs7 = split(ko.read_bytes())
+        assert payload == (unsigned / ko.name).read_bytes(), f"{ko.name}: signing changed the module itself"
+        assert cms_verifies(payload, pkcs7, cert_a, tmp_path), ko
+        assert not cms_verifies(payload, pkcs7, cert_b, tmp_path), ko
+
+    again = lab.cli("ensure", TAG, "--ledger", signed_ledger, "--sign-key", str(key_a), "--sign-cert", str(cert_a))
+    assert again.code == 0 and f"{TAG}: present (" in again.out  # idempotent
+
+    # 3. the admin puts the signed image under the tag the nodes pull: the Secure Boot node with A loads it ...
+    copied = subprocess.run(["skopeo", "copy", "--all", "--src-tls-verify=false", "--dest-tls-verify=false",
+                             f"docker://{lab.registry}/signed/driver:{TAG}",
+                             f"docker://{lab.registry}/nvidia/driver:{TAG}"], capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    wait_for(lambda: ready(kube, "deb-sb-a"), timeout=120, what="deb-sb-a loading the modules signed by A")
+
+    # ... and one that enrolled only B refuses them: the kernel does not hold A
+    assert lab.cli("lab", "add-node", "deb-sb-b", "--kernel", KERNEL, "--os", "debian12", "--branch", "535",
+                   "--secure-boot-cert", str(cert_b)).code == 0
+    message = wait_for(lambda: crash_message(kube, "deb-sb-b"), timeout=120, what="deb-sb-b refusing A's key")
+    assert message.startswith("insmod: ERROR: could not insert module nvidia.ko: Key was rejected by service; "
+                              "kernel: nvidia: Loading of module with unavailable key is rejected"), message
+    assert f"signed by gpualign fleet key A, key {serial(cert_a)}" in message
+    assert client(lab.registry).digest(TAG) == client(lab.registry, "signed/driver").digest(TAG)
+
+
+def pulled_modules_from(registry: str, repo: str, into: Path) -> tuple[dict, list[str]]:
+    into.mkdir(parents=True, exist_ok=True)
+    return pulled_modules(registry, TAG, into, repo=repo)
+
+
+@pytest.mark.timeout(120)
+def test_signing_input_is_checked_before_any_work(sb_lab, tmp_path):
+    lab = sb_lab
+    key_a, cert_a = keypair(tmp_path, "a", "A")
+    _, cert_b = keypair(tmp_path, "b", "B")
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    cases = [
+        (["--sign-key", str(key_a)], "gpualign: error: --sign-key and --sign-cert go together"),
+        (["--sign-key", str(key_a), "--sign-cert", str(cert_b)],
+         f"gpualign: error: --sign-key {key_a} / --sign-cert {cert_b}: the signing key is not the certificate's key"),
+        (["--sign-key", str(tmp_path / "nope.key"), "--sign-cert", str(cert_a)],
+         f"gpualign: error: --sign-key {tmp_path / 'nope.key'}: no such file"),
+        (["--sign-secret", "kube-system/absent"], "gpualign: error: --sign-secret kube-system/absent: no such Secret"),
+        (["--sign-secret", "just-a-name"], "gpualign: error: --sign-secret 'just-a-name': expected NAMESPACE/NAME"),
+    ]
+    for extra, first in cases:
+        res = lab.cli("ensure", TAG, "--ledger", ledger, *extra)
+        assert res.code == 2 and res.err.strip().startswith(first) and "Traceback" not in res.err, (extra, res.err)
+        assert len(res.err.strip().splitlines()) == 1
+    assert client(lab.registry).digest(TAG) is None  # nothing pushed
+
+    # a Secret on the cluster, as KMM keeps a signing key (data keys key and cert)
+    import base64
+
+    lab.kube().apply({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet-signing",
+                                                                          "namespace": "kube-system"},
+                      "data": {"key": base64.b64encode(key_a.read_bytes()).decode(),
+                               "cert": base64.b64encode(cert_a.read_bytes()).decode()}})
+    dry = lab.cli("ensure", TAG, "--ledger", ledger, "--sign-secret", "kube-system/fleet-signing", "--dry-run")
+    assert dry.code == 0 and f"{TAG}: would build" in dry.out, dry.err
