@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,6 +15,7 @@ from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
     from gpualign.ensure.sign import SigningKey
+    from gpualign.ensure.tagspec import TagSpec
 
 NVIDIA = "nvcr.io/nvidia/driver"
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -29,8 +30,12 @@ compiled against `linux-headers-<kernel>`, stripped, laid out under /opt/lib/mod
 entrypoint that refuses to load on any other kernel, labelled version=<branch>-<kernel>. Before anything is pushed
 every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
 names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
-failure names the module and the first refused symbol, and nothing is pushed. Ubuntu and RHEL recipes are not run
-here (their archives are unreachable from this machine).
+failure names the module and the first refused symbol, and nothing is pushed.
+
+Only Debian 12 is built and verified end to end here. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe, Canonical's
+linux-modules-nvidia packages) and RHEL 9 (NVIDIA's kmod-nvidia rpmbuild on the Driver Toolkit) are not: their
+archives are unreachable from this machine. `--render DIR` writes any tag's recipe as a build context (with the
+same verify step, in shell, refusing the build unless the modules fit the kernel) to build elsewhere.
 
 Secure Boot: with --sign-key/--sign-cert (files) or --sign-secret NAMESPACE/NAME (a Secret on the cluster, with
 data keys key and cert as KMM keeps them, or tls.key and tls.crt), every module is signed with the kernel's own
@@ -46,8 +51,9 @@ Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was pri
 
 
 def ensure(
-    ledger: Annotated[str, typer.Option(
-        "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO")],
+    ledger: Annotated[str | None, typer.Option(
+        "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO "
+                                             "(required, except with --render)")] = None,
     tags: Annotated[list[str] | None, typer.Argument(metavar="[TAG]...",
                                                      help="driver image tags to ensure")] = None,
     upstream: Annotated[str | None, typer.Option(
@@ -68,6 +74,14 @@ def ensure(
         "--from", metavar="FILE",
         help="ensure what a report lists: `gpualign check -o json` (its missing images), `gpualign plan -o json` "
              "(to_build) or `plan --build-matrix`; - for stdin")] = None,
+    render: Annotated[Path | None, typer.Option(
+        "--render", metavar="DIR",
+        help="write each tag's recipe (Containerfile, its verify step and entrypoint) to DIR/TAG, to build "
+             "elsewhere with buildah bud or docker build; nothing is built or pushed. Ubuntu 22.04/24.04 and RHEL 9 "
+             "are rendered only; Debian 12 is the recipe ensure runs here")] = None,
+    cuda_version: Annotated[str, typer.Option(
+        "--cuda-version", metavar="VERSION", help="with --render: the CUDA base image version (nvcr.io/nvidia/cuda)")]
+    = "12.9.1",
     sign_key: Annotated[Path | None, typer.Option(
         "--sign-key", metavar="FILE", help="sign every module for Secure Boot with this private key (PEM, "
                                            "unencrypted); needs --sign-cert")] = None,
@@ -107,6 +121,12 @@ def ensure(
             return
         raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
     specs = [tagspec.parse(t) for t in dict.fromkeys(wanted)]
+    if render is not None:
+        _render(specs, render, ledger, cuda_version, flavour, output)
+        return
+    if ledger is None:
+        raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
+                       "--render DIR to write the recipes instead")
     target = connect(ledger, docker_config=docker_config, timeout=30.0)
     explicit = upstream is not None and upstream != "none"
     up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \
@@ -144,6 +164,52 @@ def ensure(
             done = "built" if o.action == run.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
+
+
+def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, flavour: str, output: Output) -> None:
+    """Each tag's recipe into DIR/TAG (written whole: a directory is moved into place only when complete)."""
+    import os
+    import shutil
+    import tempfile
+
+    from gpualign.ensure import recipes
+    from gpualign.tags import load_rules
+
+    if into.exists() and not into.is_dir():
+        raise BadInput(f"--render {into}: not a directory")
+    branches = load_rules().branches
+    rendered = []
+    for spec in specs:  # every tag is checked before anything is written
+        version = branches.get(spec.branch)
+        if version is None:
+            raise BadInput(f"{spec.tag}: branch {spec.branch} has no pinned driver version in the rules "
+                           f"(known: {', '.join(sorted(branches))})")
+        rendered.append(recipes.render(spec, version, cuda=cuda, flavour=flavour))
+    image = ledger.removeprefix("registry://") if ledger else "REGISTRY/REPO"
+    into.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for recipe in rendered:
+        staging = Path(tempfile.mkdtemp(prefix=f".{recipe.tag}.", dir=into))
+        for name, text in recipe.files.items():
+            (staging / name).write_text(text)
+            if name != "Containerfile":
+                (staging / name).chmod(0o755)
+        staging.chmod(0o755)
+        final = into / recipe.tag
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(staging, final)
+        command = recipe.build_command(str(final), image)
+        rows.append({"tag": recipe.tag, "family": recipe.family, "directory": str(final),
+                     "builtHere": recipe.runs_here, "build": command, "notes": list(recipe.notes)})
+    if output in (Output.json, Output.yaml):
+        emit_data(report("RenderedRecipes", {"ledger": ledger}, {"recipes": rows}), output)
+        return
+    for row in rows:
+        stdout.print(f"{row['tag']}: {row['family']} recipe written to {row['directory']}/"
+                     + ("" if row["builtHere"] else " (rendered only: not built or verified here)"))
+        stdout.print(f"  build: {row['build']}", soft_wrap=True)
+        for note in row["notes"]:
+            stdout.print(f"  note: {note}", soft_wrap=True)
 
 
 def _signing(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,
