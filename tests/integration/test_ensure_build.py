@@ -379,3 +379,23 @@ def test_a_mistagged_image_is_seen_by_check_never_cordoned_for_and_crash_loops_w
     events = [e for e in kube.list_raw(f"/api/v1/namespaces/{pod['metadata']['namespace']}/events")
               if e["involvedObject"]["name"] == pod["metadata"]["name"] and e["reason"] == "BackOff"]
     assert events and "driver modules refused by the node's kernel" in events[0]["message"]
+
+
+@pytest.mark.timeout(600)
+def test_jobs_work_on_images_at_once_and_a_failure_does_not_undo_the_others(lab):
+    """--jobs 2 with two tags: both in the works at once; the one whose modules fit is pushed, the other refused
+    naming its symbol, and the run exits 1 naming the image that was made."""
+    ledger = f"registry://{lab.registry}/jobs/driver"
+    wrong = f"535-{OTHER}-debian12"
+    res = lab.cli("ensure", TAG, wrong, "--ledger", ledger, "--modules-from", str(cached_modules()), "--jobs", "2",
+                  timeout=500)
+    assert res.code == 1, res.out + res.err
+    assert f"{TAG}: build done (sha256:" in res.err
+    last = res.err.strip().splitlines()[-1]
+    assert last.startswith(f"gpualign: refused: {wrong}: would not load on {OTHER}: ") and "nothing pushed" in last
+    assert client(lab.registry, "jobs/driver").digest(TAG) is not None
+    assert client(lab.registry, "jobs/driver").digest(wrong) is None
+    # both were in the works at once: the refused one's verify began before the other's push ended
+    lines = res.err.splitlines()
+    first_push = next(i for i, line in enumerate(lines) if f"{TAG}: pushed:" in line)
+    assert any(f"{wrong}: verify:" in line for line in lines[:first_push]), res.err

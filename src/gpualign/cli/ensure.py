@@ -11,7 +11,7 @@ import typer
 
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.options import ContextOpt, DockerConfigOpt, InsecureRegistryOpt, KubeconfigOpt, Output, OutputOpt
-from gpualign.errors import BadInput
+from gpualign.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:
     from gpualign.ensure.sign import SigningKey
@@ -62,8 +62,10 @@ def ensure(
              "tags NVIDIA publishes precompiled (ubuntu)]")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
     = False,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", metavar="N", min=1,
-                                      help="compile jobs (make -jN)")] = 2,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", "-j", metavar="N", min=1,
+        help="work on up to N images at once, with N compile jobs in all (each image's make -j gets its share); "
+             "the CPU-bound compile of one image then overlaps another's downloads, image assembly and push")] = 2,
     flavour: Annotated[str, typer.Option(
         "--flavour", metavar="FLAVOUR", help="proprietary (nvidia-kernel-source) or open "
                                              "(nvidia-open-kernel-source)")] = "proprietary",
@@ -137,19 +139,39 @@ def ensure(
         if output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
-    outcomes = []
+    outcomes: list[run.Outcome] = []
+    failures: list[GpualignError] = []
     try:
-        options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run, jobs,
-                                         flavour, modules_from, signing, authfile) for spec in specs}
+        in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
+        options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run,
+                                         max(1, jobs // in_flight), flavour, modules_from, signing, authfile)
+                   for spec in specs}
         planned = [run.plan_one(spec.tag, options[spec.tag]) for spec in specs]  # every bad tag before any work
         if any(action == run.BUILD for _, action in planned) and not dry_run:
             run.require_tools()
-        for spec in specs:
-            outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say))
+        if in_flight == 1:
+            outcomes = [run.ensure_one(spec.tag, options[spec.tag], say) for spec in specs]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
+                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say) for spec in specs]
+                for future in futures:
+                    try:
+                        outcomes.append(future.result())
+                    except GpualignError as err:
+                        failures.append(err)
     finally:
         target.close()
         if up is not None:
             up.close()
+    if failures:  # the images that were made are in the ledger; name them, then fail on the first error
+        for o in outcomes:
+            progress(f"{o.tag}: {o.action} done ({o.digest})")
+        first = failures[0]
+        if len(failures) > 1:
+            first.message += f" (and {len(failures) - 1} more images failed)"
+        raise first
     if output in (Output.json, Output.yaml):
         emit_data(report("EnsureReport", {"ledger": ledger, "upstream": upstream or NVIDIA},
                          {"dryRun": dry_run, "images": [o.as_dict() for o in outcomes]}), output)

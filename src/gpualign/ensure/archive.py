@@ -7,12 +7,15 @@ it fetches one kernel's Module.symvers (from its headers package, without instal
 
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +35,20 @@ class ArchiveError(GpualignError):
 def cache_root() -> Path:
     base = os.environ.get("GPUALIGN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpualign")
     return Path(base) / "ensure"
+
+
+@contextmanager
+def file_lock(name: str) -> Iterator[None]:
+    """An exclusive lock shared by every process on this machine using the same cache (a tag's build, the apt
+    state, the image base), so that runs and the images of one run (--jobs) never do the same work at once."""
+    path = cache_root() / "locks" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -69,10 +86,17 @@ class Archive:
                               timeout=600)
 
     def update(self, *, force: bool = False) -> None:
-        s = self.state
-        stamp = s / "updated"
+        stamp = self.state / "updated"
         if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:
             return
+        with file_lock(f"apt-{self.suite}.lock"):
+            if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:
+                return  # another image's update, done while this one waited
+            self._update()
+
+    def _update(self) -> None:
+        s = self.state
+        stamp = s / "updated"
         for d in ("lists/partial", "cache/archives/partial"):
             (s / d).mkdir(parents=True, exist_ok=True)
         (s / "sources.list").write_text("\n".join(self.source_lines()) + "\n")
@@ -141,7 +165,8 @@ class Archive:
                     raise ArchiveError(f"{package} has no {member.lstrip('.')}")
                 content = data.read()
         out.parent.mkdir(parents=True, exist_ok=True)
-        partial = out.with_suffix(".partial")
-        partial.write_bytes(content)
+        fd, partial = tempfile.mkstemp(prefix=".Module.symvers.", dir=out.parent)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
         os.replace(partial, out)
         return out

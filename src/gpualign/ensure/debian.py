@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.archive import Archive, cache_root, file_lock
 from gpualign.errors import BadInput, GpualignError
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
@@ -44,32 +45,50 @@ class Built:
     directory: Path  # the stripped .ko files
     compile_seconds: float  # 0 when they came from the cache
     cached: bool
+    compile_cpu_seconds: float = 0.0  # user + system CPU of the compile
 
     @property
     def modules(self) -> list[Path]:
         return sorted(self.directory.glob("*.ko"))
 
 
-def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 3600) -> None:
+def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 3600) -> float:
+    """Run a build step; returns the CPU seconds (user + system) it and its descendants used, from the kernel's
+    own accounting of the child (wait4), so steps running at once are each measured alone."""
     out = log.open("w") if log else subprocess.DEVNULL
+    timer = None
     try:
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE, timeout=timeout)
-    except FileNotFoundError:
-        raise BadInput(f"{what}: {cmd[0]} is not installed (scripts/install-debs installs it)") from None
+        try:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if log else subprocess.PIPE)
+        except FileNotFoundError:
+            raise BadInput(f"{what}: {cmd[0]} is not installed (scripts/install-debs installs it)") from None
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        stderr = proc.stderr.read() if proc.stderr else b""
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
     finally:
+        if timer is not None:
+            timer.cancel()
         if log:
             out.close()  # type: ignore[union-attr]
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log else \
-            (proc.stderr or b"").decode(errors="replace").strip().splitlines()[-3:]
+            stderr.decode(errors="replace").strip().splitlines()[-3:]
         if any("No space left on device" in line for line in tail):
             raise BuildError(f"{what}: the disk is full ({cache_root()}): free space and run again")
         raise BuildError(f"{what} failed (exit {proc.returncode})" + (f": {' | '.join(tail)}" if tail else "")
                          + (f"; log: {log}" if log else ""))
+    return usage.ru_utime + usage.ru_stime
 
 
 def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None) -> Path:
     """The bookworm build root for a kernel (cached; made atomically: a half-made root is never used)."""
+    with file_lock(f"root-{archive.suite}-{kernel}.lock"):
+        return _builder_root(archive, kernel, progress)
+
+
+def _builder_root(archive: Archive, kernel: str, progress: Progress) -> Path:
     headers = archive.require_headers(kernel)
     root = cache_root() / "roots" / f"{archive.suite}-{kernel}"
     if (root / ".complete").exists():
@@ -129,7 +148,7 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
     out.parent.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.build.log"
     t0 = time.monotonic()
-    _run(["chroot", str(rootfs), "/bin/sh", "-c", script], f"compiling {flavour} modules for {kernel}", log)
+    cpu = _run(["chroot", str(rootfs), "/bin/sh", "-c", script], f"compiling {flavour} modules for {kernel}", log)
     took = time.monotonic() - t0
     staging = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
     for ko in (rootfs / work.lstrip("/") / "out").glob("*.ko"):
@@ -141,4 +160,4 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
     shutil.rmtree(out, ignore_errors=True)
     os.replace(staging, out)
     shutil.rmtree(rootfs / work.lstrip("/"), ignore_errors=True)
-    return Built(kernel, flavour, version, out, took, False)
+    return Built(kernel, flavour, version, out, took, False, cpu)

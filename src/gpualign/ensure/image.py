@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from gpualign import __version__
-from gpualign.ensure.archive import cache_root
+from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.debian import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput, GpualignError
@@ -87,6 +87,12 @@ def buildah(*args: str, capture: bool = True) -> str:
 
 
 def ensure_base() -> str:
+    """The image's base (made once, cached; under a lock: the images of one run share it)."""
+    with file_lock("driver-base.lock"):
+        return _ensure_base()
+
+
+def _ensure_base() -> str:
     stamp = storage() / "driver-base.done"
     if stamp.exists() and BASE in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
         return BASE

@@ -7,16 +7,15 @@ tag is worked under a file lock, and a run that waited for it looks again before
 
 from __future__ import annotations
 
-import fcntl
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpualign.ensure import debian, image, kmod, mirror, sign, symvers, tagspec
-from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.archive import Archive, file_lock
 from gpualign.ensure.verify import Verification, verify
 from gpualign.errors import BadInput, GpualignError
 from gpualign.ledger.registry import RegistryClient
@@ -61,16 +60,8 @@ class Options:
     archive: Archive = field(default_factory=Archive)
 
 
-@contextmanager
-def tag_lock(tag: str) -> Iterator[None]:
-    path = cache_root() / "locks" / f"{tag}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def tag_lock(tag: str) -> AbstractContextManager[None]:
+    return file_lock(f"{tag}.lock")
 
 
 def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive,
@@ -153,6 +144,7 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
                                        progress=lambda m: say(spec.tag, m))
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
+        out.seconds["compile_cpu"] = built.compile_cpu_seconds
     if not driver_version.startswith(f"{spec.branch}."):
         raise NotVerified(f"{spec.tag}: the modules are NVIDIA {driver_version or '(no version)'}, not branch "
                           f"{spec.branch}; nothing pushed")

@@ -1,0 +1,208 @@
+"""Benchmark: `gpualign ensure` for N Debian 12 kernels, against the naive path and the compile's floor, in one run.
+
+On a private cache (GPUALIGN_CACHE: apt state, build roots, compiled modules, the image base, buildah's storage) and
+a private registry on 127.0.0.1:
+- cold: the cache empty: build roots from Debian's archive, the compiles, the images, the pushes;
+- warm: the same cache, an empty ledger repository: nothing compiled, each image assembled and pushed;
+- all-present: the same ledger again: nothing to do (median of 5);
+- check: one `gpualign check --nodes-file` of N nodes on those kernels against that ledger (median of 5), the
+  target for all-present;
+- naive: NVIDIA's documented way for an unlisted kernel: one full image build per kernel, in sequence, with the same
+  recipe (the Debian Containerfile `ensure --render` writes, `buildah bud` without a layer cache, on the same local
+  bookworm base), then a push;
+- floor: the CPU time of the cold run's compiles (the kernel's accounting of each compile, wait4) / the cores.
+Targets: all-present <= one check; warm <= 1.2x its own push time; cold <= 1.3x the floor. The image size is
+recorded: uncompressed (buildah) and as pushed (the manifest's layer sizes).
+
+    .venv/bin/python bench/bench_ensure.py --kernels 6.1.0-47-amd64 6.1.0-50-amd64 --jobs 2
+
+Needs root, buildah, mmdebstrap, skopeo and docker-registry (scripts/install-debs), and Debian's archive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from gpualign.ensure import recipes, tagspec  # noqa: E402
+from gpualign.ensure.image import BASE  # noqa: E402
+from gpualign.lab.processes import free_port  # noqa: E402
+from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+
+GPUALIGN = [sys.executable, "-m", "gpualign"]
+
+
+def timed(cmd: list[str], env: dict[str, str], what: str) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """(wall seconds, CPU seconds of it and its descendants, the result); raises naming `what` on failure."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    usage = _children_cpu()
+    result = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {proc.returncode}): {err.strip()[-600:]}")
+    return wall, usage, result
+
+
+_last_children = 0.0
+
+
+def _children_cpu() -> float:
+    """CPU seconds used by children finished since the last call (this script runs one at a time)."""
+    global _last_children
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    now = ru.ru_utime + ru.ru_stime
+    delta, _last_children = now - _last_children, now
+    return delta
+
+
+def registry(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    (tmp / "reg").mkdir()
+    config = tmp / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'reg'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
+    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    client = RegistryClient(RegistryRef(host=address, repo="x/driver", scheme="http"), timeout=5.0)
+    for _ in range(100):
+        if client.tags() is not None:
+            break
+        time.sleep(0.1)
+    client.close()
+    return proc, address
+
+
+def nodes_file(path: Path, kernels: list[str]) -> None:
+    items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"deb-{i}", "labels": {
+        "feature.node.kubernetes.io/kernel-version.full": k, "feature.node.kubernetes.io/system-os_release.ID":
+        "debian", "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12", "nvidia.com/gpu.present": "true"}}}
+        for i, k in enumerate(kernels)]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
+
+def median_wall(cmd: list[str], env: dict[str, str], what: str, runs: int = 5) -> float:
+    return statistics.median(timed(cmd, env, what)[0] for _ in range(runs))
+
+
+def image_sizes(reg: str, repo: str, tag: str) -> int:
+    client = RegistryClient(RegistryRef(host=reg, repo=repo, scheme="http"), timeout=10.0)
+    try:
+        manifest = client.manifest(tag) or {}
+    finally:
+        client.close()
+    return sum(int(layer.get("size", 0)) for layer in manifest.get("layers") or []) + \
+        int((manifest.get("config") or {}).get("size", 0))
+
+
+def buildah(env: dict[str, str], cache: Path, *args: str) -> list[str]:
+    s = cache / "containers"
+    return ["buildah", "--root", str(s / "storage"), "--runroot", str(s / "run"), "--storage-driver", "vfs", *args]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kernels", nargs="+", default=["6.1.0-47-amd64", "6.1.0-50-amd64"])
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--cache", type=Path, help="the private cache (default: a new temporary directory, removed)")
+    ap.add_argument("--no-naive", action="store_true", help="skip the naive builds")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/ensure.json"))
+    args = ap.parse_args()
+    tags = [f"535-{k}-debian12" for k in args.kernels]
+    work = Path(tempfile.mkdtemp(prefix="gpualign-bench-ensure-", dir="/var/tmp"))
+    cache = args.cache or work / "cache"
+    env = {**os.environ, "GPUALIGN_CACHE": str(cache)}
+    reg_proc, reg = registry(work)
+    row: dict[str, object] = {"kernels": args.kernels, "jobs": args.jobs, "cores": os.cpu_count()}
+    try:
+        _children_cpu()
+        print(f"cold: ensure {len(tags)} images from an empty cache ({cache}) ...", flush=True)
+        wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{reg}/cold/driver",
+                                "--jobs", str(args.jobs), "-o", "json"], env, "cold ensure")
+        images = json.loads(res.stdout)["images"]
+        compile_cpu = sum(float(i["seconds"].get("compile_cpu", 0)) for i in images)
+        floor = compile_cpu / (os.cpu_count() or 1)
+        row["cold"] = {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "compile_cpu_s": round(compile_cpu, 1),
+                       "floor_s": round(floor, 1), "over_floor": round(wall / floor, 2),
+                       "steps": {i["tag"]: i["seconds"] for i in images}}
+        print(f"cold: {wall:.1f}s wall, {cpu:.1f} CPU-s; compiles {compile_cpu:.1f} CPU-s -> floor {floor:.1f}s; "
+              f"{wall / floor:.2f}x floor", flush=True)
+
+        wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{reg}/warm/driver",
+                                "--jobs", str(args.jobs), "-o", "json"], env, "warm ensure")
+        images = json.loads(res.stdout)["images"]
+        push = sum(float(i["seconds"].get("push", 0)) for i in images)
+        row["warm"] = {"wall_s": round(wall, 1), "push_s": round(push, 1), "over_push": round(wall / push, 2),
+                       "steps": {i["tag"]: i["seconds"] for i in images}}
+        print(f"warm: {wall:.1f}s wall, of which push {push:.1f}s; {wall / push:.2f}x push", flush=True)
+
+        present = median_wall([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{reg}/warm/driver"], env,
+                              "all-present ensure")
+        nodes_file(work / "nodes.json", args.kernels)
+        check = median_wall([*GPUALIGN, "check", "--nodes-file", str(work / "nodes.json"), "--driver-branch", "535",
+                             "--ledger", f"registry://{reg}/warm/driver"], env, "check")
+        row["all_present"] = {"wall_s": round(present, 2), "check_wall_s": round(check, 2),
+                              "over_check": round(present / check, 2)}
+        print(f"all-present: {present:.2f}s; one check {check:.2f}s; {present / check:.2f}x check", flush=True)
+
+        size = subprocess.run(buildah(env, cache, "images", "--format", "{{.Name}}:{{.Tag}} {{.Size}}"),
+                              capture_output=True, text=True).stdout
+        row["image"] = {"pushed_bytes": image_sizes(reg, "cold/driver", tags[0]),
+                        "buildah_images": [line for line in size.splitlines() if "gpualign-driver" in line]}
+        print(f"image: {row['image']}", flush=True)
+
+        if not args.no_naive:
+            naive_total, naive_rows = 0.0, {}
+            for tag in tags:
+                spec = tagspec.parse(tag)
+                recipe = recipes.render(spec, "535")
+                ctx = work / "naive" / tag
+                ctx.mkdir(parents=True)
+                for name, text in recipe.files.items():
+                    (ctx / name).write_text(text)
+                    (ctx / name).chmod(0o755)
+                print(f"naive: buildah bud {tag} (a full build, no layer cache) ...", flush=True)
+                bud_wall, bud_cpu, _ = timed(buildah(env, cache, "bud", "--quiet", "--layers=false", "--isolation",
+                                                     "chroot", "--build-arg", f"BUILDER_BASE={BASE}",
+                                                     "--build-arg", f"FINAL_BASE={BASE}", "-t",
+                                                     f"localhost/naive:{tag}", str(ctx)), env, f"naive build {tag}")
+                push_wall, _, _ = timed(buildah(env, cache, "push", "--quiet", "--tls-verify=false",
+                                                f"localhost/naive:{tag}", f"docker://{reg}/naive/driver:{tag}"),
+                                        env, f"naive push {tag}")
+                naive_rows[tag] = {"build_s": round(bud_wall, 1), "build_cpu_s": round(bud_cpu, 1),
+                                   "push_s": round(push_wall, 1)}
+                naive_total += bud_wall + push_wall
+                print(f"naive {tag}: build {bud_wall:.1f}s ({bud_cpu:.1f} CPU-s), push {push_wall:.1f}s", flush=True)
+            row["naive"] = {"wall_s": round(naive_total, 1), "per_image": naive_rows,
+                            "cold_over_naive": round(float(row["cold"]["wall_s"]) / naive_total, 2)}  # type: ignore[index]
+            print(f"naive: {naive_total:.1f}s in all", flush=True)
+    finally:
+        reg_proc.terminate()
+        reg_proc.wait(timeout=10)
+        if args.cache is None:
+            subprocess.run(buildah(env, cache, "rm", "--all"), capture_output=True)
+            shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(row, indent=2), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(row, indent=2) + "\n")
+    print(f"results: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
