@@ -206,6 +206,47 @@ def ensure_story() -> None:
         "jsonpath={.items[*].status.phase}", show=False, echo=False).stdout, timeout=60)
     gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o", "wide")
+    mistagged_story(ledger, kubectl, tag)
+
+
+def mistagged_story(ledger: str, kubectl: str, built: str) -> None:
+    import json
+
+    registry = ENV["GPUALIGN_LAB_REGISTRY"]
+    wrong = "535-6.1.0-47-amd64-debian12"
+    say("13. Present but wrong. A CI job pushes 6.1.0-50's image under 6.1.0-47's tag. To every tool that asks only")
+    say("    whether a tag exists, the 6.1.0-47 fleet looks ready. Before any such node is touched, check reads the")
+    say("    image's labels (and with --verify-modules its modules, as the node's kernel would load them):")
+    run("skopeo", "copy", "--all", "--src-tls-verify=false", "--dest-tls-verify=false",
+        f"docker://{registry}/nvidia/driver:{built}", f"docker://{registry}/nvidia/driver:{wrong}", show=False)
+    import tempfile
+
+    planned = Path(tempfile.mkdtemp(prefix="gpualign-demo-")) / "planned-node.json"
+    planned.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [{
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "deb-2", "labels": {
+            "feature.node.kubernetes.io/kernel-version.full": "6.1.0-47-amd64",
+            "feature.node.kubernetes.io/system-os_release.ID": "debian",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12",
+            "nvidia.com/gpu.present": "true"}}}]}))
+    gpualign("check", "--nodes-file", str(planned), "--driver-branch", "535", "--ledger", ledger,
+             "--verify-modules", "-o", "wide", expect=1)
+    planned.unlink()
+    planned.parent.rmdir()
+    say("    The node joins anyway. Its driver pod pulls the tag, and the kernel refuses the modules, in its words:")
+    gpualign("lab", "add-node", "deb-2", "--kernel", "6.1.0-47-amd64", "--os", "debian12", "--branch", "535")
+
+    def crashing() -> str:
+        out = run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-2", "-o",
+                  "jsonpath={.items[*].status.containerStatuses[0].state.waiting.reason}", show=False,
+                  echo=False).stdout
+        return out if "CrashLoopBackOff" in out else ""
+
+    wait("deb-2's driver pod crash-looping", crashing, timeout=60)
+    run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-2")
+    run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-2", "-o",
+        "jsonpath={.items[0].status.containerStatuses[0].lastState.terminated.message}")
+    print(flush=True)
 
 
 def wait(what: str, check: object, timeout: float = 90.0) -> None:

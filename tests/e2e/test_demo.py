@@ -30,6 +30,8 @@ def test_demo_tells_the_whole_story(tmp_path):
                    "is ImagePullBackOff: image", "gpualign's gate set it", "refusing to walk gpu-r1",
                    "535-6.1.0-50-amd64-debian12: built → ", "symbol CRCs verified",
                    "deb-1   debian12   6.1.0-50-amd64   535      535-6.1.0-50-amd64-debian12   present   Running",
+                   "wrong-image", "its modules would not load on 6.1.0-47-amd64", "CrashLoopBackOff",
+                   "insmod: ERROR: could not insert module", "disagrees about version of symbol",
                    "The end."):
         assert needle in out, needle
     assert not (tmp_path / "gpualign" / "demo").exists()  # the demo lab was taken down

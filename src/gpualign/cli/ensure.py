@@ -146,16 +146,18 @@ def ensure(
         options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run,
                                          max(1, jobs // in_flight), flavour, modules_from, signing, authfile)
                    for spec in specs}
-        planned = [run.plan_one(spec.tag, options[spec.tag]) for spec in specs]  # every bad tag before any work
-        if any(action == run.BUILD for _, action in planned) and not dry_run:
+        planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
+        if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
-        if in_flight == 1:
-            outcomes = [run.ensure_one(spec.tag, options[spec.tag], say) for spec in specs]
+            run.prepare_base()
+        if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
+            outcomes = [run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]) for spec in specs]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
-                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say) for spec in specs]
+                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say, planned[spec.tag])
+                           for spec in specs]
                 for future in futures:
                     try:
                         outcomes.append(future.result())

@@ -154,12 +154,11 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     target = connect(registries[0], docker_config=docker_config, timeout=30.0)
     try:
         opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None)
-        for tag in tags:
-            run.plan_one(tag, opts)  # every tag's bad input before any work
-        if not dry_run and any(run.plan_one(t, opts)[1] == run.BUILD for t in tags):
+        plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
+        if not dry_run and any(p.action == run.BUILD for p in plans.values()):
             run.require_tools()
         for tag in tags:
-            out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"))
+            out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])
             if dry_run:
                 stdout.print(f"  ensure: would {out.action} {tag}")
     finally:

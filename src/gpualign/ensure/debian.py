@@ -88,11 +88,16 @@ def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: 
         return _builder_root(archive, kernel, progress)
 
 
+def root_ready(archive: Archive, kernel: str) -> bool:
+    """A complete build root for the kernel is cached (its headers are installed in it)."""
+    return (cache_root() / "roots" / f"{archive.suite}-{kernel}" / ".complete").exists()
+
+
 def _builder_root(archive: Archive, kernel: str, progress: Progress) -> Path:
-    headers = archive.require_headers(kernel)
     root = cache_root() / "roots" / f"{archive.suite}-{kernel}"
     if (root / ".complete").exists():
         return root / "rootfs"
+    headers = archive.require_headers(kernel)
     if os.geteuid() != 0:
         raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
     root.parent.mkdir(parents=True, exist_ok=True)

@@ -138,7 +138,32 @@ def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> d
     }
 
 
-def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object]) -> str:
+def modules_key(modules: list[Path]) -> str:
+    """What the image's content depends on besides the tag: the modules' bytes (SHA-256 over name and content)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for ko in sorted(modules):
+        digest.update(ko.name.encode() + b"\0")
+        with ko.open("rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
+def local_image(spec: TagSpec, key: str) -> str | None:
+    """The image assembled before from the same modules (a warm run pushes it again instead of rebuilding), or
+    None."""
+    local = f"localhost/gpualign-driver:{spec.tag}"
+    try:
+        found = buildah("inspect", "--type", "image", "--format",
+                        '{{index .OCIv1.Config.Labels "io.gpualign.modules-sha256"}}', local)
+    except BuildError:
+        return None  # no such image
+    return local if found.strip() == key else None
+
+
+def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
+             key: str | None = None) -> str:
     """The image as a local buildah image; returns its local name."""
     base = ensure_base()
     local = f"localhost/gpualign-driver:{spec.tag}"
@@ -161,8 +186,10 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
             config = ["--entrypoint", '["/usr/local/bin/gpualign-driver"]', "--cmd", "",
                       "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
                       "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
-            for key, value in labels(spec, driver_version, verified).items():
-                config += ["--label", f"{key}={value}"]
+            for name, value in labels(spec, driver_version, verified).items():
+                config += ["--label", f"{name}={value}"]
+            if key:
+                config += ["--label", f"io.gpualign.modules-sha256={key}"]
             buildah("config", *config, ctr)
             buildah("commit", "--quiet", "--format", "oci", ctr, local)
         finally:

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpualign.ensure import debian, image, kmod, mirror, sign, symvers, tagspec
+from gpualign.ensure import tagspec
 from gpualign.ensure.archive import Archive, file_lock
-from gpualign.ensure.verify import Verification, verify
 from gpualign.errors import BadInput, GpualignError
-from gpualign.ledger.registry import RegistryClient
+
+if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
+    from gpualign.ensure import sign
+    from gpualign.ensure.verify import Verification
+    from gpualign.ledger.registry import RegistryClient
 
 PRESENT, MIRROR, BUILD = "present", "mirror", "build"
 Say = Callable[[str, str], None]  # (tag, message)
@@ -68,6 +71,9 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
                    signing: sign.SigningKey | None = None) -> Verification:
     """The kernel's load checks against the tag's kernel (its Module.symvers from the archive); with a signing key,
     also the signature check of a Secure Boot kernel that holds that key's certificate."""
+    from gpualign.ensure import kmod, symvers
+    from gpualign.ensure.verify import verify
+
     table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
     read = [kmod.read(p.name, p.read_bytes()) for p in modules]
     return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
@@ -82,21 +88,30 @@ def _content_key(modules: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def plan_one(tag: str, opts: Options) -> tuple[tagspec.TagSpec, str]:
+@dataclass(frozen=True)
+class Plan:
+    spec: tagspec.TagSpec
+    action: str  # present | mirror | build
+    digest: str | None = None  # in the ledger, when present
+
+
+def plan_one(tag: str, opts: Options) -> Plan:
+    """What ensure would do for a tag: one manifest HEAD when it is present."""
     spec = tagspec.parse(tag)
-    if opts.target.digest(spec.tag) is not None:
-        return spec, PRESENT
+    if (digest := opts.target.digest(spec.tag)) is not None:
+        return Plan(spec, PRESENT, digest)
     if opts.upstream is not None and opts.upstream.digest(spec.tag) is not None:
-        return spec, MIRROR
+        return Plan(spec, MIRROR)
     tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
-    return spec, BUILD
+    return Plan(spec, BUILD)
 
 
-def ensure_one(tag: str, opts: Options, say: Say) -> Outcome:
-    spec, action = plan_one(tag, opts)
+def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -> Outcome:
+    plan = planned or plan_one(tag, opts)
+    spec, action = plan.spec, plan.action
     out = Outcome(spec.tag, action, reference=f"{opts.target.ref.image}:{spec.tag}")
     if action == PRESENT:
-        out.digest, out.done = opts.target.digest(spec.tag), True
+        out.digest, out.done = plan.digest, True
         say(spec.tag, "present in the ledger: nothing to do")
         return out
     if opts.dry_run:
@@ -109,6 +124,8 @@ def ensure_one(tag: str, opts: Options, say: Say) -> Outcome:
             say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
             return out
         if action == MIRROR:
+            from gpualign.ensure import image, mirror
+
             assert opts.upstream is not None
             t0 = time.monotonic()
             source = opts.upstream.digest(spec.tag)
@@ -127,10 +144,13 @@ def ensure_one(tag: str, opts: Options, say: Say) -> Outcome:
 
 
 def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
+    from gpualign.ensure import debian, image, kmod, sign
+
     archive = opts.archive
     t0 = time.monotonic()
     say(spec.tag, f"headers: linux-headers-{spec.kernel}")
-    archive.require_headers(spec.kernel)
+    if not debian.root_ready(archive, spec.kernel):  # a cached build root has them installed
+        archive.require_headers(spec.kernel)
     out.seconds["headers"] = time.monotonic() - t0
     if opts.modules_from is not None:
         modules = sorted(opts.modules_from.glob("*.ko"))
@@ -175,7 +195,12 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
     if opts.signing is not None:
         record["signed"] = opts.signing.describe()
-    local = image.assemble(spec, modules, driver_version, record)
+    key = image.modules_key(modules)
+    local = image.local_image(spec, key)
+    if local is not None:
+        say(spec.tag, f"image: {local}, assembled before from the same modules")
+    else:
+        local = image.assemble(spec, modules, driver_version, record, key)
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"push: {out.reference}")
@@ -187,6 +212,21 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     out.done = True
     say(spec.tag, f"pushed: {out.digest}")
     return out
+
+
+def prepare_base() -> None:
+    """Make the image's base in the background while the first compile runs (it is independent of the modules;
+    assembly takes the same lock and waits for it, or makes it itself if this failed)."""
+    import contextlib
+    import threading
+
+    from gpualign.ensure import image
+
+    def make() -> None:
+        with contextlib.suppress(GpualignError):  # assembly tries again, and reports it
+            image.ensure_base()
+
+    threading.Thread(target=make, name="ensure-base", daemon=True).start()
 
 
 def require_tools() -> None:
