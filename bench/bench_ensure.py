@@ -3,7 +3,8 @@
 On a private cache (GPUALIGN_CACHE: apt state, build roots, compiled modules, the image base, buildah's storage) and
 a private registry on 127.0.0.1:
 - cold: the cache empty: build roots from Debian's archive, the compiles, the images, the pushes;
-- warm: the same cache, an empty ledger repository: nothing compiled, each image assembled and pushed;
+- warm: the same cache, an empty ledger (a second registry, so every blob is uploaded): nothing compiled, the
+  modules verified again, the images pushed;
 - all-present: the same ledger again: nothing to do (median of 5);
 - check: one `gpualign check --nodes-file` of N nodes on those kernels against that ledger (median of 5), the
   target for all-present;
@@ -71,7 +72,7 @@ def _children_cpu() -> float:
 
 def registry(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    (tmp / "reg").mkdir()
+    (tmp / "reg").mkdir(parents=True)
     config = tmp / "registry.yml"
     config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'reg'}\n"
                       f"http:\n  addr: 127.0.0.1:{port}\n")
@@ -127,7 +128,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-ensure-", dir="/var/tmp"))
     cache = args.cache or work / "cache"
     env = {**os.environ, "GPUALIGN_CACHE": str(cache)}
-    reg_proc, reg = registry(work)
+    reg_proc, reg = registry(work / "cold-registry")
+    warm_proc, warm_reg = registry(work / "warm-registry")
     row: dict[str, object] = {"kernels": args.kernels, "jobs": args.jobs, "cores": os.cpu_count()}
     try:
         _children_cpu()
@@ -143,7 +145,7 @@ def main() -> int:
         print(f"cold: {wall:.1f}s wall, {cpu:.1f} CPU-s; compiles {compile_cpu:.1f} CPU-s -> floor {floor:.1f}s; "
               f"{wall / floor:.2f}x floor", flush=True)
 
-        wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{reg}/warm/driver",
+        wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver",
                                 "--jobs", str(args.jobs), "-o", "json"], env, "warm ensure")
         images = json.loads(res.stdout)["images"]
         push = sum(float(i["seconds"].get("push", 0)) for i in images)
@@ -151,11 +153,11 @@ def main() -> int:
                        "steps": {i["tag"]: i["seconds"] for i in images}}
         print(f"warm: {wall:.1f}s wall, of which push {push:.1f}s; {wall / push:.2f}x push", flush=True)
 
-        present = median_wall([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{reg}/warm/driver"], env,
+        present = median_wall([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver"], env,
                               "all-present ensure")
         nodes_file(work / "nodes.json", args.kernels)
         check = median_wall([*GPUALIGN, "check", "--nodes-file", str(work / "nodes.json"), "--driver-branch", "535",
-                             "--ledger", f"registry://{reg}/warm/driver"], env, "check")
+                             "--ledger", f"registry://{warm_reg}/warm/driver"], env, "check")
         row["all_present"] = {"wall_s": round(present, 2), "check_wall_s": round(check, 2),
                               "over_check": round(present / check, 2)}
         print(f"all-present: {present:.2f}s; one check {check:.2f}s; {present / check:.2f}x check", flush=True)
@@ -192,8 +194,9 @@ def main() -> int:
                             "cold_over_naive": round(float(row["cold"]["wall_s"]) / naive_total, 2)}  # type: ignore[index]
             print(f"naive: {naive_total:.1f}s in all", flush=True)
     finally:
-        reg_proc.terminate()
-        reg_proc.wait(timeout=10)
+        for proc in (reg_proc, warm_proc):
+            proc.terminate()
+            proc.wait(timeout=10)
         if args.cache is None:
             subprocess.run(buildah(env, cache, "rm", "--all"), capture_output=True)
             shutil.rmtree(work, ignore_errors=True)

@@ -395,7 +395,41 @@ def test_jobs_work_on_images_at_once_and_a_failure_does_not_undo_the_others(lab)
     assert last.startswith(f"gpualign: refused: {wrong}: would not load on {OTHER}: ") and "nothing pushed" in last
     assert client(lab.registry, "jobs/driver").digest(TAG) is not None
     assert client(lab.registry, "jobs/driver").digest(wrong) is None
-    # both were in the works at once: the refused one's verify began before the other's push ended
+    # both were in the works at once: one after another, the second (wrong) would start only after the first's push
     lines = res.err.splitlines()
     first_push = next(i for i, line in enumerate(lines) if f"{TAG}: pushed:" in line)
-    assert any(f"{wrong}: verify:" in line for line in lines[:first_push]), res.err
+    assert any(f"{wrong}: headers:" in line for line in lines[:first_push]), res.err
+
+
+@pytest.mark.timeout(900)
+def test_runs_on_two_machines_build_once_through_a_lease(lab, tmp_path):
+    """Two ensure runs that share no file lock (each its own cache, as two machines) and hold a Lease per image on
+    the lab's cluster (--lease): one builds, the other waits for the Lease and then finds the image present."""
+    ledger = f"registry://{lab.registry}/leased/driver"
+    modules = cached_modules()
+    assert lab.kubectl("create", "namespace", "gpualign-builds").returncode == 0
+    missing = run_cli("ensure", TAG, "--ledger", ledger, "--lease", "no-such-namespace", env=lab.env)
+    assert missing.code == 2 and "namespace no-such-namespace does not exist" in missing.err, missing.err
+    assert "--lease NAMESPACE" in missing.err and len(missing.err.strip().splitlines()) == 1
+    results: list = []
+
+    def machine(i: int) -> None:
+        env = {**lab.env, "GPUALIGN_CACHE": str(tmp_path / f"machine-{i}")}
+        results.append(run_cli("ensure", TAG, "--ledger", ledger, "--modules-from", str(modules), "--lease",
+                               "gpualign-builds", env=env, timeout=800))
+
+    threads = [threading.Thread(target=machine, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [r.code for r in results] == [0, 0], [r.err for r in results]
+    outs = sorted(r.out for r in results)
+    assert sum("built →" in o for o in outs) == 1 and sum("present (" in o for o in outs) == 1, outs
+    assert sum("waiting: another ensure holds Lease gpualign-builds/gpualign-ensure-" in r.err
+               for r in results) == 1, [r.err for r in results]
+    import hashlib
+
+    name = f"gpualign-ensure-{hashlib.sha256(TAG.encode()).hexdigest()[:16]}"  # the documented name
+    lease = json.loads(lab.kubectl("get", "lease", "-n", "gpualign-builds", name, "-o", "json").stdout)
+    assert lease["spec"]["holderIdentity"] == ""  # given up when the build ended

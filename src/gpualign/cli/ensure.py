@@ -14,6 +14,7 @@ from gpualign.cli.options import ContextOpt, DockerConfigOpt, InsecureRegistryOp
 from gpualign.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:
+    from gpualign.ensure.lease import Leases
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.tagspec import TagSpec
 
@@ -93,6 +94,11 @@ def ensure(
     sign_secret: Annotated[str | None, typer.Option(
         "--sign-secret", metavar="NAMESPACE/NAME",
         help="read the signing key and certificate from this Secret on the cluster instead of files")] = None,
+    lease: Annotated[str | None, typer.Option(
+        "--lease", metavar="NAMESPACE",
+        help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "
+             "runs on other machines never build the same image twice (on one machine a file lock does that)")]
+    = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = Output.table,
@@ -141,10 +147,14 @@ def ensure(
 
     outcomes: list[run.Outcome] = []
     failures: list[GpualignError] = []
+    leases = None
     try:
         in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
+        leases = _leases(lease, kubeconfig, context, say) if lease and not dry_run else None
         options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run,
-                                         max(1, jobs // in_flight), flavour, modules_from, signing, authfile)
+                                         jobs=max(1, jobs // in_flight), flavour=flavour, modules_from=modules_from,
+                                         signing=signing, leases=leases, authfile=authfile,
+                                         together=tuple(s.kernel for s in specs if s.os_tag in tagspec.DEBIAN_BRANCHES))
                    for spec in specs}
         planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
         if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
@@ -167,6 +177,8 @@ def ensure(
         target.close()
         if up is not None:
             up.close()
+        if leases is not None:
+            leases.kube.close()
     if failures:  # the images that were made are in the ledger; name them, then fail on the first error
         for o in outcomes:
             progress(f"{o.tag}: {o.action} done ({o.digest})")
@@ -236,9 +248,18 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
             stdout.print(f"  note: {note}", soft_wrap=True)
 
 
+def _leases(namespace: str, kubeconfig: str | None, context: str | None, say: Any) -> Leases:
+    from gpualign.ensure.lease import Leases
+    from gpualign.kube import Kube
+
+    return Leases(Kube(kubeconfig, context, field_manager="gpualign-ensure"), namespace, say)
+
+
 def _signing(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,
              context: str | None) -> SigningKey | None:
     """The signing key, checked before any work (None: modules are not signed)."""
+    if secret is None and key is None and cert is None:
+        return None  # (the signing modules, with cryptography and asn1crypto, are not even loaded)
     from gpualign.ensure import sign
 
     if secret is not None:

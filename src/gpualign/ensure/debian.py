@@ -1,7 +1,8 @@
 """The Debian 12 recipe, run for real: NVIDIA's kernel modules compiled against one kernel's headers.
 
 The builder stage is a bookworm root made by mmdebstrap (gcc, make, kmod, the kernel's `linux-headers-<kernel>`,
-Debian's `nvidia-kernel-source` and `nvidia-open-kernel-source`), cached per kernel; the compile runs in it under
+Debian's `nvidia-kernel-source` and `nvidia-open-kernel-source`), one for every kernel (made once with the headers
+of the kernels a run builds, later kernels added to it), cached; the compiles run in it, side by side, under
 chroot (as `buildah run --isolation chroot` would, without needing a container image for a throw-away stage), with
 NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*). The modules are
 stripped of debug info and cached by (module source version, kernel, flavour, signing key), so a failed push never
@@ -82,36 +83,61 @@ def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 36
     return usage.ru_utime + usage.ru_stime
 
 
-def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None) -> Path:
-    """The bookworm build root for a kernel (cached; made atomically: a half-made root is never used)."""
-    with file_lock(f"root-{archive.suite}-{kernel}.lock"):
-        return _builder_root(archive, kernel, progress)
+def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None,
+                 together: tuple[str, ...] = ()) -> Path:
+    """The bookworm build root, with `kernel`'s headers installed (cached; one root for every kernel, made
+    atomically: a half-made root is never used). Made for the first time, it gets the headers of the kernels in
+    `together` too (the other kernels of this run), in one mmdebstrap; a kernel that comes later is added to it
+    with apt-get in the root."""
+    with file_lock(f"root-{archive.suite}.lock"):
+        return _builder_root(archive, kernel, progress, together)
+
+
+def _root(archive: Archive) -> Path:
+    return cache_root() / "roots" / archive.suite
 
 
 def root_ready(archive: Archive, kernel: str) -> bool:
-    """A complete build root for the kernel is cached (its headers are installed in it)."""
-    return (cache_root() / "roots" / f"{archive.suite}-{kernel}" / ".complete").exists()
+    """The build root is cached with the kernel's headers installed in it."""
+    root = _root(archive)
+    return (root / ".complete").exists() and (root / ".kernels" / kernel).exists()
 
 
-def _builder_root(archive: Archive, kernel: str, progress: Progress) -> Path:
-    root = cache_root() / "roots" / f"{archive.suite}-{kernel}"
+def _builder_root(archive: Archive, kernel: str, progress: Progress, together: tuple[str, ...]) -> Path:
+    root = _root(archive)
+    rootfs = root / "rootfs"
     if (root / ".complete").exists():
-        return root / "rootfs"
-    headers = archive.require_headers(kernel)
+        if not (root / ".kernels" / kernel).exists():
+            headers = archive.require_headers(kernel)
+            progress(f"build root: adding {headers}")
+            shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")  # apt in the root resolves names
+            _run(["chroot", str(rootfs), "/bin/sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                  f"apt-get install -y -qq --no-install-recommends {headers}"], f"adding {headers} to the build root",
+                 root / f"add-{kernel}.log")
+            (root / ".kernels" / kernel).write_text(headers + "\n")
+        return rootfs
+    kernels = list(dict.fromkeys((kernel, *together)))
+    packages = [archive.require_headers(k) for k in kernels]
     if os.geteuid() != 0:
         raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
     root.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"build root: mmdebstrap {archive.suite} with {headers} and NVIDIA's module source")
+    progress(f"build root: mmdebstrap {archive.suite} with {', '.join(packages)} and NVIDIA's module source")
     with tempfile.TemporaryDirectory(prefix=f"{root.name}.", dir=root.parent) as tmp:
-        staging = Path(tmp) / "rootfs"
+        staging = Path(tmp) / "root"
+        staging.mkdir()
         _run(["mmdebstrap", "--quiet", "--variant=apt", "--components=main,contrib,non-free,non-free-firmware",
-              f"--include={','.join((*BUILD_PACKAGES, headers))}", archive.suite, str(staging),
-              *archive.source_lines()], f"mmdebstrap for {kernel}", Path(tmp) / "mmdebstrap.log")
+              f"--include={','.join((*BUILD_PACKAGES, *packages))}", archive.suite, str(staging / "rootfs"),
+              *archive.source_lines()], f"mmdebstrap for {', '.join(kernels)}", Path(tmp) / "mmdebstrap.log")
+        (staging / ".kernels").mkdir()
+        for k, h in zip(kernels, packages, strict=True):
+            (staging / ".kernels" / k).write_text(h + "\n")
+        (staging / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
         shutil.rmtree(root, ignore_errors=True)
-        root.mkdir()
-        os.replace(staging, root / "rootfs")
-        (root / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-    return root / "rootfs"
+        os.replace(staging, root)
+    for old in root.parent.glob(f"{archive.suite}-*"):  # one root per kernel, as gpualign kept them before
+        if (old / ".complete").exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return rootfs
 
 
 def _installed_version(rootfs: Path, package: str) -> str:
@@ -132,20 +158,20 @@ def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | N
 
 
 def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
-                    progress: Progress = lambda _m: None) -> Built:
+                    progress: Progress = lambda _m: None, together: tuple[str, ...] = ()) -> Built:
     """NVIDIA's modules for one kernel, unsigned, from the cache when built before from the same source (signing,
     when asked for, is a step after this one: ensure.sign)."""
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package, tarball, subdir = FLAVOURS[flavour]
-    rootfs = builder_root(archive, kernel, progress)
+    rootfs = builder_root(archive, kernel, progress, together)
     version = _installed_version(rootfs, package)
     out = modules_dir(kernel, flavour, version, None)
     if (out / ".complete").exists():
         progress(f"modules: cached ({version}, {kernel}, {flavour})")
         return Built(kernel, flavour, version, out, 0.0, True)
     progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}; a few CPU-minutes)")
-    work = f"/build/{flavour}"
+    work = f"/build/{flavour}-{kernel}"  # kernels compile side by side in the one root
     script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "
               f"cd modules/{subdir}; make -j{jobs} modules KERNEL_UNAME={kernel}; "
               f"mkdir -p {work}/out; for ko in $(find . -name '*.ko'); do "

@@ -2,11 +2,13 @@
 here), verified against the kernel in its tag before anything is pushed.
 
 Idempotent: a tag already in the ledger costs one manifest HEAD. Two runs never build the same image twice: each
-tag is worked under a file lock, and a run that waited for it looks again before building.
+tag is worked under a file lock (and, with --lease, a Lease on the cluster for runs on other machines), and a run
+that waited for it looks again before building.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -20,6 +22,7 @@ from gpualign.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
+    from gpualign.ensure.lease import Leases
     from gpualign.ensure.verify import Verification
     from gpualign.ledger.registry import RegistryClient
 
@@ -59,6 +62,8 @@ class Options:
     flavour: str = "proprietary"
     modules_from: Path | None = None  # verify and push these modules instead of compiling
     signing: sign.SigningKey | None = None  # sign every module for Secure Boot, and verify the signatures
+    leases: Leases | None = None  # on a cluster: a Lease per tag, so runs on other machines never build it too
+    together: tuple[str, ...] = ()  # the kernels this run builds: a new build root gets all their headers at once
     authfile: str | None = None
     archive: Archive = field(default_factory=Archive)
 
@@ -118,7 +123,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
         say(spec.tag, f"would {action} it" + (f" from {opts.upstream.ref.image}" if action == MIRROR and
                                               opts.upstream else ""))
         return out
-    with tag_lock(spec.tag):
+    with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()):
         if opts.target.digest(spec.tag) is not None:  # another run made it while this one waited
             out.action, out.digest, out.done = PRESENT, opts.target.digest(spec.tag), True
             say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
@@ -161,7 +166,7 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
     else:
         built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
-                                       progress=lambda m: say(spec.tag, m))
+                                       progress=lambda m: say(spec.tag, m), together=opts.together)
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
