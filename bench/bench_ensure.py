@@ -12,7 +12,8 @@ a private registry on 127.0.0.1:
   recipe (the Debian Containerfile `ensure --render` writes, `buildah bud` without a layer cache, on the same local
   bookworm base), then a push;
 - floor: the CPU time of the cold run's compiles (the kernel's accounting of each compile, wait4) / the cores.
-Targets: all-present <= one check; warm <= 1.2x its own push time; cold <= 1.3x the floor. The image size is
+Targets: all-present <= one check; warm <= 1.2x its own push time (with --jobs > 1 the images are pushed side by
+side, so the push phase is at least the longest push: the ratio is to that); cold <= 1.3x the floor. The image size is
 recorded: uncompressed (buildah) and as pushed (the manifest's layer sizes).
 
     .venv/bin/python bench/bench_ensure.py --kernels 6.1.0-47-amd64 6.1.0-50-amd64 --jobs 2
@@ -148,10 +149,13 @@ def main() -> int:
         wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver",
                                 "--jobs", str(args.jobs), "-o", "json"], env, "warm ensure")
         images = json.loads(res.stdout)["images"]
-        push = sum(float(i["seconds"].get("push", 0)) for i in images)
-        row["warm"] = {"wall_s": round(wall, 1), "push_s": round(push, 1), "over_push": round(wall / push, 2),
-                       "steps": {i["tag"]: i["seconds"] for i in images}}
-        print(f"warm: {wall:.1f}s wall, of which push {push:.1f}s; {wall / push:.2f}x push", flush=True)
+        pushes = [float(i["seconds"].get("push", 0)) for i in images]
+        # with --jobs > 1 the images are pushed side by side: the push phase lasts at least the longest one
+        push = max(pushes) if args.jobs > 1 else sum(pushes)
+        row["warm"] = {"wall_s": round(wall, 1), "push_s": round(push, 1), "push_sum_s": round(sum(pushes), 1),
+                       "over_push": round(wall / push, 2), "steps": {i["tag"]: i["seconds"] for i in images}}
+        print(f"warm: {wall:.1f}s wall; pushes {', '.join(f'{p:.1f}s' for p in pushes)} "
+              f"({'side by side' if args.jobs > 1 else 'one after another'}); {wall / push:.2f}x push", flush=True)
 
         present = median_wall([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver"], env,
                               "all-present ensure")
