@@ -159,7 +159,10 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                     not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
                 status = MISMATCH  # latent: the running pod is right, the next restart deploys the wrong image
                 reason = (f"its DaemonSet {plan[0]} now names {plan[1]}, built for another OS or kernel: the next "
-                          f"driver restart deploys that here; {reason}")
+                          f"driver restart deploys that here, but this node ({req.os_tag}, kernel {facts.kernel}) "
+                          f"needs {image}"
+                          + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
+                             "objects per OS pool" if exp.one_os_tag else "") + f"; {reason}")
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
                           reason, driver, pod, matches, exp.origin, operator_image)
         findings.append(finding)
