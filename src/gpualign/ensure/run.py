@@ -84,15 +84,6 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
     return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
 
 
-def _content_key(modules: list[Path]) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for p in modules:
-        digest.update(p.name.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
-    return digest.hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class Plan:
     spec: tagspec.TagSpec
@@ -176,7 +167,7 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     if opts.signing is not None:
         t0 = time.monotonic()
         rootfs = debian.builder_root(archive, spec.kernel, progress=lambda m: say(spec.tag, m))
-        flavour = opts.flavour if opts.modules_from is None else "given-" + _content_key(modules)
+        flavour = opts.flavour if opts.modules_from is None else "given-" + image.modules_key(modules)[:16]
         modules = sign.sign_modules(rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
                                     progress=lambda m: say(spec.tag, m))
         out.seconds["sign"] = time.monotonic() - t0
