@@ -13,7 +13,8 @@ DRIVER_PODS = "app.kubernetes.io/component=nvidia-driver"
 
 def operator_driver_pods(lab: Lab) -> dict[str, dict[str, Any]]:
     """node -> {image, state, owner, ds_image}: the driver pods of DaemonSets that a ClusterPolicy or NVIDIADriver
-    owns (the operator made them; the lab made none in these scenarios), and the image their DaemonSet names now."""
+    owns (the operator made them; the lab made none in these scenarios), and the image their DaemonSet names now.
+    A pod the scheduler has not bound yet is on no node, so it is not listed (a fresh-clone run read one)."""
     daemonsets = json.loads(lab.kubectl("get", "ds", "-n", "gpu-operator", "-o", "json", check=True).stdout)
     owner_of, ds_image = {}, {}
     for ds in daemonsets["items"]:
@@ -25,6 +26,8 @@ def operator_driver_pods(lab: Lab) -> dict[str, dict[str, Any]]:
                                   check=True).stdout)
     found: dict[str, dict[str, Any]] = {}
     for pod in pods["items"]:
+        if not pod["spec"].get("nodeName"):
+            continue  # created by its DaemonSet, not yet bound by the scheduler: on no node yet
         ds = next(r["name"] for r in pod["metadata"]["ownerReferences"] if r["kind"] == "DaemonSet")
         statuses = pod["status"].get("containerStatuses") or [{}]
         waiting = (statuses[0].get("state") or {}).get("waiting") or {}
