@@ -4,8 +4,9 @@
   bin dir with an empty GOCACHE, so every package compiles; the Go module cache is left warm (downloads are
   network-bound and are timed separately by a first `lab build` on a fresh machine);
 - a cold build of NVIDIA's GPU Operator alone (--cold-build-operator), the same way, with its peak RSS;
-- warm `lab up` of each --scenarios (empty, default, and the two that run the GPU Operator until its driver and
-  validator pods are decided), --repeat times each, with `lab down` between;
+- warm `lab up` of each --scenarios (empty, default, and the three that run the GPU Operator until its driver and
+  validator pods are decided), --repeat times each, with `lab down` between; operator-debian's median against the
+  default's (the Debian lab's target: within 1.5x);
 - N nodes created through the API server (16 concurrent POSTs), then until kwok has made every one Ready.
 
     .venv/bin/python bench/bench_lab.py --nodes 5000 --repeat 3 [--cold-build] [--cold-build-operator]
@@ -50,7 +51,7 @@ def main() -> int:
     ap.add_argument("--cold-build", action="store_true")
     ap.add_argument("--cold-build-operator", action="store_true")
     ap.add_argument("--scenarios", nargs="+",
-                    default=["empty", "default", "operator-clusterpolicy", "operator-nvidiadriver"])
+                    default=["empty", "default", "operator-clusterpolicy", "operator-nvidiadriver", "operator-debian"])
     ap.add_argument("--out", type=Path, default=Path("bench/results/lab.json"))
     args = ap.parse_args()
     result: dict[str, object] = {}
@@ -93,6 +94,12 @@ def main() -> int:
         if deploys:
             result[f"lab_up_{scenario}_s"]["operator_deploy_s"] = [round(d, 2) for d in deploys]  # type: ignore[index]
         print(f"warm lab up --scenario {scenario}: median {median(times):.1f}s ({runs}){note}", flush=True)
+    base = result.get("lab_up_default_s")
+    debian = result.get("lab_up_operator-debian_s")
+    if isinstance(base, dict) and isinstance(debian, dict):  # #24's target: the Debian lab within 1.5x the default
+        ratio = debian["median"] / base["median"]
+        result["operator_debian_vs_default"] = round(ratio, 2)
+        print(f"operator-debian / default: {ratio:.2f}x (target <= 1.5x)", flush=True)
 
     if args.nodes <= 0:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+_CRASH_CHARS = 300  # a termination message may be 4 KiB; a status line keeps its start, where insmod names the cause
+
 
 @dataclass(frozen=True)
 class DriverPod:
@@ -16,6 +18,12 @@ class DriverPod:
     tag: str
     state: str
     ready: bool
+    crash: str = ""  # a crash-looping container's last words (its last termination message): why it exits
+
+    def trouble(self) -> str:
+        """'driver pod NS/NAME is STATE: image IMAGE', plus, when it crash-loops, what it said when it exited."""
+        said = f"; it exited saying: {self.crash}" if self.crash and self.state == "CrashLoopBackOff" else ""
+        return f"driver pod {self.name} is {self.state}: image {self.image}{said}"
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> DriverPod:
@@ -24,10 +32,12 @@ class DriverPod:
         image = str(containers[0].get("image", ""))
         last = image.rsplit("/", 1)[-1]
         tag = last.split(":", 1)[1] if ":" in last else ""
-        state = str(status.get("phase") or "Unknown")
+        state, crash = str(status.get("phase") or "Unknown"), ""
         for cs in status.get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting")
             if waiting and waiting.get("reason"):
                 state = str(waiting["reason"])
+                terminated = (cs.get("lastState") or {}).get("terminated") or {}
+                crash = crash or " ".join(str(terminated.get("message") or "").split())[:_CRASH_CHARS]
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return cls(f"{meta.get('namespace')}/{meta.get('name')}", image, tag, state, ready)
+        return cls(f"{meta.get('namespace')}/{meta.get('name')}", image, tag, state, ready, crash)

@@ -164,7 +164,7 @@ def test_completion_of_contexts_scenarios_and_kubectls_plugin_protocol(tmp_path)
     ctx = run_cli(env={**env, "COMP_WORDS": "gpualign check --context prod", "COMP_CWORD": "3"})
     assert ctx.out.split() == ["prod-east", "prod-west"]
     scen = run_cli(env={**env, "COMP_WORDS": "gpualign lab up --scenario op", "COMP_CWORD": "4"})
-    assert scen.out.split() == ["operator-clusterpolicy", "operator-nvidiadriver"]
+    assert scen.out.split() == ["operator-clusterpolicy", "operator-nvidiadriver", "operator-debian"]
     plugin = subprocess.run([sys.executable, "-c", "from gpualign.cli.app import kubectl_complete as k; k()",
                              "status", "--context", "prod-w"], capture_output=True, text=True,
                             env={**os.environ, "KUBECONFIG": str(config)})
@@ -340,5 +340,5 @@ def test_lab_scenarios_is_a_table_with_headers():
     lines = res.out.splitlines()
     assert res.code == 0 and lines[0].split() == ["SCENARIO", "FLEET"]
     assert [line.split()[0] for line in lines[1:]] == ["default", "empty", "operator-clusterpolicy",
-                                                       "operator-nvidiadriver"]
+                                                       "operator-nvidiadriver", "operator-debian"]
     assert len({line.index(line.split()[1]) for line in lines}) == 1  # the second column starts at one place

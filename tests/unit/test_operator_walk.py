@@ -56,6 +56,15 @@ def test_blockers_read_from_the_cluster_for_the_operators_walk():
     pull = blocker(S.POD_RESTART, pods=[], pdbs=[], driver_pod=driver, target_tag="595-k-ubuntu22.04",
                    validators=[], events=[], node="n", drain=False)
     assert pull == "new driver pod gpu-operator/d is ImagePullBackOff: image reg/driver:595-k-ubuntu22.04"
+    crashing = {**driver, "status": {"phase": "Running", "containerStatuses": [{
+        "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}},
+        "lastState": {"terminated": {"exitCode": 1, "message": "insmod: ERROR: could not insert module nvidia.ko: "
+                                                               "Invalid parameters;\n kernel: nvidia: disagrees"}}}]}}
+    crash = blocker(S.POD_RESTART, pods=[], pdbs=[], driver_pod=crashing, target_tag="595-k-ubuntu22.04",
+                    validators=[], events=[], node="n", drain=False)
+    assert crash == ("new driver pod gpu-operator/d is CrashLoopBackOff: image reg/driver:595-k-ubuntu22.04; it "
+                     "exited saying: insmod: ERROR: could not insert module nvidia.ko: Invalid parameters; kernel: "
+                     "nvidia: disagrees")  # its last words, on one line: the kernel's refusal
     events = [{"involvedObject": {"name": "n"}, "reason": S.EVENT_REASON, "type": "Warning",
                "lastTimestamp": "2026-11-30T01:00:00Z", "message": "old"},
               {"involvedObject": {"name": "n"}, "reason": S.EVENT_REASON, "type": "Warning",

@@ -69,8 +69,8 @@ def build(
 def up(
     scenario: Annotated[str, typer.Option(
         "--scenario", "-s", metavar="SCENARIO", autocompletion=complete.scenarios,
-        help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver (these two run "
-             "NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
+        help="fleet to seed: default | empty | operator-clusterpolicy | operator-nvidiadriver | operator-debian "
+             "(the operator-* ones run NVIDIA's GPU Operator; see `gpualign lab scenarios`)")] = "default",
     state_dir: StateDirOpt = None,
     bin_dir: BinDirOpt = None,
     apiserver_port: Annotated[int, typer.Option(metavar="PORT", help="kube-apiserver port; 0 picks a free one")] = 0,

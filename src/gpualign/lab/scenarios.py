@@ -101,7 +101,26 @@ def _operator_nvidiadriver() -> Scenario:
                DriverPool("rhel", {"pool": "rhel"}, "580")))
 
 
-SCENARIOS = {s.name: s for s in (_default(), _empty(), _operator_clusterpolicy(), _operator_nvidiadriver())}
+def _operator_debian() -> Scenario:
+    """Debian 12 on a kernel whose headers Debian's archive carries: an image holding modules is loaded as that
+    kernel would load it (lab/kernel_load.py). The fleet's own images are the lab's synthetic ones (no modules, so
+    tag-only: seeding it costs no compile); what `gpualign ensure` builds holds NVIDIA's real modules."""
+    return Scenario(
+        name="operator-debian",
+        description="NVIDIA's GPU Operator with an NVIDIADriver (535, precompiled) for a Debian 12 fleet on "
+                    "6.1.0-47-amd64 and 6.1.0-47-cloud-amd64; an image holding modules is loaded as the node's "
+                    "kernel would load it",
+        branch="535", workloads=False, operator="nvidiadriver",
+        nodes=(NodeSpec("deb-a1", "6.1.0-47-amd64", "debian", "12", labels={"pool": "debian"}),
+               NodeSpec("deb-a2", "6.1.0-47-amd64", "debian", "12", labels={"pool": "debian"}),
+               NodeSpec("deb-c1", "6.1.0-47-cloud-amd64", "debian", "12", product="NVIDIA-L4",
+                        labels={"pool": "debian"}),
+               NodeSpec("cpu-1", "6.1.0-47-amd64", "debian", "12", gpu=False)),
+        pools=(DriverPool("debian", {"pool": "debian"}, "535"),))
+
+
+SCENARIOS = {s.name: s for s in (_default(), _empty(), _operator_clusterpolicy(), _operator_nvidiadriver(),
+                                 _operator_debian())}
 
 
 def get(name: str) -> Scenario:

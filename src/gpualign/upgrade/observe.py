@@ -51,8 +51,7 @@ def blocker(state: str, *, pods: list[JSON], pdbs: list[JSON], driver_pod: JSON 
     if state == S.POD_RESTART and driver_pod is not None:
         dp = DriverPod.from_pod(dict(driver_pod))
         if not dp.ready:
-            return f"new driver pod {dp.name} is {dp.state}: image {dp.image}" + \
-                (f" (target {target_tag})" if target_tag and dp.tag != target_tag else "")
+            return f"new {dp.trouble()}" + (f" (target {target_tag})" if target_tag and dp.tag != target_tag else "")
     if state == S.VALIDATION:
         unready = [P.name(v) for v in validators
                    if not any(c.get("type") == "Ready" and c.get("status") == "True"

@@ -80,7 +80,7 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
     if ns.pod is not None:
         dp = DriverPod.from_pod(ns.pod)
         if not dp.ready and dp.state not in ("Pending", "ContainerCreating", "PodInitializing"):
-            no_driver = f"driver pod {dp.name} is {dp.state}: image {dp.image}"
+            no_driver = dp.trouble()
             if ledger_known and dp.tag == ns.target_tag and not ns.view.image_present:
                 no_driver += f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
     blocker = ann.get(S.BLOCKER) or derived or (f"gated: {gated}" if gated else None)

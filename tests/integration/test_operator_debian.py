@@ -1,0 +1,132 @@
+"""The seed's story on Debian 12, with NVIDIA's real GPU Operator (NVIDIADriver mode, 535, precompiled) deploying the
+drivers and the lab loading each image's modules as the node's kernel would (lab/kernel_load.py):
+
+a node joins on 6.1.0-50-amd64 (Debian's security update) -> the operator's pod cannot pull its image -> check names
+it, action build -> `gpualign ensure` builds NVIDIA's real modules against that kernel, verifies and pushes them ->
+the operator's pod loads them -> a mis-tagged push (6.1.0-50's image under 6.1.0-47's tag) is seen by check before
+anything restarts, and the next driver pod on a 6.1.0-47 node crash-loops with the kernel's CRC refusal.
+
+The fleet's own images are the lab's synthetic ones (no modules: tag-only, seeded without a compile); the one real
+build is 6.1.0-50-amd64's, which test_ensure_build.py makes too (cached by kernel, built once per machine)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
+from tests.operator_helpers import check_json, operator_driver_pods
+
+pytestmark = pytest.mark.lab
+
+FLEET = {"deb-a1": "6.1.0-47-amd64", "deb-a2": "6.1.0-47-amd64", "deb-c1": "6.1.0-47-cloud-amd64"}
+NEW_KERNEL = "6.1.0-50-amd64"
+NEW_TAG = f"535-{NEW_KERNEL}-debian12"
+
+
+@pytest.fixture(scope="module")
+def deblab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("op-deb") / "state", "operator-debian")
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def test_the_operator_deploys_the_debian12_precompiled_tags_and_check_names_them_byte_for_byte(deblab):
+    pods = wait_for(lambda: (p := operator_driver_pods(deblab)) and len(p) == len(FLEET) and p, timeout=60,
+                    what="the operator's driver pods on the Debian fleet")
+    code, data, err = check_json(deblab)  # no flag: the operator's NVIDIADriver says branch, repository, OS tags
+    assert code == 0, err
+    assert data["operator"]["mode"] == "nvidiadriver"
+    by_name = {n["name"]: n for n in data["nodes"]}
+    assert set(by_name) == set(FLEET)
+    for node, kernel in FLEET.items():
+        assert pods[node]["owner"] == "NVIDIADriver/debian"
+        assert pods[node]["image"] == f"{deblab.registry}/nvidia/driver:535-{kernel}-debian12"  # what it computes
+        assert by_name[node]["image"] == pods[node]["image"], node  # byte for byte
+        assert by_name[node]["status"] == "present" and pods[node]["state"] == "Running"
+
+
+@pytest.mark.timeout(1800)  # cold: a bookworm build root and a real compile, unless test_ensure_build made them
+def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads_it_a_mistag_crash_loops(deblab,
+                                                                                                     tmp_path):
+    lab = deblab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    selector = ("-l", "kubernetes.io/hostname=deb-n1")
+    added = lab.cli("lab", "add-node", "deb-n1", "--kernel", NEW_KERNEL, "--os", "debian12", "--label", "pool=debian")
+    assert added.code == 0, added.err
+
+    # 1. the operator deploys it at once, and its pod cannot pull: no alarm rings but check's
+    pod = wait_for(lambda: (p := operator_driver_pods(lab).get("deb-n1")) and p["state"] in ("ImagePullBackOff",
+                                                                                             "ErrImagePull") and p,
+                   timeout=60, what="deb-n1's operator pod failing to pull")
+    assert pod["image"] == f"{lab.registry}/nvidia/driver:{NEW_TAG}"
+    code, data, err = check_json(lab, *selector)
+    (node,) = data["nodes"]
+    assert code == 1 and node["status"] == "missing" and node["image"] == pod["image"], err
+    (missing,) = data["missing"]
+    assert (missing["tag"], missing["action"]) == (NEW_TAG, "build")
+
+    # 2. ensure builds it from check's own report: real modules, verified against 6.1.0-50's Module.symvers
+    (tmp_path / "check.json").write_text(json.dumps(data))
+    built = lab.cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700)
+    assert built.code == 0, built.out + built.err
+    (image,) = json.loads(built.out)["images"]
+    assert image["tag"] == NEW_TAG and image["done"] and image["verification"]["ok"]
+    assert image["verification"]["symbols_checked"] > 700
+
+    # 3. the operator's pod (the same one: its kubelet retries the pull) loads the modules; check is clean
+    wait_for(lambda: operator_driver_pods(lab)["deb-n1"]["state"] == "Running", timeout=90,
+             what="deb-n1's operator pod Running on the built image")
+    driver = kube.get("/api/v1/nodes/deb-n1")["metadata"]["labels"]["nvidia.com/cuda.driver-version.full"]
+    assert driver == image["verification"]["driver_version"]  # the version inside the modules, not the tag's
+    deep = lab.cli("check", "--verify-modules", *selector)
+    assert deep.code == 0, deep.out + deep.err
+
+    # 4. a CI job pushes 6.1.0-50's image under 6.1.0-47-amd64's tag. Nothing restarted yet, and check sees it
+    wrong = "535-6.1.0-47-amd64-debian12"
+    copied = subprocess.run(["skopeo", "copy", "--all", "--src-tls-verify=false", "--dest-tls-verify=false",
+                             f"docker://{lab.registry}/nvidia/driver:{NEW_TAG}",
+                             f"docker://{lab.registry}/nvidia/driver:{wrong}"], capture_output=True, text=True)
+    assert copied.returncode == 0, copied.stderr
+    code, data, err = check_json(lab, "--verify-modules")
+    by_name = {n["name"]: n for n in data["nodes"]}
+    assert code == 1 and data["summary"]["wrong_image"] == 2, err
+    assert {n for n, f in by_name.items() if f["status"] == "wrong-image"} == {"deb-a1", "deb-a2"}
+    assert re.search(r"its modules would not load on 6\.1\.0-47-amd64: nvidia[-a-z]*: disagrees about version "
+                     r"of symbol \w+", by_name["deb-a1"]["reason"]), by_name["deb-a1"]["reason"]
+    assert by_name["deb-c1"]["status"] == by_name["deb-n1"]["status"] == "present"
+
+    # 5. deb-a1's driver pod restarts (a reboot, an eviction): its replacement pulls the tag and crash-loops with
+    #    the kernel's refusal, in its status, an Event, and gpualign's status
+    before = operator_driver_pods(lab)["deb-a1"]
+    deleted = lab.kubectl("delete", "pod", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-a1", "-l",
+                          "app.kubernetes.io/component=nvidia-driver")
+    assert deleted.returncode == 0, deleted.stderr
+
+    def crashing() -> dict | None:
+        pods = [p for p in kube.pods("gpu-operator", label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == "deb-a1"]
+        statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
+        waiting = (statuses[0].get("state") or {}).get("waiting") or {} if statuses else {}
+        return pods[0] if waiting.get("reason") == "CrashLoopBackOff" else None
+
+    crashed = wait_for(crashing, timeout=90, what="deb-a1's new operator pod crash-looping")
+    assert crashed["spec"]["containers"][0]["image"] == before["image"]
+    message = crashed["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"]
+    assert message.startswith("insmod: ERROR: could not insert module ") and ": Invalid parameters; " in message
+    assert re.search(r"disagrees about version of symbol \w+ \(module 0x[0-9a-f]+, kernel 6\.1\.0-47-amd64 "
+                     r"0x[0-9a-f]+\)", message), message
+    events = [e for e in kube.list_raw("/api/v1/namespaces/gpu-operator/events")
+              if e["involvedObject"]["name"] == crashed["metadata"]["name"] and e["reason"] == "BackOff"]
+    assert events and "driver modules refused by the node's kernel" in events[0]["message"]
+    status = lab.cli("status", "-o", "json")
+    row = next(r for r in json.loads(status.out)["nodes"] if r["name"] == "deb-a1")
+    assert row["stuck"] and "is CrashLoopBackOff" in row["no_driver"], row
+    assert "it exited saying: insmod: ERROR: could not insert module" in row["no_driver"]  # why names the cause
+    # deb-a2 loaded its (synthetic) image before the push and keeps running; deb-c1's tag was not touched
+    assert operator_driver_pods(lab)["deb-a2"]["state"] == operator_driver_pods(lab)["deb-c1"]["state"] == "Running"
