@@ -95,3 +95,27 @@ def test_plan_os_migration():
     result = plan([gpu("a", kernel="6.8.0-48-generic")], Change(os_id="ubuntu", os_version="24.04"),
                   Ledger(frozenset(), ()), RULES, BranchPolicy())
     assert [n.tag for n in result.to_build] == ["580-6.8.0-48-generic-ubuntu24.04"]
+
+
+def test_operator_mismatch_running_and_latent_each_name_the_image_the_node_needs():
+    """The operator's objects make a node wrong two ways: its running pod has another OS's image, or (latent) the
+    pod is right but its DaemonSet now names another OS's image, which the next restart deploys. Both reasons name
+    the image the node needs (a fresh-clone run's ClusterPolicy oracle once caught the latent one without it)."""
+    right, other_os = "580-5.15.0-124-generic-ubuntu22.04", "580-5.15.0-124-generic-rhel9.4"
+    nodes = [gpu("running"), gpu("latent"), gpu("fine")]
+    ledger = Ledger(frozenset({right}), ("t",))
+    ds = "nvidia-gpu-driver-ubuntu22.04-x"
+    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                   pods={"running": pod(other_os), "latent": pod(right), "fine": pod(right)},
+                   planned={"running": (ds, f"{REPO}:{other_os}"), "latent": (ds, f"{REPO}:{other_os}"),
+                            "fine": (ds, f"{REPO}:{right}")})
+    by = {f.name: f for f in result.findings}
+    assert [by[n].status for n in ("running", "latent", "fine")] == ["operator-mismatch", "operator-mismatch",
+                                                                      "present"]
+    assert by["running"].reason == (f"the operator runs {REPO}:{other_os} here, but this node (ubuntu22.04, kernel "
+                                    f"5.15.0-124-generic) needs {REPO}:{right}")
+    assert by["latent"].reason.startswith(f"its DaemonSet {ds} now names {REPO}:{other_os}, built for another OS or "
+                                          "kernel: the next driver restart deploys that here, but this node "
+                                          f"(ubuntu22.04, kernel 5.15.0-124-generic) needs {REPO}:{right}")
+    assert by["latent"].operator_image == f"{REPO}:{right}"  # what runs now
+    assert result.missing == () and not result.clean  # the needed image is present: nothing to build, still not ok

@@ -1,12 +1,12 @@
 """The Debian 12 recipe, run for real: NVIDIA's kernel modules compiled against one kernel's headers.
 
 The builder stage is a bookworm root made by mmdebstrap (gcc, make, kmod, the kernel's `linux-headers-<kernel>`,
-Debian's `nvidia-kernel-source` and `nvidia-open-kernel-source`), one for every kernel (made once with the headers
-of the kernels a run builds, later kernels added to it), cached; the compiles run in it, side by side, under
-chroot (as `buildah run --isolation chroot` would, without needing a container image for a throw-away stage), with
-NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*). The modules are
-stripped of debug info and cached by (module source version, kernel, flavour, signing key), so a failed push never
-recompiles. Needs root (chroot), as buildah here does.
+and Debian's `nvidia-kernel-source` or `nvidia-open-kernel-source`: the flavour built), one for every kernel (made
+once with the headers of the kernels a run builds, later kernels and flavours added to it), cached; the compiles run
+in it, side by side, under chroot (as `buildah run --isolation chroot` would, without needing a container image for
+a throw-away stage), with NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets
+NV_KERNEL_*). The modules are stripped of debug info and cached by (module source version, kernel, flavour, signing
+key), so a failed push never recompiles. Needs root (chroot), as buildah here does.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from gpualign.errors import BadInput, GpualignError
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
             "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
-BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "kmod", "xz-utils", "nvidia-kernel-source",
-                  "nvidia-open-kernel-source")
+BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "kmod", "xz-utils")  # and a flavour's source, when one is built
 Progress = Callable[[str], None]
 
 
@@ -84,13 +83,14 @@ def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 36
 
 
 def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None,
-                 together: tuple[str, ...] = ()) -> Path:
-    """The bookworm build root, with `kernel`'s headers installed (cached; one root for every kernel, made
-    atomically: a half-made root is never used). Made for the first time, it gets the headers of the kernels in
-    `together` too (the other kernels of this run), in one mmdebstrap; a kernel that comes later is added to it
-    with apt-get in the root."""
+                 together: tuple[str, ...] = (), flavour: str | None = None) -> Path:
+    """The bookworm build root, with `kernel`'s headers installed, and the module source of `flavour` when one is
+    given (cached; one root for every kernel, made atomically: a half-made root is never used). Made for the first
+    time, it gets the headers of the kernels in `together` too (the other kernels of this run), in one mmdebstrap;
+    a kernel or a flavour's source that comes later is added to it with apt-get in the root. Only the flavour asked
+    for is installed: the other's source is 30-45 MB more to download before the first compile can start."""
     with file_lock(f"root-{archive.suite}.lock"):
-        return _builder_root(archive, kernel, progress, together)
+        return _builder_root(archive, kernel, progress, together, flavour)
 
 
 def _root(archive: Archive) -> Path:
@@ -103,34 +103,65 @@ def root_ready(archive: Archive, kernel: str) -> bool:
     return (root / ".complete").exists() and (root / ".kernels" / kernel).exists()
 
 
-def _builder_root(archive: Archive, kernel: str, progress: Progress, together: tuple[str, ...]) -> Path:
+def _has_source(root: Path, flavour: str) -> bool:
+    """The flavour's module source is in the root (a root made before sources were installed per flavour had both:
+    dpkg in the root says so, and the marker is written then)."""
+    if (root / ".sources" / flavour).exists():
+        return True
+    installed = subprocess.run(["chroot", str(root / "rootfs"), "dpkg-query", "-W", "-f=${Status}",
+                                FLAVOURS[flavour][0]], capture_output=True, text=True)
+    if installed.returncode == 0 and installed.stdout.endswith(" installed"):
+        (root / ".sources").mkdir(exist_ok=True)
+        (root / ".sources" / flavour).write_text(FLAVOURS[flavour][0] + "\n")
+        return True
+    return False
+
+
+def _add_to_root(root: Path, packages: list[str], what: str, log: Path, progress: Progress) -> None:
+    rootfs = root / "rootfs"
+    progress(f"build root: adding {', '.join(packages)}")
+    shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")  # apt in the root resolves names
+    _run(["chroot", str(rootfs), "/bin/sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+          f"apt-get install -y -qq --no-install-recommends {' '.join(packages)}"], f"adding {what} to the build root",
+         log)
+
+
+def _builder_root(archive: Archive, kernel: str, progress: Progress, together: tuple[str, ...],
+                  flavour: str | None) -> Path:
     root = _root(archive)
     rootfs = root / "rootfs"
     if (root / ".complete").exists():
         if not (root / ".kernels" / kernel).exists():
             headers = archive.require_headers(kernel)
-            progress(f"build root: adding {headers}")
-            shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")  # apt in the root resolves names
-            _run(["chroot", str(rootfs), "/bin/sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                  f"apt-get install -y -qq --no-install-recommends {headers}"], f"adding {headers} to the build root",
-                 root / f"add-{kernel}.log")
+            _add_to_root(root, [headers], headers, root / f"add-{kernel}.log", progress)
             (root / ".kernels" / kernel).write_text(headers + "\n")
+        if flavour is not None and not _has_source(root, flavour):
+            source = FLAVOURS[flavour][0]
+            _add_to_root(root, [source], source, root / f"add-{source}.log", progress)
+            (root / ".sources").mkdir(exist_ok=True)
+            (root / ".sources" / flavour).write_text(source + "\n")
         return rootfs
     kernels = list(dict.fromkeys((kernel, *together)))
     packages = [archive.require_headers(k) for k in kernels]
+    sources = [FLAVOURS[flavour][0]] if flavour is not None else []
     if os.geteuid() != 0:
         raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
     root.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"build root: mmdebstrap {archive.suite} with {', '.join(packages)} and NVIDIA's module source")
+    progress(f"build root: mmdebstrap {archive.suite} with {', '.join((*packages, *sources))}")
     with tempfile.TemporaryDirectory(prefix=f"{root.name}.", dir=root.parent) as tmp:
         staging = Path(tmp) / "root"
         staging.mkdir()
         _run(["mmdebstrap", "--quiet", "--variant=apt", "--components=main,contrib,non-free,non-free-firmware",
-              f"--include={','.join((*BUILD_PACKAGES, *packages))}", archive.suite, str(staging / "rootfs"),
-              *archive.source_lines()], f"mmdebstrap for {', '.join(kernels)}", Path(tmp) / "mmdebstrap.log")
+              f"--include={','.join((*BUILD_PACKAGES, *packages, *sources))}", archive.suite,
+              str(staging / "rootfs"), *archive.source_lines()], f"mmdebstrap for {', '.join(kernels)}",
+             Path(tmp) / "mmdebstrap.log")
         (staging / ".kernels").mkdir()
         for k, h in zip(kernels, packages, strict=True):
             (staging / ".kernels" / k).write_text(h + "\n")
+        (staging / ".sources").mkdir()
+        for source in sources:
+            assert flavour is not None
+            (staging / ".sources" / flavour).write_text(source + "\n")
         (staging / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
         shutil.rmtree(root, ignore_errors=True)
         os.replace(staging, root)
@@ -164,7 +195,7 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package, tarball, subdir = FLAVOURS[flavour]
-    rootfs = builder_root(archive, kernel, progress, together)
+    rootfs = builder_root(archive, kernel, progress, together, flavour)
     version = _installed_version(rootfs, package)
     out = modules_dir(kernel, flavour, version, None)
     if (out / ".complete").exists():
