@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
-from tests.operator_helpers import check_json, operator_driver_pods
+from tests.operator_helpers import check_json, operator_driver_pods, wait_operator_pod
 
 pytestmark = pytest.mark.lab
 
@@ -61,9 +61,7 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
     assert added.code == 0, added.err
 
     # 1. the operator deploys it at once, and its pod cannot pull: no alarm rings but check's
-    pod = wait_for(lambda: (p := operator_driver_pods(lab).get("deb-n1")) and p["state"] in ("ImagePullBackOff",
-                                                                                             "ErrImagePull") and p,
-                   timeout=60, what="deb-n1's operator pod failing to pull")
+    pod = wait_operator_pod(lab, "deb-n1", ("ImagePullBackOff", "ErrImagePull"))
     assert pod["image"] == f"{lab.registry}/nvidia/driver:{NEW_TAG}"
     code, data, err = check_json(lab, *selector)
     (node,) = data["nodes"]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
-from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig
+from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig, wait_operator_pod
 
 pytestmark = pytest.mark.lab
 
@@ -61,7 +61,7 @@ def test_a_new_node_is_flagged_from_the_ledger_as_the_operator_deploys_it(oplab)
     node = data["nodes"][0]
     assert code == 1 and node["status"] == "missing"
     assert node["image"] == f"{oplab.registry}/nvidia/driver:595-6.8.0-50-generic-ubuntu24.04"
-    pod = wait_for(lambda: operator_driver_pods(oplab).get("gpu-n1"), timeout=60, what="the operator's pod")
+    pod = wait_operator_pod(oplab, "gpu-n1")  # gpu-m1's pool is never ready: the operator may take a while
     assert pod["image"] == node["image"]
     wait_for(lambda: operator_driver_pods(oplab)["gpu-n1"]["state"] in ("ImagePullBackOff", "ErrImagePull"),
              timeout=30, what="the failed pull")
