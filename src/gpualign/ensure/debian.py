@@ -1,12 +1,10 @@
 """The Debian 12 recipe, run for real: NVIDIA's kernel modules compiled against one kernel's headers.
 
-The builder stage is a bookworm root made by mmdebstrap (gcc, make, kmod, the kernel's `linux-headers-<kernel>`,
-and Debian's `nvidia-kernel-source` or `nvidia-open-kernel-source`: the flavour built), one for every kernel (made
-once with the headers of the kernels a run builds, later kernels and flavours added to it), cached; the compiles run
-in it, side by side, under chroot (as `buildah run --isolation chroot` would, without needing a container image for
-a throw-away stage), with NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets
-NV_KERNEL_*). The modules are stripped of debug info and cached by (module source version, kernel, flavour, signing
-key), so a failed push never recompiles. Needs root (chroot), as buildah here does.
+The compiles run in a build root (`ensure.buildroot`: a bookworm tree with gcc, the kernels' `linux-headers-<kernel>`
+and Debian's `nvidia-kernel-source` or `nvidia-open-kernel-source`, the flavour built), side by side, under chroot,
+with NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*). The modules are
+stripped of debug info and cached by (module source version, kernel, flavour, signing key), so a failed push never
+recompiles. Needs root (chroot), as buildah here does.
 """
 
 from __future__ import annotations
@@ -21,12 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.ensure.archive import Archive, cache_root, file_lock
+from gpualign.ensure import buildroot
+from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.errors import BadInput, GpualignError
 
-FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
-            "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
-BUILD_PACKAGES = ("gcc", "make", "libc6-dev", "kmod", "xz-utils")  # and a flavour's source, when one is built
 Progress = Callable[[str], None]
 
 
@@ -82,106 +79,6 @@ def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 36
     return usage.ru_utime + usage.ru_stime
 
 
-def builder_root(archive: Archive, kernel: str, progress: Progress = lambda _m: None,
-                 together: tuple[str, ...] = (), flavour: str | None = None) -> Path:
-    """The bookworm build root, with `kernel`'s headers installed, and the module source of `flavour` when one is
-    given (cached; one root for every kernel, made atomically: a half-made root is never used). Made for the first
-    time, it gets the headers of the kernels in `together` too (the other kernels of this run), in one mmdebstrap;
-    a kernel or a flavour's source that comes later is added to it with apt-get in the root. Only the flavour asked
-    for is installed: the other's source is 30-45 MB more to download before the first compile can start."""
-    with file_lock(f"root-{archive.suite}.lock"):
-        return _builder_root(archive, kernel, progress, together, flavour)
-
-
-def _root(archive: Archive) -> Path:
-    return cache_root() / "roots" / archive.suite
-
-
-def root_ready(archive: Archive, kernel: str) -> bool:
-    """The build root is cached with the kernel's headers installed in it."""
-    root = _root(archive)
-    return (root / ".complete").exists() and (root / ".kernels" / kernel).exists()
-
-
-def _has_source(root: Path, flavour: str) -> bool:
-    """The flavour's module source is in the root (a root made before sources were installed per flavour had both:
-    dpkg in the root says so, and the marker is written then)."""
-    if (root / ".sources" / flavour).exists():
-        return True
-    installed = subprocess.run(["chroot", str(root / "rootfs"), "dpkg-query", "-W", "-f=${Status}",
-                                FLAVOURS[flavour][0]], capture_output=True, text=True)
-    if installed.returncode == 0 and installed.stdout.endswith(" installed"):
-        (root / ".sources").mkdir(exist_ok=True)
-        (root / ".sources" / flavour).write_text(FLAVOURS[flavour][0] + "\n")
-        return True
-    return False
-
-
-def _add_to_root(root: Path, packages: list[str], what: str, log: Path, progress: Progress) -> None:
-    rootfs = root / "rootfs"
-    progress(f"build root: adding {', '.join(packages)}")
-    shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")  # apt in the root resolves names
-    _run(["chroot", str(rootfs), "/bin/sh", "-c", "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-          f"apt-get install -y -qq --no-install-recommends {' '.join(packages)}"], f"adding {what} to the build root",
-         log)
-
-
-def _builder_root(archive: Archive, kernel: str, progress: Progress, together: tuple[str, ...],
-                  flavour: str | None) -> Path:
-    root = _root(archive)
-    rootfs = root / "rootfs"
-    if (root / ".complete").exists():
-        if not (root / ".kernels" / kernel).exists():
-            headers = archive.require_headers(kernel)
-            _add_to_root(root, [headers], headers, root / f"add-{kernel}.log", progress)
-            (root / ".kernels" / kernel).write_text(headers + "\n")
-        if flavour is not None and not _has_source(root, flavour):
-            source = FLAVOURS[flavour][0]
-            _add_to_root(root, [source], source, root / f"add-{source}.log", progress)
-            (root / ".sources").mkdir(exist_ok=True)
-            (root / ".sources" / flavour).write_text(source + "\n")
-        return rootfs
-    kernels = list(dict.fromkeys((kernel, *together)))
-    packages = [archive.require_headers(k) for k in kernels]
-    sources = [FLAVOURS[flavour][0]] if flavour is not None else []
-    if os.geteuid() != 0:
-        raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"build root: mmdebstrap {archive.suite} with {', '.join((*packages, *sources))}")
-    with tempfile.TemporaryDirectory(prefix=f"{root.name}.", dir=root.parent) as tmp:
-        staging = Path(tmp) / "root"
-        staging.mkdir()
-        _run(["mmdebstrap", "--quiet", "--variant=apt", "--components=main,contrib,non-free,non-free-firmware",
-              f"--include={','.join((*BUILD_PACKAGES, *packages, *sources))}", archive.suite,
-              str(staging / "rootfs"), *archive.source_lines()], f"mmdebstrap for {', '.join(kernels)}",
-             Path(tmp) / "mmdebstrap.log")
-        (staging / ".kernels").mkdir()
-        for k, h in zip(kernels, packages, strict=True):
-            (staging / ".kernels" / k).write_text(h + "\n")
-        (staging / ".sources").mkdir()
-        for source in sources:
-            assert flavour is not None
-            (staging / ".sources" / flavour).write_text(source + "\n")
-        (staging / ".complete").write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
-        shutil.rmtree(root, ignore_errors=True)
-        os.replace(staging, root)
-    for old in root.parent.glob(f"{archive.suite}-*"):  # one root per kernel, as gpualign kept them before
-        if (old / ".complete").exists():
-            shutil.rmtree(old, ignore_errors=True)
-    return rootfs
-
-
-def _installed_version(rootfs: Path, package: str) -> str:
-    try:
-        res = subprocess.run(["chroot", str(rootfs), "dpkg-query", "-W", "-f=${Version}", package],
-                             capture_output=True, text=True)
-    except FileNotFoundError:
-        raise BadInput("chroot is not installed (coreutils): the modules are compiled in a chroot") from None
-    if res.returncode != 0 or not res.stdout:
-        raise BuildError(f"{package} is not installed in the build root {rootfs}")
-    return res.stdout.split("-", 1)[0].split("+", 1)[0]
-
-
 def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | None) -> Path:
     """signing: the signing certificate's SHA-256 (None: the unsigned modules, as compiled)."""
     return cache_root() / "modules" / driver_version / kernel / flavour / (f"signed-{signing[:16]}" if signing
@@ -191,16 +88,38 @@ def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | N
 def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
                     progress: Progress = lambda _m: None, together: tuple[str, ...] = ()) -> Built:
     """NVIDIA's modules for one kernel, unsigned, from the cache when built before from the same source (signing,
-    when asked for, is a step after this one: ensure.sign)."""
+    when asked for, is a step after this one: ensure.sign). The build root is made only for a compile."""
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
-    package, tarball, subdir = FLAVOURS[flavour]
-    rootfs = builder_root(archive, kernel, progress, together, flavour)
-    version = _installed_version(rootfs, package)
+    package = FLAVOURS[flavour][0]
+    # cached modules of the source a cached root has (found offline), or of the one Debian serves now
+    known = [buildroot.upstream(r.packages[package]) for r in buildroot.roots(archive) if package in r.packages]
+    for version in dict.fromkeys(known):
+        cached = _cached(kernel, flavour, version, progress)
+        if cached is not None:
+            return cached
+    cached = _cached(kernel, flavour, archive.module_source_version(open_flavour=flavour == "open"), progress)
+    if cached is not None:
+        return cached
+    with buildroot.held(archive, kernel, flavour, together=together, progress=progress) as root:
+        version = root.version(package)
+        cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
+        return cached if cached is not None else _compile(root, kernel, flavour, version, jobs, progress)
+
+
+def _cached(kernel: str, flavour: str, version: str, progress: Progress) -> Built | None:
     out = modules_dir(kernel, flavour, version, None)
-    if (out / ".complete").exists():
-        progress(f"modules: cached ({version}, {kernel}, {flavour})")
-        return Built(kernel, flavour, version, out, 0.0, True)
+    if not (out / ".complete").exists():
+        return None
+    progress(f"modules: cached ({version}, {kernel}, {flavour})")
+    return Built(kernel, flavour, version, out, 0.0, True)
+
+
+def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs: int,
+             progress: Progress) -> Built:
+    _package, tarball, subdir = FLAVOURS[flavour]
+    rootfs = root.rootfs
+    out = modules_dir(kernel, flavour, version, None)
     progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}; a few CPU-minutes)")
     work = f"/build/{flavour}-{kernel}"  # kernels compile side by side in the one root
     script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "

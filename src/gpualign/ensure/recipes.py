@@ -213,7 +213,7 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
 
 def debian(spec: TagSpec, driver_version: str, flavour: str) -> Recipe:
     """The recipe gpualign runs here (mmdebstrap and chroot instead of these stages), for building elsewhere."""
-    from gpualign.ensure.debian import FLAVOURS
+    from gpualign.ensure.buildroot import FLAVOURS
 
     package, tarball, subdir = FLAVOURS[flavour]
     k = spec.kernel

@@ -140,12 +140,12 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
 
 
 def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
-    from gpualign.ensure import debian, image, kmod, sign
+    from gpualign.ensure import buildroot, debian, image, kmod, sign
 
     archive = opts.archive
     t0 = time.monotonic()
     say(spec.tag, f"headers: linux-headers-{spec.kernel}")
-    if not debian.root_ready(archive, spec.kernel):  # a cached build root has them installed
+    if not buildroot.ready(archive, spec.kernel):  # a cached build root has them
         archive.require_headers(spec.kernel)
     out.seconds["headers"] = time.monotonic() - t0
     if opts.modules_from is not None:
@@ -166,10 +166,10 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
                           f"{spec.branch}; nothing pushed")
     if opts.signing is not None:
         t0 = time.monotonic()
-        rootfs = debian.builder_root(archive, spec.kernel, progress=lambda m: say(spec.tag, m))
         flavour = opts.flavour if opts.modules_from is None else "given-" + image.modules_key(modules)[:16]
-        modules = sign.sign_modules(rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
-                                    progress=lambda m: say(spec.tag, m))
+        with buildroot.held(archive, spec.kernel, progress=lambda m: say(spec.tag, m)) as root:  # sign-file
+            modules = sign.sign_modules(root.rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
+                                        progress=lambda m: say(spec.tag, m))
         out.seconds["sign"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"verify: {len(modules)} modules against {spec.kernel}'s Module.symvers"

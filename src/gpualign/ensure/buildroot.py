@@ -1,0 +1,212 @@
+"""The build root: a bookworm tree holding a compiler, kernels' headers and NVIDIA's module source, in which the
+modules are compiled under chroot (as `buildah run --isolation chroot` would, without a container image for a
+throw-away stage).
+
+It is made by mmdebstrap's `extract` variant: the packages are unpacked, not installed. The root is a compile's
+tools and inputs, never a system that boots or upgrades, so no maintainer script needs to run; the two things those
+scripts would do that a compile needs (the `awk` and `cc` alternatives) are made here. dpkg's per-file work
+(unpacking ~43,000 files to `.dpkg-new`, fsyncing and renaming each) was most of the root's cost and the longest
+step before the first compile could start (BENCHMARKS.md, "Ensure"). What went in is recorded in a manifest (package
+and version, read from the .deb files by an extract hook), since dpkg in the root knows nothing.
+
+Roots are keyed by content (the kernels' headers and the flavours' sources in them). A kernel or flavour that no
+root has gets a new root, with what this run needs and what the newest root had (up to MAX_KERNELS kernels), and the
+roots no compile is using are then removed. A compile holds its root shared while it runs, so no root is ever removed
+under it; roots are made one at a time, under a lock, and appear whole or not at all.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpualign.ensure.archive import Archive, cache_root, file_lock
+from gpualign.errors import BadInput, GpualignError
+
+FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
+            "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
+# What a compile runs besides the compiler: Essential packages are not implied in an extracted root, so the shell
+# and the utilities NVIDIA's conftest.sh and Kbuild call are named. gcc brings binutils (ld, strip).
+TOOLS = ("dash", "bash", "coreutils", "sed", "grep", "mawk", "findutils", "diffutils", "tar", "gzip", "xz-utils",
+         "gcc", "make", "libc6-dev", "kmod")
+ALTERNATIVES = {"usr/bin/awk": "mawk", "usr/bin/cc": "gcc"}  # what update-alternatives would have made
+MAX_KERNELS = 4  # a new root carries the newest root's kernels over while it stays this small
+Progress = Callable[[str], None]
+
+
+class RootError(GpualignError):
+    """The build root could not be made (exit 1: nothing was built)."""
+
+    exit_code = 1
+    word = "failed"
+
+
+@dataclass(frozen=True)
+class Root:
+    path: Path  # the directory holding rootfs/ and manifest.json
+    kernels: dict[str, str] = field(default_factory=dict)  # kernel -> its headers package
+    flavours: tuple[str, ...] = ()
+    packages: dict[str, str] = field(default_factory=dict)  # package -> version, as extracted
+
+    @property
+    def rootfs(self) -> Path:
+        return self.path / "rootfs"
+
+    def version(self, package: str) -> str:
+        """The upstream version of a package in the root (535.261.03 for 535.261.03-1~deb12u1)."""
+        full = self.packages.get(package)
+        if not full:
+            raise RootError(f"{package} is not in the build root {self.rootfs}")
+        return upstream(full)
+
+    def has(self, kernel: str, flavour: str | None) -> bool:
+        return kernel in self.kernels and (flavour is None or flavour in self.flavours)
+
+
+def upstream(version: str) -> str:
+    """A Debian version's upstream part: 535.261.03 for 535.261.03-1~deb12u1."""
+    return version.split(":", 1)[-1].split("-", 1)[0].split("+", 1)[0]
+
+
+def _base(archive: Archive) -> Path:
+    return cache_root() / "build-roots" / archive.suite
+
+
+def _use_lock(root: Path) -> Path:
+    return root.parent / f"{root.name}.use"
+
+
+def roots(archive: Archive) -> list[Root]:
+    """The complete roots, newest first."""
+    found = []
+    for manifest in _base(archive).glob("*/manifest.json"):
+        try:
+            data = json.loads(manifest.read_text())
+            found.append((manifest.stat().st_mtime, Root(manifest.parent, dict(data["kernels"]),
+                                                         tuple(data["flavours"]), dict(data["packages"]))))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a root being removed, or from another version: not used
+    return [r for _t, r in sorted(found, key=lambda tr: tr[0], reverse=True)]
+
+
+def ready(archive: Archive, kernel: str) -> bool:
+    """A cached root has the kernel's headers."""
+    return any(kernel in r.kernels for r in roots(archive))
+
+
+@contextmanager
+def held(archive: Archive, kernel: str, flavour: str | None = None, *, together: tuple[str, ...] = (),
+         progress: Progress = lambda _m: None) -> Iterator[Root]:
+    """A root with `kernel`'s headers (and `flavour`'s module source, when given), held so that it is not removed
+    while the caller uses it. Made when no cached root has them, with the headers of the kernels in `together` too
+    (the other kernels of this run), so one root serves a run."""
+    if flavour is not None and flavour not in FLAVOURS:
+        raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
+    with file_lock(f"root-{archive.suite}.lock"):
+        existing = roots(archive)
+        root = next((r for r in existing if r.has(kernel, flavour) and _current(archive, r, flavour)), None)
+        if root is None:
+            root = _make(archive, _wanted(archive, existing, kernel, flavour, together), progress)
+        handle = _use_lock(root.path).open("w")
+        fcntl.flock(handle, fcntl.LOCK_SH)  # taken under the root lock: no one removes it between
+        if root.path not in {r.path for r in existing}:
+            _remove_unused(archive, keep=root.path)
+    try:
+        yield root
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _current(archive: Archive, root: Root, flavour: str | None) -> bool:
+    """The root's module source is the one Debian serves now (a root made before an update is not compiled in)."""
+    if flavour is None:
+        return True
+    package = FLAVOURS[flavour][0]
+    return root.packages.get(package) == archive.version_of(package)
+
+
+def _wanted(archive: Archive, existing: list[Root], kernel: str, flavour: str | None,
+            together: tuple[str, ...]) -> tuple[dict[str, str], tuple[str, ...]]:
+    kernels = list(dict.fromkeys((kernel, *together)))
+    flavours = [flavour] if flavour is not None else []
+    if existing:  # carry the newest root's contents over, while the new root stays small
+        newest = existing[0]
+        carried = [k for k in newest.kernels if k not in kernels]
+        if len(kernels) + len(carried) <= MAX_KERNELS:
+            kernels += [k for k in carried if archive.version_of(newest.kernels[k]) is not None]  # still served
+            flavours += [f for f in newest.flavours if f not in flavours]
+    return {k: archive.require_headers(k) for k in kernels}, tuple(flavours)
+
+
+def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], progress: Progress) -> Root:
+    kernels, flavours = wanted
+    if os.geteuid() != 0:
+        raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
+    sources = [FLAVOURS[f][0] for f in flavours]
+    packages = [*TOOLS, *kernels.values(), *sources]
+    key = hashlib.sha256(" ".join(sorted(packages)).encode()).hexdigest()[:16]
+    final = _base(archive) / key
+    final.parent.mkdir(parents=True, exist_ok=True)
+    progress(f"build root: mmdebstrap (extract) {archive.suite} with {', '.join((*kernels.values(), *sources))}")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f".{key}.", dir=final.parent) as tmp:
+        staging = Path(tmp) / "root"
+        staging.mkdir()
+        listing = Path(tmp) / "packages.tsv"
+        log = Path(tmp) / "mmdebstrap.log"
+        hook = ('for deb in "$1"/var/cache/apt/archives/*.deb; do '
+                "dpkg-deb --show --showformat='${Package}\\t${Version}\\n' \"$deb\"; done > \"$GPUALIGN_LISTING\"")
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract",
+               "--components=main,contrib,non-free,non-free-firmware", f"--include={','.join(packages)}",
+               f"--extract-hook={hook}", archive.suite, str(staging / "rootfs"), *archive.source_lines()]
+        try:
+            with log.open("w") as out:
+                proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                      env={**os.environ, "GPUALIGN_LISTING": str(listing)})
+        except FileNotFoundError:
+            raise BadInput("mmdebstrap is not installed (scripts/install-debs installs it)") from None
+        if proc.returncode != 0:
+            tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            if "No space left on device" in tail:
+                raise RootError(f"making the build root: the disk is full ({cache_root()}): free space and run "
+                                "again")
+            raise RootError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
+        versions = dict(line.split("\t", 1) for line in listing.read_text().splitlines() if "\t" in line)
+        missing = [p for p in packages if p not in versions]
+        if missing:
+            raise RootError(f"the build root lacks {', '.join(missing)} after mmdebstrap; log: {log}")
+        rootfs = staging / "rootfs"
+        for link, target in ALTERNATIVES.items():
+            if not (rootfs / link).exists():
+                (rootfs / link).symlink_to(target)
+        (staging / "manifest.json").write_text(json.dumps(
+            {"suite": archive.suite, "kernels": kernels, "flavours": list(flavours), "packages": versions,
+             "made": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.monotonic() - t0, 1)}, indent=1))
+        shutil.rmtree(final, ignore_errors=True)  # a root of the same content left half-removed
+        os.replace(staging, final)
+    return Root(final, kernels, flavours, versions)
+
+
+def _remove_unused(archive: Archive, keep: Path) -> None:
+    """Remove the roots other than `keep` that no compile holds (and the single root older versions kept)."""
+    shutil.rmtree(cache_root() / "roots" / archive.suite, ignore_errors=True)
+    for path in [p for p in _base(archive).iterdir() if p.is_dir() and p != keep]:
+        use = _use_lock(path)
+        with use.open("w") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a compile is using it: the next new root removes it
+            shutil.rmtree(path, ignore_errors=True)
+            use.unlink(missing_ok=True)

@@ -1,0 +1,135 @@
+"""The build root's bookkeeping: which cached root serves a compile, what a new root carries over, and that a root a
+compile holds is never removed. (Making a root for real, with mmdebstrap, is in tests/integration/test_ensure_build.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpualign.ensure import buildroot
+
+
+class FakeArchive:
+    suite = "bookworm"
+
+    def __init__(self, served: dict[str, str]) -> None:
+        self.served = served
+
+    def version_of(self, package: str) -> str | None:
+        return self.served.get(package)
+
+    def require_headers(self, kernel: str) -> str:
+        package = f"linux-headers-{kernel}"
+        assert package in self.served, f"asked for {package}, which the archive does not serve"
+        return package
+
+
+def fake_root(cache: Path, key: str, kernels: list[str], flavours: list[str], source: str = "535.261.03-1",
+              age: int = 0) -> Path:
+    path = cache / "ensure" / "build-roots" / "bookworm" / key
+    (path / "rootfs").mkdir(parents=True)
+    packages = {f"linux-headers-{k}": "6.1.1-1" for k in kernels}
+    packages |= {buildroot.FLAVOURS[f][0]: source for f in flavours}
+    (path / "manifest.json").write_text(json.dumps({"kernels": {k: f"linux-headers-{k}" for k in kernels},
+                                                    "flavours": flavours, "packages": packages}))
+    os.utime(path / "manifest.json", (1_000_000 + age, 1_000_000 + age))
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def test_upstream_version_drops_epoch_debian_revision_and_repack_suffix() -> None:
+    assert buildroot.upstream("535.261.03-1~deb12u1") == "535.261.03"
+    assert buildroot.upstream("1:535.309.01+dfsg-2") == "535.309.01"
+
+
+def test_roots_are_listed_newest_first_and_a_broken_manifest_is_skipped(cache: Path) -> None:
+    fake_root(cache, "old", ["6.1.0-47-amd64"], [], age=1)
+    fake_root(cache, "new", ["6.1.0-50-amd64"], [], age=2)
+    broken = cache / "ensure" / "build-roots" / "bookworm" / "broken"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{not json")
+    assert [r.path.name for r in buildroot.roots(FakeArchive({}))] == ["new", "old"]  # type: ignore[arg-type]
+    assert buildroot.ready(FakeArchive({}), "6.1.0-47-amd64")  # type: ignore[arg-type]
+    assert not buildroot.ready(FakeArchive({}), "6.1.0-99-amd64")  # type: ignore[arg-type]
+
+
+def test_a_cached_root_with_the_kernel_and_the_current_source_is_used(cache: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    path = fake_root(cache, "r1", ["6.1.0-47-amd64", "6.1.0-50-amd64"], ["proprietary"])
+    monkeypatch.setattr(buildroot, "_make", lambda *a: pytest.fail("a new root was made"))
+    archive = FakeArchive({"nvidia-kernel-source": "535.261.03-1"})
+    with buildroot.held(archive, "6.1.0-50-amd64", "proprietary") as root:  # type: ignore[arg-type]
+        assert root.path == path and root.version("nvidia-kernel-source") == "535.261.03"
+    with buildroot.held(archive, "6.1.0-47-amd64") as root:  # type: ignore[arg-type]  # no flavour: sign-file
+        assert root.path == path
+
+
+def test_a_root_whose_source_debian_has_replaced_is_not_compiled_in(cache: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_root(cache, "r1", ["6.1.0-47-amd64"], ["proprietary"], source="535.261.03-1")
+    made: list[tuple[dict[str, str], tuple[str, ...]]] = []
+
+    def make(archive: object, wanted: tuple[dict[str, str], tuple[str, ...]], progress: object) -> buildroot.Root:
+        made.append(wanted)
+        return buildroot.Root(fake_root(cache, "r2", list(wanted[0]), list(wanted[1]), source="535.309.01-1"),
+                              wanted[0], wanted[1], {"nvidia-kernel-source": "535.309.01-1"})
+
+    monkeypatch.setattr(buildroot, "_make", make)
+    archive = FakeArchive({"nvidia-kernel-source": "535.309.01-1", "linux-headers-6.1.0-47-amd64": "6.1.1-1"})
+    with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as root:  # type: ignore[arg-type]
+        assert root.version("nvidia-kernel-source") == "535.309.01"
+    assert made == [({"6.1.0-47-amd64": "linux-headers-6.1.0-47-amd64"}, ("proprietary",))]
+    assert [r.path.name for r in buildroot.roots(archive)] == ["r2"]  # type: ignore[arg-type]  # r1 removed
+
+
+def test_a_new_root_carries_the_newest_roots_kernels_that_the_archive_still_serves(cache: Path,
+                                                                                   monkeypatch: pytest.MonkeyPatch
+                                                                                   ) -> None:
+    fake_root(cache, "r1", ["6.1.0-41-amd64", "6.1.0-47-amd64"], ["open"])
+    archive = FakeArchive({f"linux-headers-6.1.0-{n}-amd64": "1" for n in (47, 50, 51)})  # 41 is gone
+    kernels, flavours = buildroot._wanted(archive, buildroot.roots(archive),  # type: ignore[arg-type]
+                                          "6.1.0-50-amd64", "proprietary", ("6.1.0-51-amd64",))
+    assert list(kernels) == ["6.1.0-50-amd64", "6.1.0-51-amd64", "6.1.0-47-amd64"]
+    assert flavours == ("proprietary", "open")
+
+
+def test_a_new_root_stays_small_rather_than_carrying_everything(cache: Path) -> None:
+    fake_root(cache, "r1", [f"6.1.0-{n}-amd64" for n in (40, 41, 42)], ["open"])
+    archive = FakeArchive({f"linux-headers-6.1.0-{n}-amd64": "1" for n in range(40, 52)})
+    kernels, flavours = buildroot._wanted(archive, buildroot.roots(archive),  # type: ignore[arg-type]
+                                          "6.1.0-50-amd64", "proprietary", ("6.1.0-51-amd64",))
+    assert list(kernels) == ["6.1.0-50-amd64", "6.1.0-51-amd64"]  # 5 kernels would pass MAX_KERNELS
+    assert flavours == ("proprietary",)
+
+
+def test_a_root_a_compile_holds_is_not_removed_and_a_free_one_is(cache: Path) -> None:
+    archive = FakeArchive({"nvidia-kernel-source": "535.261.03-1"})
+    busy = fake_root(cache, "busy", ["6.1.0-47-amd64"], ["proprietary"], age=1)
+    free = fake_root(cache, "free", ["6.1.0-41-amd64"], [], age=0)
+    keep = fake_root(cache, "keep", ["6.1.0-50-amd64"], [], age=2)
+    inside, release = threading.Event(), threading.Event()
+
+    def compile_in_busy() -> None:
+        with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as root:  # type: ignore[arg-type]
+            assert root.path == busy
+            inside.set()
+            release.wait(10)
+
+    t = threading.Thread(target=compile_in_busy)
+    t.start()
+    assert inside.wait(10)
+    buildroot._remove_unused(archive, keep=keep)  # type: ignore[arg-type]
+    assert busy.exists() and keep.exists() and not free.exists()
+    release.set()
+    t.join(10)
+    buildroot._remove_unused(archive, keep=keep)  # type: ignore[arg-type]
+    assert not busy.exists() and keep.exists()
