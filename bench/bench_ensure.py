@@ -37,7 +37,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from gpualign.ensure import recipes, tagspec  # noqa: E402
-from gpualign.ensure.image import BASE  # noqa: E402
 from gpualign.lab.processes import free_port  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
 
@@ -117,6 +116,20 @@ def buildah(env: dict[str, str], cache: Path, *args: str) -> list[str]:
     return ["buildah", "--root", str(s / "storage"), "--runroot", str(s / "run"), "--storage-driver", "vfs", *args]
 
 
+def make_naive_base(env: dict[str, str], cache: Path, work: Path) -> str:
+    """debian:bookworm for the naive builds (not timed): a minbase with apt, as NVIDIA's Containerfiles start from
+    (gpualign's own image base has no apt: its modules are compiled elsewhere)."""
+    name = "localhost/bench-naive-base:bookworm"
+    tar = work / "naive-base.tar"
+    subprocess.run(["mmdebstrap", "--quiet", "--variant=minbase", "bookworm", str(tar)], check=True)
+    ctr = subprocess.run(buildah(env, cache, "from", "scratch"), check=True, capture_output=True,
+                         text=True).stdout.strip()
+    subprocess.run(buildah(env, cache, "add", "--quiet", ctr, str(tar), "/"), check=True)
+    subprocess.run(buildah(env, cache, "commit", "--quiet", ctr, name), check=True, capture_output=True)
+    subprocess.run(buildah(env, cache, "rm", ctr), check=True, capture_output=True)
+    return name
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", nargs="+", default=["6.1.0-47-amd64", "6.1.0-50-amd64"])
@@ -173,6 +186,7 @@ def main() -> int:
         print(f"image: {row['image']}", flush=True)
 
         if not args.no_naive:
+            naive_base = make_naive_base(env, cache, work)
             naive_total, naive_rows = 0.0, {}
             for tag in tags:
                 spec = tagspec.parse(tag)
@@ -184,8 +198,8 @@ def main() -> int:
                     (ctx / name).chmod(0o755)
                 print(f"naive: buildah bud {tag} (a full build, no layer cache) ...", flush=True)
                 bud_wall, bud_cpu, _ = timed(buildah(env, cache, "bud", "--quiet", "--layers=false", "--isolation",
-                                                     "chroot", "--build-arg", f"BUILDER_BASE={BASE}",
-                                                     "--build-arg", f"FINAL_BASE={BASE}", "-t",
+                                                     "chroot", "--build-arg", f"BUILDER_BASE={naive_base}",
+                                                     "--build-arg", f"FINAL_BASE={naive_base}", "-t",
                                                      f"localhost/naive:{tag}", str(ctx)), env, f"naive build {tag}")
                 push_wall, _, _ = timed(buildah(env, cache, "push", "--quiet", "--tls-verify=false",
                                                 f"localhost/naive:{tag}", f"docker://{reg}/naive/driver:{tag}"),

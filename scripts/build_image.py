@@ -34,10 +34,14 @@ PACKAGES = ("python3", "python3-venv", "ca-certificates")
 EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 
 
-def buildah(*args: str, capture: bool = False) -> str:
+def buildah_cmd(*args: str) -> list[str]:
     storage = cache_root() / "containers"
-    cmd = ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "run"),
-           "--storage-driver", "vfs", *args]
+    return ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "run"),
+            "--storage-driver", "vfs", *args]
+
+
+def buildah(*args: str, capture: bool = False) -> str:
+    cmd = buildah_cmd(*args)
     proc = subprocess.run(cmd, capture_output=capture, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"build_image: {' '.join(cmd[7:9])} failed (exit {proc.returncode})"
@@ -108,7 +112,10 @@ def build_image() -> None:
         if Path(ca).exists():  # the host's trust (a TLS-inspecting proxy's CA) for pip inside the build only
             args += ["--volume", f"{ca}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt"]
         print(f"... image: buildah bud {IMAGE}", file=sys.stderr, flush=True)
+        replaced = buildah("images", "--quiet", "--no-trunc", IMAGE, capture=True) if has_image(IMAGE) else ""
         buildah(*args, str(ctx))
+        if replaced and replaced != buildah("images", "--quiet", "--no-trunc", IMAGE, capture=True):
+            subprocess.run(buildah_cmd("rmi", replaced), capture_output=True)  # the old build: no name is left on it
         print(f"... image built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
     for old in stamp.parent.glob(f"image-{__version__}-*.done"):
         old.unlink()

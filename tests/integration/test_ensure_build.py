@@ -14,6 +14,7 @@ from __future__ import annotations
 import http.server
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ import httpx2
 import pytest
 
 from gpualign.ensure.archive import Archive
+from gpualign.errors import Unreachable
 from gpualign.lab.processes import free_port
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.conftest import run_cli, start_lab
@@ -60,8 +62,10 @@ def modinfo(ko: Path, field: str) -> str:
                           check=True).stdout.strip()
 
 
-def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driver") -> tuple[dict, list[str]]:
-    """The image's config, and its files, with every .ko under /opt extracted into `into`."""
+def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driver",
+                   rootfs: Path | None = None) -> tuple[dict, list[str]]:
+    """The image's config, and its files, with every .ko under /opt extracted into `into` (and, given `rootfs`, all
+    its layers unpacked there, in order)."""
     reg = client(registry, repo)
     manifest = reg.manifest(tag)
     assert manifest is not None
@@ -72,6 +76,8 @@ def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driv
                           follow_redirects=True)
         assert blob.status_code == 200
         with tarfile.open(fileobj=io.BytesIO(blob.content)) as tf:
+            if rootfs is not None:
+                tf.extractall(rootfs)  # noqa: S202 - the image this test built
             for member in tf.getmembers():
                 names.append(member.name)
                 if member.name.endswith(".ko") and member.name.lstrip("./").startswith("opt/"):
@@ -133,12 +139,29 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
     assert clean.code == 0, clean.out + clean.err
     assert lab.cli("status", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "--fail-on-stuck").code == 0
 
-    config, files = pulled_modules(lab.registry, TAG, tmp_path)
+    rootfs = tmp_path / "image"
+    config, files = pulled_modules(lab.registry, TAG, tmp_path, rootfs=rootfs)
     labels = config["config"]["Labels"]
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
     assert labels["version"] == f"535-{KERNEL}" and labels["io.gpualign.kernel"] == KERNEL
     assert env["GPUALIGN_KERNEL"] == KERNEL and env["DRIVER_VERSION"].startswith("535.")
     assert config["config"]["Entrypoint"] == ["/usr/local/bin/gpualign-driver"]
+
+    # The entrypoint, run in the image's own files (chroot; PATH as a container runtime sets it): it refuses any
+    # kernel but its own, and on its own it loads with the image's modprobe (here this machine's kernel is named as
+    # the image's own, and there are no modules for it under /opt: modprobe itself says so)
+    host = os.uname().release
+    runtime = {**env, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    refused = subprocess.run(["chroot", str(rootfs), *config["config"]["Entrypoint"]], env=runtime,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"built and verified for kernel {KERNEL}, this node runs {host}: refusing to load" in refused.stderr
+    own = subprocess.run(["chroot", str(rootfs), *config["config"]["Entrypoint"]],
+                         env={**runtime, "GPUALIGN_KERNEL": host}, capture_output=True, text=True, timeout=60)
+    assert own.returncode != 0 and "refusing" not in own.stderr, own.stderr
+    assert f"modprobe: FATAL: Module nvidia not found in directory /opt/lib/modules/{host}" in own.stderr
+    # image scanners read the base's packages from dpkg's status.d, as in distroless images
+    assert (rootfs / "var/lib/dpkg/status.d/kmod").read_text().startswith("Package: kmod\n")
     assert f"opt/lib/modules/{KERNEL}/modules.dep" in {n.lstrip("./") for n in files}
     modules = sorted(tmp_path.glob("*.ko"))
     assert {m.name for m in modules} >= {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"}
@@ -200,7 +223,14 @@ def upstream(tmp_path):
     proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"127.0.0.1:{port}"
     reg = client(address)
-    wait_for(lambda: reg.tags() is not None, timeout=30, what="second registry")
+
+    def listening() -> bool:
+        try:
+            return reg.tags() is not None
+        except Unreachable:  # not listening yet
+            return False
+
+    wait_for(listening, timeout=30, what="second registry")
     yield address
     reg.close()
     proc.terminate()

@@ -65,5 +65,6 @@ def test_gpualign_runs_inside_the_image_pulled_back_from_the_registry(pushed):
         who = buildah("run", "--isolation", "chroot", ctr, "--", "id", "-u").stdout.strip()
     finally:
         buildah("rm", ctr, check=False)
+        buildah("rmi", pushed, check=False)  # the pulled name: a lab registry's port, never used again
     assert version.startswith(f"gpualign {__version__}\nrules: driver images named as GPU Operator v")
     assert who == "65532"

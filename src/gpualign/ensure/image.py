@@ -3,7 +3,8 @@
 Layout, as KMM and NVIDIA's precompiled images expect: the modules under `/opt/lib/modules/<kernel>/kernel/drivers/
 video/` with `depmod -b /opt` run for that kernel, a small entrypoint that refuses to load on any kernel but its
 own (NVIDIA's entrypoint never compares `uname -r` with the kernel it was built for), OCI labels and NVIDIA's
-`version=<branch>-<kernel>` label. The base is a minimal bookworm (sh and kmod) from mmdebstrap, cached.
+`version=<branch>-<kernel>` label. The base is a minimal bookworm (sh, coreutils and kmod) from mmdebstrap,
+cached.
 
 buildah pushes a tag only once every blob and the manifest are in place (the manifest PUT comes last), so a push
 that fails leaves no tag half-made; the digest is read back from the registry afterwards.
@@ -11,7 +12,9 @@ that fails leaves no tag half-made; the digest is read back from the registry af
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import shutil
@@ -25,8 +28,17 @@ from gpualign.ensure.debian import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput, GpualignError
 
-BASE = "localhost/gpualign-driver-base:bookworm"
-EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
+# The base: what the entrypoint runs (sh, uname, sleep, modprobe), unpacked, not installed (mmdebstrap's extract
+# variant: a driver image is never upgraded in place, so no maintainer script needs to run). Each package's control
+# data is kept in /var/lib/dpkg/status.d/<package>, as distroless images keep it, so image scanners still see every
+# package and version. 30 MB, where minbase was 131 MB.
+BASE_PACKAGES = ("dash", "coreutils", "kmod")
+BASE_HOOK = ('mkdir -p "$1"/var/lib/dpkg/status.d; for deb in "$1"/var/cache/apt/archives/*.deb; do '
+             'p=$(dpkg-deb -f "$deb" Package); { dpkg-deb -f "$deb"; echo "Status: install ok installed"; } '
+             '> "$1/var/lib/dpkg/status.d/$p"; done; '
+             'rm -rf "$1"/usr/share/man/* "$1"/usr/share/doc/* "$1"/usr/share/locale/* "$1"/usr/share/info/*')
+BASE_KEY = hashlib.sha256(repr((BASE_PACKAGES, BASE_HOOK)).encode()).hexdigest()[:12]  # a new recipe, a new base
+BASE = f"localhost/gpualign-driver-base:bookworm-{BASE_KEY}"
 ENTRYPOINT = """#!/bin/sh
 # gpualign precompiled NVIDIA driver: loads its modules only on the kernel they were built and verified for.
 set -eu
@@ -93,14 +105,13 @@ def ensure_base() -> str:
 
 
 def _ensure_base() -> str:
-    stamp = storage() / "driver-base.done"
+    stamp = storage() / f"driver-base-{BASE_KEY}.done"
     if stamp.exists() and BASE in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
         return BASE
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        cmd = ["mmdebstrap", "--quiet", "--variant=minbase", "--include=kmod",
-               *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDES),
-               '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*', "bookworm", str(tar)]
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--include={','.join(BASE_PACKAGES)}",
+               f"--extract-hook={BASE_HOOK}", "bookworm", str(tar)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")
@@ -140,8 +151,6 @@ def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> d
 
 def modules_key(modules: list[Path]) -> str:
     """What the image's content depends on besides the tag: the modules' bytes (SHA-256 over name and content)."""
-    import hashlib
-
     digest = hashlib.sha256()
     for ko in sorted(modules):
         digest.update(ko.name.encode() + b"\0")
@@ -156,10 +165,11 @@ def local_image(spec: TagSpec, key: str) -> str | None:
     local = f"localhost/gpualign-driver:{spec.tag}"
     try:
         found = buildah("inspect", "--type", "image", "--format",
-                        '{{index .OCIv1.Config.Labels "io.gpualign.modules-sha256"}}', local)
+                        '{{index .OCIv1.Config.Labels "io.gpualign.modules-sha256"}} '
+                        '{{index .OCIv1.Config.Labels "io.gpualign.base"}}', local)
     except BuildError:
         return None  # no such image
-    return local if found.strip() == key else None
+    return local if found.split() == [key, BASE] else None
 
 
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
@@ -189,12 +199,23 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
             for name, value in labels(spec, driver_version, verified).items():
                 config += ["--label", f"{name}={value}"]
             if key:
-                config += ["--label", f"io.gpualign.modules-sha256={key}"]
+                config += ["--label", f"io.gpualign.modules-sha256={key}", "--label", f"io.gpualign.base={base}"]
             buildah("config", *config, ctr)
-            buildah("commit", "--quiet", "--format", "oci", ctr, local)
+            replaced = _image_id(local)
+            made = buildah("commit", "--quiet", "--format", "oci", ctr, local)
         finally:
             buildah("rm", ctr)
+    if replaced and not made.startswith(replaced):  # the image this tag named before: nothing names it now
+        with contextlib.suppress(BuildError):  # a container still using it keeps it
+            buildah("rmi", replaced)
     return local
+
+
+def _image_id(name: str) -> str | None:
+    try:
+        return buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", name) or None
+    except BuildError:
+        return None
 
 
 def push(local: str, reference: str, *, tls_verify: bool, authfile: str | None = None) -> None:
