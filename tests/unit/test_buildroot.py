@@ -133,3 +133,54 @@ def test_a_root_a_compile_holds_is_not_removed_and_a_free_one_is(cache: Path) ->
     t.join(10)
     buildroot._remove_unused(archive, keep=keep)  # type: ignore[arg-type]
     assert not busy.exists() and keep.exists()
+
+
+def test_cached_modules_are_found_offline_without_a_root_preferring_the_roots_source(cache: Path) -> None:
+    from gpualign.ensure import debian
+
+    for version in ("535.261.03", "535.309.01", "535.54.03"):
+        out = debian.modules_dir("6.1.0-50-amd64", "proprietary", version, None)
+        out.mkdir(parents=True)
+        (out / "nvidia.ko").write_bytes(b"\x7fELF")
+        (out / ".complete").write_text("1\n")
+
+    class Offline:
+        suite = "bookworm"
+
+        def __getattr__(self, name: str) -> object:
+            raise AssertionError(f"the archive was asked ({name}) though the modules are cached")
+
+    assert debian._compiled_versions("6.1.0-50-amd64", "proprietary") == ["535.309.01", "535.261.03", "535.54.03"]
+    built = debian.compile_modules(Offline(), "6.1.0-50-amd64")  # type: ignore[arg-type]
+    assert built.cached and built.driver_version == "535.309.01"  # no root: the newest
+    fake_root(cache, "r1", ["6.1.0-47-amd64"], ["proprietary"], source="535.261.03-1~deb12u1")
+    built = debian.compile_modules(Offline(), "6.1.0-50-amd64")  # type: ignore[arg-type]
+    assert built.cached and built.driver_version == "535.261.03"  # the source the cached root has
+
+
+def test_the_modules_key_is_remembered_in_the_cache_and_hashed_again_when_a_file_changes(cache: Path,
+                                                                                         tmp_path: Path) -> None:
+    import hashlib
+
+    from gpualign.ensure import debian, image
+
+    def direct(files: list[Path]) -> str:
+        digest = hashlib.sha256()
+        for ko in sorted(files):
+            digest.update(ko.name.encode() + b"\0" + hashlib.sha256(ko.read_bytes()).digest())
+        return digest.hexdigest()
+
+    out = debian.modules_dir("6.1.0-50-amd64", "proprietary", "535.309.01", None)
+    out.mkdir(parents=True)
+    for name in ("nvidia.ko", "nvidia-uvm.ko"):
+        (out / name).write_bytes(name.encode() * 1000)
+    files = sorted(out.glob("*.ko"))
+    assert image.modules_key(files) == direct(files) and (out / ".modules-sha256").exists()
+    assert image.modules_key(files) == direct(files)  # from the memo
+    (out / "nvidia.ko").write_bytes(b"rebuilt" * 999)
+    assert image.modules_key(files) == direct(files)  # a changed file is hashed again
+    given = tmp_path / "given"  # --modules-from: a user's directory is never written to
+    given.mkdir()
+    (given / "nvidia.ko").write_bytes(b"x")
+    assert image.modules_key([given / "nvidia.ko"]) == direct([given / "nvidia.ko"])
+    assert not (given / ".modules-sha256").exists()

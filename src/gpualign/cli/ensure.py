@@ -159,7 +159,6 @@ def ensure(
         planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
         if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
-            run.prepare_base()
         if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
             outcomes = [run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]) for spec in specs]
         else:

@@ -86,25 +86,34 @@ def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | N
 
 
 def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
-                    progress: Progress = lambda _m: None, together: tuple[str, ...] = ()) -> Built:
+                    progress: Progress = lambda _m: None, together: tuple[str, ...] = (),
+                    on_compile: Callable[[], None] = lambda: None) -> Built:
     """NVIDIA's modules for one kernel, unsigned, from the cache when built before from the same source (signing,
-    when asked for, is a step after this one: ensure.sign). The build root is made only for a compile."""
+    when asked for, is a step after this one: ensure.sign). The build root is made only for a compile;
+    `on_compile` is called as the compile starts (the root made)."""
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package = FLAVOURS[flavour][0]
-    # cached modules of the source a cached root has (found offline), or of the one Debian serves now
+    # modules compiled before for this kernel and flavour: of the source a cached root has, else the newest (found
+    # offline, without reading the archive: a compile takes the source Debian serves when its root is made)
     known = [buildroot.upstream(r.packages[package]) for r in buildroot.roots(archive) if package in r.packages]
-    for version in dict.fromkeys(known):
+    for version in dict.fromkeys([*known, *_compiled_versions(kernel, flavour)]):
         cached = _cached(kernel, flavour, version, progress)
         if cached is not None:
             return cached
-    cached = _cached(kernel, flavour, archive.module_source_version(open_flavour=flavour == "open"), progress)
-    if cached is not None:
-        return cached
     with buildroot.held(archive, kernel, flavour, together=together, progress=progress) as root:
         version = root.version(package)
         cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
-        return cached if cached is not None else _compile(root, kernel, flavour, version, jobs, progress)
+        if cached is not None:
+            return cached
+        on_compile()
+        return _compile(root, kernel, flavour, version, jobs, progress)
+
+
+def _compiled_versions(kernel: str, flavour: str) -> list[str]:
+    """The module source versions whose unsigned modules for this kernel and flavour are cached, newest first."""
+    found = [p.parents[3].name for p in (cache_root() / "modules").glob(f"*/{kernel}/{flavour}/unsigned/.complete")]
+    return sorted(found, key=lambda v: [int(x) if x.isdigit() else -1 for x in v.split(".")], reverse=True)
 
 
 def _cached(kernel: str, flavour: str, version: str, progress: Progress) -> Built | None:

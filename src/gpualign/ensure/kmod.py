@@ -16,13 +16,17 @@ import io
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cryptography import x509
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from gpualign.ensure import modsig
 from gpualign.errors import BadInput
+
+if TYPE_CHECKING:  # the signature modules (cryptography, asn1crypto) are loaded only for a signed module
+    from cryptography import x509
+
+    from gpualign.ensure import modsig
 
 SIG_MAGIC = b"~Module signature appended~\n"
 _SIG_STRUCT = struct.Struct(">BBBBBxxxI")  # algo, hash, id_type, signer_len, key_id_len, pad[3], sig_len
@@ -40,6 +44,8 @@ class Signature:
     malformed: str | None = None
 
     def check(self, trusted: Sequence[x509.Certificate]) -> modsig.SigCheck:
+        from gpualign.ensure import modsig
+
         return modsig.check(self.signed_by, self.content_digest, trusted, self.malformed)
 
 
@@ -115,6 +121,8 @@ def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
     if algo or hash_ or signer_len or key_id_len:
         return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7,
                                   malformed="struct module_signature fields the kernel requires to be 0 are not")
+    from gpualign.ensure import modsig
+
     try:
         signed_by = modsig.parse(pkcs7)
         digest = modsig.content_digest(signed_by.digest_algorithm, payload)

@@ -9,6 +9,7 @@ that waited for it looks again before building.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -140,7 +141,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
 
 
 def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
-    from gpualign.ensure import buildroot, debian, image, kmod, sign
+    from gpualign.ensure import buildroot, debian, image, kmod
 
     archive = opts.archive
     t0 = time.monotonic()
@@ -157,7 +158,8 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
     else:
         built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
-                                       progress=lambda m: say(spec.tag, m), together=opts.together)
+                                       progress=lambda m: say(spec.tag, m), together=opts.together,
+                                       on_compile=prepare_base)
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
@@ -168,6 +170,8 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         t0 = time.monotonic()
         flavour = opts.flavour if opts.modules_from is None else "given-" + image.modules_key(modules)[:16]
         with buildroot.held(archive, spec.kernel, progress=lambda m: say(spec.tag, m)) as root:  # sign-file
+            from gpualign.ensure import sign  # the signing modules (cryptography, asn1crypto), only to sign
+
             modules = sign.sign_modules(root.rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
                                         progress=lambda m: say(spec.tag, m))
         out.seconds["sign"] = time.monotonic() - t0
@@ -210,13 +214,18 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     return out
 
 
+_base_started = threading.Lock()
+
+
 def prepare_base() -> None:
     """Make the image's base in the background while the first compile runs (it is independent of the modules;
-    assembly takes the same lock and waits for it, or makes it itself if this failed)."""
-    import contextlib
-    import threading
-
+    assembly takes the same lock and waits for it, or makes it itself if this failed). Called as a compile starts,
+    once per run: not before, where it would contend with the build root, and not on a warm run, where the image
+    assembled before is pushed again."""
     from gpualign.ensure import image
+
+    if not _base_started.acquire(blocking=False):
+        return
 
     def make() -> None:
         with contextlib.suppress(GpualignError):  # assembly tries again, and reports it

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-
-from gpualign.ensure import modsig
 from gpualign.ensure.kmod import Module
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
         problems: list[str] = []
         sig = None  # the kernel checks the signature first (module_sig_check), then the version magic, then CRCs
         if trusted is not None:
+            from gpualign.ensure import modsig  # only when signatures are checked
+
             sig = m.signature.check(trusted) if m.signature else modsig.check(None, None, trusted)
             if sig.problem:
                 problems.append(f"{short}: {sig.problem}")
