@@ -45,7 +45,9 @@ each signature names that certificate's key (issuer and serial number) and verif
 
 Needs root (mmdebstrap, chroot and buildah, as they run here), buildah and skopeo. Compiled modules are cached
 under ~/.cache/gpualign/ensure by (module source version, kernel, flavour), signed ones also by the certificate, so
-a failed push never recompiles or re-signs.
+a failed push never recompiles or re-signs; a run whose modules are all cached needs neither the archive nor a build
+root. The build root (bookworm's compiler, the kernels' headers and the module source, unpacked by mmdebstrap) is
+cached there too, and made again only for a kernel or a module source it lacks.
 
 Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was printed); 1 an image could not be made
 (it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""

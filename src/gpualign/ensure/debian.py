@@ -94,13 +94,9 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package = FLAVOURS[flavour][0]
-    # modules compiled before for this kernel and flavour: of the source a cached root has, else the newest (found
-    # offline, without reading the archive: a compile takes the source Debian serves when its root is made)
-    known = [buildroot.upstream(r.packages[package]) for r in buildroot.roots(archive) if package in r.packages]
-    for version in dict.fromkeys([*known, *_compiled_versions(kernel, flavour)]):
-        cached = _cached(kernel, flavour, version, progress)
-        if cached is not None:
-            return cached
+    cached = cached_modules(archive, kernel, flavour, progress)
+    if cached is not None:
+        return cached
     with buildroot.held(archive, kernel, flavour, together=together, progress=progress) as root:
         version = root.version(package)
         cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
@@ -108,6 +104,19 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
             return cached
         on_compile()
         return _compile(root, kernel, flavour, version, jobs, progress)
+
+
+def cached_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
+                   progress: Progress = lambda _m: None) -> Built | None:
+    """Modules compiled before for this kernel and flavour: of the source a cached root has, else the newest (found
+    offline, without reading the archive: a compile takes the source Debian serves when its root is made)."""
+    package = FLAVOURS[flavour][0]
+    known = [buildroot.upstream(r.packages[package]) for r in buildroot.roots(archive) if package in r.packages]
+    for version in dict.fromkeys([*known, *_compiled_versions(kernel, flavour)]):
+        cached = _cached(kernel, flavour, version, progress)
+        if cached is not None:
+            return cached
+    return None
 
 
 def _compiled_versions(kernel: str, flavour: str) -> list[str]:

@@ -146,8 +146,8 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     archive = opts.archive
     t0 = time.monotonic()
     say(spec.tag, f"headers: linux-headers-{spec.kernel}")
-    if not buildroot.ready(archive, spec.kernel):  # a cached build root has them
-        archive.require_headers(spec.kernel)
+    if not buildroot.ready(archive, spec.kernel) and not _compiled_before(spec, opts):
+        archive.require_headers(spec.kernel)  # a kernel Debian does not serve is refused before anything is made
     out.seconds["headers"] = time.monotonic() - t0
     if opts.modules_from is not None:
         modules = sorted(opts.modules_from.glob("*.ko"))
@@ -215,6 +215,14 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
 
 
 _base_started = threading.Lock()
+
+
+def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
+    """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
+    from gpualign.ensure import buildroot, debian
+
+    return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
+        debian.cached_modules(opts.archive, spec.kernel, opts.flavour) is not None
 
 
 def prepare_base() -> None:
