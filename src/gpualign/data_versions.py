@@ -10,10 +10,12 @@ from importlib import resources
 @cache
 def rules_version() -> str:
     """The GPU Operator release whose naming rules are built in, e.g. v26.7.0."""
-    from gpualign.tags import _read_yaml
+    import re
 
-    data = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
-    return str(data.get("operator_version", "unknown"))
+    # the top-level key, read without parsing the whole rules file (every report's envelope names it)
+    text = resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text()
+    found = re.search(r"^operator_version:\s*[\"']?([^\s\"'#]+)", text, re.M)
+    return found.group(1) if found else "unknown"
 
 
 def cuda_table_version() -> str:

@@ -94,6 +94,23 @@ def test_a_modules_records_are_read_from_its_sections():
         kmod.read("x.ko", b"not an elf at all")
 
 
+def test_a_module_file_is_read_as_its_bytes_are_signed_or_not(tmp_path):
+    for name, data in (("u.ko", fake_ko({"vermagic": VERMAGIC, "version": "535.261.03"}, dict(TABLE),
+                                        ("nvidia_p2p_get_pages",))),
+                       ("s.ko", fake_ko({"vermagic": VERMAGIC}, {}, signature=b"\x30\x82pkcs7"))):
+        (tmp_path / name).write_bytes(data)
+        from_file, from_bytes = kmod.read_file(tmp_path / name), kmod.read(name, data)
+        assert (from_file.info, from_file.imports, from_file.exports) == \
+            (from_bytes.info, from_bytes.imports, from_bytes.exports)
+        assert from_file.size == from_bytes.size == len(data)
+        assert (from_file.signature is None) == (name == "u.ko")
+        if from_file.signature is not None:
+            assert from_file.signature.pkcs7 == from_bytes.signature.pkcs7 == b"\x30\x82pkcs7"
+    (tmp_path / "x.ko").write_bytes(b"not an elf at all")
+    with pytest.raises(BadInput, match="x.ko: not a readable ELF kernel module"):
+        kmod.read_file(tmp_path / "x.ko")
+
+
 def test_the_kernels_checks_pass_a_matching_set_and_name_the_first_refusal():
     ok = verify([module(), module("nvidia-uvm.ko", imports={**TABLE, "nvidia_p2p_get_pages": 7})
                  ], KERNEL, TABLE, "535.261.03")

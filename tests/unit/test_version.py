@@ -28,3 +28,13 @@ def test_ordering_is_numeric(a, b):
     kb = (b[0], b[1], -1 if b[2] is None else b[2])
     assert (va < vb) == (ka < kb)
     assert DriverVersion.parse(str(va)) == va
+
+
+def test_the_rules_version_in_every_report_is_the_rules_files_own():
+    from importlib import resources
+
+    from gpualign import data_versions
+    from gpualign.tags import _read_yaml
+
+    parsed = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    assert data_versions.rules_version() == parsed["operator_version"] != "unknown"

@@ -107,7 +107,7 @@ def by_modules(client: RegistryClient, tag: str, kernel: str, cache: Path) -> st
     if found is None:
         return None
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
-    modules = [kmod.read(p.name, p.read_bytes()) for p in sorted(found[1].glob("*.ko"))]
+    modules = [kmod.read_file(p) for p in sorted(found[1].glob("*.ko"))]
     result = verify(modules, kernel, table, modules[0].field("version") or "" if modules else "")
     if result.ok:
         return None

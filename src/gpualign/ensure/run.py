@@ -81,7 +81,7 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
     from gpualign.ensure.verify import verify
 
     table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
-    read = [kmod.read(p.name, p.read_bytes()) for p in modules]
+    read = [kmod.read_file(p) for p in modules]
     return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
 
 
@@ -153,7 +153,7 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         modules = sorted(opts.modules_from.glob("*.ko"))
         if not modules:
             raise BadInput(f"--modules-from {opts.modules_from}: no .ko file there")
-        read = [kmod.read(p.name, p.read_bytes()) for p in modules]
+        read = [kmod.read_file(p) for p in modules]
         driver_version = next((m.field("version") for m in read if m.field("version")), "") or ""
         say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
     else:

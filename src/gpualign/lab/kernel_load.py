@@ -74,7 +74,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
         return Load(True, False, "tag-only: the image holds no kernel modules")
     _, directory = found
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
-    modules = [kmod.read(p.name, p.read_bytes()) for p in sorted(directory.glob("*.ko"))]
+    modules = [kmod.read_file(p) for p in sorted(directory.glob("*.ko"))]
     result = verify(modules, kernel, table, driver_version or (modules[0].field("version") or ""), trusted)
     if result.ok:
         signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
