@@ -184,3 +184,42 @@ def test_the_modules_key_is_remembered_in_the_cache_and_hashed_again_when_a_file
     (given / "nvidia.ko").write_bytes(b"x")
     assert image.modules_key([given / "nvidia.ko"]) == direct([given / "nvidia.ko"])
     assert not (given / ".modules-sha256").exists()
+
+
+def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packages(cache: Path,
+                                                                                    monkeypatch: pytest.MonkeyPatch
+                                                                                    ) -> None:
+    import fcntl
+    import subprocess
+
+    stale = fake_root(cache, "stale", ["6.1.0-47-amd64"], ["proprietary"], source="535.261.03-1")
+    made: list[list[str]] = []
+
+    def mmdebstrap(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        """Stands in for mmdebstrap: the root's directory, and the extract hook's listing of what it unpacked."""
+        made.append(cmd)
+        (Path(cmd[-1]) / "usr" / "bin").mkdir(parents=True)
+        env = kwargs["env"]
+        assert isinstance(env, dict)
+        packages = next(c for c in cmd if c.startswith("--include=")).split("=", 1)[1].split(",")
+        Path(env["GPUALIGN_LISTING"]).write_text("".join(
+            f"{p}\t{'535.309.01-1' if p == 'nvidia-kernel-source' else '1'}\n" for p in packages))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    class Archive(FakeArchive):
+        def source_lines(self) -> list[str]:
+            return []
+
+    monkeypatch.setattr(buildroot.subprocess, "run", mmdebstrap)
+    monkeypatch.setattr(buildroot.os, "geteuid", lambda: 0)
+    archive = Archive({"nvidia-kernel-source": "535.309.01-1", "linux-headers-6.1.0-47-amd64": "1"})
+    with (stale.parent / "stale.use").open("w") as compiling:  # a compile still in the stale root
+        fcntl.flock(compiling, fcntl.LOCK_SH)
+        with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as root:  # type: ignore[arg-type]
+            assert root.path != stale and root.version("nvidia-kernel-source") == "535.309.01"
+            assert (root.rootfs / "usr/bin/awk").is_symlink() and (root.rootfs / "usr/bin/cc").is_symlink()
+        assert stale.exists() and (stale / "manifest.json").exists()  # held: kept
+    assert len(made) == 1 and "--variant=extract" in made[0]
+    with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as again:  # type: ignore[arg-type]
+        assert again.path == root.path  # the new root serves the next compile; nothing is made
+    assert len(made) == 1

@@ -156,7 +156,9 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
     sources = [FLAVOURS[f][0] for f in flavours]
     packages = [*TOOLS, *kernels.values(), *sources]
     key = hashlib.sha256(" ".join(sorted(packages)).encode()).hexdigest()[:16]
-    final = _base(archive) / key
+    # named apart from any root with the same package names (one whose source Debian has since replaced, that a
+    # compile may still hold): never replaced in place
+    final = _base(archive) / f"{key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     final.parent.mkdir(parents=True, exist_ok=True)
     progress(f"build root: mmdebstrap (extract) {archive.suite} with {', '.join((*kernels.values(), *sources))}")
     t0 = time.monotonic()
@@ -193,7 +195,6 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
         (staging / "manifest.json").write_text(json.dumps(
             {"suite": archive.suite, "kernels": kernels, "flavours": list(flavours), "packages": versions,
              "made": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.monotonic() - t0, 1)}, indent=1))
-        shutil.rmtree(final, ignore_errors=True)  # a root of the same content left half-removed
         os.replace(staging, final)
     return Root(final, kernels, flavours, versions)
 
