@@ -44,8 +44,9 @@ MAX_KERNELS = 4  # a new root carries the newest root's kernels over while it st
 Progress = Callable[[str], None]
 
 
-class RootError(GpualignError):
-    """The build root could not be made (exit 1: nothing was built)."""
+class BuildError(GpualignError):
+    """A build step failed (exit 1: the image could not be made; nothing was pushed). Making the build root is the
+    first step; the compile, the image and the push raise it too."""
 
     exit_code = 1
     word = "failed"
@@ -66,7 +67,7 @@ class Root:
         """The upstream version of a package in the root (535.261.03 for 535.261.03-1~deb12u1)."""
         full = self.packages.get(package)
         if not full:
-            raise RootError(f"{package} is not in the build root {self.rootfs}")
+            raise BuildError(f"{package} is not in the build root {self.rootfs}")
         return upstream(full)
 
     def has(self, kernel: str, flavour: str | None) -> bool:
@@ -181,13 +182,13 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
         if proc.returncode != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
             if "No space left on device" in tail:
-                raise RootError(f"making the build root: the disk is full ({cache_root()}): free space and run "
+                raise BuildError(f"making the build root: the disk is full ({cache_root()}): free space and run "
                                 "again")
-            raise RootError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
+            raise BuildError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
         versions = dict(line.split("\t", 1) for line in listing.read_text().splitlines() if "\t" in line)
         missing = [p for p in packages if p not in versions]
         if missing:
-            raise RootError(f"the build root lacks {', '.join(missing)} after mmdebstrap; log: {log}")
+            raise BuildError(f"the build root lacks {', '.join(missing)} after mmdebstrap; log: {log}")
         rootfs = staging / "rootfs"
         for link, target in ALTERNATIVES.items():
             if not (rootfs / link).exists():

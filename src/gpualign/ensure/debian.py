@@ -21,17 +21,10 @@ from pathlib import Path
 
 from gpualign.ensure import buildroot
 from gpualign.ensure.archive import Archive, cache_root
-from gpualign.ensure.buildroot import FLAVOURS
-from gpualign.errors import BadInput, GpualignError
+from gpualign.ensure.buildroot import FLAVOURS, BuildError
+from gpualign.errors import BadInput
 
 Progress = Callable[[str], None]
-
-
-class BuildError(GpualignError):
-    """A build step failed (exit 1: the image could not be made; nothing was pushed)."""
-
-    exit_code = 1
-    word = "failed"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from gpualign import __version__
 from gpualign.ensure.archive import cache_root, file_lock
-from gpualign.ensure.debian import BuildError
+from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput, GpualignError
 
@@ -155,9 +155,9 @@ def modules_key(modules: list[Path]) -> str:
     index does, and hashed again only when one of those changed (a warm run saves ~40 ms per image)."""
     files = sorted(modules)
     stats = [[ko.name, st.st_size, st.st_mtime_ns, st.st_ino] for ko in files for st in [ko.stat()]]
-    parents = {ko.parent for ko in files}
-    memo = next(iter(parents)) / ".modules-sha256" if len(parents) == 1 and \
-        next(iter(parents)).is_relative_to(cache_root()) else None
+    folders = {ko.parent for ko in files}
+    folder = folders.pop() if len(folders) == 1 else None
+    memo = folder / ".modules-sha256" if folder is not None and folder.is_relative_to(cache_root()) else None
     if memo is not None:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             known = json.loads(memo.read_text())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 
-from gpualign.ensure.debian import BuildError
+from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.image import refusal
 from gpualign.errors import BadInput
 from gpualign.ledger.registry import RegistryRef

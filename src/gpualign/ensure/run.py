@@ -214,15 +214,15 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     return out
 
 
-_base_started = threading.Lock()
-
-
 def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
     """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
     from gpualign.ensure import buildroot, debian
 
     return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
         debian.cached_modules(opts.archive, spec.kernel, opts.flavour) is not None
+
+
+_base_started = threading.Lock()
 
 
 def prepare_base() -> None:

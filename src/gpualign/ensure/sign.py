@@ -23,7 +23,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from gpualign.ensure import modsig
-from gpualign.ensure.debian import BuildError, Progress, _run, modules_dir
+from gpualign.ensure.buildroot import BuildError
+from gpualign.ensure.debian import Progress, _run, modules_dir
 from gpualign.errors import BadInput
 
 
