@@ -8,6 +8,8 @@ the command named on the command line is imported and registered (all of them fo
 
 from __future__ import annotations
 
+import atexit
+import gc
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -114,6 +116,8 @@ def kubectl_complete() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:  # a process of its own: at exit, the collector need not scan what the OS is about to reclaim
+        atexit.register(gc.freeze)  # (its last pass over every imported object was ~16 ms of each run's ~20 ms exit)
     args = list(sys.argv[1:] if argv is None else argv)
     cut = args.index("--") if "--" in args else len(args)
     _state["debug"] = "--debug" in args[:cut]  # a global flag, accepted anywhere (as kubectl's are)

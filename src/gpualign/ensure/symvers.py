@@ -11,7 +11,7 @@ def parse(text: str, where: str = "Module.symvers") -> dict[str, int]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        parts = line.split("\t")
+        parts = line.split("\t", 2)  # the CRC and the name; the rest is not needed
         try:
             out[parts[1]] = int(parts[0], 16)
         except (IndexError, ValueError):

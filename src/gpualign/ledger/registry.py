@@ -21,6 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx2
 
 from gpualign.errors import BadInput, Unreachable
+from gpualign.ledger.transport import LazyTLSTransport
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -140,7 +141,8 @@ class RegistryClient:
     @property
     def http(self) -> httpx2.Client:
         if self._http is None:
-            self._http = httpx2.Client(timeout=self.timeout, transport=self.transport, follow_redirects=True)
+            self._http = httpx2.Client(timeout=self.timeout, transport=self.transport or LazyTLSTransport(),
+                                       follow_redirects=True)
         return self._http
 
     def close(self) -> None:
