@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from gpualign.ensure import recipes, tagspec  # noqa: E402
+from gpualign.errors import Unreachable  # noqa: E402
 from gpualign.lab.processes import free_port  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
 
@@ -82,11 +83,17 @@ def registry(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"127.0.0.1:{port}"
     client = RegistryClient(RegistryRef(host=address, repo="x/driver", scheme="http"), timeout=5.0)
-    for _ in range(100):
-        if client.tags() is not None:
-            break
-        time.sleep(0.1)
-    client.close()
+    try:
+        for _ in range(100):
+            try:
+                client.tags()
+                break
+            except Unreachable:  # not listening yet
+                time.sleep(0.1)
+        else:
+            raise SystemExit(f"the registry on {address} did not come up in 10 s")
+    finally:
+        client.close()
     return proc, address
 
 
