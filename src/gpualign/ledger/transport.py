@@ -1,8 +1,8 @@
 """The registry client's HTTP transport: TLS set up only when an https:// URL is first requested.
 
-httpx makes a client's verified TLS context (the CA bundle loaded and parsed: ~40 ms here) when the client is made,
+httpx makes a client's verified TLS context (the CA bundle loaded and parsed: ~16 ms here) when the client is made,
 whether or not it will ever speak TLS. A ledger served over plain http (a registry on localhost, the lab's) never
-needs it, and for a warm `ensure` or a `check` those 40 ms are a visible share of the run. Here every https:// URL
+needs it, and for a warm `ensure` or a `check` of a fleet that is a visible share of the run. Here every https:// URL
 (a registry, a token realm, a redirect to blob storage) still goes through httpx's own transport with its default,
 verified TLS, made once on first use; plain http:// URLs go through a transport whose TLS context trusts nothing, so
 if it were ever asked to speak TLS it would refuse rather than skip verification.
