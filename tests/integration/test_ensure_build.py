@@ -31,7 +31,7 @@ from gpualign.errors import Unreachable
 from gpualign.lab.processes import free_port
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
+from tests.helpers import pod_events, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -406,9 +406,8 @@ def test_a_mistagged_image_is_seen_by_check_never_cordoned_for_and_crash_loops_w
     # which insmod prints as "Invalid parameters"
     assert message.startswith("insmod: ERROR: could not insert module ") and ": Invalid parameters; " in message
     assert "disagrees about version of symbol" in message
-    events = [e for e in kube.list_raw(f"/api/v1/namespaces/{pod['metadata']['namespace']}/events")
-              if e["involvedObject"]["name"] == pod["metadata"]["name"] and e["reason"] == "BackOff"]
-    assert events and "driver modules refused by the node's kernel" in events[0]["message"]
+    events = pod_events(kube, pod, "BackOff")
+    assert "driver modules refused by the node's kernel" in events[0]["message"]
 
 
 @pytest.mark.timeout(600)

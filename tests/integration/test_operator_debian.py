@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
+from tests.helpers import pod_events, wait_for
 from tests.operator_helpers import check_json, operator_driver_pods, wait_operator_pod
 
 pytestmark = pytest.mark.lab
@@ -119,9 +119,8 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
     assert message.startswith("insmod: ERROR: could not insert module ") and ": Invalid parameters; " in message
     assert re.search(r"disagrees about version of symbol \w+ \(module 0x[0-9a-f]+, kernel 6\.1\.0-47-amd64 "
                      r"0x[0-9a-f]+\)", message), message
-    events = [e for e in kube.list_raw("/api/v1/namespaces/gpu-operator/events")
-              if e["involvedObject"]["name"] == crashed["metadata"]["name"] and e["reason"] == "BackOff"]
-    assert events and "driver modules refused by the node's kernel" in events[0]["message"]
+    events = pod_events(kube, crashed, "BackOff")
+    assert "driver modules refused by the node's kernel" in events[0]["message"]
     status = lab.cli("status", "-o", "json")
     row = next(r for r in json.loads(status.out)["nodes"] if r["name"] == "deb-a1")
     assert row["stuck"] and "is CrashLoopBackOff" in row["no_driver"], row
