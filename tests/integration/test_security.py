@@ -4,10 +4,7 @@ DEBUG the controller's log holds no token, client key or registry credential."""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
-import ssl
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +14,7 @@ from gpualign.lab import pki
 from tests.conftest import run_cli
 from tests.controller_helpers import Controller
 from tests.helpers import token_kubeconfig
+from tests.tag_server import tag_server
 
 pytestmark = [pytest.mark.lab]
 
@@ -36,28 +34,8 @@ def test_an_api_server_signed_by_another_ca_fails_closed_in_one_line(lab, tmp_pa
 def tls_registry(tmp_path):
     """An https 'registry' on 127.0.0.1 whose certificate comes from a CA nobody trusts."""
     made = pki.create(tmp_path / "registry-ca")
-    seen: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            seen.append(self.path)
-            body = b'{"name": "nvidia/driver", "tags": ["580-5.15.0-124-generic-ubuntu22.04"]}'
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(made.serving_cert, made.serving_key)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
+    with tag_server(cert=(made.serving_cert, made.serving_key)) as (port, seen):
+        yield f"127.0.0.1:{port}", seen
 
 
 def test_a_registry_signed_by_another_ca_fails_closed_in_one_line(tls_registry, tmp_path):

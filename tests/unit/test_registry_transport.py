@@ -4,31 +4,14 @@ and refused otherwise. Real servers on 127.0.0.1, a real CA."""
 
 from __future__ import annotations
 
-import http.server
-import ssl
-import threading
-from collections.abc import Iterator
-
+import httpx2
 import pytest
 
 from gpualign.errors import Unreachable
 from gpualign.lab import pki
 from gpualign.ledger import registry
 from gpualign.ledger.transport import LazyTLSTransport
-
-TAGS = b'{"name": "nvidia/driver", "tags": ["580-5.15.0-124-generic-ubuntu22.04"]}'
-
-
-def _serve(handler: type[http.server.BaseHTTPRequestHandler], ctx: ssl.SSLContext | None = None) -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    if ctx is not None:
-        server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
+from tests.tag_server import tag_server
 
 
 @pytest.fixture(scope="module")
@@ -39,49 +22,17 @@ def ca(tmp_path_factory):
 @pytest.fixture
 def tls_server(ca):
     """An https registry on 127.0.0.1 serving a tag list; the paths it was asked for."""
-    seen: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            seen.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(TAGS)))
-            self.end_headers()
-            self.wfile.write(TAGS)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(ca.serving_cert, ca.serving_key)
-    for port in _serve(Handler, ctx):
-        yield port, seen
+    with tag_server(cert=(ca.serving_cert, ca.serving_key)) as served:
+        yield served
 
 
 @pytest.fixture
 def plain_server(tls_server):
     """A plain-http registry on 127.0.0.1 that serves its tags itself, or redirects /v2/moved/… to the https one."""
     tls_port, _ = tls_server
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
-            if self.path.startswith("/v2/moved/"):
-                self.send_response(307)
-                self.send_header("Location", f"https://127.0.0.1:{tls_port}/v2/nvidia/driver/tags/list?n=1000")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(TAGS)))
-            self.end_headers()
-            self.wfile.write(TAGS)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    yield from _serve(Handler)
+    with tag_server(redirect=("/v2/moved/", f"https://127.0.0.1:{tls_port}/v2/nvidia/driver/tags/list?n=1000")) \
+            as (port, _):
+        yield port
 
 
 def _client(url: str, transport: LazyTLSTransport | None = None) -> registry.RegistryClient:
@@ -144,8 +95,6 @@ def test_the_plain_transports_tls_trusts_nothing(tls_server, ca, monkeypatch):
     port, seen = tls_server
     monkeypatch.setenv("SSL_CERT_FILE", str(ca.ca_cert))
     transport = LazyTLSTransport()
-    import httpx2
-
     with pytest.raises(httpx2.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
         transport._plain.handle_request(httpx2.Request("GET", f"https://127.0.0.1:{port}/v2/"))
     assert seen == [] and not transport.tls_made
