@@ -277,7 +277,7 @@ def operator_story() -> None:
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     state, skip, driver = ("nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu-driver-upgrade.skip",
                            "nvidia.com/cuda.driver-version.full")
-    say("13. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
+    say("14. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
     say("    running beside the lab: one NVIDIADriver per pool (train 580, infer 595, rhel 580) on a mixed fleet.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up", "--scenario", "operator-nvidiadriver")
@@ -287,7 +287,7 @@ def operator_story() -> None:
     run(kubectl, "patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p",
         '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}')
 
-    say("14. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
+    say("15. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
     say("    built. The operator's own upgrade walk cordons gpu-c1, evicts its work, restarts its driver... which")
     say("    cannot pull. The node has lost its GPUs, cordoned:")
     gpualign("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04", show=False)
@@ -305,7 +305,7 @@ def operator_story() -> None:
     gpualign("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04")
     wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
 
-    say("15. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
+    say("16. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
     say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
     say("    cordons it; and gpualign's own walk refuses to be a second walker:")
     ENV_CTL = dict(ENV, POD_NAME="demo")
