@@ -39,8 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from gpualign.ensure import recipes, tagspec  # noqa: E402
-from gpualign.errors import Unreachable  # noqa: E402
-from gpualign.lab.processes import free_port  # noqa: E402
+from gpualign.lab import docker_registry, processes  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
@@ -71,35 +70,6 @@ def _children_cpu() -> float:
     now = ru.ru_utime + ru.ru_stime
     delta, _last_children = now - _last_children, now
     return delta
-
-
-def registry(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    (tmp / "reg").mkdir(parents=True)
-    config = tmp / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp / 'reg'}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    address = f"127.0.0.1:{port}"
-    client = RegistryClient(RegistryRef(host=address, repo="x/driver", scheme="http"), timeout=5.0)
-    try:
-        for _ in range(100):
-            try:
-                client.tags()
-                break
-            except Unreachable:  # not listening yet
-                time.sleep(0.1)
-        else:
-            raise SystemExit(f"the registry on {address} did not come up in 10 s")
-    finally:
-        client.close()
-    return proc, address
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(timeout=10)
 
 
 def nodes_file(path: Path, kernels: list[str]) -> None:
@@ -163,8 +133,9 @@ def main() -> int:
     # modules from source on every run (~12 ms of a warm run)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parent.parent / "src")],
                    check=True)
-    reg_proc, reg = registry(work / "cold-registry")
-    warm_procs: list[tuple[subprocess.Popen[bytes], str]] = []
+    reg_proc = docker_registry.start(work / "cold-registry")
+    reg = reg_proc.address
+    warm_procs: list[processes.Proc] = []
     row: dict[str, object] = {"kernels": args.kernels, "jobs": args.jobs, "cores": os.cpu_count()}
     try:
         _children_cpu()
@@ -183,8 +154,8 @@ def main() -> int:
 
         runs = []
         for n in range(args.warm_runs):  # each into a new, empty registry: every blob is uploaded again
-            warm_procs.append(registry(work / f"warm-registry-{n}"))
-            warm_reg = warm_procs[-1][1]
+            warm_procs.append(docker_registry.start(work / f"warm-registry-{n}"))
+            warm_reg = warm_procs[-1].address
             os.sync()  # nor the cold run's writes (or the last warm run's) to this one
             wall, cpu, res = timed([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver",
                                     "--jobs", str(args.jobs), "-o", "json"], env, "warm ensure")
@@ -197,7 +168,7 @@ def main() -> int:
             print(f"warm {n + 1}: {wall:.2f}s wall; pushes {', '.join(f'{p:.2f}s' for p in pushes)} "
                   f"({'side by side' if args.jobs > 1 else 'one after another'}); {wall / push:.3f}x push", flush=True)
             if n + 1 < args.warm_runs:  # the last registry stays: all-present and check read it
-                stop(warm_procs.pop()[0])
+                processes.stop(warm_procs.pop())
         middle = sorted(runs, key=lambda r: float(r["over_push"]))[len(runs) // 2]
         row["warm"] = {**middle, "runs": len(runs), "over_push_range": [min(float(r["over_push"]) for r in runs),
                                                                         max(float(r["over_push"]) for r in runs)],
@@ -247,8 +218,8 @@ def main() -> int:
                             "cold_over_naive": round(float(row["cold"]["wall_s"]) / naive_total, 2)}  # type: ignore[index]
             print(f"naive: {naive_total:.1f}s in all", flush=True)
     finally:
-        for proc in [reg_proc, *(p for p, _ in warm_procs)]:
-            stop(proc)
+        for proc in [reg_proc, *warm_procs]:
+            processes.stop(proc)
         if args.cache is None:
             subprocess.run(buildah(env, cache, "rm", "--all"), capture_output=True)
             shutil.rmtree(work, ignore_errors=True)

@@ -16,7 +16,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import threading
@@ -27,8 +26,7 @@ import httpx2
 import pytest
 
 from gpualign.ensure.archive import Archive
-from gpualign.errors import Unreachable
-from gpualign.lab.processes import free_port
+from gpualign.lab import docker_registry, processes
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.conftest import run_cli, start_lab
 from tests.helpers import pod_events, wait_for
@@ -214,27 +212,9 @@ def test_modules_built_for_one_security_update_are_refused_for_another_naming_a_
 @pytest.fixture
 def upstream(tmp_path):
     """A second registry standing in for NVIDIA's, holding a 'published' Ubuntu image."""
-    port = free_port()
-    (tmp_path / "reg").mkdir()
-    config = tmp_path / "registry.yml"
-    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'reg'}\n"
-                      f"http:\n  addr: 127.0.0.1:{port}\n")
-    binary = shutil.which("docker-registry") or "/usr/bin/docker-registry"
-    proc = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    address = f"127.0.0.1:{port}"
-    reg = client(address)
-
-    def listening() -> bool:
-        try:
-            return reg.tags() is not None
-        except Unreachable:  # not listening yet
-            return False
-
-    wait_for(listening, timeout=30, what="second registry")
-    yield address
-    reg.close()
-    proc.terminate()
-    proc.wait(timeout=10)
+    proc = docker_registry.start(tmp_path / "upstream")
+    yield proc.address
+    processes.stop(proc)
 
 
 def test_a_published_image_is_mirrored_by_digest_and_a_dry_run_changes_nothing(lab, upstream):

@@ -21,13 +21,12 @@ from typing import Any
 import httpx2
 
 from gpualign.errors import LabError
+from gpualign.lab import docker_registry, processes, versions
 from gpualign.lab import pki as pkimod
-from gpualign.lab import processes, versions
 from gpualign.lab.processes import Proc
 
 STAGES = Path(__file__).parent / "stages.yaml"
 AUDIT_POLICY = Path(__file__).parent / "audit-policy.yaml"
-REGISTRY_BINARY = "docker-registry"
 SERVICE_CIDR = "10.96.0.0/16"
 
 
@@ -99,13 +98,7 @@ def find_binaries(bin_dir: Path) -> dict[str, str]:
         if not os.access(path, os.X_OK):
             raise LabError(f"{name} not found in {bin_dir}: run `gpualign lab build` first")
         found[name] = str(path)
-    registry = shutil.which(REGISTRY_BINARY) or (
-        "/usr/bin/docker-registry" if os.access("/usr/bin/docker-registry", os.X_OK) else None)
-    if os.environ.get("GPUALIGN_REGISTRY_BIN"):
-        registry = os.environ["GPUALIGN_REGISTRY_BIN"]
-    if not registry or not os.access(registry, os.X_OK):
-        raise LabError("docker-registry not found: install Debian's package (apt-get install docker-registry)")
-    found["registry"] = registry
+    found["registry"] = docker_registry.binary()
     return found
 
 
@@ -240,10 +233,7 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
 
         reg_dir = state_dir / "registry"
         reg_dir.mkdir()
-        (reg_dir / "config.yml").write_text(
-            "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"
-            f"storage:\n  filesystem:\n    rootdirectory: {reg_dir / 'data'}\n  delete:\n    enabled: true\n"
-            f"http:\n  addr: {state.registry}\n")
+        (reg_dir / "config.yml").write_text(docker_registry.config(reg_dir / "data", state.registry))
         proc_reg = launch("registry", [bins["registry"], "serve", str(reg_dir / "config.yml")],
                           f"http://{state.registry}")
 
