@@ -36,6 +36,11 @@ class Finding:
     pod_matches_kernel: bool | None = None
     source: str | None = None  # where the expectation came from: clusterpolicy/NAME, nvidiadriver/NAME, flags, …
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
+    verified: bool | None = None  # modules checked against this kernel: True passed, False could not be; None: not asked
+
+    @property
+    def driver_pod_failing(self) -> bool:
+        return self.driver_pod is not None and self.driver_pod.failing
 
     @property
     def action(self) -> str | None:
@@ -46,7 +51,8 @@ class Finding:
         # Field by field rather than dataclasses.asdict, whose deep copy was a quarter of a 5,000-node check.
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["driver_pod"] = asdict(self.driver_pod) if self.driver_pod else None
-        d["action"] = self.action
+        d["action"] = self.action if self.status in (MISSING, MISMATCH) else "replace" if self.status == WRONG else None
+        d["driver_pod_failing"] = self.driver_pod_failing
         return d
 
 
@@ -63,13 +69,15 @@ class Audit:
         return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
                 "unknown": count(UNKNOWN), "host_managed": count(HOST), "operator_mismatch": count(MISMATCH),
                 "wrong_image": count(WRONG), "missing_images": len(self.missing),
-                "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False)}
+                "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False),
+                "driver_pod_failing": sum(1 for f in self.findings if f.driver_pod_failing),
+                "unverified": sum(1 for f in self.findings if f.verified is False)}
 
     @property
     def clean(self) -> bool:
         s = self.summary()
         return s["missing"] == 0 and s["unknown"] == 0 and s["pod_kernel_mismatch"] == 0 \
-            and s["operator_mismatch"] == 0 and s["wrong_image"] == 0
+            and s["operator_mismatch"] == 0 and s["wrong_image"] == 0 and s["driver_pod_failing"] == 0
 
     def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
         """(tag, image, nodes, action) for each missing image: mirror when NVIDIA publishes it, else build."""
@@ -80,7 +88,18 @@ class Audit:
         return {"nodes": [f.as_dict() for f in self.findings],
                 "missing": [{"tag": t, "image": i, "nodes": list(n), "action": a}
                             for t, i, n, a in self.missing_actions()],
+                "wrong": self.wrong_images(),
                 "summary": self.summary()}
+
+    def wrong_images(self) -> list[dict[str, Any]]:
+        """Each image present but wrong, once, with its nodes and why: `gpualign ensure --replace-wrong` repairs it."""
+        out: dict[str, dict[str, Any]] = {}
+        for f in self.findings:
+            if f.status == WRONG and f.image:
+                entry = out.setdefault(f.image, {"tag": f.tag, "image": f.image, "nodes": [], "action": "replace",
+                                                 "why": f.reason.removeprefix("present but wrong: ")})
+                entry["nodes"].append(f.name)
+        return [out[i] for i in sorted(out)]
 
 
 def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: bool) -> bool:
@@ -95,12 +114,14 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
           policy: BranchPolicy | None = None, *, repository: str | None = None,
           pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
           expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
-          wrong: Mapping[str, str] | None = None) -> Audit:
+          wrong: Mapping[str, str] | None = None, unverified: Mapping[str, str] | None = None,
+          verified: Mapping[str, int] | None = None) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
     given when the operator's configuration was read (operator_image and the mismatch check then apply).
-    wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch)."""
+    wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch).
+    unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols)."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
                                    driver_version=driver_version)
     operator_mode = planned is not None
@@ -135,6 +156,10 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             status = PRESENT
             reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
                 .removesuffix(": build it in-house")
+            if unverified and image in unverified:
+                reason += f"; modules not verified: {unverified[image]}"
+            elif verified and image in verified:
+                reason += f"; modules verified ({verified[image]} symbol CRCs match kernel {facts.kernel})"
         else:
             status = MISSING
             reason = f"missing from the ledger; {req.reason}"
@@ -163,8 +188,14 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                           f"needs {image}"
                           + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
                              "objects per OS pool" if exp.one_os_tag else "") + f"; {reason}")
+        if pod is not None and pod.failing and status not in (MISSING, MISMATCH):
+            reason += f"; but {pod.trouble()}"
+        checked = None
+        if status == PRESENT and image and (unverified or verified):
+            checked = False if unverified and image in unverified else True if verified and image in verified \
+                else None
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
-                          reason, driver, pod, matches, exp.origin, operator_image)
+                          reason, driver, pod, matches, exp.origin, operator_image, checked)
         findings.append(finding)
         if image and not in_ledger and status in (MISSING, MISMATCH):
             absent.append(finding)

@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# Waiting or ended states of a driver container that mean the node has no driver now, whatever the ledger holds.
+FAILING = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+                     "CreateContainerError", "CreateContainerConfigError", "RunContainerError", "Error", "Failed"})
 _CRASH_CHARS = 300  # a termination message may be 4 KiB; a status line keeps its start, where insmod names the cause
 
 
@@ -19,6 +22,11 @@ class DriverPod:
     state: str
     ready: bool
     crash: str = ""  # a crash-looping container's last words (its last termination message): why it exits
+
+    @property
+    def failing(self) -> bool:
+        """The driver is not coming up: its container crash-loops, cannot be pulled or started, or the pod failed."""
+        return self.state in FAILING
 
     def trouble(self) -> str:
         """'driver pod NS/NAME is STATE: image IMAGE', plus, when it crash-loops, what it said when it exited."""

@@ -53,20 +53,23 @@ def merge_check(reads: list[ClusterRead]) -> dict[str, Any]:
     nodes per cluster; the summary per cluster and in total."""
     nodes: list[dict[str, Any]] = []
     missing: dict[str, dict[str, Any]] = {}
+    wrong: dict[str, dict[str, Any]] = {}
     per_cluster: dict[str, dict[str, int]] = {}
     for r in reads:
         if r.body is None:
             continue
         nodes.extend({"cluster": r.name, **n} for n in r.body["nodes"])
         per_cluster[r.name] = r.body["summary"]
-        for m in r.body["missing"]:
-            entry = missing.setdefault(m["image"], {"tag": m["tag"], "image": m["image"], "action": m["action"],
-                                                    "clusters": {}})
-            entry["clusters"][r.name] = list(m["nodes"])
+        for into, items in ((missing, r.body["missing"]), (wrong, r.body.get("wrong") or [])):
+            for m in items:
+                entry = into.setdefault(m["image"], {**{k: v for k, v in m.items() if k != "nodes"},
+                                                     "clusters": {}})
+                entry["clusters"][r.name] = list(m["nodes"])
     return {
         "clusters": [cluster_entry(r) for r in reads],
         "nodes": nodes,
         "missing": [missing[i] for i in sorted(missing)],
+        "wrong": [wrong[i] for i in sorted(wrong)],
         "summary": {"total": _total(per_cluster.values()), "clusters": per_cluster,
                     "unreadable": [r.name for r in reads if not r.readable]},
     }

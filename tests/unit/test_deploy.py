@@ -18,7 +18,7 @@ def exported_names() -> set[str]:
     from prometheus_client import generate_latest
 
     view = {"nodes": [], "missing": {}, "upgrade_counts": {"none": 1}, "blocked": [("n", "r", 1.0)], "leader": 1,
-            "updated": "", "ledger_sources": []}
+            "updated": "", "ledger_sources": [], "gated_for": {"n": 1.0}, "wrong": {"t": ["n"]}}
     m = Metrics(lambda: view)
     m.image_missing.labels("n", "t").set(1)
     text = generate_latest(m.registry).decode()
@@ -29,7 +29,8 @@ def test_alerts_and_dashboard_use_exported_metrics():
     names = exported_names()
     assert {"gpualign_gpu_nodes", "gpualign_node_driver_image_missing", "gpualign_missing_driver_images",
             "gpualign_upgrade_nodes", "gpualign_upgrade_blocked_seconds", "gpualign_check_duration_seconds",
-            "gpualign_leader"} <= names
+            "gpualign_leader", "gpualign_wrong_driver_images", "gpualign_stuck_nodes", "gpualign_gate_held_seconds",
+            "gpualign_leader_election_failing"} <= names
     rule = YAML(typ="safe").load((DEPLOY / "monitoring" / "prometheusrule.yaml").read_text())
     exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     dash = json.loads((DEPLOY / "monitoring" / "grafana-dashboard.json").read_text())
@@ -37,6 +38,10 @@ def test_alerts_and_dashboard_use_exported_metrics():
     for expr in exprs:
         for used in re.findall(r"gpualign_[a-z_]+", expr):
             assert used in names, f"{used} in {expr!r} is not exported"
+    alerted = {m for r in rule["spec"]["groups"][0]["rules"] for m in re.findall(r"gpualign_[a-z_]+", r["expr"])}
+    # every fleet-health gauge has an alert (the review found three without one)
+    assert {"gpualign_wrong_driver_images", "gpualign_stuck_nodes", "gpualign_gate_held_seconds",
+            "gpualign_leader_election_failing", "gpualign_node_driver_image_missing"} <= alerted
 
 
 def test_deployment_is_hardened_and_the_role_least_privilege():

@@ -34,6 +34,7 @@ from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:
     from gpualign.audit import Audit
+    from gpualign.ensure.judge import Judgement
     from gpualign.branches import BranchPolicy
     from gpualign.cli.source import Read
     from gpualign.ledger.sources import Ledger
@@ -116,10 +117,11 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None)
     if any(sources.is_registry(s) for s in ledger.sources):
-        wrong = _wrong_images(result, setup.docker_config, warnings, setup.verify_modules)
-        if wrong:  # present but wrong: the same audit, told which present images name another build
+        found = _judge(result, setup.docker_config, warnings, setup.verify_modules)
+        if found.wrong or found.unverified or found.verified:  # the same audit, told what the images really are
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                           planned=view.planned if view and config else None, wrong=wrong)
+                           planned=view.planned if view and config else None, wrong=found.wrong,
+                           unverified=found.unverified, verified=found.verified)
     if (setup.flags_given or config is None) and \
             repository_for(setup.repository, setup.ledger) == "nvcr.io/nvidia/driver" and \
             any(action == "build" for _, _, _, action in result.missing_actions()):
@@ -142,47 +144,20 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     return Checked(result, body, warnings)
 
 
-def _wrong_images(result: Any, docker_config: Path | None, warnings: list[str],
-                  modules: bool = False) -> dict[str, str]:
-    """image -> why it is present but wrong, from each present image's config labels (no layers are read); with
-    `modules`, also from its kernel modules, checked against the kernel of each node that needs it."""
+def _judge(result: Any, docker_config: Path | None, warnings: list[str], modules: bool) -> Judgement:
+    """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
+    kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
+    against is left unverified, and says so)."""
     from gpualign.audit import PRESENT
-    from gpualign.ensure.archive import cache_root
-    from gpualign.ensure.inspect import by_labels, by_modules, checkable
-    from gpualign.errors import GpualignError
-    from gpualign.ledger.registry import connect
+    from gpualign.ensure.judge import OFF, STRICT, judge
 
-    wrong: dict[str, str] = {}
-    images = sorted({f.image for f in result.findings if f.status == PRESENT and f.image})
-    by_repo: dict[str, list[str]] = {}
-    for image in images:
-        repo, _, tag = image.rpartition(":")
-        by_repo.setdefault(repo, []).append(tag)
-    for repo, tags in by_repo.items():
-        try:
-            client = connect(f"registry://{repo}", docker_config=docker_config)
-        except GpualignError:
-            continue  # not a registry reference gpualign can read: nothing to inspect
-        try:
-            for tag in tags:
-                kernels = sorted({f.kernel for f in result.findings if f.image == f"{repo}:{tag}"
-                                  and checkable(f.kernel)}) if modules else []
-                for kernel in kernels:  # the modules first: the kernel's own verdict names module and symbol
-                    refused = by_modules(client, tag, kernel, cache_root() / "images")
-                    if refused:
-                        wrong[f"{repo}:{tag}"] = f"its modules would not load on {kernel}: {refused}"
-                        break
-                if f"{repo}:{tag}" in wrong:
-                    continue
-                config = client.image_config(tag) or {}
-                why = by_labels(tag, (config.get("config") or {}).get("Labels") or {})
-                if why:
-                    wrong[f"{repo}:{tag}"] = why
-        except GpualignError as err:
-            warnings.append(f"could not read the labels of the images in {repo}: {err.message}")
-        finally:
-            client.close()
-    return wrong
+    needs: dict[str, set[str | None]] = {}
+    for f in result.findings:
+        if f.status == PRESENT and f.image:
+            needs.setdefault(f.image, set()).add(f.kernel)
+    found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF)
+    warnings.extend(found.warnings)
+    return found
 
 
 def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wide: bool, no_headers: bool,
@@ -198,11 +173,15 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
     rows = []
     for n in nodes:
         pod = n["driver_pod"]
+        style = STATUS_STYLE.get(n["status"], "")
+        if n["status"] == "present" and (n.get("driver_pod_failing") or n.get("verified") is False):
+            style = "yellow"  # in the ledger, but its driver is not coming up, or its modules could not be checked
         row: list[str | Styled] = ([n["cluster"]] if fleet else []) + [
             n["name"], n["os_tag"] or "-", n["kernel"] or "-", n["branch"] or "-", n["tag"] or "-",
-            Styled(n["status"], STATUS_STYLE.get(n["status"], "")), pod["state"] if pod else "-"]
+            Styled(n["status"] + ("?" if n.get("verified") is False else ""), style),
+            Styled(pod["state"], "bold red" if n.get("driver_pod_failing") else "") if pod else "-"]
         if wide:
-            action = n["action"] if n["status"] in ("missing", "operator-mismatch") and n["action"] else "-"
+            action = n["action"] or "-"
             row += [n["source"] or "-", action, n["driver"] or "-", pod["tag"] if pod and pod["tag"] else "-",
                     n["reason"]]
         rows.append(row)
@@ -225,7 +204,11 @@ def summary_line(s: dict[str, int]) -> str:
             + (f", {s['wrong_image']} present but wrong (built for another kernel or branch)" if s.get("wrong_image")
                else "")
             + (f"; {s['missing_images']} image(s) missing from the ledger (see below)"
-               if s.get("missing_images") and s.get("missing_images") != s["missing"] else ""))
+               if s.get("missing_images") and s.get("missing_images") != s["missing"] else "")
+            + (f"; {s['driver_pod_failing']} driver pod(s) failing (no driver on the node)"
+               if s.get("driver_pod_failing") else "")
+            + (f"; {s['unverified']} present image(s) whose modules could not be verified (marked present?)"
+               if s.get("unverified") else ""))
 
 
 def check(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,6 +22,9 @@ from gpualign.cli.options import (
     RulesOpt,
 )
 from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.operator_config import OperatorConfig
 
 
 def controller(
@@ -78,6 +81,7 @@ def controller(
     from gpualign.cli.common import warn
     from gpualign.cli.inputs import branch_policy, repository_for
     from gpualign.controller.run import Options, run
+    from gpualign.ensure.judge import judge
     from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube
     from gpualign.ledger import sources
@@ -110,11 +114,13 @@ def controller(
     if version_note:
         warn(version_note)
 
-    def load_ledger() -> sources.Ledger | sources.RepoLedgers:
+    def load_ledger(current: OperatorConfig | None) -> sources.Ledger | sources.RepoLedgers:
+        """The ledger as the operator's objects name it now (a new NVIDIADriver may name a new repository)."""
         if ledger:
             return sources.load(ledger, docker_config=docker_config)
-        assert config is not None
-        return sources.load_repositories([s.repository for s in config.sources if s.repository],
+        named = current or config
+        assert named is not None
+        return sources.load_repositories([s.repository for s in named.sources if s.repository and not s.problem],
                                          docker_config=docker_config)
 
     if gate_operator_upgrades and config is None:
@@ -132,7 +138,8 @@ def controller(
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
-        run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow)
+        run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow,
+            judge_image=lambda image: judge({image: ()}, docker_config=docker_config).wrong.get(image))
     finally:
         kube.close()
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign import labels as L
-from gpualign.audit import MISMATCH, MISSING, DriverPod, audit
+from gpualign.audit import MISMATCH, MISSING, PRESENT, WRONG, DriverPod, audit
 from gpualign.branches import BranchPolicy
 from gpualign.controller import gate
 from gpualign.controller.gate_release import release_node
@@ -42,7 +42,8 @@ SEQUENCE_ANNOTATION = "gpualign.io/driver-image-transitions"
 EVENT_MISSING = "DriverImageMissing"
 EVENT_PRESENT = "DriverImageAvailable"
 EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image built for another OS or kernel
-ALARMS = (MISSING, MISMATCH)
+EVENT_WRONG = "DriverImageWrong"  # in the ledger under the tag, but its labels name another kernel or branch
+ALARMS = (MISSING, MISMATCH, WRONG)
 EVENT_GATED = "DriverUpgradeGated"
 EVENT_UNGATED = "DriverUpgradeReleased"
 EVENT_HELD_LONG = "DriverUpgradeGatedLong"
@@ -56,7 +57,7 @@ class Fleet:
     rules: Rules
     policy: BranchPolicy
     repository: str
-    load_ledger: Callable[[], Ledger | RepoLedgers]
+    load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers]  # as the operator's objects name it
     operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
     follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
     gate: bool = False  # --gate-operator-upgrades: hold the operator's walk off nodes whose target image is missing
@@ -64,6 +65,9 @@ class Fleet:
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
+    # image -> why it is present but wrong (its labels), or None; asked once per image per ledger read
+    judge_image: Callable[[str], str | None] = lambda _image: None
+    judged: dict[str, str | None] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)
     findings: dict[str, JSON] = field(default_factory=dict)
@@ -168,10 +172,18 @@ class Fleet:
             self.on_missing(name, old["tag"], None)
 
     # -- the ledger ---------------------------------------------------------------------------------------------
-    def refresh_ledger(self) -> bool:
-        ledger = self.load_ledger()
-        changed = ledger.fingerprint != self.ledger.fingerprint
-        self.ledger = ledger
+    def refresh_ledger(self, operator: OperatorConfig | None = None) -> bool:
+        """Read the ledger again (for `operator`, the operator's objects as they are about to be used; default:
+        the current ones); re-check every node on a change."""
+        ledger = self.load_ledger(operator or self.operator)
+        changed = ledger.fingerprint != self.ledger.fingerprint or ledger.sources != self.ledger.sources
+        with self.lock:
+            self.ledger = ledger
+            # a tag may have been pushed again (repaired, or broken) under the same name: judge every image anew
+            was_wrong = any(self.judged.values())
+            self.judged = {}
+        if was_wrong:
+            changed = True
         if changed:
             for name in list(self.nodes):
                 self.queue.put(name)
@@ -190,6 +202,10 @@ class Fleet:
             log.warning("%s", note)
         if config is None or config == self.operator:
             return False
+        if _repositories(config) != _repositories(self.operator):
+            # A repository named for the first time is read before any node is checked against it: until then
+            # its images would all look missing (a false alarm, and a false gate hold).
+            self.refresh_ledger(config)
         self.operator = config
         for name in list(self.nodes):
             self.queue.put(name)
@@ -222,9 +238,14 @@ class Fleet:
                 pools = list(self.pools.values())
             found = daemonset_image(facts.labels, pools)
             planned = {name: found} if found else {}
+        expect = from_operator(operator) if operator is not None and self.follow_operator else None
         result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
-                       pods={name: pod} if pod else {}, planned=planned,
-                       expect=from_operator(operator) if operator is not None and self.follow_operator else None)
+                       pods={name: pod} if pod else {}, planned=planned, expect=expect)
+        first = result.findings[0]
+        if first.status == PRESENT and first.image and (why := self._wrong(first.image)):
+            result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
+                           pods={name: pod} if pod else {}, planned=planned, expect=expect,
+                           wrong={first.image: why})
         finding = result.findings[0].as_dict()
         finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
         finding["pod_state"] = pod.state if pod else None
@@ -281,6 +302,11 @@ class Fleet:
                                 f"driver image {finding['image']} is missing from the ledger: this node's driver "
                                 f"pod cannot pull it and the node loses its GPUs ({finding['reason']})", name=name)
                 self.events_posted += 1
+            elif status == WRONG:
+                self.kube.event(node_obj, EVENT_WRONG, f"driver image {finding['image']} is in the ledger but "
+                                f"{finding['reason']}: a driver pod that pulls it crash-loops (repair: gpualign "
+                                f"ensure {finding['tag']} --replace-wrong)", name=name)
+                self.events_posted += 1
             elif status == MISMATCH:
                 self.kube.event(node_obj, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
                                 f"here, built for another OS or kernel: {finding['reason']}", name=name)
@@ -299,13 +325,42 @@ class Fleet:
         repo, _, tag = image.rpartition(":")
         return self.ledger.for_repository(repo).has(tag)
 
+    def _wrong(self, image: str) -> str | None:
+        """Why a present image is wrong by its own labels (asked of the registry once per image per ledger read),
+        or None. Only registry ledgers are asked: a file names tags, not images to read."""
+        from gpualign.ledger.sources import is_registry
+
+        if not any(is_registry(s) for s in self.ledger.sources) and not isinstance(self.ledger, RepoLedgers):
+            return None
+        with self.lock:
+            if image in self.judged:
+                return self.judged[image]
+        try:
+            why = self.judge_image(image)
+        except GpualignError as err:
+            log.warning("image %s: its labels could not be read: %s", image, err.message)
+            return None
+        with self.lock:
+            self.judged[image] = why
+        if why:
+            log.warning("driver image %s is present but wrong: %s", image, why)
+        return why
+
+    def _unusable(self, image: str) -> str | None:
+        """Why the operator must not walk a node to this image (missing, or present but wrong), or None."""
+        if not self._in_ledger(image):
+            return "missing from the ledger"
+        why = self._wrong(image)
+        return f"present but wrong ({why})" if why else None
+
     def _gate(self, facts: NodeFacts, finding: JSON, planned: tuple[str, str] | None) -> None:
         """The operator's skip label on a node whose next driver image is missing: the image gpualign expects from
         the operator's objects (known the moment they change), or the one its DaemonSet names (what it will pull)."""
         targets = [i for i in (finding.get("image"), planned[1] if planned else None) if i]
-        missing = [i for i in targets if not self._in_ledger(i)]
+        problems = [(i, why) for i in targets if (why := self._unusable(i))]
+        missing = [i for i, _ in problems]
         patch = gate.decide(facts.labels, facts.annotations, image_missing=bool(missing),
-                            target=missing[0] if missing else None)
+                            target=missing[0] if missing else None, why=problems[0][1] if problems else "")
         if patch is None:
             if missing and facts.labels.get(S.SKIP_LABEL) == "true" and gate.GATED not in facts.annotations:
                 log.info("node %s: its skip label was set by someone else; the gate leaves it", facts.name)
@@ -316,11 +371,11 @@ class Fleet:
             node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": patch})
             if missing:
                 self.kube.event(node_obj, EVENT_GATED, f"held out of the GPU Operator's upgrade walk "
-                                f"({S.SKIP_LABEL}=true): its target image {missing[0]} is missing from the ledger")
-                log.warning("node %s gated: %s missing", facts.name, missing[0])
+                                f"({S.SKIP_LABEL}=true): its target image {missing[0]} is {problems[0][1]}")
+                log.warning("node %s gated: %s %s", facts.name, missing[0], problems[0][1])
             else:
-                self.kube.event(node_obj, EVENT_UNGATED, "target driver image is in the ledger: released to the "
-                                "GPU Operator's upgrade walk", warning=False)
+                self.kube.event(node_obj, EVENT_UNGATED, "target driver image is in the ledger (and its labels "
+                                "name this node's build): released to the GPU Operator's upgrade walk", warning=False)
                 log.info("node %s released to the operator's walk", facts.name)
             self.events_posted += 1
         except GpualignError as err:
@@ -382,9 +437,10 @@ class Fleet:
             findings = list(self.findings.values())
             facts = dict(self.nodes)
         missing: dict[str, list[str]] = {}
+        wrong: dict[str, list[str]] = {}
         for f in findings:
-            if f["status"] == MISSING and f["tag"]:
-                missing.setdefault(f["tag"], []).append(f["name"])
+            if f["status"] in (MISSING, WRONG) and f["tag"]:
+                (missing if f["status"] == MISSING else wrong).setdefault(f["tag"], []).append(f["name"])
         counts: dict[str, int] = {}
         blocked: list[tuple[str, str, float]] = []
         gated: dict[str, str] = {}
@@ -405,7 +461,8 @@ class Fleet:
         stuck = sorted(set(no_driver) | {n for n, _, _ in blocked if facts.get(n) is not None
                                          and facts[n].labels.get(S.STATE_LABEL) in S.IN_PROGRESS})
         if not with_nodes:
-            return {"nodes": facts, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
+            return {"nodes": facts, "missing": missing, "wrong": wrong, "upgrade_counts": counts,
+                    "blocked": sorted(blocked),
                     "leader": 1 if leader else 0, "stuck": stuck, "gated": gated, "gated_for": gated_for}
         nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
                          "status": f["status"], "pod_state": f["pod_state"], "reason": f.get("reason"),
@@ -413,9 +470,14 @@ class Fleet:
                          "gated": gated.get(f["name"]), "stuck": f["name"] in stuck,
                          "upgrade_state": facts[f["name"]].labels.get(S.STATE_LABEL) if f["name"] in facts else None}
                         for f in findings), key=lambda n: n["name"])
-        return {"nodes": nodes, "missing": missing, "upgrade_counts": counts, "blocked": sorted(blocked),
+        return {"nodes": nodes, "missing": missing, "wrong": wrong, "upgrade_counts": counts,
+                "blocked": sorted(blocked),
                 "leader": 1 if leader else 0, "updated": self.updated, "ledger_sources": list(self.ledger.sources),
                 "stuck": stuck, "gated": gated, "cluster": self.kube.server}
+
+
+def _repositories(config: OperatorConfig | None) -> frozenset[str]:
+    return frozenset(s.repository for s in (config.sources if config else ()) if s.repository and not s.problem)
 
 
 def _sequence(annotations: Mapping[str, str]) -> int:

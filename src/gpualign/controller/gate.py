@@ -23,15 +23,16 @@ HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning wa
 
 
 def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_missing: bool,
-           target: str | None) -> dict[str, dict[str, str | None]] | None:
-    """The metadata patch (labels, annotations) that brings the node in line with the gate, or None."""
+           target: str | None, why: str = "") -> dict[str, dict[str, str | None]] | None:
+    """The metadata patch (labels, annotations) that brings the node in line with the gate, or None.
+    image_missing: the target image cannot be used (missing from the ledger, or present but wrong: `why`)."""
     skip = labels.get(S.SKIP_LABEL) == "true"
     ours = GATED in annotations
     if image_missing:
         if skip:  # held already: by the gate, or by someone else's label, which it leaves and does not claim
             return None
         return {"labels": {S.SKIP_LABEL: "true"},
-                "annotations": {GATED: f"target image {target or '?'} missing from the ledger",
+                "annotations": {GATED: f"target image {target or '?'} {why or 'missing from the ledger'}",
                                 GATED_SINCE: _now(), HELD_WARNED: None}}
     if ours:
         return {"labels": {S.SKIP_LABEL: None} if skip else {},

@@ -37,6 +37,9 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily("gpualign_missing_driver_images",
                                 "Distinct driver image tags some GPU node needs and the ledger lacks",
                                 value=len(data["missing"]))
+        yield GaugeMetricFamily("gpualign_wrong_driver_images",
+                                "Distinct driver image tags in the ledger whose own labels name another kernel or "
+                                "branch than their tag (present but wrong)", value=len(data.get("wrong") or {}))
         yield GaugeMetricFamily("gpualign_leader", "Whether this replica holds the lease (1) or stands by (0)",
                                 value=data["leader"])
         yield GaugeMetricFamily("gpualign_stuck_nodes", "GPU nodes with no running driver pod, or blocked in the walk",

@@ -43,15 +43,18 @@ class Options:
     gate_warn_after: float = 86400.0
 
 
-def run(kube: Kube, rules: Rules, policy: BranchPolicy, load_ledger: Callable[[], Ledger | RepoLedgers],
-        opts: Options, stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
-        follow_operator: bool = False) -> None:
+def run(kube: Kube, rules: Rules, policy: BranchPolicy,
+        load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers], opts: Options,
+        stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
+        follow_operator: bool = False, judge_image: Callable[[str], str | None] | None = None) -> None:
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
     fleet = Fleet(kube, rules, policy, opts.repository, load_ledger, operator=operator,
                   follow_operator=follow_operator, gate=opts.gate and operator is not None,
                   gate_warn_after=opts.gate_warn_after)
+    if judge_image is not None:
+        fleet.judge_image = judge_image
 
     def on_leader(leader: bool) -> None:
         if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published

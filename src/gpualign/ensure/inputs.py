@@ -1,4 +1,5 @@
-"""The tags to ensure, read from what check and plan print: check's report (`missing[].tag`), plan's report
+"""The tags to ensure, read from what check and plan print: check's report (`missing[].tag` and `wrong[].tag`,
+which ensure repairs only with --replace-wrong), plan's report
 (`to_build[]`) or its build matrix (`include[].tag`), as JSON or YAML. Pure."""
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ def tags_from_report(data: Any, where: str) -> list[str]:
     if not isinstance(data, dict):
         raise BadInput(f"{where}: expected a gpualign check or plan report (a mapping), got {type(data).__name__}")
     kind = data.get("kind")
-    if isinstance(data.get("missing"), list):  # CheckReport (and a fleet's)
-        tags = [m.get("tag") for m in data["missing"] if isinstance(m, dict)]
+    if isinstance(data.get("missing"), list):  # CheckReport (and a fleet's): its missing images, then its wrong ones
+        tags = [m.get("tag") for m in [*data["missing"], *(data.get("wrong") or [])] if isinstance(m, dict)]
     elif isinstance(data.get("to_build"), list):  # PlanReport
         tags = list(data["to_build"])
     elif isinstance(data.get("include"), list):  # plan --build-matrix

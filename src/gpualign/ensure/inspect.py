@@ -2,7 +2,7 @@
 
 `by_labels` (pure) reads only the image's config (cheap: no layers): NVIDIA's `version=<branch>-<kernel>` label and
 gpualign's `io.gpualign.kernel` / `io.gpualign.driver-branch`. An image without such labels cannot be judged this
-way (it passes). `by_modules` (check's --verify-modules, and the lab's driver simulator) pulls the image's modules
+way (it passes). `modules_verdict` (check's --verify-modules, the upgrade preflight) pulls the image's modules
 and runs the kernel's load checks on them against a kernel's Module.symvers.
 """
 
@@ -96,19 +96,21 @@ def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path
     return (digest, out) if list(out.glob("*.ko")) else None
 
 
-def by_modules(client: RegistryClient, tag: str, kernel: str, cache: Path) -> str | None:
-    """Why the image's modules would not load on `kernel`, in the kernel's words, or None (they would, or the image
-    holds no modules). The kernel's Module.symvers comes from Debian's archive (its headers package)."""
+def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path) -> tuple[str, str | None]:
+    """("ok", symbols checked) when the image's modules would load on `kernel`; ("wrong", the kernel's first
+    refusal, in modprobe's order); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
+    from Debian's archive (its headers package)."""
     from gpualign.ensure import kmod, symvers
     from gpualign.ensure.archive import Archive
     from gpualign.ensure.verify import verify
 
     found = modules_of(client, tag, cache)
     if found is None:
-        return None
+        return "none", None
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(found[1].glob("*.ko"))]
     result = verify(modules, kernel, table, modules[0].field("version") or "" if modules else "")
     if result.ok:
-        return None
-    return result.first_symbol() or result.first_problem()
+        return "ok", str(result.symbols_checked)
+    return "wrong", result.first_refusal()
+

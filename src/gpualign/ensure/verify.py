@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     from cryptography import x509
 
 
+LOAD_ORDER = {"nvidia.ko": 0, "nvidia-uvm.ko": 1, "nvidia-modeset.ko": 2, "nvidia-drm.ko": 3, "nvidia-peermem.ko": 4}
+
+
 @dataclass(frozen=True)
 class ModuleResult:
     module: str
@@ -54,6 +57,20 @@ class Verification:
             if r.problems:
                 more = len(r.problems) - 1
                 return f"{r.problems[0]}" + (f" (and {more} more problems in {r.module})" if more else "")
+        return None if self.results else "no kernel module found"
+
+    def first_refusal(self) -> str | None:
+        """What the kernel would refuse first, loading the set as modprobe does (nvidia first, then nvidia-uvm,
+        nvidia-modeset, nvidia-drm): in the first module it refuses, the signature (module_sig_check), then a symbol
+        (a kernel with CONFIG_MODVERSIONS compares vermagic without its release and refuses on the CRCs), then
+        anything else. check, ensure and the lab's kernel name this same refusal."""
+        def rank(problem: str) -> int:
+            return 0 if "rejected by service" in problem or "(Bad message)" in problem else \
+                1 if "symbol" in problem else 2
+
+        for r in sorted(self.results, key=lambda r: (LOAD_ORDER.get(r.module, 9), r.module)):
+            if r.problems:
+                return min(r.problems, key=rank)
         return None if self.results else "no kernel module found"
 
     def first_symbol(self) -> str | None:

@@ -80,23 +80,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
         signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
         return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match "
                                 f"{kernel}{signed}")
-    first = _first_refusal(result.results)
+    first = result.first_refusal() or "refused"
     module = first.split(":", 1)[0]
     return Load(False, True, f"insmod: ERROR: could not insert module {module}.ko: {insmod_words(first)}; "
                              f"kernel: {first}")
-
-
-def _first_refusal(results: Any) -> str:
-    """The first module the kernel would refuse, in load order (nvidia first), and the refusal it meets first: the
-    signature (module_sig_check), then the symbol CRCs (a kernel with CONFIG_MODVERSIONS compares vermagic without
-    its release, and refuses on the CRCs), then anything else."""
-    order = {"nvidia.ko": 0, "nvidia-uvm.ko": 1, "nvidia-modeset.ko": 2, "nvidia-drm.ko": 3}
-
-    def rank(problem: str) -> int:
-        return 0 if "rejected by service" in problem or "(Bad message)" in problem else \
-            1 if "symbol" in problem else 2
-
-    for r in sorted(results, key=lambda r: (order.get(r.module, 9), r.module)):
-        if r.problems:
-            return str(min(r.problems, key=rank))
-    return "refused"

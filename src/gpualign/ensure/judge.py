@@ -1,0 +1,108 @@
+"""Is a present image what its tag says? One judgement, used by check, the upgrade preflight, ensure and the
+controller, so none of them can call an image "present" that another calls wrong.
+
+Two levels:
+- **labels** (cheap, always): the image's own config names its kernel and branch (`inspect.by_labels`);
+- **modules** (a pull of its module layer, ~2 s an image, cached by digest): its kernel modules run through the
+  kernel's load checks against the Module.symvers of every kernel that needs it (`verify`), in modprobe's order.
+
+A module check that cannot be made (the kernel has no headers in Debian's archive, the image holds no modules,
+the archive is unreachable) leaves the image *unverified*, with the reason: never silently "present".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+from gpualign.errors import GpualignError
+
+if TYPE_CHECKING:
+    from gpualign.ledger.registry import RegistryClient
+
+OFF, AUTO, STRICT = "off", "auto", "strict"  # module checks: none; where the kernel has headers; everywhere asked
+
+
+@dataclass
+class Judgement:
+    wrong: dict[str, str] = field(default_factory=dict)  # image -> why it is present but wrong
+    unverified: dict[str, str] = field(default_factory=dict)  # image -> why its modules could not be checked
+    verified: dict[str, int] = field(default_factory=dict)  # image -> symbol CRCs checked (modules passed)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _split(image: str) -> tuple[str, str]:
+    repo, _, tag = image.rpartition(":")
+    return repo, tag
+
+
+def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
+          modules: str = OFF, cache: Path | None = None) -> Judgement:
+    """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
+    AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
+    headers leaves the image unverified)."""
+    from gpualign.ensure.inspect import by_labels
+    from gpualign.ledger.registry import connect
+
+    if cache is None:
+        from gpualign.ensure.archive import cache_root
+
+        cache = cache_root() / "images"
+    out = Judgement()
+    by_repo: dict[str, list[str]] = {}
+    for image in sorted(needs):
+        repo, tag = _split(image)
+        by_repo.setdefault(repo, []).append(tag)
+    for repo, tags in by_repo.items():
+        try:
+            client = connect(f"registry://{repo}", docker_config=docker_config)
+        except GpualignError:
+            continue  # not a registry reference gpualign can read: nothing to inspect
+        try:
+            for tag in tags:
+                image = f"{repo}:{tag}"
+                if modules != OFF:  # the modules first: the kernel's own verdict names module and symbol
+                    _modules(client, image, tag, needs[image], modules, cache, out)
+                if image in out.wrong:
+                    continue
+                config = client.image_config(tag) or {}
+                why = by_labels(tag, (config.get("config") or {}).get("Labels") or {})
+                if why:
+                    out.wrong[image] = why
+                    out.unverified.pop(image, None)
+                    out.verified.pop(image, None)
+        except GpualignError as err:
+            out.warnings.append(f"could not read the images in {repo}: {err.message}")
+        finally:
+            client.close()
+    return out
+
+
+def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
+             out: Judgement) -> None:
+    from gpualign.ensure.inspect import checkable, modules_verdict
+
+    checked = 0
+    for kernel in sorted({k for k in kernels if k}):
+        if not checkable(kernel):
+            if modules == STRICT:
+                out.unverified[image] = f"kernel {kernel} has no headers in Debian's archive to check its modules against"
+            continue
+        try:
+            verdict, detail = modules_verdict(client, tag, kernel, cache)
+        except GpualignError as err:
+            out.unverified[image] = f"its modules could not be checked against {kernel}: {err.message}"
+            continue
+        if verdict == "wrong":
+            out.wrong[image] = f"its modules would not load on {kernel}: {detail}"
+            out.unverified.pop(image, None)
+            return
+        if verdict == "none":
+            out.unverified[image] = f"it holds no kernel modules under /opt/lib/modules to check against {kernel}"
+        else:
+            checked += int(detail or 0)
+    if checked and image not in out.unverified:
+        out.verified[image] = checked
