@@ -36,7 +36,7 @@ class Finding:
     pod_matches_kernel: bool | None = None
     source: str | None = None  # where the expectation came from: clusterpolicy/NAME, nvidiadriver/NAME, flags, …
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
-    verified: bool | None = None  # modules checked against this kernel: True passed, False could not be; None: not asked
+    verified: bool | None = None  # modules checked against its kernel: True passed, False could not be; None: unasked
 
     @property
     def driver_pod_failing(self) -> bool:

@@ -25,3 +25,7 @@ UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 DRIVER_COMPONENT = "app.kubernetes.io/component"
 DRIVER_COMPONENT_VALUE = "nvidia-driver"
 PRECOMPILED = "nvidia.com/precompiled"
+
+# Secure Boot on the node (its kernel loads only modules signed by an enrolled key). No standard label exists: a fleet
+# publishes it as NFD publishes local features (a feature file from `mokutil --sb-state`); the lab sets it.
+SECURE_BOOT = "gpualign.io/secure-boot"  # "enabled"

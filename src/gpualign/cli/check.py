@@ -34,9 +34,9 @@ from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:
     from gpualign.audit import Audit
-    from gpualign.ensure.judge import Judgement
     from gpualign.branches import BranchPolicy
     from gpualign.cli.source import Read
+    from gpualign.ensure.judge import Judgement
     from gpualign.ledger.sources import Ledger
     from gpualign.tags import Rules
 

@@ -116,7 +116,7 @@ def ensure(
         raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
     if modules_from is not None and not modules_from.is_dir():
         raise BadInput(f"--modules-from {modules_from}: not a directory")
-    signing = _signing(sign_key, sign_cert, sign_secret, kubeconfig, context)
+    signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
     wanted = list(tags or [])
     if from_report is not None:
         from gpualign import yamlio
@@ -256,7 +256,7 @@ def _leases(namespace: str, kubeconfig: str | None, context: str | None, say: An
     return Leases(Kube(kubeconfig, context, field_manager="gpualign-ensure"), namespace, say)
 
 
-def _signing(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,
+def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,
              context: str | None) -> SigningKey | None:
     """The signing key, checked before any work (None: modules are not signed)."""
     if secret is None and key is None and cert is None:

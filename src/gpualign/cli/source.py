@@ -69,14 +69,16 @@ def _say(text: str) -> None:
         print(f"gpualign: {text}", file=sys.stderr, flush=True)
 
 
-def load_ledger(sources_given: list[str], docker_config: Path | None) -> Any:
-    """The merged ledger; on a terminal, a line before a registry is read (it can take a while) and one after."""
+def load_ledger(sources_given: list[str], docker_config: Path | None, *, missing_ok: bool = False) -> Any:
+    """The merged ledger; on a terminal, a line before a registry is read (it can take a while) and one after.
+    missing_ok: a registry repository nobody has pushed to is an empty ledger (it is about to be filled), not the
+    mistyped name it otherwise is (exit 2)."""
     from gpualign.ledger import sources
 
     slow = [s for s in sources_given if sources.is_registry(s)]
     if slow:
         _say(f"reading ledger {', '.join(slow)} …")
-    ledger = sources.load(sources_given, docker_config=docker_config)
+    ledger = sources.load(sources_given, docker_config=docker_config, missing_ok=missing_ok)
     count = len(ledger.fingerprint)
     _say(f"ledger: {count:,} tags from {', '.join('<stdin>' if s == '-' else s for s in sources_given)}")
     odd = sorted(t for t in ledger.fingerprint if not _DRIVER_TAG.match(t.rsplit(":", 1)[-1]))

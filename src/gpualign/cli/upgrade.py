@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpualign.cli.common import emit_data, report, stdout, warn
+from gpualign.cli.common import emit_data, progress, report, stdout, warn
 from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
@@ -27,6 +28,7 @@ from gpualign.errors import EXIT_FINDINGS, BadInput
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
     from rich.table import Table
 
+    from gpualign.ensure.sign import SigningKey
     from gpualign.kube import Kube
     from gpualign.ledger.sources import Ledger
     from gpualign.tags import Rules
@@ -48,7 +50,7 @@ def _reporter(node: str, message: str) -> None:
 
 def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable: str | None,
             drain: bool | None, timeout: int | None, failed_frees_slot: bool,
-            admission: str | None = None) -> UpgradePolicy:
+            admission: str | None = None, force: bool = False, delete_empty_dir: bool = False) -> UpgradePolicy:
     import dataclasses
 
     from gpualign.upgrade import policy as pol
@@ -71,6 +73,12 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
         p = dataclasses.replace(p, failed_nodes_hold_slots=False)
     if drain is not None:
         p = dataclasses.replace(p, drain=dataclasses.replace(p.drain, enable=drain))
+    if force:  # as kubectl drain --force: pods no controller recreates may be deleted (and are lost)
+        p = dataclasses.replace(p, pod_deletion=dataclasses.replace(p.pod_deletion, force=True),
+                                drain=dataclasses.replace(p.drain, force=True))
+    if delete_empty_dir:
+        p = dataclasses.replace(p, pod_deletion=dataclasses.replace(p.pod_deletion, delete_empty_dir=True),
+                                drain=dataclasses.replace(p.drain, delete_empty_dir=True))
     if timeout is not None:
         if timeout < 1:
             raise BadInput("--eviction-timeout: expected seconds >= 1")
@@ -115,45 +123,89 @@ def _ledger_from_operator(kube: Kube, selector: str | None, rules: Rules, branch
     return [f"registry://{r}" for r in repositories]
 
 
-def _present_but_wrong(ledger: list[str], snap: Snapshot, docker_config: Path | None) -> dict[str, str]:
-    """tag -> why, for the target images in a registry ledger whose labels name another kernel or branch."""
-    from gpualign.ensure.inspect import by_labels
-    from gpualign.errors import GpualignError
-    from gpualign.ledger.registry import connect
+def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None,
+                   modules: str) -> dict[str, str]:
+    """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
+    node's kernel would load them), or, with module checks asked for, not verified (planner.UNVERIFIED + why).
+    The same judgement check makes (ensure/judge.py)."""
+    from gpualign.ensure.judge import judge
     from gpualign.ledger.sources import is_registry
+    from gpualign.upgrade.planner import UNVERIFIED
 
-    tags = sorted({n.view.target_tag for n in snap.nodes.values()
-                   if n.view.target_tag and n.view.image_present and n.view.needs_upgrade})
+    kernels: dict[str, set[str | None]] = {}
+    for n in snap.nodes.values():
+        if n.view.target_tag and n.view.image_present and n.view.needs_upgrade:
+            kernels.setdefault(n.view.target_tag, set()).add(n.facts.kernel)
     found: dict[str, str] = {}
     for source in (s for s in ledger if is_registry(s)):
-        client = connect(source, docker_config=docker_config)
-        try:
-            for tag in tags:
-                config = client.image_config(tag)
-                why = by_labels(tag, ((config or {}).get("config") or {}).get("Labels") or {})
-                if why:
-                    found[tag] = why
-        except GpualignError as err:
-            warn(f"could not read the labels of the target images in {source}: {err.message}")
-        finally:
-            client.close()
+        repo = source.split("://", 1)[1].rstrip("/")
+        started = time.monotonic()
+        verdict = judge({f"{repo}:{tag}": ks for tag, ks in kernels.items()}, docker_config=docker_config,
+                        modules=modules)
+        for w in verdict.warnings:
+            warn(w)
+        for image, symbols in sorted(verdict.verified.items()):
+            progress(f"preflight: {image.rpartition(':')[2]}: modules verified ({symbols} symbol CRCs)")
+        if verdict.verified:
+            progress(f"preflight: {len(verdict.verified)} image(s) verified in {time.monotonic() - started:.1f}s")
+        for image, why in verdict.wrong.items():
+            found.setdefault(image.rpartition(":")[2], why)
+        for image, why in verdict.unverified.items():
+            found.setdefault(image.rpartition(":")[2], UNVERIFIED + why)
     return found
 
 
-def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None) -> None:
-    """--ensure: the missing target images, ensured into the one registry ledger before the walk."""
+def _judged(kube: Kube, selector: str | None, ledger: list[str], available: Ledger, snap: Snapshot, rules: Rules,
+            branch: str | None, pol: UpgradePolicy, docker_config: Path | None,
+            modules: str) -> tuple[Ledger, Snapshot]:
+    """The ledger told which target images must not be walked to, and the snapshot read again with it: never
+    cordon a node for an image that would not load there, or that could not be checked where checks were asked."""
+    from dataclasses import replace as with_fields
+
+    from gpualign.upgrade import snapshot
+
+    refused = _judge_targets(ledger, snap, docker_config, modules)
+    if not refused:
+        return available, snap
+    available = with_fields(available, refused=tuple(sorted(refused.items())))
+    return available, snapshot.take(kube, selector, ledger=available, rules=rules, to_branch=branch,
+                                    budgets=pol.admission == "pdb-aware")
+
+
+def _secure_boot_nodes(snap: Snapshot, tags: list[str]) -> dict[str, list[str]]:
+    """tag -> the Secure Boot nodes (labelled gpualign.io/secure-boot=enabled) that need it."""
+    from gpualign import labels as L
+
+    out: dict[str, list[str]] = {}
+    for name, n in sorted(snap.nodes.items()):
+        if n.target_tag in tags and n.facts.labels.get(L.SECURE_BOOT) == "enabled":
+            out.setdefault(n.target_tag or "", []).append(name)
+    return out
+
+
+def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None,
+                    signing: SigningKey | None = None, secure_boot: dict[str, list[str]] | None = None) -> None:
+    """--ensure: the missing target images, ensured into the one registry ledger before the walk (signed with
+    `signing`; an image a Secure Boot node needs is never built unsigned)."""
     from gpualign.cli.common import progress
     from gpualign.ensure import run
     from gpualign.ledger.registry import connect
     from gpualign.ledger.sources import is_registry
 
+    unsigned = {t: ns for t, ns in (secure_boot or {}).items() if t in tags} if signing is None else {}
+    if unsigned:
+        tag, nodes = sorted(unsigned.items())[0]
+        raise BadInput(f"--ensure: {tag} is for Secure Boot node(s) {', '.join(nodes)} (gpualign.io/secure-boot="
+                       "enabled), whose kernel loads only signed modules: pass --sign-key/--sign-cert or "
+                       "--sign-secret so it is signed")
     registries = [s for s in ledger if is_registry(s)]
     if len(registries) != 1:
         raise BadInput("--ensure needs exactly one registry ledger (--ledger registry://HOST/REPO) to put the "
                        f"missing images in; got {len(registries)}")
     target = connect(registries[0], docker_config=docker_config, timeout=30.0)
     try:
-        opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None)
+        opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
+                           signing=signing)
         plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
         if not dry_run and any(p.action == run.BUILD for p in plans.values()):
             run.require_tools()
@@ -166,19 +218,26 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
 
 
 def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:
+    from gpualign.upgrade.planner import UNVERIFIED, image_hold
+
     stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
                  f"{len(pre.already_done)} already on target")
     for name in pre.upgrades:
         ns = snap.nodes[name]
         running = ns.pod["spec"]["containers"][0]["image"].rsplit(":", 1)[-1] if ns.pod else "no driver pod"
-        image = "[green]image present[/]" if ns.view.image_present else "[bold red]image missing[/]"
+        problem = ns.view.image_problem or ""
+        image = "[green]image present[/]" if ns.view.image_present else \
+            "[bold red]image not verified[/]" if problem.startswith(UNVERIFIED) else \
+            "[bold red]image present but wrong[/]" if problem else "[bold red]image missing[/]"
         pods = pre.gpu_pods.get(name, [])
         stdout.print(f"  {name}: {running} → {ns.target_tag or '?'}  {image}  "
                      f"{len(pods)} pod(s) to evict{': ' + ', '.join(pods) if pods else ''}")
     for node, tag in pre.missing_images:
-        problem = snap.nodes[node].view.image_problem
-        what = f"image present but wrong: {tag}: {problem}" if problem else f"image missing: {tag}"
+        what = image_hold(tag, snap.nodes[node].view.image_problem)
         stdout.print(f"  [bold red]{node} stays upgrade-required[/]: {what} (never cordoned)")
+    for node, why in sorted(pre.unmovable.items()):
+        more = f" (and {len(why) - 1} more)" if len(why) > 1 else ""
+        stdout.print(f"  [bold red]{node} stays upgrade-required[/]: {why[0]}{more} (never cordoned)")
     for v in pre.pdbs:
         guarded = ", ".join(f"{p} (on {n})" for p, n in v.pods)
         if not v.blocked_nodes:
@@ -258,6 +317,29 @@ def upgrade(
         "--ensure", help="first make the missing target images exist in the (registry) ledger, as `gpualign "
                          "ensure` does: mirrored or built, and verified against their kernels, before any node is "
                          "cordoned; with --dry-run, say what it would do")] = False,
+    verify_modules: Annotated[bool | None, typer.Option(
+        "--verify-modules/--no-verify-modules",
+        help="check each target image's kernel modules as the node's kernel would load them (version magic, every "
+             "symbol CRC against its Module.symvers) before any node is cordoned. Default: for nodes whose kernel "
+             "has headers in Debian's archive (Debian 12), about 2 s an image, cached by digest; a node whose image "
+             "would be refused, or cannot be checked, is held uncordoned. --verify-modules also holds nodes whose "
+             "kernel cannot be checked; --no-verify-modules trusts the image's labels alone")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="evict pods no controller recreates (they are lost for good), as kubectl drain --force and "
+                        "the operator's podDeletion.force/drain.force; without it a node with such a pod is held "
+                        "uncordoned, naming it")] = False,
+    delete_emptydir_data: Annotated[bool, typer.Option(
+        "--delete-emptydir-data", help="evict pods with emptyDir volumes (their data is lost), as kubectl drain "
+                                       "--delete-emptydir-data and the operator's deleteEmptyDir")] = False,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="FILE", help="with --ensure: sign the modules of the images built for Secure Boot "
+                                           "(as `gpualign ensure --sign-key`); needs --sign-cert")] = None,
+    sign_cert: Annotated[Path | None, typer.Option(
+        "--sign-cert", metavar="FILE", help="with --ensure: the signing key's certificate, enrolled on the nodes")]
+    = None,
+    sign_secret: Annotated[str | None, typer.Option(
+        "--sign-secret", metavar="NAMESPACE/NAME", help="with --ensure: the signing key and certificate from this "
+                                                        "Secret instead of files")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(
         metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0,
@@ -313,7 +395,15 @@ def upgrade(
             raise BadInput("--policy and --upgrade-policy name the same file: pass --upgrade-policy only")
         upgrade_policy = old_policy
     branch = normalize_branch(to_branch) if to_branch else None
-    pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission)
+    pol = _policy(upgrade_policy, max_parallel, max_unavailable, drain, eviction_timeout, failed_frees_slot, admission,
+                  force, delete_emptydir_data)
+    if (sign_key or sign_cert or sign_secret) and not ensure_images:
+        raise BadInput("--sign-key/--sign-cert/--sign-secret sign the images --ensure builds: add --ensure")
+    from gpualign.cli.ensure import signing_key
+    from gpualign.ensure.judge import AUTO, OFF, STRICT
+
+    signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
+    modules = AUTO if verify_modules is None else STRICT if verify_modules else OFF
     rule_set = load_rules(rules)
     from gpualign.cli.fleet import parse_timeout
 
@@ -323,18 +413,13 @@ def upgrade(
     try:
         if not ledger:  # as check does: beside the GPU Operator, its objects name the repositories
             ledger = _ledger_from_operator(kube, selector, rule_set, branch)
-        available = load_ledger(ledger, docker_config)
+        available = load_ledger(ledger, docker_config, missing_ok=ensure_images)
         snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
-        refused = _present_but_wrong(ledger, snap, docker_config)
-        if refused:  # never cordon a node for an image that would not load there
-            from dataclasses import replace as with_fields
-
-            available = with_fields(available, refused=tuple(sorted(refused.items())))
-            snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
-                                 budgets=pol.admission == "pdb-aware")
+        available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol, docker_config,
+                                  modules)
         from gpualign.errors import Refused
         from gpualign.inventory import read_operator_config
         from gpualign.upgrade.operator_walk import refusal, walked_by_operator
@@ -343,14 +428,17 @@ def upgrade(
         walked = walked_by_operator(config, snap)
         if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
             raise Refused(refusal(config, walked))
-        pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
-        if ensure_images and pre.missing_images:
-            _ensure_missing(ledger, sorted({t for _, t in pre.missing_images}), dry_run, docker_config)
+        pre = preflight(kube, snap, pol)
+        to_make = sorted({t for n, t in pre.missing_images if not snap.nodes[n].view.image_problem})
+        if ensure_images and to_make:
+            _ensure_missing(ledger, to_make, dry_run, docker_config, signing, _secure_boot_nodes(snap, to_make))
             if not dry_run:  # read again: the walk starts at "image ensured"
-                available = load_ledger(ledger, docker_config)
+                available = load_ledger(ledger, docker_config, missing_ok=True)
                 snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                                      budgets=pol.admission == "pdb-aware")
-                pre = preflight(kube, snap, drain=pol.drain.enable, drain_selector=pol.drain.pod_selector)
+                available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol,
+                                          docker_config, modules)
+                pre = preflight(kube, snap, pol)
         pdb_aware = pol.admission == "pdb-aware"
         if dry_run:
             if output in (Output.json, Output.yaml):

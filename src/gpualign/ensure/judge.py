@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from gpualign.errors import GpualignError
@@ -89,7 +88,8 @@ def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str
     for kernel in sorted({k for k in kernels if k}):
         if not checkable(kernel):
             if modules == STRICT:
-                out.unverified[image] = f"kernel {kernel} has no headers in Debian's archive to check its modules against"
+                out.unverified[image] = (f"kernel {kernel} has no headers in Debian's archive to check its modules "
+                                         "against")
             continue
         try:
             verdict, detail = modules_verdict(client, tag, kernel, cache)

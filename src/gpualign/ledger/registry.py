@@ -234,8 +234,10 @@ class RegistryClient:
         return httpx2.Response(resp.status_code, headers=plain, content=bytes(body), request=resp.request)
 
     # -- reads --------------------------------------------------------------------------------------------------
-    def tags(self, repo: str | None = None) -> list[str]:
-        """Every tag of repo, following Link pagination (capped at max_pages; a repeated link is an error)."""
+    def tags(self, repo: str | None = None, *, missing_ok: bool = True) -> list[str]:
+        """Every tag of repo, following Link pagination (capped at max_pages; a repeated link is an error).
+        A repository the registry does not know (404, NAME_UNKNOWN) has no tags with missing_ok, and is bad input
+        naming it without (a mistyped ledger would otherwise make every image look missing)."""
         repo = repo or self.ref.repo
         scope = f"repository:{repo}:pull"
         url: str | None = f"{self.ref.base}/v2/{repo}/tags/list?n={PAGE_SIZE}"
@@ -251,7 +253,10 @@ class RegistryClient:
                 raise Unreachable(f"registry {self.ref.host}: more than {self.max_pages} pages of tags for {repo}")
             resp = self._send("GET", url, scope=scope)
             if resp.status_code == 404:
-                return tags  # NAME_UNKNOWN: a repository nobody pushed to has no tags
+                if missing_ok or pages > 1:
+                    return tags  # NAME_UNKNOWN: a repository nobody pushed to has no tags
+                raise BadInput(f"registry {self.ref.host} has no repository {repo} (NAME_UNKNOWN): is the name right? "
+                               "(a repository exists once something is pushed to it)")
             if resp.status_code >= 400:
                 raise Unreachable(f"registry {self.ref.host}: listing tags of {repo}: HTTP {resp.status_code}")
             try:

@@ -59,7 +59,10 @@ def is_registry(source: str) -> bool:
     return source.startswith(("registry://", "oci://", "http://", "https://"))
 
 
-def load(sources: list[str], *, docker_config: Path | None = None, timeout: float = 10.0) -> Ledger:
+def load(sources: list[str], *, docker_config: Path | None = None, timeout: float = 10.0,
+         missing_ok: bool = False) -> Ledger:
+    """missing_ok: a registry repository that does not exist (NAME_UNKNOWN) reads as empty; otherwise it is bad
+    input naming the repository, as an empty ledger file is."""
     tags: set[str] = set()
     scoped: set[tuple[str, str]] = set()
     for source in sources:
@@ -68,7 +71,7 @@ def load(sources: list[str], *, docker_config: Path | None = None, timeout: floa
 
             client = registry.connect(source, docker_config=docker_config, timeout=timeout)
             try:
-                tags.update(client.tags())
+                tags.update(client.tags(missing_ok=missing_ok))
             finally:
                 client.close()
         else:
@@ -110,5 +113,6 @@ def load_repositories(repositories: list[str], *, docker_config: Path | None = N
     read in this run (several clusters naming one registry read it once); new ones are added to it."""
     read = {} if read is None else read
     for r in sorted(set(repositories) - set(read)):
-        read[r] = load([f"registry://{r}"], docker_config=docker_config, timeout=timeout)
+        # named by the operator's objects: a repository nobody pushed to yet holds no image (all missing)
+        read[r] = load([f"registry://{r}"], docker_config=docker_config, timeout=timeout, missing_ok=True)
     return RepoLedgers({r: read[r] for r in sorted(set(repositories))})

@@ -13,14 +13,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.errors import GpualignError
 from gpualign.kube import Conflict, Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
-from gpualign.upgrade.planner import PDB_HOLD, Action, plan
+from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, plan
 from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
@@ -28,7 +28,7 @@ JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
 # holds named on the node; other holds are only waits
-HOLDS_TOLD = ("image missing", "image present but wrong", "skipped", PDB_HOLD)
+HOLDS_TOLD = ("image missing", "image present but wrong", "image not verified", "skipped", PDB_HOLD, UNMOVABLE_HOLD)
 
 
 def now_iso() -> str:
@@ -99,7 +99,7 @@ class Executor:
     def run_pass(self, snap: Snapshot) -> list[Action]:
         """Apply each node's action; nodes are independent, so up to NODE_WORKERS of them at once (a node's own
         steps stay in order: one action per node per pass)."""
-        actions = plan([n.view for n in snap.nodes.values()], self.policy, snap.budgets)
+        actions = self._admit(snap)
 
         def one(action: Action) -> None:
             with contextlib.suppress(Conflict):  # the node changed under us: the next pass reads it fresh
@@ -117,6 +117,23 @@ class Executor:
             with ThreadPoolExecutor(min(NODE_WORKERS, len(work))) as pool:
                 list(pool.map(one, work))  # re-raises the first error (an outage) once all have run
         return actions
+
+    def _admit(self, snap: Snapshot) -> list[Action]:
+        """The planner's actions, after a look at the pods of each node it would start: one whose pods kubectl drain
+        would refuse to evict (no controller, emptyDir data) is held before cordon instead, and the planner is asked
+        again, so its slot goes to the next node. One LIST of pods per node about to start, never all pods."""
+        looked: set[str] = set()
+        while True:
+            actions = plan([n.view for n in snap.nodes.values()], self.policy, snap.budgets)
+            starting = [a.node for a in actions if a.kind == "start" and a.node not in looked]
+            if not starting:
+                return actions
+            for name in starting:
+                looked.add(name)
+                ns = snap.nodes[name]
+                unmovable = P.unmovable(self._pods_on(ns), self.policy)
+                if unmovable:
+                    ns.view = replace(ns.view, unmovable=tuple(unmovable))
 
     def apply(self, action: Action, ns: NodeState) -> None:
         if action.kind == "mark-required":
@@ -206,6 +223,29 @@ class Executor:
         start_key = DRAIN_START if drain else S.DELETION_START
         victims = P.to_move(self._pods_on(ns), drain=drain,
                             selector=self.policy.drain.pod_selector if drain else "")
+        # A pod kubectl drain would refuse (no controller without force, emptyDir data without deleteEmptyDir) is
+        # never evicted: it is named, and the node fails once the timeout passes, as the operator's would.
+        kept = [(v, why) for v in victims if (why := P.drain_refusal(v, force=cfg.force,
+                                                                     delete_empty_dir=cfg.delete_empty_dir,
+                                                                     drain=drain))]
+        victims = [v for v in victims if v not in [k for k, _ in kept]]
+        if not victims and kept:
+            start = ns.annotations.get(start_key)
+            if start is None:
+                self.annotate(ns, {start_key: now_iso()})
+            message = "refusing to evict " + kept[0][1] + (f" (and {len(kept) - 1} more)" if len(kept) > 1 else "")
+            if start is not None and since(start) > cfg.timeout_seconds:
+                what = "drain" if drain else "pod deletion"
+                if not drain and self.policy.drain.enable:
+                    self.move(ns, S.DRAIN, annotations={S.DELETION_START: None, DRAIN_START: now_iso()},
+                              why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
+                else:
+                    self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after "
+                                                         f"{cfg.timeout_seconds}s: {message}"},
+                              why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
+                return
+            self.block(ns, message)
+            return
         if not victims:
             self.move(ns, S.POD_RESTART, annotations={start_key: None, S.RESTART_START: now_iso(),
                                                       **self.unblock()},

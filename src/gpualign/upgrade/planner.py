@@ -16,6 +16,8 @@ from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
 
 PDB_HOLD = "waiting before cordon"  # a hold's reason starts so when a PDB keeps the node uncordoned
+UNMOVABLE_HOLD = "held before cordon"  # … when a pod there could not be evicted under the rules of kubectl drain
+UNVERIFIED = "not verified: "  # an image problem starting so: its modules could not be checked (asked for)
 # States whose node still has its GPU pods to evict: their evictions are spoken for in the PDBs' budgets.
 BEFORE_EVICTION = frozenset({S.CORDON, S.WAIT_FOR_JOBS, S.POD_DELETION, S.DRAIN})
 
@@ -35,6 +37,7 @@ class NodeView:
     target_tag: str | None = None
     image_problem: str | None = None  # present under the tag but built for another kernel or branch
     pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
+    unmovable: tuple[str, ...] = ()  # pods here the walk may not evict (kubectl drain's rules), each with why
 
     @property
     def unavailable(self) -> bool:
@@ -107,8 +110,10 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
             if not n.needs_upgrade:
                 actions.append(Action(n.name, "mark-done", "driver already the target"))
             elif not n.image_present:
-                actions.append(Action(n.name, "hold", f"image present but wrong: {n.target_tag}: {n.image_problem}"
-                                      if n.image_problem else f"image missing: {n.target_tag}"))
+                actions.append(Action(n.name, "hold", image_hold(n.target_tag, n.image_problem)))
+            elif n.unmovable:
+                more = f" (and {len(n.unmovable) - 1} more)" if len(n.unmovable) > 1 else ""
+                actions.append(Action(n.name, "hold", f"{UNMOVABLE_HOLD}: {n.unmovable[0]}{more}"))
             elif pdb_aware and (why := _pdb_hold(n, remaining, budgets or {})):
                 actions.append(Action(n.name, "hold", why))
             elif in_progress >= max_parallel:
@@ -139,6 +144,16 @@ def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
             continue
         actions.append(Action(n.name, "handle"))
     return actions
+
+
+def image_hold(tag: str | None, problem: str | None) -> str:
+    """Why a node is held for its target image: missing, present but wrong, or not verified (asked for)."""
+    if problem and problem.startswith(UNVERIFIED):
+        return (f"image not verified: {tag}: {problem.removeprefix(UNVERIFIED)} (--no-verify-modules walks "
+                "on the labels alone)")
+    if problem:
+        return f"image present but wrong: {tag}: {problem}"
+    return f"image missing: {tag}"
 
 
 def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,

@@ -8,6 +8,7 @@ from typing import Any
 from gpualign import labels as L
 from gpualign import selectors
 from gpualign.upgrade import states as S
+from gpualign.upgrade.policy import UpgradePolicy
 
 JSON = Mapping[str, Any]
 
@@ -66,6 +67,49 @@ def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JS
         elif not is_gpu_pod(pod):
             continue
         out.append(pod)
+    return out
+
+
+def has_controller(pod: JSON) -> bool:
+    return any(o.get("controller") for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def uses_empty_dir(pod: JSON) -> bool:
+    return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])
+
+
+def drain_refusal(pod: JSON, *, force: bool, delete_empty_dir: bool, drain: bool) -> str | None:
+    """Why `kubectl drain` (and the GPU Operator's pod deletion and drain, which use its rules) would refuse to
+    delete this pod, or None: a pod no controller would recreate is lost for good, so it needs --force
+    (podDeletion.force / drain.force); emptyDir data is lost with the pod, so it needs --delete-emptydir-data
+    (deleteEmptyDir)."""
+    section = "drain" if drain else "podDeletion"
+    if not force and not has_controller(pod):
+        return (f"{name(pod)} has no controller: deleting it loses it for good, and kubectl drain and the GPU "
+                f"Operator refuse that without --force ({section}.force)")
+    if not delete_empty_dir and uses_empty_dir(pod):
+        return (f"{name(pod)} uses emptyDir local storage, lost with the pod: kubectl drain and the GPU Operator "
+                f"refuse that without --delete-emptydir-data ({section}.deleteEmptyDir)")
+    return None
+
+
+def unmovable(pods: Iterable[JSON], policy: UpgradePolicy) -> list[str]:
+    """Why each pod the walk would move from a node (pod deletion, then the drain when it is on) may not be
+    evicted, by kubectl drain's rules under the policy's force and deleteEmptyDir."""
+    pods = list(pods)
+    pd, dr = policy.pod_deletion, policy.drain
+    out: list[str] = []
+    for pod in to_move(pods, drain=False):
+        why = drain_refusal(pod, force=pd.force, delete_empty_dir=pd.delete_empty_dir, drain=False)
+        if why and dr.enable:  # pod deletion would fail on it and fall back to the drain: the drain's rules decide
+            why = drain_refusal(pod, force=dr.force, delete_empty_dir=dr.delete_empty_dir, drain=True)
+        if why:
+            out.append(why)
+    if dr.enable:
+        for pod in to_move(pods, drain=True, selector=dr.pod_selector):
+            why = drain_refusal(pod, force=dr.force, delete_empty_dir=dr.delete_empty_dir, drain=True)
+            if why and why not in out:
+                out.append(why)
     return out
 
 

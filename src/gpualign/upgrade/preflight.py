@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.kube import Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade.budget import Budget
+from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot
 
 JSON = dict[str, Any]
@@ -45,6 +46,7 @@ class Preflight:
     missing_images: tuple[tuple[str, str], ...]  # (node, tag)
     pdbs: tuple[PdbVerdict, ...]
     gpu_pods: dict[str, list[str]]
+    unmovable: dict[str, list[str]] = field(default_factory=dict)  # node -> pods kubectl drain would refuse, why
 
     @property
     def blocked_nodes(self) -> list[str]:
@@ -52,7 +54,7 @@ class Preflight:
 
     @property
     def clean(self) -> bool:
-        return not self.missing_images and not self.blocked_nodes
+        return not self.missing_images and not self.blocked_nodes and not self.unmovable
 
     def as_dict(self) -> dict[str, Any]:
         return {"upgrades": list(self.upgrades), "already_done": list(self.already_done),
@@ -61,11 +63,14 @@ class Preflight:
                           "never_allows": v.never,
                           "pods": [{"pod": p, "node": n} for p, n in v.pods], "blocked_nodes": v.blocked_nodes}
                          for v in self.pdbs],
-                "gpu_pods": self.gpu_pods, "blocked_nodes": self.blocked_nodes}
+                "gpu_pods": self.gpu_pods, "blocked_nodes": self.blocked_nodes,
+                "unmovable_pods": self.unmovable}
 
 
-def preflight(kube: Kube, snap: Snapshot, *, drain: bool, drain_selector: str = "") -> Preflight:
-    """One LIST of pods and one of PDBs for the whole fleet (never one per node)."""
+def preflight(kube: Kube, snap: Snapshot, policy: UpgradePolicy) -> Preflight:
+    """One LIST of pods and one of PDBs for the whole fleet (never one per node). A node with a pod kubectl drain
+    would refuse to evict (see pods.drain_refusal) is marked in the snapshot, so the plan holds it before cordon."""
+    drain, drain_selector = policy.drain.enable, policy.drain.pod_selector
     todo = sorted(n for n, s in snap.nodes.items() if s.view.needs_upgrade)
     done = sorted(n for n, s in snap.nodes.items() if not s.view.needs_upgrade)
     missing = tuple((n, snap.nodes[n].target_tag or "?") for n in todo if not snap.nodes[n].view.image_present)
@@ -76,6 +81,9 @@ def preflight(kube: Kube, snap: Snapshot, *, drain: bool, drain_selector: str = 
         if node in movable:
             by_node.setdefault(node, []).append(pod)
     victims = {n: P.to_move(ps, drain=drain, selector=drain_selector) for n, ps in by_node.items()}
+    unmovable = {n: why for n, ps in sorted(by_node.items()) if (why := P.unmovable(ps, policy))}
+    for n, why in unmovable.items():
+        snap.nodes[n].view = replace(snap.nodes[n].view, unmovable=tuple(why))
     pdbs = kube.list_raw("/apis/policy/v1/poddisruptionbudgets")
     verdicts = []
     for pdb in pdbs:
@@ -84,4 +92,4 @@ def preflight(kube: Kube, snap: Snapshot, *, drain: bool, drain_selector: str = 
             budget = Budget.from_pdb(pdb)
             verdicts.append(PdbVerdict(P.name(pdb), P.pdb_numbers(pdb), budget.allowed, guarded, budget.never_allows))
     return Preflight(tuple(todo), tuple(done), missing, tuple(verdicts),
-                     {n: [P.name(p) for p in ps] for n, ps in sorted(victims.items())})
+                     {n: [P.name(p) for p in ps] for n, ps in sorted(victims.items())}, unmovable)

@@ -1,0 +1,130 @@
+"""What keeps the walk from draining a node it should not, and the views from saying "present" when it is not so:
+kubectl drain's pod rules, the holds they and unverified images make, failing driver pods and unverified images in
+check's audit, one kernel order for the first refused symbol, and a mistyped registry repository."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gpualign.audit import DriverPod, audit
+from gpualign.branches import BranchPolicy
+from gpualign.ensure.verify import ModuleResult, Verification
+from gpualign.errors import BadInput
+from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.sources import Ledger
+from gpualign.upgrade import pods as P
+from gpualign.upgrade import policy as pol
+from gpualign.upgrade import states as S
+from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, plan
+from tests.fake_registry import FakeRegistry
+from tests.unit.test_audit_plan import REPO, RULES, gpu
+
+TAG = "580-5.15.0-124-generic-ubuntu22.04"
+
+
+def pod(name: str, *, owner: str | None = "ReplicaSet", empty_dir: bool = False) -> dict:
+    meta: dict = {"name": name, "namespace": "ml"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True}]
+    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    if empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+
+
+def test_a_bare_pod_is_refused_without_force_naming_it_as_kubectl_drain_does():
+    bare = pod("gpujob", owner=None)
+    why = P.drain_refusal(bare, force=False, delete_empty_dir=False, drain=False)
+    assert why and why.startswith("ml/gpujob has no controller") and "podDeletion.force" in why
+    assert P.drain_refusal(bare, force=True, delete_empty_dir=False, drain=False) is None
+    assert P.drain_refusal(pod("managed"), force=False, delete_empty_dir=False, drain=False) is None
+    # owned, but by nothing that is its controller: kubectl drain refuses it too
+    loose = pod("loose")
+    loose["metadata"]["ownerReferences"][0]["controller"] = False
+    assert P.drain_refusal(loose, force=False, delete_empty_dir=False, drain=True)
+
+
+def test_emptydir_data_is_refused_without_delete_emptydir_data():
+    scratch = pod("scratch", empty_dir=True)
+    why = P.drain_refusal(scratch, force=False, delete_empty_dir=False, drain=True)
+    assert why and "emptyDir" in why and "drain.deleteEmptyDir" in why
+    assert P.drain_refusal(scratch, force=False, delete_empty_dir=True, drain=True) is None
+
+
+def test_unmovable_follows_the_policy_and_the_drain_fallback():
+    pods = [pod("gpujob", owner=None), pod("ok")]
+    default = pol.UpgradePolicy()
+    assert [w.split(" ", 1)[0] for w in P.unmovable(pods, default)] == ["ml/gpujob"]
+    forced = dataclasses.replace(default, pod_deletion=dataclasses.replace(default.pod_deletion, force=True))
+    assert P.unmovable(pods, forced) == []
+    # pod deletion would fail on it and fall back to a drain that may force it: the drain's rules decide
+    drain_forced = dataclasses.replace(default, drain=dataclasses.replace(default.drain, enable=True, force=True))
+    assert P.unmovable(pods, drain_forced) == []
+    # a drain also moves non-GPU pods: a bare web pod blocks a drain, not a pod deletion
+    web = pod("web", owner=None)
+    web["spec"]["containers"][0]["resources"] = {}
+    assert P.unmovable([web], default) == []
+    draining = dataclasses.replace(default, drain=dataclasses.replace(default.drain, enable=True))
+    assert P.unmovable([web], draining)
+
+
+def test_a_node_with_an_unmovable_pod_is_held_before_cordon_and_its_slot_goes_to_the_next():
+    views = [NodeView("a", S.REQUIRED, False, target_tag=TAG, unmovable=("ml/gpujob has no controller: …",)),
+             NodeView("b", S.REQUIRED, False, target_tag=TAG)]
+    actions = {a.node: a for a in plan(views, pol.UpgradePolicy(max_parallel_upgrades=1))}
+    assert actions["a"].kind == "hold" and actions["a"].reason.startswith(f"{UNMOVABLE_HOLD}: ml/gpujob")
+    assert actions["b"].kind == "start"
+
+
+def test_an_unverified_image_holds_with_the_way_out():
+    held = image_hold(TAG, UNVERIFIED + "it holds no kernel modules under /opt/lib/modules")
+    assert held.startswith(f"image not verified: {TAG}: it holds no kernel modules") and "--no-verify-modules" in held
+    assert image_hold(TAG, "its label says 6.1.0-47") == f"image present but wrong: {TAG}: its label says 6.1.0-47"
+    (action,) = plan([NodeView("n", S.REQUIRED, False, image_present=False, target_tag=TAG,
+                               image_problem=UNVERIFIED + "x")], pol.UpgradePolicy())
+    assert action.kind == "hold" and action.reason.startswith("image not verified")
+
+
+def test_a_present_image_whose_driver_pod_crash_loops_is_not_clean():
+    ledger = Ledger(frozenset({TAG}), ("t",))
+    failing = DriverPod("gpu-operator/p", f"{REPO}:{TAG}", TAG, "CrashLoopBackOff", False, "insmod: ERROR: …")
+    result = audit([gpu("a"), gpu("b")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                   pods={"a": failing, "b": DriverPod("gpu-operator/q", f"{REPO}:{TAG}", TAG, "Running", True)})
+    a, b = result.findings
+    assert a.status == b.status == "present"
+    assert a.driver_pod_failing and not b.driver_pod_failing
+    assert "but driver pod gpu-operator/p is CrashLoopBackOff" in a.reason and "insmod: ERROR" in a.reason
+    assert result.summary()["driver_pod_failing"] == 1 and not result.clean
+    row = result.as_dict()["nodes"][1]
+    assert row["action"] is None and row["driver_pod_failing"] is False  # a present image has nothing to do
+
+
+def test_an_image_that_could_not_be_verified_says_so():
+    ledger = Ledger(frozenset({TAG}), ("t",))
+    image = f"{REPO}:{TAG}"
+    result = audit([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                   unverified={image: "kernel 5.15.0-124-generic has no headers in Debian's archive"})
+    (f,) = result.findings
+    assert f.status == "present" and f.verified is False
+    assert "modules not verified: kernel 5.15.0-124-generic has no headers" in f.reason
+    assert result.summary()["unverified"] == 1
+    ok = audit([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO, verified={image: 773}).findings
+    assert ok[0].verified is True and "773 symbol CRCs" in ok[0].reason
+
+
+def test_the_first_refused_symbol_is_the_kernels_modprobe_order_not_the_alphabet():
+    drm = ModuleResult("nvidia-drm.ko", 10, ("a",), ("nvidia-drm: disagrees about version of symbol a",))
+    core = ModuleResult("nvidia.ko", 10, ("b",), ("nvidia: version magic '6.1.0-50' should be '6.1.0-47 …'",
+                                                  "nvidia: disagrees about version of symbol b"))
+    v = Verification("6.1.0-47-amd64", "535", (drm, core))
+    assert v.first_refusal() == "nvidia: disagrees about version of symbol b"
+
+
+def test_a_registry_without_the_repository_is_named_not_read_as_empty():
+    client = RegistryClient(RegistryRef("fake.io", "nope/driver", "https"),
+                            transport=FakeRegistry([TAG], status_override=404).transport)
+    with pytest.raises(BadInput, match=r"registry fake\.io has no repository nope/driver \(NAME_UNKNOWN\)"):
+        client.tags(missing_ok=False)
+    assert client.tags() == []  # a repository about to be filled (ensure, --ensure) reads as empty
