@@ -280,13 +280,23 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
         "580-6.1.0-50-amd64-debian12": "Debian bookworm carries NVIDIA 535, not 580",
         "535-6.1.0-99-amd64-debian12": "kernel 6.1.0-99-amd64: no headers package linux-headers-6.1.0-99-amd64 "
                                        "in Debian's archive (looked in bookworm, bookworm-updates, bookworm-security",
-        "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built here",
+        "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built by gpualign: render the recipe",
         "535-6.1.0-47-amd64-plan9": "not a precompiled driver tag",
+        "535-6.1.0-50-arm64-debian12": "kernel 6.1.0-50-arm64 is not an amd64 kernel",
     }
     for tag, message in cases.items():
         res = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", timeout=120)
         assert res.code == 2 and message in res.err, (tag, res.err)
         assert len(res.err.strip().splitlines()[-1:]) == 1 and "Traceback" not in res.err
+        # a dry run makes the same checks, and refuses the same way
+        dry = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", "--dry-run", timeout=120)
+        assert dry.code == 2 and message in dry.err, (tag, dry.out, dry.err)
+    conflicting = lab.cli("ensure", TAG, "--ledger", ledger, "--ledger", f"registry://{lab.registry}/other/driver")
+    assert conflicting.code == 2 and "--ledger given twice" in conflicting.err, conflicting.err
+    banana = lab.cli("ensure", TAG, "--ledger", ledger, "--upstream", "banana")
+    assert banana.code == 2 and banana.err.startswith("gpualign: --upstream 'banana'"), banana.err
+    rendered = lab.cli("ensure", TAG, "--render", str(tmp_path / "r"), "--dry-run")
+    assert rendered.code == 2 and not (tmp_path / "r").exists(), rendered.err
     assert client(lab.registry, "bad/driver").tags() == []
 
     no_buildah = run_cli("ensure", f"535-{OTHER}-debian12", "--ledger", ledger,
@@ -442,3 +452,92 @@ def test_runs_on_two_machines_build_once_through_a_lease(lab, tmp_path):
     name = f"gpualign-ensure-{hashlib.sha256(TAG.encode()).hexdigest()[:16]}"  # the documented name
     lease = json.loads(lab.kubectl("get", "lease", "-n", "gpualign-builds", name, "-o", "json").stdout)
     assert lease["spec"]["holderIdentity"] == ""  # given up when the build ended
+
+
+def push_without_labels(registry: str, source: str, tag: str) -> None:
+    """`source`'s image pushed again under `tag` with every label removed from its config: what a CI job that
+    copies layers into a fresh image produces. The layers (the modules) are the same blobs."""
+    import hashlib
+
+    reg = client(registry)
+    try:
+        manifest = reg.manifest(source)
+        assert manifest is not None and "config" in manifest, "a single-platform image"
+        config = json.loads(reg.blob(manifest["config"]["digest"]))
+        config["config"].pop("Labels", None)
+        data = json.dumps(config).encode()
+        digest = reg.push_blob(data)
+        assert digest == "sha256:" + hashlib.sha256(data).hexdigest()
+        manifest["config"] = {**manifest["config"], "digest": digest, "size": len(data)}
+        manifest.pop("annotations", None)
+        reg.push_manifest(tag, manifest)
+        assert not (reg.image_config(tag) or {}).get("config", {}).get("Labels")
+    finally:
+        reg.close()
+
+
+def gpu_workload_on(kube, node: str, name: str) -> dict:
+    """A one-replica GPU Deployment pinned to `node`, Ready; its pod is returned."""
+    kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                         "template": {"metadata": {"labels": {"app": name}},
+                                      "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                               "containers": [{"name": "c", "image": "nvcr.io/nvidia/cuda:12.4.1-base",
+                                                               "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+    return wait_for(lambda: next((p for p in kube.pods("default", label_selector=f"app={name}")
+                                  if any(c["type"] == "Ready" and c["status"] == "True"
+                                         for c in (p.get("status") or {}).get("conditions") or [])), None),
+                    timeout=60, what=f"{name}'s pod Ready on {node}")
+
+
+@pytest.mark.timeout(900)
+def test_an_unlabelled_mistag_is_refused_by_the_walks_module_check_and_the_node_keeps_its_pods(story_lab):
+    """6.1.0-50's image, its labels stripped, pushed under 6.1.0-47's tag: the labels cannot tell, so check (without
+    --verify-modules) calls it present; the walk checks the modules by default, holds the node before cordon naming
+    the module and symbol the kernel would refuse first, and leaves the node uncordoned with its GPU pod untouched.
+    --no-verify-modules is the explicit opt-out, and its dry run shows it would walk."""
+    lab = story_lab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    assert lab.cli("ensure", TAG, "--ledger", ledger, "--modules-from", str(cached_modules()), timeout=600).code == 0
+    wrong = f"535-{OTHER}-debian12"
+    push_without_labels(lab.registry, TAG, wrong)
+    assert lab.cli("lab", "push-image", f"580-{OTHER}-debian12").code == 0
+    assert lab.cli("lab", "add-node", "deb-m", "--kernel", OTHER, "--os", "debian12", "--branch", "580",
+                   "--driver", "580.95.05").code == 0
+    selector = ("-l", "kubernetes.io/hostname=deb-m")
+    workload = gpu_workload_on(kube, "deb-m", "trainer-m")
+
+    labels_only = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "-o", "json")
+    (node,) = json.loads(labels_only.out)["nodes"]
+    assert node["status"] == "present" and node["verified"] is None, labels_only.out  # the case the walk must catch
+
+    opt_out = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--no-verify-modules",
+                      "--dry-run")
+    assert "image present" in opt_out.out and "never cordoned" not in opt_out.out, opt_out.out
+
+    t0 = time.monotonic()
+    walk = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--yes", timeout=300)
+    took = time.monotonic() - t0
+    assert walk.code == 1, walk.out + walk.err
+    after = kube.get("/api/v1/nodes/deb-m")
+    assert after["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required"
+    assert not after["spec"].get("unschedulable")  # never cordoned
+    blocker = after["metadata"]["annotations"]["gpualign.io/upgrade-blocker"]
+    # the kernel loads nvidia.ko first, and names the first symbol it refuses there
+    assert re.fullmatch(rf"image present but wrong: {wrong}: its modules would not load on {OTHER}: "
+                        r"nvidia: disagrees about version of symbol \w+ .*", blocker), blocker
+    still = kube.get(f"/api/v1/namespaces/default/pods/{workload['metadata']['name']}")
+    assert still is not None and still["metadata"]["uid"] == workload["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+    assert took < 120, f"the walk took {took:.0f}s"
+    # check --verify-modules and the walk give the same first refusal
+    deep = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "--verify-modules", "-o", "json")
+    (node,) = json.loads(deep.out)["nodes"]
+    assert node["status"] == "wrong-image" and node["reason"] == "present but wrong: " + blocker.split(": ", 2)[2]
+    assert json.loads(deep.out)["wrong"][0]["tag"] == wrong
+
+    # ensure repairs what check reports: refused as wrong (exit 1) until --replace-wrong
+    (tmp := story_lab.state_dir.parent / "deep.json").write_text(deep.out)
+    refused = lab.cli("ensure", "--from", str(tmp), "--ledger", ledger, "--verify-modules", timeout=300)
+    assert refused.code == 1 and f"{wrong}: present but wrong" in refused.out + refused.err, refused.out + refused.err

@@ -71,7 +71,7 @@ def test_only_debian_is_built_here_and_each_refusal_says_why():
     assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-amd64-debian12")) == "bookworm"
     with pytest.raises(BadInput, match="Debian bookworm carries NVIDIA 535, not 580"):
         tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"))
-    with pytest.raises(BadInput, match="ubuntu22.04 images are not built here"):
+    with pytest.raises(BadInput, match="ubuntu22.04 images are not built by gpualign: render the recipe"):
         tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"))
     with pytest.raises(BadInput, match="unknown OS 'sles15'"):
         tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"))

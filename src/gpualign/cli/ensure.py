@@ -26,17 +26,17 @@ check or plan report (`gpualign check -o json | gpualign ensure --from - …`): 
 done (one manifest request); published upstream, it is mirrored by digest, every platform (skopeo); otherwise it
 is built, verified and pushed.
 
-What is built here: Debian 12 (bookworm) images, for real: NVIDIA's kernel module source from Debian's archive
+What gpualign builds: Debian 12 (bookworm) images, for real: NVIDIA's kernel module source from Debian's archive
 compiled against `linux-headers-<kernel>`, stripped, laid out under /opt/lib/modules/<kernel> with depmod, with an
 entrypoint that refuses to load on any other kernel, labelled version=<branch>-<kernel>. Before anything is pushed
 every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
 names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
 failure names the module and the first refused symbol, and nothing is pushed.
 
-Only Debian 12 is built and verified end to end here. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe, Canonical's
-linux-modules-nvidia packages) and RHEL 9 (NVIDIA's kmod-nvidia rpmbuild on the Driver Toolkit) are not: their
-archives are unreachable from this machine. `--render DIR` writes any tag's recipe as a build context (with the
-same verify step, in shell, refusing the build unless the modules fit the kernel) to build elsewhere.
+Only Debian 12 is built and verified end to end by gpualign. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe,
+Canonical's linux-modules-nvidia packages) and RHEL 9 (NVIDIA's kmod-nvidia rpmbuild on the Driver Toolkit) are
+rendered, to build where their archives are reachable: `--render DIR` writes any tag's recipe as a build context
+(with the same verify step, in shell, refusing the build unless the modules fit the kernel).
 
 Secure Boot: with --sign-key/--sign-cert (files) or --sign-secret NAMESPACE/NAME (a Secret on the cluster, with
 data keys key and cert as KMM keeps them, or tls.key and tls.crt), every module is signed with the kernel's own
@@ -54,9 +54,9 @@ Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was pri
 
 
 def ensure(
-    ledger: Annotated[str | None, typer.Option(
+    ledger: Annotated[list[str] | None, typer.Option(
         "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO "
-                                             "(required, except with --render)")] = None,
+                                             "(required, except with --render; one)")] = None,
     tags: Annotated[list[str] | None, typer.Argument(metavar="[TAG]...",
                                                      help="driver image tags to ensure")] = None,
     upstream: Annotated[str | None, typer.Option(
@@ -96,6 +96,14 @@ def ensure(
     sign_secret: Annotated[str | None, typer.Option(
         "--sign-secret", metavar="NAMESPACE/NAME",
         help="read the signing key and certificate from this Secret on the cluster instead of files")] = None,
+    verify_modules: Annotated[bool, typer.Option(
+        "--verify-modules", help="also check the modules of a tag already in the ledger against its kernel, as "
+                                 "check --verify-modules does (its labels, and with --sign-*, its signing "
+                                 "certificate, are always checked); a present image that fails is reported, exit "
+                                 "1")] = False,
+    replace_wrong: Annotated[bool, typer.Option(
+        "--replace-wrong", help="make a present image that fails those checks again (mirror or build, verified) "
+                                "and push it over its tag")] = False,
     lease: Annotated[str | None, typer.Option(
         "--lease", metavar="NAMESPACE",
         help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "
@@ -108,8 +116,14 @@ def ensure(
     insecure_registry: InsecureRegistryOpt = None,
 ) -> None:
     from gpualign.ensure import run, tagspec
+    from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
 
+    if len(ledger or []) > 1:
+        raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
+    target_ledger = ledger[0] if ledger else None
+    if render is not None and dry_run:
+        raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
     if output is Output.wide:
         raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
     if flavour not in ("proprietary", "open"):
@@ -132,15 +146,19 @@ def ensure(
         raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
     specs = [tagspec.parse(t) for t in dict.fromkeys(wanted)]
     if render is not None:
-        _render(specs, render, ledger, cuda_version, flavour, output)
+        _render(specs, render, target_ledger, cuda_version, flavour, output)
         return
-    if ledger is None:
+    if target_ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
                        "--render DIR to write the recipes instead")
-    target = connect(ledger, docker_config=docker_config, timeout=30.0)
+    target = connect(target_ledger, docker_config=docker_config, timeout=30.0)
     explicit = upstream is not None and upstream != "none"
-    up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \
-        if upstream != "none" else None
+    try:
+        up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \
+            if upstream != "none" else None
+    except BadInput as err:
+        target.close()
+        raise BadInput(f"--upstream {upstream!r}: {err.message.split(': ', 1)[-1]}") from None
     authfile = str(docker_config) if docker_config else None
 
     def say(tag: str, message: str) -> None:
@@ -149,6 +167,7 @@ def ensure(
 
     outcomes: list[run.Outcome] = []
     failures: list[GpualignError] = []
+    failed: dict[str, str] = {}  # tag -> why it was not made
     leases = None
     try:
         in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
@@ -156,40 +175,51 @@ def ensure(
         options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run,
                                          jobs=max(1, jobs // in_flight), flavour=flavour, modules_from=modules_from,
                                          signing=signing, leases=leases, authfile=authfile,
+                                         check_present=STRICT if verify_modules else OFF,
+                                         replace_wrong=replace_wrong,
                                          together=tuple(s.kernel for s in specs if s.os_tag in tagspec.DEBIAN_BRANCHES))
                    for spec in specs}
         planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
         if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
         if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
-            outcomes = [run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]) for spec in specs]
+            for spec in specs:  # a failure does not stop the others: each image is its own work
+                try:
+                    outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
+                except GpualignError as err:
+                    failures.append(err)
+                    failed[spec.tag] = err.message
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
                 futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say, planned[spec.tag])
                            for spec in specs]
-                for future in futures:
+                for spec, future in zip(specs, futures, strict=True):
                     try:
                         outcomes.append(future.result())
                     except GpualignError as err:
                         failures.append(err)
+                        failed[spec.tag] = err.message
     finally:
         target.close()
         if up is not None:
             up.close()
         if leases is not None:
             leases.kube.close()
+    if output in (Output.json, Output.yaml):  # the report of what was made, failures included, before exiting
+        emit_data(report("EnsureReport", {"ledger": target_ledger, "upstream": upstream or NVIDIA},
+                         {"dryRun": dry_run, "images": [o.as_dict() for o in outcomes],
+                          "failed": [{"tag": t, "error": m} for t, m in failed.items()]}), output)
     if failures:  # the images that were made are in the ledger; name them, then fail on the first error
-        for o in outcomes:
-            progress(f"{o.tag}: {o.action} done ({o.digest})")
-        first = failures[0]
+        if output is Output.table:
+            for o in outcomes:
+                progress(f"{o.tag}: {o.action} done ({o.digest})")
+        first = failures[max(range(len(failures)), key=lambda i: failures[i].exit_code)]  # bad input wins (2)
         if len(failures) > 1:
             first.message += f" (and {len(failures) - 1} more images failed)"
         raise first
     if output in (Output.json, Output.yaml):
-        emit_data(report("EnsureReport", {"ledger": ledger, "upstream": upstream or NVIDIA},
-                         {"dryRun": dry_run, "images": [o.as_dict() for o in outcomes]}), output)
         return
     for o in outcomes:
         if o.action == run.PRESENT:

@@ -1,6 +1,6 @@
 """Driver image recipes per OS family, rendered as a build context (a Containerfile and its scripts). Pure.
 
-Only Debian 12 is built and verified end to end on this machine (gpualign.ensure.debian runs the same steps with
+Only Debian 12 is built and verified end to end by gpualign (gpualign.ensure.debian runs the same steps with
 mmdebstrap and chroot). Ubuntu's and RHEL's archives are unreachable from here, so their recipes are rendered, to
 be built elsewhere with `buildah bud` or `docker build`, and unit-tested against the facts of NVIDIA's own recipes
 (github.com/NVIDIA/gpu-driver-container):
@@ -76,7 +76,7 @@ echo "verify: $found modules fit $kernel"
 class Recipe:
     tag: str
     family: str
-    runs_here: bool  # False: rendered only (its archive is unreachable from this machine)
+    runs_here: bool  # False: rendered only (gpualign renders the recipe; it is built where its archive is reachable)
     files: dict[str, str]  # build-context path -> content
     build_args: dict[str, str]
     notes: tuple[str, ...]
@@ -153,7 +153,8 @@ RUN for s in {sources}; do \\
     files = {"Containerfile": builder + verify + f"\nARG CUDA_VERSION={cuda}" + final,
              "verify-modules": VERIFY, "gpualign-driver": ENTRYPOINT}
     return Recipe(spec.tag, "ubuntu", False, files, {"CUDA_VERSION": cuda},
-                  ("Ubuntu's archive is not reachable from this machine: rendered only, not built or verified here.",
+                  ("Ubuntu images are not built by gpualign: build this recipe where Canonical's archive is "
+                   "reachable; its verify step refuses modules that do not fit the kernel.",
                    f"Canonical ships NVIDIA {b} for {k} only if {modules[-1]} exists in {codename}-updates; "
                    "otherwise the build fails at apt-get install, naming it."))
 
@@ -205,8 +206,8 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
              "verify-modules": VERIFY, "gpualign-driver": ENTRYPOINT}
     args = {"CUDA_VERSION": cuda, "DRIVER_TOOLKIT_IMAGE": "$DRIVER_TOOLKIT_IMAGE"}
     return Recipe(spec.tag, "rhel", False, files, args,
-                  ("RHEL's archive and the Driver Toolkit are not reachable from this machine: rendered only, not "
-                   "built or verified here.",
+                  ("RHEL images are not built by gpualign: build this recipe where Red Hat's archive and the "
+                   "Driver Toolkit are reachable; its verify step refuses modules that do not fit the kernel.",
                    "Give the signing key as private_key.priv (PEM) and public_key.der (DER) in the build context: "
                    "Secure Boot nodes load the modules only if that certificate is enrolled."))
 

@@ -28,7 +28,15 @@ if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) 
     from gpualign.ledger.registry import RegistryClient
 
 PRESENT, MIRROR, BUILD = "present", "mirror", "build"
+WRONG = "wrong"  # in the ledger under the tag, but it fails the check: reported, replaced only with replace_wrong
 Say = Callable[[str, str], None]  # (tag, message)
+
+
+class PresentButWrong(GpualignError):
+    """A tag in the ledger whose image fails the check (exit 1); replaced only when asked to."""
+
+    exit_code = 1
+    word = "refused"
 
 
 class NotVerified(GpualignError):
@@ -67,6 +75,8 @@ class Options:
     together: tuple[str, ...] = ()  # the kernels this run builds: a new build root gets all their headers at once
     authfile: str | None = None
     archive: Archive = field(default_factory=Archive)
+    check_present: str = "off"  # a present tag's modules are judged too: judge.OFF | STRICT (labels always)
+    replace_wrong: bool = False  # a present tag that fails the check is made again and pushed over it
 
 
 def tag_lock(tag: str) -> AbstractContextManager[None]:
@@ -88,19 +98,51 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
 @dataclass(frozen=True)
 class Plan:
     spec: tagspec.TagSpec
-    action: str  # present | mirror | build
+    action: str  # present | mirror | build | wrong
     digest: str | None = None  # in the ledger, when present
+    problem: str | None = None  # why the present image fails the check (wrong, or replaced)
 
 
 def plan_one(tag: str, opts: Options) -> Plan:
     """What ensure would do for a tag: one manifest HEAD when it is present."""
     spec = tagspec.parse(tag)
+    problem = None
     if (digest := opts.target.digest(spec.tag)) is not None:
-        return Plan(spec, PRESENT, digest)
+        problem = present_problem(spec, opts)
+        if problem is None:
+            return Plan(spec, PRESENT, digest)
+        if not opts.replace_wrong:
+            return Plan(spec, WRONG, digest, problem)
     if opts.upstream is not None and opts.upstream.digest(spec.tag) is not None:
-        return Plan(spec, MIRROR)
+        return Plan(spec, MIRROR, digest, problem)
     tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
-    return Plan(spec, BUILD)
+    if opts.modules_from is None and not _compiled_before(spec, opts):
+        opts.archive.require_headers(spec.kernel)  # as the build would refuse it: a dry run says the same
+    return Plan(spec, BUILD, digest, problem)
+
+
+def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
+    """Why the image in the ledger under the tag is not what ensure would make, or None: its labels (always), its
+    modules against the tag's kernel (check_present), and with a signing key, whether it is signed by that key's
+    certificate (a Secure Boot node refuses anything else). The judgement check and the walk make."""
+    from gpualign.ensure.judge import judge
+
+    image = f"{opts.target.ref.image}:{spec.tag}"
+    found = judge({image: (spec.kernel,)}, docker_config=Path(opts.authfile) if opts.authfile else None,
+                  modules=opts.check_present)
+    if image in found.wrong:
+        return found.wrong[image]
+    if image in found.unverified:
+        return f"its modules could not be verified: {found.unverified[image]}"
+    if opts.signing is not None:
+        labels = ((opts.target.image_config(spec.tag) or {}).get("config") or {}).get("Labels") or {}
+        signed = labels.get("io.gpualign.signing-cert-sha256")
+        want = opts.signing.describe()["cert_sha256"]
+        if not signed:
+            return f"it is not signed (a Secure Boot node that trusts {opts.signing.signer} refuses its modules)"
+        if signed != want:
+            return f"it is signed with another certificate (sha256 {signed[:16]}…), not {opts.signing.signer}'s"
+    return None
 
 
 def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -> Outcome:
@@ -111,12 +153,19 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
         out.digest, out.done = plan.digest, True
         say(spec.tag, "present in the ledger: nothing to do")
         return out
+    if action == WRONG:
+        out.digest = plan.digest
+        raise PresentButWrong(f"{spec.tag}: present but wrong: {plan.problem} (gpualign ensure {spec.tag} "
+                              "--replace-wrong makes it again and pushes it over the tag)")
+    if plan.problem:
+        say(spec.tag, f"present but wrong ({plan.problem}): replacing it")
     if opts.dry_run:
         say(spec.tag, f"would {action} it" + (f" from {opts.upstream.ref.image}" if action == MIRROR and
                                               opts.upstream else ""))
         return out
     with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()):
-        if opts.target.digest(spec.tag) is not None:  # another run made it while this one waited
+        if opts.target.digest(spec.tag) not in (None, plan.digest if plan.problem else None):
+            # another run made it while this one waited
             out.action, out.digest, out.done = PRESENT, opts.target.digest(spec.tag), True
             say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
             return out

@@ -43,11 +43,15 @@ def buildable_here(spec: TagSpec) -> str:
     does not carry). Ubuntu and RHEL have recipes, rendered only: BadInput says so."""
     if spec.os_tag in DEBIAN_BRANCHES:
         suite, branches = DEBIAN_BRANCHES[spec.os_tag]
+        if not spec.kernel.endswith("amd64"):
+            raise BadInput(f"{spec.tag}: kernel {spec.kernel} is not an amd64 kernel: gpualign builds Debian "
+                           "images for amd64 (x86_64) only")
         if spec.branch not in branches:
             raise BadInput(f"{spec.tag}: Debian {suite} carries NVIDIA {', '.join(branches)}, not {spec.branch}")
         return suite
     if spec.family in RENDERED_ONLY:
-        raise BadInput(f"{spec.tag}: {spec.os_tag} images are not built here (their archives are unreachable "
-                       "from this machine); `gpualign ensure --render` writes the recipe to build elsewhere")
+        raise BadInput(f"{spec.tag}: {spec.os_tag} images are not built by gpualign: render the recipe with "
+                       "`gpualign ensure --render DIR` and build it where the distribution's archive is reachable "
+                       "(or mirror NVIDIA's published image with --upstream)")
     raise BadInput(f"{spec.tag}: unknown OS {spec.os_tag!r}: gpualign builds debian12 here and renders ubuntu "
                    "and rhel recipes")
