@@ -212,3 +212,49 @@ def test_signing_input_is_checked_before_any_work(sb_lab, tmp_path):
                                "cert": base64.b64encode(cert_a.read_bytes()).decode()}})
     dry = lab.cli("ensure", TAG, "--ledger", ledger, "--sign-secret", "kube-system/fleet-signing", "--dry-run")
     assert dry.code == 0 and f"{TAG}: would build" in dry.out, dry.err
+
+
+@pytest.mark.timeout(900)
+def test_the_walk_never_cordons_a_secure_boot_node_for_unsigned_modules_nor_builds_them_unsigned(sb_lab, tmp_path):
+    """An unsigned image (labels intact, modules that fit the kernel) is the target of a Secure Boot node: the walk's
+    preflight holds the node uncordoned, naming the unsigned module, and its GPU pod is left alone. `upgrade
+    --ensure` for such a node refuses to build without a signing key."""
+    from tests.integration.test_ensure_build import gpu_workload_on
+
+    lab = sb_lab
+    kube = lab.kube()
+    unsigned = debian.compile_modules(Archive(), KERNEL).directory  # cached after the one real build
+    _, cert_a = keypair(tmp_path, "a", "gpualign fleet key A")
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    assert lab.cli("ensure", TAG, "--ledger", ledger, "--modules-from", str(unsigned), timeout=600).code == 0
+    assert lab.cli("lab", "push-image", f"580-{KERNEL}-debian12").code == 0
+    assert lab.cli("lab", "add-node", "deb-sb", "--kernel", KERNEL, "--os", "debian12", "--branch", "580",
+                   "--driver", "580.95.05", "--secure-boot-cert", str(cert_a)).code == 0
+    assert kube.get("/api/v1/nodes/deb-sb")["metadata"]["labels"]["gpualign.io/secure-boot"] == "enabled"
+    workload = gpu_workload_on(kube, "deb-sb", "sb-trainer")
+    selector = ("-l", "kubernetes.io/hostname=deb-sb")
+
+    walk = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--yes", timeout=300)
+    assert walk.code == 1, walk.out + walk.err
+    node = kube.get("/api/v1/nodes/deb-sb")
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required"
+    assert not node["spec"].get("unschedulable")
+    blocker = node["metadata"]["annotations"]["gpualign.io/upgrade-blocker"]
+    assert blocker.startswith(f"image present but wrong: {TAG}: its modules would not load on {KERNEL}: nvidia: "
+                              "module is not signed, and the node has Secure Boot on"), blocker
+    still = kube.get(f"/api/v1/namespaces/default/pods/{workload['metadata']['name']}")
+    assert still is not None and still["metadata"]["uid"] == workload["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+    # labels alone (no module check) still know gpualign built it unsigned
+    quick = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--no-verify-modules",
+                    "--dry-run")
+    assert quick.code == 1 and "gpualign built it unsigned" in quick.out, quick.out
+
+    # --ensure, into a repository that lacks the image, refuses to build it unsigned for this node
+    empty = f"registry://{lab.registry}/sb/driver"
+    refused = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", empty, "--ensure", "--yes",
+                      timeout=120)
+    assert refused.code == 2, refused.out + refused.err
+    assert f"--ensure: {TAG} is for Secure Boot node(s) deb-sb" in refused.err and "--sign-key" in refused.err
+    assert client(lab.registry, "sb/driver").digest(TAG) is None
+    assert not kube.get("/api/v1/nodes/deb-sb")["spec"].get("unschedulable")

@@ -117,7 +117,10 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None)
     if any(sources.is_registry(s) for s in ledger.sources):
-        found = _judge(result, setup.docker_config, warnings, setup.verify_modules)
+        from gpualign import labels as L
+
+        secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
+        found = _judge(result, setup.docker_config, warnings, setup.verify_modules, secure)
         if found.wrong or found.unverified or found.verified:  # the same audit, told what the images really are
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                            planned=view.planned if view and config else None, wrong=found.wrong,
@@ -144,7 +147,8 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
     return Checked(result, body, warnings)
 
 
-def _judge(result: Any, docker_config: Path | None, warnings: list[str], modules: bool) -> Judgement:
+def _judge(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
+           secure_boot: frozenset[str] = frozenset()) -> Judgement:
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so)."""
@@ -155,7 +159,8 @@ def _judge(result: Any, docker_config: Path | None, warnings: list[str], modules
     for f in result.findings:
         if f.status == PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
-    found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF)
+    found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
+                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot})
     warnings.extend(found.warnings)
     return found
 

@@ -233,6 +233,10 @@ def add_node(
         if not sep or not key:
             raise BadInput(f"--label {item!r}: expected KEY=VALUE")
         extra[key] = value
+    if secure_boot_cert:
+        from gpualign import labels as L
+
+        extra[L.SECURE_BOOT] = "enabled"  # what a fleet publishes for such a node (from mokutil --sb-state)
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
     annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}

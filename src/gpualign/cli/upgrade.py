@@ -128,20 +128,24 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
     """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
     node's kernel would load them), or, with module checks asked for, not verified (planner.UNVERIFIED + why).
     The same judgement check makes (ensure/judge.py)."""
+    from gpualign import labels as L
     from gpualign.ensure.judge import judge
     from gpualign.ledger.sources import is_registry
     from gpualign.upgrade.planner import UNVERIFIED
 
     kernels: dict[str, set[str | None]] = {}
+    secure: set[str] = set()  # tags some Secure Boot node needs
     for n in snap.nodes.values():
         if n.view.target_tag and n.view.image_present and n.view.needs_upgrade:
             kernels.setdefault(n.view.target_tag, set()).add(n.facts.kernel)
+            if n.facts.labels.get(L.SECURE_BOOT) == "enabled":
+                secure.add(n.view.target_tag)
     found: dict[str, str] = {}
     for source in (s for s in ledger if is_registry(s)):
         repo = source.split("://", 1)[1].rstrip("/")
         started = time.monotonic()
         verdict = judge({f"{repo}:{tag}": ks for tag, ks in kernels.items()}, docker_config=docker_config,
-                        modules=modules)
+                        modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure})
         for w in verdict.warnings:
             warn(w)
         for image, symbols in sorted(verdict.verified.items()):

@@ -96,10 +96,12 @@ def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path
     return (digest, out) if list(out.glob("*.ko")) else None
 
 
-def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path) -> tuple[str, str | None]:
+def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
+                    secure_boot: bool = False) -> tuple[str, str | None]:
     """("ok", symbols checked) when the image's modules would load on `kernel`; ("wrong", the kernel's first
     refusal, in modprobe's order); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
-    from Debian's archive (its headers package)."""
+    from Debian's archive (its headers package). secure_boot: a node whose kernel enforces module signatures
+    refuses an unsigned module first (which keys it holds is the node's own: a signed module is judged on the rest)."""
     from gpualign.ensure import kmod, symvers
     from gpualign.ensure.archive import Archive
     from gpualign.ensure.verify import verify
@@ -109,6 +111,12 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path) 
         return "none", None
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(found[1].glob("*.ko"))]
+    unsigned = sorted(m.name.removesuffix(".ko") for m in modules if m.signature is None)
+    if secure_boot and unsigned:
+        first = min(unsigned, key=lambda n: ["nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"].index(n)
+                    if n in ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm") else 9)
+        return "wrong", (f"{first}: module is not signed, and the node has Secure Boot on: its kernel refuses it "
+                         "(Key was rejected by service)")
     result = verify(modules, kernel, table, modules[0].field("version") or "" if modules else "")
     if result.ok:
         return "ok", str(result.symbols_checked)

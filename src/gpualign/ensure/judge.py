@@ -39,10 +39,12 @@ def _split(image: str) -> tuple[str, str]:
 
 
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
-          modules: str = OFF, cache: Path | None = None) -> Judgement:
+          modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = ()) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
-    headers leaves the image unverified)."""
+    headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
+    built unsigned (its labels), or whose modules carry no signature, is wrong for them."""
+    secure = set(secure_boot)
     from gpualign.ensure.inspect import by_labels
     from gpualign.ledger.registry import connect
 
@@ -64,11 +66,16 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
             for tag in tags:
                 image = f"{repo}:{tag}"
                 if modules != OFF:  # the modules first: the kernel's own verdict names module and symbol
-                    _modules(client, image, tag, needs[image], modules, cache, out)
+                    _modules(client, image, tag, needs[image], modules, cache, out, image in secure)
                 if image in out.wrong:
                     continue
                 config = client.image_config(tag) or {}
-                why = by_labels(tag, (config.get("config") or {}).get("Labels") or {})
+                labels = (config.get("config") or {}).get("Labels") or {}
+                why = by_labels(tag, labels)
+                if not why and image in secure and labels.get("io.gpualign.built-by") and \
+                        not labels.get("io.gpualign.signer"):
+                    why = ("gpualign built it unsigned (no io.gpualign.signer label), and a node that needs it has "
+                           "Secure Boot on: its kernel refuses unsigned modules")
                 if why:
                     out.wrong[image] = why
                     out.unverified.pop(image, None)
@@ -81,7 +88,7 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
 
 
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
-             out: Judgement) -> None:
+             out: Judgement, secure_boot: bool = False) -> None:
     from gpualign.ensure.inspect import checkable, modules_verdict
 
     checked = 0
@@ -92,7 +99,7 @@ def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str
                                          "against")
             continue
         try:
-            verdict, detail = modules_verdict(client, tag, kernel, cache)
+            verdict, detail = modules_verdict(client, tag, kernel, cache, secure_boot)
         except GpualignError as err:
             out.unverified[image] = f"its modules could not be checked against {kernel}: {err.message}"
             continue

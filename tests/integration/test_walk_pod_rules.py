@@ -1,0 +1,70 @@
+"""The walk evicts only what `kubectl drain` would: a pod with no controller (lost for good once deleted) holds its
+node uncordoned, named, until --force; with it, the walk goes through and the pod is evicted, as `kubectl drain
+--force` would. The real API server, scheduler and PDB logic; kwok plays the node."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_cli, start_lab
+from tests.helpers import pod_ready, wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+
+POOL = "6.8.0-48-generic-ubuntu24.04"  # the default scenario's gpu-b1 pool
+
+
+@pytest.fixture(scope="module")
+def plab(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("podrules") / "state")
+    assert lab.cli("lab", "push-image", f"595-{POOL}").code == 0
+    assert lab.cli("lab", "add-node", "gpu-bare", "--kernel", "6.8.0-48-generic", "--os", "ubuntu24.04",
+                   "--branch", "580", "--driver", "580.95.05").code == 0
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def bare_pod(kube, node: str, name: str, *, empty_dir: bool = False) -> dict:
+    spec: dict = {"nodeSelector": {"kubernetes.io/hostname": node},
+                  "containers": [{"name": "c", "image": "nvcr.io/nvidia/cuda:12.4.1-base",
+                                  "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+    if empty_dir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    kube.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+    return wait_for(lambda: (p := kube.get(f"/api/v1/namespaces/default/pods/{name}")) and pod_ready(p) and p,
+                    timeout=60, what=f"{name} Ready on {node}")
+
+
+@pytest.mark.timeout(300)
+def test_a_pod_without_a_controller_holds_its_node_uncordoned_until_force(plab):
+    lab = plab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    selector = ("-l", "kubernetes.io/hostname=gpu-bare")
+    pod = bare_pod(kube, "gpu-bare", "gpujob")
+
+    dry = lab.cli("upgrade", *selector, "--to-branch", "595", "--ledger", ledger, "--dry-run")
+    assert dry.code == 1, dry.out + dry.err
+    assert "gpu-bare stays upgrade-required: default/gpujob has no controller" in dry.out, dry.out
+
+    walk = lab.cli("upgrade", *selector, "--to-branch", "595", "--ledger", ledger, "--yes", timeout=120)
+    assert walk.code == 1, walk.out + walk.err
+    node = kube.get("/api/v1/nodes/gpu-bare")
+    assert not node["spec"].get("unschedulable")  # never cordoned
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required"
+    blocker = node["metadata"]["annotations"]["gpualign.io/upgrade-blocker"]
+    assert blocker.startswith("held before cordon: default/gpujob has no controller: deleting it loses it for good")
+    assert "--force (podDeletion.force)" in blocker
+    still = kube.get("/api/v1/namespaces/default/pods/gpujob")
+    assert still is not None and still["metadata"]["uid"] == pod["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+    assert "gpu-bare (upgrade-required): held before cordon: default/gpujob" in walk.out
+
+    forced = lab.cli("upgrade", *selector, "--to-branch", "595", "--ledger", ledger, "--yes", "--force",
+                     timeout=180)
+    assert forced.code == 0, forced.out + forced.err
+    assert "evicted default/gpujob" in forced.err
+    node = kube.get("/api/v1/nodes/gpu-bare")
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+    assert not node["spec"].get("unschedulable") and "gpualign.io/upgrade-blocker" not in node["metadata"]["annotations"]
+    wait_for(lambda: kube.get("/api/v1/namespaces/default/pods/gpujob") is None, timeout=30, what="gpujob evicted")
