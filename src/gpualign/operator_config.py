@@ -66,8 +66,11 @@ class OperatorConfig:
             return None, (f"{names} both select this node: the operator refuses overlapping NVIDIADrivers "
                           "(ConflictingNodeSelector) and deploys neither")
         if not chosen:
+            checked = "; ".join(f"{src.origin} selects "
+                                + (",".join(f"{k}={v}" for k, v in sorted(src.node_selector.items())) or "every node")
+                                for src in self.sources) or "there is none"
             return None, (f"no NVIDIADriver selects this node (ClusterPolicy {self.cluster_policy} sets "
-                          "driver.useNvidiaDriverCRD): the operator deploys no driver here")
+                          f"driver.useNvidiaDriverCRD): the operator deploys no driver here (checked: {checked})")
         return chosen[0], None
 
 

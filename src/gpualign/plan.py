@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +54,7 @@ class Needed:
     in_ledger: bool
     nodes: tuple[str, ...]
     reason: str = ""
+    wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
 
     @property
     def action(self) -> str:
@@ -80,8 +81,11 @@ class Plan:
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
-def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy) -> Plan:
-    """Each node as it will be after `change`; the ledger answers for the repository the images go to."""
+def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
+         wrong: Mapping[str, str] | None = None) -> Plan:
+    """Each node as it will be after `change`; the ledger answers for the repository the images go to.
+    wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one)."""
+    wrong = wrong or {}
     groups: dict[str, list[str]] = {}
     info: dict[str, tuple[str, str, str, bool, str]] = {}
     unknown: list[tuple[str, str]] = []
@@ -109,6 +113,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             continue
         groups.setdefault(req.tag, []).append(facts.name)
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
-    needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag), tuple(names), info[tag][4])
+    needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
+                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None)
                    for tag, names in sorted(groups.items()))
     return Plan(needed, tuple(unknown))

@@ -366,6 +366,11 @@ def test_a_mistagged_image_is_seen_by_check_never_cordoned_for_and_crash_loops_w
     assert node["status"] == "wrong-image" and json.loads(seen.out)["summary"]["wrong_image"] == 1
     assert node["reason"] == (f"present but wrong: its label io.gpualign.kernel says it was built for kernel {KERNEL},"
                               f" not {cloud}")
+    # plan counts it as work to do, as a missing image
+    planned = lab.cli("plan", "--ledger", ledger, *selector, "--driver-branch", "535", "-o", "json")
+    assert planned.code == 1 and json.loads(planned.out)["to_build"] == [wrong_cloud], planned.out + planned.err
+    (needed,) = json.loads(planned.out)["needed"]
+    assert needed["wrong"].startswith("its label io.gpualign.kernel says") and not needed["in_ledger"]
     deep = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "--verify-modules", "-o", "json")
     (node,) = json.loads(deep.out)["nodes"]
     assert deep.code == 1 and node["status"] == "wrong-image", deep.err

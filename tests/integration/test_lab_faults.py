@@ -93,3 +93,37 @@ def test_down_after_a_crash_still_cleans_up(tmp_path):
     assert not state.exists()
     again = run_cli("lab", "down", env=lab.env)
     assert again.code == 0 and "nothing was running" in again.err
+
+
+def test_the_lab_survives_everyday_events_and_a_dead_component_is_brought_back_not_wiped(tmp_path):
+    """Deleting a GPU node (and its driver pod's namespace) does not kill the driver simulator; a component that
+    does die leaves `lab env` usable and `lab up` pointing at `lab restart COMPONENT`, which brings it back with the
+    cluster intact."""
+    from gpualign.lab.cluster import LabState
+
+    state = tmp_path / "state"
+    lab = start_lab(state)
+    kube = lab.kube()
+    procs = LabState.load(state).procs
+    assert lab.kubectl("delete", "node", "gpu-a2", "--wait=false").returncode == 0
+    assert lab.kubectl("delete", "namespace", "ml", "--wait=false").returncode == 0
+    assert lab.cli("lab", "add-node", "gpu-new", "--kernel", "5.15.0-124-generic", "--os", "ubuntu22.04").code == 0
+
+    def driver_ready_on(node: str):
+        return next((p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                     if p["spec"].get("nodeName") == node and p["status"].get("phase") == "Running"), None)
+
+    wait_for(lambda: driver_ready_on("gpu-new"), timeout=60, what="gpu-new's driver pod Running")
+    assert procs["driver-sim"].alive() and lab.cli("lab", "status").code == 0  # still there, still serving
+
+    os.kill(procs["driver-sim"].pid, signal.SIGKILL)
+    wait_for(lambda: not procs["driver-sim"].alive(), what="driver-sim dead")
+    env = lab.cli("lab", "env")
+    assert env.code == 0 and f"export KUBECONFIG={lab.kubeconfig}" in env.out, env.err
+    assert "driver-sim not running" in env.err and "gpualign lab restart driver-sim" in env.err
+    up = run_cli("lab", "up", env=lab.env, timeout=60)
+    assert up.code == 2 and "`gpualign lab restart driver-sim`" in up.err, up.err
+    assert kube.get("/api/v1/nodes/gpu-new") is not None  # nothing wiped
+    assert lab.cli("lab", "restart", "driver-sim").code == 0
+    assert lab.cli("lab", "status").code == 0
+    run_cli("lab", "down", env=lab.env)

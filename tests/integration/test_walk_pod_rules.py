@@ -66,5 +66,6 @@ def test_a_pod_without_a_controller_holds_its_node_uncordoned_until_force(plab):
     assert "evicted default/gpujob" in forced.err
     node = kube.get("/api/v1/nodes/gpu-bare")
     assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
-    assert not node["spec"].get("unschedulable") and "gpualign.io/upgrade-blocker" not in node["metadata"]["annotations"]
+    assert not node["spec"].get("unschedulable")
+    assert "gpualign.io/upgrade-blocker" not in node["metadata"]["annotations"]
     wait_for(lambda: kube.get("/api/v1/namespaces/default/pods/gpujob") is None, timeout=30, what="gpujob evicted")

@@ -128,3 +128,24 @@ def test_a_registry_without_the_repository_is_named_not_read_as_empty():
     with pytest.raises(BadInput, match=r"registry fake\.io has no repository nope/driver \(NAME_UNKNOWN\)"):
         client.tags(missing_ok=False)
     assert client.tags() == []  # a repository about to be filled (ensure, --ensure) reads as empty
+
+
+def test_a_crash_looping_driver_backs_off_as_a_kubelet_does():
+    from gpualign.lab.driver_sim import crash_backoff
+
+    assert [crash_backoff(n) for n in (1, 2, 3, 4, 5, 6, 7)] == [10, 20, 40, 80, 160, 300, 300]
+
+
+def test_a_node_added_to_an_operator_scenario_joins_its_nvidiadriver_or_is_refused():
+    from gpualign.cli.lab import _operator_pool
+    from gpualign.lab import scenarios
+
+    debian = scenarios.get("operator-debian")
+    pool, said = _operator_pool(debian, {}, None)
+    assert pool.node_selector == {"pool": "debian"} and "labelled pool=debian to join NVIDIADriver debian" in said
+    with pytest.raises(BadInput, match="--branch 580: the node joins NVIDIADriver debian, which deploys branch 535"):
+        _operator_pool(debian, {}, "580")
+    several = dataclasses.replace(debian, pools=(*debian.pools, scenarios.DriverPool("other", {"pool": "x"}, "580")))
+    with pytest.raises(BadInput, match=r"would join no NVIDIADriver.*debian \(pool=debian\); other \(pool=x\)"):
+        _operator_pool(several, {}, None)
+    assert _operator_pool(several, {"pool": "x"}, None)[0].name == "other"

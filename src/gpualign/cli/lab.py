@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.cli import complete
-from gpualign.cli.common import progress, stdout
+from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
 from gpualign.errors import BadInput
 
@@ -189,7 +189,11 @@ def env(state_dir: StateDirOpt = None) -> None:
     from gpualign.lab import cluster
 
     sdir, _ = _dirs(state_dir, None)
-    for line in cluster.env_lines(cluster.require(sdir)):
+    state = cluster.require(sdir, allow_dead=True)
+    dead = cluster.dead_components(state)
+    if dead:  # the environment is still right: print it, and say on stderr what is dead and how to restart it
+        warn(cluster.broken(sdir, dead))
+    for line in cluster.env_lines(state):
         print(line)
 
 
@@ -239,19 +243,63 @@ def add_node(
         extra[L.SECURE_BOOT] = "enabled"  # what a fleet publishes for such a node (from mokutil --sb-state)
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
+    scenario = scenarios.get(state.scenario) if state.scenario else None
+    joined = ""
+    if scenario is not None and scenario.pools and gpu and not host_driver:
+        pool, joined = _operator_pool(scenario, extra, branch)
+        extra.update(pool.node_selector)
     annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}
     spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra,
                               annotations=annotations)
     kube = Kube(str(state.kubeconfig))
     try:
-        operator_run = scenarios.get(state.scenario).operator is not None if state.scenario else False
+        operator_run = scenario is not None and scenario.operator is not None
+        if branch and not operator_run and gpu and not host_driver:
+            _same_branch(kube, seed.driver_daemonset(kernel, m.group(1), m.group(2), branch, state.registry), branch)
         seed.add_node(kube, spec, branch=branch or state.extra.get("branch", "580"), registry=state.registry,
                       driver_pool=not operator_run)
         if wait:
             seed.wait_nodes_ready(kube, [name])
     finally:
         kube.close()
-    progress(f"node {name} added (kernel {kernel}, {os})")
+    progress(f"node {name} added (kernel {kernel}, {os}){joined}")
+
+
+def _operator_pool(scenario: Any, labels: dict[str, str], branch: str | None) -> tuple[Any, str]:
+    """The scenario's NVIDIADriver the new node joins: the one its labels select, else the only one there is (its
+    selector's labels are added, as a fleet's node pool would carry them); several and none selected, or a --branch
+    the operator would not deploy there, is refused in one line."""
+    chosen = [p for p in scenario.pools if all(labels.get(k) == v for k, v in p.node_selector.items())]
+    joined = ""
+    if not chosen:
+        if len(scenario.pools) != 1:
+            raise BadInput("the node would join no NVIDIADriver, so the GPU Operator would deploy no driver there: "
+                           "pass --label for one of " + "; ".join(
+                               f"{p.name} ({','.join(f'{k}={v}' for k, v in p.node_selector.items())})"
+                               for p in scenario.pools))
+        chosen = list(scenario.pools)
+        joined = (f", labelled {','.join(f'{k}={v}' for k, v in chosen[0].node_selector.items())} to join "
+                  f"NVIDIADriver {chosen[0].name}")
+    pool = chosen[0]
+    if branch and branch != pool.branch:
+        raise BadInput(f"--branch {branch}: the node joins NVIDIADriver {pool.name}, which deploys branch "
+                       f"{pool.branch}; the GPU Operator makes its DaemonSets (change the NVIDIADriver instead)")
+    return pool, joined
+
+
+def _same_branch(kube: Any, daemonset: dict[str, Any], branch: str) -> None:
+    """--branch for a pool whose driver DaemonSet exists already: it must be the branch that DaemonSet deploys
+    (changing it would move every node of the pool: that is `gpualign upgrade --to-branch`)."""
+    meta = daemonset["metadata"]
+    found = kube.get(f"/apis/apps/v1/namespaces/{meta['namespace']}/daemonsets/{meta['name']}")
+    if found is None:
+        return
+    image = found["spec"]["template"]["spec"]["containers"][0]["image"]
+    deployed = image.rsplit(":", 1)[-1].split("-", 1)[0]
+    if deployed != branch:
+        raise BadInput(f"--branch {branch}: pool {meta['name']}'s driver DaemonSet deploys branch {deployed} to every "
+                       f"node of the pool; move them all with `gpualign upgrade --to-branch {branch}`, or omit "
+                       "--branch")
 
 
 def _enrolled_pem(files: list[Path]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -123,6 +124,9 @@ def plan(
         read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=False, timeout=timeout,
                           announce=announce)
         result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools)
+        wrong = _wrong_in_ledger(result, available, repo, docker_config)
+        if wrong:  # present but wrong counts as work to do: it must be made again (ensure --replace-wrong)
+            result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools, wrong)
         body = {**result.as_dict(), "repository": repo}
         return body, not (result.to_build or result.unknown or (selector and not read.inventory.nodes)), \
             read.source
@@ -202,6 +206,21 @@ def _from_operator(kubeconfig: str | None, context: str | None, repository: str 
     return [f"registry://{repo}"], BranchPolicy(rules, default), repo
 
 
+def _wrong_in_ledger(result: Any, available: Any, repo: str, docker_config: Path | None) -> dict[str, str]:
+    """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
+    judgement check and the walk make (ensure/judge.py)."""
+    from gpualign.ensure.judge import judge
+    from gpualign.ledger.sources import is_registry
+
+    present = [n for n in result.needed if n.in_ledger]
+    if not present or not any(is_registry(s) for s in available.sources):
+        return {}
+    found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config)
+    for w in found.warnings:
+        warn(w)
+    return {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
+
+
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
     return {"action": n["action"], "DRIVER_BRANCH": n["branch"], "KERNEL_VERSION": n["kernel"],
             "OS_TAG": n["os_tag"], "tag": n["tag"]}
@@ -215,17 +234,23 @@ def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: s
     cols = ["IMAGE", "LEDGER", "ACTION", "NODES"] + (["REASON"] if wide else [])
     rows: list[list[str | Styled]] = []
     for n in needed:
-        row: list[str | Styled] = [f"{repo}:{n['tag']}", Styled("present", "green") if n["in_ledger"]
-                                   else Styled("missing", "bold red"), "-" if n["in_ledger"] else n["action"],
+        ledger_cell = Styled("present", "green") if n["in_ledger"] else \
+            Styled("wrong-image", "bold red") if n.get("wrong") else Styled("missing", "bold red")
+        action = "-" if n["in_ledger"] else "replace" if n.get("wrong") else n["action"]
+        row: list[str | Styled] = [f"{repo}:{n['tag']}", ledger_cell, action,
                                    grouped(n["clusters"]) if fleet else ",".join(n["nodes"])]
-        rows.append(row + ([n["reason"]] if wide else []))
+        reason = f"present but wrong: {n['wrong']}; {n['reason']}" if n.get("wrong") else n["reason"]
+        rows.append(row + ([reason] if wide else []))
     text = render(cols, rows, color=use_color(), no_headers=no_headers) if rows else ""
     for u in unknown:
         text += f"cannot plan {u['cluster'] + ':' if fleet else ''}{u['node']}: {u['reason']}\n"
     to_build = [n for n in needed if not n["in_ledger"]]
-    mirror = sum(1 for n in to_build if n["action"] == "mirror")
+    wrong = sum(1 for n in to_build if n.get("wrong"))
+    mirror = sum(1 for n in to_build if n["action"] == "mirror" and not n.get("wrong"))
     return text + (f"\n{len(to_build)} of {len(needed)} images must be in the ledger first ({mirror} to mirror from "
-                   f"NVIDIA, {len(to_build) - mirror} to build in-house)\n")
+                   f"NVIDIA, {len(to_build) - mirror - wrong} to build in-house"
+                   + (f", {wrong} present but wrong, to make again: gpualign ensure TAG --replace-wrong" if wrong
+                      else "") + ")\n")
 
 
 def register(app: typer.Typer) -> None:

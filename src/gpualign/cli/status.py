@@ -217,8 +217,30 @@ def why(
         for line in _why_not_walked(node, kubeconfig, context, timeout):
             stdout.print(line)
         return
-    for line in explain(ns, ledger_known=ledger_known, derived=derived.get(node)):
+    lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node))
+    if ns.pod is None and ns.pool is None:
+        lines.append(_no_driver_pool(ns, kubeconfig, context, timeout))
+    for line in lines:
         stdout.print(line)
+
+
+def _no_driver_pool(ns: Any, kubeconfig: str | None, context: str | None, timeout: float | None) -> str:
+    """Why no driver DaemonSet selects the node: beside the GPU Operator, the objects it checked and their
+    selectors; elsewhere, the node's pool labels."""
+    from gpualign.inventory import read_operator_config
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+    try:
+        config, _ = read_operator_config(kube, (ns.facts,))
+    finally:
+        kube.close()
+    if config is not None:
+        _, why = config.source_for(dict(ns.facts.labels))
+        if why:
+            return why
+    return (f"no driver pod and no driver DaemonSet selects it (kernel {ns.facts.kernel or 'unknown'}, OS "
+            f"{ns.facts.os_id or '?'}{ns.facts.os_version or ''}): nothing deploys a driver here")
 
 
 def _why_not_walked(node: str, kubeconfig: str | None, context: str | None,

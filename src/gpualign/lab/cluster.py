@@ -140,6 +140,9 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
     if existing and existing.procs and all(existing.running().values()):
         progress(f"lab already running (api {existing.apiserver})")
         return existing
+    if existing and existing.procs and any(existing.running().values()):
+        # Part of it still runs, with its cluster's state: bringing the dead back is the user's choice, not a wipe.
+        raise LabError(broken(state_dir, dead_components(existing)))
     if existing and existing.procs:
         progress("a previous lab left processes behind: cleaning up first")
         down(state_dir)
@@ -268,8 +271,9 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
 
 
 def restart(state_dir: Path, name: str, *, pause: float = 0.0) -> Proc:
-    """Stop one component and start it again with the same arguments (fault injection for tests)."""
-    state = require(state_dir)
+    """Stop one component and start it again with the same arguments (fault injection for tests, and the way back
+    for a component that died)."""
+    state = require(state_dir, allow_dead=True)
     if name not in state.procs:
         raise LabError(f"no lab component {name!r}; components: {', '.join(state.procs)}")
     old = state.procs[name]
@@ -297,16 +301,28 @@ def down(state_dir: Path) -> list[str]:
     return stopped
 
 
-def require(state_dir: Path) -> LabState:
-    """The running lab's state, or a one-line error saying how to start one."""
+def require(state_dir: Path, *, allow_dead: bool = False) -> LabState:
+    """The running lab's state, or a one-line error saying how to start one (or, with a dead component, how to
+    bring it back). allow_dead: a lab with dead components is returned as it is (see dead_components)."""
     state = LabState.load(state_dir)
     if not state or not state.procs:
         raise LabError(f"no lab running in {state_dir}: start one with `gpualign lab up`")
-    dead = [n for n, ok in state.running().items() if not ok]
-    if dead:
-        raise LabError(f"lab in {state_dir} is broken ({', '.join(dead)} not running): "
-                       "run `gpualign lab down` then `gpualign lab up`")
+    dead = dead_components(state)
+    if dead and not allow_dead:
+        raise LabError(broken(state_dir, dead))
     return state
+
+
+def dead_components(state: LabState) -> list[str]:
+    return [n for n, ok in state.running().items() if not ok]
+
+
+def broken(state_dir: Path, dead: list[str]) -> str:
+    """One line: which components are dead, and the command that brings them back without losing the lab."""
+    again = " && ".join(f"gpualign lab restart {n}" for n in dead)
+    return (f"lab in {state_dir} is broken ({', '.join(dead)} not running): `{again}` starts "
+            f"{'it' if len(dead) == 1 else 'them'} again and keeps the cluster; `gpualign lab down` then "
+            "`gpualign lab up` starts a new one")
 
 
 def env_lines(state: LabState) -> list[str]:

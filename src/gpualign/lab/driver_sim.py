@@ -38,6 +38,13 @@ from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
 
 SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
 RETRY_SECONDS = 2.0
+CRASH_BACKOFF = (10.0, 300.0)  # a kubelet's restart back-off: 10 s, doubling, capped at 5 minutes
+
+
+def crash_backoff(restarts: int) -> float:
+    """Seconds before the next restart of a container that has crashed `restarts` times, as a kubelet waits."""
+    first, cap = CRASH_BACKOFF
+    return float(min(cap, first * 2.0 ** max(0, restarts - 1)))
 LOAD_DELAY = "driver-sim.gpualign.io/load-delay"
 log = logging.getLogger("driver-sim")
 
@@ -103,8 +110,10 @@ class Simulator:
         image = containers[0]["image"] if containers else ""
         key = f"{meta['uid']}|{image}"
         outcome = self.decided.get(key)
-        if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < RETRY_SECONDS):
-            return  # a crash-looping pod is looked at again too: a fixed image pushed under its tag then loads
+        wait = crash_backoff(int(outcome[2])) if outcome and outcome[0] == "crash" and len(outcome) > 2 \
+            else RETRY_SECONDS
+        if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < wait):
+            return  # a crash-looping pod is restarted after its back-off: a fixed image pushed under its tag loads
         version, why = self.lookup(image)
         ns, name = meta["namespace"], meta["name"]
         path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
@@ -180,7 +189,16 @@ class Simulator:
 
     def _loaded(self, key: str, pod: dict[str, Any]) -> None:
         if key in self.loading:  # not deleted meanwhile
+            self.handle_safely(pod)
+
+    def handle_safely(self, pod: dict[str, Any]) -> None:
+        """handle(), riding out what the cluster does meanwhile: a node or namespace deleted under the pod, an API
+        server restarting. The simulator must outlive everyday events, as a kubelet does."""
+        try:
             self.handle(pod)
+        except GpualignError as err:
+            meta = pod.get("metadata") or {}
+            log.warning("%s/%s: %s", meta.get("namespace"), meta.get("name"), err.message)
 
     def _patch(self, path: str, status: dict[str, Any]) -> None:
         try:
@@ -198,7 +216,7 @@ class Simulator:
                     rv = listing["metadata"]["resourceVersion"]
                     pods = {p["metadata"]["uid"]: p for p in listing.get("items") or []}
                     for pod in pods.values():
-                        self.handle(pod)
+                        self.handle_safely(pod)
                     if ready_file is not None and not ready_file.exists():
                         ready_file.write_text("ok\n")
                 for kind, obj in self.kube.watch_raw("/api/v1/pods", label_selector=SELECTOR,
@@ -216,14 +234,14 @@ class Simulator:
                         self.loading = {k: v for k, v in self.loading.items() if not k.startswith(uid)}
                         continue
                     pods[uid] = obj
-                    self.handle(obj)
+                    self.handle_safely(obj)
             except GpualignError as err:
                 log.warning("watch interrupted: %s", err.message)
                 time.sleep(1)
                 rv = None
                 continue
             for pod in list(pods.values()):  # retry pulls that backed off, as the kubelet does
-                self.handle(pod)
+                self.handle_safely(pod)
 
 
 def _crashing(containers: list[dict[str, Any]], message: str, restarts: int, now: str) -> dict[str, Any]:
