@@ -59,8 +59,9 @@ class Controller:
         lab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
         self.log_path = lab.state_dir.parent / "controller-gate.log"
         self.log = open(self.log_path, "w")  # noqa: SIM115
+        self.port = free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gpualign", "controller", "--listen", f"127.0.0.1:{free_port()}",
+            [sys.executable, "-m", "gpualign", "controller", "--listen", f"127.0.0.1:{self.port}",
              "--lease-namespace", "gpualign-system", "--ledger-refresh", "2", *extra],
             env={**os.environ, **lab.env, "POD_NAME": "gate"}, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -258,3 +259,53 @@ def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it
     assert res.code == 0 and "released gpu-m1" in res.out and "1 node(s) released" in res.out, res.out + res.err
     assert SKIP not in labels(wlab, "gpu-m1") and labels(wlab, "gpu-b1").get(SKIP) == "true"
     assert wlab.cli("gate", "release").out.strip() == "the gate holds no node"
+
+
+@pytest.mark.timeout(300)
+def test_a_new_nvidiadriver_naming_a_new_repository_is_read_at_once_and_a_wrong_image_is_alarmed_and_gated(wlab):
+    """An NVIDIADriver made while the controller runs names a repository it has never read: the node it selects is
+    checked against that repository at once, with no false "missing" Event, annotation or gate hold. An image there
+    whose own labels name another kernel is alarmed as wrong (Event, annotation, metric) and gated."""
+    import httpx2
+
+    from gpualign.ledger.registry import RegistryClient, RegistryRef
+
+    kube = wlab.kube()
+    host, port = wlab.registry.rsplit(":", 1)
+    reg = RegistryClient(RegistryRef(f"{host}:{port}", "second/driver", "http"))
+    good, wrong = "580-6.8.0-48-generic-ubuntu24.04", "580-6.8.0-49-generic-ubuntu24.04"
+    reg.push_image(good, {"DRIVER_VERSION": "580.173.02"}, labels={"version": "580-6.8.0-48-generic"})
+    reg.push_image(wrong, {"DRIVER_VERSION": "580.173.02"}, labels={"version": "580-6.8.0-48-generic"})
+    reg.close()
+    ctl = Controller(wlab, "--gate-operator-upgrades")
+    try:
+        wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="the controller at work")
+        manifest = wlab.state_dir.parent / "second.json"
+        manifest.write_text(json.dumps(
+            {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "metadata": {"name": "second"},
+             "spec": {"driverType": "gpu", "usePrecompiled": True, "repository": f"{wlab.registry}/second",
+                      "image": "driver", "version": "580", "nodeSelector": {"pool": "second"},
+                      "manager": {"repository": f"{wlab.registry}/nvidia", "image": "k8s-driver-manager",
+                                  "version": "v0.8.1"}}}))
+        wlab.kubectl("apply", "-f", str(manifest), check=True)
+        for name, kernel in (("gpu-s1", "6.8.0-48-generic"), ("gpu-s2", "6.8.0-49-generic")):
+            assert wlab.cli("lab", "add-node", name, "--kernel", kernel, "--os", "ubuntu24.04",
+                            "--label", "pool=second").code == 0
+        wait_for(lambda: events(kube, "gpu-s2", "DriverImageWrong"), timeout=60, what="gpu-s2's wrong-image Event")
+        (event,) = events(kube, "gpu-s2", "DriverImageWrong")
+        assert f"second/driver:{wrong} is in the ledger but present but wrong: its label version=" in event["message"]
+        assert f"gpualign ensure {wrong} --replace-wrong" in event["message"]
+        s2 = node(wlab, "gpu-s2")
+        assert s2["metadata"]["annotations"]["gpualign.io/driver-image-status"] == "wrong-image"
+        wait_for(lambda: labels(wlab, "gpu-s2").get(SKIP) == "true", timeout=30, what="gpu-s2 gated")
+        assert "present but wrong" in node(wlab, "gpu-s2")["metadata"]["annotations"][GATED]
+        metrics = httpx2.get(f"http://127.0.0.1:{ctl.port}/metrics").text
+        assert "gpualign_wrong_driver_images 1.0" in metrics, metrics
+        time.sleep(5)  # past two ledger refreshes: gpu-s1's image was in the new repository all along
+        assert not events(kube, "gpu-s1", "DriverImageMissing") and not events(kube, "gpu-s1", "DriverUpgradeGated")
+        s1 = node(wlab, "gpu-s1")
+        assert SKIP not in (s1["metadata"].get("labels") or {})
+        assert "gpualign.io/driver-image-status" not in (s1["metadata"].get("annotations") or {})
+    finally:
+        log = ctl.stop()
+    assert "node gpu-s1 needs driver image" not in log and "Traceback" not in log, log[-3000:]

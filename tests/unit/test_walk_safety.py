@@ -140,12 +140,12 @@ def test_a_node_added_to_an_operator_scenario_joins_its_nvidiadriver_or_is_refus
     from gpualign.cli.lab import _operator_pool
     from gpualign.lab import scenarios
 
-    debian = scenarios.get("operator-debian")
+    debian = list(scenarios.get("operator-debian").pools)
     pool, said = _operator_pool(debian, {}, None)
     assert pool.node_selector == {"pool": "debian"} and "labelled pool=debian to join NVIDIADriver debian" in said
     with pytest.raises(BadInput, match="--branch 580: the node joins NVIDIADriver debian, which deploys branch 535"):
         _operator_pool(debian, {}, "580")
-    several = dataclasses.replace(debian, pools=(*debian.pools, scenarios.DriverPool("other", {"pool": "x"}, "580")))
+    several = [*debian, scenarios.DriverPool("other", {"pool": "x"}, "580")]
     with pytest.raises(BadInput, match=r"would join no NVIDIADriver.*debian \(pool=debian\); other \(pool=x\)"):
         _operator_pool(several, {}, None)
     assert _operator_pool(several, {"pool": "x"}, None)[0].name == "other"

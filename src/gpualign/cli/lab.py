@@ -245,8 +245,8 @@ def add_node(
     state = cluster.require(sdir)
     scenario = scenarios.get(state.scenario) if state.scenario else None
     joined = ""
-    if scenario is not None and scenario.pools and gpu and not host_driver:
-        pool, joined = _operator_pool(scenario, extra, branch)
+    if scenario is not None and scenario.operator == "nvidiadriver" and gpu and not host_driver:
+        pool, joined = _operator_pool(_cluster_pools(state), extra, branch)
         extra.update(pool.node_selector)
     annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}
     spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra,
@@ -265,19 +265,33 @@ def add_node(
     progress(f"node {name} added (kernel {kernel}, {os}){joined}")
 
 
-def _operator_pool(scenario: Any, labels: dict[str, str], branch: str | None) -> tuple[Any, str]:
-    """The scenario's NVIDIADriver the new node joins: the one its labels select, else the only one there is (its
-    selector's labels are added, as a fleet's node pool would carry them); several and none selected, or a --branch
-    the operator would not deploy there, is refused in one line."""
-    chosen = [p for p in scenario.pools if all(labels.get(k) == v for k, v in p.node_selector.items())]
+def _cluster_pools(state: Any) -> list[Any]:
+    """The NVIDIADrivers on the lab's cluster now (the scenario's, and any made since), as DriverPools."""
+    from gpualign.kube import Kube
+    from gpualign.lab.scenarios import DriverPool
+
+    kube = Kube(str(state.kubeconfig))
+    try:
+        found = kube.list_raw("/apis/nvidia.com/v1alpha1/nvidiadrivers")
+    finally:
+        kube.close()
+    return [DriverPool(d["metadata"]["name"], dict((d.get("spec") or {}).get("nodeSelector") or {}),
+                       str((d.get("spec") or {}).get("version") or "").split(".", 1)[0]) for d in found]
+
+
+def _operator_pool(pools: list[Any], labels: dict[str, str], branch: str | None) -> tuple[Any, str]:
+    """The NVIDIADriver the new node joins: the one its labels select, else the only one there is (its selector's
+    labels are added, as a fleet's node pool would carry them); several and none selected, or a --branch the
+    operator would not deploy there, is refused in one line."""
+    chosen = [p for p in pools if all(labels.get(k) == v for k, v in p.node_selector.items())]
     joined = ""
     if not chosen:
-        if len(scenario.pools) != 1:
+        if len(pools) != 1:
             raise BadInput("the node would join no NVIDIADriver, so the GPU Operator would deploy no driver there: "
                            "pass --label for one of " + "; ".join(
                                f"{p.name} ({','.join(f'{k}={v}' for k, v in p.node_selector.items())})"
-                               for p in scenario.pools))
-        chosen = list(scenario.pools)
+                               for p in pools))
+        chosen = list(pools)
         joined = (f", labelled {','.join(f'{k}={v}' for k, v in chosen[0].node_selector.items())} to join "
                   f"NVIDIADriver {chosen[0].name}")
     pool = chosen[0]

@@ -366,12 +366,14 @@ class RegistryClient:
         if resp.status_code != 201:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{tag} refused: HTTP {resp.status_code}")
 
-    def push_image(self, tag: str, env: dict[str, str], repo: str | None = None) -> None:
-        """Push a tiny single-layer OCI image whose config carries env (e.g. DRIVER_VERSION, CUDA_VERSION)."""
+    def push_image(self, tag: str, env: dict[str, str], repo: str | None = None,
+                   labels: dict[str, str] | None = None) -> None:
+        """Push a tiny single-layer OCI image whose config carries env (e.g. DRIVER_VERSION, CUDA_VERSION) and
+        labels."""
         layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # empty gzip
         config = json.dumps({
             "architecture": "amd64", "os": "linux",
-            "config": {"Env": [f"{k}={v}" for k, v in env.items()]},
+            "config": {"Env": [f"{k}={v}" for k, v in env.items()], **({"Labels": labels} if labels else {})},
             "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]},
         }, separators=(",", ":")).encode()
         config_digest = self.push_blob(config, repo)
