@@ -294,7 +294,7 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     conflicting = lab.cli("ensure", TAG, "--ledger", ledger, "--ledger", f"registry://{lab.registry}/other/driver")
     assert conflicting.code == 2 and "--ledger given twice" in conflicting.err, conflicting.err
     banana = lab.cli("ensure", TAG, "--ledger", ledger, "--upstream", "banana")
-    assert banana.code == 2 and banana.err.startswith("gpualign: --upstream 'banana'"), banana.err
+    assert banana.code == 2 and banana.err.startswith("gpualign: error: --upstream 'banana': expected"), banana.err
     rendered = lab.cli("ensure", TAG, "--render", str(tmp_path / "r"), "--dry-run")
     assert rendered.code == 2 and not (tmp_path / "r").exists(), rendered.err
     assert client(lab.registry, "bad/driver").tags() == []

@@ -279,7 +279,7 @@ def check(
     from gpualign.tags import load_rules
 
     stdin_once(ledger, nodes_file)
-    driver_version_flag(driver_version, no_precompiled)
+    driver_version_flag(driver_version, no_precompiled, driver_branch)
     timeout = fleet.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
@@ -287,7 +287,9 @@ def check(
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
     if not ledger and (nodes_file or flags_given):
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)")
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)"
+                       + ("" if nodes_file else "; flags such as --driver-branch override the GPU Operator's objects, "
+                          "and with them the repository they name, so the ledger must be named too"))
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     check_known_branches(pools, rule_set)

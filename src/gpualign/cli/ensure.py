@@ -225,9 +225,14 @@ def ensure(
         if o.action == run.PRESENT:
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
-            stdout.print(f"{o.tag}: would {o.action}")
+            stdout.print(f"{o.tag}: would {o.action}" + (f" from {upstream or NVIDIA}" if o.action == run.MIRROR
+                                                         else ""))
         else:
             figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
+            signers = sorted({(m.get("signer"), m.get("key_id")) for m in (o.verification or {}).get("per_module", [])
+                              if m.get("signer")})
+            if signers:
+                figures += ", signed by " + "; ".join(f"{s} (key {k})" for s, k in signers)
             done = "built" if o.action == run.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()

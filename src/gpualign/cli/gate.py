@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
-from gpualign.cli.common import stdout
+from gpualign.cli.common import emit_data, report, stdout
 from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
-from gpualign.cli.options import ContextOpt, KubeconfigOpt, SelectorOpt
+from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt
 
 app = typer.Typer(
     help="The gate beside the GPU Operator (`gpualign controller --gate-operator-upgrades`) holds a node out of "
@@ -27,6 +27,7 @@ def release(
     selector: SelectorOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list the nodes it would release, change nothing")]
     = False,
+    output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     request_timeout: RequestTimeoutOpt = None,
@@ -40,20 +41,30 @@ def release(
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release",
                 **({"timeout": per_request} if per_request else {}))
+    data = output in (Output.json, Output.yaml)
+    rows: list[dict[str, object]] = []
     try:
         nodes = held(kube, selector)
-        if not nodes:
+        if not nodes and not data:
             stdout.print("the gate holds no node")
             return
         done = 0
         for r in nodes:
             if dry_run:
-                stdout.print(f"would release {r.node} (held: {r.held_for})")
+                rows.append({"node": r.node, "held": r.held_for, "released": False})
+                if not data:
+                    stdout.print(f"would release {r.node} (held: {r.held_for})")
                 continue
-            if release_node(kube, r.node, "released by `gpualign gate release`"):
+            released = release_node(kube, r.node, "released by `gpualign gate release`")
+            rows.append({"node": r.node, "held": r.held_for, "released": released})
+            if released:
                 done += 1
-                stdout.print(f"released {r.node} (held: {r.held_for})")
-        if not dry_run:
+                if not data:
+                    stdout.print(f"released {r.node} (held: {r.held_for})")
+        if data:
+            emit_data(report("GateRelease", {"cluster": kube.describe()}, {"dryRun": dry_run, "nodes": rows}),
+                      output)
+        elif not dry_run:
             stdout.print(f"{done} node(s) released to the GPU Operator's upgrade walk")
     finally:
         kube.close()

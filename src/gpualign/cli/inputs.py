@@ -63,10 +63,14 @@ def stdin_once(ledger: list[str] | None, nodes_file: Path | None) -> None:
         raise BadInput("stdin (-) can feed one input only: --nodes-file - or one --ledger -")
 
 
-def driver_version_flag(driver_version: str | None, no_precompiled: bool) -> None:
-    """--driver-version names a regular image's version: it needs --no-precompiled and must be a version."""
+def driver_version_flag(driver_version: str | None, no_precompiled: bool, branch: str | None = None) -> None:
+    """--driver-version names a regular image's version: it needs --no-precompiled, must be a version, and belongs
+    to --driver-branch when both are given."""
     if driver_version is None:
         return
+    if branch and driver_version.split(".", 1)[0] != branch.split(".", 1)[0]:
+        raise BadInput(f"--driver-version {driver_version} is not of --driver-branch {branch}: give one of them, "
+                       "or a version of that branch")
     from gpualign.version import DriverVersion
 
     if not no_precompiled:

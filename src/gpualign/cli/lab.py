@@ -12,6 +12,7 @@ import typer
 from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
+from gpualign.cli.options import Output, OutputOpt
 from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
@@ -146,17 +147,31 @@ def down(state_dir: StateDirOpt = None) -> None:
 
 
 @app.command()
-def status(state_dir: StateDirOpt = None) -> None:
+def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> None:
     """What runs, where, and for how long. Exit 1 if the lab is down or any component died."""
+    from gpualign.cli.common import emit_data
     from gpualign.lab import cluster
 
     sdir, _ = _dirs(state_dir, None)
     state = cluster.LabState.load(sdir)
+    data = output in (Output.json, Output.yaml)
     if not state or not state.procs:
-        stdout.print(f"no lab in {sdir}")
+        if data:
+            emit_data({"stateDir": str(sdir), "running": False, "components": []}, output)
+        else:
+            stdout.print(f"no lab in {sdir}")
         raise typer.Exit(1)
     now = time.time()
     alive = state.running()
+    if data:
+        emit_data({"stateDir": str(sdir), "running": all(alive.values()), "scenario": state.scenario,
+                   "apiserver": state.apiserver, "registry": state.registry,
+                   "components": [{"name": n, "running": alive[n], "pid": p.pid, "address": p.address or None,
+                                   "log": str(p.log), "upSeconds": int(now - p.started)}
+                                  for n, p in state.procs.items()]}, output)
+        if not all(alive.values()):
+            raise typer.Exit(1)
+        return
     stdout.print(f"lab in {sdir} (scenario {state.scenario or '-'})")
     for name, proc in state.procs.items():
         mark = "running" if alive[name] else "DEAD"

@@ -7,10 +7,10 @@ import sys
 import typer
 
 from gpualign.cli.common import emit_data
-from gpualign.cli.options import Output, RulesOpt
+from gpualign.cli.options import Output, OutputOpt, RulesOpt
 
 
-def rules_cmd(rules: RulesOpt = None) -> None:
+def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
     """Print the image naming rules check and plan follow: the built-in ones, or with --rules FILE, the result of
     overriding them (each section the file gives replaces the built-in section).
 
@@ -21,7 +21,18 @@ def rules_cmd(rules: RulesOpt = None) -> None:
     """
     from importlib import resources
 
-    if rules is None:
+    if output is Output.json:
+        from gpualign import yamlio
+        from gpualign.tags import load_rules, merged_rules
+
+        if rules is not None:
+            load_rules(rules)  # validated as check would
+            emit_data(merged_rules(rules), Output.json)
+        else:
+            path = resources.files("gpualign.rules").joinpath("driver_images.yaml")
+            emit_data(yamlio.parse(path.read_text(), "driver_images.yaml"), Output.json)
+        return
+    if rules is None:  # YAML (the default, and -o table or wide): the file itself, with its comments and sources
         sys.stdout.write(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
         return
     from gpualign.tags import load_rules, merged_rules

@@ -195,11 +195,13 @@ def why(
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     request_timeout: RequestTimeoutOpt = None,
 ) -> None:
-    """Explain in plain words why a node is where it is in the driver upgrade."""
+    """Explain in plain words why a node is where it is in the driver upgrade (-o json: the same lines, with the
+    node's status as `status -o json` gives it)."""
     from gpualign.cli.fleet import parse_timeout
 
     timeout = parse_timeout(request_timeout)
@@ -213,13 +215,20 @@ def why(
                                  load_rules(rules), kubeconfig, context, timeout)
     ledger_known = available is not None
     ns = snap.nodes.get(node)
+    status: dict[str, Any] | None = None
     if ns is None:
-        for line in _why_not_walked(node, kubeconfig, context, timeout):
-            stdout.print(line)
+        lines = _why_not_walked(node, kubeconfig, context, timeout)
+    else:
+        from gpualign.upgrade.report import node_status
+
+        lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node))
+        if ns.pod is None and ns.pool is None:
+            lines.append(_no_driver_pool(ns, kubeconfig, context, timeout))
+        status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node)).as_dict()
+    if output in (Output.json, Output.yaml):
+        emit_data(report("Why", {"ledger": list(available.sources) if available else []},
+                         {"node": node, "explanation": lines, "status": status}), output)
         return
-    lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node))
-    if ns.pod is None and ns.pool is None:
-        lines.append(_no_driver_pool(ns, kubeconfig, context, timeout))
     for line in lines:
         stdout.print(line)
 

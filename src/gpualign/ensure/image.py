@@ -177,10 +177,16 @@ def modules_key(modules: list[Path]) -> str:
     return key
 
 
-def local_image(spec: TagSpec, key: str) -> str | None:
+def local_name(spec: TagSpec, variant: str = "") -> str:
+    """The local buildah name of a tag's image: one per tag and variant (unsigned, or signed by one certificate), so
+    a signed build never replaces the unsigned image of the same tag, nor the other way round."""
+    return f"localhost/gpualign-driver:{spec.tag}" + (f"-{variant}" if variant else "")
+
+
+def local_image(spec: TagSpec, key: str, variant: str = "") -> str | None:
     """The image assembled before from the same modules (a warm run pushes it again instead of rebuilding), or
     None."""
-    local = f"localhost/gpualign-driver:{spec.tag}"
+    local = local_name(spec, variant)
     try:
         found = buildah("inspect", "--type", "image", "--format",
                         '{{index .OCIv1.Config.Labels "io.gpualign.modules-sha256"}} '
@@ -191,10 +197,10 @@ def local_image(spec: TagSpec, key: str) -> str | None:
 
 
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
-             key: str | None = None) -> str:
+             key: str | None = None, variant: str = "") -> str:
     """The image as a local buildah image; returns its local name."""
     base = ensure_base()
-    local = f"localhost/gpualign-driver:{spec.tag}"
+    local = local_name(spec, variant)
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-") as tmp:
         opt = Path(tmp) / "opt"
         dest = opt / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"

@@ -159,9 +159,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
                               "--replace-wrong makes it again and pushes it over the tag)")
     if plan.problem:
         say(spec.tag, f"present but wrong ({plan.problem}): replacing it")
-    if opts.dry_run:
-        say(spec.tag, f"would {action} it" + (f" from {opts.upstream.ref.image}" if action == MIRROR and
-                                              opts.upstream else ""))
+    if opts.dry_run:  # the caller prints the verdict, once
         return out
     with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()):
         if opts.target.digest(spec.tag) not in (None, plan.digest if plan.problem else None):
@@ -245,11 +243,12 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     if opts.signing is not None:
         record["signed"] = opts.signing.describe()
     key = image.modules_key(modules)
-    local = image.local_image(spec, key)
+    variant = f"signed-{opts.signing.describe()['cert_sha256'].replace(':', '')[:12].lower()}" if opts.signing else ""
+    local = image.local_image(spec, key, variant)
     if local is not None:
         say(spec.tag, f"image: {local}, assembled before from the same modules")
     else:
-        local = image.assemble(spec, modules, driver_version, record, key)
+        local = image.assemble(spec, modules, driver_version, record, key, variant)
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"push: {out.reference}")
