@@ -383,8 +383,9 @@ def test_a_mistagged_image_is_seen_by_check_never_cordoned_for_and_crash_loops_w
     after = kube.get("/api/v1/nodes/deb-u")
     assert after["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-required"
     assert not after["spec"].get("unschedulable")  # never cordoned
+    # the walk checks the modules by default: the kernel's own refusal, nvidia.ko first, as modprobe loads it
     assert after["metadata"]["annotations"]["gpualign.io/upgrade-blocker"].startswith(
-        f"image present but wrong: {wrong_cloud}: its label io.gpualign.kernel says")
+        f"image present but wrong: {wrong_cloud}: its modules would not load on {cloud}: nvidia: ")
 
     assert lab.cli("lab", "add-node", "deb-c", "--kernel", OTHER, "--os", "debian12", "--branch", "535").code == 0
 
@@ -546,3 +547,29 @@ def test_an_unlabelled_mistag_is_refused_by_the_walks_module_check_and_the_node_
     (tmp := story_lab.state_dir.parent / "deep.json").write_text(deep.out)
     refused = lab.cli("ensure", "--from", str(tmp), "--ledger", ledger, "--verify-modules", timeout=300)
     assert refused.code == 1 and f"{wrong}: present but wrong" in refused.out + refused.err, refused.out + refused.err
+
+
+@pytest.mark.timeout(600)
+def test_ensure_replaces_a_present_but_wrong_image_only_when_told(lab):
+    """A tag-only image (no modules) sits under a Debian tag whose real modules are cached: `ensure --verify-modules`
+    reports it (exit 1) and changes nothing; with --replace-wrong it is made again, verified and pushed over the
+    tag; then it is present, and verifies."""
+    ledger = f"registry://{lab.registry}/repair/driver"
+    reg = client(lab.registry, "repair/driver")
+    reg.push_image(TAG, {"DRIVER_VERSION": "535.309.01"})
+    before = reg.digest(TAG)
+    reported = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", timeout=300)
+    assert reported.code == 1, reported.out + reported.err
+    assert (f"{TAG}: present but wrong: its modules could not be verified: it holds no kernel modules under "
+            f"/opt/lib/modules to check against {KERNEL}") in reported.err
+    assert "--replace-wrong" in reported.err and reg.digest(TAG) == before
+    assert lab.cli("ensure", TAG, "--ledger", ledger).code == 0  # without --verify-modules: its labels are fine
+    replaced = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", "--replace-wrong", "-o", "json",
+                       timeout=500)
+    assert replaced.code == 0, replaced.out + replaced.err
+    (image,) = json.loads(replaced.out)["images"]
+    assert image["action"] == "build" and image["verification"]["ok"] and image["digest"] != before
+    assert reg.digest(TAG) == image["digest"]
+    again = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules")
+    assert again.code == 0 and f"{TAG}: present (" in again.out, again.out + again.err
+    reg.close()

@@ -116,8 +116,8 @@ def plan_one(tag: str, opts: Options) -> Plan:
     if opts.upstream is not None and opts.upstream.digest(spec.tag) is not None:
         return Plan(spec, MIRROR, digest, problem)
     tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
-    if opts.modules_from is None and not _compiled_before(spec, opts):
-        opts.archive.require_headers(spec.kernel)  # as the build would refuse it: a dry run says the same
+    if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
+        opts.archive.require_headers(spec.kernel)  # as the build will refuse it: a dry run says the same
     return Plan(spec, BUILD, digest, problem)
 
 
