@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tests.conftest import Lab
@@ -80,3 +84,19 @@ def token_kubeconfig(lab: Lab, path: Any, namespace: str, account: str) -> None:
         f"    server: {lab.apiserver}\n    certificate-authority: {lab.state_dir / 'pki' / 'ca.crt'}\n"
         f"users:\n- name: sa\n  user:\n    token: {token}\n"
         "contexts:\n- name: sa\n  context: {cluster: lab, user: sa}\ncurrent-context: sa\n")
+
+
+@contextlib.contextmanager
+def operator_paused(lab: Lab) -> Iterator[None]:
+    """The lab's GPU Operator process stopped (SIGSTOP) for the block, and continued after: nothing it would
+    reconcile meanwhile can change under a comparison. Its watches resume when it continues."""
+    from gpualign.lab.cluster import LabState
+
+    state = LabState.load(lab.state_dir)
+    assert state is not None and "gpu-operator" in state.procs, "no GPU Operator in this lab"
+    pid = state.procs["gpu-operator"].pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli, start_lab
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -33,7 +34,7 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert res.code == 0, res.err
     assert data["summary"] == {"gpu_nodes": 6, "present": 6, "missing": 0, "unknown": 0, "host_managed": 0,
                                "operator_mismatch": 0, "pod_kernel_mismatch": 0, "wrong_image": 0,
-                               "missing_images": 0}
+                               "missing_images": 0, "driver_pod_failing": 0, "unverified": 0}
     gcp = next(n for n in data["nodes"] if n["name"] == "gpu-e1")
     assert gcp["published"] is False and gcp["reason"] == ("in the ledger; kernel flavour 'gcp' is not published "
                                                            "precompiled by NVIDIA")  # facts, no advice: it is there
@@ -63,10 +64,17 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     row = next(line for line in table.out.splitlines() if line.startswith("gpu-new"))
     assert "missing" in row and "ImagePullBackOff" in row and NEW_KERNEL in row
 
-    # 4. Push the image: clean again.
+    # 4. Push the image: the image is present at once, but the node has no driver until its pod pulls it (the
+    # kubelet retries the pull): check is clean only then.
     assert fleet.cli("lab", "push-image", NEW_TAG).code == 0
     res, data = check(fleet)
-    assert res.code == 0, data
+    new = next(n for n in data["nodes"] if n["name"] == "gpu-new")
+    assert new["status"] == "present"
+    assert res.code == (1 if new["driver_pod_failing"] else 0), data
+    assert data["summary"]["driver_pod_failing"] == (1 if new["driver_pod_failing"] else 0)
+    res, data = wait_for(lambda: (r := check(fleet))[0].code == 0 and r, timeout=30,
+                         what="gpu-new's driver pod pulling the pushed image")
+    assert data["summary"]["driver_pod_failing"] == 0
 
 
 def test_nodes_dump_gives_the_same_answer_offline(fleet, tmp_path):

@@ -9,13 +9,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from gpualign.lab.processes import free_port
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
-from tests.operator_helpers import check_json, operator_driver_pods
+from tests.operator_helpers import check_json, operator_driver_pods, operator_paused
 
 pytestmark = pytest.mark.lab
 
@@ -42,14 +43,18 @@ def wrong_now_or_next(pod: dict, node: str) -> bool:
 def settled_check(lab, tries: int = 5) -> tuple[dict, int, dict, str]:
     """The operator's driver pods and DaemonSets, and check's report, read while they stood still. In ClusterPolicy
     mode the operator may rewrite a DaemonSet's image between two reconciles (it takes the one OS tag from whichever
-    GPU node it lists first, and which one that is varies from run to run): comparing the test's reading with
-    check's is only meaningful when the operator's objects were the same before and after check's read."""
+    GPU node it lists first, and which one that is varies from run to run): the operator is paused (SIGSTOP) while
+    the test and check read, so both see the same objects. A pod still changing status (the driver simulator
+    deciding it) is waited out by reading again."""
     for _ in range(tries):
-        before = operator_driver_pods(lab)
-        code, data, err = check_json(lab)
-        if operator_driver_pods(lab) == before:
+        with operator_paused(lab):
+            before = operator_driver_pods(lab)
+            code, data, err = check_json(lab)
+            after = operator_driver_pods(lab)
+        if after == before:
             return before, code, data, err
-    pytest.fail(f"the operator changed its driver pods or DaemonSets during each of {tries} check runs")
+        time.sleep(2)
+    pytest.fail(f"the driver pods changed during each of {tries} check runs, with the operator paused")
 
 
 def test_flags_exactly_the_nodes_whose_operator_pod_has_another_os_tag(cplab):

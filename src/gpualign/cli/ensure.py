@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpualign.cli.common import emit_data, progress, report, stdout
-from gpualign.cli.options import ContextOpt, DockerConfigOpt, InsecureRegistryOpt, KubeconfigOpt, Output, OutputOpt
+from gpualign.cli.options import (
+    ContextOpt,
+    DockerConfigOpt,
+    InsecureRegistryOpt,
+    KubeconfigOpt,
+    Output,
+    OutputOpt,
+    SignCertOpt,
+    SignKeyOpt,
+    SignSecretOpt,
+)
 from gpualign.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:
@@ -87,15 +97,9 @@ def ensure(
     cuda_version: Annotated[str, typer.Option(
         "--cuda-version", metavar="VERSION", help="with --render: the CUDA base image version (nvcr.io/nvidia/cuda)")]
     = "12.9.1",
-    sign_key: Annotated[Path | None, typer.Option(
-        "--sign-key", metavar="FILE", help="sign every module for Secure Boot with this private key (PEM, "
-                                           "unencrypted); needs --sign-cert")] = None,
-    sign_cert: Annotated[Path | None, typer.Option(
-        "--sign-cert", metavar="FILE", help="the signing key's X.509 certificate (PEM or DER): the one enrolled "
-                                            "on the nodes (MOK or the platform keyring)")] = None,
-    sign_secret: Annotated[str | None, typer.Option(
-        "--sign-secret", metavar="NAMESPACE/NAME",
-        help="read the signing key and certificate from this Secret on the cluster instead of files")] = None,
+    sign_key: SignKeyOpt = None,
+    sign_cert: SignCertOpt = None,
+    sign_secret: SignSecretOpt = None,
     verify_modules: Annotated[bool, typer.Option(
         "--verify-modules", help="also check the modules of a tag already in the ledger against its kernel, as "
                                  "check --verify-modules does (its labels, and with --sign-*, its signing "

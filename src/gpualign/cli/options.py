@@ -78,3 +78,13 @@ InsecureRegistryOpt = Annotated[list[str] | None, typer.Option(
     "--insecure-registry", metavar="HOST[:PORT]", callback=_allow_insecure,
     help="speak plain http to this registry although it is not on this machine (repeatable); without it, http:// "
          "to a remote registry is refused")]
+
+SignKeyOpt = Annotated[Path | None, typer.Option(
+    "--sign-key", metavar="FILE", help="sign every module of the images built for Secure Boot with this private key "
+                                       "(PEM, unencrypted); needs --sign-cert")]
+SignCertOpt = Annotated[Path | None, typer.Option(
+    "--sign-cert", metavar="FILE", help="the signing key's X.509 certificate (PEM or DER): the one enrolled on the "
+                                        "nodes (MOK or the platform keyring)")]
+SignSecretOpt = Annotated[str | None, typer.Option(
+    "--sign-secret", metavar="NAMESPACE/NAME",
+    help="read the signing key and certificate from this Secret on the cluster instead of files")]

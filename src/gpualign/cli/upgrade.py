@@ -22,6 +22,9 @@ from gpualign.cli.options import (
     OutputOpt,
     RulesOpt,
     SelectorOpt,
+    SignCertOpt,
+    SignKeyOpt,
+    SignSecretOpt,
 )
 from gpualign.errors import EXIT_FINDINGS, BadInput
 
@@ -335,15 +338,9 @@ def upgrade(
     delete_emptydir_data: Annotated[bool, typer.Option(
         "--delete-emptydir-data", help="evict pods with emptyDir volumes (their data is lost), as kubectl drain "
                                        "--delete-emptydir-data and the operator's deleteEmptyDir")] = False,
-    sign_key: Annotated[Path | None, typer.Option(
-        "--sign-key", metavar="FILE", help="with --ensure: sign the modules of the images built for Secure Boot "
-                                           "(as `gpualign ensure --sign-key`); needs --sign-cert")] = None,
-    sign_cert: Annotated[Path | None, typer.Option(
-        "--sign-cert", metavar="FILE", help="with --ensure: the signing key's certificate, enrolled on the nodes")]
-    = None,
-    sign_secret: Annotated[str | None, typer.Option(
-        "--sign-secret", metavar="NAMESPACE/NAME", help="with --ensure: the signing key and certificate from this "
-                                                        "Secret instead of files")] = None,
+    sign_key: SignKeyOpt = None,
+    sign_cert: SignCertOpt = None,
+    sign_secret: SignSecretOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
     timeout: Annotated[float, typer.Option(
         metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0,

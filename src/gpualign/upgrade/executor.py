@@ -234,17 +234,7 @@ class Executor:
             if start is None:
                 self.annotate(ns, {start_key: now_iso()})
             message = "refusing to evict " + kept[0][1] + (f" (and {len(kept) - 1} more)" if len(kept) > 1 else "")
-            if start is not None and since(start) > cfg.timeout_seconds:
-                what = "drain" if drain else "pod deletion"
-                if not drain and self.policy.drain.enable:
-                    self.move(ns, S.DRAIN, annotations={S.DELETION_START: None, DRAIN_START: now_iso()},
-                              why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
-                else:
-                    self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after "
-                                                         f"{cfg.timeout_seconds}s: {message}"},
-                              why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
-                return
-            self.block(ns, message)
+            self._not_moved(ns, message, start, drain=drain)
             return
         if not victims:
             self.move(ns, S.POD_RESTART, annotations={start_key: None, S.RESTART_START: now_iso(),
@@ -261,17 +251,23 @@ class Executor:
             message = P.refusal(refused[0][0], pdbs, refused[0][1])
             if len(refused) > 1:
                 message += f" (and {len(refused) - 1} more pods refused)"
-            if start is not None and since(start) > cfg.timeout_seconds:
-                what = "drain" if drain else "pod deletion"
-                if not drain and self.policy.drain.enable:
-                    self.move(ns, S.DRAIN, annotations={S.DELETION_START: None, DRAIN_START: now_iso()},
-                              why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
-                else:
-                    self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after "
-                                                         f"{cfg.timeout_seconds}s: {message}"},
-                              why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
-                return
+            self._not_moved(ns, message, start, drain=drain)
+
+    def _not_moved(self, ns: NodeState, message: str, start: str | None, *, drain: bool) -> None:
+        """Pods that would not leave (a PDB refused, or kubectl drain's rules forbid it): named on the node until
+        the timeout passes, then the drain (when enabled, after pod deletion) or upgrade-failed, as the operator."""
+        cfg = self.policy.drain if drain else self.policy.pod_deletion
+        if start is None or since(start) <= cfg.timeout_seconds:
             self.block(ns, message)
+            return
+        what = "drain" if drain else "pod deletion"
+        if not drain and self.policy.drain.enable:
+            self.move(ns, S.DRAIN, annotations={S.DELETION_START: None, DRAIN_START: now_iso()},
+                      why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
+        else:
+            self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after {cfg.timeout_seconds}s: "
+                                                 f"{message}"},
+                      why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
 
     def pod_deletion(self, ns: NodeState) -> None:
         self._move_pods(ns, drain=False)
