@@ -77,6 +77,14 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert data["summary"]["driver_pod_failing"] == 0
 
 
+def test_a_mistyped_registry_repository_is_named_not_read_as_every_image_missing(fleet):
+    res = fleet.cli("check", "--ledger", f"registry://{fleet.registry}/nope/driver")
+    assert res.code == 2 and not res.out, res.out
+    assert res.err.strip() == (f"gpualign: error: registry {fleet.registry} has no repository nope/driver "
+                               "(NAME_UNKNOWN): is the name right? (a repository exists once something is pushed "
+                               "to it)")
+
+
 def test_nodes_dump_gives_the_same_answer_offline(fleet, tmp_path):
     dump = tmp_path / "nodes.json"
     out = fleet.kubectl("get", "nodes", "-o", "json", check=True)

@@ -424,6 +424,14 @@ def test_jobs_work_on_images_at_once_and_a_failure_does_not_undo_the_others(lab)
     lines = res.err.splitlines()
     first_push = next(i for i, line in enumerate(lines) if f"{TAG}: pushed:" in line)
     assert any(f"{wrong}: headers:" in line for line in lines[:first_push]), res.err
+    # -o json: the report of what was made is written even though the run fails, naming what failed
+    again = lab.cli("ensure", TAG, wrong, "--ledger", ledger, "--modules-from", str(cached_modules()), "-o", "json",
+                    timeout=500)
+    assert again.code == 1, again.err
+    report = json.loads(again.out)
+    assert [(i["tag"], i["action"]) for i in report["images"]] == [(TAG, "present")]
+    (failed,) = report["failed"]
+    assert failed["tag"] == wrong and failed["error"].startswith(f"{wrong}: would not load on {OTHER}: ")
 
 
 @pytest.mark.timeout(900)

@@ -120,6 +120,9 @@ def test_nvidiadriver_pools_pick_nodes_and_overlaps_are_refused():
     assert resolve(node("a1", pool="train"), None).branch == "580"
     assert resolve(node("b1", pool="infer"), None).origin == "nvidiadriver/infer"
     assert "no NVIDIADriver selects this node" in (resolve(node("x1", pool="none"), None).problem or "")
+    # it names what it checked, so a mislabelled node shows which label to set
+    assert "(checked: nvidiadriver/infer selects pool=infer; nvidiadriver/train selects pool=train)" in \
+        (resolve(node("x1", pool="none"), None).problem or "")
     clash = oc.read([policy], [nd("train", {"pool": "train"}), nd("all", None)], nodes)
     assert clash is not None
     assert clash.warnings == ("nvidiadriver/all and nvidiadriver/train both select a1: the operator refuses "

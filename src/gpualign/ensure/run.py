@@ -113,12 +113,23 @@ def plan_one(tag: str, opts: Options) -> Plan:
             return Plan(spec, PRESENT, digest)
         if not opts.replace_wrong:
             return Plan(spec, WRONG, digest, problem)
-    if opts.upstream is not None and opts.upstream.digest(spec.tag) is not None:
+    if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
         return Plan(spec, MIRROR, digest, problem)
     tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
     if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
         opts.archive.require_headers(spec.kernel)  # as the build will refuse it: a dry run says the same
     return Plan(spec, BUILD, digest, problem)
+
+
+def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
+    """Whether the upstream publishes the tag; an upstream that cannot be asked says how to name another."""
+    from gpualign.errors import Unreachable
+
+    try:
+        return upstream.digest(tag) is not None
+    except Unreachable as err:
+        raise Unreachable(f"{err.message} (asking the upstream for {tag}: pass --upstream REGISTRY to mirror from "
+                          "a registry you can reach, or --upstream none to build without asking)") from None
 
 
 def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
