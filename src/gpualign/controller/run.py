@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.controller.fleet import Fleet
-from gpualign.controller.leader import LeaseElector
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
+from gpualign.lease import LeaseElector
 from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.operator_config import OperatorConfig
 from gpualign.tags import Rules

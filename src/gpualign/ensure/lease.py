@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from gpualign.controller.leader import LeaseElector
 from gpualign.errors import BadInput, GpualignError
 from gpualign.kube import Kube
+from gpualign.lease import LeaseElector
 
 LEASE_SECONDS = 30
 

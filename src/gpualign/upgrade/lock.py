@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gpualign.controller.leader import LeaseElector, _parse
 from gpualign.errors import EXIT_FINDINGS, GpualignError, Unreachable
 from gpualign.kube import Kube
+from gpualign.lease import LeaseElector, parse_time
 
 
 class Busy(GpualignError):
@@ -69,7 +69,7 @@ def hold(kube: Kube, namespace: str, name: str = "gpualign-upgrade", lease_secon
             if not elector.try_acquire_or_renew():
                 raise Busy(f"another gpualign upgrade took the lock {namespace}/{name} first")
         else:
-            renewed = _parse(spec.get("renewTime"))
+            renewed = parse_time(spec.get("renewTime"))
             ago = (dt.datetime.now(dt.UTC) - renewed).total_seconds() if renewed else float("nan")
             raise Busy(f"another gpualign upgrade is running ({holder or 'unknown holder'}, lease "
                        f"{namespace}/{name} renewed {ago:.0f}s ago): refusing to run two walks at once")

@@ -1,4 +1,5 @@
-"""Leader election on a coordination.k8s.io/v1 Lease (lightkube has none): one replica acts, the other stands by.
+"""Leases on coordination.k8s.io/v1 (lightkube has none), below every feature that needs one: the controller's leader
+election (one replica acts, the other stands by), the upgrade walk's lock and ensure's lock across machines.
 
 Defaults follow client-go: 15 s lease, 10 s renew deadline, 2 s retry. Writes are guarded by the Lease's
 resourceVersion, so two candidates never both win a takeover.
@@ -27,7 +28,7 @@ def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _parse(text: str | None) -> dt.datetime | None:
+def parse_time(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -115,7 +116,7 @@ class LeaseElector(threading.Thread):
             return resp.status_code == 201
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity")
-        renewed = _parse(spec.get("renewTime"))
+        renewed = parse_time(spec.get("renewTime"))
         duration = spec.get("leaseDurationSeconds") or self.lease_seconds
         expired = renewed is None or (now - renewed).total_seconds() > duration
         if holder != self.identity and not expired:
