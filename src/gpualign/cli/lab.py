@@ -76,6 +76,11 @@ def up(
     bin_dir: BinDirOpt = None,
     apiserver_port: Annotated[int, typer.Option(metavar="PORT", help="kube-apiserver port; 0 picks a free one")] = 0,
     registry_port: Annotated[int, typer.Option(metavar="PORT", help="image registry port; 0 picks a free one")] = 0,
+    real_node: Annotated[bool | None, typer.Option(
+        "--real-node/--no-real-node",
+        help="a real kubelet node (lab-system) beside the simulated ones, where pods really run. Default: when "
+             "this machine can (root; containerd, runc and the CNI plugins installed; no other lab holding it, as "
+             "there is one per machine), else none, saying why. --real-node fails instead")] = None,
 ) -> None:
     """Start the lab (idempotent) and seed a scenario; returns once nodes are Ready and untainted."""
     from gpualign.kube import Kube
@@ -84,7 +89,8 @@ def up(
     chosen = scenarios.get(scenario)
     sdir, bdir = _dirs(state_dir, bin_dir)
     started = time.monotonic()
-    state = cluster.up(sdir, bdir, apiserver_port=apiserver_port, registry_port=registry_port, progress=progress)
+    state = cluster.up(sdir, bdir, apiserver_port=apiserver_port, registry_port=registry_port, real_node=real_node,
+                       progress=progress)
     if not state.scenario:
         progress(f"seeding scenario {chosen.name!r}: {chosen.description}")
         kube = Kube(str(state.kubeconfig))

@@ -54,6 +54,8 @@ def targets() -> list[Target]:
             versions.KUBERNETES_BINARIES,
             ldflags=f"-s -w {stamp}",
         ),
+        Target("kubelet", GO_MODULES / "kubernetes", ("k8s.io/kubernetes/cmd/kubelet",), versions.KUBELET_BINARIES,
+               ldflags=f"-s -w {stamp}", output_name="kubelet"),
         Target("gpu-operator", GO_MODULES / "gpu-operator", (f"{versions.GPU_OPERATOR_MODULE}/cmd/gpu-operator",),
                ("gpu-operator",), ldflags=f"-s -w {op_stamp}", output_name="gpu-operator",
                subdir=versions.GPU_OPERATOR_SUBDIR, data=operator_data),

@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 
 from gpualign.errors import LabError
-from gpualign.lab import docker_registry, processes, versions
+from gpualign.lab import docker_registry, processes, realnode, versions
 from gpualign.lab import pki as pkimod
 from gpualign.lab.processes import Proc
 
@@ -88,17 +88,19 @@ class LabState:
 
 # The order components start in; `down` stops them in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "registry",
-              "driver-sim")
+              "driver-sim", "containerd", "kubelet")
 
 
-def find_binaries(bin_dir: Path) -> dict[str, str]:
+def find_binaries(bin_dir: Path, *, real_node: bool = False) -> dict[str, str]:
     found: dict[str, str] = {}
-    for name in versions.ALL_BINARIES:
+    for name in versions.ALL_BINARIES + (versions.KUBELET_BINARIES if real_node else ()):
         path = bin_dir / name
         if not os.access(path, os.X_OK):
             raise LabError(f"{name} not found in {bin_dir}: run `gpualign lab build` first")
         found[name] = str(path)
     found["registry"] = docker_registry.binary()
+    if real_node:
+        found["containerd"] = shutil.which("containerd") or "containerd"  # realnode.why_not checked it is there
     return found
 
 
@@ -134,8 +136,11 @@ def _claim_ports(wanted: dict[str, int]) -> dict[str, int]:
 
 
 def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port: int = 0,
-       progress: Callable[[str], None] = lambda _m: None) -> LabState:
-    """Start every component and wait for each to be healthy. On any failure, stop what was started."""
+       real_node: bool | None = None, progress: Callable[[str], None] = lambda _m: None) -> LabState:
+    """Start every component and wait for each to be healthy. On any failure, stop what was started.
+
+    real_node: True starts the real node (kubelet, containerd) or fails saying why it cannot; None starts it when
+    this machine can (root, the Debian packages, no other lab holding it) and says so when not; False never."""
     existing = LabState.load(state_dir)
     if existing and existing.procs and all(existing.running().values()):
         progress(f"lab already running (api {existing.apiserver})")
@@ -146,7 +151,13 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
     if existing and existing.procs:
         progress("a previous lab left processes behind: cleaning up first")
         down(state_dir)
-    bins = find_binaries(bin_dir)
+    refusal = realnode.why_not(state_dir) if real_node is not False else "not asked for"
+    if refusal and real_node:
+        raise LabError(f"no real node for this lab: {refusal}")
+    if refusal and real_node is None:
+        progress(f"no real node: {refusal}")
+    with_node = not refusal
+    bins = find_binaries(bin_dir, real_node=with_node)
     ports = _claim_ports({"kube-apiserver": apiserver_port, "registry": registry_port, "etcd-client": 0,
                           "etcd-peer": 0, "kube-controller-manager": 0, "kube-scheduler": 0, "kwok": 0})
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -206,6 +217,11 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
             "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
             "--audit-log-maxsize", "200",
+            # Calls to a kubelet (logs, exec, port-forward) carry this identity and check the kubelet's serving cert.
+            "--kubelet-client-certificate", str(pki.client_cert("apiserver-kubelet-client")),
+            "--kubelet-client-key", str(pki.client_key("apiserver-kubelet-client")),
+            "--kubelet-certificate-authority", str(pki.ca_cert),
+            "--kubelet-preferred-address-types", "InternalIP,Hostname",
         ], state.apiserver)
         client = _tls_client(state)
         processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
@@ -230,7 +246,9 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         ], f"https://127.0.0.1:{sched_port}")
         proc_kwok = launch("kwok", [
             bins["kwok"], "--kubeconfig", str(state.kubeconfig), "--config", str(STAGES),
-            "--manage-all-nodes=true", "--node-lease-duration-seconds", "40",
+            # Only the simulated nodes (seed annotates each): a real node's Lease and pods are its kubelet's alone.
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+            "--node-lease-duration-seconds", "40",
             "--server-address", f"127.0.0.1:{ports['kwok']}", "--node-ip", "10.0.0.1",
         ], f"127.0.0.1:{ports['kwok']}")
 
@@ -256,6 +274,13 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         processes.wait_until(proc_sim, lambda: (state_dir / "driver-sim.ready").exists(), timeout=30,
                              what="watching")
 
+        if with_node:
+            state.extra["real_node"] = realnode.start(
+                state_dir, bins, state.apiserver, state.registry, pki,
+                lambda name, argv, address: launch(name, argv, address), progress)
+            state.save()
+            realnode.wait_ready(state.procs["kubelet"], client, state.apiserver, progress)
+
         progress("waiting for the default ServiceAccount")
         processes.wait_until(proc_cm, _http_ok(f"{state.apiserver}/api/v1/namespaces/default/serviceaccounts/default",
                                                client), timeout=60, what="creating ServiceAccounts")
@@ -265,6 +290,8 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
     except BaseException:
         for name in reversed(list(state.procs)):
             processes.stop(state.procs[name])
+        if "real_node" in state.extra or "containerd" in state.procs:
+            realnode.cleanup(state_dir, _node_record(state))
         state.procs.clear()
         state.file.unlink(missing_ok=True)
         raise
@@ -297,8 +324,20 @@ def down(state_dir: Path) -> list[str]:
         for name in reversed(list(state.procs)):
             if processes.stop(state.procs[name]):
                 stopped.append(name)
+        if "containerd" in state.procs or "real_node" in state.extra:
+            realnode.cleanup(state_dir, _node_record(state))
     shutil.rmtree(state_dir, ignore_errors=True)
     return stopped
+
+
+def _node_record(state: LabState) -> dict[str, Any]:
+    """What the real node's cleanup needs: what start() returned, else (a lab killed while starting it) its
+    processes as recorded."""
+    record = dict(state.extra.get("real_node") or {})
+    for name in ("kubelet", "containerd"):
+        if name in state.procs:
+            record[name] = state.procs[name].as_dict()
+    return record
 
 
 def require(state_dir: Path, *, allow_dead: bool = False) -> LabState:

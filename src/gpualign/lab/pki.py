@@ -67,6 +67,14 @@ class Pki:
     def sa_pub(self) -> Path:
         return self.dir / "sa.pub"
 
+    @property
+    def kubelet_serving_cert(self) -> Path:
+        return self.dir / "kubelet-serving.crt"
+
+    @property
+    def kubelet_serving_key(self) -> Path:
+        return self.dir / "kubelet-serving.key"
+
     def client_cert(self, user: str) -> Path:
         return self.dir / f"{user}.crt"
 
@@ -79,6 +87,10 @@ CLIENTS: dict[str, tuple[str, str | None]] = {
     "admin": ("kubernetes-admin", "system:masters"),
     "controller-manager": ("system:kube-controller-manager", None),
     "scheduler": ("system:kube-scheduler", None),
+    # The real node's kubelet (the Node authorizer knows it by this name and group), and the API server's identity
+    # when it calls a kubelet (logs, exec, port-forward), bound to system:kubelet-api-admin by the lab.
+    "node-lab-system": ("system:node:lab-system", "system:nodes"),
+    "apiserver-kubelet-client": ("kube-apiserver-kubelet-client", None),
 }
 
 
@@ -126,6 +138,11 @@ def create(directory: Path) -> Pki:
     key, cert = issue("kube-apiserver", None, ExtendedKeyUsageOID.SERVER_AUTH, sans)
     _write_key(pki.serving_key, key)
     _write_cert(pki.serving_cert, cert)
+
+    key, cert = issue("system:node:lab-system", "system:nodes", ExtendedKeyUsageOID.SERVER_AUTH,
+                      [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("lab-system")])
+    _write_key(pki.kubelet_serving_key, key)
+    _write_cert(pki.kubelet_serving_cert, cert)
 
     for user, (cn, org) in CLIENTS.items():
         key, cert = issue(cn, org, ExtendedKeyUsageOID.CLIENT_AUTH)

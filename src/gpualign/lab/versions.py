@@ -16,6 +16,9 @@ KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-schedu
 ETCD_BINARIES = ("etcd",)
 KWOK_BINARIES = ("kwok",)
 ALL_BINARIES = KUBERNETES_BINARIES + ETCD_BINARIES + KWOK_BINARIES
+# The real node's kubelet: same module and version stamps as the control plane, its own build target (so adding it
+# to a cache that has the rest builds only this one), needed only by a lab with a real node.
+KUBELET_BINARIES = ("kubelet",)
 
 # NVIDIA's GPU Operator: the only version the Go module proxy serves (main of 2025-09-17). It is built against
 # k8s.io v0.32 and controller-runtime v0.20, so it has its own wrapper module and its own cache directory (inside the
