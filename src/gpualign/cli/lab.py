@@ -47,7 +47,8 @@ def build(
     force: Annotated[bool, typer.Option("--force", help="rebuild even if the binaries are cached")] = False,
     only: Annotated[list[str] | None, typer.Option(
         "--only", metavar="TARGET",
-        help="build only this target (repeatable): etcd, kwok, kubernetes, gpu-operator, helm, toxiproxy")] = None,
+        help="build only this target (repeatable): etcd, kwok, kubernetes, kubelet, gpu-operator, helm, "
+             "toxiproxy")] = None,
 ) -> None:
     """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and NVIDIA's GPU Operator
     (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A cold
@@ -77,7 +78,7 @@ def up(
     apiserver_port: Annotated[int, typer.Option(metavar="PORT", help="kube-apiserver port; 0 picks a free one")] = 0,
     registry_port: Annotated[int, typer.Option(metavar="PORT", help="image registry port; 0 picks a free one")] = 0,
     real_node: Annotated[bool | None, typer.Option(
-        "--real-node/--no-real-node",
+        "--real-node/--no-real-node", envvar="GPUALIGN_LAB_REAL_NODE", show_envvar=True,
         help="a real kubelet node (lab-system) beside the simulated ones, where pods really run. Default: when "
              "this machine can (root; containerd, runc and the CNI plugins installed; no other lab holding it, as "
              "there is one per machine), else none, saying why. --real-node fails instead")] = None,
@@ -172,6 +173,7 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
     if data:
         emit_data({"stateDir": str(sdir), "running": all(alive.values()), "scenario": state.scenario,
                    "apiserver": state.apiserver, "registry": state.registry,
+                   "realNode": cluster.real_node_status(state),
                    "components": [{"name": n, "running": alive[n], "pid": p.pid, "address": p.address or None,
                                    "log": str(p.log), "upSeconds": int(now - p.started)}
                                   for n, p in state.procs.items()]}, output)
@@ -184,6 +186,14 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
         age = int(now - proc.started)
         stdout.print(f"  {name:<24} {mark:<8} pid {proc.pid:<8} {proc.address or '-':<32} "
                      f"up {age // 3600}h{age % 3600 // 60:02d}m{age % 60:02d}s")
+    node = cluster.real_node_status(state)
+    if node:
+        ready = {True: "Ready", False: "NOT READY", None: "unknown (API server unreachable)"}[node["ready"]]
+        stdout.print(f"  real node {node['name']}: {ready}, {node['pods'] if node['pods'] is not None else '?'} pods, "
+                     f"kubelet on 127.0.0.1:{node['kubeletPort']}, cgroups {node['cgroupRoot']}, bridge "
+                     f"{node['bridge']}; logs: `gpualign lab logs kubelet|containerd`")
+    else:
+        stdout.print("  no real node (simulated nodes only): `gpualign lab up --real-node` starts one")
     if not all(alive.values()):
         raise typer.Exit(1)
 
@@ -191,7 +201,7 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
 @app.command()
 def restart(
     component: Annotated[str, typer.Argument(help="etcd, kube-apiserver, kube-controller-manager, kube-scheduler, "
-                                                  "kwok, registry or driver-sim")],
+                                                  "kwok, registry, driver-sim, containerd or kubelet")],
     pause: Annotated[float, typer.Option(metavar="SECONDS", help="seconds to stay down before starting again")] = 0,
     state_dir: StateDirOpt = None,
 ) -> None:
@@ -388,6 +398,65 @@ def push_image(
     finally:
         client.close()
     progress(f"pushed {state.registry}/{repo}:{tag}")
+
+
+@app.command("push-self")
+def push_self(state_dir: StateDirOpt = None) -> None:
+    """Push gpualign's own container image (built by `make image`) to the lab registry, for the chart and for Jobs
+    on the real node. Prints the image reference."""
+    from gpualign.lab import cluster, own_image
+
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir)
+    started = time.monotonic()
+    ref = own_image.push(state.registry)
+    progress(f"pushed {ref} in {time.monotonic() - started:.1f}s")
+    print(ref)
+
+
+@app.command("chart-values")
+def chart_values(
+    port: Annotated[int, typer.Option(metavar="PORT", help="the controller's port on the real node; 0 picks a "
+                                                           "free one")] = 0,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Print Helm values that run gpualign's chart on this lab's real node (hostNetwork, the API server's address,
+    the node's selector and toleration, the lab registry). Use:
+    helm install ga charts/gpualign -n gpualign-system --create-namespace -f <(gpualign lab chart-values)"""
+    from gpualign.cli.common import emit_data
+    from gpualign.lab import cluster, own_image, processes
+
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir)
+    if "kubelet" not in state.procs:
+        raise BadInput(f"the lab in {sdir} has no real node: start it with `gpualign lab up --real-node`")
+    emit_data(own_image.chart_values(state.apiserver, state.registry, port or processes.free_port()), Output.yaml)
+
+
+@app.command()
+def logs(
+    component: Annotated[str, typer.Argument(help="a component of `gpualign lab status`: kubelet, containerd, "
+                                                  "kube-apiserver, …; audit for the API server's audit log")],
+    lines: Annotated[int, typer.Option("--lines", "-n", metavar="N", help="how many of the last lines")] = 40,
+    path: Annotated[bool, typer.Option("--path", help="print the log file's path only")] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """The end of one lab component's log (when a pod does not start on the real node: kubelet, containerd)."""
+    from gpualign.lab import cluster, processes
+
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir, allow_dead=True)
+    if component == "audit":
+        log = str(sdir / "logs" / "audit.log")
+    elif component in state.procs:
+        log = state.procs[component].log
+    else:
+        raise BadInput(f"no lab component {component!r}; components: {', '.join([*state.procs, 'audit'])}")
+    if path:
+        print(log)
+        return
+    tail = processes.log_tail(log, lines)
+    print(tail if tail else f"(empty: {log})")
 
 
 def register(root: typer.Typer) -> None:

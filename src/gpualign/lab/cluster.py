@@ -364,6 +364,26 @@ def broken(state_dir: Path, dead: list[str]) -> str:
             "`gpualign lab up` starts a new one")
 
 
+def real_node_status(state: LabState) -> dict[str, Any] | None:
+    """The real node as `lab status` shows it (None when the lab has none): Ready or not, its pods, its ports."""
+    record = state.extra.get("real_node")
+    if not record:
+        return None
+    info: dict[str, Any] = {"name": realnode.NAME, "ready": None, "pods": None, "kubeletPort": record.get("port"),
+                            "cgroupRoot": record.get("cgroup_root"), "bridge": realnode.Paths(state.dir).bridge}
+    try:
+        with _tls_client(state) as client:
+            node = client.get(f"{state.apiserver}/api/v1/nodes/{realnode.NAME}").json()
+            info["ready"] = any(c.get("type") == "Ready" and c.get("status") == "True"
+                                for c in node.get("status", {}).get("conditions", []))
+            pods = client.get(f"{state.apiserver}/api/v1/pods",
+                              params={"fieldSelector": f"spec.nodeName={realnode.NAME}"}).json()
+            info["pods"] = len(pods.get("items", []))
+    except (httpx2.HTTPError, ValueError, OSError):
+        pass  # the API server is down: status says so through its component line
+    return info
+
+
 def env_lines(state: LabState) -> list[str]:
     """kubectl (and helm, when built) on PATH, the lab's kubeconfig and its registry."""
     helm_dir = Path(state.bin_dir) / versions.HELM_SUBDIR

@@ -1,0 +1,60 @@
+"""gpualign's own container image in the lab: pushed from the local build (`make image`) to the lab registry, and the
+Helm chart's values that run it on the lab's real node.
+
+The image lives in buildah's storage under the cache (scripts/build_image.py builds it there); buildah pushes it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import Any
+
+from gpualign import __version__
+from gpualign.errors import LabError
+from gpualign.lab import realnode, versions
+
+LOCAL = f"localhost/gpualign:{__version__}"
+REPOSITORY = "gpualign"
+
+
+def buildah(*args: str) -> list[str]:
+    """buildah on the image cache's storage (vfs, as the image build uses it)."""
+    storage = versions.cache_root() / "containers"
+    return ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "run"),
+            "--storage-driver", "vfs", *args]
+
+
+def push(registry: str) -> str:
+    """Push the built image to the lab registry; return its reference there."""
+    if shutil.which("buildah") is None:
+        raise LabError("buildah not found: scripts/install-debs installs it (and `make image` builds the image)")
+    have = subprocess.run(buildah("images", "--format", "{{.Name}}:{{.Tag}}"), capture_output=True, text=True)
+    if LOCAL not in have.stdout.split():
+        raise LabError(f"gpualign's image {LOCAL} is not built: run `make image` (scripts/build_image.py)")
+    ref = f"{registry}/{REPOSITORY}:{__version__}"
+    proc = subprocess.run(buildah("push", "--quiet", "--tls-verify=false", LOCAL, f"docker://{ref}"),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LabError(f"pushing {LOCAL} to {ref} failed", detail=proc.stderr.strip()[-400:])
+    return ref
+
+
+def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
+    """What the chart needs to run its controller on the lab's real node, and only what differs from a cluster:
+
+    - hostNetwork with the API server's own address: the lab's API server and registry listen on 127.0.0.1, and no
+      kube-proxy serves the `kubernetes` Service; listenHost 127.0.0.1 and a free port keep the controller's
+      /metrics off the host's network and clear of other labs;
+    - the real node's nodeSelector and toleration (its taint keeps the scenarios' workloads off it);
+    - one replica: two on one node would share the host port;
+    - the lab registry as image repository and ledger."""
+    host, _, api_port = apiserver.removeprefix("https://").rpartition(":")
+    return {
+        "image": {"repository": f"{registry}/{REPOSITORY}", "tag": __version__},
+        "hostNetwork": True, "apiServer": {"host": host, "port": api_port},
+        "listenHost": "127.0.0.1", "servicePort": port, "replicaCount": 1,
+        "nodeSelector": {realnode.LABEL: "true"},
+        "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+        "ledgers": [f"registry://{registry}/nvidia/driver"],
+    }
