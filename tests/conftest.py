@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# Labs in the tests have no real node unless a test asks (`lab up --real-node`): there is one per machine, and the
+# tests that need it (tests/integration/test_real_node*.py) must find it free.
+os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 
 
 @dataclass
@@ -72,10 +75,11 @@ class Lab:
         return proc
 
 
-def start_lab(state_dir: Path, scenario: str = "default") -> Lab:
+def start_lab(state_dir: Path, scenario: str = "default", *, real_node: bool = False) -> Lab:
     from gpualign.lab import cluster, versions
 
-    res = run_cli("lab", "up", "--scenario", scenario, env={"GPUALIGN_LAB_DIR": str(state_dir)}, timeout=300)
+    res = run_cli("lab", "up", "--scenario", scenario, *(["--real-node"] if real_node else []),
+                  env={"GPUALIGN_LAB_DIR": str(state_dir)}, timeout=300)
     if res.code != 0:
         raise RuntimeError(f"lab up failed ({res.code}):\n{res.err}")
     state = cluster.LabState.load(state_dir)

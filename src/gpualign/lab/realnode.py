@@ -6,17 +6,19 @@ server and the registry on 127.0.0.1 with hostNetwork; others get an address on 
 gateway, no masquerade: nothing in the lab listens beyond 127.0.0.1, and so the host's ip_forward and NAT tables are
 never changed).
 
-What is per lab: the kubelet's root dir, ports and cgroup root (`/gpualign-<lab>-<hash>`); containerd's root, state,
-socket and network namespaces (`netns_mounts_under_state_dir`); the pod logs; the bridge (`gpa-<hash>`) and its CNI
-network name, so the CNI result cache files (`/var/lib/cni/results/gpualign-<hash>-*`) are known as the lab's. What the host has once, so one real node per
-machine: the kubelet's device-plugin socket dir (`/var/lib/kubelet/device-plugins`), the `/var/log/containers`
-symlinks and the kubelet's iptables chains (`KUBE-FIREWALL`, `KUBE-KUBELET-CANARY`, …). The machine's claim on the
-real node is a file under /run naming the lab that holds it; a second lab gets no real node (or, when it asked for
-one, a one-line refusal naming the holder).
+Per lab: the kubelet's root dir, ports and cgroup root (`/gpualign-<lab>-<hash>`); containerd's root, state, runc
+root and network namespaces (`netns_mounts_under_state_dir`), its sockets (`/run/gpualign/node-<hash>`: a socket
+path is limited to 104 bytes); the pod logs; the bridge (`gpa-<hash>`) and its CNI network name.
+
+Once per host, so one real node per machine: the kubelet's device-plugin dir (`/var/lib/kubelet/device-plugins`),
+the `/var/log/containers` symlinks, the kubelet's iptables chains (`KUBE-FIREWALL`, `KUBE-KUBELET-CANARY`,
+`KUBE-IPTABLES-HINT`) and containerd 1.6's shim sockets (`/run/containerd/s`, named by a hash of the address and
+container id, so known). The machine's claim on the real node is a file under /run naming the lab that holds it; a
+second lab gets no real node (or, when it asked for one, a one-line refusal naming the holder).
 
 Cleanup (`lab down`, and the next `lab up` after a killed lab) removes what the node made: its pods' processes (by
-their cgroups), containerd's shims (by the socket they serve), mounts under the state dir, the cgroups, the
-iptables chains, the log symlinks, the device-plugin dir when the lab created it, and the claim.
+their cgroups), containerd's shims (by the socket they serve), mounts under the state dir, the cgroups, the chains,
+the bridge, the log links, the shim sockets, the device-plugin dir when the lab created it, and the claim.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ NAME = "lab-system"
 LABEL = "gpualign.io/lab-system"
 TAINT = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
 NAMESPACE = "lab-system"  # the lab's own pods on the real node (its audit log records their status writes)
-CLAIM = Path(os.environ.get("GPUALIGN_REAL_NODE_CLAIM", "/run/gpualign/real-node.json"))
+RUN = Path("/run/gpualign")
+CLAIM = RUN / "real-node.json"
+SHIM_SOCKETS = Path("/run/containerd/s")
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CONTAINER_LOGS = Path("/var/log/containers")
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -73,8 +77,27 @@ class Paths:
         return self.root / "containerd"
 
     @property
+    def run_dir(self) -> Path:
+        """containerd's sockets: a short path, since a unix socket's path has at most 104 bytes here."""
+        return RUN / f"node-{self._digest}"
+
+    @property
     def socket(self) -> Path:
-        return self.containerd_root / "containerd.sock"
+        return self.run_dir / "containerd.sock"
+
+    @property
+    def runc_root(self) -> Path:
+        return self.containerd_root / "runc"
+
+    def shim_sockets(self) -> list[Path]:
+        """The sockets containerd 1.6's shims make under /run/containerd/s, named by a hash of (containerd's
+        address, namespace, container id): known from the containers in this lab's runc root."""
+        found = []
+        for ns_dir in self.runc_root.glob("*") if self.runc_root.is_dir() else []:
+            for container in ns_dir.iterdir():
+                name = hashlib.sha256(f"{self.socket}/{ns_dir.name}/{container.name}".encode()).hexdigest()
+                found.append(SHIM_SOCKETS / name)
+        return found
 
     @property
     def pod_logs(self) -> Path:
@@ -159,7 +182,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [grpc]
   address = "{p.socket}"
 [ttrpc]
-  address = "{p.containerd_root / 'containerd.sock.ttrpc'}"
+  address = "{p.run_dir / 'containerd.sock.ttrpc'}"
 [plugins."io.containerd.internal.v1.opt"]
   path = "{p.containerd_root / 'opt'}"
 [{cri}]
@@ -174,6 +197,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   default_runtime_name = "runc"
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
+[{cri}.containerd.runtimes.runc.options]
+  Root = "{p.runc_root}"
 [{cri}.cni]
   bin_dir = "{CNI_BIN}"
   conf_dir = "{cni_conf}"
@@ -209,7 +234,7 @@ def start(state_dir: Path, bins: dict[str, str], apiserver: str, registry: str, 
     p = Paths(state_dir)
     record: dict[str, Any] = {"cgroup_root": p.cgroup_root, "device_plugins_created": not DEVICE_PLUGINS.exists()}
     _write_claim(state_dir, record)
-    for d in (p.kubelet_root, p.containerd_root, p.pod_logs, p.root / "cni"):
+    for d in (p.kubelet_root, p.containerd_root, p.pod_logs, p.root / "cni", p.run_dir):
         d.mkdir(parents=True, exist_ok=True)
     (p.root / "cni" / "10-lab.conflist").write_text(json.dumps(_cni_config(p)))
     hosts = p.containerd_root / "certs.d" / registry
@@ -328,6 +353,8 @@ def leftovers(state_dir: Path, record: dict[str, Any]) -> dict[str, list[str]]:
         "iptables": _chains(),
         "logLinks": [str(x) for x in _log_links(state_dir)],
         "bridge": [p.bridge] if _link_exists(p.bridge) else [],
+        "shimSockets": [str(x) for x in p.shim_sockets() if x.exists()],
+        "runDir": [str(p.run_dir)] if p.run_dir.exists() else [],
         "cniCache": [str(x) for x in CNI_CACHE.glob(f"{p.network}-*")],
     }
 
@@ -407,6 +434,12 @@ def cleanup(state_dir: Path, record: dict[str, Any]) -> None:
         CLAIM.unlink(missing_ok=True)
     for link in _log_links(state_dir):
         link.unlink(missing_ok=True)
+    for sock in p.shim_sockets():
+        sock.unlink(missing_ok=True)
+    shutil.rmtree(p.run_dir, ignore_errors=True)
+    for empty in (SHIM_SOCKETS, SHIM_SOCKETS.parent, RUN):  # made by the shims; left if anything else uses them
+        with contextlib.suppress(OSError):
+            empty.rmdir()
     for cached in CNI_CACHE.glob(f"{p.network}-*"):
         cached.unlink(missing_ok=True)
     if _link_exists(p.bridge):
