@@ -39,6 +39,8 @@ from gpualign.lab.seed import node_manifest, push_driver_image, registry_client 
 KERNELS = ["5.15.0-124-generic", "5.15.0-125-generic", "6.8.0-48-generic", "6.8.0-1015-aws", "6.8.0-1017-azure"]
 MISSING_KERNEL = "5.15.0-199-generic"
 GPUALIGN = [sys.executable, "-m", "gpualign"]
+# Benchmark labs have no real node unless one measures it (bench_real_node.py): it is one per machine.
+os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 TICK = os.sysconf("SC_CLK_TCK")
 
 

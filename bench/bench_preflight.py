@@ -28,6 +28,8 @@ from gpualign.ensure.archive import cache_root  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
+# Benchmark labs have no real node unless one measures it (bench_real_node.py): it is one per machine.
+os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 KERNEL = "6.1.0-50-amd64"
 TAG = f"535-{KERNEL}-debian12"
 

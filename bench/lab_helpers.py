@@ -37,6 +37,8 @@ from gpualign.lab.seed import (  # noqa: E402
 )
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
+# Benchmark labs have no real node unless one measures it (bench_real_node.py): it is one per machine.
+os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 KUBECTL = str(versions.default_bin_dir() / "kubectl")
 
 

@@ -336,12 +336,50 @@ def operator_story() -> None:
         log.close()
 
 
+def controller_pod_story() -> None:
+    import json
+    import tempfile
+
+    kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
+    node = json.loads(gpualign("lab", "status", "-o", "json", show=False, echo=False).stdout).get("realNode")
+    say("17. Everything above ran the controller as a process. A user runs it as the Helm chart's pod. The lab has")
+    say("    one real node, lab-system (kubelet and containerd), where pods really run:")
+    if not node:
+        say("    (this machine gave the lab no real node: see `gpualign lab up --help`; chapter skipped)")
+        return
+    run(kubectl, "get", "node", "lab-system", "-o", "wide")
+    gpualign("lab", "push-self")
+    values = Path(tempfile.mkdtemp(prefix="gpualign-demo-")) / "values.yaml"
+    values.write_text(gpualign("lab", "chart-values", show=False).stdout)
+    from gpualign.lab import versions
+
+    helm = str(versions.helm_binary(Path(ENV["GPUALIGN_LAB_BIN"])))
+    run(helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", "gpualign-system", "--create-namespace",
+        "-f", str(values), "--wait", "--timeout", "120s", show=False)
+    run(kubectl, "get", "pods", "-n", "gpualign-system", "-o", "wide")
+    say("    It took the controller's Lease, and what it found is in its own log, written in the pod:")
+    pod = run(kubectl, "get", "pods", "-n", "gpualign-system", "-l", "app=gpualign-controller", "-o",
+              "jsonpath={.items[0].metadata.name}", show=False, echo=False).stdout
+    wait("the pod holding the Lease", lambda: run(
+        kubectl, "get", "lease", "-n", "gpualign-system", "gpualign-controller", "-o",
+        "jsonpath={.spec.holderIdentity}", show=False, echo=False, expect=None).stdout == pod)
+    run(kubectl, "get", "lease", "-n", "gpualign-system", "gpualign-controller")
+    wait("the controller's first pass", lambda: "missing" in run(
+        kubectl, "logs", "-n", "gpualign-system", pod, show=False, echo=False, expect=None).stdout)
+    log = run(kubectl, "logs", "-n", "gpualign-system", pod, show=False).stdout.splitlines()
+    print("\n".join(line for line in log if "leader" in line or "missing" in line), flush=True)
+    run(helm, "uninstall", "ga", "-n", "gpualign-system", "--wait", show=False)
+    values.unlink()
+    values.parent.rmdir()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keep", action="store_true", help="leave the demo lab running at the end")
     args = ap.parse_args()
     ENV["GPUALIGN_LAB_DIR"] = str(STATE)
-    say("0. Start the lab: etcd, kube-apiserver, controller-manager, scheduler, kwok, a registry, a driver simulator.")
+    say("0. Start the lab: etcd, kube-apiserver, controller-manager, scheduler, kwok, a registry, a driver simulator,")
+    say("   and one real node.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up")
     load_env()
@@ -351,6 +389,7 @@ def main() -> int:
         story()
         ensure_story()
         operator_story()
+        controller_pod_story()
     except StoryBroken as err:
         print(f"\ndemo: the story broke: {err}", file=sys.stderr)
         return 1

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     help="The lab: etcd, kube-apiserver, controller-manager, scheduler and kwok as plain processes on 127.0.0.1, "
-         "with simulated GPU nodes, a local image registry and a driver simulator.\n\n"
+         "with simulated GPU nodes, a local image registry, a driver simulator, and one real node (kubelet and "
+         "containerd, where pods really run).\n\n"
          "Typical use:  gpualign lab build && gpualign lab up && eval \"$(gpualign lab env)\"",
     no_args_is_help=True,
     cls=Group,
@@ -50,10 +51,10 @@ def build(
         help="build only this target (repeatable): etcd, kwok, kubernetes, kubelet, gpu-operator, helm, "
              "toxiproxy")] = None,
 ) -> None:
-    """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, etcd, kwok and NVIDIA's GPU Operator
-    (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A cold
-    build takes 12 to 16 minutes on 2 cores (measured: Kubernetes 3 to 11 min, etcd 1 min, kwok 2 min, the GPU
-    Operator 2.5 min; see BENCHMARKS.md)."""
+    """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd, kwok and NVIDIA's GPU
+    Operator (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A
+    cold build takes 12 to 16 minutes on 2 cores (measured: Kubernetes 3 to 11 min, kubelet 0.5 min after it, etcd
+    1 min, kwok 2 min, the GPU Operator 2.5 min; see BENCHMARKS.md)."""
     from gpualign.lab import build as builder
     from gpualign.lab import versions
 
