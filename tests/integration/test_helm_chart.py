@@ -211,9 +211,10 @@ def test_monitoring_objects_install_once_their_crds_are_served(lab, tmp_path):
 
 
 def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rbac(lab, tmp_path):
-    """On uninstall, a post-delete Job runs `gpualign gate release` under its own ServiceAccount. kwok does not run
-    containers (it completes a Job's pod by itself), so helm's side is shown with real Helm (the hook runs and is
-    cleaned up) and the Job's command is then run as the hook's ServiceAccount, with exactly the rendered RBAC."""
+    """On uninstall, a post-delete Job runs `gpualign gate release` under its own ServiceAccount. Here, on a lab with
+    no real node, helm's side is shown (the hook is created and cleaned up) and the Job's command is run as the
+    hook's ServiceAccount with exactly the rendered RBAC, which the can-i checks pin down. The Job itself runs in a
+    pod on the real node in tests/integration/test_real_node.py."""
     ns = "gpualign-gate"
     skip, gated = "nvidia.com/gpu-driver-upgrade.skip", "gpualign.io/upgrade-gated"
     kube = lab.kube()

@@ -185,3 +185,24 @@ def test_lab_status_and_logs_show_the_real_node(real_lab):
     assert Path(real_lab.cli("lab", "logs", "containerd", "--path").out.strip()).exists()
     bad = real_lab.cli("lab", "logs", "nope")
     assert bad.code == 2 and "no lab component 'nope'" in bad.err and "kubelet" in bad.err
+
+
+def test_a_second_lab_runs_beside_it_without_a_real_node_and_says_why(real_lab, tmp_path):
+    second = {"GPUALIGN_LAB_DIR": str(tmp_path / "second")}
+    asked = run_cli("lab", "up", "--scenario", "empty", "--real-node", env=second, timeout=120)
+    assert asked.code == 2 and not (tmp_path / "second" / "state.json").exists()
+    line = asked.err.strip().splitlines()[-1]
+    assert line == (f"gpualign: error: no real node for this lab: the lab in {real_lab.state_dir} runs this "
+                    "machine's real node (one per machine: kubelet's device-plugin socket and iptables chains are "
+                    "host-wide)")
+    try:
+        default = run_cli("lab", "up", "--scenario", "empty", env={**second, "GPUALIGN_LAB_REAL_NODE": ""},
+                          timeout=300)
+        assert default.code == 0, default.err
+        assert f"no real node: the lab in {real_lab.state_dir} runs this machine's real node" in default.err
+        status = json.loads(run_cli("lab", "status", "-o", "json", env=second).out)
+        assert status["running"] is True and status["realNode"] is None
+    finally:
+        run_cli("lab", "down", env=second)
+    # the first lab's node is untouched by the second lab's start and stop
+    assert json.loads(real_lab.cli("lab", "status", "-o", "json").out)["realNode"]["ready"] is True

@@ -6,9 +6,11 @@ server and the registry on 127.0.0.1 with hostNetwork; others get an address on 
 gateway, no masquerade: nothing in the lab listens beyond 127.0.0.1, and so the host's ip_forward and NAT tables are
 never changed).
 
-Per lab: the kubelet's root dir, ports and cgroup root (`/gpualign-<lab>-<hash>`); containerd's root, state, runc
-root and network namespaces (`netns_mounts_under_state_dir`), its sockets (`/run/gpualign/node-<hash>`: a socket
-path is limited to 104 bytes); the pod logs; the bridge (`gpa-<hash>`) and its CNI network name.
+Per lab, named by a hash of the state dir: the node's files in `/var/lib/gpualign/node-<hash>` (linked from
+`<state dir>/node`; short, because the kubelet and containerd make unix sockets inside and a socket's path is
+limited to 104 bytes): the kubelet's root dir, containerd's root, state, runc root and network namespaces
+(`netns_mounts_under_state_dir`), the pod logs; containerd's sockets in `/run/gpualign/node-<hash>`; the kubelet's
+ports; the pods' cgroup root (`/gpualign-<lab>-<hash>`); the bridge (`gpa-<hash>`) and its CNI network name.
 
 Once per host, so one real node per machine: the kubelet's device-plugin dir (`/var/lib/kubelet/device-plugins`),
 the `/var/log/containers` symlinks, the kubelet's iptables chains (`KUBE-FIREWALL`, `KUBE-KUBELET-CANARY`,
@@ -17,7 +19,7 @@ container id, so known). The machine's claim on the real node is a file under /r
 second lab gets no real node (or, when it asked for one, a one-line refusal naming the holder).
 
 Cleanup (`lab down`, and the next `lab up` after a killed lab) removes what the node made: its pods' processes (by
-their cgroups), containerd's shims (by the socket they serve), mounts under the state dir, the cgroups, the chains,
+their cgroups), containerd's shims (by the socket they serve), mounts, the node's files, the cgroups, the chains,
 the bridge, the log links, the shim sockets, the device-plugin dir when the lab created it, and the claim.
 """
 
@@ -46,6 +48,7 @@ LABEL = "gpualign.io/lab-system"
 TAINT = {"key": LABEL, "value": "true", "effect": "NoSchedule"}
 NAMESPACE = "lab-system"  # the lab's own pods on the real node (its audit log records their status writes)
 RUN = Path("/run/gpualign")
+NODE_ROOT = Path("/var/lib/gpualign")
 CLAIM = RUN / "real-node.json"
 SHIM_SOCKETS = Path("/run/containerd/s")
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
@@ -66,7 +69,9 @@ class Paths:
 
     @property
     def root(self) -> Path:
-        return self.state_dir / "node"
+        """The node's files (kubelet root, containerd, pod logs): a short path, because the kubelet and containerd
+        make unix sockets inside, whose paths are limited to 108 bytes; `<state dir>/node` links to it."""
+        return NODE_ROOT / f"node-{self._digest}"
 
     @property
     def kubelet_root(self) -> Path:
@@ -234,8 +239,12 @@ def start(state_dir: Path, bins: dict[str, str], apiserver: str, registry: str, 
     p = Paths(state_dir)
     record: dict[str, Any] = {"cgroup_root": p.cgroup_root, "device_plugins_created": not DEVICE_PLUGINS.exists()}
     _write_claim(state_dir, record)
+    if p.root.exists():  # left by a lab whose state dir was removed by hand
+        _unmount_under(p.root)
+        shutil.rmtree(p.root)
     for d in (p.kubelet_root, p.containerd_root, p.pod_logs, p.root / "cni", p.run_dir):
         d.mkdir(parents=True, exist_ok=True)
+    (state_dir / "node").symlink_to(p.root)
     (p.root / "cni" / "10-lab.conflist").write_text(json.dumps(_cni_config(p)))
     hosts = p.containerd_root / "certs.d" / registry
     hosts.mkdir(parents=True)
@@ -342,16 +351,23 @@ def _mounts_under(root: Path) -> list[str]:
     return sorted(set(found), key=lambda m: m.count("/"), reverse=True)
 
 
+def _unmount_under(root: Path) -> None:
+    for point in _mounts_under(root) if root.exists() else []:
+        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+
+
 def leftovers(state_dir: Path, record: dict[str, Any]) -> dict[str, list[str]]:
     """What of the real node is still on the host: empty lists everywhere once cleanup has run."""
     p = Paths(state_dir)
     cgroup_root = record.get("cgroup_root") or p.cgroup_root
     return {
-        "mounts": _mounts_under(state_dir) if state_dir.exists() else [],
+        "mounts": [m for r in (p.root, state_dir) if r.exists() for m in _mounts_under(r)],
+        "nodeRoot": [str(p.root)] if p.root.exists() else [],
         "cgroups": [str(h / cgroup_root.lstrip("/")) for h in _controllers() if (h / cgroup_root.lstrip("/")).exists()],
         "processes": sorted(str(x) for x in _cgroup_pids(cgroup_root) | set(_shims(p.socket))),
         "iptables": _chains(),
-        "logLinks": [str(x) for x in _log_links(state_dir)],
+        "logLinks": [str(x) for x in _log_links(p.root)],
         "bridge": [p.bridge] if _link_exists(p.bridge) else [],
         "shimSockets": [str(x) for x in p.shim_sockets() if x.exists()],
         "runDir": [str(p.run_dir)] if p.run_dir.exists() else [],
@@ -359,8 +375,8 @@ def leftovers(state_dir: Path, record: dict[str, Any]) -> dict[str, list[str]]:
     }
 
 
-def _log_links(state_dir: Path) -> list[Path]:
-    prefix = str(state_dir.resolve()) + "/"
+def _log_links(root: Path) -> list[Path]:
+    prefix = str(root) + "/"
     found = []
     with contextlib.suppress(OSError):
         for link in CONTAINER_LOGS.iterdir():
@@ -414,9 +430,8 @@ def cleanup(state_dir: Path, record: dict[str, Any]) -> None:
             break
         _kill(left)
         time.sleep(0.1)
-    for point in _mounts_under(state_dir) if state_dir.exists() else []:
-        if subprocess.run(["umount", point], capture_output=True).returncode != 0:
-            subprocess.run(["umount", "-l", point], capture_output=True)
+    for root in (p.root, state_dir):
+        _unmount_under(root)
     for hierarchy in _controllers():
         base = hierarchy / cgroup_root.lstrip("/")
         if base.is_dir():
@@ -432,12 +447,13 @@ def cleanup(state_dir: Path, record: dict[str, Any]) -> None:
             with contextlib.suppress(OSError):
                 DEVICE_PLUGINS.parent.rmdir()
         CLAIM.unlink(missing_ok=True)
-    for link in _log_links(state_dir):
+    for link in _log_links(p.root):
         link.unlink(missing_ok=True)
     for sock in p.shim_sockets():
         sock.unlink(missing_ok=True)
     shutil.rmtree(p.run_dir, ignore_errors=True)
-    for empty in (SHIM_SOCKETS, SHIM_SOCKETS.parent, RUN):  # made by the shims; left if anything else uses them
+    shutil.rmtree(p.root, ignore_errors=True)
+    for empty in (SHIM_SOCKETS, SHIM_SOCKETS.parent, RUN, NODE_ROOT):  # left when anything else uses them
         with contextlib.suppress(OSError):
             empty.rmdir()
     for cached in CNI_CACHE.glob(f"{p.network}-*"):
