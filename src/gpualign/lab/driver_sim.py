@@ -32,7 +32,7 @@ from gpualign import labels as L
 from gpualign.ensure.inspect import checkable
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
-from gpualign.lab import kernel_load
+from gpualign.lab import kernel_load, realnode
 from gpualign.lab.seed import driver_labels
 from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
 
@@ -104,8 +104,8 @@ class Simulator:
     def handle(self, pod: dict[str, Any]) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         node = spec.get("nodeName")
-        if not node or meta.get("deletionTimestamp"):
-            return
+        if not node or node == realnode.NAME or meta.get("deletionTimestamp"):
+            return  # a driver pod on the real node is the kubelet's: it really runs
         containers = spec.get("containers") or []
         image = containers[0]["image"] if containers else ""
         key = f"{meta['uid']}|{image}"
