@@ -62,8 +62,8 @@ def modinfo(ko: Path, field: str) -> str:
 
 def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driver",
                    rootfs: Path | None = None) -> tuple[dict, list[str]]:
-    """The image's config, and its files, with every .ko under /opt extracted into `into` (and, given `rootfs`, all
-    its layers unpacked there, in order)."""
+    """The image's config, and its files, with every .ko under /lib/modules extracted into `into` (and, given
+    `rootfs`, all its layers unpacked there, in order)."""
     reg = client(registry, repo)
     manifest = reg.manifest(tag)
     assert manifest is not None
@@ -78,7 +78,7 @@ def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driv
                 tf.extractall(rootfs)  # noqa: S202 - the image this test built
             for member in tf.getmembers():
                 names.append(member.name)
-                if member.name.endswith(".ko") and member.name.lstrip("./").startswith("opt/"):
+                if member.name.endswith(".ko") and member.name.lstrip("./").startswith("lib/modules/"):
                     data = tf.extractfile(member)
                     assert data is not None
                     (into / Path(member.name).name).write_bytes(data.read())
@@ -143,24 +143,50 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
     assert labels["version"] == f"535-{KERNEL}" and labels["io.gpualign.kernel"] == KERNEL
     assert env["GPUALIGN_KERNEL"] == KERNEL and env["DRIVER_VERSION"].startswith("535.")
-    assert config["config"]["Entrypoint"] == ["/usr/local/bin/gpualign-driver"]
+    assert config["config"]["Entrypoint"] == ["nvidia-driver", "init"] and not config["config"].get("Cmd")
+    assert config["config"]["WorkingDir"] == "/drivers"
+    assert env["DRIVER_BRANCH"] == "535" and labels["name"] == "NVIDIA Driver Container"
 
-    # The entrypoint, run in the image's own files (chroot; PATH as a container runtime sets it): it refuses any
-    # kernel but its own, and on its own it loads with the image's modprobe (here this machine's kernel is named as
-    # the image's own, and there are no modules for it under /opt: modprobe itself says so)
+    # nvidia-driver, run in the image's own files (chroot; PATH as the image sets it), as the GPU Operator's
+    # DaemonSet runs it: it refuses any kernel but its own in one line, before touching anything loaded; on its own
+    # it goes on to load with the image's modprobe (here this machine's kernel is named as the image's own, and the
+    # image has no modules for it: modprobe itself says so)
     host = os.uname().release
-    runtime = {**env, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-    refused = subprocess.run(["chroot", str(rootfs), *config["config"]["Entrypoint"]], env=runtime,
-                             capture_output=True, text=True, timeout=60)
+    init = ["chroot", str(rootfs), "nvidia-driver", "init"]
+    refused = subprocess.run(init, env=env, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert f"built and verified for kernel {KERNEL}, this node runs {host}: refusing to load" in refused.stderr
-    own = subprocess.run(["chroot", str(rootfs), *config["config"]["Entrypoint"]],
-                         env={**runtime, "GPUALIGN_KERNEL": host}, capture_output=True, text=True, timeout=60)
+    assert refused.stderr.strip().splitlines() == [
+        f"gpualign: driver image 535-{KERNEL} holds NVIDIA {env['DRIVER_VERSION']} modules built and verified for "
+        f"kernel {KERNEL}; this node runs {host}: refusing to load (the kernel would refuse them: version magic and "
+        "symbol CRCs differ)"]
+    assert "Starting installation of NVIDIA driver branch 535" in refused.stdout
+    assert "Unloading" not in refused.stdout  # nothing loaded was touched
+    own = subprocess.run(init, env={**env, "GPUALIGN_KERNEL": host}, capture_output=True, text=True, timeout=60)
     assert own.returncode != 0 and "refusing" not in own.stderr, own.stderr
-    assert f"modprobe: FATAL: Module nvidia not found in directory /opt/lib/modules/{host}" in own.stderr
+    assert f"modprobe: FATAL: Module nvidia not found in directory /lib/modules/{host}" in own.stderr
+    usage = subprocess.run(["chroot", str(rootfs), "nvidia-driver", "update"], env=env, capture_output=True,
+                           text=True)
+    assert usage.returncode == 1 and usage.stderr.startswith("Usage: ")
+    nobranch = subprocess.run(init, env={k: v for k, v in env.items() if k != "DRIVER_BRANCH"},
+                              capture_output=True, text=True)
+    assert nobranch.returncode == 1 and "Missing driver version" in nobranch.stderr
+    probe = subprocess.run(["chroot", str(rootfs), "nvidia-driver", "probe_nvidia_peermem"], env=env,
+                           capture_output=True, text=True)
+    assert probe.returncode == 0 and "MOFED drivers are not ready" in probe.stdout
+    # the user space at the modules' version, as the container toolkit and the operator's probes find it
+    version = env["DRIVER_VERSION"]
+    smi = subprocess.run(["chroot", str(rootfs), "nvidia-smi", "-h"], env=env, capture_output=True, text=True)
+    assert smi.stdout.splitlines()[0].endswith(f"v{version}")
+    cache = subprocess.run(["ldconfig", "-r", str(rootfs), "-p"], capture_output=True, text=True).stdout
+    for soname in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-cfg.so.1"):
+        assert soname in cache, soname
+        assert (rootfs / "usr/lib/x86_64-linux-gnu" / soname).resolve().name.endswith(f".so.{version}")
+    no_driver = subprocess.run(["chroot", str(rootfs), "nvidia-smi"], env=env, capture_output=True, text=True)
+    assert no_driver.returncode == 9 and "couldn't communicate with the NVIDIA driver" in no_driver.stdout
+    assert json.loads(labels["io.gpualign.verified"])["userspace"]["nvidia_smi"] == version
     # image scanners read the base's packages from dpkg's status.d, as in distroless images
     assert (rootfs / "var/lib/dpkg/status.d/kmod").read_text().startswith("Package: kmod\n")
-    assert f"opt/lib/modules/{KERNEL}/modules.dep" in {n.lstrip("./") for n in files}
+    assert f"lib/modules/{KERNEL}/modules.dep" in {n.lstrip("./") for n in files}
     modules = sorted(tmp_path.glob("*.ko"))
     assert {m.name for m in modules} >= {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"}
 
@@ -569,7 +595,7 @@ def test_ensure_replaces_a_present_but_wrong_image_only_when_told(lab):
     reported = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", timeout=300)
     assert reported.code == 1, reported.out + reported.err
     assert (f"{TAG}: present but wrong: its modules could not be verified: it holds no kernel modules under "
-            f"/opt/lib/modules to check against {KERNEL}") in reported.err
+            f"/lib/modules or /opt/lib/modules to check against {KERNEL}") in reported.err
     assert "--replace-wrong" in reported.err and reg.digest(TAG) == before
     assert lab.cli("ensure", TAG, "--ledger", ledger).code == 0  # without --verify-modules: its labels are fine
     replaced = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", "--replace-wrong", "-o", "json",
@@ -581,3 +607,39 @@ def test_ensure_replaces_a_present_but_wrong_image_only_when_told(lab):
     again = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules")
     assert again.code == 0 and f"{TAG}: present (" in again.out, again.out + again.err
     reg.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_modules_only_image_under_a_precompiled_tag_is_wrong_with_the_reason(lab):
+    """The modules pass every kernel check, but the image is the modules-only (KMM) layout: no nvidia-driver, no
+    user space. The GPU Operator's pod could not start it, so `ensure --verify-modules` calls it wrong, and the
+    lab's kernel loader crash-loops a driver pod on it with the same reason."""
+    import gzip
+
+    from gpualign.ensure import debian
+
+    built = debian.cached_modules(Archive(), KERNEL)
+    assert built is not None, "test_a_debian_node_joins… compiles these modules first"
+    layer_tar = io.BytesIO()
+    with tarfile.open(fileobj=layer_tar, mode="w") as tar:
+        for ko in built.modules:
+            tar.add(ko, arcname=f"opt/lib/modules/{KERNEL}/kernel/drivers/video/{ko.name}")
+    raw = layer_tar.getvalue()
+    layer = gzip.compress(raw, mtime=0)
+    reg = client(lab.registry, "kmm/driver")
+    config = json.dumps({"architecture": "amd64", "os": "linux",
+                         "config": {"Env": [f"DRIVER_VERSION={built.driver_version}"],
+                                    "Labels": {"version": f"535-{KERNEL}"}},
+                         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + __import__("hashlib")
+                                                                   .sha256(raw).hexdigest()]}}).encode()
+    reg.push_manifest(TAG, {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": reg.push_blob(config),
+                   "size": len(config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": reg.push_blob(layer),
+                    "size": len(layer)}]})
+    reported = lab.cli("ensure", TAG, "--ledger", f"registry://{lab.registry}/kmm/driver", "--verify-modules",
+                       timeout=300)
+    assert reported.code == 1, reported.out + reported.err
+    assert (f"{TAG}: present but wrong: the GPU Operator could not run it: it has no nvidia-driver on PATH "
+            "(the GPU Operator's driver container runs `nvidia-driver init`)") in reported.err, reported.err

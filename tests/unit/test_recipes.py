@@ -74,11 +74,15 @@ def test_every_recipe_verifies_before_the_image_and_ends_in_the_same_image_shape
         assert stages(cf)[1] == "builder" and re.search(r"^FROM builder AS verify$", cf, re.M), tag
         assert f"verify-modules {spec.kernel} " in cf, tag
         # the image takes its modules from the verify stage only: a build that fails verification makes no image
-        assert f"COPY --from=verify /out/ /opt/lib/modules/{spec.kernel}/kernel/drivers/video/" in cf, tag
-        assert f"RUN depmod -b /opt {spec.kernel}" in cf and 'ENTRYPOINT ["/usr/local/bin/gpualign-driver"]' in cf
+        assert f"COPY --from=verify /out/ /lib/modules/{spec.kernel}/kernel/drivers/video/" in cf, tag
+        assert f"RUN depmod {spec.kernel}" in cf and 'ENTRYPOINT ["nvidia-driver", "init"]' in cf
         assert f'LABEL version="{spec.branch}-{spec.kernel}"' in cf and f"GPUALIGN_KERNEL={spec.kernel}" in cf
-        assert set(r.files) == {"Containerfile", "verify-modules", "gpualign-driver"}
-        for script in ("verify-modules", "gpualign-driver"):
+        # the user space is installed, and a build whose nvidia-smi names another version than the modules' fails
+        final = cf.rsplit("\nFROM ", 1)[1]
+        assert "nvidia-smi" in final.split("COPY --from=verify")[0], tag
+        assert f'case "$v" in *"v{version}") ;;' in final, tag
+        assert set(r.files) == {"Containerfile", "verify-modules", "nvidia-driver"}
+        for script in ("verify-modules", "nvidia-driver"):
             assert subprocess.run(["sh", "-n"], input=r.files[script], text=True).returncode == 0, script
 
 

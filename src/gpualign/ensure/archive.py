@@ -85,6 +85,11 @@ class Archive:
         return subprocess.run(["apt-get", *self._apt_opts(), *args], capture_output=True, text=True, cwd=cwd,
                               timeout=600)
 
+    def download(self, packages: list[str], into: Path) -> subprocess.CompletedProcess[str]:
+        """`apt-get download` of exact package versions (NAME=VERSION) into a directory."""
+        self.update()
+        return self._apt("download", *packages, cwd=into)
+
     def update(self, *, force: bool = False) -> None:
         stamp = self.state / "updated"
         if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:

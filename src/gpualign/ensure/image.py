@@ -1,10 +1,17 @@
 """The precompiled driver image, assembled with buildah and pushed only when whole.
 
-Layout, as KMM and NVIDIA's precompiled images expect: the modules under `/opt/lib/modules/<kernel>/kernel/drivers/
-video/` with `depmod -b /opt` run for that kernel, a small entrypoint that refuses to load on any kernel but its
-own (NVIDIA's entrypoint never compares `uname -r` with the kernel it was built for), OCI labels and NVIDIA's
-`version=<branch>-<kernel>` label. The base is a minimal bookworm (sh, coreutils and kmod) from mmdebstrap,
-cached.
+A drop-in for NVIDIA's precompiled driver container, which the GPU Operator's DaemonSet runs unchanged
+(`command: [nvidia-driver]`, `args: [init]`):
+- `/usr/local/bin/nvidia-driver` (ensure/nvidia-driver.sh): NVIDIA's commands, environment, files and signals, plus
+  gpualign's refusal to load on any kernel but the modules' own, in one line;
+- the modules where modprobe finds them, `/lib/modules/<kernel>/kernel/drivers/video/`, `depmod` run for that
+  kernel;
+- NVIDIA's user space from Debian at the modules' exact version (ensure/userspace.py), its sonames in the image's
+  ld.so.cache, checked after assembly: each library's version and `nvidia-smi -h`'s;
+- `DRIVER_BRANCH`, `DRIVER_VERSION`, `KERNEL_VERSION` in the environment, NVIDIA's `version=<branch>-<kernel>`
+  label, OCI labels and gpualign's.
+The base is a minimal bookworm from mmdebstrap, cached. The image is assembled in a mounted buildah container
+(so depmod and ldconfig run on the image's own tree from the host) and committed once.
 
 buildah pushes a tag only once every blob and the manifest are in place (the manifest PUT comes last), so a push
 that fails leaves no tag half-made; the digest is read back from the registry afterwards.
@@ -23,38 +30,32 @@ import tempfile
 from pathlib import Path
 
 from gpualign import __version__
+from gpualign.ensure import userspace
 from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput, GpualignError
 
-# The base: what the entrypoint runs (sh, uname, sleep, modprobe), unpacked, not installed (mmdebstrap's extract
+# The base: what nvidia-driver runs (sh, uname, sleep, grep, modprobe, flock, mount, findmnt), ldconfig for the
+# image's ld.so.cache, nvidia-persistenced's libtirpc; unpacked, not installed (mmdebstrap's extract
 # variant: a driver image is never upgraded in place, so no maintainer script needs to run). Each package's control
 # data is kept in /var/lib/dpkg/status.d/<package>, as distroless images keep it, so image scanners still see every
 # package and version. 30 MB, where minbase was 131 MB.
-BASE_PACKAGES = ("dash", "coreutils", "kmod")
+BASE_PACKAGES = ("dash", "coreutils", "kmod", "grep", "util-linux", "mount", "libc-bin", "libtirpc3")
 BASE_HOOK = ('mkdir -p "$1"/var/lib/dpkg/status.d; for deb in "$1"/var/cache/apt/archives/*.deb; do '
              'p=$(dpkg-deb -f "$deb" Package); { dpkg-deb -f "$deb"; echo "Status: install ok installed"; } '
              '> "$1/var/lib/dpkg/status.d/$p"; done; '
              'rm -rf "$1"/usr/share/man/* "$1"/usr/share/doc/* "$1"/usr/share/locale/* "$1"/usr/share/info/*')
 BASE_KEY = hashlib.sha256(repr((BASE_PACKAGES, BASE_HOOK)).encode()).hexdigest()[:12]  # a new recipe, a new base
 BASE = f"localhost/gpualign-driver-base:bookworm-{BASE_KEY}"
-ENTRYPOINT = """#!/bin/sh
-# gpualign precompiled NVIDIA driver: loads its modules only on the kernel they were built and verified for.
-set -eu
-want="${GPUALIGN_KERNEL:?}"
-have="$(uname -r)"
-if [ "$have" != "$want" ]; then
-  echo "gpualign driver image ${DRIVER_BRANCH}-${want}: built and verified for kernel $want, this node runs $have:" \\
-       "refusing to load (the kernel would refuse these modules: version magic and symbol CRCs differ)" >&2
-  exit 1
-fi
-for m in nvidia nvidia-uvm nvidia-modeset nvidia-drm; do
-  modprobe -d /opt "$m"
-done
-echo "NVIDIA ${DRIVER_VERSION} loaded on $have"
-exec sleep infinity
-"""
+# The image's layout: an image assembled before under another is assembled again. The digest covers the
+# nvidia-driver script and the user-space recipe.
+RUN_CONFIG = ("--entrypoint", '["nvidia-driver", "init"]', "--cmd", "", "--workingdir", "/drivers",
+              "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+LAYOUT = "dropin-" + hashlib.sha256(Path(__file__).with_name("nvidia-driver.sh").read_bytes()
+                                    + repr((BASE_KEY, RUN_CONFIG, userspace.LIBS, userspace.TOOLS,
+                                            userspace.OWN_VERSION)).encode()).hexdigest()[:12]
+NVIDIA_DRIVER = Path(__file__).with_name("nvidia-driver.sh")  # the operator's contract: `nvidia-driver init`
 
 
 class PushRefused(GpualignError):
@@ -134,9 +135,15 @@ def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> d
         if isinstance(signed, dict) else {}
     return signing | {
         "version": f"{spec.branch}-{spec.kernel}",  # NVIDIA's precompiled images carry this
-        "org.opencontainers.image.title": "NVIDIA driver kernel modules (precompiled)",
+        # as NVIDIA labels its driver images
+        "name": "NVIDIA Driver Container", "io.k8s.display-name": "NVIDIA Driver Container",
+        "summary": "Provision the NVIDIA driver through containers", "release": f"{spec.kernel}-{spec.os_tag}",
+        "description": f"NVIDIA {driver_version} precompiled for Linux {spec.kernel} ({spec.os_tag}), with its user "
+                       "space; run by the GPU Operator as `nvidia-driver init`",
+        "org.opencontainers.image.title": "NVIDIA driver container (precompiled)",
         "org.opencontainers.image.description": f"NVIDIA {driver_version} modules for Linux {spec.kernel} "
-                                                f"({spec.os_tag}), verified against its Module.symvers",
+                                                f"({spec.os_tag}), verified against its Module.symvers, and the "
+                                                "matching user space from Debian",
         "org.opencontainers.image.version": f"{driver_version}-{spec.kernel}",
         "org.opencontainers.image.created": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "org.opencontainers.image.vendor": "built in-house by gpualign",
@@ -193,42 +200,57 @@ def local_image(spec: TagSpec, key: str, variant: str = "") -> str | None:
                         '{{index .OCIv1.Config.Labels "io.gpualign.base"}}', local)
     except BuildError:
         return None  # no such image
-    return local if found.split() == [key, BASE] else None
+    return local if found.split() == [key, BASE] and _layout(local) == LAYOUT else None
+
+
+def _layout(local: str) -> str:
+    try:
+        return buildah("inspect", "--type", "image", "--format",
+                       '{{index .OCIv1.Config.Labels "io.gpualign.layout"}}', local)
+    except BuildError:
+        return ""
 
 
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
-             key: str | None = None, variant: str = "") -> str:
-    """The image as a local buildah image; returns its local name."""
+             key: str | None = None, variant: str = "", user: userspace.UserSpace | None = None) -> str:
+    """The image as a local buildah image; returns its local name. user: the user space (fetched when None)."""
     base = ensure_base()
     local = local_name(spec, variant)
-    with tempfile.TemporaryDirectory(prefix="gpualign-driver-") as tmp:
-        opt = Path(tmp) / "opt"
-        dest = opt / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
+    if user is None:
+        raise BuildError(f"{spec.tag}: no user space to assemble")
+    ctr = buildah("from", "--pull-never", base)
+    try:
+        root = Path(buildah("mount", ctr))
+        dest = root / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
         dest.mkdir(parents=True)
         for ko in modules:
             shutil.copy2(ko, dest / ko.name)
-        depmod = subprocess.run(["depmod", "-b", str(opt), spec.kernel], capture_output=True, text=True)
+        depmod = subprocess.run(["depmod", "-b", str(root), spec.kernel], capture_output=True, text=True)
         if depmod.returncode != 0:  # kmod on the host; the image's own depmod would do the same
             raise BuildError(f"depmod for {spec.kernel} failed: {depmod.stderr.strip()[-300:]}")
-        entry = Path(tmp) / "entrypoint.sh"
-        entry.write_text(ENTRYPOINT)
-        entry.chmod(0o755)
-        ctr = buildah("from", "--pull-never", base)
-        try:
-            buildah("add", "--quiet", ctr, str(opt), "/opt")
-            buildah("add", "--quiet", "--chmod", "0755", ctr, str(entry), "/usr/local/bin/gpualign-driver")
-            config = ["--entrypoint", '["/usr/local/bin/gpualign-driver"]', "--cmd", "",
-                      "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
-                      "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
-            for name, value in labels(spec, driver_version, verified).items():
-                config += ["--label", f"{name}={value}"]
-            if key:
-                config += ["--label", f"io.gpualign.modules-sha256={key}", "--label", f"io.gpualign.base={base}"]
-            buildah("config", *config, ctr)
-            replaced = _image_id(local)
-            made = buildah("commit", "--quiet", "--format", "oci", ctr, local)
-        finally:
-            buildah("rm", ctr)
+        shutil.copytree(user.root, root, symlinks=True, dirs_exist_ok=True)
+        ldconfig = subprocess.run(["ldconfig", "-r", str(root)], capture_output=True, text=True)
+        if ldconfig.returncode != 0:
+            raise BuildError(f"ldconfig in the image failed: {ldconfig.stderr.strip()[-300:]}")
+        script = root / "usr" / "local" / "bin" / "nvidia-driver"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(NVIDIA_DRIVER, script)
+        script.chmod(0o755)
+        checked = userspace.check(root, driver_version)
+        verified = {**verified, "userspace": checked, "userspace_packages": user.packages}
+        buildah("umount", ctr)
+        config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
+                  "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
+        for name, value in labels(spec, driver_version, verified).items():
+            config += ["--label", f"{name}={value}"]
+        if key:
+            config += ["--label", f"io.gpualign.modules-sha256={key}", "--label", f"io.gpualign.base={base}",
+                       "--label", f"io.gpualign.layout={LAYOUT}"]
+        buildah("config", *config, ctr)
+        replaced = _image_id(local)
+        made = buildah("commit", "--quiet", "--format", "oci", ctr, local)
+    finally:
+        buildah("rm", ctr)
     if replaced and not made.startswith(replaced):  # the image this tag named before: nothing names it now
         with contextlib.suppress(BuildError):  # a container still using it keeps it
             buildah("rmi", replaced)

@@ -9,6 +9,7 @@ and runs the kernel's load checks on them against a kernel's Module.symvers.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -52,8 +53,41 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     return None
 
 
+# Where driver images keep their modules: the drop-in layout (modprobe's own tree) and the modules-only one (KMM's).
+MODULE_DIRS = ("lib/modules/", "usr/lib/modules/", "opt/lib/modules/")
+# What the GPU Operator's driver container must have besides its modules (its DaemonSet runs `nvidia-driver init`;
+# its probes and the container toolkit use nvidia-smi and the libraries): recorded per image as CONTENTS.
+ENTRY_PATHS = ("usr/local/bin/nvidia-driver", "usr/bin/nvidia-driver", "bin/nvidia-driver", "usr/sbin/nvidia-driver")
+SMI_PATHS = ("usr/bin/nvidia-smi", "bin/nvidia-smi")
+LIBRARY = re.compile(r"(?:^|/)(libcuda|libnvidia-ml)\.so\.(\d+\.\d+(?:\.\d+)?)$")
+CONTENTS = "contents.json"
+
+
+def contract_problem(directory: Path, modules_version: str) -> str | None:
+    """Why an image holding modules could not run as the GPU Operator's precompiled driver container, or None:
+    no `nvidia-driver` on PATH, no nvidia-smi, no libcuda/libnvidia-ml, or a user space of another version than
+    the modules'. Read from what modules_of recorded of the image's files."""
+    try:
+        contents = json.loads((directory / CONTENTS).read_text())
+    except (OSError, ValueError):
+        return None  # modules_of always records it; without it there is nothing to judge
+    paths = set(contents.get("paths", []))
+    if not paths & set(ENTRY_PATHS):
+        return "it has no nvidia-driver on PATH (the GPU Operator's driver container runs `nvidia-driver init`)"
+    libs = {name for name, _ in contents.get("libraries", [])}
+    missing = [n for n, found in (("nvidia-smi", bool(paths & set(SMI_PATHS))), ("libcuda", "libcuda" in libs),
+                                  ("libnvidia-ml", "libnvidia-ml" in libs)) if not found]
+    if missing:
+        return f"it has no NVIDIA user space ({', '.join(missing)} missing): workloads would get no CUDA"
+    other = sorted({v for _, v in contents.get("libraries", []) if v != modules_version})
+    if modules_version and other:
+        return f"its user space is NVIDIA {', '.join(other)}, its modules {modules_version}"
+    return None
+
+
 def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path] | None:
-    """(manifest digest, directory of its .ko files) for an image that holds kernel modules under /opt, else None.
+    """(manifest digest, directory of its .ko files) for an image that holds kernel modules under /lib/modules (or
+    /opt/lib/modules), else None.
     Its layers are read once (streamed: a module layer is larger than the ledger client's body cap) and the modules
     kept under `cache`, by manifest digest."""
     manifest = client.manifest(tag)
@@ -67,10 +101,12 @@ def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path
             return None
         manifest = client.manifest(entry["digest"]) or {}
     out = cache / digest.replace(":", "-")
-    if (out / ".complete").exists():
+    if (out / ".complete").exists() and (out / CONTENTS).exists():  # read before by a gpualign that records both
         return (digest, out) if list(out.glob("*.ko")) else None
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
+    paths: set[str] = set()
+    libraries: set[tuple[str, str]] = set()
     try:
         for layer in manifest.get("layers") or []:
             url = f"{client.ref.base}/v2/{client.ref.repo}/blobs/{layer['digest']}"
@@ -82,12 +118,17 @@ def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path
                 with tarfile.open(fileobj=io.BytesIO(data)) as tf:
                     for member in tf.getmembers():
                         name = member.name.lstrip("./")
-                        if member.isfile() and name.startswith("opt/") and name.endswith(".ko"):
+                        if name in ENTRY_PATHS or name in SMI_PATHS:
+                            paths.add(name)
+                        elif member.isfile() and (lib := LIBRARY.search(name)):
+                            libraries.add((lib.group(1), lib.group(2)))
+                        if member.isfile() and name.startswith(MODULE_DIRS) and name.endswith(".ko"):
                             blob = tf.extractfile(member)
                             if blob is not None:
                                 (staging / Path(name).name).write_bytes(blob.read())
             except tarfile.TarError:
                 continue  # not a tar layer: nothing to load from it
+        (staging / CONTENTS).write_text(json.dumps({"paths": sorted(paths), "libraries": sorted(libraries)}))
         (staging / ".complete").write_text(digest + "\n")
         shutil.rmtree(out, ignore_errors=True)
         os.replace(staging, out)
@@ -98,8 +139,9 @@ def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path
 
 def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
                     secure_boot: bool = False) -> tuple[str, str | None]:
-    """("ok", symbols checked) when the image's modules would load on `kernel`; ("wrong", the kernel's first
-    refusal, in modprobe's order); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
+    """("ok", symbols checked) when the image's modules would load on `kernel` and it is a driver container the GPU
+    Operator can run; ("wrong", the kernel's first refusal, in modprobe's order); ("contract", what the operator's
+    pod would lack: contract_problem); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
     from Debian's archive (its headers package). secure_boot: a node whose kernel enforces module signatures
     refuses an unsigned module first (which keys it holds is the node's own: a signed module is judged on the rest)."""
     from gpualign.ensure import kmod, symvers
@@ -117,8 +159,11 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
                     if n in ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm") else 9)
         return "wrong", (f"{first}: module is not signed, and the node has Secure Boot on: its kernel refuses it "
                          "(Key was rejected by service)")
-    result = verify(modules, kernel, table, modules[0].field("version") or "" if modules else "")
-    if result.ok:
-        return "ok", str(result.symbols_checked)
-    return "wrong", result.first_refusal()
+    version = modules[0].field("version") or "" if modules else ""
+    result = verify(modules, kernel, table, version)
+    if not result.ok:
+        return "wrong", result.first_refusal()
+    if (problem := contract_problem(found[1], version)) is not None:
+        return "contract", problem
+    return "ok", str(result.symbols_checked)
 

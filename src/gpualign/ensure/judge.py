@@ -103,12 +103,14 @@ def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str
         except GpualignError as err:
             out.unverified[image] = f"its modules could not be checked against {kernel}: {err.message}"
             continue
-        if verdict == "wrong":
-            out.wrong[image] = f"its modules would not load on {kernel}: {detail}"
+        if verdict in ("wrong", "contract"):
+            out.wrong[image] = (f"its modules would not load on {kernel}: {detail}" if verdict == "wrong" else
+                                f"the GPU Operator could not run it: {detail}")
             out.unverified.pop(image, None)
             return
         if verdict == "none":
-            out.unverified[image] = f"it holds no kernel modules under /opt/lib/modules to check against {kernel}"
+            out.unverified[image] = (f"it holds no kernel modules under /lib/modules or /opt/lib/modules to check "
+                                     f"against {kernel}")
         else:
             checked += int(detail or 0)
     if checked and image not in out.unverified:

@@ -15,8 +15,10 @@ be built elsewhere with `buildah bud` or `docker build`, and unit-tested against
 
 Every recipe ends the same way, which is what NVIDIA's lack: a verify stage that refuses the build unless each module
 passes the kernel's own load checks against that kernel's Module.symvers (the release in vermagic, every imported
-symbol's CRC: `modprobe --dump-modversions`), and an image holding the modules under /opt/lib/modules/<kernel> with
-an entrypoint that refuses any other kernel, labelled version=<branch>-<kernel>.
+symbol's CRC: `modprobe --dump-modversions`), and the same drop-in image: the modules under /lib/modules/<kernel>
+with depmod, the distribution's NVIDIA user space at the modules' version (a build whose `nvidia-smi -h` names
+another version fails), and gpualign's `nvidia-driver` (the GPU Operator's contract, refusing any other kernel),
+labelled version=<branch>-<kernel>.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpualign.ensure.image import ENTRYPOINT
+from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput
 
@@ -36,7 +38,6 @@ CUDA_BASE = "nvcr.io/nvidia/cuda"
 DEFAULT_CUDA = "12.9.1"  # the CUDA base image of NVIDIA's driver containers (build arg CUDA_VERSION)
 _RHEL_KERNEL = re.compile(
     r"(?P<ver>\d+\.\d+\.\d+)-(?P<rel>[\d.]+?)(?P<dist>\.el\d+(?:_\d+)?)\.(?P<arch>x86_64|aarch64)")
-APT_KMOD = "RUN apt-get update && apt-get install -y --no-install-recommends kmod && rm -rf /var/lib/apt/lists/*"
 
 # The same rule as gpualign.ensure.verify, in the build's own shell: the release in vermagic, then every imported
 # symbol's CRC against the kernel's Module.symvers (a symbol the set exports to itself is skipped). Exit 1 names the
@@ -89,23 +90,34 @@ class Recipe:
 def labels(spec: TagSpec, driver_version: str) -> dict[str, str]:
     return {"version": f"{spec.branch}-{spec.kernel}", "io.gpualign.kernel": spec.kernel,
             "io.gpualign.driver-branch": spec.branch, "io.gpualign.driver-version": driver_version,
-            "io.gpualign.os-tag": spec.os_tag,
-            "org.opencontainers.image.title": "NVIDIA driver kernel modules (precompiled)",
+            "io.gpualign.os-tag": spec.os_tag, "name": "NVIDIA Driver Container",
+            "io.k8s.display-name": "NVIDIA Driver Container", "release": f"{spec.kernel}-{spec.os_tag}",
+            "summary": "Provision the NVIDIA driver through containers",
+            "org.opencontainers.image.title": "NVIDIA driver container (precompiled)",
             "org.opencontainers.image.version": f"{driver_version}-{spec.kernel}"}
 
 
-def _final(spec: TagSpec, driver_version: str, base: str, install_kmod: str) -> str:
+def userspace_check(driver_version: str) -> str:
+    """A build step refusing user space of another version than the modules'."""
+    return (f'RUN v="$(nvidia-smi -h | head -n 1)"; case "$v" in *"v{driver_version}") ;; '
+            f'*) echo "user space $v does not match the modules\' NVIDIA {driver_version}" >&2; exit 1 ;; esac')
+
+
+def _final(spec: TagSpec, driver_version: str, base: str, install: str) -> str:
+    """install: the RUN steps that put kmod and NVIDIA's user space (at driver_version) in the image."""
     label_lines = "\n".join(f'LABEL {k}="{v}"' for k, v in labels(spec, driver_version).items())
     return f"""
 FROM {base}
-{install_kmod}
-COPY --from=verify /out/ /opt/lib/modules/{spec.kernel}/kernel/drivers/video/
-RUN depmod -b /opt {spec.kernel}
-COPY --chmod=0755 gpualign-driver /usr/local/bin/gpualign-driver
+{install}
+{userspace_check(driver_version)}
+COPY --from=verify /out/ /lib/modules/{spec.kernel}/kernel/drivers/video/
+RUN depmod {spec.kernel}
+COPY --chmod=0755 nvidia-driver /usr/local/bin/nvidia-driver
 ENV DRIVER_VERSION={driver_version} DRIVER_BRANCH={spec.branch} KERNEL_VERSION={spec.kernel} \\
     GPUALIGN_KERNEL={spec.kernel} NVIDIA_VISIBLE_DEVICES=void
 {label_lines}
-ENTRYPOINT ["/usr/local/bin/gpualign-driver"]
+WORKDIR /drivers
+ENTRYPOINT ["nvidia-driver", "init"]
 """
 
 
@@ -148,10 +160,13 @@ RUN for s in {sources}; do \\
  && rm -rf /var/lib/apt/lists/*
 """
     verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", f"/lib/modules/{k}", k)
-    final = _final(spec, driver_version, f"{CUDA_BASE}:${{CUDA_VERSION}}-base-ubuntu{version}",
-                   APT_KMOD)
+    # NVIDIA's own user-space step: the server driver's packages, then what a container does not need
+    userspace = (f"RUN apt-get update && apt-get install -y --no-install-recommends kmod nvidia-driver-{b}-server \\\n"
+                 f" && apt-get purge -y libnvidia-egl-wayland1 nvidia-dkms-{b}-server nvidia-kernel-source-{b}-server "
+                 f"xserver-xorg-video-nvidia-{b}-server \\\n && rm -rf /var/lib/apt/lists/*")
+    final = _final(spec, driver_version, f"{CUDA_BASE}:${{CUDA_VERSION}}-base-ubuntu{version}", userspace)
     files = {"Containerfile": builder + verify + f"\nARG CUDA_VERSION={cuda}" + final,
-             "verify-modules": VERIFY, "gpualign-driver": ENTRYPOINT}
+             "verify-modules": VERIFY, "nvidia-driver": NVIDIA_DRIVER.read_text()}
     return Recipe(spec.tag, "ubuntu", False, files, {"CUDA_VERSION": cuda},
                   ("Ubuntu images are not built by gpualign: build this recipe where Canonical's archive is "
                    "reachable; its verify step refuses modules that do not fit the kernel.",
@@ -200,10 +215,13 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
  && find . -name '*.ko.xz' -exec xz -d {{}} \\;
 """
     verify = _verify_stage("builder", f"/usr/src/kernels/{k}/Module.symvers", "/build/kmod-root", k)
-    final = _final(spec, driver_version, f"{CUDA_BASE}:${{CUDA_VERSION}}-base-ubi{major}",
-                   "RUN dnf -y install kmod && dnf clean all")
+    # NVIDIA's own user-space step: the CUDA repository's driver stream, at the modules' version
+    userspace = (f"RUN dnf -y module enable nvidia-driver:{spec.branch}-open/default && dnf -y install kmod \\\n"
+                 f"    nvidia-driver-cuda-{driver_version} nvidia-driver-libs-{driver_version} "
+                 f"libnvidia-ml-{driver_version} nvidia-persistenced-{driver_version} \\\n && dnf clean all")
+    final = _final(spec, driver_version, f"{CUDA_BASE}:${{CUDA_VERSION}}-base-ubi{major}", userspace)
     files = {"Containerfile": builder + verify + f"\nARG CUDA_VERSION={cuda}" + final,
-             "verify-modules": VERIFY, "gpualign-driver": ENTRYPOINT}
+             "verify-modules": VERIFY, "nvidia-driver": NVIDIA_DRIVER.read_text()}
     args = {"CUDA_VERSION": cuda, "DRIVER_TOOLKIT_IMAGE": "$DRIVER_TOOLKIT_IMAGE"}
     return Recipe(spec.tag, "rhel", False, files, args,
                   ("RHEL images are not built by gpualign: build this recipe where Red Hat's archive and the "
@@ -233,9 +251,15 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
  && for ko in $(find . -name '*.ko'); do strip --strip-debug "$ko"; done
 """
     verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
-    final = _final(spec, driver_version, "${FINAL_BASE}",
-                   APT_KMOD)
-    files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY, "gpualign-driver": ENTRYPOINT}
+    # Debian's user space from non-free (maintainer scripts run here, so update-alternatives makes the links)
+    userspace = ('RUN echo "deb http://deb.debian.org/debian bookworm main contrib non-free" \\\n'
+                 "    > /etc/apt/sources.list && rm -f /etc/apt/sources.list.d/debian.sources && apt-get update \\\n"
+                 " && apt-get install -y --no-install-recommends kmod util-linux mount libcuda1 libnvidia-ml1 "
+                 "libnvidia-ptxjitcompiler1 libnvidia-cfg1 nvidia-smi nvidia-persistenced \\\n"
+                 " && rm -rf /var/lib/apt/lists/*")
+    final = _final(spec, driver_version, "${FINAL_BASE}", userspace)
+    files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY,
+             "nvidia-driver": NVIDIA_DRIVER.read_text()}
     return Recipe(spec.tag, "debian", True, files, {}, ("Built and verified here by `gpualign ensure` itself.",))
 
 

@@ -259,7 +259,12 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     if local is not None:
         say(spec.tag, f"image: {local}, assembled before from the same modules")
     else:
-        local = image.assemble(spec, modules, driver_version, record, key, variant)
+        from gpualign.ensure import userspace
+
+        user = userspace.fetch(archive, driver_version, progress=lambda m: say(spec.tag, m))
+        local = image.assemble(spec, modules, driver_version, record, key, variant, user)
+        say(spec.tag, f"user space: {', '.join(user.packages)} at NVIDIA {driver_version}: sonames, ld.so.cache "
+                      "and nvidia-smi's version checked")
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"push: {out.reference}")

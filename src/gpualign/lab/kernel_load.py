@@ -26,7 +26,7 @@ from cryptography import x509
 
 from gpualign.ensure import kmod, modsig, symvers
 from gpualign.ensure.archive import Archive
-from gpualign.ensure.inspect import checkable, modules_of
+from gpualign.ensure.inspect import checkable, contract_problem, modules_of
 from gpualign.ensure.verify import verify
 from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import RegistryClient
@@ -76,6 +76,8 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(directory.glob("*.ko"))]
     result = verify(modules, kernel, table, driver_version or (modules[0].field("version") or ""), trusted)
+    if result.ok and (problem := contract_problem(directory, modules[0].field("version") or "")) is not None:
+        return Load(False, True, f"nvidia-driver init: the image cannot run as the driver container: {problem}")
     if result.ok:
         signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
         return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match "

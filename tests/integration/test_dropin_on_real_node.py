@@ -1,0 +1,195 @@
+"""The image `gpualign ensure` builds, started by the GPU Operator's own driver container spec on the lab's real node.
+
+The real node is labelled as the operator selects a Debian 12 GPU node on 6.1.0-50-amd64, so the real operator
+renders its driver DaemonSet for that kernel, naming the built image. That DaemonSet's pod template runs on the real
+node as the operator wrote it (command, args, environment, mounts, privileges, probes), with two changes, both
+because the lab is offline: its init container (NVIDIA's k8s-driver-manager, whose image is not reachable here; on a
+node with no driver loaded it has nothing to evict or unload) is left out, and the node's own taint is tolerated.
+
+The node's kernel is not the image's, so `nvidia-driver init` must run to gpualign's kernel check and stop there in
+one line. No GPU exists here, and none is faked: what runs without a driver is run (usage, the peermem probe,
+`nvidia-smi -h`, the library set); loading into a GPU node's Debian 6.1 kernel is what this cannot show.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from gpualign.lab import realnode
+from tests.conftest import Lab, run_cli, start_lab
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+KERNEL = "6.1.0-50-amd64"
+TAG = f"535-{KERNEL}-debian12"
+NS = "gpu-operator"
+SELECTED_AS = {"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.present": "true",
+               "nvidia.com/gpu.deploy.driver": "true", "feature.node.kubernetes.io/kernel-version.full": KERNEL,
+               "feature.node.kubernetes.io/system-os_release.ID": "debian",
+               "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
+               "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12", "pool": "debian"}
+
+
+# What the operator's spec makes on the host (its DirectoryOrCreate volumes, the lock file), removed afterwards
+HOST_PATHS = ("/run/nvidia", "/run/nvidia/validations", "/run/nvidia/driver", "/run/nvidia/driver/lib",
+              "/run/nvidia/driver/lib/firmware", "/run/nvidia/nvidia-driver.pid", "/run/nvidia-fabricmanager",
+              "/run/nvidia-topologyd", "/run/mellanox", "/run/mellanox/drivers", "/run/mellanox/drivers/usr",
+              "/run/mellanox/drivers/usr/src", "/dev/log")
+
+
+@contextlib.contextmanager
+def host_like_a_systemd_node() -> Iterator[None]:
+    """The operator's spec mounts /run/nvidia Bidirectional and /run/mellanox/drivers HostToContainer, which need a
+    shared host mount: systemd makes / shared on every node, and this host has no systemd (/ is private). So each is
+    bind-mounted on itself and made shared for the test, and /dev/log (journald's socket on a systemd node) is
+    made; afterwards every path the test or the pod made is removed."""
+    before = {p for p in HOST_PATHS if os.path.lexists(p)}
+    mounted: list[str] = []
+    sock = None
+    try:
+        for path in ("/run/nvidia", "/run/mellanox/drivers"):
+            os.makedirs(path, exist_ok=True)
+            subprocess.run(["mount", "--bind", path, path], check=True)
+            mounted.append(path)
+            subprocess.run(["mount", "--make-shared", path], check=True)
+        if "/dev/log" not in before:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind("/dev/log")
+        yield
+    finally:
+        for path in reversed(mounted):
+            subprocess.run(["umount", "-R", "-l", path], check=False)
+        if sock is not None:
+            sock.close()
+        for path in sorted(set(HOST_PATHS) - before, key=lambda x: x.count("/"), reverse=True):
+            with contextlib.suppress(OSError):
+                if os.path.isdir(path) and not os.path.islink(path):
+                    os.rmdir(path)
+                else:
+                    os.unlink(path)
+        left = [p for p in HOST_PATHS if os.path.lexists(p) and p not in before]
+        assert not left, f"left on the host: {left}"
+
+
+@pytest.fixture(scope="module")
+def oplab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    state_dir = tmp_path_factory.mktemp("dropin") / "state"
+    lab = start_lab(state_dir, "operator-debian", real_node=True)
+    try:
+        yield lab
+    finally:
+        run_cli("lab", "down", env={"GPUALIGN_LAB_DIR": str(state_dir)})
+
+
+def operator_template(lab: Lab) -> dict:
+    """The pod template of the operator's DaemonSet for KERNEL, once the operator has rendered it."""
+    kube = lab.kube()
+
+    def rendered() -> dict | None:
+        for ds in kube.get_json(f"/apis/apps/v1/namespaces/{NS}/daemonsets")["items"]:
+            selector = ds["spec"]["template"]["spec"].get("nodeSelector") or {}
+            if selector.get("feature.node.kubernetes.io/kernel-version.full") == KERNEL:
+                return ds
+        return None
+
+    return wait_for(rendered, timeout=90, what=f"the operator's driver DaemonSet for {KERNEL}")
+
+
+def on_the_real_node(template: dict, name: str, **changes: object) -> dict:
+    spec = json.loads(json.dumps(template["spec"]["template"]["spec"]))
+    spec.pop("initContainers", None)  # NVIDIA's k8s-driver-manager: its image is not reachable offline
+    spec["containers"] = [c for c in spec["containers"] if c["name"] == "nvidia-driver-ctr"]
+    spec["nodeName"] = realnode.NAME
+    spec["tolerations"] = [*(spec.get("tolerations") or []),
+                           {"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}]
+    for key, value in changes.items():
+        spec[key] = value
+    used = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts") or []}
+    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] in used]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "labels": {"gpualign.io/test": "dropin"}}, "spec": spec}
+
+
+@pytest.mark.timeout(2400)  # cold: NVIDIA's modules compiled once (cached for every later build)
+def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_the_kernel_check(oplab):
+    lab = oplab
+    kube = lab.kube()
+    built = lab.cli("ensure", TAG, "--ledger", f"registry://{lab.registry}/nvidia/driver", timeout=2000)
+    assert built.code == 0, built.out + built.err
+    kube.patch(f"/api/v1/nodes/{realnode.NAME}", {"metadata": {"labels": SELECTED_AS}})
+    template = operator_template(lab)
+    ctr = template["spec"]["template"]["spec"]["containers"][0]
+    assert ctr["name"] == "nvidia-driver-ctr" and ctr["image"] == f"{lab.registry}/nvidia/driver:{TAG}"
+    assert ctr["command"] == ["nvidia-driver"] and ctr["args"] == ["init"]
+    host = os.uname().release
+    with host_like_a_systemd_node():
+        pod = on_the_real_node(template, "driver-init")
+        started = time.monotonic()
+        assert kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body=pod).status_code == 201
+
+        def terminated() -> dict | None:
+            got = kube.get(f"/api/v1/namespaces/{NS}/pods/driver-init") or {}
+            for status in (got.get("status") or {}).get("containerStatuses") or []:
+                term = (status.get("state") or {}).get("terminated") or \
+                    (status.get("lastState") or {}).get("terminated")
+                if term:
+                    return term
+            return None
+
+        term = wait_for(terminated, timeout=120, what="nvidia-driver init to stop on the real node")
+        took = time.monotonic() - started
+        logs = lab.kubectl("logs", "-n", NS, "driver-init", "-c", "nvidia-driver-ctr", "--previous").stdout or \
+            lab.kubectl("logs", "-n", NS, "driver-init", "-c", "nvidia-driver-ctr").stdout
+        ran = kube.get(f"/api/v1/namespaces/{NS}/pods/driver-init")
+        assert ran is not None
+        kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/driver-init", params={"gracePeriodSeconds": "0"})
+
+        # the contract's other commands, in the same spec, where no driver is loaded
+        probe = on_the_real_node(template, "driver-contract", restartPolicy="Never")
+        probe["spec"]["containers"][0].pop("startupProbe", None)
+        probe["spec"]["containers"][0]["command"] = ["sh", "-c"]
+        probe["spec"]["containers"][0]["args"] = [
+            "nvidia-driver; echo usage=$?; nvidia-driver probe_nvidia_peermem; echo probe=$?; "
+            "nvidia-smi -h | head -n 1; nvidia-smi; echo smi=$?; "
+            "ldconfig -p | grep -E 'lib(cuda|nvidia-ml|nvidia-ptxjitcompiler|nvidia-cfg)\\.so\\.1 ' | sort; "
+            "nvidia-persistenced --version | grep version"]
+        assert kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body=probe).status_code == 201
+        wait_for(lambda: ((kube.get(f"/api/v1/namespaces/{NS}/pods/driver-contract") or {}).get("status") or {})
+                 .get("phase") in ("Succeeded", "Failed"), timeout=120, what="the contract pod")
+        contract = lab.kubectl("logs", "-n", NS, "driver-contract").stdout
+        kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/driver-contract", params={"gracePeriodSeconds": "0"})
+        wait_for(lambda: not kube.get_json(f"/api/v1/namespaces/{NS}/pods",
+                                           params={"labelSelector": "gpualign.io/test=dropin"})["items"],
+                 timeout=60, what="the test's pods gone")
+
+    # it ran the operator's command in the operator's mounts and environment, and refused at the kernel check
+    c = ran["spec"]["containers"][0]
+    mounts = [m for m in c["volumeMounts"] if not m["name"].startswith("kube-api-access-")]  # the token, added
+    assert (c["command"], c["args"], c["env"], mounts, c["securityContext"]) == (
+        ctr["command"], ctr["args"], ctr["env"], ctr["volumeMounts"], ctr["securityContext"])
+    assert term["exitCode"] == 1, term
+    lines = [ln for ln in logs.splitlines() if ln.strip()]
+    assert "========== NVIDIA Software Installer ==========" in lines
+    assert f"Starting installation of NVIDIA driver branch 535 for Linux kernel version {host}" in lines
+    refusal = (f"gpualign: driver image 535-{KERNEL} holds NVIDIA 535.309.01 modules built and verified for kernel "
+               f"{KERNEL}; this node runs {host}: refusing to load (the kernel would refuse them: version magic "
+               "and symbol CRCs differ)")
+    assert lines[-1] == refusal and lines.count(refusal) == 1, logs
+    assert not any("Unloading" in ln or "Loading" in ln for ln in lines)  # nothing loaded was touched
+    print(f"operator pod created -> refusal: {took:.1f}s")
+
+    assert "usage=1" in contract and "probe=0" in contract, contract
+    assert "MOFED drivers are not ready, skipping probe" in contract
+    assert "NVIDIA System Management Interface -- v535.309.01" in contract
+    assert "couldn't communicate with the NVIDIA driver" in contract and "smi=9" in contract
+    for soname in ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1", "libnvidia-cfg.so.1"):
+        assert soname in contract, soname
+    assert "nvidia-persistenced:  version" in contract
