@@ -206,7 +206,21 @@ def ensure_story() -> None:
         "jsonpath={.items[*].status.phase}", show=False, echo=False).stdout, timeout=60)
     gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o", "wide")
+    dropin_story(tag)
     mistagged_story(ledger, kubectl, tag)
+
+
+def dropin_story(tag: str) -> None:
+    import json
+
+    node = json.loads(gpualign("lab", "status", "-o", "json", show=False, echo=False).stdout).get("realNode")
+    say("    deb-1 is simulated. The image is NVIDIA's kind of driver container: the GPU Operator's own pod spec")
+    say("    runs `nvidia-driver init` from it. On the lab's real node (a kubelet, whose kernel is not 6.1.0-50),")
+    say("    init runs up to gpualign's kernel check and stops there, in one line:")
+    if not node:
+        say("    (this machine gave the lab no real node: see `gpualign lab up --help`; step skipped)")
+        return
+    gpualign("lab", "run-driver", tag)
 
 
 def mistagged_story(ledger: str, kubectl: str, built: str) -> None:

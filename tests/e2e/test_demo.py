@@ -34,6 +34,7 @@ def test_demo_tells_the_whole_story(tmp_path):
                    "wrong-image", "its modules would not load on 6.1.0-47-amd64", "CrashLoopBackOff",
                    "insmod: ERROR: could not insert module", "disagrees about version of symbol",
                    "became the leader", "lab-system   Ready",
+                   "nvidia-driver init in ", "refusing to load (the kernel would refuse them",
                    "The end."):
         assert needle in out, needle
     assert not (tmp_path / "gpualign" / "demo").exists()  # the demo lab was taken down

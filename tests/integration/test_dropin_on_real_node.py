@@ -13,17 +13,14 @@ one line. No GPU exists here, and none is faked: what runs without a driver is r
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from gpualign.lab import realnode
+from gpualign.lab import driver_pod, realnode
 from tests.conftest import Lab, run_cli, start_lab
 from tests.helpers import wait_for
 
@@ -36,47 +33,6 @@ SELECTED_AS = {"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.co
                "feature.node.kubernetes.io/system-os_release.ID": "debian",
                "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
                "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12", "pool": "debian"}
-
-
-# What the operator's spec makes on the host (its DirectoryOrCreate volumes, the lock file), removed afterwards
-HOST_PATHS = ("/run/nvidia", "/run/nvidia/validations", "/run/nvidia/driver", "/run/nvidia/driver/lib",
-              "/run/nvidia/driver/lib/firmware", "/run/nvidia/nvidia-driver.pid", "/run/nvidia-fabricmanager",
-              "/run/nvidia-topologyd", "/run/mellanox", "/run/mellanox/drivers", "/run/mellanox/drivers/usr",
-              "/run/mellanox/drivers/usr/src", "/dev/log")
-
-
-@contextlib.contextmanager
-def host_like_a_systemd_node() -> Iterator[None]:
-    """The operator's spec mounts /run/nvidia Bidirectional and /run/mellanox/drivers HostToContainer, which need a
-    shared host mount: systemd makes / shared on every node, and this host has no systemd (/ is private). So each is
-    bind-mounted on itself and made shared for the test, and /dev/log (journald's socket on a systemd node) is
-    made; afterwards every path the test or the pod made is removed."""
-    before = {p for p in HOST_PATHS if os.path.lexists(p)}
-    mounted: list[str] = []
-    sock = None
-    try:
-        for path in ("/run/nvidia", "/run/mellanox/drivers"):
-            os.makedirs(path, exist_ok=True)
-            subprocess.run(["mount", "--bind", path, path], check=True)
-            mounted.append(path)
-            subprocess.run(["mount", "--make-shared", path], check=True)
-        if "/dev/log" not in before:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.bind("/dev/log")
-        yield
-    finally:
-        for path in reversed(mounted):
-            subprocess.run(["umount", "-R", "-l", path], check=False)
-        if sock is not None:
-            sock.close()
-        for path in sorted(set(HOST_PATHS) - before, key=lambda x: x.count("/"), reverse=True):
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.rmdir(path)
-                else:
-                    os.unlink(path)
-        left = [p for p in HOST_PATHS if os.path.lexists(p) and p not in before]
-        assert not left, f"left on the host: {left}"
 
 
 @pytest.fixture(scope="module")
@@ -103,21 +59,6 @@ def operator_template(lab: Lab) -> dict:
     return wait_for(rendered, timeout=90, what=f"the operator's driver DaemonSet for {KERNEL}")
 
 
-def on_the_real_node(template: dict, name: str, **changes: object) -> dict:
-    spec = json.loads(json.dumps(template["spec"]["template"]["spec"]))
-    spec.pop("initContainers", None)  # NVIDIA's k8s-driver-manager: its image is not reachable offline
-    spec["containers"] = [c for c in spec["containers"] if c["name"] == "nvidia-driver-ctr"]
-    spec["nodeName"] = realnode.NAME
-    spec["tolerations"] = [*(spec.get("tolerations") or []),
-                           {"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}]
-    for key, value in changes.items():
-        spec[key] = value
-    used = {m["name"] for c in spec["containers"] for m in c.get("volumeMounts") or []}
-    spec["volumes"] = [v for v in spec.get("volumes") or [] if v["name"] in used]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NS, "labels": {"gpualign.io/test": "dropin"}}, "spec": spec}
-
-
 @pytest.mark.timeout(2400)  # cold: NVIDIA's modules compiled once (cached for every later build)
 def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_the_kernel_check(oplab):
     lab = oplab
@@ -130,8 +71,9 @@ def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_
     assert ctr["name"] == "nvidia-driver-ctr" and ctr["image"] == f"{lab.registry}/nvidia/driver:{TAG}"
     assert ctr["command"] == ["nvidia-driver"] and ctr["args"] == ["init"]
     host = os.uname().release
-    with host_like_a_systemd_node():
-        pod = on_the_real_node(template, "driver-init")
+    before = {p for p in driver_pod.HOST_PATHS if os.path.lexists(p)}
+    with driver_pod.host_prepared():
+        pod = driver_pod.pod_for(template["spec"]["template"], "driver-init", NS)
         started = time.monotonic()
         assert kube.request("POST", f"/api/v1/namespaces/{NS}/pods", body=pod).status_code == 201
 
@@ -153,7 +95,7 @@ def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_
         kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/driver-init", params={"gracePeriodSeconds": "0"})
 
         # the contract's other commands, in the same spec, where no driver is loaded
-        probe = on_the_real_node(template, "driver-contract", restartPolicy="Never")
+        probe = driver_pod.pod_for(template["spec"]["template"], "driver-contract", NS, restartPolicy="Never")
         probe["spec"]["containers"][0].pop("startupProbe", None)
         probe["spec"]["containers"][0]["command"] = ["sh", "-c"]
         probe["spec"]["containers"][0]["args"] = [
@@ -185,6 +127,12 @@ def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_
     assert lines[-1] == refusal and lines.count(refusal) == 1, logs
     assert not any("Unloading" in ln or "Loading" in ln for ln in lines)  # nothing loaded was touched
     print(f"operator pod created -> refusal: {took:.1f}s")
+
+    # the same through `gpualign lab run-driver`, which the demo uses
+    via = json.loads(lab.cli("lab", "run-driver", TAG, "-o", "json", timeout=300).out)
+    assert via["source"].startswith("the GPU Operator's DaemonSet gpu-operator/") and via["exitCode"] == 1
+    assert via["command"] == ["nvidia-driver"] and via["args"] == ["init"] and via["log"][-1] == refusal
+    assert driver_pod.leftovers(before) == []
 
     assert "usage=1" in contract and "probe=0" in contract, contract
     assert "MOFED drivers are not ready, skipping probe" in contract

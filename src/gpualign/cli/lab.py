@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -458,6 +459,70 @@ def logs(
         return
     tail = processes.log_tail(log, lines)
     print(tail if tail else f"(empty: {log})")
+
+
+@app.command("run-driver")
+def run_driver(
+    tag: Annotated[str, typer.Argument(help="driver image tag in the lab registry, e.g. 535-6.1.0-50-amd64-debian12")],
+    repo: Annotated[str, typer.Option(metavar="REPO", help="repository in the lab registry")] = "nvidia/driver",
+    namespace: Annotated[str, typer.Option(metavar="NS", help="namespace of the operator's DaemonSets, and of the "
+                                                                "pod")] = "gpu-operator",
+    timeout: Annotated[float, typer.Option(metavar="SECONDS", help="how long to wait for the container")] = 120,
+    output: OutputOpt = Output.table,
+    state_dir: StateDirOpt = None,
+) -> None:
+    """Run a driver image on the lab's real node as the GPU Operator runs it: the operator's own driver container
+    spec (its DaemonSet for the image's kernel when the lab runs the operator, else its manifest), on the node
+    labelled as the operator selects a GPU node of that kernel. Prints what nvidia-driver did; the pod, the labels
+    and what the spec made on the host are removed afterwards. See README, "What is proven here"."""
+    from gpualign.cli.common import emit_data
+    from gpualign.ensure import tagspec
+    from gpualign.kube import Kube
+    from gpualign.lab import cluster, driver_pod, realnode, versions
+
+    spec = tagspec.parse(tag)
+    sdir, _ = _dirs(state_dir, None)
+    state = cluster.require(sdir)
+    if "kubelet" not in state.procs:
+        raise BadInput(f"the lab in {sdir} has no real node: start it with `gpualign lab up --real-node`")
+    version = re.sub(r"^[a-z]+", "", spec.os_tag)
+    labels = driver_pod.selected_as(spec.kernel, spec.family, version)
+    kube = Kube(str(state.kubeconfig))
+    node_path = f"/api/v1/nodes/{realnode.NAME}"
+    before = dict(kube.get_json(node_path)["metadata"].get("labels") or {})
+    image = f"{state.registry}/{repo}:{tag}"
+    try:
+        kube.patch(node_path, {"metadata": {"labels": labels}})
+        if "gpu-operator" in state.procs:  # the operator renders a DaemonSet for a kernel once a node has it
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                template, source = driver_pod.operator_spec(kube, Path(state.bin_dir), image, spec.kernel, namespace)
+                if "DaemonSet" in source:
+                    break
+                time.sleep(0.5)
+        template, source = driver_pod.operator_spec(kube, Path(state.bin_dir), image, spec.kernel, namespace)
+        kube.patch(node_path, {"metadata": {"labels": template["spec"].get("nodeSelector") or {}}})
+        progress(f"running {image} on {realnode.NAME} with {source}'s driver container")
+        pod = driver_pod.pod_for(template, f"driver-{spec.kernel}"[:63].rstrip("-."), namespace)
+        kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", str(state.kubeconfig)]
+        with driver_pod.host_prepared():
+            ran = driver_pod.run(kube, kubectl, pod, source, timeout=timeout)
+    finally:
+        now = kube.get_json(node_path)["metadata"].get("labels") or {}
+        kube.patch(node_path, {"metadata": {"labels": {k: before.get(k) for k in now if before.get(k) != now[k]}}})
+        kube.close()
+    container = ran.pod["spec"]["containers"][0]
+    if output in (Output.json, Output.yaml):
+        emit_data({"image": image, "source": ran.source, "command": container.get("command"),
+                   "args": container.get("args"), "exitCode": ran.exit_code, "seconds": round(ran.seconds, 2),
+                   "log": ran.log.splitlines()}, output)
+        return
+    stdout.print(f"{' '.join([*container.get('command', []), *container.get('args', [])])} in {image}, "
+                 f"on {realnode.NAME} ({versions.KUBERNETES} kubelet):", markup=False, highlight=False)
+    sys.stdout.write(ran.log if ran.log.endswith("\n") or not ran.log else ran.log + "\n")
+    sys.stdout.flush()
+    ended = "still running" if ran.exit_code is None else f"exited {ran.exit_code}"
+    progress(f"the container {ended} {ran.seconds:.1f}s after the pod was created")
 
 
 def register(root: typer.Typer) -> None:
