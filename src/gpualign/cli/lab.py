@@ -503,7 +503,9 @@ def run_driver(
         template, source = driver_pod.operator_spec(kube, Path(state.bin_dir), image, spec.kernel, namespace)
         kube.patch(node_path, {"metadata": {"labels": template["spec"].get("nodeSelector") or {}}})
         progress(f"running {image} on {realnode.NAME} with {source}'s driver container")
-        pod = driver_pod.pod_for(template, f"driver-{spec.kernel}"[:63].rstrip("-."), namespace)
+        # restartPolicy Never (the DaemonSet's is Always): one run, its whole log
+        pod = driver_pod.pod_for(template, f"driver-{spec.kernel}"[:63].rstrip("-."), namespace,
+                                 restartPolicy="Never")
         kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", str(state.kubeconfig)]
         with driver_pod.host_prepared():
             ran = driver_pod.run(kube, kubectl, pod, source, timeout=timeout)

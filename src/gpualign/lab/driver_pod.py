@@ -1,11 +1,13 @@
 """A driver image run on the lab's real node as the GPU Operator runs it: the operator's own driver container spec.
 
 The spec is the pod template of the operator's driver DaemonSet for the image's kernel when the lab runs the operator
-(the operator-* scenarios), else the operator's manifest (`manifests/state-driver/0500_daemonset.yaml`, from the
-module version the lab builds) with the image filled in, as the operator fills it. Two changes, both because the lab
-is offline: the init container (NVIDIA's k8s-driver-manager, whose image is not reachable; on a node with no driver
-loaded it has nothing to evict or unload) is left out, and the real node's taint is tolerated. Only the driver
-container (`nvidia-driver-ctr`) runs; the side containers need a MOFED, GDS or OpenShift driver toolkit.
+(the operator-* scenarios; a DaemonSet owned by a ClusterPolicy or an NVIDIADriver), else the operator's manifest
+(its asset `state-driver/0500_daemonset.yaml`, from the module version the lab builds) with the image filled in, as
+the operator fills it. Two changes, both because the lab is offline: the init container (NVIDIA's
+k8s-driver-manager, whose image is not reachable; on a node with no driver loaded it has nothing to evict or unload)
+is left out, and the real node's taint is tolerated. Only the driver container (`nvidia-driver-ctr`) runs; the side
+containers need a MOFED, GDS or OpenShift driver toolkit. `lab run-driver` also makes it a pod of one run
+(restartPolicy Never), so its whole log is read.
 
 The spec mounts /run/nvidia Bidirectional and /run/mellanox/drivers HostToContainer, which need a shared host
 mount: systemd makes / shared on every node, and a host without systemd has it private. So for the run each is
@@ -64,16 +66,20 @@ def selected_as(kernel: str, os_id: str, os_version: str) -> dict[str, str]:
 def operator_spec(kube: Kube, bin_dir: Path, image: str, kernel: str, namespace: str) -> tuple[dict[str, Any], str]:
     """(the driver DaemonSet's pod template, where it came from) for `kernel`, with the image set."""
     for ds in kube.get_json(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"]:
+        owners = {o.get("kind") for o in ds["metadata"].get("ownerReferences") or []}
+        if not owners & {"ClusterPolicy", "NVIDIADriver"}:
+            continue  # the lab's own driver DaemonSets (for the simulated nodes) only look like the operator's
         spec = ds["spec"]["template"]["spec"]
         if (spec.get("nodeSelector") or {}).get(KERNEL_LABEL) == kernel and \
                 any(c["name"] == CONTAINER for c in spec["containers"]):
             template = json.loads(json.dumps(ds["spec"]["template"]))
             return template, f"the GPU Operator's DaemonSet {namespace}/{ds['metadata']['name']}"
-    path = operator.operator_files(bin_dir) / "opt" / "gpu-operator" / "manifests" / "state-driver" / \
-        "0500_daemonset.yaml"
+    # the ClusterPolicy path's asset (plain YAML; the NVIDIADriver path's manifests are Go templates)
+    path = operator.operator_files(bin_dir) / "opt" / "gpu-operator" / "state-driver" / "0500_daemonset.yaml"
     template = YAML(typ="safe").load(path.read_text())["spec"]["template"]
     for c in template["spec"]["containers"]:
         c["image"] = image
+    template["spec"].pop("serviceAccountName", None)  # the operator makes it with the DaemonSet; here there is none
     return template, f"the GPU Operator's manifest {path.name}"
 
 
