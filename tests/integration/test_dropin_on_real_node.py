@@ -119,19 +119,21 @@ def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_
         ctr["command"], ctr["args"], ctr["env"], ctr["volumeMounts"], ctr["securityContext"])
     assert term["exitCode"] == 1, term
     lines = [ln for ln in logs.splitlines() if ln.strip()]
-    assert "========== NVIDIA Software Installer ==========" in lines
-    assert f"Starting installation of NVIDIA driver branch 535 for Linux kernel version {host}" in lines
     refusal = (f"gpualign: driver image 535-{KERNEL} holds NVIDIA 535.309.01 modules built and verified for kernel "
                f"{KERNEL}; this node runs {host}: refusing to load (the kernel would refuse them: version magic "
                "and symbol CRCs differ)")
-    assert lines[-1] == refusal and lines.count(refusal) == 1, logs
+    # all it printed: NVIDIA's banner (stdout) and the refusal (stderr); the log may interleave the two streams
+    banner = ["========== NVIDIA Software Installer ==========",
+              f"Starting installation of NVIDIA driver branch 535 for Linux kernel version {host}"]
+    assert sorted(lines) == sorted([*banner, refusal]), logs
     assert not any("Unloading" in ln or "Loading" in ln for ln in lines)  # nothing loaded was touched
     print(f"operator pod created -> refusal: {took:.1f}s")
 
     # the same through `gpualign lab run-driver`, which the demo uses
     via = json.loads(lab.cli("lab", "run-driver", TAG, "-o", "json", timeout=300).out)
     assert via["source"].startswith("the GPU Operator's DaemonSet gpu-operator/") and via["exitCode"] == 1
-    assert via["command"] == ["nvidia-driver"] and via["args"] == ["init"] and via["log"][-1] == refusal
+    assert via["command"] == ["nvidia-driver"] and via["args"] == ["init"]
+    assert sorted(ln for ln in via["log"] if ln.strip()) == sorted([*banner, refusal])
     assert driver_pod.leftovers(before) == []
 
     assert "usage=1" in contract and "probe=0" in contract, contract
