@@ -28,11 +28,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 KERNEL = "6.1.0-50-amd64"
 TAG = f"535-{KERNEL}-debian12"
 NS = "gpu-operator"
-SELECTED_AS = {"feature.node.kubernetes.io/pci-10de.present": "true", "nvidia.com/gpu.present": "true",
-               "nvidia.com/gpu.deploy.driver": "true", "feature.node.kubernetes.io/kernel-version.full": KERNEL,
-               "feature.node.kubernetes.io/system-os_release.ID": "debian",
-               "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
-               "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12", "pool": "debian"}
+SELECTED_AS = {**driver_pod.selected_as(KERNEL, "debian", "12"), "pool": "debian"}  # pool: the NVIDIADriver's
 
 
 @pytest.fixture(scope="module")

@@ -6,37 +6,28 @@ The image lives in buildah's storage under the cache (scripts/build_image.py bui
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from typing import Any
 
 from gpualign import __version__
 from gpualign.errors import LabError
-from gpualign.lab import realnode, versions
+from gpualign.lab import realnode
 
 LOCAL = f"localhost/gpualign:{__version__}"
 REPOSITORY = "gpualign"
 
 
-def buildah(*args: str) -> list[str]:
-    """buildah on the image cache's storage (vfs, as the image build uses it)."""
-    storage = versions.cache_root() / "containers"
-    return ["buildah", "--root", str(storage / "storage"), "--runroot", str(storage / "run"),
-            "--storage-driver", "vfs", *args]
-
-
 def push(registry: str) -> str:
     """Push the built image to the lab registry; return its reference there."""
-    if shutil.which("buildah") is None:
-        raise LabError("buildah not found: scripts/install-debs installs it (and `make image` builds the image)")
-    have = subprocess.run(buildah("images", "--format", "{{.Name}}:{{.Tag}}"), capture_output=True, text=True)
-    if LOCAL not in have.stdout.split():
-        raise LabError(f"gpualign's image {LOCAL} is not built: run `make image` (scripts/build_image.py)")
-    ref = f"{registry}/{REPOSITORY}:{__version__}"
-    proc = subprocess.run(buildah("push", "--quiet", "--tls-verify=false", LOCAL, f"docker://{ref}"),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LabError(f"pushing {LOCAL} to {ref} failed", detail=proc.stderr.strip()[-400:])
+    from gpualign.ensure.buildroot import BuildError
+    from gpualign.ensure.image import buildah  # the same buildah storage the image build and `ensure` use
+
+    try:
+        if LOCAL not in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
+            raise LabError(f"gpualign's image {LOCAL} is not built: run `make image` (scripts/build_image.py)")
+        ref = f"{registry}/{REPOSITORY}:{__version__}"
+        buildah("push", "--quiet", "--tls-verify=false", LOCAL, f"docker://{ref}")
+    except BuildError as err:
+        raise LabError(f"pushing {LOCAL} to the lab registry: {err.message}") from None
     return ref
 
 
