@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin image test test-unit demo lint bench clean
+.PHONY: setup deps venv lab-bin image test test-unit demo lint docs bench clean
 
 setup: deps venv lab-bin image
 
@@ -26,10 +26,15 @@ lab-bin: venv
 image: venv  # the container image, with buildah (cached; rebuilt when the source changes)
 	$(BIN)/python scripts/build_image.py
 
+# Independent tests run side by side (each lab takes its own ports and state dir; the real node's tests share one
+# worker): most of a lab test's time is waiting on the lab, not CPU.
+TEST_WORKERS ?= 4
+
 test: setup
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/mkdocs build --strict --quiet
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: venv
 	$(BIN)/pytest tests/unit
@@ -43,6 +48,9 @@ bench: setup  # every benchmark, each on its own lab; about an hour here. Result
 	$(BIN)/python bench/bench_upgrade.py --nodes 50 --pods-per-node 10 --parallel 1 5 10
 	$(BIN)/python bench/bench_controller.py --nodes 5000 --single 100 --burst 500
 	$(BIN)/python bench/bench_lab.py --nodes 5000 --repeat 3
+
+docs: venv  # the docs site, checked as `make test` checks it (a broken link or anchor fails), into build/site
+	$(BIN)/mkdocs build --strict
 
 lint: venv
 	$(BIN)/ruff check src tests bench scripts

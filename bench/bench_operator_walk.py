@@ -6,7 +6,7 @@ at once in both (the operator's driver pods carry no simulated load delay, so gp
 - operator: the lab's `operator-nvidiadriver` scenario plus an NVIDIADriver `bench` for the N nodes; autoUpgrade on;
   timed from the NVIDIADriver's version change (580 → 595) until every node is upgrade-done on the new driver.
 - gpualign: the same nodes and pods on a lab whose driver DaemonSet the lab owns (gpualign refuses to walk
-  operator-owned DaemonSets: the operator either walks them itself or deletes the state label, see README); timed
+  operator-owned DaemonSets: the operator either walks them itself or deletes the state label, see docs/gate.md); timed
   from `gpualign upgrade --to-branch 595` until it exits.
 Runs alternate (operator, gpualign, operator, gpualign, …), each on a fresh lab. Measured per run: wall time;
 node-seconds cordoned (sampled every 0.25 s); API requests by the walker's user agent from the API server's audit

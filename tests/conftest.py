@@ -95,3 +95,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield instance
     finally:
         run_cli("lab", "down", env={"GPUALIGN_LAB_DIR": str(state_dir)})
+
+
+# The modules that need the machine's one real node (the demo takes it as `make demo` does): one xdist group, so
+# they never run at once. Every other module is its own group, so a module's own lab (a scenario, a clean fleet) is
+# started once, on one worker. `make test` runs `pytest -n N --dist loadgroup`; without -n the marks do nothing.
+REAL_NODE_MODULES = frozenset({"test_real_node.py", "test_real_node_crash.py", "test_dropin_on_real_node.py",
+                               "test_demo.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = item.path.name
+        group = "real-node" if name in REAL_NODE_MODULES else str(item.path.relative_to(ROOT))
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -21,6 +21,11 @@ DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
 UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 
+# gpualign's gate (controller/gate.py) beside the operator's walk; status and why read them too.
+GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
+GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
+HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold
+
 # Driver pods, as the GPU Operator labels them.
 DRIVER_COMPONENT = "app.kubernetes.io/component"
 DRIVER_COMPONENT_VALUE = "nvidia-driver"

@@ -42,7 +42,7 @@ def test_the_wheel_carries_code_data_license_and_entry_points(built):
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     requires = [line for line in meta.splitlines() if line.startswith("Requires-Dist:")]
     assert "License-Expression: Apache-2.0" in meta and requires
-    assert not any("pydantic" in r for r in requires)  # start-up: typer 0.28, not 0.29 (see README, Layout)
+    assert not any("pydantic" in r for r in requires)  # start-up: typer 0.28, not 0.29 (see docs/contributing.md)
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "gpualign = gpualign.cli.app:main" in entry and "kubectl-gpualign = gpualign.cli.app:main" in entry
     assert sdist.stat().st_size > 0

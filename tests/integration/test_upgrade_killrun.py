@@ -65,7 +65,7 @@ def test_sigkill_at_boundaries_and_random_points_keeps_every_invariant(fleet, tm
             walk = UpgradeProcess.start(lab.env, *args)
             try:
                 # 200 s: a kill mid-eviction can leave a PDB counting a pod that was never deleted as disrupted,
-                # and the API server forgets that only after 2 minutes (see RELIABILITY.md)
+                # and the API server forgets that only after 2 minutes (see docs/reliability.md)
                 walk.wait_line(boundary, timeout=200)
             except AssertionError:
                 if walk.proc.poll() == 0:

@@ -51,7 +51,7 @@ def test_sigkill_at_every_state_boundary_then_resume(rlab):
     for boundary in BOUNDARIES:
         walk = UpgradeProcess.start(lab.env, "--to-branch", "595", "--ledger", ledger)
         try:
-            walk.wait_line(boundary, timeout=200)  # a kill mid-eviction can hold a PDB for 2 min (RELIABILITY.md)
+            walk.wait_line(boundary, timeout=200)  # a kill mid-eviction can hold a PDB for 2 min (docs/reliability.md)
         except AssertionError:
             if walk.proc.poll() == 0:
                 break  # nothing left to interrupt

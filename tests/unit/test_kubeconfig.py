@@ -133,7 +133,7 @@ def test_a_server_that_does_not_answer_in_time_is_named_so_not_unreachable(tmp_p
 
 
 def test_a_fleet_report_says_when_a_kubeconfig_file_it_was_given_is_gone(tmp_path, monkeypatch, capsys):
-    from gpualign.cli import fleet
+    from gpualign.cli import clusters as fleet
 
     one = write(tmp_path, "a.yaml", kubeconfig_text("a", "https://127.0.0.1:9", None, "ctx-a", "ctx-a"))
     two = write(tmp_path, "b.yaml", kubeconfig_text("b", "https://127.0.0.1:10", None, "ctx-b", None))

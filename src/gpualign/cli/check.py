@@ -4,15 +4,12 @@ several clusters at once (one report)."""
 from __future__ import annotations
 
 import sys
-import threading
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, warn
-from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchOpt,
     BranchPolicyOpt,
@@ -32,144 +29,15 @@ from gpualign.cli.options import (
 )
 from gpualign.errors import EXIT_FINDINGS, BadInput
 
-if TYPE_CHECKING:
-    from gpualign.audit import Audit
-    from gpualign.branches import BranchPolicy
-    from gpualign.cli.source import Read
-    from gpualign.ensure.judge import Judgement
-    from gpualign.ledger.sources import Ledger
-    from gpualign.tags import Rules
-
 STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan",
                 "operator-mismatch": "bold magenta", "wrong-image": "bold red"}
-
-
-@dataclass(frozen=True)
-class Setup:
-    """What every cluster of one check shares: the flags, as read and checked once."""
-
-    pools: BranchPolicy
-    rules: Rules
-    available: Ledger | None  # --ledger, read once; None: each cluster's operator objects name the repositories
-    ledger: list[str]
-    flags_given: bool
-    policy_given: bool
-    repository: str | None
-    precompiled: bool
-    driver_version: str | None
-    operator_version: str | None
-    docker_config: Path | None
-    verify_modules: bool = False  # --verify-modules: pull present images' modules and check them as the kernel would
-    # registries read for the operator's repositories, shared by every cluster of one report (read once each)
-    repositories_read: dict[str, Ledger] = field(default_factory=dict)
-    repositories_lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-@dataclass
-class Checked:
-    audit: Audit
-    body: dict[str, Any]  # the JSON report's body (nodes, missing, summary, operator, rules, ledger, warnings)
-    warnings: list[str]  # to say on stderr (the read's own notes are said as soon as it is read)
-
-
-def check_cluster(read: Read, setup: Setup) -> Checked:
-    """One cluster's (or dump's) check, from what was read and the shared flags."""
-    from gpualign.audit import audit
-    from gpualign.cli.inputs import repository_for
-    from gpualign.expect import from_flags, from_operator
-    from gpualign.ledger import sources
-    from gpualign.tags import for_operator
-
-    inv, view = read.inventory, read.view
-    config = view.config if view else None
-    notes = list(view.notes) if view else []  # what could not be read (RBAC, an unknown version)
-    warnings: list[str] = []
-    if not setup.ledger and config is None:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
-                       "check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
-    rule_set, version_note = for_operator(setup.rules, setup.operator_version or (config.version if config else None))
-    if version_note:
-        warnings.append(version_note)
-    if setup.flags_given or config is None:
-        expect = from_flags(setup.pools, repository=repository_for(setup.repository, setup.ledger),
-                            precompiled=setup.precompiled, driver_version=setup.driver_version,
-                            policy_file=setup.policy_given)
-    else:
-        expect = from_operator(config)
-    ledger: sources.Ledger | sources.RepoLedgers
-    if setup.available is None:
-        assert config is not None
-        with setup.repositories_lock:
-            ledger = sources.load_repositories(
-                [s.repository for s in config.sources if s.repository and not s.problem],
-                docker_config=setup.docker_config, read=setup.repositories_read)
-    else:
-        ledger = setup.available
-    if config:
-        warnings.extend(config.warnings)
-        if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
-            known = sorted(rule_set.published_branches | set(rule_set.branches), key=int)
-            for src in config.sources:
-                version = src.version or ""
-                if src.precompiled and version.isdigit() and version not in known:
-                    warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
-                                    f"({', '.join(known)}): every image for it counts as in-house")
-    result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                   planned=view.planned if view and config else None)
-    if any(sources.is_registry(s) for s in ledger.sources):
-        from gpualign import labels as L
-
-        secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
-        found = _judge(result, setup.docker_config, warnings, setup.verify_modules, secure)
-        if found.wrong or found.unverified or found.verified:  # the same audit, told what the images really are
-            result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                           planned=view.planned if view and config else None, wrong=found.wrong,
-                           unverified=found.unverified, verified=found.verified)
-    if (setup.flags_given or config is None) and \
-            repository_for(setup.repository, setup.ledger) == "nvcr.io/nvidia/driver" and \
-            any(action == "build" for _, _, _, action in result.missing_actions()):
-        warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
-                        "cannot push to: pass --repository with your registry's repository (or a registry ledger)")
-    if config and not config.nvidiadriver_mode and not setup.flags_given:
-        ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
-        if len(ostags) > 1:
-            warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
-                            f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
-                            "others get images built for another OS (use one NVIDIADriver per OS pool)")
-    body = result.as_dict()
-    body["operator"] = None if config is None else {
-        "cluster_policy": config.cluster_policy, "version": config.version,
-        "mode": "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy",
-        "sources": [s.origin for s in config.sources]}
-    body["rules"] = {"source": rule_set.source, "operator_version": rule_set.operator_version}
-    body["ledger"] = list(ledger.sources)
-    body["warnings"] = notes + warnings
-    return Checked(result, body, warnings)
-
-
-def _judge(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
-           secure_boot: frozenset[str] = frozenset()) -> Judgement:
-    """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
-    kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
-    against is left unverified, and says so)."""
-    from gpualign.audit import PRESENT
-    from gpualign.ensure.judge import OFF, STRICT, judge
-
-    needs: dict[str, set[str | None]] = {}
-    for f in result.findings:
-        if f.status == PRESENT and f.image:
-            needs.setdefault(f.image, set()).add(f.kernel)
-    found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
-                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot})
-    warnings.extend(found.warnings)
-    return found
 
 
 def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wide: bool, no_headers: bool,
                  fleet: bool) -> str:
     """The check table (with CLUSTER first for a fleet), then the missing images and what to do about each."""
     from gpualign.cli.table import Styled, render, use_color
-    from gpualign.fleetreport import grouped
+    from gpualign.clusters import grouped
 
     cols = (["CLUSTER"] if fleet else []) + ["NODE", "OS", "KERNEL", "BRANCH", "REQUIRED TAG", "STATUS",
                                               "DRIVER POD"]
@@ -273,17 +141,21 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
-    from gpualign.cli import fleet
+    from gpualign.cli import clusters
+    from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, driver_version_flag, stdin_once
-    from gpualign.cli.source import load_ledger, no_gpu_nodes, read_nodes
     from gpualign.tags import load_rules
+    from gpualign.usecases.check import Setup, check_cluster
+    from gpualign.usecases.clusters import read_all
+    from gpualign.usecases.ledgers import load_ledger
+    from gpualign.usecases.nodes import no_gpu_nodes, read_nodes
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
-    timeout = fleet.parse_timeout(request_timeout)
+    timeout = clusters.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = fleet.contexts(kubeconfig, context, all_contexts)
+    names = clusters.contexts(kubeconfig, context, all_contexts)
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
     if not ledger and (nodes_file or flags_given):
@@ -293,13 +165,13 @@ def check(
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     check_known_branches(pools, rule_set)
-    setup = Setup(pools, rule_set, load_ledger(ledger, docker_config) if ledger else None, list(ledger or []),
-                  flags_given, policy_given, repository, not no_precompiled, driver_version, operator_version,
-                  docker_config, verify_modules)
+    setup = Setup(pools, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
+                  list(ledger or []), flags_given, policy_given, repository, not no_precompiled, driver_version,
+                  operator_version, docker_config, verify_modules, warn=warn)
     wide = output is Output.wide
     if names is None:  # one cluster, or a dump
         read = read_nodes(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
-                          timeout=timeout)
+                          timeout=timeout, say=say_tty, warn=warn)
         for note in read.view.notes if read.view else ():
             warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
         checked = check_cluster(read, setup)
@@ -319,20 +191,20 @@ def check(
         return
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
-        read = read_nodes(None, kubeconfig, name, selector, with_operator=True, timeout=timeout, announce=False)
+        read = read_nodes(None, kubeconfig, name, selector, with_operator=True, timeout=timeout)
         checked = check_cluster(read, setup)
         if not read.inventory.nodes:
             checked.body["warnings"].append(no_gpu_nodes(selector))
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
         return checked.body, clean, read.source["cluster"]["server"]
 
-    from gpualign.fleetreport import exit_code, merge_check
+    from gpualign.clusters import exit_code, merge_check
 
-    reads = fleet.read_all(names, one, timeout)
-    fleet.say_outcomes(reads)
+    reads = read_all(names, one, timeout)
+    clusters.say_outcomes(reads)
     merged = merge_check(reads)
     if output in (Output.json, Output.yaml):
-        emit_data(report("FleetCheckReport", {"kubeconfig": fleet.kubeconfig_read(kubeconfig), "contexts": names,
+        emit_data(report("FleetCheckReport", {"kubeconfig": clusters.kubeconfig_read(kubeconfig), "contexts": names,
                                               "ledger": setup.ledger}, merged), output)
     else:
         text = render_check(merged["nodes"], merged["missing"], wide, no_headers, fleet=True) + "\n"

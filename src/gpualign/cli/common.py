@@ -8,7 +8,7 @@ from typing import Any
 
 from gpualign.cli.options import Output
 
-__all__ = ["Output", "emit_data", "progress", "stderr", "stdout", "warn"]
+__all__ = ["Output", "emit_data", "progress", "say_tty", "stderr", "stdout", "warn"]
 
 
 class _LazyConsole:
@@ -45,6 +45,12 @@ def progress(message: str) -> None:
         stderr.print(f"[dim]…[/dim] {message}")
     else:
         print(f"... {message}", file=sys.stderr, flush=True)
+
+
+def say_tty(text: str) -> None:
+    """What was read (a cluster, a file, a ledger): on a terminal only, so pipelines and logs stay clean."""
+    if sys.stderr.isatty():
+        print(f"gpualign: {text}", file=sys.stderr, flush=True)
 
 
 def warn(message: str) -> None:

@@ -79,13 +79,14 @@ def controller(
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
     from gpualign.cli.common import warn
-    from gpualign.cli.inputs import branch_policy, repository_for
+    from gpualign.cli.inputs import branch_policy
     from gpualign.controller.run import Options, run
     from gpualign.ensure.judge import judge
     from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube
     from gpualign.ledger import sources
     from gpualign.tags import for_operator, load_rules
+    from gpualign.usecases.ledgers import repository_for
 
     host, sep, port = listen.rpartition(":")
     if not sep or not port.isdigit():
@@ -132,7 +133,7 @@ def controller(
                  else "has spec.driver.upgradePolicy.autoUpgrade off")
               + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
                 "autoUpgrade is turned on")
-    opts = Options(repository=repository_for(repository, ledger or []), ledger_refresh=ledger_refresh,
+    opts = Options(repository=repository_for(repository, ledger or [], warn), ledger_refresh=ledger_refresh,
                    gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpualign.cli.clusters import RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, warn
-from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import (
     ContextOpt,
@@ -204,19 +204,20 @@ def check_cmd(
     \b
         gpualign cuda check --cuda 12.8
     """
-    from gpualign.cli.source import read_nodes
+    from gpualign.cli.common import say_tty
     from gpualign.cuda import node_affinity
     from gpualign.nodeaffinity import required_matches
+    from gpualign.usecases.nodes import read_nodes
 
     if bool(cuda) == bool(image):
         raise BadInput("pass exactly one of --cuda VERSION or --image REF")
     if image:
         cuda = _cuda_of_image(image, docker_config)
     minimum = _minimum(cuda, minor_compat)
-    from gpualign.cli.fleet import parse_timeout
+    from gpualign.cli.clusters import parse_timeout
 
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
-                      timeout=parse_timeout(request_timeout))
+                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn)
     inv = read.inventory
     aff = node_affinity(minimum, "both")
     able: list[NodeFacts] = []

@@ -6,8 +6,8 @@ from typing import Annotated
 
 import typer
 
+from gpualign.cli.clusters import RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, stdout
-from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt
 
@@ -34,7 +34,7 @@ def release(
 ) -> None:
     """Remove the skip label the gate set from every GPU node it holds (with an Event on each), so the GPU
     Operator upgrades them again."""
-    from gpualign.cli.fleet import parse_timeout
+    from gpualign.cli.clusters import parse_timeout
     from gpualign.controller.gate_release import held, release_node
     from gpualign.kube import Kube
 

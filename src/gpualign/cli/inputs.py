@@ -1,5 +1,5 @@
-"""Inputs check, plan and the controller share: the branch policy, the repository, stdin, and the checks that a
-flag means something."""
+"""Inputs check, plan and the controller share: the branch policy, stdin, and the checks that a flag means
+something. (The repository images are named under is gpualign.usecases.ledgers.repository_for.)"""
 
 from __future__ import annotations
 
@@ -38,24 +38,6 @@ def check_known_branches(policy: BranchPolicy, rules: Rules) -> None:
         if branch not in known:
             warn(f"driver branch {branch} is not one the rules know ({', '.join(known)}): every image for it "
                  "counts as in-house")
-
-
-def repository_for(explicit: str | None, ledgers: list[str]) -> str:
-    from gpualign.ledger.sources import is_registry
-
-    if explicit:
-        repo = explicit.rstrip("/")
-        if "driver" not in repo.rsplit("/", 1)[-1]:
-            warn(f"--repository {repo}: gpualign takes the image's whole repository, where the GPU Operator splits "
-                 f"it into repository and image (nvcr.io/nvidia + driver): the images would read {repo}:TAG; if "
-                 f"{repo} is the operator's repository, pass {repo}/driver")
-        return repo
-    for source in ledgers:
-        if is_registry(source):
-            from gpualign.ledger.registry import parse_ref
-
-            return parse_ref(source).image
-    return "nvcr.io/nvidia/driver"
 
 
 def stdin_once(ledger: list[str] | None, nodes_file: Path | None) -> None:

@@ -55,7 +55,7 @@ def build(
     """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd, kwok and NVIDIA's GPU
     Operator (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A
     cold build takes 12 to 16 minutes on 2 cores (measured: Kubernetes 3 to 11 min, kubelet 0.5 min after it, etcd
-    1 min, kwok 2 min, the GPU Operator 2.5 min; see BENCHMARKS.md)."""
+    1 min, kwok 2 min, the GPU Operator 2.5 min; see docs/benchmarks.md)."""
     from gpualign.lab import build as builder
     from gpualign.lab import versions
 
@@ -474,7 +474,7 @@ def run_driver(
     """Run a driver image on the lab's real node as the GPU Operator runs it: the operator's own driver container
     spec (its DaemonSet for the image's kernel when the lab runs the operator, else its manifest), on the node
     labelled as the operator selects a GPU node of that kernel. Prints what nvidia-driver did; the pod, the labels
-    and what the spec made on the host are removed afterwards. See README, "What is proven here"."""
+    and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
     from gpualign.cli.common import emit_data
     from gpualign.ensure import tagspec
     from gpualign.kube import Kube

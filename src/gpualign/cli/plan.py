@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, warn
-from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchPolicyOpt,
     DockerConfigOpt,
@@ -74,12 +73,15 @@ def plan(
     \b
         gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
     """
-    from gpualign.cli import fleet
-    from gpualign.cli.inputs import branch_policy, check_known_branches, repository_for, stdin_once
-    from gpualign.cli.source import load_ledger, read_nodes
+    from gpualign.cli import clusters
+    from gpualign.cli.common import say_tty
+    from gpualign.cli.inputs import branch_policy, check_known_branches, stdin_once
     from gpualign.plan import Change
-    from gpualign.plan import plan as make_plan
     from gpualign.tags import load_rules, normalize_branch
+    from gpualign.usecases.clusters import read_all
+    from gpualign.usecases.ledgers import load_ledger, repository_for
+    from gpualign.usecases.nodes import quiet, read_nodes
+    from gpualign.usecases.plan import PlanSetup, from_operator, plan_cluster
 
     stdin_once(ledger, nodes_file)
     derived_pools = None
@@ -87,16 +89,16 @@ def plan(
         if nodes_file or all_contexts or len(set(context or [])) > 1:
             raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
                            "single cluster's GPU Operator objects can stand in for it")
-        ledger, derived_pools, repository = _from_operator(kubeconfig, context[0] if context else None,
-                                                           repository, fleet.parse_timeout(request_timeout))
+        ledger, derived_pools, repository = from_operator(kubeconfig, context[0] if context else None,
+                                                          repository, clusters.parse_timeout(request_timeout), warn)
     if not (kernel or os_ or driver_branch):
         raise BadInput("nothing to plan: pass --kernel, --os and/or --driver-branch")
     if build_matrix and output is not Output.table:
         raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
-    timeout = fleet.parse_timeout(request_timeout)
+    timeout = clusters.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = fleet.contexts(kubeconfig, context, all_contexts)
+    names = clusters.contexts(kubeconfig, context, all_contexts)
     os_id = os_version = None
     if os_:
         m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os_)
@@ -117,19 +119,16 @@ def plan(
         from gpualign.branches import BranchPolicy
 
         check_known_branches(BranchPolicy(default=change.branch), rule_set)
-    available = load_ledger(ledger, docker_config)
-    repo = repository_for(repository, ledger)
+    available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
+    repo = repository_for(repository, ledger, warn)
+
+    setup = PlanSetup(change, available, repo, rule_set, pools, docker_config, warn)
 
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
         read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=False, timeout=timeout,
-                          announce=announce)
-        result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools)
-        wrong = _wrong_in_ledger(result, available, repo, docker_config)
-        if wrong:  # present but wrong counts as work to do: it must be made again (ensure --replace-wrong)
-            result = make_plan(read.inventory.nodes, change, available.for_repository(repo), rule_set, pools, wrong)
-        body = {**result.as_dict(), "repository": repo}
-        return body, not (result.to_build or result.unknown or (selector and not read.inventory.nodes)), \
-            read.source
+                          say=say_tty if announce else quiet, warn=warn if announce else quiet)
+        body, clean = plan_cluster(read, setup, selector)
+        return body, clean, read.source
 
     if names is None:
         body, clean, source = plan_of(context[0] if context else None)
@@ -145,21 +144,21 @@ def plan(
             raise typer.Exit(EXIT_FINDINGS)
         return
 
-    from gpualign.fleetreport import exit_code, merge_plan
+    from gpualign.clusters import exit_code, merge_plan
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
         body, clean, source = plan_of(name, announce=False)
         return body, clean, source["cluster"]["server"]
 
-    reads = fleet.read_all(names, one, timeout)
-    fleet.say_outcomes(reads)
+    reads = read_all(names, one, timeout)
+    clusters.say_outcomes(reads)
     merged = merge_plan(reads)
     merged["repository"] = repo
     if build_matrix:
         sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
                                                  if not n["in_ledger"]]}, indent=2) + "\n")
     elif output in (Output.json, Output.yaml):
-        emit_data(report("FleetPlanReport", {"kubeconfig": fleet.kubeconfig_read(kubeconfig), "contexts": names,
+        emit_data(report("FleetPlanReport", {"kubeconfig": clusters.kubeconfig_read(kubeconfig), "contexts": names,
                                              "ledger": list(available.sources)}, merged), output)
     else:
         text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
@@ -172,55 +171,6 @@ def plan(
         raise typer.Exit(code)
 
 
-def _from_operator(kubeconfig: str | None, context: str | None, repository: str | None,
-                   timeout: float | None) -> tuple[list[str], Any, str | None]:
-    """No --ledger: the GPU Operator's objects name the image repository (the ledger to read) and each pool's
-    branch, as check reads them. (ledger sources, branch policy, repository)."""
-    from gpualign import labels as L
-    from gpualign import selectors
-    from gpualign.branches import BranchPolicy, BranchRule
-    from gpualign.facts import node_facts
-    from gpualign.inventory import read_operator_config
-    from gpualign.kube import Kube
-
-    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-    try:
-        facts = tuple(node_facts(n) for n in kube.nodes(f"{L.GPU_PRESENT}=true"))
-        config, notes = read_operator_config(kube, facts)
-    finally:
-        kube.close()
-    for note in notes:
-        warn(note)
-    if config is None:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
-                       "Operator objects here name the repository")
-    sources = [s for s in config.sources if not s.problem and not s.host_managed and s.repository and s.version]
-    repos = sorted({s.repository for s in sources if s.repository})
-    if repository is None and len(repos) != 1:
-        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
-                       "): pass --ledger and --repository for the one to plan")
-    repo = repository or repos[0]
-    rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
-                             (s.version or "").split(".", 1)[0], s.precompiled) for s in sources if s.node_selector)
-    default = next(((s.version or "").split(".", 1)[0] for s in sources if not s.node_selector), None)
-    return [f"registry://{repo}"], BranchPolicy(rules, default), repo
-
-
-def _wrong_in_ledger(result: Any, available: Any, repo: str, docker_config: Path | None) -> dict[str, str]:
-    """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
-    judgement check and the walk make (ensure/judge.py)."""
-    from gpualign.ensure.judge import judge
-    from gpualign.ledger.sources import is_registry
-
-    present = [n for n in result.needed if n.in_ledger]
-    if not present or not any(is_registry(s) for s in available.sources):
-        return {}
-    found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config)
-    for w in found.warnings:
-        warn(w)
-    return {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
-
-
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
     return {"action": n["action"], "DRIVER_BRANCH": n["branch"], "KERNEL_VERSION": n["kernel"],
             "OS_TAG": n["os_tag"], "tag": n["tag"]}
@@ -229,7 +179,7 @@ def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
 def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: str, wide: bool, no_headers: bool,
             fleet: bool) -> str:
     from gpualign.cli.table import Styled, render, use_color
-    from gpualign.fleetreport import grouped
+    from gpualign.clusters import grouped
 
     cols = ["IMAGE", "LEDGER", "ACTION", "NODES"] + (["REASON"] if wide else [])
     rows: list[list[str | Styled]] = []

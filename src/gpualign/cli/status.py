@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpualign.cli import complete
+from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, stdout
-from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -133,14 +133,16 @@ def status(
 
     Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck); for several clusters, 4 when
     some cluster could not be read (5 with failures elsewhere)."""
-    from gpualign.cli import fleet
-    from gpualign.cli.source import load_ledger
+    from gpualign.cli import clusters
+    from gpualign.cli.common import say_tty, warn
+    from gpualign.usecases.clusters import read_all
+    from gpualign.usecases.ledgers import load_ledger
 
-    timeout = fleet.parse_timeout(request_timeout)
-    names = fleet.contexts(kubeconfig, context, all_contexts)
+    timeout = clusters.parse_timeout(request_timeout)
+    names = clusters.contexts(kubeconfig, context, all_contexts)
     from gpualign.tags import load_rules
 
-    available = load_ledger(ledger, docker_config) if ledger else None
+    available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     rule_set = load_rules(rules)  # once, not per cluster and per refresh
     while True:
         if names is None:
@@ -154,19 +156,19 @@ def status(
                 text = _status_table(data["nodes"], no_headers) + "\n" + _counts(data["counts"]) + \
                     _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
         else:
-            from gpualign.fleetreport import exit_code, merge_status
+            from gpualign.clusters import exit_code, merge_status
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
                 data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
                 bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
                 return data, not bad, cluster["server"]
 
-            reads = fleet.read_all(names, one, timeout)
-            fleet.say_outcomes(reads)
+            reads = read_all(names, one, timeout)
+            clusters.say_outcomes(reads)
             merged = merge_status(reads)
             code = exit_code(reads)
             if output in (Output.json, Output.yaml):
-                emit_data(report("FleetUpgradeStatus", {"kubeconfig": fleet.kubeconfig_read(kubeconfig),
+                emit_data(report("FleetUpgradeStatus", {"kubeconfig": clusters.kubeconfig_read(kubeconfig),
                                                         "contexts": names, "ledger": ledger or []}, merged), output)
                 text = None
             else:
@@ -202,13 +204,14 @@ def why(
 ) -> None:
     """Explain in plain words why a node is where it is in the driver upgrade (-o json: the same lines, with the
     node's status as `status -o json` gives it)."""
-    from gpualign.cli.fleet import parse_timeout
+    from gpualign.cli.clusters import parse_timeout
 
     timeout = parse_timeout(request_timeout)
-    from gpualign.cli.source import load_ledger
+    from gpualign.cli.common import say_tty, warn
     from gpualign.upgrade.report import why as explain
+    from gpualign.usecases.ledgers import load_ledger
 
-    available = load_ledger(ledger, docker_config) if ledger else None
+    available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     from gpualign.tags import load_rules
 
     snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpualign.cli.clusters import RequestTimeoutOpt
 from gpualign.cli.common import emit_data, progress, report, stdout, warn
-from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -381,12 +381,13 @@ def upgrade(
     \b
         gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
-    from gpualign.cli.source import load_ledger
+    from gpualign.cli.common import say_tty
     from gpualign.kube import Kube
     from gpualign.tags import load_rules, normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.preflight import preflight
     from gpualign.upgrade.run import walk
+    from gpualign.usecases.ledgers import load_ledger
 
     if timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected seconds >= 0 (0: never)")
@@ -406,7 +407,7 @@ def upgrade(
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
     modules = AUTO if verify_modules is None else STRICT if verify_modules else OFF
     rule_set = load_rules(rules)
-    from gpualign.cli.fleet import parse_timeout
+    from gpualign.cli.clusters import parse_timeout
 
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
@@ -414,7 +415,7 @@ def upgrade(
     try:
         if not ledger:  # as check does: beside the GPU Operator, its objects name the repositories
             ledger = _ledger_from_operator(kube, selector, rule_set, branch)
-        available = load_ledger(ledger, docker_config, missing_ok=ensure_images)
+        available = load_ledger(ledger, docker_config, missing_ok=ensure_images, say=say_tty, warn=warn)
         snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
@@ -434,7 +435,7 @@ def upgrade(
         if ensure_images and to_make:
             _ensure_missing(ledger, to_make, dry_run, docker_config, signing, _secure_boot_nodes(snap, to_make))
             if not dry_run:  # read again: the walk starts at "image ensured"
-                available = load_ledger(ledger, docker_config, missing_ok=True)
+                available = load_ledger(ledger, docker_config, missing_ok=True, say=say_tty, warn=warn)
                 snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
                                      budgets=pol.admission == "pdb-aware")
                 available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol,

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from gpualign.labels import GATED, GATED_SINCE, HELD_WARNED
 from gpualign.upgrade import states as S
 
-GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
-GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
-HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold
+__all__ = ["GATED", "GATED_SINCE", "HELD_WARNED", "decide", "release"]
 
 
 def decide(labels: Mapping[str, str], annotations: Mapping[str, str], *, image_missing: bool,

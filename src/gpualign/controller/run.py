@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
-from gpualign.controller.fleet import Fleet
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
+from gpualign.controller.state import ClusterState
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
 from gpualign.lease import LeaseElector
@@ -50,24 +50,24 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
-    fleet = Fleet(kube, rules, policy, opts.repository, load_ledger, operator=operator,
+    state = ClusterState(kube, rules, policy, opts.repository, load_ledger, operator=operator,
                   follow_operator=follow_operator, gate=opts.gate and operator is not None,
                   gate_warn_after=opts.gate_warn_after)
     if judge_image is not None:
-        fleet.judge_image = judge_image
+        state.judge_image = judge_image
 
     def on_leader(leader: bool) -> None:
         if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
-            for name in list(fleet.nodes):
-                fleet.queue.put(name)
+            for name in list(state.nodes):
+                state.queue.put(name)
 
     if opts.leader_elect:
         elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, identity,
                                lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
                                retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
-        fleet.is_leader = lambda: elector.leader
+        state.is_leader = lambda: elector.leader
         elector.check_writable()  # a missing namespace or forbidden Lease: exit 2 now, not a silent standby
-    is_leader = fleet.is_leader
+    is_leader = state.is_leader
 
     def election_problem() -> str | None:
         return elector.problem if elector is not None else None
@@ -78,8 +78,8 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             return f"not ready: {elector.problem}"
         return None
 
-    metrics = Metrics(lambda: fleet.view(is_leader(), with_nodes=False), election_problem)
-    fleet.on_checked = metrics.check_duration.observe
+    metrics = Metrics(lambda: state.view(is_leader(), with_nodes=False), election_problem)
+    state.on_checked = metrics.check_duration.observe
 
     def on_missing(node: str, old: str | None, new: str | None) -> None:
         if old:
@@ -88,30 +88,30 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             metrics.image_missing.labels(node, new).set(1)
             log.warning("node %s needs driver image %s, missing from the ledger", node, new)
 
-    fleet.on_missing = on_missing
-    server = serve(opts.listen, metrics.registry, lambda: fleet.view(is_leader()), unready)
+    state.on_missing = on_missing
+    server = serve(opts.listen, metrics.registry, lambda: state.view(is_leader()), unready)
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
-        fleet.refresh_ledger()
+        state.refresh_ledger()
     except GpualignError as err:
         log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
 
     watchers = [
         Watcher(kube, "/api/v1/nodes", label_selector=f"{L.GPU_PRESENT}=true", metadata_only=True,
-                on_sync=fleet.sync_nodes, on_event=fleet.node_event, stop=stop, name="watch-nodes"),
+                on_sync=state.sync_nodes, on_event=state.node_event, stop=stop, name="watch-nodes"),
         Watcher(kube, "/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}",
-                metadata_only=False, on_sync=fleet.sync_pods, on_event=fleet.pod_event, stop=stop,
+                metadata_only=False, on_sync=state.sync_pods, on_event=state.pod_event, stop=stop,
                 name="watch-driver-pods"),
         Watcher(kube, "/apis/apps/v1/daemonsets",
                 label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}", metadata_only=False,
-                on_sync=fleet.sync_pools, on_event=fleet.pool_event, stop=stop, name="watch-driver-daemonsets"),
+                on_sync=state.sync_pools, on_event=state.pool_event, stop=stop, name="watch-driver-daemonsets"),
     ]
     if operator is not None:
         # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
         # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.
         def operator_changed(*_: object) -> None:
             try:
-                fleet.refresh_operator()
+                state.refresh_operator()
             except GpualignError as err:
                 log.error("operator configuration: %s", err.message)
 
@@ -125,20 +125,20 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
     if elector:
         elector.start()
     for i in range(opts.workers):  # writes are round trips: a burst of new nodes is alarmed in parallel
-        threading.Thread(target=fleet.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
+        threading.Thread(target=state.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
 
     def refresher() -> None:
         while not stop.wait(opts.ledger_refresh):
-            if fleet.gate:
-                for name in fleet.overdue_holds():
-                    fleet.queue.put(name)
+            if state.gate:
+                for name in state.overdue_holds():
+                    state.queue.put(name)
             try:
-                if fleet.refresh_ledger():
+                if state.refresh_ledger():
                     log.info("ledger changed: re-checking every node")
             except GpualignError as err:
                 log.error("ledger: %s", err.message)
             try:
-                if fleet.refresh_operator():
+                if state.refresh_operator():
                     log.info("the GPU Operator's driver configuration changed: re-checking every node")
             except GpualignError as err:
                 log.error("operator configuration: %s", err.message)

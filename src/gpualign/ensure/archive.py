@@ -79,6 +79,10 @@ class Archive:
         return ["-o", f"Dir::Etc::SourceList={s / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
                 "-o", f"Dir::State::Lists={s / 'lists'}", "-o", f"Dir::Cache={s / 'cache'}",
                 "-o", f"Dir::State::status={s / 'status'}", "-o", "Debug::NoLocking=1",
+                # the package cache kept beside the lists (a host's apt.conf may set it to "", as container images
+                # do): apt-cache then reads it (0.2 s) instead of building it from the lists on every call (0.8 s)
+                "-o", f"Dir::Cache::pkgcache={s / 'cache' / 'pkgcache.bin'}",
+                "-o", f"Dir::Cache::srcpkgcache={s / 'cache' / 'srcpkgcache.bin'}",
                 "-o", "APT::Get::List-Cleanup=0", "-o", "Acquire::Languages=none"]
 
     def _apt(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -112,22 +116,34 @@ class Archive:
                                f"{(res.stderr.strip().splitlines() or ['apt-get update failed'])[-1]}")
         stamp.touch()
 
-    def _show(self, package: str) -> str | None:
-        res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", package],
-                             capture_output=True, text=True, timeout=60)
-        return res.stdout if res.returncode == 0 and res.stdout.strip() else None
+    def _versions(self, packages: list[str]) -> dict[str, str]:
+        """package -> candidate version, for those the lists know, in one apt-cache call (it names the others on
+        stderr and exits 0). Under a lock: apt-cache may write its package cache."""
+        with file_lock(f"apt-cache-{self.suite}.lock"):
+            res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", *packages],
+                                 capture_output=True, text=True, timeout=60)
+        found: dict[str, str] = {}
+        package = None
+        for line in res.stdout.splitlines():
+            if line.startswith("Package:"):
+                package = line.split(":", 1)[1].strip()
+            elif line.startswith("Version:") and package is not None:
+                found.setdefault(package, line.split(":", 1)[1].strip())
+        return found
+
+    def versions_of(self, packages: list[str]) -> dict[str, str | None]:
+        """Each package's candidate version, None where the archive has no such package (the lists are read again
+        once first: a kernel published since the last read)."""
+        self.update()
+        found = self._versions(packages)
+        if any(p not in found for p in packages):
+            self.update(force=True)
+            found = self._versions(packages)
+        return {p: found.get(p) for p in packages}
 
     def version_of(self, package: str) -> str | None:
         """The candidate version of a package, or None when the archive has no such package."""
-        self.update()
-        text = self._show(package)
-        if text is None:
-            self.update(force=True)  # a kernel published since the last read
-            text = self._show(package)
-        if text is None:
-            return None
-        return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Version:")),
-                    None)
+        return self.versions_of([package])[package]
 
     def require_headers(self, kernel: str) -> str:
         """The headers package for a kernel, or BadInput naming the suites looked in."""

@@ -80,10 +80,10 @@ def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | N
 
 def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary", *, jobs: int = 2,
                     progress: Progress = lambda _m: None, together: tuple[str, ...] = (),
-                    on_compile: Callable[[], None] = lambda: None) -> Built:
+                    on_compile: Callable[[str], None] = lambda _version: None) -> Built:
     """NVIDIA's modules for one kernel, unsigned, from the cache when built before from the same source (signing,
     when asked for, is a step after this one: ensure.sign). The build root is made only for a compile;
-    `on_compile` is called as the compile starts (the root made)."""
+    `on_compile` is called with the module source's version as the compile starts (the root made)."""
     if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
     package = FLAVOURS[flavour][0]
@@ -95,7 +95,7 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
         cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
         if cached is not None:
             return cached
-        on_compile()
+        on_compile(version)
         return _compile(root, kernel, flavour, version, jobs, progress)
 
 

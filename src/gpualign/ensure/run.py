@@ -217,7 +217,7 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     else:
         built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
                                        progress=lambda m: say(spec.tag, m), together=opts.together,
-                                       on_compile=prepare_base)
+                                       on_compile=lambda version: prepare_image_inputs(archive, version))
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
@@ -286,24 +286,31 @@ def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
         debian.cached_modules(opts.archive, spec.kernel, opts.flavour) is not None
 
 
-_base_started = threading.Lock()
+_inputs_started: set[str] = set()
+_inputs_lock = threading.Lock()
 
 
-def prepare_base() -> None:
-    """Make the image's base in the background while the first compile runs (it is independent of the modules;
-    assembly takes the same lock and waits for it, or makes it itself if this failed). Called as a compile starts,
-    once per run: not before, where it would contend with the build root, and not on a warm run, where the image
-    assembled before is pushed again."""
-    from gpualign.ensure import image
+def prepare_image_inputs(archive: Archive, driver_version: str) -> None:
+    """Make what the image needs besides the modules in the background while the compile runs: the image's base and
+    the user space at the modules' version (neither depends on the modules; assembly takes the same locks and waits
+    for them, or makes them itself if this failed, and reports it). Called as a compile starts, once per run and
+    driver version: not before, where it would contend with the build root for the archive, and not on a warm run,
+    where the image assembled before is pushed again. On one kernel of 2 cores it moves ~10 s of downloading and
+    unpacking off the path after the compile (docs/benchmarks.md, "ensure")."""
+    from gpualign.ensure import image, userspace
 
-    if not _base_started.acquire(blocking=False):
-        return
+    with _inputs_lock:
+        if driver_version in _inputs_started:
+            return
+        _inputs_started.add(driver_version)
 
     def make() -> None:
-        with contextlib.suppress(GpualignError):  # assembly tries again, and reports it
+        with contextlib.suppress(GpualignError):
             image.ensure_base()
+        with contextlib.suppress(GpualignError):
+            userspace.fetch(archive, driver_version)
 
-    threading.Thread(target=make, name="ensure-base", daemon=True).start()
+    threading.Thread(target=make, name="ensure-image-inputs", daemon=True).start()
 
 
 def require_tools() -> None:

@@ -54,7 +54,7 @@ class UserSpace:
 def fetch(archive: Archive, driver_version: str,
           progress: Callable[[str], None] = lambda _m: None) -> UserSpace:
     """The user space at driver_version (cached), or UserSpaceMismatch naming both versions."""
-    wanted = {p: archive.version_of(p) for p in (*LIBS, *TOOLS, *OWN_VERSION)}
+    wanted = archive.versions_of([*LIBS, *TOOLS, *OWN_VERSION])
     absent = sorted(p for p, v in wanted.items() if v is None)
     if absent:
         raise UserSpaceMismatch(f"Debian's archive ({archive.describe()}) has no {', '.join(absent)}")

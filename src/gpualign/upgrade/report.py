@@ -68,8 +68,8 @@ def walker(ns: NodeState) -> str | None:
 
 def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> NodeStatus:
     """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself)."""
-    from gpualign.controller.gate import GATED
     from gpualign.driver_pod import DriverPod
+    from gpualign.labels import GATED
 
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
@@ -129,7 +129,7 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> lis
         else:
             lines.append(f"blocked after cordon: {st.blocker}{lasting}")
     if ns.view.skip:
-        from gpualign.controller.gate import GATED
+        from gpualign.labels import GATED
 
         who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
                else "set by someone else: gpualign leaves it")

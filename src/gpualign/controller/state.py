@@ -1,5 +1,6 @@
-"""The controller's core loop: a cache of GPU nodes and driver pods fed by watches, a queue of nodes to re-check,
-and the alarm: an Event, a node annotation and a metric while a node needs an image the ledger lacks.
+"""One cluster as the controller sees it (ClusterState), and its core loop: a cache of GPU nodes and driver pods fed
+by watches, a queue of nodes to re-check, and the alarm: an Event, a node annotation and a metric while a node
+needs an image the ledger lacks.
 
 The node annotation is also the alarm's memory: an Event is posted only when a node's status turns to missing for
 a tag, so a restarted (or newly elected) controller neither loses nor repeats one.
@@ -52,7 +53,7 @@ WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVE
 
 
 @dataclass
-class Fleet:
+class ClusterState:
     kube: Kube
     rules: Rules
     policy: BranchPolicy

@@ -1,23 +1,20 @@
-"""Reading several clusters at once for check, plan and status: which contexts (--context repeated, or
---all-contexts), each read in its own thread, each bounded by --request-timeout, and one bad cluster reported in one
-line without spoiling the rest."""
+"""Several clusters on the command line, for check, plan and status: which contexts (--context repeated, or
+--all-contexts), --request-timeout, and each cluster's outcome on stderr. The reading itself is
+gpualign.usecases.clusters.read_all."""
 
 from __future__ import annotations
 
 import os
 import re
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from gpualign.cli import complete
 from gpualign.cli.common import warn
-from gpualign.errors import BadInput, GpualignError
-from gpualign.fleetreport import ClusterRead
+from gpualign.clusters import ClusterRead
+from gpualign.errors import BadInput
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
     "--context", metavar="NAME", autocompletion=complete.contexts,
@@ -87,37 +84,6 @@ def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool
         raise BadInput(f"kubeconfig {merged.describe()}: no context {', '.join(map(repr, unknown))} (known: "
                        f"{', '.join(sorted(known)) or 'none'})")
     return several
-
-
-def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], bool, str | None]],
-             limit: float | None) -> list[ClusterRead]:
-    """read_one(context) -> (report body, clean, server) for every context at once, each in a daemon thread (so a
-    hung cluster cannot hold the process); past `limit` seconds a cluster still reading is reported unreadable."""
-    results: dict[str, ClusterRead] = {}
-    lock = threading.Lock()
-
-    def run(name: str) -> None:
-        try:
-            body, clean, server = read_one(name)
-            outcome = ClusterRead(name, server, body, None, clean)
-        except GpualignError as err:
-            outcome = ClusterRead(name, None, None, err.message)
-        except Exception as err:  # a cluster's failure is its own line, never the whole report's
-            outcome = ClusterRead(name, None, None, f"{err.__class__.__name__}: {err}")
-        with lock:
-            results.setdefault(name, outcome)
-
-    threads = {n: threading.Thread(target=run, args=(n,), daemon=True, name=f"cluster-{n}") for n in names}
-    start = time.monotonic()
-    for t in threads.values():
-        t.start()
-    for name, t in threads.items():
-        t.join(None if limit is None else max(0.0, start + limit - time.monotonic()))
-        if t.is_alive():
-            with lock:
-                results.setdefault(name, ClusterRead(name, None, None,
-                                                     f"no complete answer within --request-timeout {limit:g}s"))
-    return [results[n] for n in names]
 
 
 def say_outcomes(reads: list[ClusterRead]) -> None:

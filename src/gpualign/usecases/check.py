@@ -1,0 +1,145 @@
+"""The check use case: which image every GPU node of one cluster (or dump) needs, and whether the ledger has it,
+judged as the upgrade's preflight judges it. `gpualign check`, the fleet report and the controller's build trigger
+ask it the same way."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpualign.errors import BadInput
+from gpualign.usecases.nodes import Say, quiet
+
+if TYPE_CHECKING:
+    from gpualign.audit import Audit
+    from gpualign.branches import BranchPolicy
+    from gpualign.ensure.judge import Judgement
+    from gpualign.ledger.sources import Ledger
+    from gpualign.tags import Rules
+    from gpualign.usecases.nodes import Read
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every cluster of one check shares: the flags, as read and checked once."""
+
+    pools: BranchPolicy
+    rules: Rules
+    available: Ledger | None  # --ledger, read once; None: each cluster's operator objects name the repositories
+    ledger: list[str]
+    flags_given: bool
+    policy_given: bool
+    repository: str | None
+    precompiled: bool
+    driver_version: str | None
+    operator_version: str | None
+    docker_config: Path | None
+    verify_modules: bool = False  # --verify-modules: pull present images' modules and check them as the kernel would
+    # registries read for the operator's repositories, shared by every cluster of one report (read once each)
+    repositories_read: dict[str, Ledger] = field(default_factory=dict)
+    repositories_lock: threading.Lock = field(default_factory=threading.Lock)
+    warn: Say = quiet  # a warning to say at once, outside the report (a --repository in the operator's split form)
+
+
+@dataclass
+class Checked:
+    audit: Audit
+    body: dict[str, Any]  # the JSON report's body (nodes, missing, summary, operator, rules, ledger, warnings)
+    warnings: list[str]  # to say on stderr (the read's own notes are said as soon as it is read)
+
+
+def check_cluster(read: Read, setup: Setup) -> Checked:
+    """One cluster's (or dump's) check, from what was read and the shared flags."""
+    from gpualign.audit import audit
+    from gpualign.expect import from_flags, from_operator
+    from gpualign.ledger import sources
+    from gpualign.tags import for_operator
+    from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
+
+    inv, view = read.inventory, read.view
+    config = view.config if view else None
+    notes = list(view.notes) if view else []  # what could not be read (RBAC, an unknown version)
+    warnings: list[str] = []
+    if not setup.ledger and config is None:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
+                       "check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
+    rule_set, version_note = for_operator(setup.rules, setup.operator_version or (config.version if config else None))
+    if version_note:
+        warnings.append(version_note)
+    if setup.flags_given or config is None:
+        expect = from_flags(setup.pools, repository=repository_for(setup.repository, setup.ledger, setup.warn),
+                            precompiled=setup.precompiled, driver_version=setup.driver_version,
+                            policy_file=setup.policy_given)
+    else:
+        expect = from_operator(config)
+    ledger: sources.Ledger | sources.RepoLedgers
+    if setup.available is None:
+        assert config is not None
+        with setup.repositories_lock:
+            ledger = sources.load_repositories(
+                [s.repository for s in config.sources if s.repository and not s.problem],
+                docker_config=setup.docker_config, read=setup.repositories_read)
+    else:
+        ledger = setup.available
+    if config:
+        warnings.extend(config.warnings)
+        if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
+            known = sorted(rule_set.published_branches | set(rule_set.branches), key=int)
+            for src in config.sources:
+                version = src.version or ""
+                if src.precompiled and version.isdigit() and version not in known:
+                    warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
+                                    f"({', '.join(known)}): every image for it counts as in-house")
+    result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
+                   planned=view.planned if view and config else None)
+    if any(sources.is_registry(s) for s in ledger.sources):
+        from gpualign import labels as L
+
+        secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
+        found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure)
+        if found.wrong or found.unverified or found.verified:  # the same audit, told what the images really are
+            result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
+                           planned=view.planned if view and config else None, wrong=found.wrong,
+                           unverified=found.unverified, verified=found.verified)
+    if (setup.flags_given or config is None) and \
+            repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
+            any(action == "build" for _, _, _, action in result.missing_actions()):
+        warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
+                        "cannot push to: pass --repository with your registry's repository (or a registry ledger)")
+    if config and not config.nvidiadriver_mode and not setup.flags_given:
+        ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
+        if len(ostags) > 1:
+            warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
+                            f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
+                            "others get images built for another OS (use one NVIDIADriver per OS pool)")
+    body = result.as_dict()
+    body["operator"] = None if config is None else {
+        "cluster_policy": config.cluster_policy, "version": config.version,
+        "mode": "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy",
+        "sources": [s.origin for s in config.sources]}
+    body["rules"] = {"source": rule_set.source, "operator_version": rule_set.operator_version}
+    body["ledger"] = list(ledger.sources)
+    body["warnings"] = notes + warnings
+    return Checked(result, body, warnings)
+
+
+def judge_present(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
+           secure_boot: frozenset[str] = frozenset()) -> Judgement:
+    """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
+    kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
+    against is left unverified, and says so)."""
+    from gpualign.audit import PRESENT
+    from gpualign.ensure.judge import OFF, STRICT, judge
+
+    needs: dict[str, set[str | None]] = {}
+    for f in result.findings:
+        if f.status == PRESENT and f.image:
+            needs.setdefault(f.image, set()).add(f.kernel)
+    found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
+                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot})
+    warnings.extend(found.warnings)
+    return found
+
+

@@ -1,0 +1,62 @@
+"""Where a use case's nodes come from: a cluster through a kubeconfig, or a dump file. Read once for check, plan and
+cuda check, with the record every JSON report carries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.inventory import Inventory, OperatorView
+
+Say = Callable[[str], None]
+
+
+def quiet(_message: str) -> None:
+    """Say nothing (the default of every use case: the caller decides what a user sees)."""
+
+
+@dataclass
+class Read:
+    inventory: Inventory
+    view: OperatorView | None
+    source: dict[str, Any] = field(default_factory=dict)  # {"cluster": {context, server, kubeconfig}} or {"file": …}
+
+
+def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
+               with_pods: bool = True, with_operator: bool = False, timeout: float | None = None,
+               say: Say = quiet, warn: Say = quiet) -> Read:
+    """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster.
+    timeout bounds each request (kubectl's --request-timeout). say: which file or cluster was read, and how many GPU
+    nodes it has; warn: that it has none."""
+    from gpualign import inventory
+
+    if nodes_file:
+        if kubeconfig or context:
+            raise BadInput("--nodes-file reads a dump, --kubeconfig/--context a cluster: pass one of them")
+        inv = inventory.from_file(nodes_file, selector)
+        read = Read(inv, None, {"nodes_file": "<stdin>" if str(nodes_file) == "-" else str(nodes_file)})
+        say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")
+    else:
+        from gpualign.kube import Kube
+
+        kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+        try:
+            inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
+            say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
+            view = inventory.operator_view(kube, inv.nodes) if with_operator else None
+        finally:
+            kube.close()
+        read = Read(inv, view, {"cluster": kube.describe()})
+    if not inv.nodes:
+        warn(no_gpu_nodes(selector))
+    return read
+
+
+def no_gpu_nodes(selector: str | None) -> str:
+    where = f" match -l {selector!r}" if selector else ""
+    return f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)"

@@ -1,0 +1,96 @@
+"""The plan use case: before a kernel, OS or branch change, the images it would need that the ledger lacks, each to
+mirror or to build; a node the change cannot apply to is unknown, with why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpualign.errors import BadInput
+from gpualign.usecases.nodes import Say, quiet
+
+if TYPE_CHECKING:
+    from gpualign.branches import BranchPolicy
+    from gpualign.ledger.sources import Ledger
+    from gpualign.plan import Change, Plan
+    from gpualign.tags import Rules
+    from gpualign.usecases.nodes import Read
+
+
+@dataclass(frozen=True)
+class PlanSetup:
+    """What every cluster of one plan shares."""
+
+    change: Change
+    available: Ledger
+    repository: str
+    rules: Rules
+    pools: BranchPolicy
+    docker_config: Path | None = None
+    warn: Say = quiet
+
+
+def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> tuple[dict[str, Any], bool]:
+    """One cluster's (or dump's) plan: (the report body, clean). Present but wrong images (their labels name another
+    build) count as work to do, as check and the walk judge them: they must be made again."""
+    from gpualign.plan import plan as make_plan
+
+    nodes = read.inventory.nodes
+    ledger = setup.available.for_repository(setup.repository)
+    result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools)
+    wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
+    if wrong:
+        result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, wrong)
+    body = {**result.as_dict(), "repository": setup.repository}
+    return body, not (result.to_build or result.unknown or (selector and not nodes))
+
+
+def from_operator(kubeconfig: str | None, context: str | None, repository: str | None,
+                  timeout: float | None, warn: Say = quiet) -> tuple[list[str], BranchPolicy, str]:
+    """No --ledger: the GPU Operator's objects name the image repository (the ledger to read) and each pool's
+    branch, as check reads them. (ledger sources, branch policy, repository)."""
+    from gpualign import labels as L
+    from gpualign import selectors
+    from gpualign.branches import BranchPolicy, BranchRule
+    from gpualign.facts import node_facts
+    from gpualign.inventory import read_operator_config
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+    try:
+        facts = tuple(node_facts(n) for n in kube.nodes(f"{L.GPU_PRESENT}=true"))
+        config, notes = read_operator_config(kube, facts)
+    finally:
+        kube.close()
+    for note in notes:
+        warn(note)
+    if config is None:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
+                       "Operator objects here name the repository")
+    sources = [s for s in config.sources if not s.problem and not s.host_managed and s.repository and s.version]
+    repos = sorted({s.repository for s in sources if s.repository})
+    if repository is None and len(repos) != 1:
+        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
+                       "): pass --ledger and --repository for the one to plan")
+    repo = repository or repos[0]
+    rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
+                             (s.version or "").split(".", 1)[0], s.precompiled) for s in sources if s.node_selector)
+    default = next(((s.version or "").split(".", 1)[0] for s in sources if not s.node_selector), None)
+    return [f"registry://{repo}"], BranchPolicy(rules, default), repo
+
+
+def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: Path | None,
+                    warn: Say = quiet) -> dict[str, str]:
+    """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
+    judgement check and the walk make (ensure/judge.py)."""
+    from gpualign.ensure.judge import judge
+    from gpualign.ledger.sources import is_registry
+
+    present = [n for n in result.needed if n.in_ledger]
+    if not present or not any(is_registry(s) for s in available.sources):
+        return {}
+    found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config)
+    for w in found.warnings:
+        warn(w)
+    return {image.rpartition(":")[2]: why for image, why in found.wrong.items()}

@@ -1,0 +1,52 @@
+"""The private apt state's questions: several packages' versions in one apt-cache call, the lists read again once
+for a package they do not know, and the package cache kept beside the lists."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpualign.ensure import archive as archive_mod
+from gpualign.ensure.archive import Archive
+
+STANZAS = """Package: libcuda1
+Version: 535.309.01-0+deb12u1
+Architecture: amd64
+
+Package: nvidia-smi
+Version: 535.309.01-0+deb12u1
+Architecture: amd64
+"""
+
+
+@pytest.fixture
+def calls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path / "cache"))
+    seen: list[list[str]] = []
+    updates: list[bool] = []
+
+    def run(cmd: list[str], **_kw: object) -> subprocess.CompletedProcess[str]:
+        seen.append(cmd)
+        known = STANZAS if updates else STANZAS.split("\n\n")[0] + "\n"  # nvidia-smi appears after a new read
+        return subprocess.CompletedProcess(cmd, 0, known, "W: Unable to locate package nosuch\n")
+
+    monkeypatch.setattr(archive_mod.subprocess, "run", run)
+    monkeypatch.setattr(Archive, "update", lambda self, force=False: updates.append(force))
+    return seen
+
+
+def test_versions_of_asks_apt_cache_once_for_all_and_once_more_after_a_new_read(calls):
+    found = Archive().versions_of(["libcuda1", "nvidia-smi", "nosuch"])
+    assert found == {"libcuda1": "535.309.01-0+deb12u1", "nvidia-smi": "535.309.01-0+deb12u1", "nosuch": None}
+    shows = [c for c in calls if c[0] == "apt-cache"]
+    assert len(shows) == 2  # one call for all three; one more after the lists were read again (nosuch, nvidia-smi)
+    assert shows[0][-3:] == ["libcuda1", "nvidia-smi", "nosuch"]
+
+
+def test_the_package_cache_lives_beside_the_lists(calls):
+    Archive().version_of("libcuda1")
+    opts = calls[0]
+    assert any(o.startswith("Dir::Cache::pkgcache=") and o.endswith("cache/pkgcache.bin") for o in opts)
+    assert "Dir::Cache::pkgcache=" not in opts  # never empty, whatever the host's apt.conf says

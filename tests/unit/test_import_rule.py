@@ -1,0 +1,40 @@
+"""The import rule, read from the source (scripts/structure.py): rooms import only from their own and the rooms
+below them, and nothing outside cli/ imports from cli/."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("structure", ROOT / "scripts" / "structure.py")
+assert _spec and _spec.loader
+structure = importlib.util.module_from_spec(_spec)
+sys.modules["structure"] = structure
+_spec.loader.exec_module(structure)
+
+
+def test_no_import_runs_upward():
+    assert structure.upward() == []
+
+
+def test_every_room_has_its_place_in_the_order():
+    assert structure.unknown_rooms() == []
+
+
+def test_nothing_outside_cli_imports_from_cli():
+    outside = [(name, target) for name, edges in structure.graph().items() for target in edges
+               if target.startswith("gpualign.cli") and not name.startswith("gpualign.cli")
+               and name != "gpualign.__main__"]
+    assert outside == []
+
+
+def test_the_reading_sees_an_upward_import(tmp_path):
+    """The rule can fail: a ledger module importing the controller is reported, with its file and line."""
+    src = tmp_path / "gpualign"
+    (src / "ledger").mkdir(parents=True)
+    (src / "controller").mkdir()
+    for f in ("__init__.py", "ledger/__init__.py", "controller/__init__.py", "controller/gate.py"):
+        (src / f).write_text("")
+    (src / "ledger" / "file.py").write_text("def f():\n    from gpualign.controller import gate\n")
+    assert structure.upward(src) == [
+        "gpualign/ledger/file.py:2: gpualign.ledger.file (ledger) imports gpualign.controller.gate (controller)"]
