@@ -34,10 +34,10 @@ test: setup
 	$(BIN)/ruff check src tests bench scripts
 	$(BIN)/mypy
 	$(BIN)/mkdocs build --strict --quiet
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 test-unit: venv
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest -n 2 --dist loadfile tests/unit
 
 demo: setup
 	$(BIN)/python scripts/demo.py

@@ -97,15 +97,22 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         run_cli("lab", "down", env={"GPUALIGN_LAB_DIR": str(state_dir)})
 
 
-# The modules that need the machine's one real node (the demo takes it as `make demo` does): one xdist group, so
-# they never run at once. Every other module is its own group, so a module's own lab (a scenario, a clean fleet) is
-# started once, on one worker. `make test` runs `pytest -n N --dist loadgroup`; without -n the marks do nothing.
+# The modules that need the machine's one real node (the demo takes it as `make demo` does) run on one worker, one
+# after another; every other module runs whole on one worker, so a module's own lab (a scenario, a clean fleet) is
+# started once. `make test` runs `pytest -n N --dist loadfile`; this scheduler refines loadfile's files so.
 REAL_NODE_MODULES = frozenset({"test_real_node.py", "test_real_node_crash.py", "test_dropin_on_real_node.py",
                                "test_demo.py"})
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        name = item.path.name
-        group = "real-node" if name in REAL_NODE_MODULES else str(item.path.relative_to(ROOT))
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """xdist's hook for a scheduler: loadfile's, with the real node's modules as one unit of work."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndTheRealNode(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "real-node" if Path(module).name in REAL_NODE_MODULES else module
+
+    return ModulesAndTheRealNode(config, log)

@@ -13,6 +13,9 @@ class GpualignError(Exception):
 
     exit_code = EXIT_USAGE
     word = "error"  # the line reads `gpualign: <word>: …`; exit 1 failures say "refused" or "failed", never "error"
+    # Whether the same command may succeed if run again unchanged (a registry's 5xx, an archive that did not
+    # answer): a build Job's failure is retried with backoff when it is, and held until something changes when not.
+    retryable = False
 
     def __init__(self, message: str, *, detail: str | None = None) -> None:
         super().__init__(message)
@@ -26,6 +29,8 @@ class BadInput(GpualignError):
 
 class Unreachable(GpualignError):
     """A cluster or registry that did not answer (exit 2: the check could not run)."""
+
+    retryable = True
 
 
 class LabError(GpualignError):

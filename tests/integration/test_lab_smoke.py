@@ -187,7 +187,9 @@ def test_added_node_gets_ready_and_its_driver_pod_and_sim_follows_the_registry(l
     assert kube.delete(f"/api/v1/namespaces/gpu-operator/pods/{pod['metadata']['name']}") == 200
     wait_for(lambda: (p := _driver_pod(kube, node)) and p["metadata"]["uid"] != pod["metadata"]["uid"]
              and pod_ready(p), what="replacement driver pod Ready")
-    labels = kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"]
+    # GFD relabels a node after its driver came up, as the simulator does: wait for that, not for luck
+    labels = wait_for(lambda: (ls := kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"])
+                      .get(L.DRIVER_CURRENT_FULL) == "580.173.02" and ls, what="the node's driver labels")
     assert labels[L.DRIVER_CURRENT_FULL] == "580.173.02"
     assert (labels[L.DRIVER_LEGACY["major"]], labels[L.DRIVER_LEGACY["minor"]], labels[L.DRIVER_LEGACY["rev"]]) \
         == ("580", "173", "02")

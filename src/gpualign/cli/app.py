@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 # command name -> the module under gpualign.cli that registers it
 COMMANDS = {"check": "check", "plan": "plan", "ensure": "ensure", "rules": "rules", "cuda": "cuda",
             "upgrade": "upgrade", "status": "status", "why": "status", "controller": "controller", "gate": "gate",
+            "build": "build",
             "lab": "lab", "completion": "completion"}
 HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
         "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed; a line 'gpualign: "
@@ -115,6 +116,27 @@ def kubectl_complete() -> None:
     print(":4")
 
 
+TERMINATION_LOG = "GPUALIGN_TERMINATION_LOG"
+
+
+def _termination_record(err: GpualignError) -> None:
+    """In a Kubernetes container whose spec names a termination-message file ($GPUALIGN_TERMINATION_LOG, e.g.
+    /dev/termination-log), the failure as one JSON line there: what the controller reads from a failed build Job's
+    pod (its status carries the file, up to 4 KiB) to decide whether to retry."""
+    path = os.environ.get(TERMINATION_LOG)
+    if not path:
+        return
+    import json
+
+    record = {"word": err.word, "exit": err.exit_code, "retryable": bool(err.retryable),
+              "error": type(err).__name__, "message": err.message[:3000]}
+    try:
+        with open(path, "w") as handle:
+            handle.write(json.dumps(record) + "\n")
+    except OSError:
+        pass  # the message on stderr stands; the controller falls back to the log's last lines
+
+
 def main(argv: list[str] | None = None) -> None:
     if argv is None:  # a process of its own: at exit, the collector need not scan what the OS is about to reclaim
         atexit.register(gc.freeze)  # (its last pass over every imported object was ~16 ms of each run's ~20 ms exit)
@@ -133,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"gpualign: {err.word}: {err.message}", file=sys.stderr)
         if err.detail:
             print(err.detail, file=sys.stderr)
+        _termination_record(err)
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         print("gpualign: interrupted", file=sys.stderr)

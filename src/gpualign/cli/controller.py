@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -24,6 +25,7 @@ from gpualign.cli.options import (
 from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
+    from gpualign.controller.builder import BuildOptions
     from gpualign.operator_config import OperatorConfig
 
 
@@ -48,6 +50,24 @@ def controller(
         metavar="SECONDS", help="a node the gate has held longer than this gets a warning Event "
                                 "(DriverUpgradeGatedLong, once per hold); gpualign_gate_held_seconds shows every "
                                 "hold's age")] = 86400,
+    build: Annotated[bool, typer.Option(
+        "--build", help="make the images GPU nodes wait for, with nobody typing: one Kubernetes Job per missing tag "
+                        "gpualign can make (mirror or build, as check's ACTION says), running `gpualign ensure TAG` "
+                        "in --build-image and pushing to the ledger's registry")] = False,
+    build_image: Annotated[str | None, typer.Option(
+        envvar="GPUALIGN_IMAGE", metavar="IMAGE",
+        help="the image build Jobs run: gpualign's own, with its build tools [default: $GPUALIGN_IMAGE]")] = None,
+    build_namespace: Annotated[str | None, typer.Option(
+        metavar="NAMESPACE", help="namespace of the build Jobs [default: the Lease's]")] = None,
+    max_concurrent_builds: Annotated[int, typer.Option(
+        metavar="N", help="build Jobs running at once; the rest queue, oldest wait first")] = 1,
+    build_retry_after: Annotated[float, typer.Option(
+        metavar="SECONDS", help="wait before retrying a build that failed for a passing reason; doubled at each "
+                                "failure, up to 30 minutes")] = 30.0,
+    build_pod_settings: Annotated[Path | None, typer.Option(
+        metavar="FILE", help="YAML for the build pods: nodeSelector, tolerations, resources, serviceAccountName, "
+                             "pushSecret (a Secret with .dockerconfigjson), signSecret (NAMESPACE/NAME), upstream, "
+                             "hostNetwork, ttlSecondsAfterFinished, activeDeadlineSeconds")] = None,
     listen: Annotated[str, typer.Option(
         metavar="HOST:PORT", help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
     leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
@@ -95,6 +115,9 @@ def controller(
         raise BadInput("--ledger-refresh: expected seconds > 0")
     if gate_warn_after <= 0:
         raise BadInput("--gate-warn-after: expected seconds > 0")
+    repo = repository_for(repository, ledger or [], warn)
+    builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
+                           build_pod_settings, repo, build_retry_after) if build else None
     logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
@@ -133,7 +156,7 @@ def controller(
                  else "has spec.driver.upgradePolicy.autoUpgrade off")
               + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
                 "autoUpgrade is turned on")
-    opts = Options(repository=repository_for(repository, ledger or [], warn), ledger_refresh=ledger_refresh,
+    opts = Options(repository=repo, ledger_refresh=ledger_refresh, builds=builds,
                    gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
@@ -162,3 +185,45 @@ def log_level(text: str) -> str:
     if level is None:
         raise BadInput(f"GPUALIGN_LOG_LEVEL={text!r}: expected one of debug, info, warning, error, critical")
     return level
+
+
+def build_options(image: str | None, namespace: str, cap: int, settings_file: Path | None,
+                  repository: str, retry_after: float = 30.0) -> BuildOptions:
+    """--build's settings, checked before the controller starts (one line and exit 2 otherwise)."""
+    from gpualign import __version__, yamlio
+    from gpualign.controller.build_job import BuildSettings
+    from gpualign.controller.builder import BuildOptions
+
+    if not image:
+        raise BadInput("--build: name the image build Jobs run (--build-image IMAGE or $GPUALIGN_IMAGE): gpualign's "
+                       "own, with its build tools")
+    if cap < 1:
+        raise BadInput("--max-concurrent-builds: expected 1 or more")
+    if retry_after <= 0:
+        raise BadInput("--build-retry-after: expected seconds > 0")
+    pod: dict[str, object] = {}
+    if settings_file is not None:
+        loaded = yamlio.read(settings_file)
+        if not isinstance(loaded, dict):
+            raise BadInput(f"--build-pod-settings {settings_file}: expected a mapping")
+        known = {"nodeSelector", "tolerations", "resources", "serviceAccountName", "pushSecret", "signSecret",
+                 "upstream", "hostNetwork", "ttlSecondsAfterFinished", "activeDeadlineSeconds"}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise BadInput(f"--build-pod-settings {settings_file}: unknown key {unknown[0]!r} (known: "
+                           f"{', '.join(sorted(known))})")
+        pod = loaded
+    settings = BuildSettings(
+        image=image, ledger=f"registry://{repository}", namespace=namespace,
+        service_account=str(pod.get("serviceAccountName") or "gpualign-builder"),
+        node_selector={str(k): str(v) for k, v in dict(pod.get("nodeSelector") or {}).items()},  # type: ignore[call-overload]
+        tolerations=list(pod.get("tolerations") or []),  # type: ignore[call-overload]
+        resources=dict(pod.get("resources") or {}),  # type: ignore[call-overload]
+        push_secret=str(pod["pushSecret"]) if pod.get("pushSecret") else None,
+        sign_secret=str(pod["signSecret"]) if pod.get("signSecret") else None,
+        upstream=str(pod["upstream"]) if pod.get("upstream") else None,
+        host_network=bool(pod.get("hostNetwork")),
+        ttl_seconds=int(pod.get("ttlSecondsAfterFinished") or 86400),  # type: ignore[call-overload]
+        deadline_seconds=int(pod.get("activeDeadlineSeconds") or 3600))  # type: ignore[call-overload]
+    return BuildOptions(settings, cap=cap, recipe=f"gpualign {__version__}", backoff=retry_after,
+                        max_backoff=max(retry_after, 1800.0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -71,3 +71,18 @@ class Metrics:
                                         buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0),
                                         registry=self.registry)
         self.registry.register(FleetCollector(snapshot))
+        # the build trigger (--build)
+        self.builds_view: Callable[[], dict[str, Any]] = lambda: {"running": []}
+        running = Gauge("gpualign_builds_running", "Build Jobs running now (--build)", registry=self.registry)
+        running.set_function(lambda: float(len(self.builds_view().get("running") or [])))
+        self.builds_started = Counter("gpualign_builds_started", "Build Jobs created (--build)",
+                                      registry=self.registry)
+        self.builds_total = Counter("gpualign_builds", "Build Jobs finished, by result (--build)", ["result"],
+                                    registry=self.registry)
+        self.build_duration = Histogram("gpualign_build_duration_seconds", "A build Job's time from start to end",
+                                        buckets=(30, 60, 120, 300, 600, 1200, 3600), registry=self.registry)
+
+    def build_finished(self, _tag: str, result: str, seconds: float | None) -> None:
+        self.builds_total.labels(result).inc()
+        if seconds is not None:
+            self.build_duration.observe(seconds)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
+from gpualign.controller.builder import Builder, BuildOptions
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
 from gpualign.controller.state import ClusterState
@@ -41,6 +42,7 @@ class Options:
     workers: int = 8
     gate: bool = False
     gate_warn_after: float = 86400.0
+    builds: BuildOptions | None = None  # --build: the build trigger
 
 
 def run(kube: Kube, rules: Rules, policy: BranchPolicy,
@@ -144,6 +146,20 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
                 log.error("operator configuration: %s", err.message)
 
     threading.Thread(target=refresher, name="ledger", daemon=True).start()
+    if opts.builds is not None:
+        builder = Builder(kube, opts.builds, lambda: dict(state.findings), is_leader=is_leader,
+                          on_started=lambda _tag: metrics.builds_started.inc(),
+                          on_finished=metrics.build_finished)
+        previous = state.on_missing
+
+        def on_missing_and_build(node: str, old: str | None, new: str | None) -> None:
+            previous(node, old, new)
+            if new:
+                builder.wake.set()  # a node began to wait: decide now, not at the next pass
+
+        state.on_missing = on_missing_and_build
+        metrics.builds_view = builder.view
+        threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

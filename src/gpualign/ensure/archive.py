@@ -31,6 +31,8 @@ REFRESH_SECONDS = 6 * 3600
 class ArchiveError(GpualignError):
     """The archive could not be read (exit 2: ensure could not run)."""
 
+    retryable = True
+
 
 def cache_root() -> Path:
     base = os.environ.get("GPUALIGN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpualign")

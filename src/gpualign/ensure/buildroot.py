@@ -6,8 +6,8 @@ It is made by mmdebstrap's `extract` variant: the packages are unpacked, not ins
 tools and inputs, never a system that boots or upgrades, so no maintainer script needs to run; the two things those
 scripts would do that a compile needs (the `awk` and `cc` alternatives) are made here. dpkg's per-file work
 (unpacking ~43,000 files to `.dpkg-new`, fsyncing and renaming each) was most of the root's cost and the longest
-step before the first compile could start (docs/benchmarks.md, "ensure"). What went in is recorded in a manifest (package
-and version, read from the .deb files by an extract hook), since dpkg in the root knows nothing.
+step before the first compile could start. What went in is recorded in a manifest (package and version, read from
+the .deb files by an extract hook), since dpkg in the root knows nothing.
 
 Roots are keyed by content (the kernels' headers and the flavours' sources in them). A kernel or flavour that no
 root has gets a new root, with what this run needs and what the newest root had (up to MAX_KERNELS kernels), and the
@@ -50,6 +50,7 @@ class BuildError(GpualignError):
 
     exit_code = 1
     word = "failed"
+    retryable = True  # a download cut, a full disk: the same build may pass once that is mended
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,8 @@ NVIDIA_LIBDIR = f"{LIBDIR}/nvidia/current"
 class UserSpaceMismatch(BuildError):
     """Debian's archive has no user space at the modules' version."""
 
+    retryable = False  # until the archive moves on: a new recipe or an explicit retry
+
 
 @dataclass(frozen=True)
 class UserSpace:

@@ -1,0 +1,167 @@
+"""The build Job for one tag: gpualign's own image running `gpualign ensure TAG --ledger …`, so the build is exactly
+the verified build the CLI does. Pure.
+
+Privileges, and why: the build runs as root in a privileged container. mmdebstrap unpacks the build root and the
+compile runs in it under chroot (CAP_SYS_CHROOT, and root to own the unpacked files); buildah mounts the image's
+container to assemble it (CAP_SYS_ADMIN, and no seccomp filter on mount); the modules are checked with depmod
+against their kernel, never loaded. Nothing is mounted from the host: the build's caches live in an emptyDir, the
+push credentials come from a Secret (a Docker config), the signing key from `--sign-secret`, read from the API.
+
+`backoffLimit: 0`: Kubernetes never retries the pod; the controller decides (controller/builds.py). A failed pod is
+kept with its log until the Job's `ttlSecondsAfterFinished` removes it; the failure's kind is in the pod's
+termination message (`GPUALIGN_TERMINATION_LOG`, the last lines of its log when the process left none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign.controller.builds import FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
+
+JSON = dict[str, Any]
+BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
+TAG_HASH_LABEL = "gpualign.io/build-tag-hash"  # a label value cannot hold every tag: its hash, to select by
+TAG_ANNOTATION = "gpualign.io/build-tag"
+ATTEMPT_ANNOTATION = "gpualign.io/build-attempt"
+RECIPE_ANNOTATION = "gpualign.io/build-recipe"
+NODES_ANNOTATION = "gpualign.io/build-for-nodes"
+RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamps the time here
+TERMINATION_LOG = "/dev/termination-log"
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """What every build Job of one controller shares (the chart's `builds` values)."""
+
+    image: str  # gpualign's own image
+    ledger: str  # registry://HOST/REPO: where the images go
+    namespace: str = "gpualign-system"
+    service_account: str = "gpualign-builder"
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: Sequence[JSON] = ()
+    resources: JSON = field(default_factory=dict)
+    push_secret: str | None = None  # a Secret holding .dockerconfigjson, mounted as the Docker config
+    sign_secret: str | None = None  # NAMESPACE/NAME, passed to `ensure --sign-secret`
+    upstream: str | None = None  # `ensure --upstream` (default: NVIDIA's registry, for the tags NVIDIA publishes)
+    ttl_seconds: int = 86400  # finished Jobs (and a failed pod's log) are kept this long
+    deadline_seconds: int = 3600  # a build that runs longer is stopped (and counts as transient)
+    host_network: bool = False  # for clusters whose API server and registry are reachable only from the node
+
+
+def tag_hash(tag: str) -> str:
+    return hashlib.sha256(tag.encode()).hexdigest()[:16]
+
+
+def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str) -> JSON:
+    args = ["ensure", tag, "--ledger", settings.ledger]
+    if settings.upstream:
+        args += ["--upstream", settings.upstream]
+    if settings.sign_secret:
+        args += ["--sign-secret", settings.sign_secret]
+    env: list[JSON] = [{"name": "GPUALIGN_CACHE", "value": "/cache"},
+                       {"name": "GPUALIGN_TERMINATION_LOG", "value": TERMINATION_LOG}]
+    mounts: list[JSON] = [{"name": "cache", "mountPath": "/cache"}]
+    volumes: list[JSON] = [{"name": "cache", "emptyDir": {}}]
+    if settings.push_secret:
+        env.append({"name": "DOCKER_CONFIG", "value": "/etc/gpualign/docker"})
+        mounts.append({"name": "push-credentials", "mountPath": "/etc/gpualign/docker", "readOnly": True})
+        volumes.append({"name": "push-credentials", "secret": {
+            "secretName": settings.push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
+    container: JSON = {
+        "name": "build", "image": settings.image, "args": args, "env": env, "volumeMounts": mounts,
+        "securityContext": {"privileged": True, "runAsUser": 0},
+        "terminationMessagePath": TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError"}
+    if settings.resources:
+        container["resources"] = dict(settings.resources)
+    pod_spec: JSON = {"restartPolicy": "Never", "serviceAccountName": settings.service_account,
+                      "containers": [container], "volumes": volumes}
+    if settings.node_selector:
+        pod_spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    labels = {"app.kubernetes.io/name": "gpualign", "app.kubernetes.io/component": "driver-build",
+              BUILD_LABEL: "true", TAG_HASH_LABEL: tag_hash(tag)}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": job_name(tag), "namespace": settings.namespace, "labels": labels,
+                     "annotations": {TAG_ANNOTATION: tag, ATTEMPT_ANNOTATION: str(attempt),
+                                     RECIPE_ANNOTATION: recipe, NODES_ANNOTATION: ",".join(sorted(nodes))[:2000]}},
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": settings.ttl_seconds,
+                 "activeDeadlineSeconds": settings.deadline_seconds,
+                 "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+    }
+
+
+def read_job(job: JSON, pod: JSON | None) -> BuildJob:
+    """A build Job (and its pod, when it still has one) as the trigger reasons about it."""
+    meta = job.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    status = job.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    finished_at = None
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        phase = SUCCEEDED
+        finished_at = status.get("completionTime") or (conditions.get("Complete") or {}).get("lastTransitionTime")
+    elif "Failed" in conditions or "FailureTarget" in conditions:
+        phase = FAILED
+        finished_at = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get("lastTransitionTime")
+    else:
+        phase = RUNNING
+    failure, reason = None, ""
+    if phase == FAILED:
+        failure, reason = failure_of(pod, conditions.get("Failed") or conditions.get("FailureTarget") or {})
+    retry = ann.get(RETRY_ANNOTATION)
+    return BuildJob(name=str(meta.get("name", "")), tag=str(ann.get(TAG_ANNOTATION, "")), phase=phase,
+                    attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=str(ann.get(RECIPE_ANNOTATION, "")),
+                    finished=_epoch(finished_at), started=_epoch(status.get("startTime")), failure=failure,
+                    reason=reason, retry_asked=_epoch(retry))
+
+
+def failure_of(pod: JSON | None, condition: JSON) -> tuple[str, str]:
+    """(transient | permanent, the reason in one line) of a failed build: the record gpualign left in the pod's
+    termination message, else the last lines of its log there (transient: nothing says it would fail again), else
+    the Job's own condition (a deadline passed, the pod gone: transient)."""
+    import json
+
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if not terminated:
+            continue
+        message = (terminated.get("message") or "").strip()
+        try:
+            record = json.loads(message.splitlines()[-1]) if message else None
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and "message" in record:
+            kind = TRANSIENT if record.get("retryable") else PERMANENT
+            return kind, f"gpualign: {record.get('word', 'error')}: {record['message']}"
+        if message:
+            tail = [line for line in message.splitlines() if line.strip()][-3:]
+            return TRANSIENT, " | ".join(tail)[-600:]
+        return TRANSIENT, f"the build container exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+    why = ": ".join(str(p) for p in (condition.get("reason"), condition.get("message")) if p)
+    return TRANSIENT, why or "the build Job failed"
+
+
+def _int(text: object, default: int) -> int:
+    try:
+        return int(str(text))
+    except ValueError:
+        return default
+
+
+def _epoch(stamp: object) -> float | None:
+    if not stamp:
+        return None
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

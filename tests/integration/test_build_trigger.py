@@ -1,0 +1,123 @@
+"""The controller's build trigger (`gpualign controller --build`) against the lab's real API server and Job
+controller: one Job per missing tag however many nodes wait, the cap and the join order, a restarted controller
+adopting the Job that exists, and a failed Job retried after its backoff with an Event on every waiting node.
+
+The build pods are pinned to a node that does not exist, so they stay Pending (the Job active) for as long as a test
+needs, or fail at their deadline: what the trigger decides is tested here; a build that really runs is the real
+node's."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from gpualign.controller import build_job as J
+from gpualign.controller.builds import job_name
+from gpualign.lab.scenarios import NodeSpec
+from gpualign.lab.seed import add_node
+from tests.conftest import run_cli, start_lab
+from tests.controller_helpers import Controller, events
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+K1, K2, K3 = "6.8.0-1015-gcp", "6.8.0-1016-gcp", "6.8.0-1017-gcp"  # kernels NVIDIA publishes nothing for
+NS = "gpualign-system"
+
+
+def tag(kernel: str) -> str:
+    return f"580-{kernel}-ubuntu22.04"
+
+
+@pytest.fixture(scope="module")
+def blab(tmp_path_factory):
+    state_dir = tmp_path_factory.mktemp("builds") / "state"
+    lab = start_lab(state_dir, "empty")
+    lab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    # the ledger's repository exists (an empty lab has pushed nothing), holding none of the tags the tests need
+    assert lab.cli("lab", "push-image", "580-5.15.0-124-generic-ubuntu22.04").code == 0
+    try:
+        yield lab
+    finally:
+        run_cli("lab", "down", env={"GPUALIGN_LAB_DIR": str(state_dir)})
+
+
+def settings_file(tmp_path, **extra: object) -> str:
+    import json
+
+    path = tmp_path / f"build-pods-{len(extra)}-{time.monotonic_ns()}.yaml"
+    path.write_text(json.dumps({"nodeSelector": {"gpualign.io/no-such-node": "true"}, **extra}))
+    return str(path)
+
+
+def build_jobs(lab) -> list[dict]:
+    return lab.kube().list_raw(f"/apis/batch/v1/namespaces/{NS}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
+
+
+def trigger(lab, tmp_path, *extra: str, identity: str = "ctl", **pod: object) -> Controller:
+    return Controller(lab, "--build", "--build-image", f"{lab.registry}/gpualign:test", "--build-namespace", NS,
+                      "--build-pod-settings", settings_file(tmp_path, **pod), *extra, identity=identity)
+
+
+def add(lab, name: str, kernel: str) -> None:
+    add_node(lab.kube(), NodeSpec(name, kernel, "ubuntu", "22.04", driver="580.173.02"), branch="580",
+             registry=lab.registry)
+
+
+def test_one_job_per_tag_the_cap_the_order_and_a_restart_adopts(blab, tmp_path):
+    for i in range(3):
+        add(blab, f"b1-{i}", K1)  # three nodes on one kernel
+    time.sleep(1.1)  # they began to wait first
+    add(blab, "b2-0", K2)
+    ctl = trigger(blab, tmp_path, "--max-concurrent-builds", "1")
+    try:
+        jobs = wait_for(lambda: build_jobs(blab) or None, timeout=60, what="a build Job")
+        time.sleep(6)  # more passes: nothing more may be made
+        jobs = build_jobs(blab)
+        assert [j["metadata"]["annotations"][J.TAG_ANNOTATION] for j in jobs] == [tag(K1)]  # one Job, the oldest
+        (job,) = jobs
+        assert job["metadata"]["name"] == job_name(tag(K1))
+        assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "b1-0,b1-1,b1-2"
+        assert job["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["ensure", tag(K1)]
+        for node in ("b1-0", "b1-1", "b1-2"):
+            assert len(events(blab.kube(), node, "DriverImageBuildStarted")) == 1
+        assert ctl.metric("gpualign_builds_running") == 1
+        uid = job["metadata"]["uid"]
+    finally:
+        ctl.stop(signal.SIGKILL)
+    again = trigger(blab, tmp_path, "--max-concurrent-builds", "1", identity="ctl2")
+    try:
+        wait_for(lambda: again.metric("gpualign_builds_running") == 1 or None, timeout=60, what="the Job adopted")
+        time.sleep(6)
+        jobs = build_jobs(blab)
+        assert [j["metadata"]["uid"] for j in jobs] == [uid]  # adopted, not made again
+        assert len(events(blab.kube(), "b1-0", "DriverImageBuildStarted")) == 1
+    finally:
+        again.stop()
+    wider = trigger(blab, tmp_path, "--max-concurrent-builds", "2", identity="ctl3")
+    try:
+        wait_for(lambda: len(build_jobs(blab)) == 2 or None, timeout=60, what="the queued tag's Job")
+        assert sorted(j["metadata"]["annotations"][J.TAG_ANNOTATION] for j in build_jobs(blab)) == \
+            sorted([tag(K1), tag(K2)])
+        assert [j["metadata"]["uid"] for j in build_jobs(blab) if j["metadata"]["name"] == job_name(tag(K1))] == [uid]
+    finally:
+        wider.stop()
+
+
+def test_a_failed_build_is_retried_after_its_backoff_with_an_event_on_the_waiting_node(blab, tmp_path):
+    add(blab, "b3-0", K3)
+    ctl = trigger(blab, tmp_path, "--max-concurrent-builds", "3", "--build-retry-after", "4",
+                  activeDeadlineSeconds=2)
+    try:
+        name = job_name(tag(K3))
+        failed = wait_for(lambda: events(blab.kube(), "b3-0", "DriverImageBuildFailed") or None, timeout=90,
+                          what="the failure's Event")
+        assert "retried after a backoff" in failed[0]["message"] and "DeadlineExceeded" in failed[0]["message"]
+        second = wait_for(lambda: next((j for j in build_jobs(blab) if j["metadata"]["name"] == name and
+                                        j["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "2"), None),
+                          timeout=60, what="the second attempt")
+        assert second["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(K3)
+        assert len([j for j in build_jobs(blab) if j["metadata"]["name"] == name]) == 1  # replaced, not doubled
+    finally:
+        ctl.stop()

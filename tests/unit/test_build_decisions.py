@@ -1,0 +1,111 @@
+"""The build trigger's decisions (controller/builds.py): one Job per tag, a cap, the join order, backoff for
+transient failures, permanent ones held until something changes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign.controller import builds as B
+
+RECIPE = "gpualign 0.1.0"
+
+
+def wanted(tag: str, since: float, *nodes: str) -> B.Wanted:
+    return B.Wanted(tag, "build", nodes or ("n-" + tag,), since)
+
+
+def job(tag: str, phase: str, **kw: object) -> B.BuildJob:
+    return B.BuildJob(B.job_name(tag), tag, phase, recipe=str(kw.pop("recipe", RECIPE)), **kw)  # type: ignore[arg-type]
+
+
+def test_ten_nodes_on_one_kernel_make_one_job():
+    d = B.decide([wanted("535-6.1.0-50-amd64-debian12", 1.0, *(f"n{i}" for i in range(10)))], [], cap=2, now=10,
+                 recipe=RECIPE)
+    assert [(w.tag, a) for w, a in d.create] == [("535-6.1.0-50-amd64-debian12", 1)]
+
+
+def test_a_running_job_is_adopted_never_doubled():
+    tag = "535-6.1.0-50-amd64-debian12"
+    d = B.decide([wanted(tag, 1.0)], [job(tag, B.RUNNING)], cap=2, now=10, recipe=RECIPE)
+    assert d.create == () and d.running == (tag,)
+
+
+def test_the_cap_queues_the_rest_in_the_order_their_nodes_began_to_wait():
+    ws = [wanted("t-c", 3.0), wanted("t-a", 1.0), wanted("t-b", 2.0)]
+    d = B.decide(ws, [], cap=1, now=10, recipe=RECIPE)
+    assert [w.tag for w, _ in d.create] == ["t-a"] and d.queued == ("t-b", "t-c")
+    d = B.decide(ws, [job("t-a", B.RUNNING)], cap=2, now=10, recipe=RECIPE)
+    assert [w.tag for w, _ in d.create] == ["t-b"] and d.queued == ("t-c",)
+
+
+def test_a_transient_failure_is_retried_after_a_doubling_backoff():
+    failed = job("t", B.FAILED, finished=100.0, failure=B.TRANSIENT, attempt=2, reason="registry: 503")
+    early = B.decide([wanted("t", 1.0)], [failed], cap=1, now=150, recipe=RECIPE, backoff=30)
+    assert early.create == () and early.backing_off == (("t", 160.0),)  # attempt 2: 60 s after it failed
+    due = B.decide([wanted("t", 1.0)], [failed], cap=1, now=160, recipe=RECIPE, backoff=30)
+    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.replace == (failed.name,)
+    assert B.backoff_for(10, 30, 1800) == 1800  # capped
+
+
+def test_a_permanent_failure_is_held_until_a_retry_or_a_new_recipe():
+    failed = job("t", B.FAILED, finished=100.0, failure=B.PERMANENT, reason="no linux-headers-6.1.0-99-amd64")
+    held = B.decide([wanted("t", 1.0)], [failed], cap=1, now=1e9, recipe=RECIPE)
+    assert held.create == () and held.held == (("t", "no linux-headers-6.1.0-99-amd64"),)
+    asked = B.BuildJob(failed.name, "t", B.FAILED, 1, RECIPE, 100.0, B.PERMANENT, failed.reason, retry_asked=200.0)
+    assert [w.tag for w, _ in B.decide([wanted("t", 1.0)], [asked], cap=1, now=201, recipe=RECIPE).create] == ["t"]
+    newer = B.decide([wanted("t", 1.0)], [failed], cap=1, now=101, recipe="gpualign 0.2.0")
+    assert [w.tag for w, _ in newer.create] == ["t"]
+    old_ask = B.BuildJob(failed.name, "t", B.FAILED, 1, RECIPE, 100.0, B.PERMANENT, failed.reason, retry_asked=50.0)
+    assert B.decide([wanted("t", 1.0)], [old_ask], cap=1, now=201, recipe=RECIPE).create == ()  # asked before
+
+
+def test_a_succeeded_job_for_a_tag_still_missing_waits_one_backoff_before_building_again():
+    done = job("t", B.SUCCEEDED, finished=100.0)
+    assert B.decide([wanted("t", 1.0)], [done], cap=1, now=110, recipe=RECIPE, backoff=30).create == ()
+    assert [w.tag for w, _ in B.decide([wanted("t", 1.0)], [done], cap=1, now=131, recipe=RECIPE,
+                                       backoff=30).create] == ["t"]
+
+
+def test_finished_jobs_nobody_waits_for_go_after_their_keep_time():
+    old = job("t", B.FAILED, finished=0.0, failure=B.PERMANENT)
+    assert B.decide([], [old], cap=1, now=100, recipe=RECIPE, keep_failed=1000).stale == ()
+    assert B.decide([], [old], cap=1, now=2000, recipe=RECIPE, keep_failed=1000).stale == (old.name,)
+
+
+def test_job_names_are_kubernetes_names_and_distinct():
+    long_a = "580-" + "x" * 80 + "-a-ubuntu22.04"
+    long_b = "580-" + "x" * 80 + "-b-ubuntu22.04"
+    for tag in ("535-6.1.0-50-amd64-debian12", long_a, "580-5.15.0-124-generic-ubuntu22.04"):
+        name = B.job_name(tag)
+        assert len(name) <= 63 and name == name.lower() and name[0].isalpha() and name[-1].isalnum()
+    assert B.job_name(long_a) != B.job_name(long_b)
+
+
+tags = st.sampled_from([f"t{i}" for i in range(6)])
+phases = st.sampled_from([B.RUNNING, B.SUCCEEDED, B.FAILED])
+
+
+@given(st.lists(st.tuples(tags, st.floats(0, 100)), max_size=8, unique_by=lambda t: t[0]),
+       st.lists(st.tuples(tags, phases, st.sampled_from([B.TRANSIENT, B.PERMANENT])), max_size=6,
+                unique_by=lambda t: t[0]),
+       st.integers(1, 4), st.floats(0, 5000))
+def test_never_over_the_cap_never_two_jobs_for_a_tag(ws, js, cap, now):
+    wants = [wanted(t, s) for t, s in ws]
+    jobs = [job(t, p, finished=0.0 if p != B.RUNNING else None, failure=f if p == B.FAILED else None)
+            for t, p, f in js]
+    d = B.decide(wants, jobs, cap=cap, now=now, recipe=RECIPE)
+    running = {j.tag for j in jobs if j.phase == B.RUNNING}
+    created = [w.tag for w, _ in d.create]
+    assert len(created) == len(set(created))
+    assert not set(created) & running
+    assert len(running) + len(created) <= max(cap, len(running))
+    # every wanted tag is accounted for exactly once
+    accounted = created + list(d.queued) + [t for t, _ in d.backing_off] + [t for t, _ in d.held] + \
+        [w.tag for w in wants if w.tag in running]
+    skipped = [w.tag for w in wants if w.tag not in accounted]
+    assert all(any(j.tag == t and j.phase == B.SUCCEEDED for j in jobs) for t in skipped)
+    # the oldest waiting tags are the ones created
+    order = [w.tag for w in sorted(wants, key=lambda w: (w.since, w.tag))]
+    if d.queued:
+        assert all(order.index(c) < order.index(q) for c in created for q in d.queued)

@@ -1,0 +1,76 @@
+"""The build Job a tag gets, and how a Job and its pod read back (controller/build_job.py)."""
+
+from __future__ import annotations
+
+import json
+
+from gpualign.controller import build_job as J
+from gpualign.controller import builds as B
+
+TAG = "535-6.1.0-50-amd64-debian12"
+SETTINGS = J.BuildSettings(image="registry.local/gpualign:0.1.0", ledger="registry://registry.local/nvidia/driver",
+                           node_selector={"gpualign.io/builder": "true"},
+                           tolerations=[{"key": "gpualign.io/builder", "operator": "Exists", "effect": "NoSchedule"}],
+                           resources={"requests": {"cpu": "2", "memory": "2Gi"}}, push_secret="push",
+                           sign_secret="kube-system/mok")
+
+
+def test_one_tag_one_job_running_gpualigns_own_ensure():
+    job = J.build_job(TAG, 2, ["deb-b", "deb-a"], SETTINGS, "gpualign 0.1.0")
+    assert job["metadata"]["name"] == B.job_name(TAG)
+    assert job["metadata"]["labels"][J.BUILD_LABEL] == "true"
+    assert job["metadata"]["annotations"][J.TAG_ANNOTATION] == TAG
+    assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "deb-a,deb-b"
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 86400  # gpualign decides retries
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["nodeSelector"] == {"gpualign.io/builder": "true"}
+    (c,) = pod["containers"]
+    assert c["image"] == SETTINGS.image
+    assert c["args"] == ["ensure", TAG, "--ledger", SETTINGS.ledger, "--sign-secret", "kube-system/mok"]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "GPUALIGN_TERMINATION_LOG", "value": "/dev/termination-log"} in c["env"]
+    assert {"name": "DOCKER_CONFIG", "value": "/etc/gpualign/docker"} in c["env"]
+    assert not any("hostPath" in v for v in pod["volumes"])  # nothing from the host
+
+
+def pod_terminated(message: str, code: int = 1) -> dict:
+    return {"status": {"containerStatuses": [{"state": {"terminated": {"exitCode": code, "message": message}}}]}}
+
+
+def job_obj(**status: object) -> dict:
+    return {"metadata": {"name": B.job_name(TAG), "annotations": {J.TAG_ANNOTATION: TAG, J.ATTEMPT_ANNOTATION: "3",
+                                                                  J.RECIPE_ANNOTATION: "gpualign 0.1.0"}},
+            "status": status}
+
+
+def test_a_running_job_reads_as_running():
+    read = J.read_job(job_obj(active=1), None)
+    assert (read.tag, read.phase, read.attempt, read.recipe) == (TAG, B.RUNNING, 3, "gpualign 0.1.0")
+
+
+def test_a_failed_job_takes_its_kind_from_gpualigns_record():
+    failed = job_obj(conditions=[{"type": "Failed", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}])
+    record = {"word": "error", "exit": 2, "retryable": False, "error": "BadInput",
+              "message": "kernel 6.1.0-99-amd64: no linux-headers-6.1.0-99-amd64 in bookworm"}
+    read = J.read_job(failed, pod_terminated(json.dumps(record)))
+    assert read.phase == B.FAILED and read.failure == B.PERMANENT and "no linux-headers" in read.reason
+    assert read.finished is not None
+    transient = J.read_job(failed, pod_terminated(json.dumps({**record, "retryable": True, "message": "503"})))
+    assert transient.failure == B.TRANSIENT
+
+
+def test_a_failed_job_without_a_record_is_transient_with_its_logs_last_lines():
+    failed = job_obj(conditions=[{"type": "Failed", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}])
+    read = J.read_job(failed, pod_terminated("line one\nSegmentation fault\n", code=139))
+    assert read.failure == B.TRANSIENT and read.reason == "line one | Segmentation fault"
+    gone = J.read_job(failed | {"status": {"conditions": [{"type": "Failed", "status": "True",
+                                                           "reason": "DeadlineExceeded"}]}}, None)
+    assert gone.failure == B.TRANSIENT and gone.reason == "DeadlineExceeded"  # its pod gone, the condition says why
+
+
+def test_a_completed_job_reads_as_succeeded_and_a_retry_stamp_is_read():
+    done = job_obj(conditions=[{"type": "Complete", "status": "True"}], completionTime="2026-12-01T10:05:00Z")
+    done["metadata"]["annotations"][J.RETRY_ANNOTATION] = "2026-12-01T11:00:00Z"
+    read = J.read_job(done, None)
+    assert read.phase == B.SUCCEEDED and read.finished is not None and read.retry_asked > read.finished
