@@ -24,7 +24,12 @@ from gpualign.errors import BadInput, Unreachable
 
 JSON = dict[str, Any]
 PAGE = 500
-RETRIES_ON_RESET = 3  # a GET cut by a reset connection is tried again this many times (0.1, 0.2, 0.4 s apart)
+# A GET whose connection could not be made is tried again this many times (0.1, 0.2, 0.4 s apart): an API server
+# that refuses connections is said so within a second. One cut once it was made (a reset, a body cut short) is tried
+# again up to ten times, as client-go retries a GET on a reset connection, 0.1 s doubling up to 1 s apart (about
+# 7.5 s in all): on a link that cuts a third of the large answers, one cut in four tries was not rare.
+RETRIES_ON_CONNECT = 3
+RETRIES_ON_RESET = 10
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
@@ -148,20 +153,22 @@ class Kube:
         if body is not None:
             headers["Content-Type"] = content_type
             content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again at once, as
+        # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again, as
         # client-go retries GETs on a connection reset; writes are not replayed here: their callers decide.
-        attempts = RETRIES_ON_RESET + 1 if method in ("GET", "HEAD") else 1
-        for attempt in range(attempts):
+        reads = method in ("GET", "HEAD")
+        attempt = 0
+        while True:
             try:
                 return self._http.request(method, path, params=params, content=content, headers=headers)
             except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as err:
-                if attempt + 1 < attempts:
-                    time.sleep(0.1 * 2 ** attempt)
+                limit = RETRIES_ON_CONNECT if isinstance(err, httpx2.ConnectError) else RETRIES_ON_RESET
+                if reads and attempt < limit:
+                    time.sleep(min(1.0, 0.1 * 2 ** attempt))
+                    attempt += 1
                     continue
                 raise Unreachable(self.failed(err)) from None
             except httpx2.HTTPError as err:
                 raise Unreachable(self.failed(err)) from None
-        raise AssertionError("unreachable")  # the loop returns or raises
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
         resp = self.request("GET", path, params=params, accept=accept)

@@ -1,3 +1,3 @@
 """What gpualign does, as functions below the command line: each takes typed inputs (where the nodes come from, the
 ledgers, the policy and the rules) and returns a typed result, saying nothing itself. `cli/` parses flags, calls one
-of them and renders; the controller, the fleet report and the build trigger call the same ones."""
+of them and renders; the fleet report calls the same ones."""

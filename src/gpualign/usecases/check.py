@@ -1,6 +1,7 @@
 """The check use case: which image every GPU node of one cluster (or dump) needs, and whether the ledger has it,
-judged as the upgrade's preflight judges it. `gpualign check`, the fleet report and the controller's build trigger
-ask it the same way."""
+judged as the upgrade's preflight judges it. `gpualign check` and the fleet report ask it here; the controller asks
+the same core (expect, audit, judge) node by node from its watch caches, and its build trigger acts on that audit's
+action, so a missing image is `build` or `mirror` by the same code everywhere."""
 
 from __future__ import annotations
 
