@@ -13,6 +13,7 @@ import pytest
 
 from gpualign import labels as L
 from gpualign.lab import cluster
+from gpualign.lab.driver_sim import LOAD_DELAY
 from gpualign.lab.seed import driver_version_for
 from tests.conftest import run_cli, start_lab
 from tests.helpers import pod_ready, wait_for
@@ -40,7 +41,7 @@ def states(lab) -> dict[str, str]:
 
 
 def slow_pod_on(lab, node: str) -> None:
-    """A GPU pod that takes 15 s to go once evicted (kwok's delete delay), so a walk of its node lasts that long."""
+    """A GPU pod on the node, so the walk there has a pod to evict (and says so: the test's marker)."""
     kube = lab.kube()
     kube.apply({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "slow", "namespace": "ml"},
                 "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "slow"}},
@@ -56,8 +57,12 @@ def slow_pod_on(lab, node: str) -> None:
 def test_two_walks_on_overlapping_selectors_one_refuses_and_nothing_is_done_twice(rlab, narrow_first):
     ledger = f"registry://{rlab.registry}/nvidia/driver"
     branch = "580" if narrow_first else "595"  # the second case walks back
+    pool = "/apis/apps/v1/namespaces/gpu-operator/daemonsets/nvidia-driver-5.15.0-124-generic-ubuntu22.04"
     if narrow_first:
-        slow_pod_on(rlab, "gpu-a1")  # an H100 node: the narrow walk will still be draining it
+        slow_pod_on(rlab, "gpu-a1")  # an H100 node: the narrow walk evicts it first
+        # ... and its new driver takes 45 s to load, so the narrow walk holds the lock in validation while the
+        # fleet-wide one asks for it (that one needs a few seconds to start): not a race between two processes
+        rlab.kube().patch(pool, {"spec": {"template": {"metadata": {"annotations": {LOAD_DELAY: "45s"}}}}})
     recorder = Recorder(rlab.kube()).start()
     try:
         b = UpgradeProcess.start(rlab.env, "--to-branch", branch, "--ledger", ledger, "--max-parallel", "2",
@@ -68,6 +73,8 @@ def test_two_walks_on_overlapping_selectors_one_refuses_and_nothing_is_done_twic
         codes = {a.finish(timeout=300), b.finish(timeout=300)}
     finally:
         recorder.stop()
+        if narrow_first:
+            rlab.kube().patch(pool, {"spec": {"template": {"metadata": {"annotations": {LOAD_DELAY: None}}}}})
     outputs = a.output + "\n" + b.output
     assert codes == {0, 1}, outputs
     loser = a if a.proc.returncode == 1 else b
