@@ -263,6 +263,19 @@ def mistagged_story(ledger: str, kubectl: str, built: str) -> None:
     print(flush=True)
 
 
+def _metric(port: int, name: str) -> float | None:
+    """One of the controller's metrics, or None before it serves them."""
+    import re
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    except OSError:
+        return None
+    m = re.search(rf"(?m)^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+-]+)$", text)
+    return float(m.group(1)) if m else None
+
+
 def wait(what: str, check: object, timeout: float = 90.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():  # type: ignore[operator]
@@ -325,11 +338,16 @@ def operator_story() -> None:
     ENV_CTL = dict(ENV, POD_NAME="demo")
     run(kubectl, "create", "namespace", "gpualign-system")
     log = open(STATE.parent / "demo-controller.log", "w")  # noqa: SIM115
+    from gpualign.lab.processes import free_port
+
+    port = free_port()
     ctl = subprocess.Popen([sys.executable, "-m", "gpualign", "controller", "--gate-operator-upgrades",
-                            "--ledger-refresh", "2", "--listen", "127.0.0.1:0", "--lease-namespace",
+                            "--ledger-refresh", "2", "--listen", f"127.0.0.1:{port}", "--lease-namespace",
                             "gpualign-system"], env=ENV_CTL, stdout=log, stderr=subprocess.STDOUT)
     try:
-        time.sleep(3)
+        # the gate acts on the operator's objects the moment they change: it must be watching them first
+        wait("the controller watching", lambda: _metric(port, "gpualign_leader") == 1.0
+             and (_metric(port, "gpualign_gpu_nodes") or 0) > 0)
         run(kubectl, "patch", "nvidiadriver", "rhel", "--type", "merge", "-p", '{"spec":{"version":"595"}}')
         wait("gpu-r1 gated", lambda: node_labels("gpu-r1").get(skip) == "true")
         time.sleep(3)  # the operator's walk has had its chance
