@@ -59,6 +59,10 @@ a failed push never recompiles or re-signs; a run whose modules are all cached n
 root. The build root (bookworm's compiler, the kernels' headers and the module source, unpacked by mmdebstrap) is
 cached there too, and made again only for a kernel or a module source it lacks.
 
+Shared modules: once verified, a build's modules are pushed beside the ledger (REPO-modules, tagged
+<module source version>-<kernel>-<flavour>), and a build on any other machine pulls them instead of compiling,
+checks them against their artifact's digests and then exactly as compiled ones. --no-shared-modules does neither.
+
 Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was printed); 1 an image could not be made
 (it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""
 
@@ -108,6 +112,10 @@ def ensure(
     replace_wrong: Annotated[bool, typer.Option(
         "--replace-wrong", help="make a present image that fails those checks again (mirror or build, verified) "
                                 "and push it over its tag")] = False,
+    shared_modules: Annotated[bool, typer.Option(
+        "--shared-modules/--no-shared-modules",
+        help="take modules another build compiled for the same source, kernel and flavour from REPO-modules in the "
+             "ledger's registry (checked as compiled ones), and share the ones this run compiles there")] = True,
     lease: Annotated[str | None, typer.Option(
         "--lease", metavar="NAMESPACE",
         help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "
@@ -180,7 +188,8 @@ def ensure(
                                          jobs=max(1, jobs // in_flight), flavour=flavour, modules_from=modules_from,
                                          signing=signing, leases=leases, authfile=authfile,
                                          check_present=STRICT if verify_modules else OFF,
-                                         replace_wrong=replace_wrong,
+                                         replace_wrong=replace_wrong, share_pull=shared_modules,
+                                         share_push=shared_modules,
                                          together=tuple(s.kernel for s in specs if s.os_tag in tagspec.DEBIAN_BRANCHES))
                    for spec in specs}
         planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work

@@ -55,11 +55,13 @@ class Outcome:
     seconds: dict[str, float] = field(default_factory=dict)
     verification: dict[str, Any] | None = None
     reference: str = ""
+    modules: str = ""  # where a build's modules came from: compiled | cache | shared (pulled) | given
+    shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
                 "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
-                "verification": self.verification}
+                "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None}
 
 
 @dataclass
@@ -77,6 +79,8 @@ class Options:
     archive: Archive = field(default_factory=Archive)
     check_present: str = "off"  # a present tag's modules are judged too: judge.OFF | STRICT (labels always)
     replace_wrong: bool = False  # a present tag that fails the check is made again and pushed over it
+    share_pull: bool = True  # take modules another build compiled from the registry (ensure.shared), verified
+    share_push: bool = True  # share the modules this build compiled, once verified
 
 
 def tag_lock(tag: str) -> AbstractContextManager[None]:
@@ -214,13 +218,23 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         read = [kmod.read_file(p) for p in modules]
         driver_version = next((m.field("version") for m in read if m.field("version")), "") or ""
         say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
+        out.modules = "given"
     else:
+        pulled = _pull_shared(spec, opts, out, say) if opts.share_pull and not _compiled_before(spec, opts) \
+            else None
         built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
                                        progress=lambda m: say(spec.tag, m), together=opts.together,
                                        on_compile=lambda version: prepare_image_inputs(archive, version))
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
+        from gpualign.ensure import shared
+
+        origin = shared.pulled_from(built.directory)
+        out.modules = "compiled" if not built.cached else "shared" if origin else "cache"
+        if pulled is not None and origin is not None:
+            prepare_image_inputs(archive, driver_version)  # no compile to hide them behind: start them now
+    unsigned = modules  # what is shared, once verified
     if not driver_version.startswith(f"{spec.branch}."):
         raise NotVerified(f"{spec.tag}: the modules are NVIDIA {driver_version or '(no version)'}, not branch "
                           f"{spec.branch}; nothing pushed")
@@ -239,6 +253,18 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     checked = verify_modules(modules, spec, driver_version, archive, opts.signing)
     out.seconds["verify"] = time.monotonic() - t0
     out.verification = checked.as_dict()
+    if not checked.ok and out.modules == "shared":
+        from gpualign.ensure import shared
+
+        directory = debian.modules_dir(spec.kernel, opts.flavour, driver_version, None)
+        source = shared.pulled_from(directory)
+        shared.forget(directory)
+        out.shared = f"refused: {source}: {checked.first_problem()}"
+        say(spec.tag, f"shared modules from {source} refused by the kernel's checks ({checked.first_problem()}): "
+                      "compiling instead")
+        import dataclasses
+
+        return _build(spec, dataclasses.replace(opts, share_pull=False), out, say)
     if not checked.ok:
         symbol = checked.first_symbol()
         raise NotVerified(f"{spec.tag}: would not load on {spec.kernel}: {checked.first_problem()}"
@@ -249,6 +275,8 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
                   f"version {driver_version}" + (f", {len(checked.results)} signatures by {opts.signing.signer} "
                                                  f"(key {opts.signing.describe()['key_id']})"
                                                  if opts.signing else ""))
+    if opts.share_push and out.modules in ("compiled", "cache") and opts.flavour in buildroot.FLAVOURS:
+        _push_shared(spec, opts, out, say, driver_version, unsigned)
     t0 = time.monotonic()
     record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
     if opts.signing is not None:
@@ -276,6 +304,55 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     out.done = True
     say(spec.tag, f"pushed: {out.digest}")
     return out
+
+
+def _pull_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> list[Path] | None:
+    """Another build's modules for this kernel, from the registry into the module cache (checked against their
+    artifact; the kernel's checks follow as for a compile), or None: none shared, or refused (said, then compiled)."""
+    from gpualign.ensure import buildroot, debian, shared
+    from gpualign.errors import Unreachable
+
+    t0 = time.monotonic()
+    version = opts.archive.version_of(buildroot.FLAVOURS[opts.flavour][0])
+    if version is None:
+        return None  # the build says it, naming the archive
+    key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
+    try:
+        got = shared.pull(opts.target, key, debian.modules_dir(spec.kernel, opts.flavour, key.version, None))
+    except (shared.SharedRefused, Unreachable) as err:
+        out.shared = f"refused: {err.message}"
+        say(spec.tag, f"shared modules: {err.message}: compiling instead")
+        return None
+    out.seconds["shared_pull"] = time.monotonic() - t0
+    if got is None:
+        say(spec.tag, f"shared modules: none at {shared.where(opts.target, key)}")
+        return None
+    out.shared = "pulled"
+    say(spec.tag, f"shared modules: {len(got)} pulled from {shared.where(opts.target, key)} "
+                  f"in {out.seconds['shared_pull']:.1f}s (compiled by another build; checked here as if compiled)")
+    return got
+
+
+def _push_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say, driver_version: str,
+                 modules: list[Path]) -> None:
+    """Share the verified, unsigned modules (a signature is appended to the bytes the kernel's checks read, so
+    the checks of a signed set hold for the unsigned one). A registry that refuses is said, never fatal."""
+    from gpualign.ensure import shared
+    from gpualign.errors import Unreachable
+
+    key = shared.Key(driver_version, spec.kernel, opts.flavour)
+    t0 = time.monotonic()
+    try:
+        if shared.has(opts.target, key):
+            return
+        where = shared.push(opts.target, key, modules)
+    except Unreachable as err:
+        out.shared = f"not pushed: {err.message}"
+        say(spec.tag, f"shared modules not pushed ({err.message}): later builds compile them again")
+        return
+    out.seconds["shared_push"] = time.monotonic() - t0
+    out.shared = "pushed"
+    say(spec.tag, f"shared modules: pushed to {where} for later builds ({out.seconds['shared_push']:.1f}s)")
 
 
 def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:

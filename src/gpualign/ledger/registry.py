@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
-from gpualign.errors import BadInput, Unreachable
+from gpualign.errors import BadInput, GpualignError, Unreachable
 from gpualign.ledger.transport import LazyTLSTransport
 
 MANIFEST_TYPES = ", ".join([
@@ -55,6 +55,13 @@ class RegistryRef:
 
     def __str__(self) -> str:
         return f"registry://{self.host}/{self.repo}"
+
+
+class BlobMismatch(GpualignError):
+    """A blob whose bytes are not what its descriptor names (its digest or size): never used."""
+
+    exit_code = 1
+    word = "refused"
 
 
 _INSECURE: set[str] = set()  # HOST[:PORT] the user allowed plain http to (--insecure-registry)
@@ -316,6 +323,50 @@ class RegistryClient:
             raise Unreachable(f"registry {self.ref.host}: blob {digest[:19]}…: HTTP {resp.status_code}")
         return resp.content
 
+    def blob_to_file(self, digest: str, size: int, into: Path, repo: str | None = None,
+                     timeout: float = 600.0) -> None:
+        """Stream a large blob (beyond MAX_BODY) into a file, refusing it unless it is exactly `size` bytes whose
+        SHA-256 is `digest` (a registry serves what its storage holds: a blob changed there is caught here). The
+        file is written beside `into` and renamed only once checked."""
+        repo = repo or self.ref.repo
+        algorithm, _, want = digest.partition(":")
+        if algorithm != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", want):
+            raise Unreachable(f"registry {self.ref.host}: blob digest {digest[:30]!r} is not sha256")
+        url = f"{self.ref.base}/v2/{repo}/blobs/{digest}"
+        scope = f"repository:{repo}:pull"
+        self._send("HEAD", url, scope=scope)  # answers an auth challenge once, before the body streams
+        headers = {"Authorization": self._tokens[scope]} if scope in self._tokens else {}
+        partial = into.with_name(f".{into.name}.partial")
+        deadline = time.monotonic() + timeout
+        hasher = hashlib.sha256()
+        got = 0
+        try:
+            with self.http.stream("GET", url, headers=headers) as resp, partial.open("wb") as out:
+                if resp.status_code >= 400:
+                    raise Unreachable(f"registry {self.ref.host}: blob {digest[:19]}…: HTTP {resp.status_code}")
+                for chunk in resp.iter_raw(1 << 20):
+                    got += len(chunk)
+                    if got > size:
+                        raise BlobMismatch(f"registry {self.ref.host}: blob {digest[:19]}… is larger than the "
+                                          f"{size} bytes its manifest says; refused")
+                    if time.monotonic() > deadline:
+                        raise Unreachable(f"registry {self.ref.host}: blob {digest[:19]}… still arriving after "
+                                          f"{timeout:g}s")
+                    hasher.update(chunk)
+                    out.write(chunk)
+        except httpx2.HTTPError as err:
+            partial.unlink(missing_ok=True)
+            raise Unreachable(f"registry {self.ref.host}: reading blob {digest[:19]}…: "
+                              f"{err.__class__.__name__}") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if got != size or hasher.hexdigest() != want:
+            partial.unlink(missing_ok=True)
+            raise BlobMismatch(f"registry {self.ref.host}: blob {digest[:19]}… is not what its manifest names "
+                              f"({got} bytes, sha256 {hasher.hexdigest()[:12]}…): refused")
+        os.replace(partial, into)
+
     def image_config(self, reference: str, repo: str | None = None) -> dict[str, Any] | None:
         """The image config (with config.Env) for a tag; an index resolves to its linux/amd64 entry."""
         manifest = self.manifest(reference, repo)
@@ -340,7 +391,16 @@ class RegistryClient:
         return data if isinstance(data, dict) else None
 
     # -- writes (the lab seeds its registry with these; no Docker needed) ---------------------------------------
-    def push_blob(self, data: bytes, repo: str | None = None) -> str:
+    def push_blob(self, data: bytes, repo: str | None = None, *, timeout: float | None = None) -> str:
+        """Upload a blob (monolithic: one POST, one PUT) unless the registry has it; returns its digest. timeout:
+        the whole upload's deadline, for blobs larger than a manifest [default: the client's]."""
+        if timeout is not None and timeout > self.timeout:
+            longer = RegistryClient(self.ref, self.credentials, timeout, self.max_pages, self.transport)
+            longer._tokens = self._tokens
+            try:
+                return longer.push_blob(data, repo)
+            finally:
+                longer.close()
         repo = repo or self.ref.repo
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         scope = f"repository:{repo}:pull,push"
