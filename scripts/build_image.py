@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""Build the gpualign container image from the repository's Dockerfile with buildah, without Docker and without
-a public container registry (none is reachable here): the base is Debian bookworm's own python3, made by mmdebstrap
-and imported as localhost/gpualign-base:bookworm; the wheel is built from this checkout.
+"""Build the gpualign container images from the repository's Dockerfile with buildah, without Docker and without
+a public container registry (none is reachable from the build): the bases are Debian bookworm's own python3, made by
+mmdebstrap and imported as localhost/gpualign-base:bookworm (the controller) and, with the build tools,
+localhost/gpualign-builder-base:bookworm (the build Jobs); the wheel is built from this checkout.
 
     .venv/bin/python scripts/build_image.py           # `make image`; `make setup` runs it
 
 buildah runs as root with vfs storage and chroot isolation, its storage under ~/.cache/gpualign/containers. The base
 is cached by its recipe; the image is rebuilt when the source changes (its key is a hash of src/, pyproject.toml,
-README.md and the Dockerfile). The result is localhost/gpualign:VERSION in that storage; the tests push it to a lab
-registry and run it.
+README.md and the Dockerfile). The results are localhost/gpualign:VERSION and localhost/gpualign-builder:VERSION in
+that storage; the tests push them to a lab registry and run them.
 """
 
 from __future__ import annotations
@@ -29,8 +30,13 @@ from gpualign import __version__  # noqa: E402
 from gpualign.lab.versions import cache_root  # noqa: E402
 
 BASE_IMAGE = "localhost/gpualign-base:bookworm"
+BUILDER_BASE_IMAGE = "localhost/gpualign-builder-base:bookworm"
 IMAGE = f"localhost/gpualign:{__version__}"
+BUILDER_IMAGE = f"localhost/gpualign-builder:{__version__}"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# what `ensure` runs besides Python (the Dockerfile's builder stage installs the same where it starts from python:)
+BUILDER_PACKAGES = (*PACKAGES, "buildah", "mmdebstrap", "kmod", "skopeo", "apt", "debian-archive-keyring", "gpgv",
+                    "xz-utils")
 EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 
 
@@ -62,20 +68,22 @@ def source_key() -> str:
     return digest.hexdigest()[:16]
 
 
-def base_key() -> str:
-    return hashlib.sha256(repr((PACKAGES, EXCLUDES, "bookworm", "essential")).encode()).hexdigest()[:12]
+def base_key(packages: tuple[str, ...] = PACKAGES) -> str:
+    return hashlib.sha256(repr((packages, EXCLUDES, "bookworm", "essential")).encode()).hexdigest()[:12]
 
 
-def build_base() -> None:
-    stamp = cache_root() / "containers" / f"base-{base_key()}.done"
-    if stamp.exists() and has_image(BASE_IMAGE):
-        print(f"... base {BASE_IMAGE}: cached", file=sys.stderr)
+def build_base(name: str = BASE_IMAGE, packages: tuple[str, ...] = PACKAGES) -> None:
+    stamp = cache_root() / "containers" / f"{name.split('/')[-1].split(':')[0]}-{base_key(packages)}.done"
+    if name == BASE_IMAGE:
+        stamp = cache_root() / "containers" / f"base-{base_key(packages)}.done"  # the name it always had
+    if stamp.exists() and has_image(name):
+        print(f"... base {name}: cached", file=sys.stderr)
         return
     with tempfile.TemporaryDirectory(prefix="gpualign-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         t0 = time.monotonic()
-        print("... base: mmdebstrap bookworm (python3, python3-venv, ca-certificates)", file=sys.stderr, flush=True)
-        cmd = ["mmdebstrap", "--quiet", "--variant=essential", f"--include={','.join(PACKAGES)}",
+        print(f"... base {name}: mmdebstrap bookworm ({', '.join(packages)})", file=sys.stderr, flush=True)
+        cmd = ["mmdebstrap", "--quiet", "--variant=essential", f"--include={','.join(packages)}",
                *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDES),
                '--customize-hook=rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*', "bookworm", str(tar)]
         if subprocess.run(cmd).returncode != 0:
@@ -84,7 +92,7 @@ def build_base() -> None:
         try:
             buildah("add", "--quiet", ctr, str(tar), "/")
             buildah("config", "--cmd", '["/bin/bash"]', ctr)
-            buildah("commit", "--quiet", ctr, BASE_IMAGE)
+            buildah("commit", "--quiet", ctr, name)
         finally:
             buildah("rm", ctr, capture=True)
         print(f"... base built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
@@ -92,11 +100,12 @@ def build_base() -> None:
     stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
 
 
-def build_image() -> None:
+def build_image(image: str = IMAGE, target: str | None = None) -> None:
     key = source_key()
-    stamp = cache_root() / "containers" / f"image-{__version__}-{key}.done"
-    if stamp.exists() and has_image(IMAGE):
-        print(f"... image {IMAGE}: cached (source {key})", file=sys.stderr)
+    kind = "image" if target is None else target
+    stamp = cache_root() / "containers" / f"{kind}-{__version__}-{key}.done"
+    if stamp.exists() and has_image(image):
+        print(f"... {kind} {image}: cached (source {key})", file=sys.stderr)
         return
     with tempfile.TemporaryDirectory(prefix="gpualign-image-") as tmp:
         ctx = Path(tmp)
@@ -107,17 +116,18 @@ def build_image() -> None:
             raise SystemExit(f"build_image: the wheel did not build: {wheel.stderr[-500:]}")
         shutil.copy(ROOT / "Dockerfile", ctx / "Dockerfile")
         args = ["bud", "--quiet", "--isolation", "chroot", "--layers=false", "--build-arg", f"BASE={BASE_IMAGE}",
-                "-t", IMAGE]
+                "--build-arg", f"BUILDER_BASE={BUILDER_BASE_IMAGE}", "-t", image,
+                *(["--target", target] if target else [])]
         ca = os.environ.get("PIP_CERT") or "/etc/ssl/certs/ca-certificates.crt"
         if Path(ca).exists():  # the host's trust (a TLS-inspecting proxy's CA) for pip inside the build only
             args += ["--volume", f"{ca}:/run/host-ca.crt:ro", "--build-arg", "PIP_CERT=/run/host-ca.crt"]
-        print(f"... image: buildah bud {IMAGE}", file=sys.stderr, flush=True)
-        replaced = buildah("images", "--quiet", "--no-trunc", IMAGE, capture=True) if has_image(IMAGE) else ""
+        print(f"... {kind}: buildah bud {image}", file=sys.stderr, flush=True)
+        replaced = buildah("images", "--quiet", "--no-trunc", image, capture=True) if has_image(image) else ""
         buildah(*args, str(ctx))
-        if replaced and replaced != buildah("images", "--quiet", "--no-trunc", IMAGE, capture=True):
+        if replaced and replaced != buildah("images", "--quiet", "--no-trunc", image, capture=True):
             subprocess.run(buildah_cmd("rmi", replaced), capture_output=True)  # the old build: no name is left on it
-        print(f"... image built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-    for old in stamp.parent.glob(f"image-{__version__}-*.done"):
+        print(f"... {kind} built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
+    for old in stamp.parent.glob(f"{kind}-{__version__}-*.done"):
         old.unlink()
     stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
 
@@ -134,6 +144,10 @@ def main() -> int:
     build_base()
     build_image()
     print(IMAGE)
+    if "--no-builder" not in sys.argv[1:]:
+        build_base(BUILDER_BASE_IMAGE, BUILDER_PACKAGES)
+        build_image(BUILDER_IMAGE, "builder")
+        print(BUILDER_IMAGE)
     return 0
 
 

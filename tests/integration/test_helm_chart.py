@@ -112,6 +112,45 @@ def test_the_schema_refuses_wrong_types_and_the_image_is_required():
     assert second["Role"]["rules"][1]["resourceNames"] == ["gpualign-b"]
 
 
+def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_the_rights_they_need(tmp_path):
+    objs = docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
+                     "--set", "registryCredentialsSecret=creds", "--set", "builds.maxConcurrent=2",
+                     "--set", "builds.nodeSelector.pool=builders", "--set", "hostNetwork=true").stdout)
+    named = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    args = named[("Deployment", "gpualign-controller")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[-6:] == ["--build", "--build-image=registry.local/gpualign-builder:0.1.0", "--build-namespace=ops",
+                         "--max-concurrent-builds=2", "--build-retry-after=30",
+                         "--build-pod-settings=/etc/gpualign/builds/build-pods.yaml"]
+    settings = YAML(typ="safe").load(named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"])
+    assert settings == {"serviceAccountName": "gpualign-controller-builder", "hostNetwork": True,
+                        "ttlSecondsAfterFinished": 86400, "activeDeadlineSeconds": 3600,
+                        "nodeSelector": {"pool": "builders"}, "pushSecret": "creds",
+                        "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "6Gi"}}}
+    assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is False
+    assert named[("Role", "gpualign-controller-builds")]["rules"] == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete"]}]
+    assert ("Role", "gpualign-controller-builder-signing") not in named
+    # the settings file is what the controller reads: it accepts it as rendered
+    from gpualign.cli.controller import build_options
+
+    path = tmp_path / "build-pods.yaml"
+    path.write_text(named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"])
+    options = build_options("registry.local/gpualign-builder:0.1.0", "ops", 2, path, "registry.local/nvidia/driver")
+    assert options.settings.service_account == "gpualign-controller-builder" and options.settings.host_network
+    assert options.settings.push_secret == "creds" and options.settings.node_selector == {"pool": "builders"}
+
+    signing = docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
+                        "--set", "builds.signSecret=module-signing").stdout)
+    named = {(o["kind"], o["metadata"]["name"]): o for o in signing}
+    assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is True
+    assert named[("Role", "gpualign-controller-builder-signing")]["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["module-signing"], "verbs": ["get"]}]
+    assert "signSecret: \"ops/module-signing\"" in named[("ConfigMap", "gpualign-controller-builds")]["data"][
+        "build-pods.yaml"]
+    bad = helm("template", "ga", str(CHART), *IMAGE, "--set", "builds.maxConcurrent=0", check=False)
+    assert bad.returncode != 0 and "at '/builds/maxConcurrent'" in bad.stderr
+
+
 def test_the_chart_and_deploy_grant_exactly_the_same_rbac_and_alerts():
     objs = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE, *MONITORING).stdout)
     chart = {o["kind"]: o for o in objs}

@@ -22,3 +22,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 app: gpualign-controller
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
+
+{{- /* The build Jobs' image: builds.image, else the controller's repository with -builder appended. */ -}}
+{{- define "gpualign.builderImage" -}}
+{{- $repo := .Values.builds.image.repository | default (printf "%s-builder" (required "image.repository is required" .Values.image.repository)) -}}
+{{ $repo }}:{{ .Values.builds.image.tag | default .Chart.AppVersion }}
+{{- end }}
+
+{{- define "gpualign.builderName" -}}
+{{- printf "%s-builder" (include "gpualign.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end }}
