@@ -74,3 +74,19 @@ def test_a_completed_job_reads_as_succeeded_and_a_retry_stamp_is_read():
     done["metadata"]["annotations"][J.RETRY_ANNOTATION] = "2026-12-01T11:00:00Z"
     read = J.read_job(done, None)
     assert read.phase == B.SUCCEEDED and read.finished is not None and read.retry_asked > read.finished
+
+
+def test_a_build_in_one_line_says_where_it_is_for_how_long_and_what_happens_next():
+    tag = "535-6.1.0-50-amd64-debian12"
+    name = B.job_name(tag)
+    running = B.BuildJob(name, tag, B.RUNNING, attempt=1, started=1000.0)
+    assert J.describe(running, "ops", 1130.0) == f"image building: Job ops/{name}, for 2m10s (attempt 1)"
+    pending = B.BuildJob(name, tag, B.RUNNING)
+    assert J.describe(pending, "ops", 1130.0).endswith("created, its pod not started yet (attempt 1)")
+    held = B.BuildJob(name, tag, B.FAILED, attempt=2, failure=B.PERMANENT, reason="gpualign: bad input: no headers")
+    assert J.describe(held, "ops", 0) == (f"image build failed: gpualign: bad input: no headers (Job ops/{name}, "
+                                          f"attempt 2; not retried until something changes: gpualign build retry "
+                                          f"{tag})")
+    again = B.BuildJob(name, tag, B.FAILED, attempt=1, failure=B.TRANSIENT, reason="registry 503")
+    assert J.describe(again, "ops", 0).endswith("attempt 1; retried after a backoff)")
+    assert J.describe(B.BuildJob(name, tag, B.SUCCEEDED), "ops", 0) == f"image built by Job ops/{name}"

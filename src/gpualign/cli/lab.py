@@ -403,17 +403,22 @@ def push_image(
 
 
 @app.command("push-self")
-def push_self(state_dir: StateDirOpt = None) -> None:
+def push_self(
+    builder: Annotated[bool, typer.Option("--builder", help="also push the builder image (build Jobs run it), "
+                                                            "printed on a second line")] = False,
+    state_dir: StateDirOpt = None,
+) -> None:
     """Push gpualign's own container image (built by `make image`) to the lab registry, for the chart and for Jobs
     on the real node. Prints the image reference."""
     from gpualign.lab import cluster, own_image
 
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
-    started = time.monotonic()
-    ref = own_image.push(state.registry)
-    progress(f"pushed {ref} in {time.monotonic() - started:.1f}s")
-    print(ref)
+    for which in ((False, True) if builder else (False,)):
+        started = time.monotonic()
+        ref = own_image.push(state.registry, builder=which)
+        progress(f"pushed {ref} in {time.monotonic() - started:.1f}s")
+        print(ref)
 
 
 @app.command("chart-values")

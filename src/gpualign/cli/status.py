@@ -35,8 +35,10 @@ if TYPE_CHECKING:
 
 def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None,
-              timeout: float | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any]]:
-    """The snapshot, the blockers derived for nodes the GPU Operator walks, and which cluster was read."""
+              timeout: float | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
+    """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
+    Jobs of the controller's --build (tag -> one line; read only when a target image is missing)."""
+    from gpualign.controller.build_job import read_cluster
     from gpualign.kube import Kube
     from gpualign.tags import normalize_branch
     from gpualign.upgrade import snapshot
@@ -46,7 +48,9 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=rules,
                              to_branch=normalize_branch(to_branch) if to_branch else None)
-        return snap, derive(kube, snap), kube.describe()
+        missing = available is not None and any(ns.target_tag and not ns.view.image_present
+                                                for ns in snap.nodes.values())
+        return snap, derive(kube, snap), kube.describe(), read_cluster(kube) if missing else {}
     finally:
         kube.close()
 
@@ -61,8 +65,8 @@ def _status_of(selector: str | None, available: Ledger | None, to_branch: str | 
                timeout: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     from gpualign.upgrade.report import fleet_status
 
-    snap, derived, cluster = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout)
-    data = fleet_status(snap, ledger_known=available is not None, derived=derived)
+    snap, derived, cluster, builds = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout)
+    data = fleet_status(snap, ledger_known=available is not None, derived=derived, builds=builds)
     if snap.nodes and set(data["counts"]) == {"(none)"}:
         data["note"] = NO_STATE
     return data, cluster
@@ -214,8 +218,8 @@ def why(
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     from gpualign.tags import load_rules
 
-    snap, derived, _ = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,
-                                 load_rules(rules), kubeconfig, context, timeout)
+    snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,
+                                         load_rules(rules), kubeconfig, context, timeout)
     ledger_known = available is not None
     ns = snap.nodes.get(node)
     status: dict[str, Any] | None = None
@@ -224,10 +228,10 @@ def why(
     else:
         from gpualign.upgrade.report import node_status
 
-        lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node))
+        lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds)
         if ns.pod is None and ns.pool is None:
             lines.append(_no_driver_pool(ns, kubeconfig, context, timeout))
-        status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node)).as_dict()
+        status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds).as_dict()
     if output in (Output.json, Output.yaml):
         emit_data(report("Why", {"ledger": list(available.sources) if available else []},
                          {"node": node, "explanation": lines, "status": status}), output)

@@ -149,6 +149,65 @@ def failure_of(pod: JSON | None, condition: JSON) -> tuple[str, str]:
     return TRANSIENT, why or "the build Job failed"
 
 
+def describe(job: BuildJob, namespace: str, now: float) -> str:
+    """A build in one line, as `status`, `why` and the board say it: "image building: Job NS/NAME, for 2m10s
+    (attempt 1)", or how it failed and what happens next."""
+    where = f"Job {namespace}/{job.name}"
+    if job.phase == RUNNING:
+        if job.started is None:
+            return f"image building: {where} created, its pod not started yet (attempt {job.attempt})"
+        return f"image building: {where}, for {_duration(now - job.started)} (attempt {job.attempt})"
+    if job.phase == SUCCEEDED:
+        return f"image built by {where}"
+    if job.failure == PERMANENT:
+        return (f"image build failed: {job.reason} ({where}, attempt {job.attempt}; not retried until something "
+                f"changes: gpualign build retry {job.tag})")
+    return f"image build failed: {job.reason} ({where}, attempt {job.attempt}; retried after a backoff)"
+
+
+def _duration(seconds: float) -> str:
+    s = int(max(0, seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
+    """tag -> its build in one line, from the build Jobs the cluster has (every namespace unless one is named); {}
+    when the reader may not list Jobs (status and why then say what they knew before)."""
+    import time
+
+    from gpualign.errors import GpualignError
+
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
+    try:
+        jobs = kube.list_raw(path, label_selector=f"{BUILD_LABEL}=true")
+    except GpualignError:
+        return {}
+    pods: dict[tuple[str, str], JSON] = {}
+    if any(is_failed(j) for j in jobs):
+        try:
+            for pod in kube.list_raw(path.replace("/apis/batch/v1", "/api/v1").replace("/jobs", "/pods"),
+                                     label_selector=f"{BUILD_LABEL}=true"):
+                meta = pod.get("metadata") or {}
+                if (owner := (meta.get("labels") or {}).get("job-name")):
+                    pods[(str(meta.get("namespace")), owner)] = pod
+        except GpualignError:
+            pass  # the reason is then the Job's own condition
+    now = time.time()
+    out: dict[str, str] = {}
+    for j in jobs:
+        meta = j.get("metadata") or {}
+        ns = str(meta.get("namespace", namespace or ""))
+        read = read_job(j, pods.get((ns, str(meta.get("name")))))
+        if read.tag:
+            out[read.tag] = describe(read, ns, now)
+    return out
+
+
+def is_failed(job: JSON) -> bool:
+    return any(c.get("type") in ("Failed", "FailureTarget") and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
+
+
 def _int(text: object, default: int) -> int:
     try:
         return int(str(text))

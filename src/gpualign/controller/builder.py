@@ -73,7 +73,7 @@ class Builder:
     def read_jobs(self) -> list[B.BuildJob]:
         ns = self.options.settings.namespace
         items = self.kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
-        failed = [j for j in items if _failed(j)]
+        failed = [j for j in items if J.is_failed(j)]
         pods: dict[str, JSON] = {}
         if failed:
             for pod in self.kube.pods(ns, label_selector=f"{J.BUILD_LABEL}=true"):
@@ -166,13 +166,11 @@ class Builder:
             self.wake.clear()
 
     def view(self) -> dict[str, Any]:
-        """For the board, status and metrics: each tag's build as last read."""
+        """For the board and metrics: each tag's build as last read, and in one line as `status` says it."""
+        now = time.time()
+        ns = self.options.settings.namespace
         return {"running": list(self.last.running), "queued": list(self.last.queued),
                 "held": dict(self.last.held), "backing_off": dict(self.last.backing_off),
-                "jobs": {t: {"name": j.name, "phase": j.phase, "attempt": j.attempt, "reason": j.reason}
-                         for t, j in self.jobs.items()}}
+                "jobs": {t: {"name": j.name, "phase": j.phase, "attempt": j.attempt, "reason": j.reason,
+                             "line": J.describe(j, ns, now)} for t, j in self.jobs.items()}}
 
-
-def _failed(job: JSON) -> bool:
-    return any(c.get("type") in ("Failed", "FailureTarget") and c.get("status") == "True"
-               for c in (job.get("status") or {}).get("conditions") or [])

@@ -52,6 +52,11 @@ def render(data: dict[str, Any]) -> str:
              f'<b>{len(data["blocked"])}</b></div>',
              f'<div class="card {"bad" if gated else "ok"}"><span>gated (held off the operator\'s walk)</span>'
              f'<b>{len(gated)}</b></div>']
+    builds = data.get("builds")
+    if builds is not None:  # the controller runs with --build
+        failed = sum(1 for j in builds["jobs"].values() if j["phase"] == "failed")
+        cards.append(f'<div class="card {"bad" if failed else "ok"}"><span>builds: running · queued · failed</span>'
+                     f'<b>{len(builds["running"])} · {len(builds["queued"])} · {failed}</b></div>')
     for state in sorted(by_state, key=lambda s: order.get(s, 99)):
         cards.append(f'<div class="card"><span class="state">{e(GROUP.get(state, state))}</span>'
                      f'<b>{len(by_state[state])}</b></div>')
@@ -78,6 +83,15 @@ def render(data: dict[str, Any]) -> str:
         for tag, names in sorted(data["missing"].items()):
             parts.append(f"<tr><td class='missing'>{e(tag)}</td><td>{', '.join(map(_link, sorted(names)))}</td>"
                          "</tr>")
+        parts.append("</table>")
+    if builds and (builds["jobs"] or builds["queued"]):
+        parts.append("<h2>Driver image builds</h2><table><tr><th>image tag</th><th>build</th></tr>")
+        for tag, job in sorted(builds["jobs"].items()):
+            cls = "blocker" if job["phase"] == "failed" else ""
+            parts.append(f"<tr><td>{e(tag)}</td><td class='{cls}'>{e(job['line'])}</td></tr>")
+        for tag in builds["queued"]:
+            parts.append(f"<tr><td>{e(tag)}</td><td>queued: waiting for a build slot (--max-concurrent-builds)"
+                         "</td></tr>")
         parts.append("</table>")
     if gated:
         parts.append("<h2>Gated: held off the GPU Operator's upgrade walk</h2><table><tr><th>node</th><th>why</th>"
@@ -126,7 +140,10 @@ def node_lines(data: dict[str, Any], name: str) -> list[str] | None:
                      "in the ledger")
     if n.get("pod_state") and n["pod_state"] not in ("Running", "Pending", "ContainerCreating"):
         lines.append(f"no driver: its driver pod is {n['pod_state']}")
-    if n["status"] == "missing":
+    build = ((data.get("builds") or {}).get("jobs") or {}).get(n["tag"] or "")
+    if n["status"] == "missing" and build:
+        lines.append(f"its driver image {n.get('image') or n['tag']} is missing from the ledger; {build['line']}")
+    elif n["status"] == "missing":
         lines.append(f"its driver image {n.get('image') or n['tag']} is missing from the ledger: "
                      f"{n.get('action') or 'build'} it (gpualign ensure {n['tag']})")
     elif n["status"]:

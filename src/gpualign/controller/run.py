@@ -91,7 +91,12 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             log.warning("node %s needs driver image %s, missing from the ledger", node, new)
 
     state.on_missing = on_missing
-    server = serve(opts.listen, metrics.registry, lambda: state.view(is_leader()), unready)
+    extra: dict[str, Callable[[], object]] = {}  # parts of the board that only some controllers have (builds)
+
+    def board() -> dict[str, object]:
+        return {**state.view(is_leader()), **{name: part() for name, part in extra.items()}}
+
+    server = serve(opts.listen, metrics.registry, board, unready)
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
         state.refresh_ledger()
@@ -159,6 +164,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
 
         state.on_missing = on_missing_and_build
         metrics.builds_view = builder.view
+        extra["builds"] = builder.view
         threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()
 
     if threading.current_thread() is threading.main_thread():

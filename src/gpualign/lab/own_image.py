@@ -13,21 +13,24 @@ from gpualign.errors import LabError
 from gpualign.lab import realnode
 
 LOCAL = f"localhost/gpualign:{__version__}"
+LOCAL_BUILDER = f"localhost/gpualign-builder:{__version__}"
 REPOSITORY = "gpualign"
+BUILDER_REPOSITORY = "gpualign-builder"  # the chart's default: image.repository with -builder appended
 
 
-def push(registry: str) -> str:
-    """Push the built image to the lab registry; return its reference there."""
+def push(registry: str, *, builder: bool = False) -> str:
+    """Push the built image (or the builder image, for build Jobs) to the lab registry; return its reference."""
     from gpualign.ensure.buildroot import BuildError
     from gpualign.ensure.image import buildah  # the same buildah storage the image build and `ensure` use
 
+    local, repo = (LOCAL_BUILDER, BUILDER_REPOSITORY) if builder else (LOCAL, REPOSITORY)
     try:
-        if LOCAL not in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
-            raise LabError(f"gpualign's image {LOCAL} is not built: run `make image` (scripts/build_image.py)")
-        ref = f"{registry}/{REPOSITORY}:{__version__}"
-        buildah("push", "--quiet", "--tls-verify=false", LOCAL, f"docker://{ref}")
+        if local not in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
+            raise LabError(f"gpualign's image {local} is not built: run `make image` (scripts/build_image.py)")
+        ref = f"{registry}/{repo}:{__version__}"
+        buildah("push", "--quiet", "--tls-verify=false", local, f"docker://{ref}")
     except BuildError as err:
-        raise LabError(f"pushing {LOCAL} to the lab registry: {err.message}") from None
+        raise LabError(f"pushing {local} to the lab registry: {err.message}") from None
     return ref
 
 
@@ -39,7 +42,9 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
       /metrics off the host's network and clear of other labs;
     - the real node's nodeSelector and toleration (its taint keeps the scenarios' workloads off it);
     - one replica: two on one node would share the host port;
-    - the lab registry as image repository and ledger."""
+    - the lab registry as image repository and ledger;
+    - build Jobs (when `builds.enabled` is set) placed on the real node too, with no resource requests (the node
+      is the lab machine itself)."""
     host, _, api_port = apiserver.removeprefix("https://").rpartition(":")
     return {
         "image": {"repository": f"{registry}/{REPOSITORY}", "tag": __version__},
@@ -48,4 +53,7 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
         "nodeSelector": {realnode.LABEL: "true"},
         "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
         "ledgers": [f"registry://{registry}/nvidia/driver"],
+        "builds": {"nodeSelector": {realnode.LABEL: "true"},
+                   "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+                   "resources": None},  # null: Helm drops the default requests
     }

@@ -35,6 +35,7 @@ class NodeStatus:
     walker: str | None = None  # gpualign | operator (the GPU Operator's upgrade controller) | None (not walking)
     gated: str | None = None  # the gate holds it out of the operator's walk: why
     no_driver: str | None = None  # its driver pod is not running (ImagePullBackOff, CrashLoopBackOff, none): why
+    building: str | None = None  # its missing target image's build Job (controller --build), in one line
 
     @property
     def stuck(self) -> bool:
@@ -66,8 +67,10 @@ def walker(ns: NodeState) -> str | None:
     return "gpualign" if walked_by_gpualign(ns.annotations) else "operator"
 
 
-def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> NodeStatus:
-    """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself)."""
+def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
+                builds: dict[str, str] | None = None) -> NodeStatus:
+    """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself);
+    builds: tag -> its build Job in one line (controller --build), for a target image that is missing."""
     from gpualign.driver_pod import DriverPod
     from gpualign.labels import GATED
 
@@ -77,12 +80,14 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
     if ns.view.skip and ann.get(GATED):
         gated = ann[GATED].replace("target image ", "image ").replace(" missing from the ledger", " missing")
     no_driver = None
+    building = (builds or {}).get(ns.target_tag or "") if ledger_known and not ns.view.image_present else None
     if ns.pod is not None:
         dp = DriverPod.from_pod(ns.pod)
         if not dp.ready and dp.state not in ("Pending", "ContainerCreating", "PodInitializing"):
             no_driver = dp.trouble()
             if ledger_known and dp.tag == ns.target_tag and not ns.view.image_present:
-                no_driver += f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
+                no_driver += f", missing from the ledger; {building}" if building else \
+                    f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
     blocker = ann.get(S.BLOCKER) or derived or (f"gated: {gated}" if gated else None)
     hold = None
     if blocker:
@@ -96,11 +101,12 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver)
+        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver, building=building)
 
 
-def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None) -> dict[str, Any]:
-    nodes = [node_status(ns, ledger_known=ledger_known, derived=(derived or {}).get(name))
+def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None,
+                 builds: dict[str, str] | None = None) -> dict[str, Any]:
+    nodes = [node_status(ns, ledger_known=ledger_known, derived=(derived or {}).get(name), builds=builds)
              for name, ns in sorted(snap.nodes.items())]
     counts: dict[str, int] = {}
     for n in nodes:
@@ -112,9 +118,10 @@ def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] 
             "no_driver": sum(1 for n in nodes if n.no_driver)}
 
 
-def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> list[str]:
+def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
+        builds: dict[str, str] | None = None) -> list[str]:
     """Plain words, most important first."""
-    st = node_status(ns, ledger_known=ledger_known, derived=derived)
+    st = node_status(ns, ledger_known=ledger_known, derived=derived, builds=builds)
     lines: list[str] = []
     held = f" for {duration(st.in_state_seconds)}" if st.in_state_seconds is not None else ""
     by = {"operator": ", walked by the GPU Operator's upgrade controller", "gpualign": ", walked by gpualign"}
@@ -138,6 +145,8 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None) -> lis
         lines.append(f"no driver: {st.no_driver}")
     if ledger_known and ns.target_tag and not ns.view.image_present:
         lines.append(f"image {ns.target_tag} missing from the ledger: it will not be cordoned until it exists")
+        if st.building:
+            lines.append(st.building)
     if st.cordoned == "someone-else":
         lines.append("cordoned by someone else before the upgrade: gpualign will leave it cordoned")
     elif st.cordoned == "upgrade":
