@@ -22,6 +22,9 @@ UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
 UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 
 # gpualign's gate (controller/gate.py) beside the operator's walk; status and why read them too.
+# The kernel a node will boot next, published by the node (an NFD local feature file written by a hook that runs
+# after the package manager stages a kernel; docs/controller.md shows one): the controller ensures its image ahead.
+KERNEL_NEXT = "gpualign.io/kernel.next"
 GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
 GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
 HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold

@@ -121,3 +121,35 @@ def test_a_failed_build_is_retried_after_its_backoff_with_an_event_on_the_waitin
         assert len([j for j in build_jobs(blab) if j["metadata"]["name"] == name]) == 1  # replaced, not doubled
     finally:
         ctl.stop()
+
+
+def test_a_nodes_next_kernel_is_built_ahead_and_its_alarm_holds_until_the_image_lands(blab, tmp_path):
+    """gpualign.io/kernel.next names the kernel a node will boot: its image is wanted before the reboot, the
+    metric kured's alert reads is 1 until it lands, and after the reboot the node needs nothing."""
+    from gpualign import labels as L
+
+    current, nxt = "5.15.0-124-generic", "6.8.0-1018-gcp"  # its current kernel's image is in the ledger
+    add_node(blab.kube(), NodeSpec("b4-0", current, "ubuntu", "22.04", driver="580.173.02",
+                                   labels={L.KERNEL_NEXT: nxt}), branch="580", registry=blab.registry)
+    ctl = trigger(blab, tmp_path, "--max-concurrent-builds", "9", "--ledger-refresh", "2")
+    try:
+        job = wait_for(lambda: next((j for j in build_jobs(blab)
+                                     if j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(nxt)), None),
+                       timeout=60, what="the next kernel's build Job")
+        assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "b4-0"
+        series = f'node="b4-0",tag="{tag(nxt)}"'
+        assert ctl.metric("gpualign_next_kernel_driver_image_missing", series) == 1
+        assert ctl.metric("gpualign_node_driver_image_missing", f'node="b4-0",tag="{tag(current)}"') is None
+        assert events(blab.kube(), "b4-0", "DriverImageMissing") == []  # nothing is missing today
+        assert len(events(blab.kube(), "b4-0", "DriverImageBuildStarted")) == 1
+        # the image lands (as the Job would push it): the alarm clears at the next ledger read
+        assert blab.cli("lab", "push-image", tag(nxt)).code == 0
+        wait_for(lambda: ctl.metric("gpualign_next_kernel_driver_image_missing", series) is None or None,
+                 timeout=90, what="the next kernel's alarm cleared")
+        # the reboot: the kernel label changes, and the node needs no image it lacks
+        blab.kube().patch("/api/v1/nodes/b4-0", {"metadata": {"labels": {L.KERNEL: nxt, L.KERNEL_NEXT: None}}})
+        time.sleep(3)
+        assert ctl.metric("gpualign_node_driver_image_missing", f'node="b4-0",tag="{tag(nxt)}"') is None
+        assert events(blab.kube(), "b4-0", "DriverImageMissing") == []
+    finally:
+        ctl.stop()

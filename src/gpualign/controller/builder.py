@@ -48,25 +48,30 @@ class Builder:
     is_leader: Callable[[], bool] = lambda: True
     on_started: Callable[[str], None] = lambda _tag: None
     on_finished: Callable[[str, str, float | None], None] = lambda _tag, _result, _seconds: None
-    waiting_since: dict[str, float] = field(default_factory=dict)  # node -> when it began to wait, this process
+    waiting_since: dict[tuple[str, str], float] = field(default_factory=dict)  # (node, tag) -> since, this process
     reported: dict[str, tuple[str, int]] = field(default_factory=dict)  # tag -> (phase, attempt) said in Events
     last: B.Decision = field(default_factory=B.Decision)
     jobs: dict[str, B.BuildJob] = field(default_factory=dict)  # tag -> its Job, as last read
     wake: threading.Event = field(default_factory=threading.Event)
+    # node -> the finding for its next kernel (gpualign.io/kernel.next): built ahead, before the reboot
+    ahead: Callable[[], dict[str, JSON]] = dict
 
     # -- what nodes wait for ---------------------------------------------------------------------------------------
     def wanted(self, now: float) -> list[B.Wanted]:
-        by_tag: dict[str, list[str]] = {}
+        """The tags nodes wait for now: their current kernel's, and their next kernel's (built ahead)."""
+        by_tag: dict[str, set[str]] = {}
         actions: dict[str, str] = {}
-        current = self.findings()
-        for node, f in current.items():
-            if f.get("status") == "missing" and f.get("action") in BUILDABLE and f.get("tag"):
-                by_tag.setdefault(f["tag"], []).append(node)
-                actions[f["tag"]] = f["action"]
-                self.waiting_since.setdefault(node, now)
-        for node in [n for n in self.waiting_since if n not in current or current[n].get("status") != "missing"]:
-            del self.waiting_since[node]
-        return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[n] for n in nodes))
+        waiting: set[tuple[str, str]] = set()
+        for source in (self.findings(), self.ahead()):
+            for node, f in source.items():
+                if f.get("status") == "missing" and f.get("action") in BUILDABLE and f.get("tag"):
+                    by_tag.setdefault(f["tag"], set()).add(node)
+                    actions[f["tag"]] = f["action"]
+                    waiting.add((node, f["tag"]))
+                    self.waiting_since.setdefault((node, f["tag"]), now)
+        for key in [k for k in self.waiting_since if k not in waiting]:
+            del self.waiting_since[key]
+        return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes))
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------

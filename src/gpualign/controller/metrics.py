@@ -66,6 +66,10 @@ class Metrics:
         self.image_missing = Gauge("gpualign_node_driver_image_missing",
                                    "1 while a GPU node needs a driver image tag the ledger lacks",
                                    ["node", "tag"], registry=self.registry)
+        self.next_kernel_missing = Gauge("gpualign_next_kernel_driver_image_missing",
+                                         "1 while the kernel a GPU node will boot next (gpualign.io/kernel.next) "
+                                         "needs a driver image tag the ledger lacks: hold its reboot (kured)",
+                                         ["node", "tag"], registry=self.registry)
         self.check_duration = Histogram("gpualign_check_duration_seconds",
                                         "Time to re-check one node against the ledger",
                                         buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0),

@@ -91,6 +91,16 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             log.warning("node %s needs driver image %s, missing from the ledger", node, new)
 
     state.on_missing = on_missing
+
+    def on_ahead_missing(node: str, old: str | None, new: str | None) -> None:
+        if old:
+            metrics.next_kernel_missing.remove(node, old)
+        if new:
+            metrics.next_kernel_missing.labels(node, new).set(1)
+            log.warning("node %s will boot kernel %s next: its driver image %s is missing from the ledger", node,
+                        (state.ahead.get(node) or {}).get("kernel"), new)
+
+    state.on_ahead_missing = on_ahead_missing
     extra: dict[str, Callable[[], object]] = {}  # parts of the board that only some controllers have (builds)
 
     def board() -> dict[str, object]:
@@ -154,7 +164,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
     if opts.builds is not None:
         builder = Builder(kube, opts.builds, lambda: dict(state.findings), is_leader=is_leader,
                           on_started=lambda _tag: metrics.builds_started.inc(),
-                          on_finished=metrics.build_finished)
+                          on_finished=metrics.build_finished, ahead=lambda: dict(state.ahead))
         previous = state.on_missing
 
         def on_missing_and_build(node: str, old: str | None, new: str | None) -> None:
@@ -163,6 +173,14 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
                 builder.wake.set()  # a node began to wait: decide now, not at the next pass
 
         state.on_missing = on_missing_and_build
+        previous_ahead = state.on_ahead_missing
+
+        def on_ahead_missing_and_build(node: str, old: str | None, new: str | None) -> None:
+            previous_ahead(node, old, new)
+            if new:
+                builder.wake.set()
+
+        state.on_ahead_missing = on_ahead_missing_and_build
         metrics.builds_view = builder.view
         extra["builds"] = builder.view
         threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()

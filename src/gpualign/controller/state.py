@@ -48,7 +48,7 @@ ALARMS = (MISSING, MISMATCH, WRONG)
 EVENT_GATED = "DriverUpgradeGated"
 EVENT_UNGATED = "DriverUpgradeReleased"
 EVENT_HELD_LONG = "DriverUpgradeGatedLong"
-WATCHED_LABELS = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
+WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
 
 
@@ -66,12 +66,15 @@ class ClusterState:
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     on_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
+    # (node, tag missing for its next kernel before, now): build ahead (gpualign.io/kernel.next)
+    on_ahead_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
     # image -> why it is present but wrong (its labels), or None; asked once per image per ledger read
     judge_image: Callable[[str], str | None] = lambda _image: None
     judged: dict[str, str | None] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)
     findings: dict[str, JSON] = field(default_factory=dict)
+    ahead: dict[str, JSON] = field(default_factory=dict)  # node -> the finding for its next kernel (kernel.next)
     ledger: Ledger | RepoLedgers = field(default_factory=lambda: Ledger(frozenset(), ()))
     queue: queue.Queue[str] = field(default_factory=queue.Queue)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -171,6 +174,9 @@ class ClusterState:
         old = self.findings.pop(name, None)
         if old and old["status"] == MISSING:
             self.on_missing(name, old["tag"], None)
+        old = self.ahead.pop(name, None)
+        if old and old["status"] == MISSING:
+            self.on_ahead_missing(name, old["tag"], None)
 
     # -- the ledger ---------------------------------------------------------------------------------------------
     def refresh_ledger(self, operator: OperatorConfig | None = None) -> bool:
@@ -257,6 +263,7 @@ class ClusterState:
         new_missing = finding["tag"] if finding["status"] == MISSING else None
         if old_missing != new_missing:
             self.on_missing(name, old_missing, new_missing)
+        self._look_ahead(facts, policy, expect)
         if self.is_leader():
             self._publish(facts, finding)
             if self.gate and operator is not None:
@@ -265,6 +272,24 @@ class ClusterState:
                 self._ungate(facts)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    def _look_ahead(self, facts: NodeFacts, policy: BranchPolicy, expect: Any) -> None:
+        """The image of the node's next kernel (gpualign.io/kernel.next), judged as its current one is: the same
+        expectation with only the kernel changed, so it can be made before the node reboots into it."""
+        nxt = facts.labels.get(L.KERNEL_NEXT)
+        finding = None
+        if nxt and nxt != facts.kernel:
+            future = node_facts({"metadata": {"name": facts.name, "labels": {**facts.labels, L.KERNEL: nxt}}})
+            result = audit([future], self.ledger, self.rules, policy, repository=self.repository, expect=expect)
+            finding = {**result.findings[0].as_dict(), "kernel": nxt}
+        with self.lock:
+            old = self.ahead.pop(facts.name, None)
+            if finding is not None:
+                self.ahead[facts.name] = finding
+        old_missing = old["tag"] if old and old["status"] == MISSING else None
+        new_missing = finding["tag"] if finding and finding["status"] == MISSING else None
+        if old_missing != new_missing:
+            self.on_ahead_missing(facts.name, old_missing, new_missing)
 
     def _publish(self, facts: NodeFacts, finding: JSON) -> None:
         """Annotation (the alarm's memory) and, on a transition, an Event. Only the leader writes.
