@@ -101,6 +101,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 # after another; every other module runs whole on one worker, so a module's own lab (a scenario, a clean fleet) is
 # started once. `make test` runs `pytest -n N --dist loadfile`; this scheduler refines loadfile's files so.
 REAL_NODE_MODULES = frozenset({"test_real_node.py", "test_real_node_crash.py", "test_dropin_on_real_node.py",
+                               "test_unattended_build.py",
                                "test_demo.py"})
 
 

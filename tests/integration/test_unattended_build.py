@@ -1,0 +1,188 @@
+"""Kernel to GPU with nobody typing, on the lab's real node: the chart's controller (builds.enabled) sees Debian GPU
+nodes join on a kernel whose driver image is missing, starts one build Job, the Job runs gpualign's builder image on
+the real node (privileged, hostNetwork: the lab's registry and API server listen on 127.0.0.1), takes the modules
+another builder compiled from the registry (checked, then verified against the kernel as if compiled here), makes
+the image with NVIDIA's user space, pushes it, and the nodes' driver pods come up. No command after the nodes join.
+
+Also on the real node: the controller SIGKILLed while its Job runs is restarted by the kubelet and adopts the Job
+(no second one); a kernel Debian has no headers for fails once, permanently, with the reason in an Event on the
+waiting node, and is tried again only after `gpualign build retry`.
+
+The modules are NVIDIA's real ones for 6.1.0-50-amd64, compiled once on the machine (cached; a cold machine
+compiles them here, or waits for test_ensure_build's compile under the same lock) and pushed as the shared artifact
+a first builder would have left: the build Job starts on an empty disk and compiles nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from gpualign.controller import build_job as J
+from gpualign.ensure import debian, shared
+from gpualign.ensure.archive import Archive
+from gpualign.lab import realnode, versions
+from gpualign.ledger.registry import RegistryClient, RegistryRef
+from tests.conftest import ROOT, Lab, run_cli, start_lab
+from tests.helpers import wait_for
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+CHART = ROOT / "charts" / "gpualign"
+NS = "gpualign-system"
+KERNEL = "6.1.0-50-amd64"
+TAG = f"535-{KERNEL}-debian12"
+NO_HEADERS = "6.1.0-9999-amd64"  # a kernel Debian has never published
+
+
+@pytest.fixture(scope="module")
+def compiled() -> debian.Built:
+    return debian.compile_modules(Archive(), KERNEL, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def blab(tmp_path_factory: pytest.TempPathFactory, compiled: debian.Built) -> Iterator[Lab]:
+    state_dir = tmp_path_factory.mktemp("unattended") / "state"
+    lab = start_lab(state_dir, "empty", real_node=True)
+    try:
+        pushed = lab.cli("lab", "push-self", "--builder", timeout=600)
+        assert pushed.code == 0, pushed.err
+        # the ledger's repository exists, holding nothing these nodes need
+        assert lab.cli("lab", "push-image", "580-5.15.0-124-generic-ubuntu22.04").code == 0
+        reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=60.0)
+        shared.push(reg, shared.Key(compiled.driver_version, KERNEL, "proprietary"), compiled.modules)
+        reg.close()
+        yield lab
+    finally:
+        run_cli("lab", "down", env={"GPUALIGN_LAB_DIR": str(state_dir)})
+
+
+def helm(lab: Lab, *args: str) -> None:
+    proc = subprocess.run([str(versions.helm_binary()), *args, "--kubeconfig", str(lab.kubeconfig)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
+
+
+@pytest.fixture(scope="module")
+def controller(blab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    values = blab.cli("lab", "chart-values")
+    assert values.code == 0, values.err
+    path = tmp_path_factory.mktemp("values") / "values.yaml"
+    path.write_text(values.out)
+    port = YAML(typ="safe").load(values.out)["servicePort"]
+    helm(blab, "install", "ga", str(CHART), "-n", NS, "--create-namespace", "-f", str(path),
+         "--set", "builds.enabled=true", "--set", "builds.retryAfterSeconds=5", "--set", "ledgerRefreshSeconds=2",
+         "--wait", "--timeout", "180s")
+    try:
+        yield port
+    finally:
+        subprocess.run([str(versions.helm_binary()), "uninstall", "ga", "-n", NS, "--wait", "--kubeconfig",
+                        str(blab.kubeconfig)], capture_output=True, timeout=180)
+
+
+def jobs(lab: Lab, tag: str) -> list[dict]:
+    return [j for j in lab.kube().list_raw(f"/apis/batch/v1/namespaces/{NS}/jobs",
+                                           label_selector=f"{J.BUILD_LABEL}=true")
+            if j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag]
+
+
+def node_events(lab: Lab, node: str, reason: str) -> list[dict]:
+    return [e for e in lab.kube().list_raw("/api/v1/namespaces/default/events",
+                                           field_selector=f"involvedObject.name={node}") if e["reason"] == reason]
+
+
+def ready(pod: dict | None) -> bool:
+    return bool(pod) and any(c["type"] == "Ready" and c["status"] == "True"
+                             for c in (pod or {}).get("status", {}).get("conditions") or [])
+
+
+def driver_pod(lab: Lab, node: str) -> dict | None:
+    pods = [p for p in lab.kube().pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+            if p["spec"].get("nodeName") == node]
+    return pods[0] if pods else None
+
+
+def controller_pid(port: int) -> int:
+    """The chart's controller process on the real node (its container's main process), told apart by the port this
+    lab gave it."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"controller" in argv and f"--listen=127.0.0.1:{port}".encode() in argv:
+            return int(entry.name)
+    raise AssertionError(f"no controller process listening on 127.0.0.1:{port}")
+
+
+@pytest.mark.timeout(1500)
+def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typing(blab, controller, compiled):
+    lab = blab
+    joined = time.monotonic()
+    for name in ("deb-1", "deb-2", "deb-3"):  # three nodes on one kernel
+        added = lab.cli("lab", "add-node", name, "--kernel", KERNEL, "--os", "debian12", "--branch", "535")
+        assert added.code == 0, added.err
+    (job,) = wait_for(lambda: jobs(lab, TAG) or None, timeout=60, what="the build Job")
+    created = time.monotonic() - joined
+    assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "deb-1,deb-2,deb-3"
+    uid = job["metadata"]["uid"]
+    pod = wait_for(lambda: next((p for p in lab.kube().pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+                                 if (p.get("status") or {}).get("phase") == "Running"), None),
+                   timeout=180, what="the build pod running")
+    assert pod["spec"]["nodeName"] == realnode.NAME
+    # the controller is SIGKILLed while the Job runs: the kubelet restarts it, and it adopts the Job
+    os.kill(controller_pid(controller), signal.SIGKILL)
+    done = wait_for(lambda: next((j for j in jobs(lab, TAG) if any(
+        c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j.get("status", {}).get("conditions")
+        or [])), None), timeout=900, interval=1.0, what="the build Job finished")
+    logs = lab.kubectl("logs", "-n", NS, pod["metadata"]["name"], timeout=60).stdout
+    print(logs)
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in done["status"]["conditions"]), logs
+    assert [j["metadata"]["uid"] for j in jobs(lab, TAG)] == [uid]  # one Job, adopted after the restart
+    assert "shared modules: 5 pulled from" in logs and "compile:" not in logs  # nothing compiled on the disk
+    assert "verified: " in logs and f"vermagic {KERNEL}" in logs
+    for name in ("deb-1", "deb-2", "deb-3"):
+        wait_for(lambda n=name: ready(driver_pod(lab, n)) or None, timeout=120, what=f"{name}'s driver pod Ready")
+    took = time.monotonic() - joined
+    reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+    labels = (reg.image_config(TAG) or {})["config"]["Labels"]
+    reg.close()
+    assert json.loads(labels["io.gpualign.verified"])["symbols"] > 500
+    started, built = (node_events(lab, "deb-1", r) for r in ("DriverImageBuildStarted", "DriverImageBuilt"))
+    assert len(started) == 1 and len(built) == 1, (started, built)
+    pod_took = done["status"]["completionTime"], done["status"]["startTime"]
+    print(f"kernel to GPU (shared modules): {took:.1f}s; Job created after {created:.1f}s; Job {pod_took}")
+
+
+@pytest.mark.timeout(900)
+def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_asked(blab, controller):
+    lab = blab
+    tag = f"535-{NO_HEADERS}-debian12"
+    added = lab.cli("lab", "add-node", "deb-x", "--kernel", NO_HEADERS, "--os", "debian12", "--branch", "535")
+    assert added.code == 0, added.err
+    failed = wait_for(lambda: node_events(lab, "deb-x", "DriverImageBuildFailed") or None, timeout=600,
+                      interval=1.0, what="the failure's Event on the waiting node")
+    message = failed[0]["message"]
+    assert f"no headers package linux-headers-{NO_HEADERS}" in message, message
+    assert "will not be retried until something changes" in message
+    time.sleep(20)  # four backoffs of a passing failure (builds.retryAfterSeconds=5): a permanent one waits
+    (job,) = jobs(lab, tag)
+    assert job["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "1"
+    why = lab.cli("why", "deb-x", "--ledger", f"registry://{lab.registry}/nvidia/driver")
+    assert f"image build failed: gpualign: bad input: kernel {NO_HEADERS}: no headers package" in why.out, why.out
+    assert f"gpualign build retry {tag}" in why.out
+    retry = lab.cli("build", "retry", tag, "--namespace", NS)
+    assert retry.code == 0, retry.err
+    again = wait_for(lambda: next((j for j in jobs(lab, tag)
+                                   if j["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "2"), None),
+                     timeout=120, what="the second attempt, after the retry was asked")
+    assert again["metadata"]["uid"] != job["metadata"]["uid"]
