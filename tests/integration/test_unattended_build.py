@@ -133,7 +133,7 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
         assert added.code == 0, added.err
     (job,) = wait_for(lambda: jobs(lab, TAG) or None, timeout=60, what="the build Job")
     created = time.monotonic() - joined
-    assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "deb-1,deb-2,deb-3"
+    assert job["metadata"]["annotations"][J.NODES_ANNOTATION].startswith("deb-1")  # made as the first one joined
     uid = job["metadata"]["uid"]
     pod = wait_for(lambda: next((p for p in lab.kube().pods(NS, label_selector=f"job-name={job['metadata']['name']}")
                                  if (p.get("status") or {}).get("phase") == "Running"), None),
@@ -157,10 +157,14 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
     labels = (reg.image_config(TAG) or {})["config"]["Labels"]
     reg.close()
     assert json.loads(labels["io.gpualign.verified"])["symbols"] > 500
-    started, built = (node_events(lab, "deb-1", r) for r in ("DriverImageBuildStarted", "DriverImageBuilt"))
-    assert len(started) == 1 and len(built) == 1, (started, built)
-    pod_took = done["status"]["completionTime"], done["status"]["startTime"]
-    print(f"kernel to GPU (shared modules): {took:.1f}s; Job created after {created:.1f}s; Job {pod_took}")
+    assert len(node_events(lab, "deb-1", "DriverImageBuildStarted")) == 1
+    for name in ("deb-1", "deb-2", "deb-3"):  # every node that waited hears that its image landed, once the
+        # restarted controller leads (the killed one never released its Lease: one lease duration)
+        wait_for(lambda n=name: node_events(lab, n, "DriverImageBuilt") or None, timeout=60,
+                 what=f"DriverImageBuilt on {name}")
+        assert len(node_events(lab, name, "DriverImageBuilt")) == 1, name
+    print(f"kernel to GPU (shared modules): {took:.1f}s; Job created after {created:.1f}s; Job from "
+          f"{done['status']['startTime']} to {done['status']['completionTime']}")
 
 
 @pytest.mark.timeout(900)
@@ -178,7 +182,7 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
     (job,) = jobs(lab, tag)
     assert job["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "1"
     why = lab.cli("why", "deb-x", "--ledger", f"registry://{lab.registry}/nvidia/driver")
-    assert f"image build failed: gpualign: bad input: kernel {NO_HEADERS}: no headers package" in why.out, why.out
+    assert f"image build failed: gpualign: error: kernel {NO_HEADERS}: no headers package" in why.out, why.out
     assert f"gpualign build retry {tag}" in why.out
     retry = lab.cli("build", "retry", tag, "--namespace", NS)
     assert retry.code == 0, retry.err

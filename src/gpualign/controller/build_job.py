@@ -120,7 +120,8 @@ def read_job(job: JSON, pod: JSON | None) -> BuildJob:
     return BuildJob(name=str(meta.get("name", "")), tag=str(ann.get(TAG_ANNOTATION, "")), phase=phase,
                     attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=str(ann.get(RECIPE_ANNOTATION, "")),
                     finished=_epoch(finished_at), started=_epoch(status.get("startTime")), failure=failure,
-                    reason=reason, retry_asked=_epoch(retry))
+                    reason=reason, retry_asked=_epoch(retry),
+                    nodes=tuple(n for n in str(ann.get(NODES_ANNOTATION, "")).split(",") if n))
 
 
 def failure_of(pod: JSON | None, condition: JSON) -> tuple[str, str]:

@@ -55,6 +55,9 @@ class Builder:
     wake: threading.Event = field(default_factory=threading.Event)
     # node -> the finding for its next kernel (gpualign.io/kernel.next): built ahead, before the reboot
     ahead: Callable[[], dict[str, JSON]] = dict
+    # tag -> every node that waited for it while its build ran (told when it lands, though by then the image is
+    # present and they wait no more)
+    waiters: dict[str, set[str]] = field(default_factory=dict)
 
     # -- what nodes wait for ---------------------------------------------------------------------------------------
     def wanted(self, now: float) -> list[B.Wanted]:
@@ -98,8 +101,9 @@ class Builder:
         self.last = decision
         if not self.is_leader():
             return decision
-        by_tag = {w.tag: w for w in wanted}
-        self._report(jobs, by_tag)
+        for w in wanted:
+            self.waiters.setdefault(w.tag, set()).update(w.nodes)
+        self._report(jobs)
         ns = self.options.settings.namespace
         for name in (*decision.replace, *decision.stale):
             self._delete(name)
@@ -130,14 +134,15 @@ class Builder:
         while self.kube.get(path) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
 
-    def _report(self, jobs: Iterable[B.BuildJob], by_tag: dict[str, B.Wanted]) -> None:
-        """An Event on each waiting node when a Job this controller has not yet spoken of has finished."""
+    def _report(self, jobs: Iterable[B.BuildJob]) -> None:
+        """An Event on each node that waited (those the Job was made for, and those seen waiting since) when a Job
+        this controller has not yet spoken of has finished."""
         for job in jobs:
             if job.phase == B.RUNNING or self.reported.get(job.tag) == (job.phase, job.attempt):
                 continue
             first = job.tag not in self.reported
             self.reported[job.tag] = (job.phase, job.attempt)
-            nodes = by_tag[job.tag].nodes if job.tag in by_tag else ()
+            nodes = sorted(self.waiters.pop(job.tag, set()) | set(job.nodes))
             seconds = job.finished - job.started if job.finished is not None and job.started is not None else None
             if job.phase == B.FAILED:
                 kind = "will not be retried until something changes (gpualign build retry " + job.tag + ")" \

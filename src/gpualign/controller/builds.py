@@ -53,6 +53,7 @@ class BuildJob:
     reason: str = ""  # the last words of its pod, for a failed Job
     retry_asked: float | None = None  # `gpualign build retry TAG`: when
     started: float | None = None  # when its pod started (the Job's startTime)
+    nodes: tuple[str, ...] = ()  # the nodes waiting when it was made (its annotation)
 
 
 @dataclass(frozen=True)
