@@ -208,6 +208,7 @@ def ensure_story() -> None:
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o", "wide")
     dropin_story(tag)
     mistagged_story(ledger, kubectl, tag)
+    unattended_story(ledger, kubectl, tag)
 
 
 def dropin_story(tag: str) -> None:
@@ -231,7 +232,8 @@ def mistagged_story(ledger: str, kubectl: str, built: str) -> None:
     say("13. Present but wrong. A CI job pushes 6.1.0-50's image under 6.1.0-47's tag. To every tool that asks only")
     say("    whether a tag exists, the 6.1.0-47 fleet looks ready. Before any such node is touched, check reads the")
     say("    image's labels (and with --verify-modules its modules, as the node's kernel would load them):")
-    run("skopeo", "copy", "--all", "--src-tls-verify=false", "--dest-tls-verify=false",
+    # (as Docker's manifest format: a manifest of its own, so pruning one tag's image later leaves the other)
+    run("skopeo", "copy", "--format", "v2s2", "--src-tls-verify=false", "--dest-tls-verify=false",
         f"docker://{registry}/nvidia/driver:{built}", f"docker://{registry}/nvidia/driver:{wrong}", show=False)
     import tempfile
 
@@ -261,6 +263,63 @@ def mistagged_story(ledger: str, kubectl: str, built: str) -> None:
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-2", "-o",
         "jsonpath={.items[0].status.containerStatuses[0].lastState.terminated.message}")
     print(flush=True)
+
+
+def unattended_story(ledger: str, kubectl: str, tag: str) -> None:
+    import json
+    import tempfile
+
+    node = json.loads(gpualign("lab", "status", "-o", "json", show=False, echo=False).stdout).get("realNode")
+    say("14. Kernel to GPU, with nobody typing. Say a retention policy prunes 535-6.1.0-50-amd64-debian12 from the")
+    say("    ledger, and a third Debian node joins on that kernel. The chart's controller runs with builds on: it")
+    say("    starts one Job, which runs gpualign's builder image on the real node, takes the modules chapter 12")
+    say("    compiled from the registry (ensure shared them there), verifies them against the kernel, assembles and")
+    say("    pushes the image. Nobody types anything after the node joins:")
+    if not node:
+        say("    (this machine gave the lab no real node: see `gpualign lab up --help`; chapter skipped)")
+        return
+    registry = ENV["GPUALIGN_LAB_REGISTRY"]
+    digest = run("skopeo", "inspect", "--tls-verify=false", "--format", "{{.Digest}}",
+                 f"docker://{registry}/nvidia/driver:{tag}", show=False, echo=False).stdout.strip()
+    run("skopeo", "delete", "--tls-verify=false", f"docker://{registry}/nvidia/driver@{digest}", show=False)
+    gpualign("lab", "push-self", "--builder", show=False)
+    values = Path(tempfile.mkdtemp(prefix="gpualign-demo-")) / "values.yaml"
+    values.write_text(gpualign("lab", "chart-values", show=False, echo=False).stdout)
+    from gpualign.lab import versions
+
+    helm = str(versions.helm_binary(Path(ENV["GPUALIGN_LAB_BIN"])))
+    run(helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", "gpualign-system", "--create-namespace",
+        "-f", str(values), "--set", "builds.enabled=true", "--set", "ledgerRefreshSeconds=5", "--wait", "--timeout",
+        "180s", show=False)
+    started = time.monotonic()
+    gpualign("lab", "add-node", "deb-3", "--kernel", "6.1.0-50-amd64", "--os", "debian12", "--branch", "535")
+
+    def job() -> str:
+        return run(kubectl, "get", "jobs", "-n", "gpualign-system", "-l", "gpualign.io/build=true", "-o",
+                   "jsonpath={.items[*].metadata.name}", show=False, echo=False, expect=None).stdout.strip()
+
+    wait("the build Job", job, timeout=60)
+    run(kubectl, "get", "jobs", "-n", "gpualign-system", "-l", "gpualign.io/build=true", "-o", "wide")
+    gpualign("why", "deb-3", "--ledger", ledger)
+
+    def ready() -> bool:
+        return "true" in run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-3",
+                             "-o", "jsonpath={.items[*].status.containerStatuses[0].ready}", show=False,
+                             echo=False).stdout
+
+    wait("deb-3's driver pod Ready", ready, timeout=600)
+    took = time.monotonic() - started
+    gpualign("build", "list", "--namespace", "gpualign-system")
+    pod = run(kubectl, "get", "pods", "-n", "gpualign-system", "-l", f"job-name={job()}", "-o",
+              "jsonpath={.items[0].metadata.name}", show=False, echo=False).stdout
+    log = run(kubectl, "logs", "-n", "gpualign-system", pod, show=False, echo=False).stdout.splitlines()
+    print("\n".join(line for line in log if "shared modules" in line or "verified" in line or "pushed" in line),
+          flush=True)
+    run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-3", "-o", "wide")
+    say(f"    deb-3 joined and its driver pod was Ready {took:.0f} s later, on an image verified for its kernel.")
+    run(helm, "uninstall", "ga", "-n", "gpualign-system", "--wait", show=False)
+    values.unlink()
+    values.parent.rmdir()
 
 
 def _metric(port: int, name: str) -> float | None:
@@ -304,7 +363,7 @@ def operator_story() -> None:
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     state, skip, driver = ("nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu-driver-upgrade.skip",
                            "nvidia.com/cuda.driver-version.full")
-    say("14. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
+    say("15. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
     say("    running beside the lab: one NVIDIADriver per pool (train 580, infer 595, rhel 580) on a mixed fleet.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up", "--scenario", "operator-nvidiadriver")
@@ -314,7 +373,7 @@ def operator_story() -> None:
     run(kubectl, "patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p",
         '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}')
 
-    say("15. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
+    say("16. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
     say("    built. The operator's own upgrade walk cordons gpu-c1, evicts its work, restarts its driver... which")
     say("    cannot pull. The node has lost its GPUs, cordoned:")
     gpualign("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04", show=False)
@@ -332,7 +391,7 @@ def operator_story() -> None:
     gpualign("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04")
     wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
 
-    say("16. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
+    say("17. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
     say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
     say("    cordons it; and gpualign's own walk refuses to be a second walker:")
     ENV_CTL = dict(ENV, POD_NAME="demo")
@@ -374,8 +433,8 @@ def controller_pod_story() -> None:
 
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     node = json.loads(gpualign("lab", "status", "-o", "json", show=False, echo=False).stdout).get("realNode")
-    say("17. Everything above ran the controller as a process. A user runs it as the Helm chart's pod. The lab has")
-    say("    one real node, lab-system (kubelet and containerd), where pods really run:")
+    say("18. Beside the GPU Operator, chapters 16 and 17 ran the controller as a process. A user runs it as the Helm")
+    say("    chart's pod, on the lab's real node, lab-system (kubelet and containerd), where pods really run:")
     if not node:
         say("    (this machine gave the lab no real node: see `gpualign lab up --help`; chapter skipped)")
         return

@@ -33,6 +33,7 @@ def test_demo_tells_the_whole_story(tmp_path):
                    "deb-1   debian12   6.1.0-50-amd64   535      535-6.1.0-50-amd64-debian12   present   Running",
                    "wrong-image", "its modules would not load on 6.1.0-47-amd64", "CrashLoopBackOff",
                    "insmod: ERROR: could not insert module", "disagrees about version of symbol",
+                   "shared modules: 5 pulled from", "and its driver pod was Ready",
                    "became the leader", "lab-system   Ready",
                    "nvidia-driver init in ", "refusing to load (the kernel would refuse them",
                    "The end."):

@@ -90,3 +90,21 @@ def test_a_build_in_one_line_says_where_it_is_for_how_long_and_what_happens_next
     again = B.BuildJob(name, tag, B.FAILED, attempt=1, failure=B.TRANSIENT, reason="registry 503")
     assert J.describe(again, "ops", 0).endswith("attempt 1; retried after a backoff)")
     assert J.describe(B.BuildJob(name, tag, B.SUCCEEDED), "ops", 0) == f"image built by Job ops/{name}"
+
+
+def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
+    from gpualign.controller.builder import Builder, BuildOptions
+
+    tag = "535-6.1.0-50-amd64-debian12"
+    findings = {"gpu-1": {"status": "wrong-image", "action": "replace", "tag": tag},
+                "gpu-2": {"status": "missing", "action": "build", "tag": "535-6.1.0-47-amd64-debian12"}}
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
+    off = Builder(kube=None, options=BuildOptions(settings), findings=lambda: findings)  # type: ignore[arg-type]
+    assert [w.tag for w in off.wanted(0.0)] == ["535-6.1.0-47-amd64-debian12"]  # alarmed only, never rebuilt
+    on = Builder(kube=None, options=BuildOptions(settings, replace_wrong=True),  # type: ignore[arg-type]
+                 findings=lambda: findings)
+    wanted = {w.tag: w for w in on.wanted(0.0)}
+    assert wanted[tag].action == "replace" and wanted[tag].nodes == ("gpu-1",)
+    job = J.build_job(tag, 1, ["gpu-1"], settings, "gpualign 1", replace_wrong=True)
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == [
+        "ensure", tag, "--ledger", "registry://reg/nvidia/driver", "--replace-wrong"]

@@ -64,6 +64,11 @@ def controller(
     build_retry_after: Annotated[float, typer.Option(
         metavar="SECONDS", help="wait before retrying a build that failed for a passing reason; doubled at each "
                                 "failure, up to 30 minutes")] = 30.0,
+    build_replace_wrong: Annotated[bool, typer.Option(
+        "--build-replace-wrong",
+        help="with --build, also make again an image that is in the ledger but fails the check (present but wrong: "
+             "its labels or modules name another kernel or branch), with ensure --replace-wrong; off by default, "
+             "since someone pushed it")] = False,
     build_pod_settings: Annotated[Path | None, typer.Option(
         metavar="FILE", help="YAML for the build pods: nodeSelector, tolerations, resources, serviceAccountName, "
                              "pushSecret (a Secret with .dockerconfigjson), signSecret (NAMESPACE/NAME), upstream, "
@@ -118,6 +123,10 @@ def controller(
     repo = repository_for(repository, ledger or [], warn)
     builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
                            build_pod_settings, repo, build_retry_after) if build else None
+    if builds is not None:
+        builds.replace_wrong = build_replace_wrong
+    elif build_replace_wrong:
+        raise BadInput("--build-replace-wrong makes images again through build Jobs: add --build")
     logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal

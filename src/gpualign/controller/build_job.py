@@ -55,8 +55,12 @@ def tag_hash(tag: str) -> str:
     return hashlib.sha256(tag.encode()).hexdigest()[:16]
 
 
-def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str) -> JSON:
+def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str, *,
+              replace_wrong: bool = False) -> JSON:
+    """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over."""
     args = ["ensure", tag, "--ledger", settings.ledger]
+    if replace_wrong:
+        args.append("--replace-wrong")
     if settings.upstream:
         args += ["--upstream", settings.upstream]
     if settings.sign_secret:

@@ -25,6 +25,7 @@ from gpualign.kube import Kube
 log = logging.getLogger("gpualign.controller")
 JSON = dict[str, Any]
 BUILDABLE = ("build", "mirror")  # check's actions gpualign's ensure carries out
+REPLACE = "replace"  # check's action for a present-but-wrong image: made again only when the value says so
 
 EVENT_CREATED, EVENT_FAILED, EVENT_SUCCEEDED = "DriverImageBuildStarted", "DriverImageBuildFailed", \
     "DriverImageBuilt"
@@ -38,6 +39,7 @@ class BuildOptions:
     backoff: float = 30.0
     max_backoff: float = 1800.0
     recipe: str = ""  # gpualign's version: a new one lifts every hold
+    replace_wrong: bool = False  # --build-replace-wrong: make a present-but-wrong image again (ensure --replace-wrong)
 
 
 @dataclass
@@ -67,7 +69,9 @@ class Builder:
         waiting: set[tuple[str, str]] = set()
         for source in (self.findings(), self.ahead()):
             for node, f in source.items():
-                if f.get("status") == "missing" and f.get("action") in BUILDABLE and f.get("tag"):
+                wrong = self.options.replace_wrong and f.get("status") == "wrong-image" and \
+                    f.get("action") == REPLACE
+                if (wrong or f.get("status") == "missing" and f.get("action") in BUILDABLE) and f.get("tag"):
                     by_tag.setdefault(f["tag"], set()).add(node)
                     actions[f["tag"]] = f["action"]
                     waiting.add((node, f["tag"]))
@@ -108,7 +112,8 @@ class Builder:
         for name in (*decision.replace, *decision.stale):
             self._delete(name)
         for w, attempt in decision.create:
-            job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe)
+            job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe,
+                              replace_wrong=w.action == REPLACE)
             resp = self.kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
             if resp.status_code == 409:
                 log.info("build Job %s for %s exists: adopted", job["metadata"]["name"], w.tag)

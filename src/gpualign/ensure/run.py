@@ -228,6 +228,9 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
         modules, driver_version = built.modules, built.driver_version
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
+        if not built.cached:
+            say(spec.tag, f"compiled: {len(built.modules)} modules in {built.compile_seconds:.0f}s "
+                          f"({built.compile_cpu_seconds:.0f} CPU-s)")
         from gpualign.ensure import shared
 
         origin = shared.pulled_from(built.directory)

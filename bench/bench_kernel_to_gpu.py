@@ -1,0 +1,245 @@
+"""Benchmark: kernel-to-GPU time with nobody typing, on the lab with its real node as the builder.
+
+A kwok Debian 12 GPU node joins (or reboots) on a kernel whose driver image is missing; the chart's controller
+(builds.enabled) starts a build Job, the Job runs gpualign's builder image on the real node, and the time is taken
+from the node's creation to its driver pod Ready (the lab's driver simulator loads the image's modules as the
+kernel would check them). Cases:
+
+- shared: the modules were compiled earlier by another builder and are in the registry only; the Job's disk is
+  empty (goal: <= 30 s);
+- cold: no image and no compiled modules anywhere: the Job makes its build root and compiles (goal: <= the
+  compile's CPU time / the cores + 60 s; the compile's CPU is the Job's own, from its log);
+- ahead: the node announces its next kernel (gpualign.io/kernel.next), the image is built, then the node reboots
+  into it (its kernel label changes): the seconds its new driver pod waited for an image (goal: 0, the first pull
+  succeeds);
+- burst: five nodes on two new kernels join at once, with the cap at 1 and at 2: Jobs created, their order, the
+  total time.
+
+    .venv/bin/python bench/bench_kernel_to_gpu.py --repeat 3            # about 15 minutes (cold compiles once)
+    .venv/bin/python bench/bench_kernel_to_gpu.py --no-cold --repeat 1  # shared, ahead and burst only
+
+Writes bench/results/kernel-to-gpu.json. Needs the machine's one real node (no other real-node lab may run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from gpualign.controller import build_job as J  # noqa: E402
+from gpualign.ensure import debian, shared  # noqa: E402
+from gpualign.ensure.archive import Archive  # noqa: E402
+from gpualign.kube import Kube  # noqa: E402
+from gpualign.lab import cluster, versions  # noqa: E402
+from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUALIGN = [sys.executable, "-m", "gpualign"]
+NS = "gpualign-system"
+SHARED_KERNEL, OTHER_KERNEL = "6.1.0-50-amd64", "6.1.0-47-amd64"
+
+
+def tag(kernel: str) -> str:
+    return f"535-{kernel}-debian12"
+
+
+class Bench:
+    def __init__(self, state: Path) -> None:
+        self.env = {**os.environ, "GPUALIGN_LAB_DIR": str(state)}
+        self.state = state
+        self.lab: cluster.LabState | None = None
+
+    def cli(self, *args: str, timeout: float = 600) -> str:
+        proc = subprocess.run([*GPUALIGN, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench_kernel_to_gpu: gpualign {' '.join(args[:3])} failed: {proc.stderr[-600:]}")
+        return proc.stdout
+
+    def up(self) -> None:
+        self.cli("lab", "up", "--scenario", "empty", "--real-node", timeout=300)
+        self.lab = cluster.LabState.load(self.state)
+        assert self.lab is not None
+        self.kube = Kube(str(self.lab.kubeconfig), None)
+        self.cli("lab", "push-self", "--builder")
+        self.cli("lab", "push-image", "580-5.15.0-124-generic-ubuntu22.04")  # the ledger's repository exists
+        self.registry = RegistryClient(RegistryRef(host=self.lab.registry, repo="nvidia/driver", scheme="http"),
+                                       timeout=60.0)
+
+    def install(self, cap: int) -> None:
+        values = Path(tempfile.mkdtemp(prefix="k2g-")) / "values.yaml"
+        values.write_text(self.cli("lab", "chart-values"))
+        helm = str(versions.helm_binary())
+        subprocess.run([helm, "uninstall", "ga", "-n", NS, "--wait", "--kubeconfig", str(self.lab.kubeconfig)],
+                       capture_output=True)  # type: ignore[union-attr]
+        subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", NS, "--create-namespace",
+                        "-f", str(values), "--set", "builds.enabled=true", "--set", f"builds.maxConcurrent={cap}",
+                        "--set", "ledgerRefreshSeconds=2", "--wait", "--timeout", "180s",
+                        "--kubeconfig", str(self.lab.kubeconfig)],  # type: ignore[union-attr]
+                       check=True, capture_output=True)
+
+    def share(self, kernel: str) -> None:
+        built = debian.compile_modules(Archive(), kernel, jobs=2)  # the earlier builder (cached on the machine)
+        shared.push(self.registry, shared.Key(built.driver_version, kernel, "proprietary"), built.modules)
+
+    def forget(self, kernel: str) -> None:
+        """No image and no build Job for the kernel (and, for the cold case, no shared modules)."""
+        for repo, ref in (("nvidia/driver", tag(kernel)),):
+            digest = self.registry.digest(ref, repo)
+            if digest:
+                self.registry.http.delete(f"{self.registry.ref.base}/v2/{repo}/manifests/{digest}")
+        for job in self.jobs():
+            if job["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(kernel):
+                self.kube.request("DELETE", f"/apis/batch/v1/namespaces/{NS}/jobs/{job['metadata']['name']}",
+                                  body={"kind": "DeleteOptions", "apiVersion": "v1",
+                                        "propagationPolicy": "Foreground"})
+        deadline = time.monotonic() + 60
+        while any(j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(kernel) for j in self.jobs()):
+            if time.monotonic() > deadline:
+                raise SystemExit("bench_kernel_to_gpu: a finished build Job was not deleted")
+            time.sleep(0.5)
+
+    def unshare(self, kernel: str, version: str) -> None:
+        repo = shared.repository("nvidia/driver")
+        key = shared.Key(version, kernel, "proprietary")
+        digest = self.registry.digest(key.tag, repo)
+        if digest:
+            self.registry.http.delete(f"{self.registry.ref.base}/v2/{repo}/manifests/{digest}")
+
+    def jobs(self) -> list[dict]:
+        return self.kube.list_raw(f"/apis/batch/v1/namespaces/{NS}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
+
+    def driver_pod(self, node: str) -> dict | None:
+        pods = [p for p in self.kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")]
+        return pods[0] if pods else None
+
+    def wait_ready(self, node: str, timeout: float, watch_pull: bool = False) -> tuple[float, float]:
+        """Seconds until the node's driver pod is Ready, and seconds it was seen waiting for its image."""
+        t0 = time.monotonic()
+        waited, last = 0.0, t0
+        while True:
+            pod = self.driver_pod(node)
+            now = time.monotonic()
+            status = json.dumps((pod or {}).get("status") or {})
+            if watch_pull and ("ErrImagePull" in status or "ImagePullBackOff" in status):
+                waited += now - last
+            last = now
+            if pod and any(c["type"] == "Ready" and c["status"] == "True"
+                           for c in pod["status"].get("conditions") or []):
+                return now - t0, waited
+            if now - t0 > timeout:
+                raise SystemExit(f"bench_kernel_to_gpu: {node}'s driver pod not Ready after {timeout:.0f}s")
+            time.sleep(0.2)
+
+    def job_log(self, kernel: str) -> str:
+        job = next(j for j in self.jobs() if j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(kernel))
+        pods = self.kube.pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+        kubectl = str(versions.default_bin_dir() / "kubectl")
+        return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", NS,  # type: ignore
+                               pods[0]["metadata"]["name"]], capture_output=True, text=True).stdout
+
+    def join(self, node: str, kernel: str, labels: dict[str, str] | None = None) -> float:
+        t0 = time.monotonic()
+        self.cli("lab", "add-node", node, "--kernel", kernel, "--os", "debian12", "--branch", "535")
+        if labels:
+            self.kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+        return t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the shared case (median)")
+    ap.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold case (a real compile)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel-to-gpu.json")
+    args = ap.parse_args()
+    cores = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="gpualign-k2g-") as tmp:
+        b = Bench(Path(tmp) / "state")
+        results: dict[str, object] = {"cores": cores}
+        try:
+            b.up()
+            b.install(cap=1)
+            version = debian.compile_modules(Archive(), SHARED_KERNEL, jobs=2).driver_version
+            # shared: modules in the registry only
+            b.share(SHARED_KERNEL)
+            runs = []
+            for i in range(args.repeat):
+                b.forget(SHARED_KERNEL)
+                t0 = b.join(f"shared-{i}", SHARED_KERNEL)
+                b.wait_ready(f"shared-{i}", 600)
+                runs.append(round(time.monotonic() - t0, 1))
+                print(f"shared {i + 1}/{args.repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
+            results["shared"] = {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30}
+            # ahead: announced, built, then the reboot
+            b.forget(SHARED_KERNEL)
+            b.cli("lab", "push-image", tag(OTHER_KERNEL))  # its current kernel's image is there
+            t0 = b.join("ahead-0", OTHER_KERNEL, {"gpualign.io/kernel.next": SHARED_KERNEL})
+            deadline = time.monotonic() + 600
+            while b.registry.digest(tag(SHARED_KERNEL)) is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit("bench_kernel_to_gpu: the next kernel's image was never built")
+                time.sleep(0.5)
+            built_after = time.monotonic() - t0
+            b.kube.patch("/api/v1/nodes/ahead-0", {"metadata": {"labels": {
+                "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL, "gpualign.io/kernel.next": None}}})
+            rebooted, waited = b.wait_ready("ahead-0", 120, watch_pull=True)
+            results["ahead"] = {"image_built_after_announce_s": round(built_after, 1),
+                                "reboot_to_ready_s": round(rebooted, 1), "waited_for_image_s": round(waited, 1),
+                                "goal_waited_s": 0}
+            print(f"ahead: built {built_after:.1f}s after the announcement; after the reboot Ready in "
+                  f"{rebooted:.1f}s, {waited:.1f}s waiting for the image", file=sys.stderr, flush=True)
+            # burst: five nodes on two kernels at once, cap 1 then 2 (both kernels' modules shared)
+            b.share(OTHER_KERNEL)
+            burst = {}
+            for cap in (1, 2):
+                b.install(cap=cap)
+                for k in (SHARED_KERNEL, OTHER_KERNEL):
+                    b.forget(k)
+                names = [(f"burst{cap}-{i}", (SHARED_KERNEL, OTHER_KERNEL)[i % 2]) for i in range(5)]
+                t0 = time.monotonic()
+                for name, kernel in names:
+                    b.cli("lab", "add-node", name, "--kernel", kernel, "--os", "debian12", "--branch", "535")
+                for name, _ in names:
+                    b.wait_ready(name, 900)
+                total = time.monotonic() - t0
+                order = [j["metadata"]["annotations"][J.TAG_ANNOTATION]
+                         for j in sorted(b.jobs(), key=lambda j: j["metadata"]["creationTimestamp"])]
+                burst[f"cap{cap}"] = {"jobs": len(order), "order": order, "total_s": round(total, 1)}
+                print(f"burst, cap {cap}: {len(order)} Jobs {order}, all Ready in {total:.1f}s", file=sys.stderr,
+                      flush=True)
+            results["burst"] = burst
+            if args.cold:
+                b.install(cap=1)
+                b.forget(SHARED_KERNEL)
+                b.unshare(SHARED_KERNEL, version)
+                t0 = b.join("cold-0", SHARED_KERNEL)
+                b.wait_ready("cold-0", 1800)
+                took = time.monotonic() - t0
+                log = b.job_log(SHARED_KERNEL)
+                m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
+                cpu = float(m.group(2)) if m else None
+                floor = cpu / cores if cpu else None
+                results["cold"] = {"total_s": round(took, 1), "compile_cpu_s": cpu, "cores": cores,
+                                   "floor_s": round(floor, 1) if floor else None,
+                                   "goal_s": round(floor + 60, 1) if floor else None}
+                print(f"cold: {took:.1f}s (compile {cpu} CPU-s on {cores} cores: floor {floor}s)", file=sys.stderr)
+        finally:
+            b.cli("lab", "down")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
