@@ -7,7 +7,10 @@ export GOTOOLCHAIN := local
 
 .PHONY: setup deps venv lab-bin image test test-unit demo lint docs bench clean
 
-setup: deps venv lab-bin image
+# The lab binaries (Go, CPU-bound) and the images (mmdebstrap and buildah: mostly downloading and unpacking) are
+# made side by side.
+setup: deps venv
+	@$(MAKE) --no-print-directory -j2 lab-bin image
 
 deps:
 	@scripts/install-debs
