@@ -15,8 +15,10 @@ kernel would check them). Cases:
 - burst: five nodes on two new kernels join at once, with the cap at 1 and at 2: Jobs created, their order, the
   total time.
 
-    .venv/bin/python bench/bench_kernel_to_gpu.py --repeat 3            # about 15 minutes (cold compiles once)
-    .venv/bin/python bench/bench_kernel_to_gpu.py --no-cold --repeat 1  # shared, ahead and burst only
+    .venv/bin/python bench/bench_kernel_to_gpu.py --repeat 3                      # about 15 minutes
+    .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared ahead burst      # no compile
+
+Each case run updates its entry in the results file; the others are kept.
 
 Writes bench/results/kernel-to-gpu.json. Needs the machine's one real node (no other real-node lab may run).
 """
@@ -118,17 +120,20 @@ class Bench:
     def jobs(self) -> list[dict]:
         return self.kube.list_raw(f"/apis/batch/v1/namespaces/{NS}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
 
-    def driver_pod(self, node: str) -> dict | None:
+    def driver_pod(self, node: str, image_tag: str | None = None) -> dict | None:
         pods = [p for p in self.kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
-                if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")]
+                if p["spec"].get("nodeName") == node and not p["metadata"].get("deletionTimestamp")
+                and (image_tag is None or p["spec"]["containers"][0]["image"].endswith(f":{image_tag}"))]
         return pods[0] if pods else None
 
-    def wait_ready(self, node: str, timeout: float, watch_pull: bool = False) -> tuple[float, float]:
-        """Seconds until the node's driver pod is Ready, and seconds it was seen waiting for its image."""
+    def wait_ready(self, node: str, timeout: float, watch_pull: bool = False,
+                   image_tag: str | None = None) -> tuple[float, float]:
+        """Seconds until the node's driver pod (of image_tag, when named) is Ready, and seconds it was seen waiting
+        for its image."""
         t0 = time.monotonic()
         waited, last = 0.0, t0
         while True:
-            pod = self.driver_pod(node)
+            pod = self.driver_pod(node, image_tag)
             now = time.monotonic()
             status = json.dumps((pod or {}).get("status") or {})
             if watch_pull and ("ErrImagePull" in status or "ImagePullBackOff" in status):
@@ -156,83 +161,103 @@ class Bench:
         return t0
 
 
+def shared_case(b: Bench, repeat: int) -> dict[str, object]:
+    runs = []
+    for i in range(repeat):
+        b.forget(SHARED_KERNEL)
+        t0 = b.join(f"shared-{i}", SHARED_KERNEL)
+        b.wait_ready(f"shared-{i}", 600)
+        runs.append(round(time.monotonic() - t0, 1))
+        print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
+    return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30,
+            "note": "the first run also pulls the builder image onto the node"}
+
+
+def ahead_case(b: Bench) -> dict[str, object]:
+    """Announced, built, then the reboot. Needs the 6.1.0-50 pool's DaemonSet (the shared case's nodes make it)."""
+    b.forget(SHARED_KERNEL)
+    b.cli("lab", "push-image", tag(OTHER_KERNEL))  # its current kernel's image is there
+    t0 = b.join("ahead-0", OTHER_KERNEL, {"gpualign.io/kernel.next": SHARED_KERNEL})
+    deadline = time.monotonic() + 600
+    while b.registry.digest(tag(SHARED_KERNEL)) is None:
+        if time.monotonic() > deadline:
+            raise SystemExit("bench_kernel_to_gpu: the next kernel's image was never built")
+        time.sleep(0.5)
+    built_after = time.monotonic() - t0
+    b.kube.patch("/api/v1/nodes/ahead-0", {"metadata": {"labels": {
+        "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL, "gpualign.io/kernel.next": None}}})
+    rebooted, waited = b.wait_ready("ahead-0", 120, watch_pull=True, image_tag=tag(SHARED_KERNEL))
+    print(f"ahead: built {built_after:.1f}s after the announcement; after the reboot Ready in {rebooted:.1f}s, "
+          f"{waited:.1f}s waiting for the image", file=sys.stderr, flush=True)
+    return {"image_built_after_announce_s": round(built_after, 1), "reboot_to_ready_s": round(rebooted, 1),
+            "waited_for_image_s": round(waited, 1), "goal_waited_s": 0}
+
+
+def burst_case(b: Bench) -> dict[str, object]:
+    """Five nodes on two kernels at once, cap 1 then 2 (both kernels' modules shared)."""
+    b.share(OTHER_KERNEL)
+    burst: dict[str, object] = {}
+    for cap in (1, 2):
+        b.install(cap=cap)
+        for k in (SHARED_KERNEL, OTHER_KERNEL):
+            b.forget(k)
+        names = [(f"burst{cap}-{i}", (SHARED_KERNEL, OTHER_KERNEL)[i % 2]) for i in range(5)]
+        t0 = time.monotonic()
+        for name, kernel in names:
+            b.cli("lab", "add-node", name, "--kernel", kernel, "--os", "debian12", "--branch", "535")
+        for name, kernel in names:
+            b.wait_ready(name, 900, image_tag=tag(kernel))
+        total = time.monotonic() - t0
+        order = [j["metadata"]["annotations"][J.TAG_ANNOTATION]
+                 for j in sorted(b.jobs(), key=lambda j: j["metadata"]["creationTimestamp"])]
+        burst[f"cap{cap}"] = {"jobs": len(order), "order": order, "total_s": round(total, 1)}
+        print(f"burst, cap {cap}: {len(order)} Jobs {order}, all Ready in {total:.1f}s", file=sys.stderr, flush=True)
+    return burst
+
+
+def cold_case(b: Bench, version: str, cores: int) -> dict[str, object]:
+    b.install(cap=1)
+    b.forget(SHARED_KERNEL)
+    b.unshare(SHARED_KERNEL, version)
+    t0 = b.join("cold-0", SHARED_KERNEL)
+    b.wait_ready("cold-0", 1800, image_tag=tag(SHARED_KERNEL))
+    took = time.monotonic() - t0
+    log = b.job_log(SHARED_KERNEL)
+    m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
+    cpu = float(m.group(2)) if m else None
+    floor = cpu / cores if cpu else None
+    print(f"cold: {took:.1f}s (compile {cpu} CPU-s on {cores} cores: floor {floor}s)", file=sys.stderr, flush=True)
+    return {"total_s": round(took, 1), "compile_cpu_s": cpu, "cores": cores,
+            "floor_s": round(floor, 1) if floor else None, "goal_s": round(floor + 60, 1) if floor else None}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the shared case (median)")
-    ap.add_argument("--no-cold", dest="cold", action="store_false", help="skip the cold case (a real compile)")
+    ap.add_argument("--cases", nargs="+", default=["shared", "ahead", "burst", "cold"],
+                    choices=["shared", "ahead", "burst", "cold"], help="the cases to run [default: all]")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel-to-gpu.json")
     args = ap.parse_args()
     cores = os.cpu_count() or 1
+    results: dict[str, object] = json.loads(args.out.read_text()) if args.out.exists() else {}
+    results["cores"] = cores
     with tempfile.TemporaryDirectory(prefix="gpualign-k2g-") as tmp:
         b = Bench(Path(tmp) / "state")
-        results: dict[str, object] = {"cores": cores}
         try:
             b.up()
             b.install(cap=1)
             version = debian.compile_modules(Archive(), SHARED_KERNEL, jobs=2).driver_version
-            # shared: modules in the registry only
-            b.share(SHARED_KERNEL)
-            runs = []
-            for i in range(args.repeat):
-                b.forget(SHARED_KERNEL)
-                t0 = b.join(f"shared-{i}", SHARED_KERNEL)
-                b.wait_ready(f"shared-{i}", 600)
-                runs.append(round(time.monotonic() - t0, 1))
-                print(f"shared {i + 1}/{args.repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
-            results["shared"] = {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30}
-            # ahead: announced, built, then the reboot
-            b.forget(SHARED_KERNEL)
-            b.cli("lab", "push-image", tag(OTHER_KERNEL))  # its current kernel's image is there
-            t0 = b.join("ahead-0", OTHER_KERNEL, {"gpualign.io/kernel.next": SHARED_KERNEL})
-            deadline = time.monotonic() + 600
-            while b.registry.digest(tag(SHARED_KERNEL)) is None:
-                if time.monotonic() > deadline:
-                    raise SystemExit("bench_kernel_to_gpu: the next kernel's image was never built")
-                time.sleep(0.5)
-            built_after = time.monotonic() - t0
-            b.kube.patch("/api/v1/nodes/ahead-0", {"metadata": {"labels": {
-                "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL, "gpualign.io/kernel.next": None}}})
-            rebooted, waited = b.wait_ready("ahead-0", 120, watch_pull=True)
-            results["ahead"] = {"image_built_after_announce_s": round(built_after, 1),
-                                "reboot_to_ready_s": round(rebooted, 1), "waited_for_image_s": round(waited, 1),
-                                "goal_waited_s": 0}
-            print(f"ahead: built {built_after:.1f}s after the announcement; after the reboot Ready in "
-                  f"{rebooted:.1f}s, {waited:.1f}s waiting for the image", file=sys.stderr, flush=True)
-            # burst: five nodes on two kernels at once, cap 1 then 2 (both kernels' modules shared)
-            b.share(OTHER_KERNEL)
-            burst = {}
-            for cap in (1, 2):
-                b.install(cap=cap)
-                for k in (SHARED_KERNEL, OTHER_KERNEL):
-                    b.forget(k)
-                names = [(f"burst{cap}-{i}", (SHARED_KERNEL, OTHER_KERNEL)[i % 2]) for i in range(5)]
-                t0 = time.monotonic()
-                for name, kernel in names:
-                    b.cli("lab", "add-node", name, "--kernel", kernel, "--os", "debian12", "--branch", "535")
-                for name, _ in names:
-                    b.wait_ready(name, 900)
-                total = time.monotonic() - t0
-                order = [j["metadata"]["annotations"][J.TAG_ANNOTATION]
-                         for j in sorted(b.jobs(), key=lambda j: j["metadata"]["creationTimestamp"])]
-                burst[f"cap{cap}"] = {"jobs": len(order), "order": order, "total_s": round(total, 1)}
-                print(f"burst, cap {cap}: {len(order)} Jobs {order}, all Ready in {total:.1f}s", file=sys.stderr,
-                      flush=True)
-            results["burst"] = burst
-            if args.cold:
-                b.install(cap=1)
-                b.forget(SHARED_KERNEL)
-                b.unshare(SHARED_KERNEL, version)
-                t0 = b.join("cold-0", SHARED_KERNEL)
-                b.wait_ready("cold-0", 1800)
-                took = time.monotonic() - t0
-                log = b.job_log(SHARED_KERNEL)
-                m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
-                cpu = float(m.group(2)) if m else None
-                floor = cpu / cores if cpu else None
-                results["cold"] = {"total_s": round(took, 1), "compile_cpu_s": cpu, "cores": cores,
-                                   "floor_s": round(floor, 1) if floor else None,
-                                   "goal_s": round(floor + 60, 1) if floor else None}
-                print(f"cold: {took:.1f}s (compile {cpu} CPU-s on {cores} cores: floor {floor}s)", file=sys.stderr)
+            b.share(SHARED_KERNEL)  # modules in the registry only: compiled earlier by another builder
+            # the shared case runs first in any case (once, without a repeat asked): its nodes make the pool
+            results_shared = shared_case(b, args.repeat if "shared" in args.cases else 1)
+            if "shared" in args.cases:
+                results["shared"] = results_shared
+            if "ahead" in args.cases:
+                results["ahead"] = ahead_case(b)
+            if "burst" in args.cases:
+                results["burst"] = burst_case(b)
+            if "cold" in args.cases:
+                results["cold"] = cold_case(b, version, cores)
         finally:
             b.cli("lab", "down")
     args.out.parent.mkdir(parents=True, exist_ok=True)
