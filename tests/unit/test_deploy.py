@@ -21,6 +21,7 @@ def exported_names() -> set[str]:
             "updated": "", "ledger_sources": [], "gated_for": {"n": 1.0}, "wrong": {"t": ["n"]}}
     m = Metrics(lambda: view)
     m.image_missing.labels("n", "t").set(1)
+    m.next_kernel_missing.labels("n", "t").set(1)
     text = generate_latest(m.registry).decode()
     return set(re.findall(r"(?m)^(gpualign_[a-z_]+?)(?:_bucket|_count|_sum|_created)?[{ ]", text))
 
@@ -41,7 +42,8 @@ def test_alerts_and_dashboard_use_exported_metrics():
     alerted = {m for r in rule["spec"]["groups"][0]["rules"] for m in re.findall(r"gpualign_[a-z_]+", r["expr"])}
     # every fleet-health gauge has an alert (the review found three without one)
     assert {"gpualign_wrong_driver_images", "gpualign_stuck_nodes", "gpualign_gate_held_seconds",
-            "gpualign_leader_election_failing", "gpualign_node_driver_image_missing"} <= alerted
+            "gpualign_leader_election_failing", "gpualign_node_driver_image_missing",
+            "gpualign_next_kernel_driver_image_missing"} <= alerted
 
 
 def test_deployment_is_hardened_and_the_role_least_privilege():
