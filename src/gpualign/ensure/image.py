@@ -254,7 +254,28 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     if replaced and not made.startswith(replaced):  # the image this tag named before: nothing names it now
         with contextlib.suppress(BuildError):  # a container still using it keeps it
             buildah("rmi", replaced)
+    if variant.startswith("signed-"):
+        _prune_signed(spec, keep=local)
     return local
+
+
+KEEP_SIGNED = 2  # signed variants of one tag kept in local storage (a machine signs with one key, two in a rotation)
+
+
+def _prune_signed(spec: TagSpec, keep: str) -> None:
+    """Each signing certificate makes its own local image of a tag; keep the newest few (a rotation's old and new
+    key), so that a machine signing with many keys (a test suite's fresh ones) does not fill its disk."""
+    prefix = f"{local_name(spec)}-signed-"
+    try:
+        listed = json.loads(buildah("images", "--json") or "[]")
+    except (BuildError, ValueError):
+        return
+    variants = sorted(((int(image.get("created") or 0), name) for image in listed if isinstance(image, dict)
+                       for name in image.get("names") or [] if str(name).startswith(prefix)), reverse=True)
+    for _created, name in variants[KEEP_SIGNED:]:
+        if name != keep:
+            with contextlib.suppress(BuildError):
+                buildah("rmi", name)
 
 
 def _image_id(name: str) -> str | None:
