@@ -21,7 +21,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -112,16 +111,10 @@ def driver_pod(lab: Lab, node: str) -> dict | None:
 def controller_pid(port: int) -> int:
     """The chart's controller process on the real node (its container's main process), told apart by the port this
     lab gave it."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"controller" in argv and f"--listen=127.0.0.1:{port}".encode() in argv:
-            return int(entry.name)
-    raise AssertionError(f"no controller process listening on 127.0.0.1:{port}")
+    found = realnode.processes_where(lambda argv: b"controller" in argv and
+                                     f"--listen=127.0.0.1:{port}".encode() in argv)
+    assert found, f"no controller process listening on 127.0.0.1:{port}"
+    return found[0]
 
 
 @pytest.mark.timeout(1500)

@@ -319,8 +319,9 @@ def _cgroup_pids(root: str) -> set[int]:
     return pids
 
 
-def _shims(socket: Path) -> list[int]:
-    """containerd shims serving this lab's containerd (their argv names its socket): started by the lab."""
+def processes_where(match: Callable[[list[bytes]], bool]) -> list[int]:
+    """The pids whose argv (as /proc has it) matches: how the lab finds what its node started (a process that has
+    gone meanwhile is skipped)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -329,9 +330,15 @@ def _shims(socket: Path) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and str(socket).encode() in argv:
+        if argv and match(argv):
             found.append(int(entry.name))
     return found
+
+
+def _shims(socket: Path) -> list[int]:
+    """containerd shims serving this lab's containerd (their argv names its socket): started by the lab."""
+    return processes_where(lambda argv: argv[0].endswith(b"containerd-shim-runc-v2") and
+                           str(socket).encode() in argv)
 
 
 def _kill(pids: set[int] | list[int]) -> None:
