@@ -1,10 +1,13 @@
-"""Benchmark: `gpualign check` against `kubectl get nodes -o json`, on N kwok GPU nodes and on an N-node dump.
+"""Benchmark: `gpualign check` and `gpualign status` against kubectl and against the floor, on N kwok GPU nodes, and
+`check` on an N-node dump. Each side runs as a whole command, alternating, in the same run on the same lab; medians.
 
-Both sides run as whole commands in the same run on the same lab, alternating, and medians are reported with the
-ratio. The target (issue: check) is gpualign <= 1.3x kubectl: the tool should cost little more than its one LIST.
-The floor row is the same two LISTs fetched by curl, unpaged: the least any client could spend.
+The floors are the least any client could spend for the same answer: the LISTs the command makes, fetched by curl
+unpaged and thrown away (check: GPU nodes as metadata only and the driver pods; status: whole GPU nodes, the driver
+pods and DaemonSets). A dump's floor is reading the file: Python starting and orjson parsing it. The target (issue:
+check at the speed of the wire) is every gpualign row <= 1.5x its floor, at 1,000, 5,000 and 20,000 nodes; peak
+RSS grows linearly.
 
-    .venv/bin/python bench/bench_check.py --nodes 1000 5000 --repeat 5
+    .venv/bin/python bench/bench_check.py --nodes 1000 5000 20000 --repeat 5
 """
 
 from __future__ import annotations
@@ -79,27 +82,47 @@ def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat
     return result
 
 
+def _curl(kubeconfig: Path) -> tuple[list[str], str]:
+    from gpualign.kubeconfig import merge
+
+    conf = merge([kubeconfig]).config
+    cluster, user = conf["clusters"][0]["cluster"], conf["users"][0]["user"]
+    return ["curl", "-sS", "--fail", "--cacert", cluster["certificate-authority"], "--cert",
+            user["client-certificate"], "--key", user["client-key"], "-o", "/dev/null"], cluster["server"]
+
+
 def floor_command(kubeconfig: Path) -> list[str]:
     """curl fetching the two LISTs check makes (GPU nodes as metadata only, driver pods in full), unpaged: the
     least any client could do for the same answer."""
     from gpualign import labels as L
     from gpualign.kube import METADATA_ONLY
-    from gpualign.kubeconfig import merge
 
-    conf = merge([kubeconfig]).config
-    cluster, user = conf["clusters"][0]["cluster"], conf["users"][0]["user"]
-    tls = ["--cacert", cluster["certificate-authority"], "--cert", user["client-certificate"], "--key",
-           user["client-key"]]
-    server = cluster["server"]
-    return ["curl", "-sS", "--fail", *tls, "-H", f"Accept: {METADATA_ONLY}", "-o", "/dev/null",
-            f"{server}/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue", "--next", "-sS", "--fail", *tls,
-            "-o", "/dev/null",
-            f"{server}/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
+    curl, server = _curl(kubeconfig)
+    return [*curl, "-H", f"Accept: {METADATA_ONLY}", f"{server}/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue",
+            "--next", *curl, f"{server}/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
+
+
+def status_floor_command(kubeconfig: Path) -> list[str]:
+    """curl fetching the LISTs status makes: the GPU nodes its walk targets (whole: it reads their Ready condition
+    and cordon), the driver pods and the driver DaemonSets, unpaged."""
+    from urllib.parse import quote
+
+    from gpualign.upgrade.snapshot import DRIVER_SELECTOR, target_selector
+
+    curl, server = _curl(kubeconfig)
+    return [*curl, f"{server}/api/v1/nodes?labelSelector={quote(target_selector(None))}",
+            "--next", *curl, f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
+            "--next", *curl, f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
+
+
+def dump_floor_command(dump: Path) -> list[str]:
+    """Reading a dump at all: Python starting and orjson parsing the file."""
+    return [sys.executable, "-c", "import sys, orjson; orjson.loads(open(sys.argv[1], 'rb').read())", str(dump)]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("bench/results/check.json"))
     args = ap.parse_args()
@@ -126,27 +149,34 @@ def main() -> int:
             create_nodes(kube, have, n - have)
             print(f"created {n - have} nodes in {time.perf_counter() - t0:.1f}s (fleet: {n})", flush=True)
             have = n
-            results.append(measure(f"cluster, {n} GPU nodes", {
-                "gpualign": [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"],
+            check = [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"]
+            status = [*GPUALIGN, "status", "-o", "json"]
+            results.append(measure(f"check, cluster, {n} GPU nodes", {
+                "gpualign": check,
                 "kubectl": [kubectl, "get", "nodes", "-o", "json"],
                 "floor (curl, 2 LISTs)": floor_command(state.kubeconfig),
+            }, env, args.repeat))
+            results.append(measure(f"status, cluster, {n} GPU nodes", {
+                "gpualign": status,
+                "kubectl": [kubectl, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"],
+                "floor (curl, 3 LISTs)": status_floor_command(state.kubeconfig),
             }, env, args.repeat))
             dump = work / f"nodes-{n}.json"
             dump.write_bytes(subprocess.run([kubectl, "get", "nodes", "-o", "json"], env=env, check=True,
                                             capture_output=True).stdout)
             ledger_file = work / "ledger.txt"
             ledger_file.write_text("".join(f"580-{k}-ubuntu22.04\n" for k in KERNELS))
-            results.append(measure(f"dump, {n} GPU nodes ({dump.stat().st_size >> 20} MiB)", {
-                "gpualign": [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
-                             "--driver-branch", "580", "-o", "json"],
+            from_dump = [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
+                         "--driver-branch", "580", "-o", "json"]
+            results.append(measure(f"check, dump, {n} GPU nodes ({dump.stat().st_size >> 20} MiB)", {
+                "gpualign": from_dump,
                 "kubectl": [kubectl, "get", "nodes", "-o", "json"],
+                "floor (python + orjson)": dump_floor_command(dump),
             }, env, args.repeat))
             rss = {
-                "gpualign check (cluster)": peak_rss_kib(
-                    [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"], env),
-                "gpualign check (dump)": peak_rss_kib(
-                    [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
-                     "--driver-branch", "580", "-o", "json"], env),
+                "gpualign check (cluster)": peak_rss_kib(check, env),
+                "gpualign status (cluster)": peak_rss_kib(status, env),
+                "gpualign check (dump)": peak_rss_kib(from_dump, env),
                 "kubectl get nodes -o json": peak_rss_kib([kubectl, "get", "nodes", "-o", "json"], env),
             }
             results.append({"case": f"peak RSS, {n} nodes", "rss_kib": rss})

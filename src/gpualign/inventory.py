@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -42,6 +43,24 @@ def _items(path: Path, data: Any) -> list[dict[str, Any]]:
     return cast("list[dict[str, Any]]", items)
 
 
+_LEADING_SPACE = re.compile(r"\s*")
+
+
+def _json(raw: bytes, text: str, path: Path) -> Any:
+    """orjson reads a dump several times faster than json; anything it refuses is read by json, which says where
+    it is invalid (and accepts the little orjson does not, such as NaN), so what is accepted and said is json's."""
+    import orjson
+
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+
+
 def load_nodes_file(path: Path) -> list[dict[str, Any]]:
     """The Node objects of a `kubectl get nodes -o json|yaml` dump; `-` reads stdin."""
     import sys
@@ -56,13 +75,11 @@ def load_nodes_file(path: Path) -> list[dict[str, Any]]:
         raise BadInput(f"{path}: not UTF-8 text (not a kubectl node dump)") from None
     if "\x00" in text:
         raise BadInput(f"{path}: binary data, not text (not a kubectl node dump)")
-    if not text.strip():
+    start = _LEADING_SPACE.match(text).end()  # type: ignore[union-attr]  # (no copy of a large dump)
+    if start == len(text):
         raise BadInput(f"{path}: empty (expected `kubectl get nodes -o json` output)")
-    if text.lstrip()[:1] in ("{", "["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+    if text[start] in "{[":
+        data = _json(raw, text, path)
     else:
         from gpualign import yamlio
 
@@ -81,18 +98,37 @@ def _gpu_selector(selector: str | None) -> str:
     return f"{base},{selector}" if selector else base
 
 
-def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True) -> Inventory:
-    """One metadata-only LIST of GPU nodes (labels are all the facts need), one LIST of driver pods."""
-    selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
-    nodes = kube.nodes(_gpu_selector(selector), metadata_only=True)
-    pods: dict[str, DriverPod] | None = None
-    if with_pods:
-        pods = {}
-        for pod in kube.pods(label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"):
+def driver_pods(kube: Any) -> dict[str, DriverPod]:
+    """The GPU Operator's driver pods that are not going away, by node name."""
+    pods: dict[str, DriverPod] = {}
+    for page in kube.list_pages("/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"):
+        for pod in page:
             node = (pod.get("spec") or {}).get("nodeName")
             if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
                 pods[node] = DriverPod.from_pod(pod)
-    return Inventory(tuple(node_facts(n) for n in nodes), pods, kube.server)
+    return pods
+
+
+def gpu_node_facts(kube: Any, selector: str | None) -> tuple[NodeFacts, ...]:
+    """One metadata-only LIST of GPU nodes (labels are all the facts need), read into facts page by page: no page
+    is kept once read, so the LIST is never in memory twice."""
+    facts: list[NodeFacts] = []
+    for page in kube.list_pages("/api/v1/nodes", label_selector=_gpu_selector(selector), metadata_only=True):
+        facts.extend(map(node_facts, page))
+    return tuple(facts)
+
+
+def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True) -> Inventory:
+    """The GPU nodes' facts and, with_pods, the driver pods: the two LISTs side by side."""
+    selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
+    if not with_pods:
+        return Inventory(gpu_node_facts(kube, selector), None, kube.server)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="gpualign-pods") as pool:
+        pods = pool.submit(driver_pods, kube)
+        nodes = gpu_node_facts(kube, selector)
+        return Inventory(nodes, pods.result(), kube.server)
 
 
 @dataclass(frozen=True)
@@ -124,40 +160,74 @@ def _read_crs(kube: Any, group_path: str, plural: str, kind: str) -> tuple[list[
     return None, f"reading {kind} objects: HTTP {resp.status_code}: expectations come from flags"
 
 
+@dataclass(frozen=True)
+class OperatorObjects:
+    """The GPU Operator's objects as read, before they are matched to nodes: its ClusterPolicies and NVIDIADrivers
+    (None when there is no configuration to follow, notes saying why when the cluster would not let us read it),
+    and its driver DaemonSets (None when they could not be read, ds_note saying why)."""
+
+    cluster_policies: list[dict[str, Any]] | None
+    nvidia_drivers: list[dict[str, Any]]
+    notes: tuple[str, ...]
+    daemonsets: list[dict[str, Any]] | None = None
+    ds_note: str | None = None
+
+
+def read_operator_objects(kube: Any, *, daemonsets: bool = False) -> OperatorObjects:
+    """Everything read_operator_config and operator_view read, with no node needed: so it can be read while the
+    nodes are."""
+    cps, note = _read_crs(kube, "/apis/nvidia.com/v1", "clusterpolicies", "ClusterPolicy")
+    if cps is None:
+        return OperatorObjects(None, [], (note,) if note else ())
+    nds: list[dict[str, Any]] = []
+    probe = operator_config.read(cps, [])
+    if probe is not None and probe.nvidiadriver_mode:
+        found, note = _read_crs(kube, "/apis/nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver")
+        if found is None:
+            return OperatorObjects(None, [], (note or "the ClusterPolicy hands the driver to NVIDIADriver objects, "
+                                                      "but the cluster serves none: expectations come from flags",))
+        nds = found
+    if not daemonsets or probe is None:
+        return OperatorObjects(cps, nds, ())
+    resp = kube.request("GET", "/apis/apps/v1/daemonsets",
+                        params={"labelSelector": f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"})
+    if resp.status_code == 200:
+        return OperatorObjects(cps, nds, (), list(resp.json().get("items") or []))
+    return OperatorObjects(cps, nds, (), None,
+                           f"not allowed to read the operator's driver DaemonSets (HTTP {resp.status_code}): the "
+                           "image it would deploy is known only where its pod runs")
+
+
+def operator_config_of(objects: OperatorObjects, nodes: tuple[NodeFacts, ...]) \
+        -> tuple[OperatorConfig | None, tuple[str, ...]]:
+    if objects.cluster_policies is None:
+        return None, objects.notes
+    return operator_config.read(objects.cluster_policies, objects.nvidia_drivers,
+                                [(n.name, n.labels) for n in nodes]), ()
+
+
 def read_operator_config(kube: Any, nodes: tuple[NodeFacts, ...]) -> tuple[OperatorConfig | None, tuple[str, ...]]:
     """The ClusterPolicy and (when it hands the driver to them) the NVIDIADrivers, read as the operator reads them.
     (None, ()) without the operator's CRDs; (None, notes) when the cluster will not let us read them."""
-    cps, note = _read_crs(kube, "/apis/nvidia.com/v1", "clusterpolicies", "ClusterPolicy")
-    if cps is None:
-        return None, (note,) if note else ()
-    node_labels = [(n.name, n.labels) for n in nodes]
-    config = operator_config.read(cps, [], node_labels)
-    if config is not None and config.nvidiadriver_mode:
-        nds, note = _read_crs(kube, "/apis/nvidia.com/v1alpha1", "nvidiadrivers", "NVIDIADriver")
-        if nds is None:
-            return None, (note or "the ClusterPolicy hands the driver to NVIDIADriver objects, but the cluster "
-                                  "serves none: expectations come from flags",)
-        config = operator_config.read(cps, nds, node_labels)
-    return config, ()
+    return operator_config_of(read_operator_objects(kube), nodes)
+
+
+def operator_view_of(objects: OperatorObjects, nodes: tuple[NodeFacts, ...]) -> OperatorView:
+    """The operator's configuration and what its driver DaemonSets would deploy on each node."""
+    config, notes_read = operator_config_of(objects, nodes)
+    if config is None:
+        return OperatorView(None, {}, notes_read)
+    planned: dict[str, tuple[str, str]] = {}
+    if objects.daemonsets is None:
+        return OperatorView(config, planned, (objects.ds_note,) if objects.ds_note else ())
+    for n in nodes:
+        found = operator_config.daemonset_image(n.labels, objects.daemonsets)
+        if found:
+            planned[n.name] = found
+    return OperatorView(config, planned, ())
 
 
 def operator_view(kube: Any, nodes: tuple[NodeFacts, ...]) -> OperatorView:
     """The operator's configuration and its driver DaemonSets. A cluster without the operator's CRDs gives an empty
     view; one that forbids reading them, a note."""
-    config, notes_read = read_operator_config(kube, nodes)
-    if config is None:
-        return OperatorView(None, {}, notes_read)
-    notes: list[str] = []
-    planned: dict[str, tuple[str, str]] = {}
-    resp = kube.request("GET", "/apis/apps/v1/daemonsets",
-                        params={"labelSelector": f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"})
-    if resp.status_code == 200:
-        daemonsets = resp.json().get("items") or []
-        for n in nodes:
-            found = operator_config.daemonset_image(n.labels, daemonsets)
-            if found:
-                planned[n.name] = found
-    else:
-        notes.append(f"not allowed to read the operator's driver DaemonSets (HTTP {resp.status_code}): the image "
-                     "it would deploy is known only where its pod runs")
-    return OperatorView(config, planned, tuple(notes))
+    return operator_view_of(read_operator_objects(kube, daemonsets=True), nodes)

@@ -7,6 +7,7 @@ cluster and a `--nodes-file` dump the same way.
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import time
 from collections.abc import Iterator
@@ -177,23 +178,49 @@ class Kube:
         # orjson: LIST pages of thousands of objects (managedFields included) parse several times faster than json
         return orjson.loads(resp.content)  # type: ignore[no-any-return]
 
-    def list_raw(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-                 metadata_only: bool = False) -> list[JSON]:
-        """LIST with pagination, as plain dicts (items keep their `kind`/`apiVersion` like kubectl's output)."""
-        items: list[JSON] = []
-        params: dict[str, Any] = {"limit": PAGE}
+    def _page(self, path: str, params: dict[str, Any], accept: str) -> bytes:
+        resp = self.request("GET", path, params=params, accept=accept)
+        if resp.status_code >= 400:
+            raise Unreachable(f"GET {path} on {self.server}: HTTP {resp.status_code}: {_status_message(resp)}")
+        return resp.content
+
+    def list_pages(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                   metadata_only: bool = False, limit: int = PAGE) -> Iterator[list[JSON]]:
+        """LIST, one page of items at a time as plain dicts. The next page is asked for as soon as this one has
+        arrived (its continue token is read from the head of the body) and is on the wire while this one is parsed
+        and read: a large LIST costs its transfer, not its transfer plus its parsing."""
+        params: dict[str, Any] = {"limit": limit}
         if label_selector:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
         accept = METADATA_ONLY if metadata_only else "application/json"
-        while True:
-            page = self.get_json(path, params=params, accept=accept)
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
-            params["continue"] = token
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="gpualign-list") as pool:
+            pending: Future[bytes] | None = pool.submit(self._page, path, dict(params), accept)
+            while pending is not None:
+                body = pending.result()
+                pending = None
+                token = continue_token(body)
+                if token:
+                    pending = pool.submit(self._page, path, {**params, "continue": token}, accept)
+                page = orjson.loads(body)
+                del body
+                if token is None:  # not found in the head (an unusual serializer): the parsed page says
+                    token = (page.get("metadata") or {}).get("continue")
+                    if token:
+                        pending = pool.submit(self._page, path, {**params, "continue": token}, accept)
+                yield page.get("items") or []
+
+    def list_raw(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                 metadata_only: bool = False) -> list[JSON]:
+        """LIST with pagination, as plain dicts (items keep their `kind`/`apiVersion` like kubectl's output)."""
+        items: list[JSON] = []
+        for page in self.list_pages(path, label_selector=label_selector, field_selector=field_selector,
+                                    metadata_only=metadata_only):
+            items.extend(page)
+        return items
 
     def nodes(self, label_selector: str | None = None, *, metadata_only: bool = False) -> list[JSON]:
         return self.list_raw("/api/v1/nodes", label_selector=label_selector, metadata_only=metadata_only)
@@ -332,6 +359,20 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_CONTINUE = re.compile(rb'"continue":"([^"\\]*)"')
+
+
+def continue_token(body: bytes) -> str | None:
+    """The continue token of a LIST page, read from the list's metadata, which the API server writes before its
+    items. "" when the page is the last; None when the head does not say (then the parsed page does)."""
+    head_end = body.find(b'"items":')
+    head = body[:head_end] if head_end >= 0 else b""
+    if b'"metadata":' not in head:
+        return None
+    found = _CONTINUE.search(head)
+    return found.group(1).decode() if found else ""
 
 
 def _status_message(resp: httpx2.Response) -> str:

@@ -9,6 +9,7 @@ lists pods once per node.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -56,7 +57,7 @@ class Pool:
     def tag(self) -> str:
         return image_tag(self.image)
 
-    def selects(self, labels: dict[str, str]) -> bool:
+    def selects(self, labels: Mapping[str, str]) -> bool:
         sel = self.obj["spec"]["template"]["spec"].get("nodeSelector") or {}
         return all(labels.get(k) == v for k, v in sel.items())
 
@@ -127,24 +128,39 @@ def target_selector(selector: str | None) -> str:
     return f"{base},{selector}" if selector else base
 
 
-def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
-         to_branch: str | None, budgets: bool = False) -> Snapshot:
-    """budgets: also read the PDBs (PDB-aware admission), when some node waits to start."""
-    selectors.parse(selector)
-    nodes = kube.nodes(target_selector(selector))
+def _driver_pods(kube: Kube) -> dict[str, JSON]:
     pods: dict[str, JSON] = {}
-    for driver_pod in kube.pods(label_selector=DRIVER_SELECTOR):
-        node = (driver_pod.get("spec") or {}).get("nodeName")
-        if node and not driver_pod["metadata"].get("deletionTimestamp"):
-            pods[node] = driver_pod
+    for page in kube.list_pages("/api/v1/pods", label_selector=DRIVER_SELECTOR):
+        for driver_pod in page:
+            node = (driver_pod.get("spec") or {}).get("nodeName")
+            if node and not driver_pod["metadata"].get("deletionTimestamp"):
+                pods[node] = driver_pod
+    return pods
+
+
+def _pools(kube: Kube) -> list[Pool]:
     daemonsets = kube.list_raw("/apis/apps/v1/daemonsets", label_selector=DRIVER_SELECTOR)
     hashes = _newest_hashes(kube, {d["metadata"]["namespace"] for d in daemonsets})
-    pools = [Pool(d, hashes.get(d["metadata"]["uid"])) for d in daemonsets]
+    return [Pool(d, hashes.get(d["metadata"]["uid"])) for d in daemonsets]
+
+
+def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
+         to_branch: str | None, budgets: bool = False) -> Snapshot:
+    """budgets: also read the PDBs (PDB-aware admission), when some node waits to start. The driver pods and pools
+    are read while the nodes are."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    selectors.parse(selector)
+    with ThreadPoolExecutor(2, thread_name_prefix="gpualign-snapshot") as reads:
+        driver_pods = reads.submit(_driver_pods, kube)
+        driver_pools = reads.submit(_pools, kube)
+        nodes = kube.list_raw("/api/v1/nodes", label_selector=target_selector(selector))
+        pods, pools = driver_pods.result(), driver_pools.result()
     states: dict[str, NodeState] = {}
     for node in nodes:
         facts = node_facts(node)
         pod = pods.get(facts.name)
-        pool = next((p for p in pools if p.selects(dict(facts.labels))), None)
+        pool = next((p for p in pools if p.selects(facts.labels)), None)
         pod_tag = image_tag(pod["spec"]["containers"][0]["image"]) if pod else None
         pod_hash = (pod["metadata"].get("labels") or {}).get(HASH_LABEL) if pod else None
         if to_branch:

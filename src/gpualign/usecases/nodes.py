@@ -46,9 +46,17 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
 
         kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
         try:
-            inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
-            say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
-            view = inventory.operator_view(kube, inv.nodes) if with_operator else None
+            if with_operator:  # the operator's objects need no node to be read: they are read beside the nodes
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(1, thread_name_prefix="gpualign-operator") as pool:
+                    objects = pool.submit(inventory.read_operator_objects, kube, daemonsets=True)
+                    inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
+                    say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
+                    view: inventory.OperatorView | None = inventory.operator_view_of(objects.result(), inv.nodes)
+            else:
+                inv, view = inventory.from_cluster(kube, selector, with_pods=with_pods), None
+                say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
         finally:
             kube.close()
         read = Read(inv, view, {"cluster": kube.describe()})
