@@ -1,11 +1,11 @@
-"""Benchmark: `gpualign check` and `gpualign status` against kubectl and against the floor, on N kwok GPU nodes, and
+"""Benchmark: `gpualign check`, `status` and `why` against kubectl and against the floor, on N kwok GPU nodes, and
 `check` on an N-node dump. Each side runs as a whole command, alternating, in the same run on the same lab; medians.
 
 The floors are the least any client could spend for the same answer: the LISTs the command makes, fetched by curl
 unpaged and thrown away (check: GPU nodes as metadata only and the driver pods; status: whole GPU nodes, the driver
-pods and DaemonSets). A dump's floor is reading the file: Python starting and orjson parsing it. The target (issue:
-check at the speed of the wire) is every gpualign row <= 1.5x its floor, at 1,000, 5,000 and 20,000 nodes; peak
-RSS grows linearly.
+pods and DaemonSets; why: the same for one node). A dump's floor is reading the file: Python starting and orjson
+parsing it. The target (issue: check at the speed of the wire) is every gpualign row <= 1.5x its floor, at 1,000,
+5,000 and 20,000 nodes; peak RSS grows linearly.
 
     .venv/bin/python bench/bench_check.py --nodes 1000 5000 20000 --repeat 5
 """
@@ -115,6 +115,19 @@ def status_floor_command(kubeconfig: Path) -> list[str]:
             "--next", *curl, f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
 
 
+def why_floor_command(kubeconfig: Path, node: str) -> list[str]:
+    """curl fetching the LISTs why makes for one node: that node (by its hostname label), the driver pods and the
+    driver DaemonSets, unpaged."""
+    from urllib.parse import quote
+
+    from gpualign.upgrade.snapshot import DRIVER_SELECTOR, target_selector
+
+    curl, server = _curl(kubeconfig)
+    return [*curl, f"{server}/api/v1/nodes?labelSelector={quote(target_selector(f'kubernetes.io/hostname={node}'))}",
+            "--next", *curl, f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
+            "--next", *curl, f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
+
+
 def dump_floor_command(dump: Path) -> list[str]:
     """Reading a dump at all: Python starting and orjson parsing the file."""
     return [sys.executable, "-c", "import sys, orjson; orjson.loads(open(sys.argv[1], 'rb').read())", str(dump)]
@@ -160,6 +173,12 @@ def main() -> int:
                 "gpualign": status,
                 "kubectl": [kubectl, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"],
                 "floor (curl, 3 LISTs)": status_floor_command(state.kubeconfig),
+            }, env, args.repeat))
+            one = f"bench-{n // 2:05d}"
+            results.append(measure(f"why, cluster, {n} GPU nodes", {
+                "gpualign": [*GPUALIGN, "why", one, "-o", "json"],
+                "kubectl": [kubectl, "get", "node", one, "-o", "json"],
+                "floor (curl, 3 LISTs)": why_floor_command(state.kubeconfig, one),
             }, env, args.repeat))
             dump = work / f"nodes-{n}.json"
             dump.write_bytes(subprocess.run([kubectl, "get", "nodes", "-o", "json"], env=env, check=True,

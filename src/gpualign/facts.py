@@ -93,14 +93,19 @@ def node_facts(node: Mapping[str, Any]) -> NodeFacts:
     """Read one Node (a dict as the API returns it). Never raises: bad labels become problems."""
     meta = node.get("metadata") if isinstance(node, Mapping) else None
     meta = meta if isinstance(meta, Mapping) else {}
-    labels = _strings(meta.get("labels"))
-    annotations = _strings(meta.get("annotations"))
     spec = node.get("spec") if isinstance(node, Mapping) else None
-    unschedulable = bool(spec.get("unschedulable")) if isinstance(spec, Mapping) else False
+    return from_labels(str(meta.get("name") or "<unnamed>"), _strings(meta.get("labels")),
+                       _strings(meta.get("annotations")),
+                       unschedulable=bool(spec.get("unschedulable")) if isinstance(spec, Mapping) else False)
+
+
+def from_labels(name: str, labels: dict[str, str], annotations: dict[str, str], *,
+                unschedulable: bool = False) -> NodeFacts:
+    """The facts of one node from its name, labels and annotations (strings, as the API server gives them)."""
     get = labels.get
     kernel, os_id, os_version, driver, problems = _derive(*map(get, _READ))
     return NodeFacts(
-        name=str(meta.get("name") or "<unnamed>"),
+        name=name,
         gpu=get(L.GPU_PRESENT) == "true",
         kernel=kernel,
         os_id=os_id,

@@ -10,9 +10,10 @@ from typing import Any, cast
 
 from gpualign import labels as L
 from gpualign import operator_config, selectors
+from gpualign.collector import held_off
 from gpualign.driver_pod import DriverPod
 from gpualign.errors import BadInput
-from gpualign.facts import NodeFacts, node_facts
+from gpualign.facts import NodeFacts, from_labels, node_facts
 from gpualign.operator_config import OperatorConfig
 
 
@@ -89,7 +90,8 @@ def load_nodes_file(path: Path) -> list[dict[str, Any]]:
 
 def from_file(path: Path, selector: str | None) -> Inventory:
     sel = selectors.parse(selector)
-    facts = [node_facts(n) for n in load_nodes_file(path)]
+    with held_off():
+        facts = [node_facts(n) for n in load_nodes_file(path)]
     return Inventory(tuple(f for f in facts if f.gpu and sel.matches(f.labels)), None, str(path))
 
 
@@ -109,12 +111,29 @@ def driver_pods(kube: Any) -> dict[str, DriverPod]:
     return pods
 
 
+def _metadata_facts(body: bytes) -> list[NodeFacts]:
+    """A metadata-only LIST page's body → its nodes' facts, decoded by gpualign.node_meta; a page of another shape
+    (a label that is not a string, a null name) is read as dicts, as node_facts reads any node."""
+    import msgspec
+    import orjson
+
+    from gpualign.node_meta import decoder
+
+    try:
+        items = decoder.decode(body).items
+    except msgspec.ValidationError:
+        return [node_facts(n) for n in orjson.loads(body).get("items") or []]
+    return [from_labels(i.metadata.name or "<unnamed>", i.metadata.labels, i.metadata.annotations) for i in items]
+
+
 def gpu_node_facts(kube: Any, selector: str | None) -> tuple[NodeFacts, ...]:
     """One metadata-only LIST of GPU nodes (labels are all the facts need), read into facts page by page: no page
-    is kept once read, so the LIST is never in memory twice."""
+    is kept once read, and no field the facts do not read is built, so the LIST is never in memory twice."""
     facts: list[NodeFacts] = []
-    for page in kube.list_pages("/api/v1/nodes", label_selector=_gpu_selector(selector), metadata_only=True):
-        facts.extend(map(node_facts, page))
+    with held_off():
+        for page in kube.list_pages("/api/v1/nodes", label_selector=_gpu_selector(selector), metadata_only=True,
+                                    decode=_metadata_facts):
+            facts.extend(page)
     return tuple(facts)
 
 

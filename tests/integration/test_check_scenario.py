@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from gpualign.kube import METADATA_ONLY, continue_token
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 
@@ -117,3 +118,19 @@ def test_bad_inputs_are_one_line_exit_2(fleet, tmp_path):
         assert res.code == 2, (args, res.err)
         lines = res.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gpualign: error: ") and needle in lines[0], res.err
+
+
+def test_a_list_read_page_by_page_with_the_next_page_in_flight_is_the_whole_list_once(fleet):
+    """The API server's own pages: each page's continue token is read from the head of its body, the next page is
+    asked for before this one is parsed, and the pages add up to the unpaged list, in order, each object once."""
+    kube = fleet.kube()
+    try:
+        whole = kube.get_json("/api/v1/nodes", accept=METADATA_ONLY)["items"]
+        pages = list(kube.list_pages("/api/v1/nodes", metadata_only=True, limit=2))
+        assert len(whole) > 4 and len(pages) == -(-len(whole) // 2)
+        assert all(len(p) == 2 for p in pages[:-1])
+        assert [n["metadata"]["name"] for p in pages for n in p] == [n["metadata"]["name"] for n in whole]
+        assert continue_token(json.dumps({"kind": "NodeList", "metadata": {"resourceVersion": "1"},
+                                          "items": []}).encode()) == ""
+    finally:
+        kube.close()

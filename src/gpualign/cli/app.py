@@ -138,9 +138,13 @@ def _termination_record(err: GpualignError) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:  # a process of its own: at exit, the collector need not scan what the OS is about to reclaim
         atexit.register(gc.freeze)  # (its last pass over every imported object was ~16 ms of each run's ~20 ms exit)
-    args = list(sys.argv[1:] if argv is None else argv)
+        gc.disable()  # and a one-shot read runs without it (collector.py); any other command gets it back
+        from gpualign.collector import for_command
+
+        for_command(args)
     cut = args.index("--") if "--" in args else len(args)
     _state["debug"] = "--debug" in args[:cut]  # a global flag, accepted anywhere (as kubectl's are)
     args = [a for a in args[:cut] if a != "--debug"] + args[cut:]

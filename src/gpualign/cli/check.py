@@ -148,7 +148,7 @@ def check(
     from gpualign.usecases.check import Setup, check_cluster
     from gpualign.usecases.clusters import read_all
     from gpualign.usecases.ledgers import load_ledger
-    from gpualign.usecases.nodes import no_gpu_nodes, read_nodes
+    from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
@@ -156,6 +156,9 @@ def check(
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
     names = clusters.contexts(kubeconfig, context, all_contexts)
+    # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
+    reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
+                      timeout=timeout, say=say_tty, warn=warn) if names is None else None
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
     if not ledger and (nodes_file or flags_given):
@@ -169,9 +172,8 @@ def check(
                   list(ledger or []), flags_given, policy_given, repository, not no_precompiled, driver_version,
                   operator_version, docker_config, verify_modules, warn=warn)
     wide = output is Output.wide
-    if names is None:  # one cluster, or a dump
-        read = read_nodes(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
-                          timeout=timeout, say=say_tty, warn=warn)
+    if reading is not None:  # one cluster, or a dump
+        read = reading.result()
         for note in read.view.notes if read.view else ():
             warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
         checked = check_cluster(read, setup)
@@ -200,6 +202,7 @@ def check(
 
     from gpualign.clusters import exit_code, merge_check
 
+    assert names is not None
     reads = read_all(names, one, timeout)
     clusters.say_outcomes(reads)
     merged = merge_check(reads)

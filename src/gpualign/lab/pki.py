@@ -159,11 +159,14 @@ def create(directory: Path) -> Pki:
 def kubeconfig(pki: Pki, server: str, user: str, name: str = "gpualign-lab") -> str:
     """A kubeconfig (as YAML text) for one client identity, with absolute paths to the lab's files. Its cluster,
     user and context entries carry the lab's name, so the kubeconfigs of several labs merge in $KUBECONFIG without
-    one lab's entries shadowing another's (kubectl keeps the first entry of each name)."""
+    one lab's entries shadowing another's (kubectl keeps the first entry of each name). Responses are not
+    compressed (`disable-compression`, read by kubectl, client-go and gpualign alike): over loopback gzip only
+    costs the API server CPU."""
     return (
         "apiVersion: v1\nkind: Config\n"
         f"clusters:\n- name: {name}\n  cluster:\n    server: {server}\n"
         f"    certificate-authority: {pki.ca_cert}\n"
+        "    disable-compression: true\n"  # loopback: gzip would only cost the API server CPU
         f"users:\n- name: {name}-{user}\n  user:\n    client-certificate: {pki.client_cert(user)}\n"
         f"    client-key: {pki.client_key(user)}\n"
         f"contexts:\n- name: {name}\n  context:\n    cluster: {name}\n    user: {name}-{user}\n"

@@ -53,6 +53,13 @@ class Checked:
 
 def check_cluster(read: Read, setup: Setup) -> Checked:
     """One cluster's (or dump's) check, from what was read and the shared flags."""
+    from gpualign.collector import held_off
+
+    with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
+        return _checked(read, setup)
+
+
+def _checked(read: Read, setup: Setup) -> Checked:
     from gpualign.audit import audit
     from gpualign.expect import from_flags, from_operator
     from gpualign.ledger import sources

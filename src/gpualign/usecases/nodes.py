@@ -65,6 +65,41 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
     return read
 
 
+class Reading:
+    """read_nodes begun in the background, so a cluster's LISTs are on the wire while the caller loads its rules and
+    ledgers. A daemon thread: a usage error found meanwhile ends the command at once, never after a timeout. What
+    the read would say is kept, and said by result(), in the caller's thread and order."""
+
+    def __init__(self, *args: Any, say: Say = quiet, warn: Say = quiet, **kwargs: Any) -> None:
+        import threading
+
+        self._say, self._warn = say, warn
+        self._said: list[tuple[bool, str]] = []
+        self._read: Read | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+
+        def run() -> None:
+            try:
+                self._read = read_nodes(*args, say=lambda m: self._said.append((False, m)),
+                                        warn=lambda m: self._said.append((True, m)), **kwargs)
+            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
+                self._error = err
+            finally:
+                self._done.set()
+
+        threading.Thread(target=run, name="gpualign-read", daemon=True).start()
+
+    def result(self) -> Read:
+        self._done.wait()
+        for warning, message in self._said:
+            (self._warn if warning else self._say)(message)
+        if self._error is not None:
+            raise self._error
+        assert self._read is not None
+        return self._read
+
+
 def no_gpu_nodes(selector: str | None) -> str:
     where = f" match -l {selector!r}" if selector else ""
     return f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)"
