@@ -44,22 +44,21 @@ def _items(path: Path, data: Any) -> list[dict[str, Any]]:
     return cast("list[dict[str, Any]]", items)
 
 
-_LEADING_SPACE = re.compile(r"\s*")
+_JSON_START = re.compile(rb"[ \t\r\n]*[\[{]")
 
 
-def _json(raw: bytes, text: str, path: Path) -> Any:
-    """orjson reads a dump several times faster than json; anything it refuses is read by json, which says where
-    it is invalid (and accepts the little orjson does not, such as NaN), so what is accepted and said is json's."""
+def _fast_json(raw: bytes) -> Any:
+    """A JSON dump parsed by orjson straight from its bytes: several times faster than json, with no text copy of
+    the file. None when it does not start as JSON or orjson refuses it (NaN, a BOM, invalid text): the careful path
+    then reads it as before, and words every error as json does."""
+    if b"\x00" in raw or not _JSON_START.match(raw):
+        return None
     import orjson
 
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
+        return None
 
 
 def load_nodes_file(path: Path) -> list[dict[str, Any]]:
@@ -70,17 +69,22 @@ def load_nodes_file(path: Path) -> list[dict[str, Any]]:
         raw = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except OSError as err:
         raise BadInput(f"nodes file {path}: cannot read: {err.strerror}") from None
+    fast = _fast_json(raw)
+    if fast is not None:  # an object or a list: what the careful path would have parsed
+        return _items(path, fast)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not UTF-8 text (not a kubectl node dump)") from None
     if "\x00" in text:
         raise BadInput(f"{path}: binary data, not text (not a kubectl node dump)")
-    start = _LEADING_SPACE.match(text).end()  # type: ignore[union-attr]  # (no copy of a large dump)
-    if start == len(text):
+    if not text.strip():
         raise BadInput(f"{path}: empty (expected `kubectl get nodes -o json` output)")
-    if text[start] in "{[":
-        data = _json(raw, text, path)
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
     else:
         from gpualign import yamlio
 
