@@ -197,7 +197,7 @@ class OperatorObjects:
 
 
 def read_operator_objects(kube: Any, *, daemonsets: bool = False) -> OperatorObjects:
-    """Everything read_operator_config and operator_view read, with no node needed: so it can be read while the
+    """Everything read_operator_config and operator_view_of need, with no node needed: so it can be read while the
     nodes are."""
     cps, note = _read_crs(kube, "/apis/nvidia.com/v1", "clusterpolicies", "ClusterPolicy")
     if cps is None:
@@ -249,8 +249,3 @@ def operator_view_of(objects: OperatorObjects, nodes: tuple[NodeFacts, ...]) -> 
             planned[n.name] = found
     return OperatorView(config, planned, ())
 
-
-def operator_view(kube: Any, nodes: tuple[NodeFacts, ...]) -> OperatorView:
-    """The operator's configuration and its driver DaemonSets. A cluster without the operator's CRDs gives an empty
-    view; one that forbids reading them, a note."""
-    return operator_view_of(read_operator_objects(kube, daemonsets=True), nodes)
