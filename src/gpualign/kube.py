@@ -1,7 +1,8 @@
 """The one door to the Kubernetes API server. Nothing else imports lightkube.
 
 Objects cross this door as plain dicts, the same shape `kubectl get -o json` prints, so the core reads a live
-cluster and a `--nodes-file` dump the same way.
+cluster and a `--nodes-file` dump the same way. Reads go over `wire` (the standard library's HTTP client);
+writes, server-side apply and watches through lightkube, which is imported only when one is first made.
 """
 
 from __future__ import annotations
@@ -9,20 +10,24 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx2
 import orjson
-from lightkube import Client, codecs
-from lightkube.config.kubeconfig import KubeConfig
-from lightkube.core.exceptions import ApiError, ConfigError
 
+from gpualign import wire
 from gpualign.collector import held_off
 from gpualign.errors import BadInput, Unreachable
+
+if TYPE_CHECKING:
+    import httpx2
+    from lightkube import Client
+
+    from gpualign.kubeconfig import Picked
 
 JSON = dict[str, Any]
 PAGE = 500
@@ -35,37 +40,50 @@ RETRIES_ON_RESET = 10
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
 
-def _check_tls_files(where: str, config: Any) -> None:
+class Response(Protocol):
+    """What callers read of an answer, from either transport."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def content(self) -> bytes: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
+
+
+def _check_tls_files(picked: Picked) -> None:
     """Certificate files the chosen context names must exist, be non-empty and be PEM."""
-    if config is None:
-        return
-    for what, file in (("certificate-authority", getattr(config.cluster, "certificate_auth", None)),
-                       ("client-certificate", getattr(config.user, "client_cert", None)),
-                       ("client-key", getattr(config.user, "client_key", None))):
+    for what, file in (("certificate-authority", picked.cluster.get("certificate-authority")),
+                       ("client-certificate", picked.user.get("client-certificate")),
+                       ("client-key", picked.user.get("client-key"))):
         if not file:
             continue
         try:
-            file = config.abs_file(file)  # relative to the kubeconfig's directory, as kubectl (and lightkube) read it
-        except ConfigError as err:
-            raise BadInput(f"kubeconfig {where}: {err}") from None
-        try:
-            head = Path(file).read_bytes()[:4096]
+            head = Path(str(file)).read_bytes()[:4096]
         except FileNotFoundError:
-            raise BadInput(f"kubeconfig {where}: {what} {file} does not exist") from None
+            raise BadInput(f"kubeconfig {picked.where}: {what} {file} does not exist") from None
         except OSError as err:
-            raise BadInput(f"kubeconfig {where}: {what} {file}: cannot read: {err.strerror}") from None
+            raise BadInput(f"kubeconfig {picked.where}: {what} {file}: cannot read: {err.strerror}") from None
         if not head.strip():
-            raise BadInput(f"kubeconfig {where}: {what} {file} is empty")
+            raise BadInput(f"kubeconfig {picked.where}: {what} {file} is empty")
         if b"-----BEGIN " not in head:
-            raise BadInput(f"kubeconfig {where}: {what} {file} is not PEM")
+            raise BadInput(f"kubeconfig {picked.where}: {what} {file} is not PEM")
 
 
-def _compression_disabled(config: dict[str, Any], context: str | None) -> bool:
-    name = context or config.get("current-context")
-    ctx = next((c.get("context") or {} for c in config.get("contexts") or [] if c.get("name") == name), {})
-    cluster = next((c.get("cluster") or {} for c in config.get("clusters") or []
-                    if c.get("name") == ctx.get("cluster")), {})
-    return cluster.get("disable-compression") is True
+def _httpx_failure(err: Exception) -> wire.Failure:
+    """An httpx2 error as the same Failure the reads' wire raises."""
+    import httpx2
+
+    detail = str(err) or err.__class__.__name__
+    if isinstance(err, httpx2.TimeoutException):
+        return wire.Failure("timeout", detail, "connecting" if isinstance(err, httpx2.ConnectTimeout) else
+                            "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer")
+    if isinstance(err, httpx2.ConnectError):
+        return wire.Failure("connect", detail)
+    if isinstance(err, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
+        return wire.Failure("cut", detail)
+    return wire.Failure("other", detail)
 
 
 @dataclass
@@ -90,64 +108,93 @@ class Kube:
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
                  field_manager: str = "gpualign") -> None:
+        from gpualign import __version__
         from gpualign import kubeconfig as kc
 
         files = kc.files_to_read(kubeconfig)
         self.kubeconfig = ":".join(str(f) for f in files) or None
-        try:
-            if files:
-                merged = kc.merge(files)
-                where = str(merged.context_file(context))
-                if context and ("contexts", context) not in merged.origin:
-                    known = ", ".join(sorted(n for k, n in merged.origin if k == "contexts")) or "none"
-                    raise BadInput(f"kubeconfig {merged.describe()}: no context {context!r} (known: {known})")
-                config = KubeConfig.from_dict(merged.config, fname=files[0]).get(context_name=context)
-                self.context: str = context or str(merged.config.get("current-context") or "")
-            else:
-                where = "in-cluster service account"
-                if context:
-                    raise BadInput(f"--context {context}: no kubeconfig to read it from (no --kubeconfig, "
-                                   "$KUBECONFIG or ~/.kube/config)")
-                config = KubeConfig.from_service_account().get()
-                self.context = "in-cluster"
-        except ConfigError as err:
-            if not files:
+        if files:
+            merged = kc.merge(files)
+            try:
+                picked = kc.pick(merged, context)
+            except (AttributeError, TypeError) as err:  # entries of the wrong shape
+                raise BadInput(f"kubeconfig {merged.context_file(context)}: not a usable kubeconfig: {err}") from None
+        else:
+            if context:
+                raise BadInput(f"--context {context}: no kubeconfig to read it from (no --kubeconfig, "
+                               "$KUBECONFIG or ~/.kube/config)")
+            found = kc.in_cluster()
+            if found is None:
                 raise BadInput("no kubeconfig: pass --kubeconfig FILE or set $KUBECONFIG (there is no "
-                               "~/.kube/config, and this is not a pod with a service account)") from None
-            raise BadInput(f"kubeconfig {where}: {err}") from None
-        except KeyError as err:  # a context naming a cluster or user the file does not define
-            named = context or "the current context"
-            raise BadInput(f"kubeconfig {where}: {named} refers to {err.args[0]!r}, which no cluster or user entry "
-                           "defines") from None
-        except (OSError, ValueError, AttributeError, TypeError) as err:
-            raise BadInput(f"kubeconfig {where}: not a usable kubeconfig: {err}") from None
-        _check_tls_files(where, config)
+                               "~/.kube/config, and this is not a pod with a service account)")
+            picked = found
+        self._picked = picked
+        self.context: str = picked.context
+        self.server = picked.server
         self.field_manager = field_manager
         self.timeout = timeout
+        _check_tls_files(picked)
         try:
-            self.client = Client(config=config, timeout=httpx2.Timeout(timeout), field_manager=field_manager,
-                                 trust_env=False)
+            tls = wire.tls_context(picked.cluster, picked.user) if self.server.startswith("https:") else None
         except (ssl.SSLError, OSError, ValueError) as err:
-            raise BadInput(f"kubeconfig {where}: its TLS material is unusable: {err}") from None
-        self.server = config.cluster.server if config else "?"
-        if files and _compression_disabled(merged.config, context):
-            # kubeconfig's `disable-compression: true` (the cluster entry's, as kubectl reads it): on a fast link
-            # the API server's gzip costs more than it saves, and a large LIST's bytes are read as they are sent.
-            self._http.headers["Accept-Encoding"] = "identity"
-        from gpualign import __version__
-
+            raise BadInput(f"kubeconfig {picked.where}: its TLS material is unusable: {err}") from None
         # Our requests are recognisable in the API server's audit log (the tests check every pod removal there).
-        self._http.headers["User-Agent"] = f"{field_manager}/{__version__}"
+        self._headers = {"User-Agent": f"{field_manager}/{__version__}"}
+        # kubeconfig's `disable-compression: true` (the cluster entry's, as kubectl reads it): on a fast link the API
+        # server's gzip costs more than it saves, and a large LIST's bytes are read as they are sent.
+        self._headers["Accept-Encoding"] = "identity" if picked.cluster.get("disable-compression") is True \
+            else "gzip"
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        self._reads: wire.Wire | None = None
+        if picked.needs_plugin:  # credentials from a program: every request goes through lightkube, made now
+            self._lightkube()
+        else:
+            try:
+                self._reads = wire.Wire(self.server, tls, picked.user, timeout=timeout, headers=self._headers)
+            except ValueError as err:
+                raise BadInput(f"kubeconfig {picked.where}: {err}") from None
 
-    def failed(self, err: Exception) -> str:
+    def _lightkube(self) -> Client:
+        """lightkube's client for the same context, made at the first write or watch."""
+        with self._client_lock:
+            if self._client is not None:
+                return self._client
+            import httpx2
+            from lightkube import Client
+            from lightkube.config.kubeconfig import KubeConfig
+            from lightkube.core.exceptions import ConfigError
+
+            picked = self._picked
+            where = picked.where
+            conf = {"clusters": [{"name": "c", "cluster": picked.cluster}],
+                    "users": [{"name": "u", "user": picked.user}],
+                    "contexts": [{"name": picked.context, "context": {"cluster": "c", "user": "u"}}],
+                    "current-context": picked.context}
+            try:
+                config = KubeConfig.from_dict(conf).get()
+                client = Client(config=config, timeout=httpx2.Timeout(self.timeout), field_manager=self.field_manager,
+                                trust_env=False)
+            except ConfigError as err:
+                raise BadInput(f"kubeconfig {where}: {err}") from None
+            except (ssl.SSLError, OSError, ValueError) as err:
+                raise BadInput(f"kubeconfig {where}: its TLS material is unusable: {err}") from None
+            except (AttributeError, TypeError) as err:
+                raise BadInput(f"kubeconfig {where}: not a usable kubeconfig: {err}") from None
+            client._client._client.headers.update(self._headers)
+            self._client = client
+            return client
+
+    @property
+    def client(self) -> Client:
+        return self._lightkube()
+
+    def failed(self, err: wire.Failure) -> str:
         """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
         anything else one that could not be reached."""
-        if isinstance(err, httpx2.TimeoutException):
-            step = ("connecting" if isinstance(err, httpx2.ConnectTimeout) else
-                    "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer")
-            return f"API server {self.server} did not answer within {self.timeout:g}s ({step})"
-        detail = str(err) or err.__class__.__name__
-        return f"API server {self.server} unreachable: {detail}"
+        if err.kind == "timeout":
+            return f"API server {self.server} did not answer within {self.timeout:g}s ({err.step})"
+        return f"API server {self.server} unreachable: {err.detail}"
 
     def describe(self) -> dict[str, str | None]:
         """Which cluster this is, for reports: the context, its server, and the kubeconfig file(s) read."""
@@ -156,32 +203,40 @@ class Kube:
     # -- raw JSON -----------------------------------------------------------------------------------------------
     @property
     def _http(self) -> httpx2.Client:
-        # lightkube's own configured HTTP client (TLS, auth, base URL); used for reads lightkube cannot shape,
-        # such as metadata-only lists.
-        return self.client._client._client
+        # lightkube's own configured HTTP client (TLS, auth, base URL), for writes and watches.
+        return self._lightkube()._client._client
 
-    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
-                content_type: str = "application/json", accept: str = "application/json") -> httpx2.Response:
+    def _send(self, method: str, path: str, params: dict[str, Any] | None, body: Any, content_type: str,
+              accept: str) -> Response:
+        import httpx2
+
         headers = {"Accept": accept}
         content = None
         if body is not None:
             headers["Content-Type"] = content_type
             content = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        try:
+            return self._http.request(method, path, params=params, content=content, headers=headers)
+        except httpx2.HTTPError as err:
+            raise _httpx_failure(err) from None
+
+    def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
+                content_type: str = "application/json", accept: str = "application/json") -> Response:
         # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again, as
         # client-go retries GETs on a connection reset; writes are not replayed here: their callers decide.
         reads = method in ("GET", "HEAD")
         attempt = 0
         while True:
             try:
-                return self._http.request(method, path, params=params, content=content, headers=headers)
-            except (httpx2.ConnectError, httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError) as err:
-                limit = RETRIES_ON_CONNECT if isinstance(err, httpx2.ConnectError) else RETRIES_ON_RESET
+                if reads and self._reads is not None:
+                    return self._reads.get(path, params=params, accept=accept, method=method)
+                return self._send(method, path, params, body, content_type, accept)
+            except wire.Failure as err:
+                limit = {"connect": RETRIES_ON_CONNECT, "cut": RETRIES_ON_RESET}.get(err.kind, 0)
                 if reads and attempt < limit:
                     time.sleep(min(1.0, 0.1 * 2 ** attempt))
                     attempt += 1
                     continue
-                raise Unreachable(self.failed(err)) from None
-            except httpx2.HTTPError as err:
                 raise Unreachable(self.failed(err)) from None
 
     def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
@@ -257,14 +312,19 @@ class Kube:
     # -- writes -------------------------------------------------------------------------------------------------
     def apply(self, obj: JSON, *, force: bool = True) -> JSON:
         """Server-side apply of one manifest dict (any built-in kind lightkube knows)."""
+        import httpx2
+        from lightkube import codecs
+        from lightkube.core.exceptions import ApiError
+
+        client = self._lightkube()
         resource = codecs.from_dict(obj)
         try:
-            result = self.client.apply(resource, field_manager=self.field_manager, force=force)
+            result = client.apply(resource, field_manager=self.field_manager, force=force)
         except ApiError as err:
             name = (obj.get("metadata") or {}).get("name")
             raise BadInput(f"apply {obj.get('kind')}/{name}: {err.status.message}") from None
         except httpx2.HTTPError as err:
-            raise Unreachable(self.failed(err)) from None
+            raise Unreachable(self.failed(_httpx_failure(err))) from None
         return result.to_dict()  # type: ignore[no-untyped-call,no-any-return]
 
     def apply_at(self, path: str, obj: JSON) -> JSON:
@@ -339,6 +399,8 @@ class Kube:
             params["fieldSelector"] = field_selector
         if resource_version:
             params["resourceVersion"] = resource_version
+        import httpx2
+
         headers = {"Accept": METADATA_ONLY.replace("PartialObjectMetadataList", "PartialObjectMetadata")
                    if metadata_only else "application/json"}
         req = self._http.build_request("GET", path, params=params, headers=headers,
@@ -346,7 +408,7 @@ class Kube:
         try:
             resp = self._http.send(req, stream=True)
         except httpx2.HTTPError as err:
-            raise Unreachable(self.failed(err)) from None
+            raise Unreachable(self.failed(_httpx_failure(err))) from None
         try:
             if resp.status_code >= 400:
                 resp.read()
@@ -364,7 +426,10 @@ class Kube:
             resp.close()
 
     def close(self) -> None:
-        self.client.close()
+        if self._reads is not None:
+            self._reads.close()
+        if self._client is not None:
+            self._client.close()
 
 
 class Conflict(Unreachable):
@@ -391,7 +456,7 @@ def continue_token(body: bytes) -> str | None:
     return found.group(1).decode() if found else ""
 
 
-def _status_message(resp: httpx2.Response) -> str:
+def _status_message(resp: Response) -> str:
     try:
         data = resp.json()
     except ValueError:

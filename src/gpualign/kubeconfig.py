@@ -107,3 +107,73 @@ def merge(files: list[Path]) -> Merged:
                     result.origin[(key, name)] = path
                     merged[key].append(entry)
     return result
+
+
+SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclass
+class Picked:
+    """One context resolved: its name, the cluster and user entries it refers to (file paths absolute), and the file
+    a message about it names."""
+
+    context: str
+    cluster: dict[str, Any]
+    user: dict[str, Any]
+    where: str
+
+    @property
+    def server(self) -> str:
+        return str(self.cluster["server"])
+
+    @property
+    def needs_plugin(self) -> bool:
+        """A user whose credentials come from a program (exec) or an auth provider."""
+        return bool(self.user.get("exec") or self.user.get("auth-provider"))
+
+
+def _entry(merged: Merged, section: str, name: object) -> dict[str, Any] | None:
+    for entry in merged.config.get(section) or []:
+        if entry.get("name") == name:
+            return dict(entry.get(SECTIONS[section]) or {})
+    return None
+
+
+def pick(merged: Merged, context: str | None) -> Picked:
+    """The context to use (the named one, else the current one) with its cluster and user, or a one-line BadInput
+    naming the file: no context chosen, a context that is not there, one naming an undefined cluster or user, a
+    cluster with no server."""
+    where = str(merged.context_file(context))
+    name = context or merged.config.get("current-context")
+    known = ", ".join(sorted(n for k, n in merged.origin if k == "contexts")) or "none"
+    if not name:
+        raise BadInput(f"kubeconfig {merged.describe()}: no current-context is set: pass --context NAME "
+                       f"(known: {known})")
+    ctx = _entry(merged, "contexts", name)
+    if ctx is None:
+        raise BadInput(f"kubeconfig {merged.describe()}: no context {name!r} (known: {known})")
+    named = context or "the current context"
+    cluster = _entry(merged, "clusters", ctx.get("cluster"))
+    user = _entry(merged, "users", ctx.get("user")) if ctx.get("user") else {}
+    if cluster is None or user is None:
+        missing = ctx.get("cluster") if cluster is None else ctx.get("user")
+        raise BadInput(f"kubeconfig {where}: {named} refers to {missing!r}, which no cluster or user entry defines")
+    server = cluster.get("server")
+    if not isinstance(server, str) or not server:
+        raise BadInput(f"kubeconfig {where}: cluster {ctx.get('cluster')!r} has no server")
+    return Picked(str(name), cluster, user, where)
+
+
+def in_cluster(account: Path | None = None, env: dict[str, str] | None = None) -> Picked | None:
+    """The pod's own service account, as client-go's in-cluster config reads it (the token file is read again when
+    it changes, so kubelet's rotation is followed); None outside a pod."""
+    account = account or SERVICE_ACCOUNT
+    env = dict(os.environ) if env is None else env
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    token = account / "token"
+    if not host or not port or not token.is_file():
+        return None
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    return Picked("in-cluster", {"server": f"https://{host}:{port}", "certificate-authority": str(account / "ca.crt")},
+                  {"tokenFile": str(token)}, "in-cluster service account")

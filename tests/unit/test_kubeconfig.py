@@ -143,3 +143,55 @@ def test_a_fleet_report_says_when_a_kubeconfig_file_it_was_given_is_gone(tmp_pat
     assert f"$KUBECONFIG lists {gone}, which does not exist: the clusters it named are not in this report" in \
         capsys.readouterr().err
     assert fleet.kubeconfig_read(None) == f"{one}:{two}"  # the report's source names the files it read
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("current-context: x\n", "", "no current-context is set: pass --context NAME (known: x)"),
+    ("current-context: x", "current-context: y", "no context 'y' (known: x)"),
+    ('server: "https://127.0.0.1:9", ', "", "cluster 'c' has no server"),
+    ("user: u}", "user: v}", "the current context refers to 'v', which no cluster or user entry defines"),
+])
+def test_a_context_that_cannot_be_used_is_named_in_one_line(tmp_path, old, new, message):
+    text = CONFIG.format(ca="insecure-skip-tls-verify: true")
+    assert old in text
+    path = write(tmp_path, "kc.yaml", text.replace(old, new))
+    with pytest.raises(BadInput) as err:
+        Kube(str(path))
+    assert err.value.message == f"kubeconfig {path}: {message}"
+
+
+def test_in_a_pod_the_service_account_is_read_and_outside_one_nothing_is(tmp_path):
+    from gpualign import kubeconfig as kc
+
+    env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    assert kc.in_cluster(tmp_path, env) is None  # no token
+    (tmp_path / "token").write_text("t\n")
+    assert kc.in_cluster(tmp_path, {}) is None  # not in a pod
+    picked = kc.in_cluster(tmp_path, env)
+    assert picked is not None and (picked.context, picked.server, picked.where) == (
+        "in-cluster", "https://10.96.0.1:443", "in-cluster service account")
+    assert picked.cluster["certificate-authority"] == str(tmp_path / "ca.crt")
+    assert picked.user == {"tokenFile": str(tmp_path / "token")}
+    six = kc.in_cluster(tmp_path, {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"})
+    assert six is not None and six.server == "https://[fd00::1]:6443"
+
+
+def test_in_a_pod_kube_reads_with_the_service_accounts_ca_and_token(tmp_path, monkeypatch):
+    from gpualign import kubeconfig as kc
+
+    made = pki.create(tmp_path / "pki")
+    account = tmp_path / "sa"
+    account.mkdir()
+    (account / "token").write_text("t\n")
+    (account / "ca.crt").write_bytes(made.ca_cert.read_bytes())
+    monkeypatch.setattr(kc, "SERVICE_ACCOUNT", account)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "9")
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    kube = Kube(None)
+    assert (kube.context, kube.server) == ("in-cluster", "https://127.0.0.1:9")
+    kube.close()
+    (account / "ca.crt").write_text("not a certificate\n")
+    with pytest.raises(BadInput, match="kubeconfig in-cluster service account: certificate-authority .* is not PEM"):
+        Kube(None)

@@ -28,23 +28,31 @@ from gpualign.cli.upgrade import ToBranchOpt
 from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:
+    from gpualign.kube import Kube
     from gpualign.ledger.sources import Ledger
     from gpualign.tags import Rules
     from gpualign.upgrade.snapshot import Snapshot
 
 
-def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
-              kubeconfig: str | None, context: str | None,
-              timeout: float | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
-    """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
-    Jobs of the controller's --build (tag -> one line; read only when a target image is missing)."""
-    from gpualign.controller.build_job import read_cluster
+def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) -> Kube:
     from gpualign.kube import Kube
+
+    return Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+
+
+def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
+              kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
+              kube: Kube | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
+    """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
+    Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
+    when given (left open), else a connection of its own."""
+    from gpualign.controller.build_job import read_cluster
     from gpualign.tags import normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.observe import derive
 
-    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+    own = kube is None
+    kube = _kube(kubeconfig, context, timeout) if kube is None else kube
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=rules,
                              to_branch=normalize_branch(to_branch) if to_branch else None)
@@ -52,7 +60,8 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
                                                 for ns in snap.nodes.values())
         return snap, derive(kube, snap), kube.describe(), read_cluster(kube) if missing else {}
     finally:
-        kube.close()
+        if own:
+            kube.close()
 
 
 NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU Operator reports "
@@ -218,20 +227,24 @@ def why(
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     from gpualign.tags import load_rules
 
-    snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available, to_branch,
-                                         load_rules(rules), kubeconfig, context, timeout)
-    ledger_known = available is not None
-    ns = snap.nodes.get(node)
-    status: dict[str, Any] | None = None
-    if ns is None:
-        lines = _why_not_walked(node, kubeconfig, context, timeout)
-    else:
-        from gpualign.upgrade.report import node_status
+    kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
+    try:
+        snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available,
+                                             to_branch, load_rules(rules), kubeconfig, context, timeout, kube=kube)
+        ledger_known = available is not None
+        ns = snap.nodes.get(node)
+        status: dict[str, Any] | None = None
+        if ns is None:
+            lines = _why_not_walked(node, kube)
+        else:
+            from gpualign.upgrade.report import node_status
 
-        lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds)
-        if ns.pod is None and ns.pool is None:
-            lines.append(_no_driver_pool(ns, kubeconfig, context, timeout))
-        status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds).as_dict()
+            lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds)
+            if ns.pod is None and ns.pool is None:
+                lines.append(_no_driver_pool(ns, kube))
+            status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds).as_dict()
+    finally:
+        kube.close()
     if output in (Output.json, Output.yaml):
         emit_data(report("Why", {"ledger": list(available.sources) if available else []},
                          {"node": node, "explanation": lines, "status": status}), output)
@@ -240,17 +253,12 @@ def why(
         stdout.print(line)
 
 
-def _no_driver_pool(ns: Any, kubeconfig: str | None, context: str | None, timeout: float | None) -> str:
+def _no_driver_pool(ns: Any, kube: Kube) -> str:
     """Why no driver DaemonSet selects the node: beside the GPU Operator, the objects it checked and their
     selectors; elsewhere, the node's pool labels."""
     from gpualign.inventory import read_operator_config
-    from gpualign.kube import Kube
 
-    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-    try:
-        config, _ = read_operator_config(kube, (ns.facts,))
-    finally:
-        kube.close()
+    config, _ = read_operator_config(kube, (ns.facts,))
     if config is not None:
         _, why = config.source_for(dict(ns.facts.labels))
         if why:
@@ -259,19 +267,13 @@ def _no_driver_pool(ns: Any, kubeconfig: str | None, context: str | None, timeou
             f"{ns.facts.os_id or '?'}{ns.facts.os_version or ''}): nothing deploys a driver here")
 
 
-def _why_not_walked(node: str, kubeconfig: str | None, context: str | None,
-                    timeout: float | None = None) -> list[str]:
+def _why_not_walked(node: str, kube: Kube) -> list[str]:
     """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
     does not exist is an error (exit 2)."""
     from gpualign import labels as L
     from gpualign.facts import node_facts
-    from gpualign.kube import Kube
 
-    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-    try:
-        obj = kube.get(f"/api/v1/nodes/{node}")
-    finally:
-        kube.close()
+    obj = kube.get(f"/api/v1/nodes/{node}")
     if obj is None:
         raise BadInput(f"node {node!r} not found")
     facts = node_facts(obj)

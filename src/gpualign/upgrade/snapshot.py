@@ -144,6 +144,19 @@ def _pools(kube: Kube) -> list[Pool]:
     return [Pool(d, hashes.get(d["metadata"]["uid"])) for d in daemonsets]
 
 
+def _walk_nodes(body: bytes) -> list[JSON]:
+    """A page of nodes holding only what a snapshot reads (gpualign.node_meta); a page of another shape whole."""
+    import msgspec
+    import orjson
+
+    from gpualign.node_meta import walk_nodes
+
+    try:
+        return walk_nodes(body)
+    except msgspec.ValidationError:
+        return list(orjson.loads(body).get("items") or [])
+
+
 def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
          to_branch: str | None, budgets: bool = False) -> Snapshot:
     """budgets: also read the PDBs (PDB-aware admission), when some node waits to start. The driver pods and pools
@@ -154,7 +167,8 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     with ThreadPoolExecutor(2, thread_name_prefix="gpualign-snapshot") as reads:
         driver_pods = reads.submit(_driver_pods, kube)
         driver_pools = reads.submit(_pools, kube)
-        nodes = kube.list_raw("/api/v1/nodes", label_selector=target_selector(selector))
+        nodes = [n for page in kube.list_pages("/api/v1/nodes", label_selector=target_selector(selector),
+                                               decode=_walk_nodes) for n in page]
         pods, pools = driver_pods.result(), driver_pools.result()
     states: dict[str, NodeState] = {}
     for node in nodes:

@@ -1,0 +1,233 @@
+"""Reads from the API server over the standard library's HTTP/1.1 client, one kept-alive connection per thread.
+
+Why not the HTTP stack the writes use (lightkube's httpx2): a read-only command (check, status, why) spends about a
+quarter of a second importing and configuring that stack, a large part of the whole command against a small
+cluster. `http.client` costs a few milliseconds, and reads a large LIST page with less CPU. Only what reads need is
+here: GET and HEAD, bearer token (a token file is read again when it changes, as kubelet rotates it), basic auth,
+client certificates, gzip, a server with a path prefix. Everything else (writes, watches, exec credential plugins)
+goes through lightkube.
+
+A failure is a `Failure` whose `kind` says what the caller may do about it: "connect" (no connection was made),
+"cut" (a connection broke during the exchange), "timeout" (with the step that waited) or "other".
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import os
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import orjson
+
+
+class Failure(Exception):
+    """A transport failure: kind is connect, cut, timeout or other; step says where a timeout waited."""
+
+    def __init__(self, kind: str, detail: str, step: str = "") -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+        self.step = step
+
+
+@dataclass(slots=True)
+class Answer:
+    """An HTTP answer read whole: the status, the (decoded) body and the headers, names in lower case."""
+
+    status_code: int
+    content: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def json(self) -> Any:
+        return orjson.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+
+def _load_client_pem(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> None:
+    """A client certificate or key given inline (client-certificate-data, client-key-data): ssl loads chains only
+    from files, so the PEM goes to a private temporary file (mode 0600) for the moment it is loaded."""
+    with tempfile.NamedTemporaryFile(prefix="gpualign-client-") as f:
+        f.write(cert_pem + b"\n" + key_pem)
+        f.flush()
+        ctx.load_cert_chain(f.name)
+
+
+def _pem(entry: Mapping[str, Any], key: str) -> bytes:
+    """The PEM of `key`-data (base64) if given, else of the file `key` names."""
+    if entry.get(f"{key}-data"):
+        return base64.b64decode(entry[f"{key}-data"])
+    return Path(str(entry.get(key) or "")).read_bytes()
+
+
+def tls_context(cluster: Mapping[str, Any], user: Mapping[str, Any]) -> ssl.SSLContext:
+    """The TLS context a kubeconfig's cluster and user entries describe (their files already absolute), as lightkube
+    makes it. Raises ssl.SSLError, OSError or ValueError (bad base64 included) when the material is unusable."""
+    if cluster.get("certificate-authority"):
+        ctx = ssl.create_default_context(cafile=str(cluster["certificate-authority"]))
+    elif cluster.get("certificate-authority-data"):
+        ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+    else:
+        ctx = ssl.create_default_context()
+        if cluster.get("insecure-skip-tls-verify") is True:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+    if user.get("client-certificate-data") or user.get("client-key-data"):
+        _load_client_pem(ctx, _pem(user, "client-certificate"), _pem(user, "client-key"))
+    elif user.get("client-certificate"):
+        ctx.load_cert_chain(str(user["client-certificate"]), str(user.get("client-key") or "") or None)
+    return ctx
+
+
+class _Credentials:
+    """The Authorization header of a kubeconfig user: a token, a token file (read again when it changes), or a
+    user name and password; none for a client certificate."""
+
+    def __init__(self, user: Mapping[str, Any]) -> None:
+        self._file = str(user["tokenFile"]) if user.get("tokenFile") else None
+        self._stamp: tuple[int, int] | None = None
+        self._header: str | None = None
+        if self._file is None and user.get("token"):
+            self._header = f"Bearer {str(user['token']).strip()}"
+        elif self._file is None and user.get("username") and user.get("password"):
+            pair = f"{user['username']}:{user['password']}".encode()
+            self._header = f"Basic {base64.b64encode(pair).decode()}"
+        self._lock = threading.Lock()
+
+    def header(self) -> str | None:
+        if self._file is None:
+            return self._header
+        with self._lock:
+            try:
+                st = os.stat(self._file)
+                stamp = (st.st_mtime_ns, st.st_size)
+                if stamp != self._stamp:
+                    with open(self._file) as f:
+                        self._header = f"Bearer {f.read().strip()}"
+                    self._stamp = stamp
+            except OSError as err:
+                raise Failure("other", f"token file {self._file}: {err.strerror}") from None
+            return self._header
+
+
+class Wire:
+    """GETs to one API server. Thread-safe: each thread keeps its own connection."""
+
+    def __init__(self, server: str, context: ssl.SSLContext | None, user: Mapping[str, Any], *, timeout: float,
+                 headers: Mapping[str, str]) -> None:
+        url = urlsplit(server)
+        if url.scheme not in ("https", "http") or not url.hostname:
+            raise ValueError(f"server {server!r} is not an http(s) URL")
+        self._https = url.scheme == "https"
+        self._host = url.hostname
+        self._port = url.port or (443 if self._https else 80)
+        self._prefix = url.path.rstrip("/")
+        self._context = context
+        self._timeout = timeout
+        self._credentials = _Credentials(user)
+        self.headers = dict(headers)
+        self._local = threading.local()
+        self._open: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._https:
+                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
+                                                   context=self._context)
+            else:
+                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._open.append(conn)
+        return conn
+
+    def _drop(self, conn: http.client.HTTPConnection) -> None:
+        conn.close()
+        self._local.conn = None
+        with self._lock:
+            if conn in self._open:
+                self._open.remove(conn)
+
+    def get(self, path: str, *, params: Mapping[str, Any] | None = None, accept: str = "application/json",
+            method: str = "GET") -> Answer:
+        """One GET (or HEAD), its answer read whole. A kept-alive connection the server had closed is opened again
+        once, silently; any other failure is a Failure, and the connection is dropped."""
+        target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
+        headers = {**self.headers, "Accept": accept}
+        auth = self._credentials.header()
+        if auth:
+            headers["Authorization"] = auth
+        for fresh_try in (False, True):
+            conn = self._connection()
+            reused = conn.sock is not None
+            try:
+                return self._exchange(conn, method, target, headers)
+            except Failure as err:
+                self._drop(conn)
+                # A server closes an idle kept-alive connection without a word: the first write or read on it
+                # fails before any answer. That is not a failure of this request.
+                if reused and not fresh_try and err.kind == "cut" and err.step == "before the answer":
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _exchange(self, conn: http.client.HTTPConnection, method: str, target: str,
+                  headers: Mapping[str, str]) -> Answer:
+        step = "connecting"
+        try:
+            if conn.sock is None:
+                conn.connect()
+            step = "sending the request"
+            conn.request(method, target, headers=dict(headers))
+            step = "waiting for its answer"
+            resp = conn.getresponse()
+            step = "reading the answer"
+            body = resp.read()
+        except TimeoutError:
+            raise Failure("timeout", "timed out", "waiting for its answer" if step == "reading the answer" else step) \
+                from None
+        except ssl.SSLCertVerificationError as err:
+            raise Failure("connect", str(err)) from None
+        except (http.client.IncompleteRead, http.client.RemoteDisconnected, http.client.HTTPException,
+                ConnectionError, ssl.SSLError, OSError) as err:
+            if step == "connecting":
+                raise Failure("connect", _said(err)) from None
+            raise Failure("cut", _said(err), "reading the answer" if step == "reading the answer" else
+                          "before the answer") from None
+        found = {k.lower(): v for k, v in resp.getheaders()}
+        if found.get("content-encoding") == "gzip" and body:
+            import zlib
+
+            try:
+                body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
+            except zlib.error as err:
+                raise Failure("cut", f"a gzip answer that does not decompress: {err}", "reading the answer") \
+                    from None
+        return Answer(resp.status, body, found)
+
+    def close(self) -> None:
+        with self._lock:
+            conns, self._open = self._open, []
+        for conn in conns:
+            conn.close()
+
+
+def _said(err: BaseException) -> str:
+    if isinstance(err, http.client.IncompleteRead):
+        return f"the connection closed after {len(err.partial)} bytes of the answer"
+    if isinstance(err, socket.gaierror):
+        return str(err)
+    return str(err) or err.__class__.__name__

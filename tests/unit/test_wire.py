@@ -1,0 +1,250 @@
+"""Reads over the standard library's HTTP client (`gpualign.wire`), against a loopback HTTP/1.1 server shaped per
+test: decoding, keep-alive, a kept-alive connection the server closed, answers cut short, refusals, silence, token
+files that change, a server with a path prefix; and, through `Kube`, retries and the light import of a read."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from gpualign import wire
+from gpualign.errors import Unreachable
+from gpualign.kube import Kube
+
+Handler = Callable[[BaseHTTPRequestHandler], None]
+
+
+class Server:
+    """A loopback HTTP/1.1 server: each request is recorded (path, headers, client port) and answered by `answer`."""
+
+    def __init__(self, answer: Handler) -> None:
+        self.answer = answer
+        self.seen: list[tuple[str, dict[str, str], int]] = []
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802
+                outer.seen.append((self.path, dict(self.headers), self.client_address[1]))
+                outer.answer(self)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Handler], Server]]:
+    made: list[Server] = []
+
+    def start(answer: Handler) -> Server:
+        made.append(Server(answer))
+        return made[-1]
+
+    yield start
+    for s in made:
+        s.close()
+
+
+def send(h: BaseHTTPRequestHandler, body: bytes, *, status: int = 200, headers: dict[str, str] | None = None,
+         length: int | None = None) -> None:
+    h.send_response(status)
+    for k, v in (headers or {}).items():
+        h.send_header(k, v)
+    h.send_header("Content-Length", str(len(body) if length is None else length))
+    h.end_headers()
+    h.wfile.write(body)
+    h.wfile.flush()
+
+
+def a_wire(url: str, user: dict | None = None, timeout: float = 5.0) -> wire.Wire:
+    return wire.Wire(url, None, user or {}, timeout=timeout, headers={"User-Agent": "gpualign/test",
+                                                                      "Accept-Encoding": "gzip"})
+
+
+def test_a_gzip_answer_is_decoded_and_the_connection_is_kept_between_reads(serve):
+    srv = serve(lambda h: send(h, gzip.compress(b'{"kind":"NodeList","items":[]}'),
+                               headers={"Content-Encoding": "gzip"}))
+    w = a_wire(srv.url)
+    try:
+        first = w.get("/api/v1/nodes", params={"limit": 500, "labelSelector": "a=b,c"})
+        second = w.get("/api/v1/nodes")
+    finally:
+        w.close()
+    assert first.status_code == 200 and first.json() == {"kind": "NodeList", "items": []} and second.json()
+    assert srv.seen[0][0] == "/api/v1/nodes?limit=500&labelSelector=a%3Db%2Cc"
+    assert srv.seen[0][1]["User-Agent"] == "gpualign/test" and srv.seen[0][1]["Accept-Encoding"] == "gzip"
+    assert srv.seen[0][2] == srv.seen[1][2]  # one connection for both
+
+
+def test_a_chunked_answer_is_read_whole(serve):
+    def chunked(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for part in (b'{"items":[', b'{"a":1}', b"]}"):
+            h.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+        h.wfile.write(b"0\r\n\r\n")
+
+    w = a_wire(serve(chunked).url)
+    try:
+        assert w.get("/x").json() == {"items": [{"a": 1}]}
+    finally:
+        w.close()
+
+
+def test_a_kept_alive_connection_the_server_closed_is_opened_again_without_a_failure(serve):
+    def once_then_close(h: BaseHTTPRequestHandler) -> None:
+        send(h, b"{}")
+        h.close_connection = True  # closed after the answer, which said nothing of it
+
+    srv = serve(once_then_close)
+    w = a_wire(srv.url)
+    try:
+        assert w.get("/a").json() == {}
+        time.sleep(0.1)
+        assert w.get("/b").json() == {}
+    finally:
+        w.close()
+    assert [p for p, _, _ in srv.seen] == ["/a", "/b"] and srv.seen[0][2] != srv.seen[1][2]
+
+
+def test_an_answer_cut_short_is_a_cut_and_says_how_much_arrived(serve):
+    def short(h: BaseHTTPRequestHandler) -> None:
+        send(h, b'{"items":', length=100)
+        h.close_connection = True
+
+    w = a_wire(serve(short).url)
+    with pytest.raises(wire.Failure) as err:
+        w.get("/x")
+    w.close()
+    assert err.value.kind == "cut" and err.value.detail == "the connection closed after 9 bytes of the answer"
+
+
+def test_a_refused_connection_is_a_connect_failure():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(wire.Failure) as err:
+        a_wire(f"http://127.0.0.1:{port}").get("/x")
+    assert err.value.kind == "connect" and "Connection refused" in err.value.detail
+
+
+def test_a_server_that_never_answers_is_a_timeout_while_waiting_for_its_answer(serve):
+    w = a_wire(serve(lambda h: time.sleep(2)).url, timeout=0.3)
+    with pytest.raises(wire.Failure) as err:
+        w.get("/x")
+    w.close()
+    assert (err.value.kind, err.value.step) == ("timeout", "waiting for its answer")
+
+
+def test_a_token_file_is_read_again_when_kubelet_rotates_it(serve, tmp_path):
+    token = tmp_path / "token"
+    token.write_text("first\n")
+    srv = serve(lambda h: send(h, b"{}"))
+    w = a_wire(srv.url, {"tokenFile": str(token), "token": "ignored"})
+    try:
+        w.get("/a")
+        token.write_text("second-and-longer\n")
+        w.get("/b")
+    finally:
+        w.close()
+    assert [h["Authorization"] for _, h, _ in srv.seen] == ["Bearer first", "Bearer second-and-longer"]
+
+
+def test_a_missing_token_file_is_named(tmp_path):
+    w = a_wire("http://127.0.0.1:9", {"tokenFile": str(tmp_path / "gone")})
+    with pytest.raises(wire.Failure, match=f"token file {tmp_path}/gone: No such file or directory"):
+        w.get("/x")
+
+
+def test_a_servers_path_prefix_is_kept_and_basic_auth_is_sent(serve):
+    srv = serve(lambda h: send(h, b"{}"))
+    w = a_wire(srv.url + "/k8s/clusters/c-1/", {"username": "ann", "password": "pw"})
+    try:
+        w.get("/api/v1/nodes", params={"limit": 1})
+    finally:
+        w.close()
+    assert srv.seen[0][0] == "/k8s/clusters/c-1/api/v1/nodes?limit=1"
+    assert srv.seen[0][1]["Authorization"] == "Basic YW5uOnB3"
+
+
+def kubeconfig(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "kc.yaml"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{token: abc}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return path
+
+
+def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(serve, tmp_path, monkeypatch):
+    import types
+
+    from gpualign import kube as kube_module
+
+    waits: list[float] = []
+    monkeypatch.setattr(kube_module, "time", types.SimpleNamespace(sleep=waits.append))
+    cuts = {"left": 2}
+
+    def flaky(h: BaseHTTPRequestHandler) -> None:
+        if cuts["left"] > 0:
+            cuts["left"] -= 1
+            send(h, b'{"a"', length=50)
+            h.close_connection = True
+        else:
+            send(h, b'{"kind":"Status","message":"nope"}' if h.path.startswith("/forbidden") else b'{"a":1}',
+                 status=403 if h.path.startswith("/forbidden") else 200)
+
+    srv = serve(flaky)
+    kube = Kube(str(kubeconfig(tmp_path, srv.url)))
+    try:
+        assert kube.get_json("/x") == {"a": 1}  # two cuts, then the answer
+        assert waits == [0.1, 0.2]
+        with pytest.raises(Unreachable, match=f"GET /forbidden on {srv.url}: HTTP 403: nope"):
+            kube.get_json("/forbidden")
+        cuts["left"] = 99
+        with pytest.raises(Unreachable) as err:
+            kube.get_json("/y")
+        assert err.value.message == (f"API server {srv.url} unreachable: the connection closed after 4 bytes of "
+                                     "the answer")
+        assert waits[2:] == [0.1, 0.2, 0.4, 0.8] + [1.0] * 6  # ten tries again, as client-go's on a reset
+    finally:
+        kube.close()
+    assert srv.seen[0][1]["Authorization"] == "Bearer abc"
+
+
+def test_a_read_imports_neither_lightkube_nor_httpx2(serve, tmp_path):
+    srv = serve(lambda h: send(h, b'{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"}}]}'))
+    path = kubeconfig(tmp_path, srv.url)
+    code = (f"import sys; from gpualign.kube import Kube; k = Kube({str(path)!r}); "
+            "assert [i['metadata']['name'] for i in k.nodes()] == ['n']; k.close(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'httpcore2')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
