@@ -30,7 +30,7 @@ from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.operator_config import OperatorConfig, daemonset_image
 from gpualign.tags import Rules
 from gpualign.upgrade import states as S
-from gpualign.upgrade.executor import since
+from gpualign.upgrade.clock import since
 
 log = logging.getLogger("gpualign.controller")
 JSON = dict[str, Any]

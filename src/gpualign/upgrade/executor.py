@@ -8,7 +8,6 @@ retried on a fresh object in the next pass. Every pod leaves through the Evictio
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from gpualign.errors import GpualignError
 from gpualign.kube import Conflict, Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
+from gpualign.upgrade.clock import now_iso, since
 from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, plan
 from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
@@ -29,22 +29,6 @@ VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
 # holds named on the node; other holds are only waits
 HOLDS_TOLD = ("image missing", "image present but wrong", "image not verified", "skipped", PDB_HOLD, UNMOVABLE_HOLD)
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def since(ts: str | None) -> float:
-    """Seconds since an RFC 3339 timestamp (or a unix time, as the operator writes some); 0 if unparsable."""
-    if not ts:
-        return 0.0
-    try:
-        if ts.isdigit():
-            return time.time() - int(ts)
-        return (dt.datetime.now(dt.UTC) - dt.datetime.fromisoformat(ts.replace("Z", "+00:00"))).total_seconds()
-    except ValueError:
-        return 0.0
 
 
 @dataclass

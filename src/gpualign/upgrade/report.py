@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpualign.upgrade import states as S
-from gpualign.upgrade.executor import since
+from gpualign.upgrade.clock import since
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
 
