@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.loopback_http import serve  # noqa: F401 - a fixture: a loopback HTTP server shaped per test
+
 ROOT = Path(__file__).resolve().parent.parent
 # Labs in the tests have no real node unless a test asks (`lab up --real-node`): there is one per machine, and the
 # tests that need it (tests/integration/test_real_node*.py) must find it free.

@@ -30,7 +30,12 @@ if TYPE_CHECKING:
     from gpualign.kubeconfig import Picked
 
 JSON = dict[str, Any]
-PAGE = 500
+PAGE = 500  # the first page of a LIST, as kubectl's chunks
+# Later pages are sized from the first one's bytes per object to about this much: a 5,000-node metadata LIST is
+# three requests, not ten (each costs the API server a round of its own), and no page of large objects grows past
+# it. Between PAGE_MIN and PAGE_MAX objects.
+PAGE_BYTES = 8 << 20
+PAGE_MIN, PAGE_MAX = 50, 5000
 # A GET whose connection could not be made is tried again this many times (0.1, 0.2, 0.4 s apart): an API server
 # that refuses connections is said so within a second. One cut once it was made (a reset, a body cut short) is tried
 # again up to ten times, as client-go retries a GET on a reset connection, 0.1 s doubling up to 1 s apart (about
@@ -253,12 +258,13 @@ class Kube:
         return resp.content
 
     def list_pages(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-                   metadata_only: bool = False, limit: int = PAGE,
+                   metadata_only: bool = False, limit: int = PAGE, page_bytes: int | None = PAGE_BYTES,
                    decode: Callable[[bytes], list[Any]] | None = None) -> Iterator[list[Any]]:
         """LIST, one page of items at a time as plain dicts (or as `decode` reads a page's body into its items).
         The next page is asked for as soon as this one has arrived (its continue token is read from the head of
         the body) and is on the wire while this one is parsed and read: a large LIST costs its transfer, not its
-        transfer plus its parsing."""
+        transfer plus its parsing. The first page holds `limit` objects; each next one as many as make about
+        `page_bytes` at the size of the objects so far (None: `limit` each)."""
         params: dict[str, Any] = {"limit": limit}
         if label_selector:
             params["labelSelector"] = label_selector
@@ -273,12 +279,12 @@ class Kube:
                 body = pending.result()
                 pending = None
                 token = continue_token(body)
-                if token:
-                    pending = pool.submit(self._page, path, {**params, "continue": token}, accept)
                 if token is None:  # not found in the head (an unusual serializer): the parsed page says
                     token = (orjson.loads(body).get("metadata") or {}).get("continue")
-                    if token:
-                        pending = pool.submit(self._page, path, {**params, "continue": token}, accept)
+                if token:
+                    if page_bytes:  # a page with more to come holds `limit` objects
+                        params["limit"] = max(PAGE_MIN, min(PAGE_MAX, page_bytes * params["limit"] // len(body)))
+                    pending = pool.submit(self._page, path, {**params, "continue": token}, accept)
                 with held_off():
                     items = decode(body) if decode else orjson.loads(body).get("items") or []
                 del body

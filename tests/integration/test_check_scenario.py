@@ -126,10 +126,15 @@ def test_a_list_read_page_by_page_with_the_next_page_in_flight_is_the_whole_list
     kube = fleet.kube()
     try:
         whole = kube.get_json("/api/v1/nodes", accept=METADATA_ONLY)["items"]
-        pages = list(kube.list_pages("/api/v1/nodes", metadata_only=True, limit=2))
+        pages = list(kube.list_pages("/api/v1/nodes", metadata_only=True, limit=2, page_bytes=None))
         assert len(whole) > 4 and len(pages) == -(-len(whole) // 2)
         assert all(len(p) == 2 for p in pages[:-1])
         assert [n["metadata"]["name"] for p in pages for n in p] == [n["metadata"]["name"] for n in whole]
+        # Pages sized by bytes: after a first page of 2, pages of about 4 objects' worth.
+        first = kube._page("/api/v1/nodes", {"limit": 2}, METADATA_ONLY)
+        grown = list(kube.list_pages("/api/v1/nodes", metadata_only=True, limit=2, page_bytes=2 * len(first)))
+        assert len(grown[0]) == 2 and all(len(p) >= 3 for p in grown[1:-1]) and len(grown) < len(pages)
+        assert [n["metadata"]["name"] for p in grown for n in p] == [n["metadata"]["name"] for n in whole]
         assert continue_token(json.dumps({"kind": "NodeList", "metadata": {"resourceVersion": "1"},
                                           "items": []}).encode()) == ""
     finally:

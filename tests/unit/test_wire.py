@@ -8,75 +8,15 @@ import gzip
 import socket
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from gpualign import wire
 from gpualign.errors import Unreachable
 from gpualign.kube import Kube
-
-Handler = Callable[[BaseHTTPRequestHandler], None]
-
-
-class Server:
-    """A loopback HTTP/1.1 server: each request is recorded (path, headers, client port) and answered by `answer`."""
-
-    def __init__(self, answer: Handler) -> None:
-        self.answer = answer
-        self.seen: list[tuple[str, dict[str, str], int]] = []
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802
-                outer.seen.append((self.path, dict(self.headers), self.client_address[1]))
-                outer.answer(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Handler], Server]]:
-    made: list[Server] = []
-
-    def start(answer: Handler) -> Server:
-        made.append(Server(answer))
-        return made[-1]
-
-    yield start
-    for s in made:
-        s.close()
-
-
-def send(h: BaseHTTPRequestHandler, body: bytes, *, status: int = 200, headers: dict[str, str] | None = None,
-         length: int | None = None) -> None:
-    h.send_response(status)
-    for k, v in (headers or {}).items():
-        h.send_header(k, v)
-    h.send_header("Content-Length", str(len(body) if length is None else length))
-    h.end_headers()
-    h.wfile.write(body)
-    h.wfile.flush()
+from tests.loopback_http import send, token_kubeconfig
 
 
 def a_wire(url: str, user: dict | None = None, timeout: float = 5.0) -> wire.Wire:
@@ -192,18 +132,6 @@ def test_a_servers_path_prefix_is_kept_and_basic_auth_is_sent(serve):
     assert srv.seen[0][1]["Authorization"] == "Basic YW5uOnB3"
 
 
-def kubeconfig(tmp_path: Path, server: str) -> Path:
-    path = tmp_path / "kc.yaml"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
-users: [{{name: u, user: {{token: abc}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
-    return path
-
-
 def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(serve, tmp_path, monkeypatch):
     import types
 
@@ -223,7 +151,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
                  status=403 if h.path.startswith("/forbidden") else 200)
 
     srv = serve(flaky)
-    kube = Kube(str(kubeconfig(tmp_path, srv.url)))
+    kube = Kube(str(token_kubeconfig(tmp_path, srv.url)))
     try:
         assert kube.get_json("/x") == {"a": 1}  # two cuts, then the answer
         assert waits == [0.1, 0.2]
@@ -242,7 +170,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
 
 def test_a_read_imports_neither_lightkube_nor_httpx2(serve, tmp_path):
     srv = serve(lambda h: send(h, b'{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"}}]}'))
-    path = kubeconfig(tmp_path, srv.url)
+    path = token_kubeconfig(tmp_path, srv.url)
     code = (f"import sys; from gpualign.kube import Kube; k = Kube({str(path)!r}); "
             "assert [i['metadata']['name'] for i in k.nodes()] == ['n']; k.close(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'httpcore2')))")
