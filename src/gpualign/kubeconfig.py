@@ -60,10 +60,10 @@ def files_to_read(explicit: str | None, env: str | None = None, home: Path | Non
 def read_file(path: Path) -> dict[str, Any]:
     """One file as a kubeconfig mapping, or a one-line BadInput naming it: unreadable, not UTF-8, not YAML, empty,
     not a mapping, or with clusters/contexts/users that are not lists of named entries."""
-    from gpualign.tags import _read_yaml
+    from gpualign import yamlio
 
     try:
-        data = _read_yaml(path)
+        data = yamlio.read(path)
     except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader
         raise BadInput(f"kubeconfig {err.message}") from None
     if not isinstance(data, dict):

@@ -41,3 +41,31 @@ def test_an_error_of_the_read_is_raised_by_result(tmp_path: Path) -> None:
     reading = Reading(tmp_path / "absent.json", None, None, None)
     with pytest.raises(BadInput, match="absent.json: cannot read"):
         reading.result()
+
+
+def test_wait_connected_returns_while_the_clusters_lists_are_still_on_the_wire(serve, tmp_path: Path) -> None:
+    """The caller waits for the connection to be set up, not for the read: the API server here holds every LIST
+    until the caller has stopped waiting."""
+    from tests.loopback_http import send, token_kubeconfig
+
+    release = threading.Event()
+
+    def held(h) -> None:
+        release.wait(10)
+        send(h, b'{"kind":"List","metadata":{},"items":[]}')
+
+    srv = serve(held)
+    reading = Reading(None, str(token_kubeconfig(tmp_path, srv.url)), None, None, with_operator=True)
+    reading.wait_connected(timeout=10)
+    assert not reading._done.is_set()  # connected, its LISTs unanswered
+    release.set()
+    assert reading.result().inventory.nodes == ()
+    assert any(p.startswith("/api/v1/nodes?") for p, _, _ in srv.seen)
+
+
+def test_wait_connected_returns_when_the_read_fails_before_connecting(tmp_path: Path) -> None:
+    reading = Reading(None, str(tmp_path / "no-such-kubeconfig"), None, None)
+    reading.wait_connected(timeout=10)
+    assert reading._done.is_set()
+    with pytest.raises(BadInput, match="no-such-kubeconfig does not exist"):
+        reading.result()

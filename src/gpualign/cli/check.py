@@ -159,6 +159,8 @@ def check(
     # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
     reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
                       timeout=timeout, say=say_tty, warn=warn) if names is None else None
+    if reading is not None:
+        reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
     if not ledger and (nodes_file or flags_given):

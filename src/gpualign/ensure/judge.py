@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpualign.errors import GpualignError
 
@@ -63,13 +63,17 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         except GpualignError:
             continue  # not a registry reference gpualign can read: nothing to inspect
         try:
+            # Labels only: every image's config at once (a manifest, then its config blob, for each).
+            fetched = _configs(client, tags) if modules == OFF else {}
             for tag in tags:
                 image = f"{repo}:{tag}"
                 if modules != OFF:  # the modules first: the kernel's own verdict names module and symbol
                     _modules(client, image, tag, needs[image], modules, cache, out, image in secure)
                 if image in out.wrong:
                     continue
-                config = client.image_config(tag) or {}
+                config = fetched[tag] if tag in fetched else client.image_config(tag) or {}
+                if isinstance(config, GpualignError):
+                    raise config
                 labels = (config.get("config") or {}).get("Labels") or {}
                 why = by_labels(tag, labels)
                 if not why and image in secure and labels.get("io.gpualign.built-by") and \
@@ -85,6 +89,22 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         finally:
             client.close()
     return out
+
+
+def _configs(client: RegistryClient, tags: list[str]) -> dict[str, dict[str, Any] | GpualignError]:
+    """Each tag's image config ({} if it has none), or the error reading it, read side by side."""
+    def one(tag: str) -> dict[str, Any] | GpualignError:
+        try:
+            return client.image_config(tag) or {}
+        except GpualignError as err:
+            return err
+
+    if len(tags) < 2:
+        return {t: one(t) for t in tags}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(8, len(tags)), thread_name_prefix="gpualign-judge") as pool:
+        return dict(zip(tags, pool.map(one, tags), strict=True))
 
 
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,

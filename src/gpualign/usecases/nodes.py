@@ -29,10 +29,11 @@ class Read:
 
 def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
                with_pods: bool = True, with_operator: bool = False, timeout: float | None = None,
-               say: Say = quiet, warn: Say = quiet) -> Read:
+               say: Say = quiet, warn: Say = quiet, connected: Callable[[], None] | None = None) -> Read:
     """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster.
     timeout bounds each request (kubectl's --request-timeout). say: which file or cluster was read, and how many GPU
-    nodes it has; warn: that it has none."""
+    nodes it has; warn: that it has none. connected: called once the cluster's connection is set up (its
+    kubeconfig read, its TLS made), as its LISTs are about to go out."""
     from gpualign import inventory
 
     if nodes_file:
@@ -45,6 +46,8 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
         from gpualign.kube import Kube
 
         kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+        if connected is not None:
+            connected()
         try:
             if with_operator:  # the operator's objects need no node to be read: they are read beside the nodes
                 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +71,10 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
 class Reading:
     """read_nodes begun in the background, so a cluster's LISTs are on the wire while the caller loads its rules and
     ledgers. A daemon thread: a usage error found meanwhile ends the command at once, never after a timeout. What
-    the read would say is kept, and said by result(), in the caller's thread and order."""
+    the read would say is kept, and said by result(), in the caller's thread and order.
+
+    The caller should wait_connected() before its own loading: until then both threads would be importing and
+    parsing, and with one interpreter lock between them the LISTs would go out later, for no gain."""
 
     def __init__(self, *args: Any, say: Say = quiet, warn: Say = quiet, **kwargs: Any) -> None:
         import threading
@@ -78,17 +84,25 @@ class Reading:
         self._read: Read | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
+        self._connected = threading.Event()
 
         def run() -> None:
             try:
                 self._read = read_nodes(*args, say=lambda m: self._said.append((False, m)),
-                                        warn=lambda m: self._said.append((True, m)), **kwargs)
+                                        warn=lambda m: self._said.append((True, m)), connected=self._connected.set,
+                                        **kwargs)
             except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
                 self._error = err
             finally:
+                self._connected.set()
                 self._done.set()
 
         threading.Thread(target=run, name="gpualign-read", daemon=True).start()
+
+    def wait_connected(self, timeout: float = 5.0) -> None:
+        """Until the cluster's connection is set up (or the read has ended, or `timeout`: it never holds the caller
+        longer)."""
+        self._connected.wait(timeout)
 
     def result(self) -> Read:
         self._done.wait()
