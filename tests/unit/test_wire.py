@@ -176,3 +176,26 @@ def test_a_read_imports_neither_lightkube_nor_httpx2(serve, tmp_path):
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'httpcore2')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_user_with_an_exec_plugin_is_read_through_lightkube_with_the_plugins_token(serve, tmp_path):
+    plugin = tmp_path / "plugin"
+    plugin.write_text("#!/bin/sh\necho '{\"apiVersion\": \"client.authentication.k8s.io/v1beta1\", "
+                      "\"kind\": \"ExecCredential\", \"status\": {\"token\": \"from-exec\"}}'\n")
+    plugin.chmod(0o755)
+    srv = serve(lambda h: send(h, b'{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"}}]}'))
+    path = tmp_path / "kc.yaml"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{srv.url}"}}}}]
+users: [{{name: u, user: {{exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: "{plugin}"}}}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    kube = Kube(str(path))
+    try:
+        assert [n["metadata"]["name"] for n in kube.nodes()] == ["n"]
+    finally:
+        kube.close()
+    assert srv.seen[0][1]["Authorization"] == "Bearer from-exec"
+    assert srv.seen[0][1]["User-Agent"].startswith("gpualign/")
