@@ -1,4 +1,4 @@
-"""Reads from the API server over the standard library's HTTP/1.1 client, one kept-alive connection per thread.
+"""Reads from the API server over the standard library's HTTP/1.1 client, over a few kept-alive connections.
 
 Why not the HTTP stack the writes use (lightkube's httpx2): a read-only command (check, status, why) spends about a
 quarter of a second importing and configuring that stack, a large part of the whole command against a small
@@ -122,7 +122,10 @@ class _Credentials:
 
 
 class Wire:
-    """GETs to one API server. Thread-safe: each thread keeps its own connection."""
+    """GETs to one API server. Thread-safe: a request takes an idle connection (or opens one) and gives it back
+    when its answer is read; at most IDLE are kept open between requests."""
+
+    IDLE = 8
 
     def __init__(self, server: str, context: ssl.SSLContext | None, user: Mapping[str, Any], *, timeout: float,
                  headers: Mapping[str, str]) -> None:
@@ -137,29 +140,24 @@ class Wire:
         self._timeout = timeout
         self._credentials = _Credentials(user)
         self.headers = dict(headers)
-        self._local = threading.local()
-        self._open: list[http.client.HTTPConnection] = []
+        self._idle: list[http.client.HTTPConnection] = []
+        self._closed = False
         self._lock = threading.Lock()
 
-    def _connection(self) -> http.client.HTTPConnection:
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            if self._https:
-                conn = http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout,
-                                                   context=self._context)
-            else:
-                conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
-            self._local.conn = conn
-            with self._lock:
-                self._open.append(conn)
-        return conn
-
-    def _drop(self, conn: http.client.HTTPConnection) -> None:
-        conn.close()
-        self._local.conn = None
+    def _take(self) -> http.client.HTTPConnection:
         with self._lock:
-            if conn in self._open:
-                self._open.remove(conn)
+            if self._idle:
+                return self._idle.pop()
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=self._timeout, context=self._context)
+        return http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+
+    def _give(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._closed and conn.sock is not None and len(self._idle) < self.IDLE:
+                self._idle.append(conn)
+                return
+        conn.close()
 
     def get(self, path: str, *, params: Mapping[str, Any] | None = None, accept: str = "application/json",
             method: str = "GET") -> Answer:
@@ -171,17 +169,19 @@ class Wire:
         if auth:
             headers["Authorization"] = auth
         for fresh_try in (False, True):
-            conn = self._connection()
+            conn = self._take() if not fresh_try else self._take_fresh()
             reused = conn.sock is not None
             try:
-                return self._exchange(conn, method, target, headers)
+                answer = self._exchange(conn, method, target, headers)
             except Failure as err:
-                self._drop(conn)
+                conn.close()
                 # A server closes an idle kept-alive connection without a word: the first write or read on it
                 # fails before any answer. That is not a failure of this request.
                 if reused and not fresh_try and err.kind == "cut" and err.step == "before the answer":
                     continue
                 raise
+            self._give(conn)
+            return answer
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _exchange(self, conn: http.client.HTTPConnection, method: str, target: str,
@@ -218,9 +218,18 @@ class Wire:
                     from None
         return Answer(resp.status, body, found)
 
+    def _take_fresh(self) -> http.client.HTTPConnection:
+        with self._lock:  # the other idle ones are as old as the one the server closed
+            stale, self._idle = self._idle, []
+        for conn in stale:
+            conn.close()
+        return self._take()
+
     def close(self) -> None:
+        """Closes the idle connections; one in use is closed when its request ends."""
         with self._lock:
-            conns, self._open = self._open, []
+            self._closed = True
+            conns, self._idle = self._idle, []
         for conn in conns:
             conn.close()
 

@@ -39,6 +39,28 @@ def test_a_gzip_answer_is_decoded_and_the_connection_is_kept_between_reads(serve
     assert srv.seen[0][2] == srv.seen[1][2]  # one connection for both
 
 
+def test_threads_that_come_and_go_share_the_idle_connections_and_leave_none_behind(serve):
+    """A walk or the controller reads from new threads every pass: their requests reuse the connections kept idle,
+    and closing the wire closes them."""
+    import threading
+
+    srv = serve(lambda h: send(h, b"{}"))
+    w = a_wire(srv.url)
+    for _ in range(20):
+        t = threading.Thread(target=w.get, args=("/x",))
+        t.start()
+        t.join()
+    assert len({port for _, _, port in srv.seen}) == 1
+    two = [threading.Thread(target=w.get, args=("/slow",)) for _ in range(2)]
+    for t in two:
+        t.start()
+    for t in two:
+        t.join()
+    assert len(w._idle) <= 2
+    w.close()
+    assert w._idle == []
+
+
 def test_a_chunked_answer_is_read_whole(serve):
     def chunked(h: BaseHTTPRequestHandler) -> None:
         h.send_response(200)
