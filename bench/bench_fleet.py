@@ -2,6 +2,10 @@
 run. Three labs (each its own control plane), N kwok GPU nodes each; the clusters are read concurrently, so the
 target (issue: check at the speed of the wire) is all contexts <= 1.2x the slowest single-cluster check.
 
+Beside them, the same for the floor (bench_check's: curl fetching the LISTs check makes): each cluster's alone,
+and all of them at once (one curl per cluster, started together). What the floors at once cost over the slowest
+floor alone is what the machine itself adds when its API servers answer together.
+
     .venv/bin/python bench/bench_fleet.py --nodes 5000 --repeat 5
 """
 
@@ -20,13 +24,22 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_check import KERNELS, create_nodes, timed  # noqa: E402
+from bench_check import KERNELS, create_nodes, floor_command, timed  # noqa: E402
 
 from gpualign.kube import Kube  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
 from gpualign.lab.seed import push_driver_image, registry_client  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
+
+
+def together(cmds: list[list[str]], env: dict[str, str]) -> float:
+    """Wall seconds of several commands started at once, until the last ends."""
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for c in cmds]
+    for p in procs:
+        p.wait()
+    return time.perf_counter() - t0
 
 
 def main() -> int:
@@ -64,19 +77,26 @@ def main() -> int:
                 "580", "-o", "json"]
         commands = {f"{name} alone": [*base, "--context", f"gpualign-{name}"] for name in args.clusters}
         commands["--all-contexts"] = [*base, "--all-contexts"]
-        times: dict[str, list[float]] = {k: [] for k in commands}
+        floors = {f"floor {name} alone": floor_command(states[name].kubeconfig)
+                  for name in args.clusters}
+        times: dict[str, list[float]] = {k: [] for k in [*commands, *floors, "floors at once"]}
         for _ in range(args.repeat):  # alternate, so drift hits every command alike
-            for name, cmd in commands.items():
+            for name, cmd in {**commands, **floors}.items():
                 times[name].append(timed(cmd, env)[0])
+            times["floors at once"].append(together(list(floors.values()), env))
         med = {k: statistics.median(v) for k, v in times.items()}
-        slowest = max(v for k, v in med.items() if k.endswith(" alone"))
+        slowest = max(v for k, v in med.items() if k.endswith(" alone") and not k.startswith("floor "))
         ratio = med["--all-contexts"] / slowest
+        slowest_floor = max(v for k, v in med.items() if k.startswith("floor ") and k.endswith(" alone"))
+        machine = med["floors at once"] / slowest_floor
         for name, value in med.items():
-            print(f"{name:<16} {value:.3f}s", flush=True)
+            print(f"{name:<22} {value:.3f}s", flush=True)
         print(f"all contexts / slowest single: {ratio:.2f}x (target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'})")
+        print(f"floors at once / slowest floor alone: {machine:.2f}x (what the machine adds, with no client work)")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"nodes_per_cluster": args.nodes, "median_s": med, "ratio": round(ratio, 3),
-                                        "runs": times}, indent=2) + "\n")
+                                        "floors_at_once_ratio": round(machine, 3), "runs": times},
+                                       indent=2) + "\n")
         print(f"results: {args.out}")
     finally:
         for env in envs.values():
