@@ -65,10 +65,11 @@ def _load_client_pem(ctx: ssl.SSLContext, cert_pem: bytes, key_pem: bytes) -> No
 
 
 def _pem(entry: Mapping[str, Any], key: str) -> bytes:
-    """The PEM of `key`-data (base64) if given, else of the file `key` names."""
+    """The PEM of `key`-data (base64) if given, else of the file `key` names, else none (a key can sit in the
+    certificate's own PEM)."""
     if entry.get(f"{key}-data"):
         return base64.b64decode(entry[f"{key}-data"])
-    return Path(str(entry.get(key) or "")).read_bytes()
+    return Path(str(entry[key])).read_bytes() if entry.get(key) else b""
 
 
 def tls_context(cluster: Mapping[str, Any], user: Mapping[str, Any]) -> ssl.SSLContext:

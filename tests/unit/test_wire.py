@@ -221,3 +221,25 @@ current-context: x
         kube.close()
     assert srv.seen[0][1]["Authorization"] == "Bearer from-exec"
     assert srv.seen[0][1]["User-Agent"].startswith("gpualign/")
+
+
+def test_inline_client_certificates_and_cas_make_the_same_tls_as_files(tmp_path):
+    import base64
+    import ssl
+
+    from gpualign.lab import pki
+
+    made = pki.create(tmp_path / "pki")
+    b64 = {n: base64.b64encode(p.read_bytes()).decode() for n, p in
+           (("ca", made.ca_cert), ("cert", made.dir / "admin.crt"), ("key", made.dir / "admin.key"))}
+    inline = wire.tls_context({"certificate-authority-data": b64["ca"]},
+                              {"client-certificate-data": b64["cert"], "client-key-data": b64["key"]})
+    files = wire.tls_context({"certificate-authority": str(made.ca_cert)},
+                             {"client-certificate": str(made.dir / "admin.crt"),
+                              "client-key": str(made.dir / "admin.key")})
+    assert inline.get_ca_certs() == files.get_ca_certs() and inline.verify_mode == ssl.CERT_REQUIRED
+    combined = base64.b64encode((made.dir / "admin.crt").read_bytes() + (made.dir / "admin.key").read_bytes())
+    wire.tls_context({}, {"client-certificate-data": combined.decode()})  # the key inside the certificate's PEM
+    with pytest.raises(ssl.SSLError):
+        wire.tls_context({}, {"client-certificate-data": b64["cert"]})  # no key anywhere
+    assert wire.tls_context({"insecure-skip-tls-verify": True}, {}).verify_mode == ssl.CERT_NONE
