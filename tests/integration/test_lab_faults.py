@@ -127,3 +127,31 @@ def test_the_lab_survives_everyday_events_and_a_dead_component_is_brought_back_n
     assert lab.cli("lab", "restart", "driver-sim").code == 0
     assert lab.cli("lab", "status").code == 0
     run_cli("lab", "down", env=lab.env)
+
+
+def test_an_api_server_port_taken_after_it_was_chosen_is_chosen_again(tmp_path, monkeypatch):
+    """Another lab starting beside this one can take the port chosen for the API server before it binds it: the
+    lab chooses again, once, and its kubeconfigs name the port it got."""
+    from gpualign.kube import Kube
+    from gpualign.lab import cluster
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        claim = cluster._claim_ports
+        monkeypatch.setattr(cluster, "_claim_ports", lambda wanted: {**claim(wanted), "kube-apiserver": port})
+        said: list[str] = []
+        state = cluster.up(tmp_path / "state", versions.default_bin_dir(), real_node=False, progress=said.append)
+    try:
+        assert "kube-apiserver's port was taken meanwhile; retrying once on a new port" in said
+        assert state.apiserver != f"https://127.0.0.1:{port}"
+        assert state.apiserver in (tmp_path / "state" / "kubeconfig").read_text()
+        kube = Kube(str(tmp_path / "state" / "kubeconfig"))
+        try:
+            assert kube.get_json("/version")["major"] == "1"
+        finally:
+            kube.close()
+    finally:
+        cluster.down(tmp_path / "state")
+    assert not _our_processes(tmp_path / "state")

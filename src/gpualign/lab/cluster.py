@@ -170,10 +170,14 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
     try:
         progress("writing certificates and kubeconfigs")
         pki = pkimod.create(state_dir / "pki")
-        for user in pkimod.CLIENTS:
-            name = "kubeconfig" if user == "admin" else f"kubeconfig-{user}"
-            (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user, context_name(state_dir)))
-            (state_dir / name).chmod(0o600)
+
+        def write_kubeconfigs() -> None:
+            for user in pkimod.CLIENTS:
+                name = "kubeconfig" if user == "admin" else f"kubeconfig-{user}"
+                (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user, context_name(state_dir)))
+                (state_dir / name).chmod(0o600)
+
+        write_kubeconfigs()
 
         def launch(name: str, argv: list[str], address: str = "", env: dict[str, str] | None = None) -> Proc:
             proc = processes.start(name, argv, logs / f"{name}.log", address=address, env=env)
@@ -204,27 +208,42 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
                 ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
 
         progress("starting kube-apiserver")
-        proc = launch("kube-apiserver", [
-            bins["kube-apiserver"], "--etcd-servers", etcd_url,
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-            "--secure-port", str(ports["kube-apiserver"]), "--cert-dir", str(state_dir / "pki"),
-            "--tls-cert-file", str(pki.serving_cert), "--tls-private-key-file", str(pki.serving_key),
-            "--client-ca-file", str(pki.ca_cert),
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-account-key-file", str(pki.sa_pub),
-            "--service-account-signing-key-file", str(pki.sa_key),
-            "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
-            "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
-            "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
-            "--audit-log-maxsize", "200",
-            # Calls to a kubelet (logs, exec, port-forward) carry this identity and check the kubelet's serving cert.
-            "--kubelet-client-certificate", str(pki.client_cert("apiserver-kubelet-client")),
-            "--kubelet-client-key", str(pki.client_key("apiserver-kubelet-client")),
-            "--kubelet-certificate-authority", str(pki.ca_cert),
-            "--kubelet-preferred-address-types", "InternalIP,Hostname",
-        ], state.apiserver)
-        client = _tls_client(state)
-        processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
+        for attempt in (1, 2):
+            proc = launch("kube-apiserver", [
+                bins["kube-apiserver"], "--etcd-servers", etcd_url,
+                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+                "--secure-port", str(ports["kube-apiserver"]), "--cert-dir", str(state_dir / "pki"),
+                "--tls-cert-file", str(pki.serving_cert), "--tls-private-key-file", str(pki.serving_key),
+                "--client-ca-file", str(pki.ca_cert),
+                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file", str(pki.sa_pub),
+                "--service-account-signing-key-file", str(pki.sa_key),
+                "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
+                "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
+                "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
+                "--audit-log-maxsize", "200",
+                # Calls to a kubelet (logs, exec, port-forward) carry this identity and check the kubelet's serving
+                # cert.
+                "--kubelet-client-certificate", str(pki.client_cert("apiserver-kubelet-client")),
+                "--kubelet-client-key", str(pki.client_key("apiserver-kubelet-client")),
+                "--kubelet-certificate-authority", str(pki.ca_cert),
+                "--kubelet-preferred-address-types", "InternalIP,Hostname",
+            ], state.apiserver)
+            client = _tls_client(state)
+            try:
+                processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
+                break
+            except LabError as err:
+                # Its port was free when claimed, at the start; another lab starting beside this one can take it
+                # before the API server binds it. A port chosen for the user is chosen again, once.
+                taken = err.message.startswith("kube-apiserver exited at start") and \
+                    "address already in use" in processes.log_tail(proc.log)
+                if attempt == 2 or apiserver_port or not taken:
+                    raise
+                progress("kube-apiserver's port was taken meanwhile; retrying once on a new port")
+                ports["kube-apiserver"] = processes.free_port()
+                state.apiserver = f"https://127.0.0.1:{ports['kube-apiserver']}"
+                write_kubeconfigs()
 
         progress("starting kube-controller-manager, kube-scheduler and kwok")
         cm_port = ports["kube-controller-manager"]
