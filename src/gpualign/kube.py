@@ -190,10 +190,6 @@ class Kube:
             self._client = client
             return client
 
-    @property
-    def client(self) -> Client:
-        return self._lightkube()
-
     def failed(self, err: wire.Failure) -> str:
         """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
         anything else one that could not be reached."""

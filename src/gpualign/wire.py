@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 import http.client
 import os
-import socket
 import ssl
 import tempfile
 import threading
@@ -200,10 +199,7 @@ class Wire:
         except TimeoutError:
             raise Failure("timeout", "timed out", "waiting for its answer" if step == "reading the answer" else step) \
                 from None
-        except ssl.SSLCertVerificationError as err:
-            raise Failure("connect", str(err)) from None
-        except (http.client.IncompleteRead, http.client.RemoteDisconnected, http.client.HTTPException,
-                ConnectionError, ssl.SSLError, OSError) as err:
+        except (http.client.HTTPException, OSError) as err:  # resets, refusals, TLS errors, short bodies
             if step == "connecting":
                 raise Failure("connect", _said(err)) from None
             raise Failure("cut", _said(err), "reading the answer" if step == "reading the answer" else
@@ -238,6 +234,4 @@ class Wire:
 def _said(err: BaseException) -> str:
     if isinstance(err, http.client.IncompleteRead):
         return f"the connection closed after {len(err.partial)} bytes of the answer"
-    if isinstance(err, socket.gaierror):
-        return str(err)
     return str(err) or err.__class__.__name__
