@@ -54,7 +54,7 @@ class Controller:
 
 def events(kube, node: str, reason: str) -> list[dict]:
     return [e for e in kube.list_raw("/api/v1/namespaces/default/events")
-            if e["involvedObject"]["name"] == node and e["reason"] == reason]
+            if (e.get("involvedObject") or {}).get("name") == node and e.get("reason") == reason]
 
 
 def annotation(kube, node: str, key: str) -> str | None:
