@@ -13,6 +13,8 @@ from gpualign.driver_pod import DriverPod
 from gpualign.expect import Expectation, Resolver, from_flags
 from gpualign.facts import NodeFacts
 from gpualign.ledger.sources import Ledger, RepoLedgers
+from gpualign.makers import Maker, Making, who_makes
+from gpualign.platforms import platform_problem
 from gpualign.tags import RequiredImage, Rules, os_tag, required_image
 from gpualign.version import DriverVersion
 
@@ -39,6 +41,8 @@ class Finding:
     source: str | None = None  # where the expectation came from: clusterpolicy/NAME, nvidiadriver/NAME, flags, …
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
     verified: bool | None = None  # modules checked against its kernel: True passed, False could not be; None: unasked
+    arch: str | None = None  # the node's CPU architecture (kubernetes.io/arch)
+    making: Making | None = None  # who makes the image when it is not present (gpualign.makers)
 
     @property
     def driver_pod_failing(self) -> bool:
@@ -46,15 +50,20 @@ class Finding:
 
     @property
     def action(self) -> str | None:
-        """How the image gets into the ledger: mirror (the rules say NVIDIA publishes it) or build (in-house)."""
-        return None if self.tag is None else "mirror" if self.published else "build"
+        """Who makes the image (gpualign.makers): mirror, build, render or none."""
+        if self.tag is None:
+            return None
+        return str(self.making.maker) if self.making else str(Maker.MIRROR if self.published else Maker.BUILD)
 
     def as_dict(self) -> dict[str, Any]:
         # The instance's own fields, in their order (one C-level copy): dataclasses.asdict's deep copy was a quarter
         # of a 5,000-node check, and a per-call dataclasses.fields() most of what remained.
         d = dict(self.__dict__)
+        making = d.pop("making")
         d["driver_pod"] = asdict(self.driver_pod) if self.driver_pod else None
-        d["action"] = self.action if self.status in (MISSING, MISMATCH) else "replace" if self.status == WRONG else None
+        to_make = self.status in (MISSING, MISMATCH)
+        d["action"] = self.action if to_make else "replace" if self.status == WRONG else None
+        d["action_reason"] = making.why if to_make and making else None
         d["driver_pod_failing"] = self.driver_pod_failing
         return d
 
@@ -83,9 +92,13 @@ class Audit:
             and s["operator_mismatch"] == 0 and s["wrong_image"] == 0 and s["driver_pod_failing"] == 0
 
     def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        """(tag, image, nodes, action) for each missing image: mirror when NVIDIA publishes it, else build."""
-        published = {f.image: f.published for f in self.findings if f.image}
-        return [(t, i, n, "mirror" if published.get(i) else "build") for t, i, n in self.missing]
+        """(tag, image, nodes, action) for each missing image: who makes it (gpualign.makers), as its first node's
+        finding says."""
+        action = {}
+        for f in self.findings:
+            if f.image and f.image not in action:
+                action[f.image] = f.action or ""
+        return [(t, i, n, action.get(i, "")) for t, i, n in self.missing]
 
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [f.as_dict() for f in self.findings],
@@ -103,6 +116,13 @@ class Audit:
                                                  "why": f.reason.removeprefix("present but wrong: ")})
                 entry["nodes"].append(f.name)
         return [out[i] for i in sorted(out)]
+
+
+def _advice(reason: str, making: Making | None) -> str:
+    """The rules' reason, with who makes the image in place of their generic advice."""
+    if making is None or making.maker is Maker.MIRROR:
+        return reason
+    return f"{reason.removesuffix(': build it in-house')}; {making.why}"
 
 
 @lru_cache(maxsize=256)
@@ -123,13 +143,15 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
           pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
           expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
           wrong: Mapping[str, str] | None = None, unverified: Mapping[str, str] | None = None,
-          verified: Mapping[str, int] | None = None) -> Audit:
+          verified: Mapping[str, int] | None = None,
+          platforms: Mapping[str, tuple[str, ...]] | None = None) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
     given when the operator's configuration was read (operator_image and the mismatch check then apply).
     wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch).
-    unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols)."""
+    unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols).
+    platforms: image -> the linux CPU architectures it holds, where read: a node of another one is wrong-image."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
                                    driver_version=driver_version)
     operator_mode = planned is not None
@@ -150,9 +172,10 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             findings.append(Finding(facts.name, facts.kernel, host_os, None, None, None, HOST, False,
                                     f"driver installed on the host ({why}; driver {driver or 'unknown'}): "
                                     "version management there rests with the team", driver, None,
-                                    source=exp.origin))
+                                    source=exp.origin, arch=facts.arch))
             continue
-        key = (facts.kernel, facts.os_id, facts.os_version, facts.problems, exp)
+        arch = facts.arch
+        key = (facts.kernel, facts.os_id, facts.os_version, facts.problems, exp, arch)
         if key not in derived:
             if exp.problem:
                 req = RequiredImage(facts.name, None, None, facts.kernel, exp.branch, False, exp.problem)
@@ -163,10 +186,15 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             derived[key] = (req, image,
                             bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)))
         req, image, in_ledger = derived[key]
+        making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
+                           precompiled=exp.precompiled) if req.tag else None
+        off_platform = platform_problem(image, arch, platforms) if image and platforms else None
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason
         elif in_ledger and wrong and image in wrong:
             status, reason = WRONG, f"present but wrong: {wrong[image]}"
+        elif in_ledger and off_platform:
+            status, reason = WRONG, f"present but wrong: {off_platform}"
         elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
             status = PRESENT
             reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
@@ -177,7 +205,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                 reason += f"; modules verified ({verified[image]} symbol CRCs match kernel {facts.kernel})"
         else:
             status = MISSING
-            reason = f"missing from the ledger; {req.reason}"
+            reason = f"missing from the ledger; {_advice(req.reason, making)}"
         matches = None
         if pod is not None and facts.kernel:
             matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not exp.precompiled
@@ -210,7 +238,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             checked = False if unverified and image in unverified else True if verified and image in verified \
                 else None
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
-                          reason, driver, pod, matches, exp.origin, operator_image, checked)
+                          reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making)
         findings.append(finding)
         if image and not in_ledger and status in (MISSING, MISMATCH):
             absent.append(finding)

@@ -37,6 +37,11 @@ class NodeFacts:
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
+    @property
+    def arch(self) -> str:
+        """The node's CPU architecture (kubernetes.io/arch; amd64 when a dump lacks the label)."""
+        return self.labels.get(L.ARCH) or L.DEFAULT_ARCH
+
 
 def _driver(full: str | None, parts: tuple[tuple[str, str | None, str | None, str | None], ...]) \
         -> tuple[DriverVersion | None, str | None]:

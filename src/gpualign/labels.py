@@ -6,6 +6,10 @@ KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"
 OS_VERSION_MAJOR = "feature.node.kubernetes.io/system-os_release.VERSION_ID.major"
+# The node's CPU architecture, as every kubelet labels it (Go's names: amd64, arm64). A node without it is taken as
+# amd64, as gpualign took every node before it read the label.
+ARCH = "kubernetes.io/arch"
+DEFAULT_ARCH = "amd64"
 
 # GPU Feature Discovery: current names (GFD >= v0.15) and the deprecated ones it still writes.
 DRIVER_CURRENT = {"major": "nvidia.com/cuda.driver-version.major", "minor": "nvidia.com/cuda.driver-version.minor",

@@ -12,6 +12,7 @@ from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
 from gpualign.ledger.sources import Ledger
+from gpualign.makers import Maker, Making, who_makes
 from gpualign.tags import Rules, required_image
 
 
@@ -44,6 +45,9 @@ def misfit(kernel: str, os_id: str | None) -> str | None:
     return None
 
 
+_REACH = (Maker.NONE, Maker.RENDER, Maker.BUILD, Maker.MIRROR, Maker.PRESENT)  # who can do least, first
+
+
 @dataclass(frozen=True)
 class Needed:
     tag: str
@@ -55,11 +59,18 @@ class Needed:
     nodes: tuple[str, ...]
     reason: str = ""
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
+    archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
+
+    @property
+    def making(self) -> Making:
+        """Who makes it (gpualign.makers): for nodes of several architectures, the one that can do least."""
+        makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published) for arch in self.archs]
+        return min(makings, key=lambda m: _REACH.index(m.maker))
 
     @property
     def action(self) -> str:
-        """mirror: the rules say NVIDIA publishes it precompiled; build: in-house."""
-        return "mirror" if self.published else "build"
+        """mirror, build, render or none (gpualign.makers)."""
+        return str(self.making.maker)
 
     def build_args(self) -> dict[str, str]:
         return {"action": self.action, "DRIVER_BRANCH": self.branch, "KERNEL_VERSION": self.kernel,
@@ -76,7 +87,8 @@ class Plan:
         return tuple(n for n in self.needed if not n.in_ledger)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"needed": [{**dataclasses.asdict(n), "action": n.action} for n in self.needed],
+        return {"needed": [{**dataclasses.asdict(n), "action": n.action, "action_reason": n.making.why}
+                           for n in self.needed],
                 "to_build": [n.tag for n in self.to_build],
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
@@ -87,6 +99,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
     wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one)."""
     wrong = wrong or {}
     groups: dict[str, list[str]] = {}
+    archs: dict[str, set[str]] = {}
     info: dict[str, tuple[str, str, str, bool, str]] = {}
     unknown: list[tuple[str, str]] = []
     for facts in sorted(nodes, key=lambda n: n.name):
@@ -112,8 +125,9 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             unknown.append((facts.name, req.reason))
             continue
         groups.setdefault(req.tag, []).append(facts.name)
+        archs.setdefault(req.tag, set()).add(facts.arch)
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
-                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None)
+                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])))
                    for tag, names in sorted(groups.items()))
     return Plan(needed, tuple(unknown))

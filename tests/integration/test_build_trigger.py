@@ -8,6 +8,7 @@ node's."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -22,12 +23,13 @@ from tests.controller_helpers import Controller, events
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-K1, K2, K3 = "6.8.0-1015-gcp", "6.8.0-1016-gcp", "6.8.0-1017-gcp"  # kernels NVIDIA publishes nothing for
+# Debian 12 kernels: gpualign builds their images (gpualign.makers: build), and none is in the ledger
+K1, K2, K3 = "6.1.0-91-amd64", "6.1.0-92-amd64", "6.1.0-93-amd64"
 NS = "gpualign-system"
 
 
 def tag(kernel: str) -> str:
-    return f"580-{kernel}-ubuntu22.04"
+    return f"535-{kernel}-debian12"
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +37,10 @@ def blab(tmp_path_factory):
     state_dir = tmp_path_factory.mktemp("builds") / "state"
     lab = start_lab(state_dir, "empty")
     lab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    lab.kube().apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpualign-builder",
+                                                                             "namespace": NS}})
     # the ledger's repository exists (an empty lab has pushed nothing), holding none of the tags the tests need
-    assert lab.cli("lab", "push-image", "580-5.15.0-124-generic-ubuntu22.04").code == 0
+    assert lab.cli("lab", "push-image", "535-6.1.0-47-amd64-debian12").code == 0
     try:
         yield lab
     finally:
@@ -56,12 +60,13 @@ def build_jobs(lab) -> list[dict]:
 
 
 def trigger(lab, tmp_path, *extra: str, identity: str = "ctl", **pod: object) -> Controller:
-    return Controller(lab, "--build", "--build-image", f"{lab.registry}/gpualign:test", "--build-namespace", NS,
+    return Controller(lab, "--driver-branch", "535", "--build", "--build-image", f"{lab.registry}/gpualign:test",
+                      "--build-namespace", NS,
                       "--build-pod-settings", settings_file(tmp_path, **pod), *extra, identity=identity)
 
 
-def add(lab, name: str, kernel: str) -> None:
-    add_node(lab.kube(), NodeSpec(name, kernel, "ubuntu", "22.04", driver="580.173.02"), branch="580",
+def add(lab, name: str, kernel: str, os_id: str = "debian", version: str = "12", branch: str = "535") -> None:
+    add_node(lab.kube(), NodeSpec(name, kernel, os_id, version, driver=f"{branch}.261.03"), branch=branch,
              registry=lab.registry)
 
 
@@ -128,9 +133,9 @@ def test_a_nodes_next_kernel_is_built_ahead_and_its_alarm_holds_until_the_image_
     metric kured's alert reads is 1 until it lands, and after the reboot the node needs nothing."""
     from gpualign import labels as L
 
-    current, nxt = "5.15.0-124-generic", "6.8.0-1018-gcp"  # its current kernel's image is in the ledger
-    add_node(blab.kube(), NodeSpec("b4-0", current, "ubuntu", "22.04", driver="580.173.02",
-                                   labels={L.KERNEL_NEXT: nxt}), branch="580", registry=blab.registry)
+    current, nxt = "6.1.0-47-amd64", "6.1.0-94-amd64"  # its current kernel's image is in the ledger
+    add_node(blab.kube(), NodeSpec("b4-0", current, "debian", "12", driver="535.261.03",
+                                   labels={L.KERNEL_NEXT: nxt}), branch="535", registry=blab.registry)
     ctl = trigger(blab, tmp_path, "--max-concurrent-builds", "9", "--ledger-refresh", "2")
     try:
         job = wait_for(lambda: next((j for j in build_jobs(blab)
@@ -153,3 +158,75 @@ def test_a_nodes_next_kernel_is_built_ahead_and_its_alarm_holds_until_the_image_
         assert events(blab.kube(), "b4-0", "DriverImageMissing") == []
     finally:
         ctl.stop()
+
+
+def test_what_gpualign_cannot_build_gets_an_event_and_a_metric_never_a_job(blab, tmp_path):
+    """The review's Ubuntu HWE case: a missing tag whose recipe gpualign only renders. A Job would be a privileged
+    pod that can only fail."""
+    hwe = "6.5.0-45-generic"
+    add(blab, "r1-0", hwe, "ubuntu", "22.04", "535")
+    ctl = trigger(blab, tmp_path, "--max-concurrent-builds", "9")
+    try:
+        told = wait_for(lambda: events(blab.kube(), "r1-0", "DriverImageNotBuildable") or None, timeout=60,
+                        what="the not-buildable Event")
+        assert f"gpualign ensure 535-{hwe}-ubuntu22.04 --render DIR" in told[0]["message"]
+        assert ctl.metric("gpualign_driver_image_not_buildable",
+                          f'tag="535-{hwe}-ubuntu22.04",action="render"') == 1
+        assert not [j for j in build_jobs(blab)
+                    if j["metadata"]["annotations"][J.TAG_ANNOTATION] == f"535-{hwe}-ubuntu22.04"]
+    finally:
+        ctl.stop()
+
+
+def test_build_is_refused_at_start_up_without_a_registry_or_a_namespace_that_admits_it(blab, tmp_path):
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("535-6.1.0-47-amd64-debian12\n")
+    base = ("controller", "--build", "--build-image", "x/y:1", "--no-leader-elect", "--listen", "127.0.0.1:0",
+            "--driver-branch", "535")
+    res = blab.cli(*base, "--ledger", str(ledger), "--build-namespace", NS)
+    assert res.code == 2 and "no registry to push to" in res.err and res.err.count("\n") == 1, res.err
+    res = blab.cli(*base, "--ledger", str(ledger), "--repository", "nvcr.io/nvidia/driver", "--build-namespace", NS)
+    assert res.code == 2 and "NVIDIA's registry, which you cannot push to" in res.err, res.err
+    reg = f"registry://{blab.registry}/nvidia/driver"
+    strict = "gpualign-builds-baseline"
+    blab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": strict, "labels": {"pod-security.kubernetes.io/enforce": "baseline"}}})
+    res = blab.cli(*base, "--ledger", reg, "--build-namespace", strict)
+    assert res.code == 2 and "enforces Pod Security 'baseline'" in res.err
+    assert "pod-security.kubernetes.io/enforce=privileged" in res.err
+    bare = "gpualign-builds-no-sa"
+    blab.kube().apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": bare}})
+    res = blab.cli(*base, "--ledger", reg, "--build-namespace", bare)
+    assert res.code == 2 and "no ServiceAccount gpualign-builder in gpualign-builds-no-sa" in res.err
+
+
+def test_a_job_whose_pod_the_namespace_refuses_is_reported_within_a_minute_never_as_building(blab, tmp_path):
+    """Pod Security set to baseline after the controller started: the Job controller cannot create the pod. The
+    trigger reads the FailedCreate Event and says so (Event, build list, status line); it makes no second Job."""
+    ns = "gpualign-builds-late"
+    kube = blab.kube()
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpualign-builder",
+                                                                        "namespace": ns}})
+    kernel = "6.1.0-95-amd64"
+    ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:test",
+                     "--build-namespace", ns,
+                     "--build-pod-settings", settings_file(tmp_path), "--max-concurrent-builds", "9",
+                     identity="ctl-late")
+    try:
+        kube.patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {
+            "pod-security.kubernetes.io/enforce": "baseline"}}})
+        started = time.monotonic()
+        add(blab, "p1-0", kernel)
+        told = wait_for(lambda: events(kube, "p1-0", "DriverImageBuildCannotStart") or None, timeout=60,
+                        what="the cannot-start Event")
+        assert time.monotonic() - started < 60
+        assert "violates PodSecurity" in told[0]["message"] and "enforce=privileged" in told[0]["message"]
+        listed = blab.cli("build", "list", "-n", ns, "-o", "json")
+        (row,) = [b for b in json.loads(listed.out)["builds"] if b["tag"] == tag(kernel)]
+        assert row["phase"] == "blocked" and "PodSecurity" in row["reason"]
+        jobs = kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
+        assert len(jobs) == 1 and J.BLOCKED_ANNOTATION in jobs[0]["metadata"]["annotations"]
+    finally:
+        ctl.stop()
+        kube.request("DELETE", f"/api/v1/namespaces/{ns}")

@@ -128,8 +128,14 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
                         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "6Gi"}}}
     assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is False
     assert named[("Role", "gpualign-controller-builds")]["rules"] == [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "delete"]}]
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["gpualign-controller-builder"],
+         "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["creds"], "verbs": ["get"]}]
     assert ("Role", "gpualign-controller-builder-signing") not in named
+    # Jobs are read in the build namespace only: the ClusterRole names none
+    assert not [r for r in named[("ClusterRole", "gpualign-controller-ops")]["rules"] if "jobs" in r["resources"]]
     # the settings file is what the controller reads: it accepts it as rendered
     from gpualign.cli.controller import build_options
 
@@ -147,6 +153,15 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["module-signing"], "verbs": ["get"]}]
     assert "signSecret: \"ops/module-signing\"" in named[("ConfigMap", "gpualign-controller-builds")]["data"][
         "build-pods.yaml"]
+    # the production values the review could not set: a pull secret, affinity, priority class, pod labels
+    prod = docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
+                     "--set", "builds.imagePullSecrets[0].name=harbor-pull", "--set", "builds.priorityClassName=batch",
+                     "--set", "builds.podLabels.team=gpu", "--set", "builds.podAnnotations.cost=builds").stdout)
+    named = {(o["kind"], o["metadata"]["name"]): o for o in prod}
+    path.write_text(named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"])
+    options = build_options("registry.local/gpualign-builder:0.1.0", "ops", 1, path, "registry.local/nvidia/driver")
+    assert options.settings.image_pull_secrets == ("harbor-pull",) and options.settings.priority_class == "batch"
+    assert options.settings.pod_labels == {"team": "gpu"} and options.settings.pod_annotations == {"cost": "builds"}
     bad = helm("template", "ga", str(CHART), *IMAGE, "--set", "builds.maxConcurrent=0", check=False)
     assert bad.returncode != 0 and "at '/builds/maxConcurrent'" in bad.stderr
 
@@ -197,8 +212,8 @@ def test_install_upgrade_uninstall_on_the_lab(lab, tmp_path):
                   "update a lease elsewhere": ["update", "leases.coordination.k8s.io", "-n", "kube-system"],
                   "delete pods": ["delete", "pods", "-n", "ml"]}
         can = {what: kubectl(lab, "auth", "can-i", *args, "--as", sa).stdout.strip() for what, args in checks.items()}
-        assert {k for k, v in can.items() if v == "yes"} == {"list nodes", "patch nodes", "evict pods",
-                                                             "update its lease"}, can
+        # it never evicts (the review: a right it held and never used)
+        assert {k for k, v in can.items() if v == "yes"} == {"list nodes", "patch nodes", "update its lease"}, can
         # The GPU Operator's CRDs are not installed on this lab, so kubectl cannot resolve the resource: ask the
         # API server's authorizer directly, as `kubectl auth can-i` does once it has.
         review = lab.kube().request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", body={

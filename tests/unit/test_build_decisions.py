@@ -60,13 +60,6 @@ def test_a_permanent_failure_is_held_until_a_retry_or_a_new_recipe():
     assert B.decide([wanted("t", 1.0)], [old_ask], cap=1, now=201, recipe=RECIPE).create == ()  # asked before
 
 
-def test_a_succeeded_job_for_a_tag_still_missing_waits_one_backoff_before_building_again():
-    done = job("t", B.SUCCEEDED, finished=100.0)
-    assert B.decide([wanted("t", 1.0)], [done], cap=1, now=110, recipe=RECIPE, backoff=30).create == ()
-    assert [w.tag for w, _ in B.decide([wanted("t", 1.0)], [done], cap=1, now=131, recipe=RECIPE,
-                                       backoff=30).create] == ["t"]
-
-
 def test_finished_jobs_nobody_waits_for_go_after_their_keep_time():
     old = job("t", B.FAILED, finished=0.0, failure=B.PERMANENT)
     assert B.decide([], [old], cap=1, now=100, recipe=RECIPE, keep_failed=1000).stale == ()
@@ -109,3 +102,41 @@ def test_never_over_the_cap_never_two_jobs_for_a_tag(ws, js, cap, now):
     order = [w.tag for w in sorted(wants, key=lambda w: (w.since, w.tag))]
     if d.queued:
         assert all(order.index(c) < order.index(q) for c in created for q in d.queued)
+
+
+def test_a_success_the_ledger_does_not_list_is_retried_after_a_growing_backoff_with_its_attempt_counted():
+    """The review's loop: a Job that succeeded while the tag stays missing was made again every 30 s as attempt 1."""
+    import dataclasses
+
+    done = job("t", B.SUCCEEDED, finished=100.0, attempt=2)
+    waiting = B.decide([wanted("t", 1.0)], [done], cap=1, now=10_000, recipe=RECIPE, backoff=30)
+    assert waiting.create == ()  # not yet checked against a fresh ledger read: nothing is made
+    unlisted = dataclasses.replace(done, unlisted=True)
+    early = B.decide([wanted("t", 1.0)], [unlisted], cap=1, now=150, recipe=RECIPE, backoff=30)
+    assert early.create == () and early.backing_off == (("t", 160.0),)  # attempt 2: 60 s
+    due = B.decide([wanted("t", 1.0)], [unlisted], cap=1, now=160, recipe=RECIPE, backoff=30)
+    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.replace == (done.name,)
+
+
+def test_a_blocked_job_holds_its_place_under_the_cap_and_is_never_doubled():
+    blocked = job("t-a", B.BLOCKED, reason="violates PodSecurity")
+    d = B.decide([wanted("t-a", 1.0), wanted("t-b", 2.0)], [blocked], cap=1, now=10, recipe=RECIPE)
+    assert d.create == () and d.queued == ("t-b",) and d.blocked == ("t-a",) and d.running == ()
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3"]),
+                          st.sampled_from([B.RUNNING, B.BLOCKED, B.SUCCEEDED, B.FAILED]), st.booleans(),
+                          st.integers(1, 5)), max_size=3, unique_by=lambda x: x[0]),
+       st.integers(1, 3), st.floats(0, 1e5))
+def test_never_two_jobs_for_a_tag_nor_more_than_the_cap_and_attempts_only_grow(jobs, cap, now):
+    made = [B.BuildJob(B.job_name(t), t, phase, attempt, RECIPE, 0.0 if phase in (B.SUCCEEDED, B.FAILED) else None,
+                       B.TRANSIENT if phase == B.FAILED else None, "", unlisted=unlisted and phase == B.SUCCEEDED)
+            for t, phase, unlisted, attempt in jobs]
+    d = B.decide([wanted(t, 1.0) for t in ("t1", "t2", "t3")], made, cap=cap, now=now, recipe=RECIPE)
+    live = sum(1 for j in made if j.phase in (B.RUNNING, B.BLOCKED))
+    assert len(d.create) <= max(0, cap - live)
+    by = {j.tag: j for j in made}
+    for w, attempt in d.create:
+        old = by.get(w.tag)
+        assert old is None or (old.phase not in (B.RUNNING, B.BLOCKED) and attempt == old.attempt + 1)
+        assert old is None or old.name in d.replace

@@ -24,7 +24,8 @@ def test_one_tag_one_job_running_gpualigns_own_ensure():
     spec = job["spec"]
     assert spec["backoffLimit"] == 0 and spec["ttlSecondsAfterFinished"] == 86400  # gpualign decides retries
     pod = spec["template"]["spec"]
-    assert pod["restartPolicy"] == "Never" and pod["nodeSelector"] == {"gpualign.io/builder": "true"}
+    assert pod["restartPolicy"] == "Never"
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "gpualign.io/builder": "true"}
     (c,) = pod["containers"]
     assert c["image"] == SETTINGS.image
     assert c["args"] == ["ensure", TAG, "--ledger", SETTINGS.ledger, "--sign-secret", "kube-system/mok"]
@@ -108,3 +109,64 @@ def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
     job = J.build_job(tag, 1, ["gpu-1"], settings, "gpualign 1", replace_wrong=True)
     assert job["spec"]["template"]["spec"]["containers"][0]["args"] == [
         "ensure", tag, "--ledger", "registry://reg/nvidia/driver", "--replace-wrong"]
+
+
+def test_build_pods_stay_off_gpu_nodes_on_their_architecture_with_the_charts_pod_settings():
+    job = J.build_job(TAG, 1, ["deb-a"], SETTINGS, "gpualign 0.1.0")
+    pod = job["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": "nvidia.com/gpu.present", "operator": "NotIn", "values": ["true"]}]
+    assert "imagePullSecrets" not in pod and "priorityClassName" not in pod
+    import dataclasses
+
+    custom = dataclasses.replace(SETTINGS, affinity={"podAntiAffinity": {}}, image_pull_secrets=("harbor-pull",),
+                                 priority_class="builds", pod_labels={"team": "gpu"},
+                                 pod_annotations={"cost": "batch"})
+    job = J.build_job(TAG, 1, ["deb-a"], custom, "gpualign 0.1.0", arch="arm64")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["affinity"] == {"podAntiAffinity": {}} and pod["imagePullSecrets"] == [{"name": "harbor-pull"}]
+    assert pod["priorityClassName"] == "builds" and pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    meta = job["spec"]["template"]["metadata"]
+    assert meta["labels"]["team"] == "gpu" and meta["labels"][J.BUILD_LABEL] == "true"
+    assert meta["annotations"] == {"cost": "batch"}
+
+
+def test_a_job_whose_pod_cannot_be_created_is_blocked_never_building_and_permanent_past_its_deadline():
+    job = J.build_job(TAG, 3, ["deb-a"], SETTINGS, "gpualign 0.1.0")
+    job["status"] = {"startTime": "2026-12-02T10:00:00Z"}
+    why = 'pods "x" is forbidden: violates PodSecurity "baseline:latest": privileged'
+    read = J.read_job(job, None, J.cannot_create_hint(why, "gpualign-system"))
+    assert read.phase == B.BLOCKED and "pod-security.kubernetes.io/enforce=privileged" in read.reason
+    line = J.describe(read, "gpualign-system", 0)
+    assert line.startswith("image build cannot start:") and "building" not in line and "attempt 3" in line
+    job["metadata"]["annotations"][J.BLOCKED_ANNOTATION] = why  # kept on the Job, the Event long expired
+    job["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
+                                    "lastTransitionTime": "2026-12-02T11:00:00Z"}]
+    failed = J.read_job(job, None)
+    assert failed.phase == B.FAILED and failed.failure == B.PERMANENT
+    assert failed.reason == f"its pod could never be created: {why}"
+    job["status"] = {"active": 1}
+    assert J.read_job(job, {"status": {}}).phase == B.RUNNING  # it has a pod now: the namespace was fixed
+
+
+def test_builds_go_only_to_a_registry_that_is_yours():
+    import pytest
+
+    from gpualign.cli.controller import build_target
+    from gpualign.errors import BadInput
+
+    assert build_target(None, ["registry://r.local/nvidia/driver"], None) == "r.local/nvidia/driver"
+    assert build_target("r.local/x/driver", ["ledger.txt"], None) == "r.local/x/driver"
+    with pytest.raises(BadInput, match="no registry to push to"):
+        build_target(None, ["ledger.txt"], None)
+    with pytest.raises(BadInput, match="NVIDIA's registry, which you cannot push to"):
+        build_target("nvcr.io/nvidia/driver", [], None)
+
+
+def test_a_namespace_under_baseline_refuses_the_privileged_build_pod_and_says_which_label_allows_it():
+    from gpualign.controller.build_preflight import pod_security_problem
+
+    assert pod_security_problem({}, "b") is None
+    assert pod_security_problem({"pod-security.kubernetes.io/enforce": "privileged"}, "b") is None
+    why = pod_security_problem({"pod-security.kubernetes.io/enforce": "baseline"}, "b")
+    assert why and "enforces Pod Security 'baseline'" in why and "enforce=privileged" in why

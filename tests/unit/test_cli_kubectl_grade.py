@@ -69,7 +69,7 @@ def test_json_is_a_versioned_document_that_records_its_sources(fleet):
     assert data["apiVersion"] == "gpualign.io/v1" and data["kind"] == "CheckReport"
     assert data["source"]["nodes_file"] == str(nodes) and data["source"]["ledger"] == [str(ledger)]
     assert data["source"]["builtin"]["rules"].startswith("v")
-    assert {m["action"] for m in data["missing"]} == {"mirror", "build"}
+    assert {m["action"] for m in data["missing"]} == {"mirror", "render"}  # gcp: Canonical builds it
 
 
 # -- errors -----------------------------------------------------------------------------------------------------

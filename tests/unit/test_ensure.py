@@ -73,8 +73,12 @@ def test_only_debian_is_built_here_and_each_refusal_says_why():
         tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"))
     with pytest.raises(BadInput, match="ubuntu22.04 images are not built by gpualign: render the recipe"):
         tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"))
-    with pytest.raises(BadInput, match="unknown OS 'sles15'"):
+    with pytest.raises(BadInput, match="gpualign has no recipe for sles15"):
         tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"))
+    with pytest.raises(BadInput, match="gpualign does not build debian13 yet"):
+        tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"))
+    with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, not arm64"):
+        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"))
 
 
 def test_module_symvers_lines_and_a_bad_line_named():

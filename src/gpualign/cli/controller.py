@@ -121,12 +121,11 @@ def controller(
     if gate_warn_after <= 0:
         raise BadInput("--gate-warn-after: expected seconds > 0")
     repo = repository_for(repository, ledger or [], warn)
-    builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
-                           build_pod_settings, repo, build_retry_after) if build else None
-    if builds is not None:
-        builds.replace_wrong = build_replace_wrong
-    elif build_replace_wrong:
+    if build_replace_wrong and not build:
         raise BadInput("--build-replace-wrong makes images again through build Jobs: add --build")
+    if build:  # the flags alone first: a bad value is refused before anything is read
+        build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds, build_pod_settings,
+                      repo, build_retry_after)
     logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
     logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
@@ -143,6 +142,20 @@ def controller(
         kube.close()
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
                        "the controller needs the GPU Operator's ClusterPolicy to name the repository")
+    builds = None
+    if build:
+        target = build_target(repository, ledger or [], config if follow else None)
+        builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
+                               build_pod_settings, target, build_retry_after)
+        builds.replace_wrong = build_replace_wrong
+        from gpualign.controller import build_preflight
+
+        try:
+            for line in build_preflight.check(kube, builds.settings):
+                warn(line)
+        except BadInput:
+            kube.close()
+            raise
     rule_set, version_note = for_operator(rule_set, operator_version or (config.version if config else None))
     if version_note:
         warn(version_note)
@@ -172,7 +185,8 @@ def controller(
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
         run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow,
-            judge_image=lambda image: judge({image: ()}, docker_config=docker_config).wrong.get(image))
+            judge_image=lambda image, arch: judge({image: ()}, docker_config=docker_config,
+                                                  archs={image: (arch,)}).wrong_for(image, arch))
     finally:
         kube.close()
 
@@ -196,6 +210,30 @@ def log_level(text: str) -> str:
     return level
 
 
+def build_target(repository: str | None, ledgers: list[str], operator: OperatorConfig | None) -> str:
+    """The repository build Jobs push to: --repository, else the registry ledger's, else (following the GPU
+    Operator) the one repository its objects name. Never NVIDIA's registry, and never a file ledger's guess."""
+    from gpualign.ledger.registry import parse_ref
+    from gpualign.ledger.sources import is_registry
+    from gpualign.usecases.ledgers import NVIDIA_REPOSITORY
+
+    target = repository.rstrip("/") if repository else next(
+        (parse_ref(s).image for s in ledgers if is_registry(s)), None)
+    if target is None and operator is not None:
+        repos = sorted({s.repository for s in operator.sources if s.repository and not s.problem})
+        if len(repos) > 1:
+            raise BadInput(f"--build: the GPU Operator's objects name {len(repos)} repositories ({', '.join(repos)}): "
+                           "pass --repository with the one build Jobs push to")
+        target = repos[0] if repos else None
+    if target is None:
+        raise BadInput("--build: no registry to push to: pass a registry ledger (--ledger registry://HOST/REPO) or "
+                       "--repository REPO; a file ledger names tags, not where images go")
+    if target.split("/", 1)[0] == NVIDIA_REPOSITORY.split("/", 1)[0]:
+        raise BadInput(f"--build: {target} is NVIDIA's registry, which you cannot push to: pass --repository (or a "
+                       "registry ledger) with your own registry's repository")
+    return target
+
+
 def build_options(image: str | None, namespace: str, cap: int, settings_file: Path | None,
                   repository: str, retry_after: float = 30.0) -> BuildOptions:
     """--build's settings, checked before the controller starts (one line and exit 2 otherwise)."""
@@ -216,7 +254,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
         if not isinstance(loaded, dict):
             raise BadInput(f"--build-pod-settings {settings_file}: expected a mapping")
         known = {"nodeSelector", "tolerations", "resources", "serviceAccountName", "pushSecret", "signSecret",
-                 "upstream", "hostNetwork", "ttlSecondsAfterFinished", "activeDeadlineSeconds"}
+                 "upstream", "hostNetwork", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "affinity",
+                 "imagePullSecrets", "priorityClassName", "podLabels", "podAnnotations"}
         unknown = sorted(set(loaded) - known)
         if unknown:
             raise BadInput(f"--build-pod-settings {settings_file}: unknown key {unknown[0]!r} (known: "
@@ -233,6 +272,27 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
         upstream=str(pod["upstream"]) if pod.get("upstream") else None,
         host_network=bool(pod.get("hostNetwork")),
         ttl_seconds=int(pod.get("ttlSecondsAfterFinished") or 86400),  # type: ignore[call-overload]
-        deadline_seconds=int(pod.get("activeDeadlineSeconds") or 3600))  # type: ignore[call-overload]
+        deadline_seconds=int(pod.get("activeDeadlineSeconds") or 3600),  # type: ignore[call-overload]
+        affinity=_mapping(pod.get("affinity")),
+        image_pull_secrets=tuple(_secret_names(pod.get("imagePullSecrets"), settings_file)),
+        priority_class=str(pod["priorityClassName"]) if pod.get("priorityClassName") else None,
+        pod_labels={str(k): str(v) for k, v in dict(pod.get("podLabels") or {}).items()},  # type: ignore[call-overload]
+        pod_annotations={str(k): str(v)
+                         for k, v in dict(pod.get("podAnnotations") or {}).items()})  # type: ignore[call-overload]
     return BuildOptions(settings, cap=cap, recipe=f"gpualign {__version__}", backoff=retry_after,
                         max_backoff=max(retry_after, 1800.0))
+
+
+def _secret_names(raw: object, where: Path | None) -> list[str]:
+    """imagePullSecrets as Kubernetes writes them ([{name: …}]) or as names."""
+    names = []
+    for item in raw or []:  # type: ignore[attr-defined]
+        name = item.get("name") if isinstance(item, dict) else item
+        if not isinstance(name, str) or not name:
+            raise BadInput(f"--build-pod-settings {where}: imagePullSecrets: expected a list of {{name: SECRET}}")
+        names.append(name)
+    return names
+
+
+def _mapping(raw: object) -> dict[str, object] | None:
+    return {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else None

@@ -130,6 +130,7 @@ def ensure(
     from gpualign.ensure import run, tagspec
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
+    from gpualign.makers import DEBIAN
 
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
@@ -190,7 +191,7 @@ def ensure(
                                          check_present=STRICT if verify_modules else OFF,
                                          replace_wrong=replace_wrong, share_pull=shared_modules,
                                          share_push=shared_modules,
-                                         together=tuple(s.kernel for s in specs if s.os_tag in tagspec.DEBIAN_BRANCHES))
+                                         together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN))
                    for spec in specs}
         planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
         if any(p.action == run.BUILD for p in planned.values()) and not dry_run:

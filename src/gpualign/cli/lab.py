@@ -250,6 +250,9 @@ def add_node(
         help="Secure Boot on, with this certificate (PEM or DER) enrolled in the node's kernel (repeatable): the "
              "driver simulator then refuses modules that are unsigned or signed by another key, as the kernel "
              "does (Debian kernels; annotation lab.gpualign.io/secure-boot-certs)")] = None,
+    arch: Annotated[str, typer.Option(
+        "--arch", metavar="ARCH", help="its CPU architecture (kubernetes.io/arch): amd64, or arm64 for a Grace "
+                                       "node; its driver pod pulls only an image of that platform")] = "amd64",
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="wait until it is Ready")] = True,
     state_dir: StateDirOpt = None,
 ) -> None:
@@ -282,7 +285,9 @@ def add_node(
         pool, joined = _operator_pool(_cluster_pools(state), extra, branch)
         extra.update(pool.node_selector)
     annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}
-    spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, labels=extra,
+    if arch not in ("amd64", "arm64"):
+        raise BadInput(f"--arch {arch!r}: expected amd64 or arm64")
+    spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, arch=arch, labels=extra,
                               annotations=annotations)
     kube = Kube(str(state.kubeconfig))
     try:
@@ -295,7 +300,7 @@ def add_node(
             seed.wait_nodes_ready(kube, [name])
     finally:
         kube.close()
-    progress(f"node {name} added (kernel {kernel}, {os}){joined}")
+    progress(f"node {name} added (kernel {kernel}, {os}{', ' + arch if arch != 'amd64' else ''}){joined}")
 
 
 def _cluster_pools(state: Any) -> list[Any]:
@@ -375,13 +380,21 @@ def push_image(
     cuda_version: Annotated[str | None, typer.Option(metavar="VERSION",
                                                      help="also set CUDA_VERSION in the image config")] = None,
     repo: Annotated[str, typer.Option(metavar="REPO", help="repository in the lab registry")] = "nvidia/driver",
+    arch: Annotated[list[str] | None, typer.Option(
+        "--arch", metavar="ARCH", help="a CPU architecture the image holds (repeatable: several make an image "
+                                       "index) [default: amd64]")] = None,
     state_dir: StateDirOpt = None,
 ) -> None:
-    """Push a tiny image to the lab registry over the distribution API (no Docker needed)."""
+    """Push a tiny image to the lab registry over the distribution API (no Docker needed): one linux/amd64 image,
+    or with --arch, one image per architecture under an index."""
     from gpualign.lab import cluster, seed
     from gpualign.ledger.registry import RegistryClient, RegistryRef
     from gpualign.version import DriverVersion
 
+    archs = tuple(dict.fromkeys(arch or ["amd64"]))
+    bad = [a for a in archs if a not in ("amd64", "arm64")]
+    if bad:
+        raise BadInput(f"--arch {bad[0]!r}: expected amd64 or arm64")
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
     env: dict[str, str] = {}
@@ -396,10 +409,11 @@ def push_image(
         env["CUDA_VERSION"] = cuda_version
     client = RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http"))
     try:
-        client.push_image(tag, env)
+        client.push_image(tag, env, archs=archs)
     finally:
         client.close()
-    progress(f"pushed {state.registry}/{repo}:{tag}")
+    progress(f"pushed {state.registry}/{repo}:{tag}" + (f" ({', '.join('linux/' + a for a in archs)})"
+                                                          if archs != ("amd64",) else ""))
 
 
 @app.command("push-self")

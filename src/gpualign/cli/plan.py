@@ -190,17 +190,24 @@ def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: s
         row: list[str | Styled] = [f"{repo}:{n['tag']}", ledger_cell, action,
                                    grouped(n["clusters"]) if fleet else ",".join(n["nodes"])]
         reason = f"present but wrong: {n['wrong']}; {n['reason']}" if n.get("wrong") else n["reason"]
+        if not n["in_ledger"] and not n.get("wrong") and n.get("action_reason") and n["action"] != "mirror":
+            reason = f"{reason.removesuffix(': build it in-house')}; {n['action_reason']}"
         rows.append(row + ([reason] if wide else []))
     text = render(cols, rows, color=use_color(), no_headers=no_headers) if rows else ""
     for u in unknown:
         text += f"cannot plan {u['cluster'] + ':' if fleet else ''}{u['node']}: {u['reason']}\n"
     to_build = [n for n in needed if not n["in_ledger"]]
     wrong = sum(1 for n in to_build if n.get("wrong"))
-    mirror = sum(1 for n in to_build if n["action"] == "mirror" and not n.get("wrong"))
-    return text + (f"\n{len(to_build)} of {len(needed)} images must be in the ledger first ({mirror} to mirror from "
-                   f"NVIDIA, {len(to_build) - mirror - wrong} to build in-house"
-                   + (f", {wrong} present but wrong, to make again: gpualign ensure TAG --replace-wrong" if wrong
-                      else "") + ")\n")
+    count = {a: sum(1 for n in to_build if n["action"] == a and not n.get("wrong"))
+             for a in ("mirror", "build", "render", "none")}
+    parts = [f"{count['mirror']} to mirror from NVIDIA", f"{count['build']} for gpualign to build"]
+    if count["render"]:
+        parts.append(f"{count['render']} to build from gpualign's recipe (gpualign ensure TAG --render DIR)")
+    if count["none"]:
+        parts.append(f"{count['none']} gpualign cannot make (-o wide says why)")
+    if wrong:
+        parts.append(f"{wrong} present but wrong, to make again: gpualign ensure TAG --replace-wrong")
+    return text + f"\n{len(to_build)} of {len(needed)} images must be in the ledger first ({', '.join(parts)})\n"
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,9 @@ container to assemble it (CAP_SYS_ADMIN, and no seccomp filter on mount); the mo
 against their kernel, never loaded. Nothing is mounted from the host: the build's caches live in an emptyDir, the
 push credentials come from a Secret (a Docker config), the signing key from `--sign-secret`, read from the API.
 
+Placement: never on a GPU node (a required node affinity on `nvidia.com/gpu.present`, unless the chart's
+`builds.affinity` replaces it), and on a node of the architecture the Job builds for (`kubernetes.io/arch`).
+
 `backoffLimit: 0`: Kubernetes never retries the pod; the controller decides (controller/builds.py). A failed pod is
 kept with its log until the Job's `ttlSecondsAfterFinished` removes it; the failure's kind is in the pod's
 termination message (`GPUALIGN_TERMINATION_LOG`, the last lines of its log when the process left none).
@@ -19,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign.controller.builds import FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
+from gpualign import labels as L
+from gpualign.controller.builds import BLOCKED, FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
 
 JSON = dict[str, Any]
 BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
@@ -29,6 +33,12 @@ ATTEMPT_ANNOTATION = "gpualign.io/build-attempt"
 RECIPE_ANNOTATION = "gpualign.io/build-recipe"
 NODES_ANNOTATION = "gpualign.io/build-for-nodes"
 RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamps the time here
+# Why the Job's pod cannot be created (its FailedCreate Event, kept on the Job: Events expire within the hour)
+BLOCKED_ANNOTATION = "gpualign.io/build-blocked"
+ARCH_ANNOTATION = "gpualign.io/build-arch"
+# Off GPU nodes: a build is minutes of CPU, and the node waiting for the image is the last place for it.
+OFF_GPU_NODES: JSON = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": L.GPU_PRESENT, "operator": "NotIn", "values": ["true"]}]}]}}}
 TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -49,6 +59,11 @@ class BuildSettings:
     ttl_seconds: int = 86400  # finished Jobs (and a failed pod's log) are kept this long
     deadline_seconds: int = 3600  # a build that runs longer is stopped (and counts as transient)
     host_network: bool = False  # for clusters whose API server and registry are reachable only from the node
+    affinity: JSON | None = None  # replaces the default (off GPU nodes)
+    image_pull_secrets: Sequence[str] = ()  # to pull gpualign's image from a private registry
+    priority_class: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
 def tag_hash(tag: str) -> str:
@@ -56,8 +71,9 @@ def tag_hash(tag: str) -> str:
 
 
 def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str, *,
-              replace_wrong: bool = False) -> JSON:
-    """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over."""
+              replace_wrong: bool = False, arch: str = L.DEFAULT_ARCH) -> JSON:
+    """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over.
+    arch: the CPU architecture the build is for: its pod runs on a node of it."""
     args = ["ensure", tag, "--ledger", settings.ledger]
     if replace_wrong:
         args.append("--replace-wrong")
@@ -81,9 +97,15 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
     if settings.resources:
         container["resources"] = dict(settings.resources)
     pod_spec: JSON = {"restartPolicy": "Never", "serviceAccountName": settings.service_account,
-                      "containers": [container], "volumes": volumes}
-    if settings.node_selector:
-        pod_spec["nodeSelector"] = dict(settings.node_selector)
+                      "containers": [container], "volumes": volumes,
+                      "nodeSelector": {L.ARCH: arch, **settings.node_selector},
+                      "affinity": dict(settings.affinity) if settings.affinity is not None else OFF_GPU_NODES}
+    if not pod_spec["affinity"]:
+        del pod_spec["affinity"]
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in settings.image_pull_secrets]
+    if settings.priority_class:
+        pod_spec["priorityClassName"] = settings.priority_class
     if settings.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in settings.tolerations]
     if settings.host_network:
@@ -91,19 +113,24 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     labels = {"app.kubernetes.io/name": "gpualign", "app.kubernetes.io/component": "driver-build",
               BUILD_LABEL: "true", TAG_HASH_LABEL: tag_hash(tag)}
+    pod_meta: JSON = {"labels": {**settings.pod_labels, **labels}}
+    if settings.pod_annotations:
+        pod_meta["annotations"] = dict(settings.pod_annotations)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": job_name(tag), "namespace": settings.namespace, "labels": labels,
                      "annotations": {TAG_ANNOTATION: tag, ATTEMPT_ANNOTATION: str(attempt),
-                                     RECIPE_ANNOTATION: recipe, NODES_ANNOTATION: ",".join(sorted(nodes))[:2000]}},
+                                     RECIPE_ANNOTATION: recipe, NODES_ANNOTATION: ",".join(sorted(nodes))[:2000],
+                                     ARCH_ANNOTATION: arch}},
         "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": settings.ttl_seconds,
                  "activeDeadlineSeconds": settings.deadline_seconds,
-                 "template": {"metadata": {"labels": labels}, "spec": pod_spec}},
+                 "template": {"metadata": pod_meta, "spec": pod_spec}},
     }
 
 
-def read_job(job: JSON, pod: JSON | None) -> BuildJob:
-    """A build Job (and its pod, when it still has one) as the trigger reasons about it."""
+def read_job(job: JSON, pod: JSON | None, cannot_create: str | None = None) -> BuildJob:
+    """A build Job (and its pod, when it still has one) as the trigger reasons about it. cannot_create: the message
+    of the Job's FailedCreate Event, when it has one (else the one kept in its annotation)."""
     meta = job.get("metadata") or {}
     ann = meta.get("annotations") or {}
     status = job.get("status") or {}
@@ -118,8 +145,13 @@ def read_job(job: JSON, pod: JSON | None) -> BuildJob:
     else:
         phase = RUNNING
     failure, reason = None, ""
+    blocked = cannot_create or ann.get(BLOCKED_ANNOTATION)
     if phase == FAILED:
         failure, reason = failure_of(pod, conditions.get("Failed") or conditions.get("FailureTarget") or {})
+        if blocked and pod is None:  # it never had a pod: waiting out its deadline changed nothing
+            failure, reason = PERMANENT, f"its pod could never be created: {blocked}"
+    elif phase == RUNNING and blocked and pod is None and not status.get("active"):
+        phase, reason = BLOCKED, blocked
     retry = ann.get(RETRY_ANNOTATION)
     return BuildJob(name=str(meta.get("name", "")), tag=str(ann.get(TAG_ANNOTATION, "")), phase=phase,
                     attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=str(ann.get(RECIPE_ANNOTATION, "")),
@@ -158,16 +190,32 @@ def describe(job: BuildJob, namespace: str, now: float) -> str:
     """A build in one line, as `status`, `why` and the board say it: "image building: Job NS/NAME, for 2m10s
     (attempt 1)", or how it failed and what happens next."""
     where = f"Job {namespace}/{job.name}"
+    if job.phase == BLOCKED:
+        return f"image build cannot start: {where} cannot create its pod: {job.reason} (attempt {job.attempt})"
     if job.phase == RUNNING:
         if job.started is None:
             return f"image building: {where} created, its pod not started yet (attempt {job.attempt})"
         return f"image building: {where}, for {_duration(now - job.started)} (attempt {job.attempt})"
     if job.phase == SUCCEEDED:
+        if job.unlisted:
+            return (f"image built and pushed by {where}, but the ledger does not list it (attempt {job.attempt}; "
+                    "retried after a backoff)")
         return f"image built by {where}"
     if job.failure == PERMANENT:
         return (f"image build failed: {job.reason} ({where}, attempt {job.attempt}; not retried until something "
                 f"changes: gpualign build retry {job.tag})")
     return f"image build failed: {job.reason} ({where}, attempt {job.attempt}; retried after a backoff)"
+
+
+def cannot_create_hint(message: str, namespace: str) -> str:
+    """The API's refusal of a build pod, with what would allow it."""
+    if "PodSecurity" in message or "violates PodSecurity" in message:
+        return (f"{message} (the build pod is privileged: label the namespace "
+                f"pod-security.kubernetes.io/enforce=privileged, as the chart's builds.namespaceLabels does, or "
+                f"give --build-namespace a namespace of its own that allows it)")
+    if "serviceaccount" in message.lower():
+        return f"{message} (create the ServiceAccount in {namespace}, or set builds.serviceAccount)"
+    return message
 
 
 def _duration(seconds: float) -> str:
@@ -206,6 +254,11 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
         if read.tag:
             out[read.tag] = describe(read, ns, now)
     return out
+
+
+def is_done(job: JSON) -> bool:
+    return any(c.get("type") in ("Complete", "SuccessCriteriaMet") and c.get("status") == "True"
+               for c in (job.get("status") or {}).get("conditions") or [])
 
 
 def is_failed(job: JSON) -> bool:

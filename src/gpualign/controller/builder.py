@@ -1,10 +1,13 @@
 """The build trigger (`gpualign controller --build`): the images GPU nodes wait for, made by Kubernetes Jobs that
 run gpualign's own `ensure`, with nobody typing.
 
-Each pass reads the controller's findings (the same audit `check` runs: a missing tag and its action, `build` or
-`mirror`), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that exist), reads
-each failed Job's pod for its reason, asks controller/builds.py what to do, and does it: deletes the finished Job a
-retry replaces, creates the new ones, and posts an Event on every waiting node when a build starts, fails or lands.
+Each pass reads the controller's findings (the same audit `check` runs: a missing tag and who makes it,
+gpualign.makers), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that
+exist), reads each failed Job's pod for its reason and each pod-less Job's FailedCreate Event, checks each success
+against a fresh read of the ledger, asks controller/builds.py what to do, and does it: deletes the finished Job a
+retry replaces, creates the new ones, and posts an Event on every waiting node when a build starts, fails, cannot
+start, lands, or lands nowhere the ledger can see. A tag gpualign cannot build (`render`, `none`) gets no Job:
+an Event on its nodes says so and names the command, and a metric counts it.
 Only the leader writes. A Job's name is its tag's, so a second create of the same tag is a 409 and adopts it.
 """
 
@@ -21,14 +24,18 @@ from gpualign.controller import build_job as J
 from gpualign.controller import builds as B
 from gpualign.errors import GpualignError
 from gpualign.kube import Kube
+from gpualign.makers import JOB_MAKERS, Maker
 
 log = logging.getLogger("gpualign.controller")
 JSON = dict[str, Any]
-BUILDABLE = ("build", "mirror")  # check's actions gpualign's ensure carries out
+BUILDABLE = tuple(str(m) for m in JOB_MAKERS)  # who makes it: gpualign's ensure, in a Job
 REPLACE = "replace"  # check's action for a present-but-wrong image: made again only when the value says so
 
 EVENT_CREATED, EVENT_FAILED, EVENT_SUCCEEDED = "DriverImageBuildStarted", "DriverImageBuildFailed", \
     "DriverImageBuilt"
+EVENT_UNLISTED = "DriverImageBuiltNotListed"  # the Job succeeded; the ledger, read after it, lacks the tag
+EVENT_BLOCKED = "DriverImageBuildCannotStart"  # the Job's pod cannot be created
+EVENT_NOT_BUILDABLE = "DriverImageNotBuildable"  # gpualign does not build it (render: its recipe; none)
 
 
 @dataclass
@@ -60,44 +67,116 @@ class Builder:
     # tag -> every node that waited for it while its build ran (told when it lands, though by then the image is
     # present and they wait no more)
     waiters: dict[str, set[str]] = field(default_factory=dict)
+    # image (REPO:TAG) -> whether the controller's ledger lists it, read anew (after a Job said it pushed it)
+    listed: Callable[[str], bool] = lambda _image: True
+    ledger_name: str = ""  # the ledger the controller reads, as Events name it
+    # (Job name, attempt) -> its success was checked against a fresh ledger read: True listed, False not
+    confirmed: dict[tuple[str, int], bool] = field(default_factory=dict)
+    # tag -> (who makes it, why, its nodes): missing images gpualign does not build (no Job is made for them)
+    refused: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
+    refused_told: set[tuple[str, str]] = field(default_factory=set)  # (node, tag) told by an Event
 
     # -- what nodes wait for ---------------------------------------------------------------------------------------
     def wanted(self, now: float) -> list[B.Wanted]:
         """The tags nodes wait for now: their current kernel's, and their next kernel's (built ahead)."""
         by_tag: dict[str, set[str]] = {}
         actions: dict[str, str] = {}
+        archs: dict[str, str] = {}
+        images: dict[str, str] = {}
         waiting: set[tuple[str, str]] = set()
+        refused: dict[str, tuple[str, str, set[str]]] = {}
         for source in (self.findings(), self.ahead()):
             for node, f in source.items():
+                if not f.get("tag"):
+                    continue
                 wrong = self.options.replace_wrong and f.get("status") == "wrong-image" and \
                     f.get("action") == REPLACE
-                if (wrong or f.get("status") == "missing" and f.get("action") in BUILDABLE) and f.get("tag"):
+                if f.get("status") == "missing" and f.get("action") in (Maker.RENDER, Maker.NONE):
+                    refused.setdefault(f["tag"], (f["action"], f.get("action_reason") or "", set()))[2].add(node)
+                    continue
+                if wrong or f.get("status") == "missing" and f.get("action") in BUILDABLE:
                     by_tag.setdefault(f["tag"], set()).add(node)
                     actions[f["tag"]] = f["action"]
+                    # a mirror is a copy: it runs where gpualign's own image runs (amd64)
+                    archs[f["tag"]] = f.get("arch") or "amd64" if f["action"] != Maker.MIRROR else "amd64"
+                    images[f["tag"]] = f.get("image") or ""
                     waiting.add((node, f["tag"]))
                     self.waiting_since.setdefault((node, f["tag"]), now)
         for key in [k for k in self.waiting_since if k not in waiting]:
             del self.waiting_since[key]
-        return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes))
+        self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
+        return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes),
+                         archs[tag], images[tag])
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------
     def read_jobs(self) -> list[B.BuildJob]:
         ns = self.options.settings.namespace
         items = self.kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
-        failed = [j for j in items if J.is_failed(j)]
+        podless = [j for j in items if not J.is_failed(j) and not J.is_done(j) and
+                   not (j.get("status") or {}).get("active") and not (j.get("status") or {}).get("ready")]
         pods: dict[str, JSON] = {}
-        if failed:
+        if podless or any(J.is_failed(j) for j in items):
             for pod in self.kube.pods(ns, label_selector=f"{J.BUILD_LABEL}=true"):
                 owner = ((pod.get("metadata") or {}).get("labels") or {}).get("job-name")
                 if owner:
                     pods[owner] = pod
-        return [J.read_job(j, pods.get(j["metadata"]["name"])) for j in items]
+        cannot = self._cannot_create(ns, [j for j in podless if j["metadata"]["name"] not in pods])
+        return [J.read_job(j, pods.get(j["metadata"]["name"]), cannot.get(j["metadata"]["name"])) for j in items]
+
+    def _cannot_create(self, ns: str, jobs: list[JSON]) -> dict[str, str]:
+        """Job name -> why its pod cannot be created (its FailedCreate Event, with what would allow it), for Jobs
+        with no pod. The reason is kept on the Job too (Events expire), so its end after the deadline is known."""
+        if not jobs:
+            return {}
+        names = {j["metadata"]["name"] for j in jobs}
+        out: dict[str, str] = {}
+        for ev in self.kube.list_raw(f"/api/v1/namespaces/{ns}/events",
+                                     field_selector="involvedObject.kind=Job,reason=FailedCreate"):
+            name = str((ev.get("involvedObject") or {}).get("name") or "")
+            if name in names:
+                out[name] = J.cannot_create_hint(" ".join(str(ev.get("message") or "").split())[:600], ns)
+        for j in jobs:
+            name = j["metadata"]["name"]
+            kept = ((j.get("metadata") or {}).get("annotations") or {}).get(J.BLOCKED_ANNOTATION)
+            if name in out and kept != out[name] and self.is_leader():
+                try:
+                    self.kube.patch(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+                                    {"metadata": {"annotations": {J.BLOCKED_ANNOTATION: out[name]}}})
+                except GpualignError as err:
+                    log.warning("build Job %s: keeping why its pod cannot be created: %s", name, err.message)
+        return out
+
+    def _confirm(self, jobs: list[B.BuildJob], wanted: list[B.Wanted]) -> list[B.BuildJob]:
+        """Each succeeded Job whose tag nodes still wait for, checked once against a fresh read of the ledger:
+        not listed there, it is `unlisted` (a Warning, and a retry after the backoff, its attempt counted)."""
+        import dataclasses
+
+        images = {w.tag: w.image for w in wanted}
+        out = []
+        for job in jobs:
+            if job.phase == B.SUCCEEDED and job.tag in images:
+                key = (job.name, job.attempt)
+                if key not in self.confirmed:
+                    try:
+                        self.confirmed[key] = self.listed(images[job.tag])
+                    except GpualignError as err:
+                        log.warning("build Job %s succeeded; the ledger could not be read to check it: %s",
+                                    job.name, err.message)
+                        out.append(job)
+                        continue
+                if not self.confirmed[key]:
+                    job = dataclasses.replace(job, unlisted=True)
+            out.append(job)
+        live = {(j.name, j.attempt) for j in jobs}
+        for key in [k for k in self.confirmed if k not in live]:
+            del self.confirmed[key]
+        return out
 
     def step(self, now: float | None = None) -> B.Decision:
         now = time.time() if now is None else now
         wanted = self.wanted(now)
-        jobs = self.read_jobs()
+        jobs = self._confirm(self.read_jobs(), wanted)
         self.jobs = {j.tag: j for j in jobs}
         decision = B.decide(wanted, jobs, cap=self.options.cap, now=now, recipe=self.options.recipe,
                             backoff=self.options.backoff, max_backoff=self.options.max_backoff,
@@ -108,12 +187,13 @@ class Builder:
         for w in wanted:
             self.waiters.setdefault(w.tag, set()).update(w.nodes)
         self._report(jobs)
+        self._tell_refused()
         ns = self.options.settings.namespace
         for name in (*decision.replace, *decision.stale):
             self._delete(name)
         for w, attempt in decision.create:
             job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe,
-                              replace_wrong=w.action == REPLACE)
+                              replace_wrong=w.action == REPLACE, arch=w.arch)
             resp = self.kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
             if resp.status_code == 409:
                 log.info("build Job %s for %s exists: adopted", job["metadata"]["name"], w.tag)
@@ -143,10 +223,29 @@ class Builder:
         """An Event on each node that waited (those the Job was made for, and those seen waiting since) when a Job
         this controller has not yet spoken of has finished."""
         for job in jobs:
-            if job.phase == B.RUNNING or self.reported.get(job.tag) == (job.phase, job.attempt):
+            phase = "unlisted" if job.unlisted else job.phase
+            if job.phase == B.RUNNING or self.reported.get(job.tag) == (phase, job.attempt):
                 continue
             first = job.tag not in self.reported
-            self.reported[job.tag] = (job.phase, job.attempt)
+            self.reported[job.tag] = (phase, job.attempt)
+            if job.phase == B.BLOCKED:
+                self._event_on(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
+                               EVENT_BLOCKED, f"driver image {job.tag} cannot be built: Job "
+                               f"{self.options.settings.namespace}/{job.name} cannot create its pod: {job.reason}",
+                               warning=True)
+                log.error("build Job %s for %s cannot create its pod: %s", job.name, job.tag, job.reason)
+                continue
+            if job.unlisted:
+                self._event_on(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
+                               EVENT_UNLISTED, f"Job {self.options.settings.namespace}/{job.name} reported pushing "
+                               f"{self.options.settings.ledger.removeprefix('registry://')}:{job.tag}, but the "
+                               f"ledger {self.ledger_name or self.options.settings.ledger} does not list "
+                               f"{job.tag}: retried after a backoff (attempt {job.attempt}); is the push target the "
+                               "ledger this controller reads?", warning=True)
+                log.warning("build Job %s succeeded, but the ledger does not list %s (attempt %d)", job.name,
+                            job.tag, job.attempt)
+                self.on_finished(job.tag, "unlisted", None)
+                continue
             nodes = sorted(self.waiters.pop(job.tag, set()) | set(job.nodes))
             seconds = job.finished - job.started if job.finished is not None and job.started is not None else None
             if job.phase == B.FAILED:
@@ -159,6 +258,22 @@ class Builder:
                                f"driver image {job.tag} built and pushed by Job {job.name}", warning=False)
             if not first:  # seen running by this process: its whole life is known
                 self.on_finished(job.tag, job.phase, seconds)
+
+    def _tell_refused(self) -> None:
+        """An Event, once per node and tag, on each node whose missing image gpualign does not build: what to do."""
+        for tag, (action, why, nodes) in self.refused.items():
+            fresh = [n for n in nodes if (n, tag) not in self.refused_told]
+            if not fresh:
+                continue
+            how = (f"render its recipe with `gpualign ensure {tag} --render DIR` and build it where the "
+                   "distribution's archive is reachable" if action == Maker.RENDER else "make it by hand")
+            self._event_on(fresh, tag, 0, EVENT_NOT_BUILDABLE,
+                           f"driver image {tag} is missing and gpualign does not build it ({why}): {how}, then push "
+                           "it to the ledger; no build Job is made", warning=True)
+            log.warning("driver image %s is missing and gpualign does not build it (%s): no build Job", tag, why)
+            self.refused_told.update((n, tag) for n in fresh)
+        live = {(n, t) for t, (_, _, nodes) in self.refused.items() for n in nodes}
+        self.refused_told &= live
 
     def _event_on(self, nodes: Iterable[str], tag: str, attempt: int, reason: str, message: str, *,
                   warning: bool) -> None:
@@ -186,6 +301,9 @@ class Builder:
         ns = self.options.settings.namespace
         return {"running": list(self.last.running), "queued": list(self.last.queued),
                 "held": dict(self.last.held), "backing_off": dict(self.last.backing_off),
-                "jobs": {t: {"name": j.name, "phase": j.phase, "attempt": j.attempt, "reason": j.reason,
-                             "line": J.describe(j, ns, now)} for t, j in self.jobs.items()}}
+                "blocked": list(self.last.blocked),
+                "not_buildable": {t: {"action": a, "why": why, "nodes": list(n)}
+                                  for t, (a, why, n) in self.refused.items()},
+                "jobs": {t: {"name": j.name, "phase": "unlisted" if j.unlisted else j.phase, "attempt": j.attempt,
+                             "reason": j.reason, "line": J.describe(j, ns, now)} for t, j in self.jobs.items()}}
 

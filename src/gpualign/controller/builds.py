@@ -14,7 +14,11 @@ The rules, against KMM's ("failed build pods are preserved and must be deleted m
 - a permanent one (no headers for that kernel, modules that fail verification, a refused push) is not retried until
   something changes: the recipe (gpualign's version) or an explicit retry (`gpualign build retry TAG`, which stamps
   the tag's Job with the time it was asked);
-- nothing loops: a Job that failed is kept (with its log) for `keep_failed` seconds and replaced only by a retry.
+- nothing loops: a Job that failed is kept (with its log) for `keep_failed` seconds and replaced only by a retry;
+- a success is checked: a Job that succeeded while the controller's ledger, read after it, still lacks the tag
+  (`unlisted`) counts as a failed attempt, retried after the same doubling backoff, its attempts counted on;
+- a Job whose pod cannot be created (`FailedCreate`: Pod Security, a missing ServiceAccount) is `blocked`: it is
+  never shown as building, and no second Job is made beside it.
 """
 
 from __future__ import annotations
@@ -24,19 +28,21 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-RUNNING, SUCCEEDED, FAILED = "running", "succeeded", "failed"
+RUNNING, SUCCEEDED, FAILED, BLOCKED = "running", "succeeded", "failed", "blocked"
 TRANSIENT, PERMANENT = "transient", "permanent"
 JOB_PREFIX = "gpualign-build-"
 
 
 @dataclass(frozen=True)
 class Wanted:
-    """A tag GPU nodes wait for, which gpualign can make (check's action `build` or `mirror`)."""
+    """A tag GPU nodes wait for, which gpualign can make (gpualign.makers: `build` or `mirror`)."""
 
     tag: str
     action: str
     nodes: tuple[str, ...]
     since: float  # when the first of its nodes began to wait (epoch seconds)
+    arch: str = "amd64"  # the CPU architecture the image is for: its build runs on a node of it
+    image: str = ""  # REPO:TAG, as the controller's ledger names it
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,7 @@ class BuildJob:
 
     name: str
     tag: str
-    phase: str  # running | succeeded | failed
+    phase: str  # running | blocked (its pod cannot be created) | succeeded | failed
     attempt: int = 1
     recipe: str = ""  # the gpualign version that made the Job
     finished: float | None = None  # when it succeeded or failed
@@ -54,6 +60,7 @@ class BuildJob:
     retry_asked: float | None = None  # `gpualign build retry TAG`: when
     started: float | None = None  # when its pod started (the Job's startTime)
     nodes: tuple[str, ...] = ()  # the nodes waiting when it was made (its annotation)
+    unlisted: bool = False  # succeeded, yet the ledger read after it does not list the tag
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class Decision:
     backing_off: tuple[tuple[str, float], ...] = ()  # tag, when its retry is due
     held: tuple[tuple[str, str], ...] = ()  # tag, the permanent failure's reason
     running: tuple[str, ...] = ()
+    blocked: tuple[str, ...] = ()  # Jobs whose pod cannot be created
     stale: tuple[str, ...] = field(default_factory=tuple)  # finished Jobs whose tag nobody waits for, past keep
 
 
@@ -87,7 +95,8 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
     waiting = sorted(wanted, key=lambda w: (w.since, w.tag))
     wanted_tags = {w.tag for w in waiting}
     running = [t for t, j in by_tag.items() if j.phase == RUNNING]
-    slots = max(0, cap - len(running))
+    blocked = [t for t, j in by_tag.items() if j.phase == BLOCKED]
+    slots = max(0, cap - len(running) - len(blocked))  # a Job that cannot start still holds its place
     create: list[tuple[Wanted, int]] = []
     replace: list[str] = []
     queued: list[str] = []
@@ -97,12 +106,17 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
         job = by_tag.get(w.tag)
         attempt = 1
         if job is not None:
-            if job.phase == RUNNING:
+            if job.phase in (RUNNING, BLOCKED):
                 continue
             if job.phase == SUCCEEDED:
-                # built, and still missing: the ledger was not read again yet, or the image went away; a new
-                # attempt only once the Job is older than one backoff (no loop on a stale ledger read)
-                if job.finished is not None and now - job.finished < backoff:
+                # built, and still missing: until a ledger read after it says the tag is not there, wait; then it
+                # counts as a failed attempt, retried after the doubling backoff
+                if not job.unlisted:
+                    continue
+                due = (job.finished or now) + backoff_for(job.attempt, backoff, max_backoff)
+                asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
+                if not asked and now < due:
+                    backing_off.append((w.tag, due))
                     continue
             elif job.phase == FAILED:
                 asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
@@ -113,7 +127,7 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
                 if job.failure != PERMANENT and not asked and job.recipe == recipe and now < due:
                     backing_off.append((w.tag, due))
                     continue
-            attempt = job.attempt + 1 if job.phase == FAILED else 1
+            attempt = job.attempt + 1
         if slots <= 0:
             queued.append(w.tag)
             continue
@@ -121,7 +135,7 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
         create.append((w, attempt))
         if job is not None:
             replace.append(job.name)  # the finished Job goes first: the new one takes its name
-    stale = tuple(j.name for t, j in by_tag.items() if t not in wanted_tags and j.phase != RUNNING
+    stale = tuple(j.name for t, j in by_tag.items() if t not in wanted_tags and j.phase not in (RUNNING, BLOCKED)
                   and j.finished is not None and now - j.finished > keep_failed)
     return Decision(tuple(create), tuple(replace), tuple(queued), tuple(backing_off), tuple(held), tuple(running),
-                    stale)
+                    tuple(blocked), stale)

@@ -55,6 +55,31 @@ class FleetCollector(Collector):
                                 value=len(data.get("gated") or {}))
 
 
+class BuildsCollector(Collector):
+    """gpualign_driver_image_not_buildable{tag,action} (nodes waiting for a missing image gpualign does not build:
+    render its recipe, or make it by hand) and gpualign_build_attempt{tag} (the attempt of each tag's build Job, counted
+    across retries), from the build trigger's last pass."""
+
+    def __init__(self, view: Callable[[], dict[str, Any]]) -> None:
+        self.view = view
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        data = self.view()
+        refused = GaugeMetricFamily("gpualign_driver_image_not_buildable",
+                                    "GPU nodes waiting for a missing driver image gpualign does not build (action "
+                                    "render: build its recipe elsewhere; none: make it by hand); no Job is made",
+                                    labels=["tag", "action"])
+        for tag, entry in sorted((data.get("not_buildable") or {}).items()):
+            refused.add_metric([tag, entry["action"]], len(entry["nodes"]))
+        yield refused
+        attempts = GaugeMetricFamily("gpualign_build_attempt",
+                                     "The attempt number of each tag's build Job, counted across retries",
+                                     labels=["tag", "phase"])
+        for tag, job in sorted((data.get("jobs") or {}).items()):
+            attempts.add_metric([tag, job["phase"]], job["attempt"])
+        yield attempts
+
+
 class Metrics:
     def __init__(self, snapshot: Callable[[], dict[str, Any]],
                  election_problem: Callable[[], str | None] = lambda: None) -> None:
@@ -77,6 +102,7 @@ class Metrics:
         self.registry.register(FleetCollector(snapshot))
         # the build trigger (--build)
         self.builds_view: Callable[[], dict[str, Any]] = lambda: {"running": []}
+        self.registry.register(BuildsCollector(lambda: self.builds_view()))
         running = Gauge("gpualign_builds_running", "Build Jobs running now (--build)", registry=self.registry)
         running.set_function(lambda: float(len(self.builds_view().get("running") or [])))
         self.builds_started = Counter("gpualign_builds_started", "Build Jobs created (--build)",

@@ -48,7 +48,7 @@ class Options:
 def run(kube: Kube, rules: Rules, policy: BranchPolicy,
         load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers], opts: Options,
         stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
-        follow_operator: bool = False, judge_image: Callable[[str], str | None] | None = None) -> None:
+        follow_operator: bool = False, judge_image: Callable[[str, str], str | None] | None = None) -> None:
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None
@@ -162,9 +162,15 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
 
     threading.Thread(target=refresher, name="ledger", daemon=True).start()
     if opts.builds is not None:
+        def listed(image: str) -> bool:
+            """After a Job says it pushed: the ledger read anew (its nodes re-checked when it changed)."""
+            state.refresh_ledger()
+            return state._in_ledger(image)
+
         builder = Builder(kube, opts.builds, lambda: dict(state.findings), is_leader=is_leader,
                           on_started=lambda _tag: metrics.builds_started.inc(),
-                          on_finished=metrics.build_finished, ahead=lambda: dict(state.ahead))
+                          on_finished=metrics.build_finished, ahead=lambda: dict(state.ahead), listed=listed,
+                          ledger_name=", ".join(state.ledger.sources))
         previous = state.on_missing
 
         def on_missing_and_build(node: str, old: str | None, new: str | None) -> None:

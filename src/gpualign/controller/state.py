@@ -69,8 +69,9 @@ class ClusterState:
     # (node, tag missing for its next kernel before, now): build ahead (gpualign.io/kernel.next)
     on_ahead_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
     # image -> why it is present but wrong (its labels), or None; asked once per image per ledger read
-    judge_image: Callable[[str], str | None] = lambda _image: None
-    judged: dict[str, str | None] = field(default_factory=dict)
+    # (image, the node's CPU architecture) -> why it is present but wrong for such a node (its labels, its platforms)
+    judge_image: Callable[[str, str], str | None] = lambda _image, _arch: None
+    judged: dict[tuple[str, str], str | None] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)
     findings: dict[str, JSON] = field(default_factory=dict)
@@ -249,7 +250,7 @@ class ClusterState:
         result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                        pods={name: pod} if pod else {}, planned=planned, expect=expect)
         first = result.findings[0]
-        if first.status == PRESENT and first.image and (why := self._wrong(first.image)):
+        if first.status == PRESENT and first.image and (why := self._wrong(first.image, facts.arch)):
             result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                            pods={name: pod} if pod else {}, planned=planned, expect=expect,
                            wrong={first.image: why})
@@ -351,7 +352,7 @@ class ClusterState:
         repo, _, tag = image.rpartition(":")
         return self.ledger.for_repository(repo).has(tag)
 
-    def _wrong(self, image: str) -> str | None:
+    def _wrong(self, image: str, arch: str) -> str | None:
         """Why a present image is wrong by its own labels (asked of the registry once per image per ledger read),
         or None. Only registry ledgers are asked: a file names tags, not images to read."""
         from gpualign.ledger.sources import is_registry
@@ -359,31 +360,31 @@ class ClusterState:
         if not any(is_registry(s) for s in self.ledger.sources) and not isinstance(self.ledger, RepoLedgers):
             return None
         with self.lock:
-            if image in self.judged:
-                return self.judged[image]
+            if (image, arch) in self.judged:
+                return self.judged[(image, arch)]
         try:
-            why = self.judge_image(image)
+            why = self.judge_image(image, arch)
         except GpualignError as err:
             log.warning("image %s: its labels could not be read: %s", image, err.message)
             return None
         with self.lock:
-            self.judged[image] = why
+            self.judged[(image, arch)] = why
         if why:
             log.warning("driver image %s is present but wrong: %s", image, why)
         return why
 
-    def _unusable(self, image: str) -> str | None:
+    def _unusable(self, image: str, arch: str) -> str | None:
         """Why the operator must not walk a node to this image (missing, or present but wrong), or None."""
         if not self._in_ledger(image):
             return "missing from the ledger"
-        why = self._wrong(image)
+        why = self._wrong(image, arch)
         return f"present but wrong ({why})" if why else None
 
     def _gate(self, facts: NodeFacts, finding: JSON, planned: tuple[str, str] | None) -> None:
         """The operator's skip label on a node whose next driver image is missing: the image gpualign expects from
         the operator's objects (known the moment they change), or the one its DaemonSet names (what it will pull)."""
         targets = [i for i in (finding.get("image"), planned[1] if planned else None) if i]
-        problems = [(i, why) for i in targets if (why := self._unusable(i))]
+        problems = [(i, why) for i in targets if (why := self._unusable(i, facts.arch))]
         missing = [i for i, _ in problems]
         patch = gate.decide(facts.labels, facts.annotations, image_missing=bool(missing),
                             target=missing[0] if missing else None, why=problems[0][1] if problems else "")

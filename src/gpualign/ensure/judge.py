@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.errors import GpualignError
+from gpualign.platforms import platform_problem
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
@@ -31,6 +32,13 @@ class Judgement:
     unverified: dict[str, str] = field(default_factory=dict)  # image -> why its modules could not be checked
     verified: dict[str, int] = field(default_factory=dict)  # image -> symbol CRCs checked (modules passed)
     warnings: list[str] = field(default_factory=list)
+    platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # image -> the linux CPU archs it holds
+
+    def wrong_for(self, image: str, arch: str) -> str | None:
+        """Why the image is wrong for a node of CPU architecture `arch`, or None."""
+        if image in self.wrong:
+            return self.wrong[image]
+        return platform_problem(image, arch, self.platforms)
 
 
 def _split(image: str) -> tuple[str, str]:
@@ -39,7 +47,8 @@ def _split(image: str) -> tuple[str, str]:
 
 
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
-          modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = ()) -> Judgement:
+          modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = (),
+          archs: Mapping[str, Iterable[str]] | None = None) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
     headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
@@ -64,16 +73,18 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
             continue  # not a registry reference gpualign can read: nothing to inspect
         try:
             # Labels only: every image's config at once (a manifest, then its config blob, for each).
-            fetched = _configs(client, tags) if modules == OFF else {}
+            wants = {t: sorted(set((archs or {}).get(f"{repo}:{t}", ())) or ["amd64"]) for t in tags}
+            fetched = _configs(client, tags, wants) if modules == OFF else {}
             for tag in tags:
                 image = f"{repo}:{tag}"
                 if modules != OFF:  # the modules first: the kernel's own verdict names module and symbol
                     _modules(client, image, tag, needs[image], modules, cache, out, image in secure)
                 if image in out.wrong:
                     continue
-                config = fetched[tag] if tag in fetched else client.image_config(tag) or {}
-                if isinstance(config, GpualignError):
-                    raise config
+                read = fetched[tag] if tag in fetched else _config(client, tag, wants[tag])
+                if isinstance(read, GpualignError):
+                    raise read
+                config, out.platforms[image] = read
                 labels = (config.get("config") or {}).get("Labels") or {}
                 why = by_labels(tag, labels)
                 if not why and image in secure and labels.get("io.gpualign.built-by") and \
@@ -91,11 +102,22 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     return out
 
 
-def _configs(client: RegistryClient, tags: list[str]) -> dict[str, dict[str, Any] | GpualignError]:
-    """Each tag's image config ({} if it has none), or the error reading it, read side by side."""
-    def one(tag: str) -> dict[str, Any] | GpualignError:
+def _config(client: RegistryClient, tag: str, archs: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A tag's image config ({} if it has none), read from the image of the first wanted architecture it holds,
+    and the architectures it holds."""
+    config, platforms = client.image_config_and_platforms(tag, arch=archs[0])
+    chosen = next((a for a in archs if a in platforms), archs[0])
+    if chosen != archs[0]:
+        config = client.image_config(tag, arch=chosen)
+    return config or {}, platforms
+
+
+def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[str]]) \
+        -> dict[str, tuple[dict[str, Any], tuple[str, ...]] | GpualignError]:
+    """Each tag's config and platforms (`_config`), or the error reading it, read side by side."""
+    def one(tag: str) -> tuple[dict[str, Any], tuple[str, ...]] | GpualignError:
         try:
-            return client.image_config(tag) or {}
+            return _config(client, tag, archs[tag])
         except GpualignError as err:
             return err
 

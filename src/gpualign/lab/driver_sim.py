@@ -84,21 +84,35 @@ class Simulator:
         self.registry = registry
         self.decided: dict[str, tuple[Any, ...]] = {}  # pod uid+image -> (outcome, when[, restarts])
         self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
+        self.archs: dict[str, str] = {}  # node -> its kubernetes.io/arch
 
-    def lookup(self, image: str) -> tuple[str | None, str]:
-        """(driver version, '') when pullable from the lab registry, else (None, why)."""
+    def arch_of(self, node: str) -> str:
+        """The node's CPU architecture, as its kubelet labels it (read once per node)."""
+        if node not in self.archs:
+            try:
+                obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
+            except GpualignError:
+                return "amd64"
+            self.archs[node] = ((obj.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/arch", "amd64")
+        return self.archs[node]
+
+    def lookup(self, image: str, arch: str = "amd64") -> tuple[str | None, str]:
+        """(driver version, '') when pullable from the lab registry for a node of `arch`, else (None, why): an
+        image with no linux/`arch` in its manifest (or index) is refused, as containerd refuses it."""
         host, repo, tag = split_image(image)
         if host != self.registry:
             return None, f"simulated pull: only the lab registry {self.registry} is reachable"
         client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=5.0)
         try:
-            config = client.image_config(tag)
+            config, platforms = client.image_config_and_platforms(tag, arch=arch)
         except GpualignError as err:
             return None, err.message
         finally:
             client.close()
-        if config is None:
+        if config is None and not platforms:
             return None, f"manifest for {image} not found: manifest unknown"
+        if arch not in platforms or config is None:
+            return None, f"no match for platform linux/{arch} in manifest {image}: not found"
         return config_env(config).get("DRIVER_VERSION", ""), ""
 
     def handle(self, pod: dict[str, Any]) -> None:
@@ -114,7 +128,7 @@ class Simulator:
             else RETRY_SECONDS
         if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < wait):
             return  # a crash-looping pod is restarted after its back-off: a fixed image pushed under its tag loads
-        version, why = self.lookup(image)
+        version, why = self.lookup(image, self.arch_of(node))
         ns, name = meta["namespace"], meta["name"]
         path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
         now = _now()

@@ -19,6 +19,7 @@ class NodeSpec:
     gpu: bool = True
     gpus: int = 8
     product: str = "NVIDIA-H100-80GB-HBM3"
+    arch: str = "amd64"  # kubernetes.io/arch, as every kubelet labels it
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 

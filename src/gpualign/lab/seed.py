@@ -42,7 +42,7 @@ def driver_labels(version: str | None) -> dict[str, str | None]:
 
 def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     labels: dict[str, str] = {"kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux",
-                              "type": "kwok", LAB_LABEL: "true"}
+                              L.ARCH: spec.arch, "type": "kwok", LAB_LABEL: "true"}
     capacity = {"cpu": "96", "memory": "1536Gi", "pods": "110", "ephemeral-storage": "2Ti"}
     if spec.gpu:
         labels.update({L.PCI_NVIDIA: "true", L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,

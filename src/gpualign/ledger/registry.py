@@ -13,6 +13,7 @@ import json
 import os
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -367,28 +368,42 @@ class RegistryClient:
                               f"({got} bytes, sha256 {hasher.hexdigest()[:12]}…): refused")
         os.replace(partial, into)
 
-    def image_config(self, reference: str, repo: str | None = None) -> dict[str, Any] | None:
-        """The image config (with config.Env) for a tag; an index resolves to its linux/amd64 entry."""
+    def image_config(self, reference: str, repo: str | None = None, arch: str = "amd64") -> dict[str, Any] | None:
+        """The image config (with config.Env) for a tag; an index resolves to its linux/`arch` entry (else its
+        first)."""
+        return self.image_config_and_platforms(reference, repo, arch)[0]
+
+    def image_config_and_platforms(self, reference: str, repo: str | None = None, arch: str = "amd64") \
+            -> tuple[dict[str, Any] | None, tuple[str, ...]]:
+        """The image config for a tag (an index's linux/`arch` entry, else its first), and the CPU architectures
+        of linux the tag holds: an index's entries, or a single image's own config.architecture."""
         manifest = self.manifest(reference, repo)
         if manifest is None:
-            return None
+            return None, ()
+        platforms: tuple[str, ...] | None = None
         if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-            entries = manifest.get("manifests") or []
-            chosen = next((m for m in entries if (m.get("platform") or {}).get("architecture") == "amd64"
-                           and (m.get("platform") or {}).get("os") == "linux"), entries[0] if entries else None)
+            entries = [m for m in manifest.get("manifests") or [] if isinstance(m, dict)]
+            linux = [m for m in entries if (m.get("platform") or {}).get("os", "linux") == "linux"]
+            platforms = tuple(dict.fromkeys(str((m.get("platform") or {}).get("architecture", "")) for m in linux
+                                            if (m.get("platform") or {}).get("architecture")))
+            chosen = next((m for m in linux if (m.get("platform") or {}).get("architecture") == arch),
+                          entries[0] if entries else None)
             if not chosen:
-                return None
+                return None, platforms
             manifest = self.manifest(chosen["digest"], repo)
             if manifest is None:
-                return None
+                return None, platforms
         digest = (manifest.get("config") or {}).get("digest")
         if not digest:
-            return None
+            return None, platforms or ()
         try:
             data = json.loads(self.blob(digest, repo))
         except ValueError:
             raise Unreachable(f"registry {self.ref.host}: image config of {reference} is not JSON") from None
-        return data if isinstance(data, dict) else None
+        config = data if isinstance(data, dict) else None
+        if platforms is None:
+            platforms = (str(config.get("architecture") or "amd64"),) if config is not None else ()
+        return config, platforms
 
     # -- writes (the lab seeds its registry with these; no Docker needed) ---------------------------------------
     def push_blob(self, data: bytes, repo: str | None = None, *, timeout: float | None = None) -> str:
@@ -427,24 +442,38 @@ class RegistryClient:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{tag} refused: HTTP {resp.status_code}")
 
     def push_image(self, tag: str, env: dict[str, str], repo: str | None = None,
-                   labels: dict[str, str] | None = None) -> None:
+                   labels: dict[str, str] | None = None, archs: Sequence[str] = ("amd64",)) -> None:
         """Push a tiny single-layer OCI image whose config carries env (e.g. DRIVER_VERSION, CUDA_VERSION) and
-        labels."""
+        labels: one linux image for one architecture, else an index with one image per architecture."""
         layer = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\x03\x00\x00\x00\x00\x00\x00\x00\x00\x00"  # empty gzip
-        config = json.dumps({
-            "architecture": "amd64", "os": "linux",
-            "config": {"Env": [f"{k}={v}" for k, v in env.items()], **({"Labels": labels} if labels else {})},
-            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]},
-        }, separators=(",", ":")).encode()
-        config_digest = self.push_blob(config, repo)
         layer_digest = self.push_blob(layer, repo)
-        self.push_manifest(tag, {
-            "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
-                       "size": len(config)},
-            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
-                        "size": len(layer)}],
-        }, repo)
+        manifests: list[dict[str, Any]] = []
+        for arch in archs:
+            config = json.dumps({
+                "architecture": arch, "os": "linux",
+                "config": {"Env": [f"{k}={v}" for k, v in env.items()], **({"Labels": labels} if labels else {})},
+                "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(b"").hexdigest()]},
+            }, separators=(",", ":")).encode()
+            config_digest = self.push_blob(config, repo)
+            manifests.append({
+                "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                           "size": len(config)},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
+                            "size": len(layer)}],
+            })
+        if len(manifests) == 1:
+            self.push_manifest(tag, manifests[0], repo)
+            return
+        entries = []
+        for arch, manifest in zip(archs, manifests, strict=True):
+            body = json.dumps(manifest, separators=(",", ":")).encode()
+            digest = "sha256:" + hashlib.sha256(body).hexdigest()
+            self.push_manifest(digest, manifest, repo)
+            entries.append({"mediaType": manifest["mediaType"], "digest": digest, "size": len(body),
+                            "platform": {"architecture": arch, "os": "linux"}})
+        self.push_manifest(tag, {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+                                 "manifests": entries}, repo)
 
 
 def config_env(config: dict[str, Any]) -> dict[str, str]:

@@ -107,13 +107,14 @@ def _checked(read: Read, setup: Setup) -> Checked:
 
         secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
         found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure)
-        if found.wrong or found.unverified or found.verified:  # the same audit, told what the images really are
+        if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms):
+            # the same audit, told what the images really are
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                            planned=view.planned if view and config else None, wrong=found.wrong,
-                           unverified=found.unverified, verified=found.verified)
+                           unverified=found.unverified, verified=found.verified, platforms=found.platforms)
     if (setup.flags_given or config is None) and \
             repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
-            any(action == "build" for _, _, _, action in result.missing_actions()):
+            any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
         warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
                         "cannot push to: pass --repository with your registry's repository (or a registry ledger)")
     if config and not config.nvidiadriver_mode and not setup.flags_given:
@@ -133,6 +134,12 @@ def _checked(read: Read, setup: Setup) -> Checked:
     return Checked(result, body, warnings)
 
 
+def off_platform(result: Audit, platforms: dict[str, tuple[str, ...]]) -> bool:
+    """Whether a present image lacks the CPU architecture of a node that needs it."""
+    return any(f.image in platforms and (f.arch or "amd64") not in platforms[f.image] for f in result.findings
+               if f.image)
+
+
 def judge_present(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
            secure_boot: frozenset[str] = frozenset()) -> Judgement:
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
@@ -145,8 +152,12 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     for f in result.findings:
         if f.status == PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
+    archs: dict[str, set[str]] = {}
+    for f in result.findings:
+        if f.status == PRESENT and f.image:
+            archs.setdefault(f.image, set()).add(f.arch or "amd64")
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
-                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot})
+                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot}, archs=archs)
     warnings.extend(found.warnings)
     return found
 

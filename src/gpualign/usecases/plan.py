@@ -90,7 +90,14 @@ def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: P
     present = [n for n in result.needed if n.in_ledger]
     if not present or not any(is_registry(s) for s in available.sources):
         return {}
-    found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config)
+    found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config,
+                  archs={f"{repo}:{n.tag}": n.archs for n in present})
     for w in found.warnings:
         warn(w)
-    return {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
+    wrong = {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
+    for n in present:  # an image that lacks the architecture of a node that will need it is wrong for that node
+        for arch in n.archs:
+            why = found.wrong_for(f"{repo}:{n.tag}", arch)
+            if why and n.tag not in wrong:
+                wrong[n.tag] = why
+    return wrong

@@ -1,0 +1,70 @@
+"""Before the build trigger starts (`gpualign controller --build`): what would make every build Job fail, refused
+in one line at start-up rather than found later as a privileged pod that can only fail.
+
+- the build namespace exists, and its Pod Security level admits a privileged pod;
+- the builder ServiceAccount exists there;
+- the push Secret exists there (and holds a Docker config).
+
+The controller reads these by name; it never reads a Secret's data beyond its key names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpualign.controller.build_job import BuildSettings
+from gpualign.errors import BadInput, GpualignError
+from gpualign.kube import Kube
+
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+JSON = dict[str, Any]
+
+
+def pod_security_problem(labels: dict[str, str], namespace: str) -> str | None:
+    """Why the namespace's Pod Security admission refuses the privileged build pod, or None."""
+    level = labels.get(PSA_ENFORCE)
+    if level in (None, "privileged"):
+        return None
+    return (f"namespace {namespace} enforces Pod Security {level!r} ({PSA_ENFORCE}={level}), which refuses the "
+            f"privileged build pod: label it {PSA_ENFORCE}=privileged (the chart's builds.namespaceLabels), or give "
+            "--build-namespace a namespace of its own")
+
+
+def check(kube: Kube, settings: BuildSettings) -> list[str]:
+    """Refuse (BadInput) what makes every build fail; return warnings for what only might."""
+    ns = settings.namespace
+    warnings: list[str] = []
+    try:
+        namespace = kube.get(f"/api/v1/namespaces/{ns}")
+    except GpualignError as err:
+        warnings.append(f"--build: namespace {ns} could not be read ({err.message}): its Pod Security level is "
+                        "not known; a pod it refuses is reported as the build's FailedCreate")
+        namespace = {}
+    if namespace is None:
+        raise BadInput(f"--build: namespace {ns} does not exist: create it (labelled {PSA_ENFORCE}=privileged) or "
+                       "pass --build-namespace")
+    problem = pod_security_problem(((namespace.get("metadata") or {}).get("labels") or {}), ns)
+    if problem:
+        raise BadInput(f"--build: {problem}")
+    def read(path: str, what: str) -> JSON | None | bool:
+        try:
+            return kube.get(path)
+        except GpualignError as err:  # no right to read it: say so, and let the build's own failure tell
+            warnings.append(f"--build: {what} could not be checked ({err.message})")
+            return False
+
+    account = read(f"/api/v1/namespaces/{ns}/serviceaccounts/{settings.service_account}",
+                   f"ServiceAccount {ns}/{settings.service_account}")
+    if account is None:
+        raise BadInput(f"--build: no ServiceAccount {settings.service_account} in {ns}: the build pods run as it "
+                       "(the chart makes gpualign-builder; otherwise create it, or set serviceAccountName in "
+                       "--build-pod-settings)")
+    if settings.push_secret:
+        secret = read(f"/api/v1/namespaces/{ns}/secrets/{settings.push_secret}", f"Secret {ns}/{settings.push_secret}")
+        if secret is None:
+            raise BadInput(f"--build: no push Secret {settings.push_secret} in {ns}: create it (kubectl create "
+                           f"secret docker-registry {settings.push_secret} -n {ns} …), or drop pushSecret")
+        if isinstance(secret, dict) and ".dockerconfigjson" not in (secret.get("data") or {}):
+            raise BadInput(f"--build: Secret {ns}/{settings.push_secret} has no .dockerconfigjson key: make it "
+                           "with kubectl create secret docker-registry")
+    return warnings

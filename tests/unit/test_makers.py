@@ -1,0 +1,108 @@
+"""Who makes an image (gpualign.makers): one decision that check, plan, ensure and the build trigger share, and the
+platform check of a present image against the node's kubernetes.io/arch."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign.audit import MISSING, PRESENT, WRONG, audit
+from gpualign.branches import BranchPolicy
+from gpualign.ensure import tagspec
+from gpualign.errors import BadInput
+from gpualign.facts import from_labels
+from gpualign.ledger.sources import Ledger
+from gpualign.makers import JOB_MAKERS, Maker, kernel_arch, who_makes
+from gpualign.platforms import platform_problem
+from gpualign.tags import load_rules, os_tag, required_image
+
+RULES = load_rules()
+
+
+def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = None):
+    labels = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/kernel-version.full": kernel,
+              "feature.node.kubernetes.io/system-os_release.ID": os_id,
+              "feature.node.kubernetes.io/system-os_release.VERSION_ID": version}
+    if arch:
+        labels["kubernetes.io/arch"] = arch
+    return from_labels(name, labels, {})
+
+
+@pytest.mark.parametrize(("os_tag_", "branch", "kernel", "arch", "maker", "words"), [
+    ("debian12", "535", "6.1.0-50-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
+    ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.NONE, "carries NVIDIA 535, not 580"),
+    ("debian12", "535", "6.1.0-50-amd64", "arm64", Maker.NONE, "is an amd64 kernel, but the node is arm64"),
+    ("debian12", "535", "6.1.0-50-arm64", "arm64", Maker.NONE, "for amd64, not arm64"),
+    ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "does not build debian13 yet"),
+    ("ubuntu22.04", "580", "6.5.0-45-generic", "amd64", Maker.RENDER, "renders its recipe for amd64"),
+    ("ubuntu22.04", "580", "6.8.0-1013-nvidia-64k", None, Maker.RENDER, "for arm64"),
+    ("ubuntu20.04", "580", "5.4.0-100-generic", "amd64", Maker.NONE, "no recipe for ubuntu20.04"),
+    ("rhel9.4", "580", "5.14.0-427.37.1.el9_4.x86_64", "amd64", Maker.RENDER, "renders"),
+    ("sles15", "580", "5.14.21-150500-default", "amd64", Maker.NONE, "no recipe for sles15"),
+])
+def test_who_makes_each_kind_of_image(os_tag_, branch, kernel, arch, maker, words):
+    making = who_makes(os_tag_, branch, kernel, arch, False)
+    assert making.maker is maker and words in making.why
+
+
+def test_published_is_mirrored_and_only_build_and_mirror_get_jobs():
+    assert who_makes("ubuntu22.04", "580", "5.15.0-124-generic", "amd64", True).maker is Maker.MIRROR
+    assert {Maker.BUILD, Maker.MIRROR} == JOB_MAKERS
+
+
+def test_kernel_names_their_architecture():
+    assert kernel_arch("6.1.0-50-amd64") == "amd64" and kernel_arch("6.1.0-50-cloud-arm64") == "arm64"
+    assert kernel_arch("5.14.0-427.37.1.el9_4.aarch64") == "arm64" and kernel_arch("5.15.0-124-generic") is None
+
+
+KERNELS = st.sampled_from(["6.1.0-50-amd64", "6.1.0-47-cloud-amd64", "6.1.0-50-arm64", "6.12.117_deb13-amd64",
+                           "5.15.0-124-generic", "6.8.0-1015-gcp", "6.8.0-1013-nvidia-64k"])
+OSES = st.sampled_from([("debian", "12"), ("debian", "13"), ("ubuntu", "22.04"), ("ubuntu", "24.04"),
+                        ("rhel", "9.4"), ("sles", "15")])
+
+
+@given(KERNELS, OSES, st.sampled_from(["535", "550", "580"]), st.sampled_from(["amd64", "arm64"]))
+def test_check_never_says_build_for_a_tag_ensure_refuses(kernel, os_, branch, arch):
+    """check's ACTION and ensure's refusal come from one decision: `build` in check is a tag ensure builds."""
+    facts = node("n", kernel, *os_, arch)
+    req = required_image(facts, branch, RULES)
+    assert req.tag is not None
+    making = who_makes(req.os_tag or "", branch, kernel, arch, req.published)
+    spec = tagspec.parse(req.tag)
+    if making.maker is Maker.BUILD:
+        assert tagspec.buildable_here(spec, arch) == "bookworm"
+    elif making.maker is not Maker.MIRROR:
+        with pytest.raises(BadInput):
+            tagspec.buildable_here(spec, arch)
+
+
+def test_an_amd64_only_image_is_wrong_for_an_arm64_node_and_right_for_an_amd64_one():
+    """The review's GH200 case: the tag is present, its manifest holds only linux/amd64."""
+    tag = "580-5.15.0-124-generic-ubuntu22.04"
+    ledger = Ledger(frozenset({tag}), ("registry://r/nvidia/driver",))
+    nodes = [node("gh200", "5.15.0-124-generic", "ubuntu", "22.04", "arm64"),
+             node("x86", "5.15.0-124-generic", "ubuntu", "22.04", "amd64"),
+             node("no-label", "5.15.0-124-generic", "ubuntu", "22.04")]
+    image = f"r/nvidia/driver:{tag}"
+    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
+                   platforms={image: ("amd64",)})
+    by = {f.name: f for f in result.findings}
+    assert by["gh200"].status == WRONG and f"no linux/arm64 in {tag} (it holds linux/amd64)" in by["gh200"].reason
+    assert by["x86"].status == PRESENT and by["no-label"].status == PRESENT  # a node without the label is amd64
+    both = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
+                 platforms={image: ("amd64", "arm64")})
+    assert {f.status for f in both.findings} == {PRESENT}
+    assert platform_problem(image, "arm64", {}) is None  # platforms not read: nothing claimed
+
+
+def test_a_missing_render_image_says_so_and_names_the_command():
+    facts = node("gcp", "6.8.0-1015-gcp", "ubuntu", "22.04", "amd64")
+    result = audit([facts], Ledger(frozenset(), ("f",)), RULES, BranchPolicy(default="580"), repository="r/d")
+    (f,) = result.findings
+    assert f.status == MISSING and f.action == "render"
+    assert "gpualign ensure TAG --render DIR" in f.reason and "build it in-house" not in f.reason
+    d = f.as_dict()
+    assert d["action"] == "render" and "--render" in d["action_reason"] and d["arch"] == "amd64"
+    assert result.missing_actions()[0][3] == "render"
+    assert os_tag("debian", "13", RULES) == "debian13"
