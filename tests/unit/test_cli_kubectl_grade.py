@@ -252,7 +252,7 @@ def test_plan_refuses_a_kernel_of_another_os_family_per_node(fleet):
     assert "is a ubuntu kernel; this node's OS is rhel" in data["unknown"][0]["reason"]
     actions = {n["tag"]: n["action"] for n in data["needed"]}
     assert actions == {"580-5.15.0-126-generic-ubuntu22.04": "mirror",  # NVIDIA publishes 5.15 for 22.04
-                       "580-5.15.0-126-generic-ubuntu24.04": "build"}   # but not for 24.04
+                       "580-5.15.0-126-generic-ubuntu24.04": "render"}  # not for 24.04: gpualign's recipe
     res = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--os", "ubuntu24.04", "-l",
                   "pool=train")
     assert "gpualign: warning: --os ubuntu24.04 without --kernel" in res.err
