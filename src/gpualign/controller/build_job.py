@@ -209,12 +209,13 @@ def describe(job: BuildJob, namespace: str, now: float) -> str:
 
 def cannot_create_hint(message: str, namespace: str) -> str:
     """The API's refusal of a build pod, with what would allow it."""
-    if "PodSecurity" in message or "violates PodSecurity" in message:
-        return (f"{message} (the build pod is privileged: label the namespace "
-                f"pod-security.kubernetes.io/enforce=privileged, as the chart's builds.namespaceLabels does, or "
-                f"give --build-namespace a namespace of its own that allows it)")
+    if "PodSecurity" in message:
+        return (f"{message} (the build pod is privileged: kubectl label namespace {namespace} "
+                "pod-security.kubernetes.io/enforce=privileged, or give --build-namespace a namespace of its own "
+                "that allows it)")
     if "serviceaccount" in message.lower():
-        return f"{message} (create the ServiceAccount in {namespace}, or set builds.serviceAccount)"
+        return (f"{message} (create the ServiceAccount in {namespace}, or set serviceAccountName in "
+                "--build-pod-settings)")
     return message
 
 

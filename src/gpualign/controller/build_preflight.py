@@ -26,7 +26,8 @@ def pod_security_problem(labels: dict[str, str], namespace: str) -> str | None:
     if level in (None, "privileged"):
         return None
     return (f"namespace {namespace} enforces Pod Security {level!r} ({PSA_ENFORCE}={level}), which refuses the "
-            f"privileged build pod: label it {PSA_ENFORCE}=privileged (the chart's builds.namespaceLabels), or give "
+            f"privileged build pod: label it {PSA_ENFORCE}=privileged (kubectl label namespace {namespace} "
+            f"{PSA_ENFORCE}=privileged), or give "
             "--build-namespace a namespace of its own")
 
 
