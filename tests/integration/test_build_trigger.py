@@ -171,7 +171,7 @@ def test_what_gpualign_cannot_build_gets_an_event_and_a_metric_never_a_job(blab,
                         what="the not-buildable Event")
         assert f"gpualign ensure 535-{hwe}-ubuntu22.04 --render DIR" in told[0]["message"]
         assert ctl.metric("gpualign_driver_image_not_buildable",
-                          f'tag="535-{hwe}-ubuntu22.04",action="render"') == 1
+                          f'action="render",tag="535-{hwe}-ubuntu22.04"') == 1
         assert not [j for j in build_jobs(blab)
                     if j["metadata"]["annotations"][J.TAG_ANNOTATION] == f"535-{hwe}-ubuntu22.04"]
     finally:
