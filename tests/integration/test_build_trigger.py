@@ -209,6 +209,7 @@ def test_a_job_whose_pod_the_namespace_refuses_is_reported_within_a_minute_never
     kube.apply({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "gpualign-builder",
                                                                         "namespace": ns}})
     kernel = "6.1.0-95-amd64"
+    add(blab, "p0-0", "6.1.0-47-amd64")  # its image is in the ledger: the controller has a node, nothing to build
     ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:test",
                      "--build-namespace", ns,
                      "--build-pod-settings", settings_file(tmp_path), "--max-concurrent-builds", "9",
