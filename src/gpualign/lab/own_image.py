@@ -53,7 +53,12 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
         "nodeSelector": {realnode.LABEL: "true"},
         "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
         "ledgers": [f"registry://{registry}/nvidia/driver"],
+        # the real node is the lab's one machine: its builder and, in the drop-in runs, a GPU node too, so the
+        # default affinity off GPU nodes is replaced by one onto it
         "builds": {"nodeSelector": {realnode.LABEL: "true"},
+                   "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                       "nodeSelectorTerms": [{"matchExpressions": [
+                           {"key": realnode.LABEL, "operator": "In", "values": ["true"]}]}]}}},
                    "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
                    "resources": None},  # null: Helm drops the default requests
     }
