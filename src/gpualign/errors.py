@@ -33,6 +33,11 @@ class Unreachable(GpualignError):
     retryable = True
 
 
+class Forbidden(GpualignError):
+    """The API server refused the request for want of permission (HTTP 403): running it again will not help; a
+    role that allows the verb on that resource will."""
+
+
 class LabError(GpualignError):
     """The lab could not be built, started or reached."""
 

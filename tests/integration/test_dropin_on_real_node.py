@@ -66,6 +66,17 @@ def operator_template(lab: Lab) -> dict:
         raise AssertionError(f"{err}\nthe operator's log ends:\n{log}") from None
 
 
+def container_log(lab: Lab, pod: str, container: str) -> str | None:
+    """The log of a finished instance of a container that restarts: every instance prints the same. kubelet keeps
+    one dead instance per container, so `--previous` may name one already removed ("unable to retrieve container
+    logs"); then the latest instance, which is the finished one while the container waits to restart."""
+    for previous in (("--previous",), ()):
+        out = lab.kubectl("logs", "-n", NS, pod, "-c", container, *previous).stdout or ""
+        if out.strip() and not out.startswith("unable to retrieve container logs"):
+            return out
+    return None
+
+
 @pytest.mark.timeout(2400)  # cold: NVIDIA's modules compiled once (cached for every later build)
 def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_the_kernel_check(oplab):
     lab = oplab
@@ -95,8 +106,8 @@ def test_the_operators_own_driver_container_starts_the_built_image_and_stops_at_
 
         term = wait_for(terminated, timeout=120, what="nvidia-driver init to stop on the real node")
         took = time.monotonic() - started
-        logs = lab.kubectl("logs", "-n", NS, "driver-init", "-c", "nvidia-driver-ctr", "--previous").stdout or \
-            lab.kubectl("logs", "-n", NS, "driver-init", "-c", "nvidia-driver-ctr").stdout
+        logs = wait_for(lambda: container_log(lab, "driver-init", "nvidia-driver-ctr"), timeout=60,
+                        what="a log of nvidia-driver init")
         ran = kube.get(f"/api/v1/namespaces/{NS}/pods/driver-init")
         assert ran is not None
         kube.request("DELETE", f"/api/v1/namespaces/{NS}/pods/driver-init", params={"gracePeriodSeconds": "0"})

@@ -183,3 +183,15 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
                                    if j["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "2"), None),
                      timeout=120, what="the second attempt, after the retry was asked")
     assert again["metadata"]["uid"] != job["metadata"]["uid"]
+    # the retry is a Job of its own: the failed attempt stays, and its log with it (it was deleted before)
+    assert job["metadata"]["uid"] in {j["metadata"]["uid"] for j in jobs(lab, tag)}
+    first = lab.cli("build", "logs", tag, "--attempt", "1", "--namespace", NS)
+    assert first.code == 0, first.err
+    assert f"no headers package linux-headers-{NO_HEADERS}" in first.out, first.out
+    assert "attempt 1, failed" in first.err.splitlines()[0], first.err
+    latest = wait_for(lambda: (r := lab.cli("build", "logs", tag, "--namespace", NS)).code == 0 and r or None,
+                      timeout=120, what="the second attempt's log")
+    assert "attempt 2" in latest.err.splitlines()[0], latest.err
+    missing = lab.cli("build", "logs", tag, "--attempt", "7", "--namespace", NS)
+    assert missing.code == 2 and missing.err.strip() == (
+        f"gpualign: error: --attempt 7: {tag} has no such attempt in {NS} (kept: 1, 2)"), missing.err

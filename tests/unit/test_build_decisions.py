@@ -16,7 +16,8 @@ def wanted(tag: str, since: float, *nodes: str) -> B.Wanted:
 
 
 def job(tag: str, phase: str, **kw: object) -> B.BuildJob:
-    return B.BuildJob(B.job_name(tag), tag, phase, recipe=str(kw.pop("recipe", RECIPE)), **kw)  # type: ignore[arg-type]
+    name = B.job_name(tag, int(kw.get("attempt", 1)))  # type: ignore[call-overload]
+    return B.BuildJob(name, tag, phase, recipe=str(kw.pop("recipe", RECIPE)), **kw)  # type: ignore[arg-type]
 
 
 def test_ten_nodes_on_one_kernel_make_one_job():
@@ -44,7 +45,7 @@ def test_a_transient_failure_is_retried_after_a_doubling_backoff():
     early = B.decide([wanted("t", 1.0)], [failed], cap=1, now=150, recipe=RECIPE, backoff=30)
     assert early.create == () and early.backing_off == (("t", 160.0),)  # attempt 2: 60 s after it failed
     due = B.decide([wanted("t", 1.0)], [failed], cap=1, now=160, recipe=RECIPE, backoff=30)
-    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.replace == (failed.name,)
+    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.stale == ()  # attempt 2 stays, with its log
     assert B.backoff_for(10, 30, 1800) == 1800  # capped
 
 
@@ -70,9 +71,31 @@ def test_job_names_are_kubernetes_names_and_distinct():
     long_a = "580-" + "x" * 80 + "-a-ubuntu22.04"
     long_b = "580-" + "x" * 80 + "-b-ubuntu22.04"
     for tag in ("535-6.1.0-50-amd64-debian12", long_a, "580-5.15.0-124-generic-ubuntu22.04"):
-        name = B.job_name(tag)
-        assert len(name) <= 63 and name == name.lower() and name[0].isalpha() and name[-1].isalnum()
+        for attempt in (1, 2, 17, 1000):
+            name = B.job_name(tag, attempt)
+            assert len(name) <= 63 and name == name.lower() and name[0].isalpha() and name[-1].isalnum()
+        assert len({B.job_name(tag, a) for a in range(1, 50)}) == 49
     assert B.job_name(long_a) != B.job_name(long_b)
+    assert B.job_name("535-6.1.0-50-amd64-debian12") == "gpualign-build-535-6-1-0-50-amd64-debian12-" + \
+        B.job_name("535-6.1.0-50-amd64-debian12")[-8:]  # the first attempt's name is the tag's, as before
+
+
+def test_a_retry_keeps_earlier_attempts_for_their_keep_time_and_at_most_keep_attempts_of_them():
+    """The review's #7: each retry deleted the attempt before it, and its log with it, within ~30 s."""
+    def failed(attempt: int, finished: float) -> B.BuildJob:
+        return job("t", B.FAILED, finished=finished, failure=B.TRANSIENT, attempt=attempt, reason="503")
+
+    history = [failed(1, 100.0), failed(2, 200.0), failed(3, 300.0), failed(4, 400.0)]
+    d = B.decide([wanted("t", 1.0)], history, cap=1, now=10_000, recipe=RECIPE, backoff=30, keep_failed=86400,
+                 keep_attempts=3)
+    assert [(w.tag, a) for w, a in d.create] == [("t", 5)]  # counted on from the newest attempt
+    assert d.stale == (history[0].name,)  # beyond the newest three
+    aged = B.decide([wanted("t", 1.0)], history, cap=1, now=350.0 + 86400, recipe=RECIPE, keep_attempts=9)
+    assert sorted(aged.stale) == sorted(j.name for j in history[:3])  # past the keep time; not the newest
+    gone = B.decide([], history, cap=1, now=1e9, recipe=RECIPE, keep_attempts=9)
+    assert sorted(gone.stale) == sorted(j.name for j in history)  # nobody waits: all go after their keep time
+    running = [*history[:3], job("t", B.RUNNING, attempt=4)]
+    assert B.decide([wanted("t", 1.0)], running, cap=1, now=1e9, recipe=RECIPE).running == ("t",)
 
 
 tags = st.sampled_from([f"t{i}" for i in range(6)])
@@ -115,7 +138,7 @@ def test_a_success_the_ledger_does_not_list_is_retried_after_a_growing_backoff_w
     early = B.decide([wanted("t", 1.0)], [unlisted], cap=1, now=150, recipe=RECIPE, backoff=30)
     assert early.create == () and early.backing_off == (("t", 160.0),)  # attempt 2: 60 s
     due = B.decide([wanted("t", 1.0)], [unlisted], cap=1, now=160, recipe=RECIPE, backoff=30)
-    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.replace == (done.name,)
+    assert [(w.tag, a) for w, a in due.create] == [("t", 3)] and due.stale == ()
 
 
 def test_a_blocked_job_holds_its_place_under_the_cap_and_is_never_doubled():
@@ -139,4 +162,4 @@ def test_never_two_jobs_for_a_tag_nor_more_than_the_cap_and_attempts_only_grow(j
     for w, attempt in d.create:
         old = by.get(w.tag)
         assert old is None or (old.phase not in (B.RUNNING, B.BLOCKED) and attempt == old.attempt + 1)
-        assert old is None or old.name in d.replace
+        assert old is None or B.job_name(w.tag, attempt) != old.name  # a Job of its own: the old one stays

@@ -17,7 +17,7 @@ SETTINGS = J.BuildSettings(image="registry.local/gpualign:0.1.0", ledger="regist
 
 def test_one_tag_one_job_running_gpualigns_own_ensure():
     job = J.build_job(TAG, 2, ["deb-b", "deb-a"], SETTINGS, "gpualign 0.1.0")
-    assert job["metadata"]["name"] == B.job_name(TAG)
+    assert job["metadata"]["name"] == B.job_name(TAG, 2) == B.job_name(TAG) + "-2"  # attempt 2: its own Job
     assert job["metadata"]["labels"][J.BUILD_LABEL] == "true"
     assert job["metadata"]["annotations"][J.TAG_ANNOTATION] == TAG
     assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "deb-a,deb-b"

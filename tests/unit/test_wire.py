@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from gpualign import wire
-from gpualign.errors import Unreachable
+from gpualign.errors import Forbidden, Unreachable
 from gpualign.kube import Kube
 from tests.loopback_http import send, token_kubeconfig
 
@@ -177,8 +177,9 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
     try:
         assert kube.get_json("/x") == {"a": 1}  # two cuts, then the answer
         assert waits == [0.1, 0.2]
-        with pytest.raises(Unreachable, match=f"GET /forbidden on {srv.url}: HTTP 403: nope"):
+        with pytest.raises(Forbidden, match=f"GET /forbidden on {srv.url}: forbidden: nope") as refused:
             kube.get_json("/forbidden")
+        assert not refused.value.retryable and len(waits) == 2  # a 403 is not tried again: a role helps, not time
         cuts["left"] = 99
         with pytest.raises(Unreachable) as err:
             kube.get_json("/y")

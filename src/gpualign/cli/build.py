@@ -1,10 +1,10 @@
-"""`gpualign build list | retry TAG`: the build Jobs the controller's trigger (`gpualign controller --build`) made,
-and a second chance for one that failed for good."""
+"""`gpualign build list | logs TAG | retry TAG`: the build Jobs the controller's trigger (`gpualign controller
+--build`) made, the log of a tag's attempts, and a second chance for one that failed for good."""
 
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,7 +16,9 @@ app = typer.Typer(
     help="The controller's build trigger (`gpualign controller --build`) makes one Job per missing driver image it "
          "can make. A transient failure (a registry's 5xx, the archive unreachable) is retried with backoff; a "
          "permanent one (no headers for the kernel, modules that fail verification) waits until something changes: "
-         "a new gpualign, or `gpualign build retry TAG`.",
+         "a new gpualign, or `gpualign build retry TAG`. Each attempt is a Job of its own, kept with its pod and "
+         "log for the Jobs' ttlSecondsAfterFinished (a day by default; at most three attempts a tag): `gpualign "
+         "build logs TAG` shows the latest, `--attempt N` an earlier one.",
     no_args_is_help=True,
     cls=Group,
 )
@@ -46,7 +48,9 @@ def list_builds(
         source = {"cluster": kube.describe()}
     finally:
         kube.close()
-    read = [read_job(j, pods.get(j["metadata"]["name"])) for j in jobs]
+    from gpualign.controller.builds import latest
+
+    read = list(latest(read_job(j, pods.get(j["metadata"]["name"])) for j in jobs).values())  # a row a tag
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
              "reason": b.reason} for b in sorted(read, key=lambda b: b.tag)]
     if output in (Output.json, Output.yaml):
@@ -60,6 +64,77 @@ def list_builds(
                   for b in sorted(read, key=lambda b: b.tag)]))
 
 
+def _attempts(kube: object, namespace: str, tag: str) -> list[dict[str, Any]]:
+    """The build Jobs of TAG in the namespace, newest attempt first; a one-line error when there is none."""
+    from gpualign.controller.build_job import ATTEMPT_ANNOTATION, TAG_ANNOTATION, TAG_HASH_LABEL, tag_hash
+    from gpualign.errors import BadInput
+    from gpualign.kube import Kube
+
+    assert isinstance(kube, Kube)
+    jobs = [j for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                                     label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
+            if ((j.get("metadata") or {}).get("annotations") or {}).get(TAG_ANNOTATION) == tag]
+    if not jobs:
+        raise BadInput(f"no build Job for {tag} in {namespace}: the controller makes one when a node waits for the "
+                       "image (gpualign build list shows the tags it built)")
+
+    def attempt(j: dict[str, Any]) -> int:
+        text = str(((j.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1"))
+        return int(text) if text.isdigit() else 1
+
+    return sorted(jobs, key=attempt, reverse=True)
+
+
+@app.command("logs")
+def logs(
+    tag: Annotated[str, typer.Argument(metavar="TAG", help="the image tag whose build to show")],
+    attempt: Annotated[int | None, typer.Option(
+        "--attempt", metavar="N", min=1, help="an earlier attempt (default: the latest; `build list` counts them)")]
+    = None,
+    namespace: NamespaceOpt = "gpualign-system",
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """The log of TAG's latest build attempt (or --attempt N), as its pod wrote it: the failed attempt's log is
+    still there after its retry. Which Job and attempt it is goes to stderr; the log alone to stdout."""
+    import sys
+
+    from gpualign.controller.build_job import ATTEMPT_ANNOTATION, read_job
+    from gpualign.errors import BadInput, Refused
+    from gpualign.kube import Kube
+
+    kube = Kube(kubeconfig, context)
+    try:
+        jobs = _attempts(kube, namespace, tag)
+        known = [int(str(j["metadata"]["annotations"].get(ATTEMPT_ANNOTATION, "1"))) for j in jobs]
+        if attempt is not None and attempt not in known:
+            raise BadInput(f"--attempt {attempt}: {tag} has no such attempt in {namespace} (kept: "
+                           f"{', '.join(map(str, sorted(known)))})")
+        job = jobs[known.index(attempt)] if attempt is not None else jobs[0]
+        name = job["metadata"]["name"]
+        pods = sorted(kube.pods(namespace, label_selector=f"job-name={name}"),
+                      key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        read = read_job(job, pods[-1] if pods else None)
+        print(f"# {namespace}/{name}: {tag}, attempt {read.attempt}, {read.phase}"
+              + (f": {read.reason}" if read.reason else ""), file=sys.stderr)
+        if not pods:
+            raise Refused(f"Job {namespace}/{name} has no pod, so no log"
+                          + (f": {read.reason}" if read.reason else " (it may still be waiting to be placed)"))
+        pod = pods[-1]["metadata"]["name"]
+        resp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params={"container": "build"},
+                            accept="text/plain")
+        if resp.status_code == 400:  # the container has not started: the API says why
+            raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
+        if resp.status_code >= 400:
+            from gpualign.kube import _refused
+
+            raise _refused("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", kube.server, resp)
+    finally:
+        kube.close()
+    sys.stdout.write(resp.text)
+    sys.stdout.flush()
+
+
 @app.command("retry")
 def retry(
     tag: Annotated[str, typer.Argument(metavar="TAG", help="the image tag whose failed build to try again")],
@@ -67,19 +142,14 @@ def retry(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
-    """Ask the controller to build TAG again, even after a permanent failure: its Job is stamped with the time
-    asked, and the controller's next pass replaces it with a new attempt."""
+    """Ask the controller to build TAG again, even after a permanent failure: its latest Job is stamped with the
+    time asked, and the controller's next pass makes the next attempt (the failed one stays, with its log)."""
     from gpualign.controller.build_job import RETRY_ANNOTATION
-    from gpualign.controller.builds import job_name
-    from gpualign.errors import BadInput
     from gpualign.kube import Kube
 
-    name = job_name(tag)
     kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")
     try:
-        if kube.get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}") is None:
-            raise BadInput(f"no build Job for {tag} in {namespace} ({name}): the controller makes one when a node "
-                           "waits for the image")
+        name = _attempts(kube, namespace, tag)[0]["metadata"]["name"]
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         kube.patch(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
                    {"metadata": {"annotations": {RETRY_ANNOTATION: stamp}}})
@@ -89,5 +159,5 @@ def retry(
 
 
 def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="build", short_help="The build Jobs the controller makes (--build): list them, retry "
-                                                 "one.")
+    root.add_typer(app, name="build", short_help="The build Jobs the controller makes (--build): list them, show an "
+                                                 "attempt's log, retry one.")

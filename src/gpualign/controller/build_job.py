@@ -36,6 +36,7 @@ RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamp
 # Why the Job's pod cannot be created (its FailedCreate Event, kept on the Job: Events expire within the hour)
 BLOCKED_ANNOTATION = "gpualign.io/build-blocked"
 ARCH_ANNOTATION = "gpualign.io/build-arch"
+ANY_TAG = "*"  # read_cluster's key when no Job could be read: what is known of every tag's build
 # Off GPU nodes: a build is minutes of CPU, and the node waiting for the image is the last place for it.
 OFF_GPU_NODES: JSON = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": L.GPU_PRESENT, "operator": "NotIn", "values": ["true"]}]}]}}}
@@ -118,7 +119,7 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
         pod_meta["annotations"] = dict(settings.pod_annotations)
     return {
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": job_name(tag), "namespace": settings.namespace, "labels": labels,
+        "metadata": {"name": job_name(tag, attempt), "namespace": settings.namespace, "labels": labels,
                      "annotations": {TAG_ANNOTATION: tag, ATTEMPT_ANNOTATION: str(attempt),
                                      RECIPE_ANNOTATION: recipe, NODES_ANNOTATION: ",".join(sorted(nodes))[:2000],
                                      ARCH_ANNOTATION: arch}},
@@ -225,17 +226,20 @@ def _duration(seconds: float) -> str:
 
 
 def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
-    """tag -> its build in one line, from the build Jobs the cluster has (every namespace unless one is named); {}
-    when the reader may not list Jobs (status and why then say what they knew before)."""
+    """tag -> its build in one line, from the build Jobs the cluster has (every namespace unless one is named).
+    When the Jobs cannot be listed, every tag's build is unknown: `{ANY_TAG: "build state unknown (…)"}`, so that
+    status and why never tell a user to build by hand what the controller may be building."""
     import time
 
-    from gpualign.errors import GpualignError
+    from gpualign.errors import Forbidden, GpualignError
 
     path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
     try:
         jobs = kube.list_raw(path, label_selector=f"{BUILD_LABEL}=true")
-    except GpualignError:
-        return {}
+    except Forbidden:
+        return {ANY_TAG: "build state unknown (no permission to list jobs: deploy/cli/builds.yaml's role grants it)"}
+    except GpualignError as err:
+        return {ANY_TAG: f"build state unknown (the jobs could not be listed: {err.message})"}
     pods: dict[tuple[str, str], JSON] = {}
     if any(is_failed(j) for j in jobs):
         try:
@@ -247,14 +251,14 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
         except GpualignError:
             pass  # the reason is then the Job's own condition
     now = time.time()
-    out: dict[str, str] = {}
+    newest: dict[str, tuple[BuildJob, str]] = {}  # tag -> its newest attempt, and its namespace
     for j in jobs:
         meta = j.get("metadata") or {}
         ns = str(meta.get("namespace", namespace or ""))
         read = read_job(j, pods.get((ns, str(meta.get("name")))))
-        if read.tag:
-            out[read.tag] = describe(read, ns, now)
-    return out
+        if read.tag and (read.tag not in newest or read.attempt > newest[read.tag][0].attempt):
+            newest[read.tag] = (read, ns)
+    return {tag: describe(read, ns, now) for tag, (read, ns) in newest.items()}
 
 
 def is_done(job: JSON) -> bool:

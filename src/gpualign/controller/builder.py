@@ -4,11 +4,13 @@ run gpualign's own `ensure`, with nobody typing.
 Each pass reads the controller's findings (the same audit `check` runs: a missing tag and who makes it,
 gpualign.makers), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that
 exist), reads each failed Job's pod for its reason and each pod-less Job's FailedCreate Event, checks each success
-against a fresh read of the ledger, asks controller/builds.py what to do, and does it: deletes the finished Job a
-retry replaces, creates the new ones, and posts an Event on every waiting node when a build starts, fails, cannot
-start, lands, or lands nowhere the ledger can see. A tag gpualign cannot build (`render`, `none`) gets no Job:
+against a fresh read of the ledger, asks controller/builds.py what to do, and does it: creates the new Jobs (a
+retry is a Job of its own, so the failed attempt's pod and log stay), deletes the finished ones past keeping, and
+posts an Event on every waiting node when a build starts, fails, cannot start, lands, or lands nowhere the ledger
+can see. A tag gpualign cannot build (`render`, `none`) gets no Job:
 an Event on its nodes says so and names the command, and a metric counts it.
-Only the leader writes. A Job's name is its tag's, so a second create of the same tag is a 409 and adopts it.
+Only the leader writes. A Job's name is its tag's and attempt's, so a second create of the same attempt is a 409 and
+adopts it.
 """
 
 from __future__ import annotations
@@ -176,9 +178,12 @@ class Builder:
     def step(self, now: float | None = None) -> B.Decision:
         now = time.time() if now is None else now
         wanted = self.wanted(now)
-        jobs = self._confirm(self.read_jobs(), wanted)
+        every = [j for j in self.read_jobs() if j.tag]
+        newest = B.latest(every)
+        earlier = [j for j in every if newest[j.tag] is not j]  # kept with their logs, until stale
+        jobs = self._confirm(list(newest.values()), wanted)
         self.jobs = {j.tag: j for j in jobs}
-        decision = B.decide(wanted, jobs, cap=self.options.cap, now=now, recipe=self.options.recipe,
+        decision = B.decide(wanted, [*jobs, *earlier], cap=self.options.cap, now=now, recipe=self.options.recipe,
                             backoff=self.options.backoff, max_backoff=self.options.max_backoff,
                             keep_failed=float(self.options.settings.ttl_seconds))
         self.last = decision
@@ -189,7 +194,7 @@ class Builder:
         self._report(jobs)
         self._tell_refused()
         ns = self.options.settings.namespace
-        for name in (*decision.replace, *decision.stale):
+        for name in decision.stale:
             self._delete(name)
         for w, attempt in decision.create:
             job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe,
@@ -210,14 +215,11 @@ class Builder:
             self.reported[w.tag] = (B.RUNNING, attempt)
         return decision
 
-    def _delete(self, name: str, wait: float = 10.0) -> None:
-        """Delete a finished Job (its pod goes with it) and wait until its name is free for the next attempt."""
+    def _delete(self, name: str) -> None:
+        """Delete a finished Job that is past keeping (its pod and log go with it)."""
         path = f"/apis/batch/v1/namespaces/{self.options.settings.namespace}/jobs/{name}"
         self.kube.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1",
                                                 "propagationPolicy": "Background"})
-        deadline = time.monotonic() + wait
-        while self.kube.get(path) is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
 
     def _report(self, jobs: Iterable[B.BuildJob]) -> None:
         """An Event on each node that waited (those the Job was made for, and those seen waiting since) when a Job

@@ -14,7 +14,9 @@ The rules, against KMM's ("failed build pods are preserved and must be deleted m
 - a permanent one (no headers for that kernel, modules that fail verification, a refused push) is not retried until
   something changes: the recipe (gpualign's version) or an explicit retry (`gpualign build retry TAG`, which stamps
   the tag's Job with the time it was asked);
-- nothing loops: a Job that failed is kept (with its log) for `keep_failed` seconds and replaced only by a retry;
+- nothing loops, and nothing is forgotten: each attempt is a Job of its own (`job_name(tag, attempt)`), so a retry
+  never deletes the attempt before it; a finished attempt, its pod and log with it, is kept for `keep_failed`
+  seconds (the Jobs' own `ttlSecondsAfterFinished`), and at most `keep_attempts` of a tag at once;
 - a success is checked: a Job that succeeded while the controller's ledger, read after it, still lacks the tag
   (`unlisted`) counts as a failed attempt, retried after the same doubling backoff, its attempts counted on;
 - a Job whose pod cannot be created (`FailedCreate`: Pod Security, a missing ServiceAccount) is `blocked`: it is
@@ -66,22 +68,35 @@ class BuildJob:
 @dataclass(frozen=True)
 class Decision:
     create: tuple[tuple[Wanted, int], ...] = ()  # the tag and the attempt number of its new Job
-    replace: tuple[str, ...] = ()  # failed Jobs to delete first (their tag is retried now)
     queued: tuple[str, ...] = ()  # behind the cap, in order
     backing_off: tuple[tuple[str, float], ...] = ()  # tag, when its retry is due
     held: tuple[tuple[str, str], ...] = ()  # tag, the permanent failure's reason
     running: tuple[str, ...] = ()
     blocked: tuple[str, ...] = ()  # Jobs whose pod cannot be created
-    stale: tuple[str, ...] = field(default_factory=tuple)  # finished Jobs whose tag nobody waits for, past keep
+    # finished Jobs to delete: those whose tag nobody waits for, past keep; earlier attempts past keep, or beyond the
+    # newest `keep_attempts` of their tag
+    stale: tuple[str, ...] = field(default_factory=tuple)
 
 
-def job_name(tag: str) -> str:
-    """The deterministic Job name of a tag: a Kubernetes name (lower-case, at most 63 characters) that stays unique
-    for tags that read alike once cut, by a hash of the whole tag."""
+def job_name(tag: str, attempt: int = 1) -> str:
+    """The deterministic Job name of a tag's attempt: a Kubernetes name (lower-case, at most 63 characters) that
+    stays unique for tags that read alike once cut, by a hash of the whole tag. The first attempt is
+    `gpualign-build-<tag>-<hash>`; a later one ends in `-<attempt>`, so a retry never takes its predecessor's name
+    (and with it the failed attempt's pod and log)."""
     digest = hashlib.sha256(tag.encode()).hexdigest()[:8]
     body = re.sub(r"[^a-z0-9-]+", "-", tag.lower()).strip("-")
-    room = 63 - len(JOB_PREFIX) - len(digest) - 1
-    return f"{JOB_PREFIX}{body[:room].rstrip('-')}-{digest}"
+    suffix = f"-{attempt}" if attempt > 1 else ""
+    room = 63 - len(JOB_PREFIX) - len(digest) - 1 - len(suffix)
+    return f"{JOB_PREFIX}{body[:room].rstrip('-')}-{digest}{suffix}"
+
+
+def latest(jobs: Iterable[BuildJob]) -> dict[str, BuildJob]:
+    """tag -> its newest attempt's Job: the one that speaks for the tag."""
+    out: dict[str, BuildJob] = {}
+    for j in jobs:
+        if j.tag and (j.tag not in out or j.attempt > out[j.tag].attempt):
+            out[j.tag] = j
+    return out
 
 
 def backoff_for(attempt: int, base: float, limit: float) -> float:
@@ -90,15 +105,16 @@ def backoff_for(attempt: int, base: float, limit: float) -> float:
 
 
 def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now: float, recipe: str,
-           backoff: float = 30.0, max_backoff: float = 1800.0, keep_failed: float = 86400.0) -> Decision:
-    by_tag = {j.tag: j for j in jobs}
+           backoff: float = 30.0, max_backoff: float = 1800.0, keep_failed: float = 86400.0,
+           keep_attempts: int = 3) -> Decision:
+    jobs = list(jobs)
+    by_tag = latest(jobs)
     waiting = sorted(wanted, key=lambda w: (w.since, w.tag))
     wanted_tags = {w.tag for w in waiting}
     running = [t for t, j in by_tag.items() if j.phase == RUNNING]
     blocked = [t for t, j in by_tag.items() if j.phase == BLOCKED]
     slots = max(0, cap - len(running) - len(blocked))  # a Job that cannot start still holds its place
     create: list[tuple[Wanted, int]] = []
-    replace: list[str] = []
     queued: list[str] = []
     backing_off: list[tuple[str, float]] = []
     held: list[tuple[str, str]] = []
@@ -132,10 +148,25 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
             queued.append(w.tag)
             continue
         slots -= 1
-        create.append((w, attempt))
-        if job is not None:
-            replace.append(job.name)  # the finished Job goes first: the new one takes its name
-    stale = tuple(j.name for t, j in by_tag.items() if t not in wanted_tags and j.phase not in (RUNNING, BLOCKED)
-                  and j.finished is not None and now - j.finished > keep_failed)
-    return Decision(tuple(create), tuple(replace), tuple(queued), tuple(backing_off), tuple(held), tuple(running),
-                    tuple(blocked), stale)
+        create.append((w, attempt))  # a Job of its own: the attempt before it stays, with its log
+    return Decision(tuple(create), tuple(queued), tuple(backing_off), tuple(held), tuple(running), tuple(blocked),
+                    _stale(jobs, by_tag, wanted_tags, now, keep_failed, keep_attempts))
+
+
+def _stale(jobs: list[BuildJob], newest: dict[str, BuildJob], wanted: set[str], now: float, keep: float,
+           keep_attempts: int) -> tuple[str, ...]:
+    """Finished Jobs to delete: a tag's newest attempt once nobody waits for it and it is past `keep`; an earlier
+    attempt past `keep`, or beyond its tag's newest `keep_attempts`. A running or blocked Job is never stale."""
+    out: list[str] = []
+    for tag in sorted({j.tag for j in jobs}):
+        attempts = sorted((j for j in jobs if j.tag == tag), key=lambda j: j.attempt, reverse=True)
+        for rank, j in enumerate(attempts):
+            if j.phase in (RUNNING, BLOCKED):
+                continue
+            old = j.finished is not None and now - j.finished > keep
+            if j is newest[tag]:
+                if tag not in wanted and old:
+                    out.append(j.name)
+            elif old or rank >= keep_attempts:
+                out.append(j.name)
+    return tuple(out)

@@ -80,7 +80,9 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
     if ns.view.skip and ann.get(GATED):
         gated = ann[GATED].replace("target image ", "image ").replace(" missing from the ledger", " missing")
     no_driver = None
-    building = (builds or {}).get(ns.target_tag or "") if ledger_known and not ns.view.image_present else None
+    building = None
+    if ledger_known and not ns.view.image_present:
+        building = (builds or {}).get(ns.target_tag or "") or (builds or {}).get("*")  # "*": Jobs unreadable
     if ns.pod is not None:
         dp = DriverPod.from_pod(ns.pod)
         if not dp.ready and dp.state not in ("Pending", "ContainerCreating", "PodInitializing"):
