@@ -90,9 +90,54 @@ def test_the_upgrader_roles_walk_a_node_end_to_end(rbac):
     assert not node["spec"].get("unschedulable")
 
 
+def test_build_state_is_unknown_without_the_builds_role_and_read_with_it(rbac):
+    """The review's #9: with the reader role alone, status and why dropped the build line and told the user to run
+    `gpualign ensure` by hand, racing the controller's Job; and no role covered `build list`."""
+    from gpualign.controller import build_job as J
+
+    lab, files = rbac
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    kernel, ns = "6.1.0-77-amd64", J.DEFAULT_NAMESPACE
+    tag = f"535-{kernel}-debian12"
+    added = lab.cli("lab", "add-node", "deb-r", "--kernel", kernel, "--os", "debian12", "--branch", "535")
+    assert added.code == 0, added.err
+    lab.kubectl("create", "namespace", ns)
+    job = J.build_job(tag, 1, ["deb-r"], J.BuildSettings(
+        image=f"{lab.registry}/gpualign:test", ledger=ledger, service_account="default",
+        node_selector={"gpualign.io/no-such-node": "true"}), "test")  # its pod stays Pending: a build running
+    assert lab.kube().request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job).status_code == 201
+    lab.kubectl("create", "serviceaccount", "watcher", "-n", NS, check=True)
+    lab.kubectl("create", "clusterrolebinding", "t-watcher", "--clusterrole", "gpualign-cli-reader",
+                f"--serviceaccount={NS}:watcher", check=True)
+    lab.kubectl("create", "rolebinding", "t-builds", "-n", ns, "--clusterrole", "gpualign-cli-builds",
+                f"--serviceaccount={NS}:watcher", check=True)
+    watcher = str(token_kubeconfig(lab, NS, "watcher", lab.state_dir.parent / "watcher.yaml", "watcher"))
+
+    why = cli(lab, str(files["reader"]), "why", "deb-r", "--ledger", ledger)
+    assert why.code in (0, 1), why.err
+    assert (f"build state unknown (no permission to list jobs in {ns}: bind deploy/cli/builds.yaml's role "
+            "there)") in why.out, why.out
+    assert "gpualign ensure" not in why.out  # never an invitation to race the controller
+    listed = cli(lab, str(files["reader"]), "build", "list", "-n", ns)
+    assert listed.code == 2 and len(listed.err.strip().splitlines()) == 1, listed.err
+    assert "forbidden" in listed.err and "deploy/cli/" in listed.err, listed.err
+
+    why = cli(lab, watcher, "why", "deb-r", "--ledger", ledger)
+    assert f"image building: Job {ns}/{J.job_name(tag)}" in why.out, why.out
+    listed = cli(lab, watcher, "build", "list", "-n", ns, "-o", "json")
+    assert listed.code == 0, listed.err
+    assert [b["tag"] for b in json.loads(listed.out)["builds"]] == [tag]
+    logs = cli(lab, watcher, "build", "logs", tag, "-n", ns)
+    assert logs.code == 1 and "has no log yet" in logs.err, logs.err  # its pod is not placed: the API says so
+
+
 def test_shipped_roles_are_read_only_where_they_say_so():
     from ruamel.yaml import YAML
 
     reader = YAML(typ="safe").load((ROOT / "deploy" / "cli" / "reader.yaml").read_text())
     assert {v for rule in reader["rules"] for v in rule["verbs"]} <= {"get", "list"}
+    builds = YAML(typ="safe").load((ROOT / "deploy" / "cli" / "builds.yaml").read_text())
+    # one write, for `build retry`: a stamp on the Job; nothing creates or deletes
+    assert {v for rule in builds["rules"] for v in rule["verbs"]} == {"get", "list", "patch"}
+    assert [r["resources"] for r in builds["rules"] if "patch" in r["verbs"]] == [["jobs"]]
     assert Path(ROOT / "deploy" / "cli" / "upgrader.yaml").exists()

@@ -317,6 +317,17 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
         # a dry run makes the same checks, and refuses the same way
         dry = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", "--dry-run", timeout=120)
         assert dry.code == 2 and message in dry.err, (tag, dry.out, dry.err)
+    # from a report (the runbook's `check -o json | ensure --from -`), one tag gpualign cannot make does not stop the
+    # others: it is listed under failed, and the run exits 1 (the review's #14: it exited 2 and made nothing)
+    (tmp_path / "mixed.json").write_text(json.dumps({"kind": "CheckReport", "missing": [
+        {"tag": "535-6.1.0-50-arm64-debian12"}, {"tag": "535-6.1.0-47-amd64-plan9"}, {"tag": TAG}]}))
+    mixed = lab.cli("ensure", "--from", str(tmp_path / "mixed.json"), "--ledger", ledger, "--upstream", "none",
+                    "--dry-run", "-o", "json", timeout=120)
+    assert mixed.code == 1, mixed.err
+    made = json.loads(mixed.out)
+    assert [i["tag"] for i in made["images"]] == [TAG] and made["images"][0]["action"] == "build"
+    assert sorted(f["tag"] for f in made["failed"]) == ["535-6.1.0-47-amd64-plan9", "535-6.1.0-50-arm64-debian12"]
+    assert "gpualign builds debian12 images for amd64, not arm64" in mixed.err and "Traceback" not in mixed.err
     conflicting = lab.cli("ensure", TAG, "--ledger", ledger, "--ledger", f"registry://{lab.registry}/other/driver")
     assert conflicting.code == 2 and "--ledger given twice" in conflicting.err, conflicting.err
     banana = lab.cli("ensure", TAG, "--ledger", ledger, "--upstream", "banana")

@@ -145,19 +145,31 @@ def ensure(
         raise BadInput(f"--modules-from {modules_from}: not a directory")
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
     wanted = list(tags or [])
+    reported: set[str] = set()  # tags a report asked for: one gpualign cannot make is a failure, not bad input
     if from_report is not None:
         from gpualign import yamlio
         from gpualign.ensure.inputs import tags_from_report
 
         where = "stdin" if str(from_report) == "-" else str(from_report)
         data = yamlio.parse(sys.stdin.read(), where) if str(from_report) == "-" else yamlio.read(from_report)
-        wanted += tags_from_report(data, where)
+        reported = set(tags_from_report(data, where)) - set(wanted)
+        wanted += sorted(reported)
     if not wanted:
         if from_report is not None:
             stdout.print("nothing to ensure: the report lists no missing image")
             return
         raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
-    specs = [tagspec.parse(t) for t in dict.fromkeys(wanted)]
+    outcomes: list[run.Outcome] = []
+    failures: list[GpualignError] = []
+    failed: dict[str, str] = {}  # tag -> why it was not made
+    specs = []
+    for t in dict.fromkeys(wanted):
+        try:
+            specs.append(tagspec.parse(t))
+        except GpualignError as err:
+            if t not in reported:
+                raise
+            _cannot_make(t, err, failures, failed)
     if render is not None:
         _render(specs, render, target_ledger, cuda_version, flavour, output)
         return
@@ -178,9 +190,6 @@ def ensure(
         if output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
-    outcomes: list[run.Outcome] = []
-    failures: list[GpualignError] = []
-    failed: dict[str, str] = {}  # tag -> why it was not made
     leases = None
     try:
         in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
@@ -193,7 +202,15 @@ def ensure(
                                          share_push=shared_modules,
                                          together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN))
                    for spec in specs}
-        planned = {spec.tag: run.plan_one(spec.tag, options[spec.tag]) for spec in specs}  # bad tags before work
+        planned: dict[str, run.Plan] = {}
+        for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
+            try:
+                planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
+            except GpualignError as err:
+                if spec.tag not in reported:
+                    raise
+                _cannot_make(spec.tag, err, failures, failed)
+        specs = [spec for spec in specs if spec.tag in planned]
         if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
         if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
@@ -250,6 +267,17 @@ def ensure(
             done = "built" if o.action == run.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
+
+
+def _cannot_make(tag: str, err: GpualignError, failures: list[GpualignError], failed: dict[str, str]) -> None:
+    """A tag from --from's report that gpualign cannot make: listed under `failed`, the others still made, and the
+    run exits 1 (in a mixed fleet, one unsupported node must not stop the runbook's fix for every other)."""
+    from gpualign.errors import Refused
+
+    message = err.message if err.message.startswith(tag) else f"{tag}: {err.message}"
+    failures.append(Refused(message))
+    failed[tag] = message
+    progress(f"{tag}: not made: {message.removeprefix(tag + ': ')}")
 
 
 def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, flavour: str, output: Output) -> None:

@@ -36,6 +36,7 @@ RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamp
 # Why the Job's pod cannot be created (its FailedCreate Event, kept on the Job: Events expire within the hour)
 BLOCKED_ANNOTATION = "gpualign.io/build-blocked"
 ARCH_ANNOTATION = "gpualign.io/build-arch"
+DEFAULT_NAMESPACE = "gpualign-system"  # the chart's release namespace, where its build Jobs run
 ANY_TAG = "*"  # read_cluster's key when no Job could be read: what is known of every tag's build
 # Off GPU nodes: a build is minutes of CPU, and the node waiting for the image is the last place for it.
 OFF_GPU_NODES: JSON = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -49,7 +50,7 @@ class BuildSettings:
 
     image: str  # gpualign's own image
     ledger: str  # registry://HOST/REPO: where the images go
-    namespace: str = "gpualign-system"
+    namespace: str = DEFAULT_NAMESPACE
     service_account: str = "gpualign-builder"
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: Sequence[JSON] = ()
@@ -237,7 +238,10 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
     try:
         jobs = kube.list_raw(path, label_selector=f"{BUILD_LABEL}=true")
     except Forbidden:
-        return {ANY_TAG: "build state unknown (no permission to list jobs: deploy/cli/builds.yaml's role grants it)"}
+        if namespace is None:  # a role bound in the chart's default build namespace only (deploy/cli/builds.yaml)
+            return read_cluster(kube, DEFAULT_NAMESPACE)
+        return {ANY_TAG: f"build state unknown (no permission to list jobs in {namespace}: bind "
+                         "deploy/cli/builds.yaml's role there)"}
     except GpualignError as err:
         return {ANY_TAG: f"build state unknown (the jobs could not be listed: {err.message})"}
     pods: dict[tuple[str, str], JSON] = {}
