@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
 
@@ -156,6 +156,92 @@ def retry(
     finally:
         kube.close()
     stdout.print(f"asked the controller to build {tag} again (Job {namespace}/{name}, {stamp})")
+
+
+@app.command("gc")
+def gc(
+    ledger: Annotated[str, typer.Option("--ledger", metavar="registry://HOST/REPO",
+                                        help="the ledger whose images (and REPO-modules artifacts) to sweep")],
+    contexts: Annotated[list[str] | None, typer.Option(
+        "--context", metavar="NAME", help="a cluster whose nodes' kernels to keep; repeat it for every cluster "
+                                          "that pulls from this ledger (default: the current context)")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="delete them (without it: a dry run that lists what would "
+                                                    "go)")] = False,
+    output: OutputOpt = Output.table,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Driver images and shared-module artifacts for kernels no node runs or announces (gpualign.io/kernel.next).
+
+    A dry run unless --yes: it lists what would go. Every cluster that pulls from the ledger must be named with
+    --context, or their kernels' images would be swept too; a cluster that cannot be read stops the sweep. Tags
+    gpualign cannot read a kernel from are never touched, nor a manifest another kept tag names. Exit 0 when
+    nothing is unused or the sweep is done, 1 on a dry run that found something to sweep."""
+    from gpualign.ensure.shared import repository
+    from gpualign.ensure.sweep import unused
+    from gpualign.errors import BadInput, GpualignError
+    from gpualign.kube import Kube
+    from gpualign.labels import KERNEL, KERNEL_NEXT
+    from gpualign.ledger.registry import connect
+
+    if not ledger.startswith("registry://"):
+        raise BadInput(f"--ledger {ledger}: expected registry://HOST[:PORT]/REPO (a file ledger holds no images)")
+    kernels: set[str] = set()
+    read: list[str] = []
+    for ctx in contexts or [None]:  # type: ignore[list-item]  # None: the current context
+        kube = Kube(kubeconfig, ctx)
+        try:
+            for node in kube.list_raw("/api/v1/nodes"):
+                labels = (node.get("metadata") or {}).get("labels") or {}
+                info = (node.get("status") or {}).get("nodeInfo") or {}
+                kernels.update(k for k in (labels.get(KERNEL), labels.get(KERNEL_NEXT), info.get("kernelVersion"))
+                               if k)
+            read.append(kube.describe().get("context") or ctx or "current")
+        finally:
+            kube.close()
+    client = connect(ledger)
+    try:
+        modules_repo = repository(client.ref.repo)
+        images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
+        modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
+        found = unused(images, modules, kernels)
+        if not kernels and (found.images or found.modules):
+            raise BadInput(f"no node in {', '.join(read)} runs or announces a kernel: refusing to sweep every image "
+                           "(is this the cluster that pulls from the ledger?)")
+        done: list[str] = []
+        if yes:
+            for repo, tags, table in ((client.ref.repo, found.images, images),
+                                      (modules_repo, found.modules, modules)):
+                for tag in tags:
+                    digest = table[tag]
+                    assert digest is not None
+                    try:
+                        client.delete_manifest(digest, repo)
+                    except GpualignError as err:
+                        err.message += f" ({len(done)} deleted before it)"
+                        raise
+                    done.append(f"{repo}:{tag}")
+                    progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
+    finally:
+        client.close()
+    body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dryRun": not yes,
+            "images": list(found.images), "modules": list(found.modules),
+            "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
+    if output in (Output.json, Output.yaml):
+        emit_data(report("LedgerSweep", {"ledger": ledger}, body), output)
+    else:
+        verb = "deleted" if yes else "would delete"
+        for tag in found.images:
+            print(f"{verb} {client.ref.host}/{client.ref.repo}:{tag}")
+        for tag in found.modules:
+            print(f"{verb} {client.ref.host}/{modules_repo}:{tag}")
+        for tag in found.shared_digest:
+            print(f"kept {tag}: another kept tag names the same manifest")
+        if not found.images and not found.modules:
+            print(f"nothing to sweep: every image's kernel runs or is announced in {', '.join(read)}")
+        elif not yes:
+            print("(a dry run: --yes deletes them)")
+    if not yes and (found.images or found.modules):
+        raise typer.Exit(1)
 
 
 def register(root: typer.Typer) -> None:

@@ -441,6 +441,22 @@ class RegistryClient:
         if resp.status_code != 201:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{tag} refused: HTTP {resp.status_code}")
 
+    def delete_manifest(self, digest: str, repo: str | None = None) -> None:
+        """Delete a manifest by digest (every tag on it goes with it). A registry that does not allow deletes says
+        so in one line (distribution: storage.delete.enabled)."""
+        repo = repo or self.ref.repo
+        resp = self._send("DELETE", f"{self.ref.base}/v2/{repo}/manifests/{digest}",
+                          scope=f"repository:{repo}:delete")
+        if resp.status_code in (200, 202, 404):
+            return
+        if resp.status_code in (405, 403):
+            from gpualign.errors import Refused
+
+            raise Refused(f"registry {self.ref.host} does not allow deleting {repo}@{digest} (HTTP "
+                          f"{resp.status_code}): enable deletes (distribution: storage.delete.enabled), or delete "
+                          "by the registry's own tools")
+        raise Unreachable(f"registry {self.ref.host}: deleting {repo}@{digest}: HTTP {resp.status_code}")
+
     def push_image(self, tag: str, env: dict[str, str], repo: str | None = None,
                    labels: dict[str, str] | None = None, archs: Sequence[str] = ("amd64",)) -> None:
         """Push a tiny single-layer OCI image whose config carries env (e.g. DRIVER_VERSION, CUDA_VERSION) and
