@@ -17,6 +17,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -259,6 +260,49 @@ def test_a_published_image_is_mirrored_by_digest_and_a_dry_run_changes_nothing(l
     (image,) = json.loads(res.out)["images"]
     assert image["action"] == "mirror" and image["digest"] == source
     assert client(lab.registry, "mirror/driver").digest(tag) == source  # byte for byte, by digest
+
+
+def test_a_build_in_another_cluster_holds_the_registry_lock_and_this_run_waits_then_finds_it_made(lab, upstream):
+    """Two clusters filling one registry: a Kubernetes Lease is per cluster, so only the registry can say that
+    another cluster is making the tag. This run waits on the registry's lock, names its holder, and once the holder
+    has pushed and released, finds the image made and makes nothing."""
+    from gpualign.ensure import registry_lock
+
+    tag = "580-5.15.0-124-generic-ubuntu22.04"
+    client(upstream).push_image(tag, {"DRIVER_VERSION": "580.95.05"})
+    ledger_repo = "shared/driver"
+    other = client(lab.registry, ledger_repo)  # "the other cluster": its build holds the lock
+    held, release = threading.Event(), threading.Event()
+
+    def other_cluster() -> None:
+        with registry_lock.hold(other, tag, lambda _m: None):
+            held.set()
+            release.wait(120)
+            other.push_image(tag, {"DRIVER_VERSION": "580.95.05", "MADE_BY": "the other cluster"})
+
+    worker = threading.Thread(target=other_cluster)
+    worker.start()
+    assert held.wait(30)
+    proc = subprocess.Popen([sys.executable, "-m", "gpualign", "ensure", tag, "--ledger",
+                             f"registry://{lab.registry}/{ledger_repo}", "--upstream",
+                             f"registry://{upstream}/nvidia/driver"], env={**os.environ, **lab.env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(8)  # it reads the hold and waits
+        assert proc.poll() is None
+        release.set()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        worker.join(60)
+        other.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "waiting: " in err and f"builds it (registry lock {lab.registry}/{ledger_repo}-locks:{tag}" in err, err
+    assert "made by another run meanwhile" in err or "made by another run meanwhile" in out, (out, err)
+    made = registry_lock.read(client(lab.registry, ledger_repo), tag)
+    assert made is None  # released: the next build of it takes it at once
 
 
 def test_two_runs_at_once_build_once(lab):

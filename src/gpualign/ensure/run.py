@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.ensure import tagspec
+from gpualign.ensure import registry_lock, tagspec
 from gpualign.ensure.archive import Archive, file_lock
 from gpualign.errors import BadInput, GpualignError
 
@@ -176,7 +176,8 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
         say(spec.tag, f"present but wrong ({plan.problem}): replacing it")
     if opts.dry_run:  # the caller prints the verdict, once
         return out
-    with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()):
+    with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()), \
+            registry_lock.hold(opts.target, spec.tag, lambda message: say(spec.tag, message)):
         if opts.target.digest(spec.tag) not in (None, plan.digest if plan.problem else None):
             # another run made it while this one waited
             out.action, out.digest, out.done = PRESENT, opts.target.digest(spec.tag), True
