@@ -163,6 +163,14 @@ def normalize_branch(text: str) -> str:
     return head
 
 
+def published(branch: str, kernel: str, ostag: str, rules: Rules) -> bool:
+    """Whether the rules say NVIDIA publishes this precompiled tag (required_image's verdict, from a tag's parts)."""
+    flavour = kernel_flavour(kernel)
+    series = ".".join(kernel.split(".")[:2])
+    return ostag in rules.kernels and flavour is not None and flavour in rules.flavours and \
+        series in rules.kernels[ostag] and branch in rules.published_branches
+
+
 @dataclass(frozen=True)
 class RequiredImage:
     """The image one node needs. `tag` is None when the labels do not allow deriving one."""

@@ -361,6 +361,11 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
         # a dry run makes the same checks, and refuses the same way
         dry = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", "--dry-run", timeout=120)
         assert dry.code == 2 and message in dry.err, (tag, dry.out, dry.err)
+    # air-gapped: NVIDIA's registry is not asked for a tag the rules say it never published (the review's #20: the
+    # dry run failed on nvcr.io being unreachable instead of saying what check says)
+    unpublished = lab.cli("ensure", "580-6.5.0-45-generic-ubuntu22.04", "--ledger", ledger, "--dry-run", timeout=120)
+    assert unpublished.code == 2 and "render the recipe" in unpublished.err, unpublished.err
+    assert "nvcr.io" not in unpublished.err
     # from a report (the runbook's `check -o json | ensure --from -`), one tag gpualign cannot make does not stop the
     # others: it is listed under failed, and the run exits 1 (the review's #14: it exited 2 and made nothing)
     (tmp_path / "mixed.json").write_text(json.dumps({"kind": "CheckReport", "missing": [

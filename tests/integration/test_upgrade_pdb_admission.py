@@ -79,6 +79,12 @@ def test_a_saturated_pdb_holds_its_nodes_uncordoned_and_the_rest_upgrade(plab):
                                                                                                "before-cordon")
     table = plab.cli("status", "--ledger", ledger, "--to-branch", "595")
     assert "waiting before cordon: PDB ml/trainer-pdb" in table.out
+    # without --to-branch, status and why show the walk's own target, not the DaemonSet's (the review's #15)
+    plain = json.loads(plab.cli("status", "--ledger", ledger, "-o", "json").out)
+    assert {r["name"]: r["target_tag"].split("-", 1)[0] for r in plain["nodes"] if r["name"] in held} == \
+        dict.fromkeys(held, "595")
+    why = plab.cli("why", sorted(held)[0], "--ledger", ledger)
+    assert "; target 595-" in why.out, why.out
 
 
 @pytest.mark.timeout(600)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from gpualign.ensure.lease import Leases
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.tagspec import TagSpec
+    from gpualign.tags import Rules
 
 NVIDIA = "nvcr.io/nvidia/driver"
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -194,7 +196,9 @@ def ensure(
     try:
         in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
         leases = _leases(lease, kubeconfig, context, say) if lease and not dry_run else None
-        options = {spec.tag: run.Options(target, up if explicit or spec.family == "ubuntu" else None, dry_run,
+        # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
+        # nvcr.io for a tag it never had); an upstream named with --upstream is asked for every tag
+        options = {spec.tag: run.Options(target, up if explicit or _nvidia_publishes(spec) else None, dry_run,
                                          jobs=max(1, jobs // in_flight), flavour=flavour, modules_from=modules_from,
                                          signing=signing, leases=leases, authfile=authfile,
                                          check_present=STRICT if verify_modules else OFF,
@@ -267,6 +271,19 @@ def ensure(
             done = "built" if o.action == run.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
+
+
+def _nvidia_publishes(spec: TagSpec) -> bool:
+    from gpualign.tags import published
+
+    return spec.family == "ubuntu" and published(spec.branch, spec.kernel, spec.os_tag, _rules())
+
+
+@functools.cache
+def _rules() -> Rules:
+    from gpualign.tags import load_rules
+
+    return load_rules()
 
 
 def _cannot_make(tag: str, err: GpualignError, failures: list[GpualignError], failed: dict[str, str]) -> None:

@@ -55,7 +55,7 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
     kube = _kube(kubeconfig, context, timeout) if kube is None else kube
     try:
         snap = snapshot.take(kube, selector, ledger=available, rules=rules,
-                             to_branch=normalize_branch(to_branch) if to_branch else None)
+                             to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
         missing = available is not None and any(ns.target_tag and not ns.view.image_present
                                                 for ns in snap.nodes.values())
         return snap, derive(kube, snap), kube.describe(), read_cluster(kube) if missing else {}

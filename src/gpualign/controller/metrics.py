@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpualign.upgrade.blockers import kind_of
+
 
 class FleetCollector(Collector):
     """gpualign_gpu_nodes, gpualign_upgrade_nodes{state}, gpualign_upgrade_blocked_seconds{node,reason},
@@ -29,10 +31,12 @@ class FleetCollector(Collector):
             states.add_metric([state], count)
         yield states
         blocked = GaugeMetricFamily("gpualign_upgrade_blocked_seconds",
-                                    "Seconds a node's driver upgrade has been blocked, by reason",
+                                    "Seconds a node's driver upgrade has been blocked, by the kind of reason (pdb, "
+                                    "image-missing, image-wrong, image-unverified, waiting-for-jobs, eviction, "
+                                    "driver-pod, validation, timeout, other); `gpualign why NODE` says it whole",
                                     labels=["node", "reason"])
         for node, reason, seconds in data["blocked"]:
-            blocked.add_metric([node, reason], seconds)
+            blocked.add_metric([node, kind_of(reason)], seconds)
         yield blocked
         yield GaugeMetricFamily("gpualign_missing_driver_images",
                                 "Distinct driver image tags some GPU node needs and the ledger lacks",

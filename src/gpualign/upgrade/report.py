@@ -127,7 +127,10 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
     lines: list[str] = []
     held = f" for {duration(st.in_state_seconds)}" if st.in_state_seconds is not None else ""
     by = {"operator": ", walked by the GPU Operator's upgrade controller", "gpualign": ", walked by gpualign"}
-    lines.append(f"{ns.name} is in {st.state}{held}{by.get(st.walker or '', '')}.")
+    if st.state == "(none)":
+        lines.append(f"{ns.name} is not in an upgrade{by.get(st.walker or '', '')}.")
+    else:
+        lines.append(f"{ns.name} is in {st.state}{held}{by.get(st.walker or '', '')}.")
     if st.blocker:
         lasting = f", for {duration(st.blocked_seconds)}" if st.blocked_seconds is not None else ""
         if st.hold is None:
@@ -146,7 +149,10 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
     if st.no_driver and not (st.blocker or "").startswith("no driver"):
         lines.append(f"no driver: {st.no_driver}")
     if ledger_known and ns.target_tag and not ns.view.image_present:
-        lines.append(f"image {ns.target_tag} missing from the ledger: it will not be cordoned until it exists")
+        walked = st.state not in ("(none)", S.DONE)
+        lines.append(f"image {ns.target_tag} missing from the ledger" + (
+            ": it will not be cordoned until it exists" if walked else
+            ": an upgrade would hold this node before cordon until it exists"))
         if st.building:
             lines.append(st.building)
     if st.cordoned == "someone-else":

@@ -158,9 +158,11 @@ def _walk_nodes(body: bytes) -> list[JSON]:
 
 
 def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rules,
-         to_branch: str | None, budgets: bool = False) -> Snapshot:
+         to_branch: str | None, budgets: bool = False, walk_target: bool = False) -> Snapshot:
     """budgets: also read the PDBs (PDB-aware admission), when some node waits to start. The driver pods and pools
-    are read while the nodes are."""
+    are read while the nodes are. walk_target (status, why): without to_branch, a node in gpualign's walk is
+    judged against the walk's own target (its gpualign.io/upgrade-target), not its DaemonSet's image, which the
+    walk may not have repointed yet."""
     from concurrent.futures import ThreadPoolExecutor
 
     selectors.parse(selector)
@@ -181,8 +183,11 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             target = required_image(facts, to_branch, rules).tag
             needs = pod is None or pod_tag != target or (pool is not None and pod_hash != pool.newest_hash)
         else:
-            target = pool.tag if pool else None
-            needs = pod is None or (pool is not None and pod_hash != pool.newest_hash)
+            walking = facts.annotations.get(S.TARGET) if walk_target and \
+                facts.labels.get(S.STATE_LABEL, S.UNKNOWN) not in (S.UNKNOWN, S.DONE) else None
+            target = walking or (pool.tag if pool else None)
+            needs = pod is None or (pool is not None and pod_hash != pool.newest_hash) or \
+                (walking is not None and pod_tag != walking)
         ann = facts.annotations
         view = NodeView(
             name=facts.name,
