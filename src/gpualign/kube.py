@@ -462,8 +462,8 @@ def _refused(verb: str, path: str, server: str, resp: Response) -> GpualignError
     """A request the API server answered with an error: Forbidden for a 403 (no retry helps: a role does; the
     roles in deploy/cli/ grant what each command needs), else Unreachable, as before."""
     if resp.status_code == 403:
-        return Forbidden(f"{verb} {path} on {server}: forbidden: {_status_message(resp)} (a role that allows it: "
-                         "see deploy/cli/)")
+        return Forbidden(f"{verb} {path} on {server}: forbidden (HTTP 403): {_status_message(resp)} (a role that "
+                         "allows it: see deploy/cli/)")
     return Unreachable(f"{verb} {path} on {server}: HTTP {resp.status_code}: {_status_message(resp)}")
 
 

@@ -177,7 +177,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
     try:
         assert kube.get_json("/x") == {"a": 1}  # two cuts, then the answer
         assert waits == [0.1, 0.2]
-        with pytest.raises(Forbidden, match=f"GET /forbidden on {srv.url}: forbidden: nope") as refused:
+        with pytest.raises(Forbidden, match=rf"GET /forbidden on {srv.url}: forbidden \(HTTP 403\): nope") as refused:
             kube.get_json("/forbidden")
         assert not refused.value.retryable and len(waits) == 2  # a 403 is not tried again: a role helps, not time
         cuts["left"] = 99

@@ -122,7 +122,7 @@ def logs(
                           + (f": {read.reason}" if read.reason else " (it may still be waiting to be placed)"))
         pod = pods[-1]["metadata"]["name"]
         resp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params={"container": "build"},
-                            accept="text/plain")
+                            accept="*/*")
         if resp.status_code == 400:  # the container has not started: the API says why
             raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
         if resp.status_code >= 400:
