@@ -67,6 +67,7 @@ def test_an_empty_or_multi_document_ledger_is_refused(tmp_path: Path, name, text
     ("d.json", '["x",\n', r"d.json:2: invalid JSON"),
     ("e.yaml", "- a\n- [b\n", r"e.yaml:\d+: invalid YAML"),
     ("f.yaml", "just: a map\n", r"expected a list"),
+    ("g.yaml", "[a, {b\n", r"g.yaml:\d+: invalid YAML"),  # flow style is YAML too: never called "invalid JSON"
 ])
 def test_bad_ledgers_name_file_and_line(tmp_path: Path, name, text, message):
     f = tmp_path / name
@@ -76,8 +77,12 @@ def test_bad_ledgers_name_file_and_line(tmp_path: Path, name, text, message):
 
 
 def test_unreadable_ledger(tmp_path: Path):
-    with pytest.raises(BadInput, match="cannot read"):
+    with pytest.raises(BadInput, match="cannot read") as err:
         read(tmp_path / "nope.txt")
+    assert "registry://" not in err.value.message
+    with pytest.raises(BadInput, match=r"cannot read: .* \(a registry is named with its scheme: --ledger "
+                                       r"registry://127.0.0.1:5000/nvidia/driver\)"):
+        read(Path("127.0.0.1:5000/nvidia/driver"))
     (tmp_path / "bin").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(BadInput, match="not a text file"):
         read(tmp_path / "bin")

@@ -121,6 +121,11 @@ def logs(
             raise Refused(f"Job {namespace}/{name} has no pod, so no log"
                           + (f": {read.reason}" if read.reason else " (it may still be waiting to be placed)"))
         pod = pods[-1]["metadata"]["name"]
+        status = pods[-1].get("status") or {}
+        if status.get("phase") == "Pending":  # its container has not run: the API answers with an empty log
+            why = next((str(c.get("message") or c.get("reason") or "") for c in status.get("conditions") or []
+                        if c.get("status") == "False" and (c.get("message") or c.get("reason"))), "")
+            raise Refused(f"pod {namespace}/{pod} has no log yet: it is Pending" + (f" ({why})" if why else ""))
         resp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params={"container": "build"},
                             accept="*/*")
         if resp.status_code == 400:  # the container has not started: the API says why

@@ -186,7 +186,9 @@ def check(
                       output)
         else:
             body = checked.body
-            text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)
+            # as kubectl says it, rather than a header over nothing
+            text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False) if body["nodes"] \
+                else "No resources found"
             hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
                 "  (-o wide for the reasons)"
             sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")

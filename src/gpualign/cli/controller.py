@@ -103,7 +103,6 @@ def controller(
     \b
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
-    from gpualign.cli.common import warn
     from gpualign.cli.inputs import branch_policy
     from gpualign.controller.run import Options, run
     from gpualign.ensure.judge import judge
@@ -120,15 +119,19 @@ def controller(
         raise BadInput("--ledger-refresh: expected seconds > 0")
     if gate_warn_after <= 0:
         raise BadInput("--gate-warn-after: expected seconds > 0")
+    logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
+                        format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
+
+    def warn(message: str) -> None:  # a long-running process: every line it writes is timestamped
+        logging.getLogger("gpualign.controller").warning(message)
+
     repo = repository_for(repository, ledger or [], warn)
     if build_replace_wrong and not build:
         raise BadInput("--build-replace-wrong makes images again through build Jobs: add --build")
     if build:  # the flags alone first: a bad value is refused before anything is read
         build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds, build_pod_settings,
                       repo, build_retry_after)
-    logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
-                        format="%(asctime)s %(levelname)s %(message)s")
-    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per request would drown the signal
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     if ledger:

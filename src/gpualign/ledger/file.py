@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -48,12 +49,15 @@ def read(path: Path) -> set[tuple[str | None, str]]:
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text()
     except OSError as err:
-        raise BadInput(f"ledger {path}: cannot read: {err.strerror}") from None
+        hint = ""
+        if isinstance(err, FileNotFoundError) and re.match(r"[A-Za-z0-9.-]+(:[0-9]+)?/[a-z0-9]", str(path)):
+            hint = f" (a registry is named with its scheme: --ledger registry://{path})"
+        raise BadInput(f"ledger {path}: cannot read: {err.strerror}{hint}") from None
     except UnicodeDecodeError:
         raise BadInput(f"ledger {path}: not a text file") from None
     stripped = text.lstrip()
     entries: list[tuple[int, str]]
-    if path.suffix == ".json" or stripped.startswith(("[", "{")):
+    if path.suffix == ".json" or path.suffix not in (".yaml", ".yml") and stripped.startswith(("[", "{")):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
