@@ -13,7 +13,7 @@ from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
 from gpualign.ledger.sources import Ledger
 from gpualign.makers import Maker, Making, who_makes
-from gpualign.tags import Rules, required_image
+from gpualign.tags import Rules, kernel_flavour, required_image
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,39 @@ def misfit(kernel: str, os_id: str | None) -> str | None:
     have, want = kernel_family(kernel), _OS_FAMILY.get(os_id or "")
     if have and want and have != want:
         return f"kernel {kernel} is a {have} kernel; this node's OS is {os_id}: plan each OS pool with -l"
+    return None
+
+
+# The kernel series each release installs (its GA kernel and the hardware-enablement ones; Ubuntu's kernel release
+# cycle page; Debian: the stable kernel, bookworm-security's 6.12, and backports), so that a plan does not apply a
+# kernel its OS never ships. A release not listed here is not checked.
+_SHIPS = {("ubuntu", "20.04"): ("5.4", "5.8", "5.11", "5.13", "5.15"),
+          ("ubuntu", "22.04"): ("5.15", "5.17", "5.19", "6.1", "6.2", "6.5", "6.8"),
+          ("ubuntu", "24.04"): ("6.8", "6.11", "6.14", "6.17"),
+          ("debian", "12"): ("6.1", "6.12"),
+          ("debian", "13"): ("6.12",)}
+# Debian's kernels name their release since 6.12: +debNN (NFD: _debNN), +bpo (bookworm-backports, for Debian 12)
+_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)|bpo)(?=[-.]|$)")
+
+
+def kernel_change_misfit(old: str | None, new: str, os_id: str | None, os_version: str | None) -> str | None:
+    """Why a node that runs `old` on this OS cannot be planned on `new`, or None: a series its release does not
+    ship, a Debian kernel of another release, or another Ubuntu flavour (aws, azure, gcp, generic are different
+    kernels, each with its own ABI numbers: a plan never swaps one for another)."""
+    major = (os_version or "").split(".")[0] if os_id == "debian" else os_version
+    series = ".".join(new.split(".")[:2])
+    ships = _SHIPS.get((os_id or "", major or ""))
+    if os_id == "debian" and (mark := _DEBIAN_MARK.search(new)):
+        release = "12" if mark.group(1) == "bpo" else mark.group(2)
+        if release != major:
+            return f"kernel {new} is built for Debian {release}; this node runs Debian {major}"
+    if ships is not None and series not in ships:
+        return (f"{os_id} {os_version} does not ship kernel series {series} (it ships {', '.join(ships)}): "
+                "plan each OS pool with -l")
+    old_flavour, new_flavour = (kernel_flavour(old) if old else None), kernel_flavour(new)
+    if os_id == "ubuntu" and old_flavour and new_flavour and old_flavour != new_flavour:
+        return (f"kernel {new} is the {new_flavour} flavour; this node runs {old} ({old_flavour}): plan each "
+                "flavour's nodes with -l and their own kernel")
     return None
 
 
@@ -113,6 +146,8 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             labels.pop(key, None)  # the loaded driver is about to change: its labels say nothing of the new image
         changed = node_facts({"metadata": {"name": facts.name, "labels": labels}})
         unfit = misfit(changed.kernel, changed.os_id) if changed.kernel else None
+        if not unfit and change.kernel:
+            unfit = kernel_change_misfit(facts.kernel, change.kernel, changed.os_id, changed.os_version)
         if unfit:
             unknown.append((facts.name, unfit))
             continue

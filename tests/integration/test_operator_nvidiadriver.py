@@ -90,8 +90,11 @@ def test_plan_needs_no_ledger_beside_the_operator_and_takes_each_pools_branch(op
     assert data["repository"] == f"{oplab.registry}/nvidia/driver"
     infer = {n["metadata"]["name"] for n in oplab.kube().nodes("pool=infer")}
     branches = {tuple(n["nodes"]): n["branch"] for n in data["needed"]}
-    for nodes, branch in branches.items():  # train and rhel pools run 580, infer 595 (the NVIDIADrivers)
-        assert branch == ("595" if set(nodes) <= infer else "580"), branches
+    assert branches and set(branches.values()) == {"580"}  # 5.15: only the train pool's generic 22.04 nodes take it
+    # the infer pool runs Ubuntu 24.04: planned on a 6.8 kernel, each pool gets its NVIDIADriver's branch
+    res = oplab.cli("plan", "--kernel", "6.8.0-50-generic", "-l", "pool=infer", "-o", "json")
+    branches = {tuple(n["nodes"]): n["branch"] for n in json.loads(res.out)["needed"]}
+    assert branches and all(set(nodes) <= infer for nodes in branches) and set(branches.values()) == {"595"}
     several = oplab.cli("plan", "--kernel", "5.15.0-125-generic", "--all-contexts")
     assert several.code == 2 and "only a single cluster's GPU Operator objects can stand in for it" in several.err
 

@@ -119,3 +119,25 @@ def test_operator_mismatch_running_and_latent_each_name_the_image_the_node_needs
                                           f"(ubuntu22.04, kernel 5.15.0-124-generic) needs {REPO}:{right}")
     assert by["latent"].operator_image == f"{REPO}:{right}"  # what runs now
     assert result.missing == () and not result.clean  # the needed image is present: nothing to build, still not ok
+
+
+def test_a_kernel_change_a_node_could_never_take_is_not_planned():
+    """The review's #12: one --kernel applied to every node, whatever it runs."""
+    from gpualign.plan import kernel_change_misfit as misfit
+
+    assert misfit("6.8.0-1015-aws", "5.15.0-126-generic", "ubuntu", "22.04") == (
+        "kernel 5.15.0-126-generic is the generic flavour; this node runs 6.8.0-1015-aws (aws): plan each flavour's "
+        "nodes with -l and their own kernel")
+    assert misfit("5.15.0-124-generic", "5.15.0-126-generic", "ubuntu", "22.04") is None
+    assert misfit("6.8.0-48-generic", "5.15.0-126-generic", "ubuntu", "24.04").startswith(
+        "ubuntu 24.04 does not ship kernel series 5.15")
+    assert misfit("6.8.0-48-generic", "6.8.0-50-generic", "ubuntu", "24.04") is None
+    assert misfit("6.12.117+deb13-amd64", "6.12.12_bpo-amd64", "debian", "13") == (
+        "kernel 6.12.12_bpo-amd64 is built for Debian 12; this node runs Debian 13")
+    assert misfit("6.1.0-47-amd64", "6.12.117_deb13-amd64", "debian", "12") == (
+        "kernel 6.12.117_deb13-amd64 is built for Debian 13; this node runs Debian 12")
+    assert misfit("6.1.0-47-amd64", "6.12.117_deb12-amd64", "debian", "12") is None  # bookworm-security's 6.12
+    assert misfit("6.1.0-47-amd64", "6.1.0-50-amd64", "debian", "12") is None
+    assert misfit("6.12.117+deb13-amd64", "6.1.0-50-amd64", "debian", "13").startswith(
+        "debian 13 does not ship kernel series 6.1")
+    assert misfit("5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64", "rhel", "9.4") is None  # not checked here

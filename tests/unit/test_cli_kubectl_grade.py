@@ -249,11 +249,14 @@ def test_plan_refuses_a_kernel_of_another_os_family_per_node(fleet):
                   "--kernel", "5.15.0-126-generic", "-o", "json")
     data = json.loads(res.out)
     assert res.code == 1 and data["kind"] == "PlanReport"
-    assert {u["node"] for u in data["unknown"]} == {"gpu-rhel94-c1"}
-    assert "is a ubuntu kernel; this node's OS is rhel" in data["unknown"][0]["reason"]
+    why = {u["node"]: u["reason"] for u in data["unknown"]}
+    assert set(why) == {"gpu-rhel94-c1", "gpu-u2404-aws-b1"}
+    assert "is a ubuntu kernel; this node's OS is rhel" in why["gpu-rhel94-c1"]
+    # the review's #12: Ubuntu 24.04 ships no 5.15 kernel, and an aws node never silently becomes generic
+    assert why["gpu-u2404-aws-b1"] == ("ubuntu 24.04 does not ship kernel series 5.15 (it ships 6.8, 6.11, 6.14, "
+                                       "6.17): plan each OS pool with -l")
     actions = {n["tag"]: n["action"] for n in data["needed"]}
-    assert actions == {"580-5.15.0-126-generic-ubuntu22.04": "mirror",  # NVIDIA publishes 5.15 for 22.04
-                       "580-5.15.0-126-generic-ubuntu24.04": "render"}  # not for 24.04: gpualign's recipe
+    assert actions == {"580-5.15.0-126-generic-ubuntu22.04": "mirror"}  # NVIDIA publishes 5.15 for 22.04
     res = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--os", "ubuntu24.04", "-l",
                   "pool=train")
     assert "gpualign: warning: --os ubuntu24.04 without --kernel" in res.err
