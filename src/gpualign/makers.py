@@ -52,6 +52,12 @@ _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), 
                 (re.compile(r".*-64k$"), "arm64"))
 
 
+# The Debian kernels gpualign builds: bookworm's 6.1 ABI releases (6.1.0-50-amd64, -cloud-amd64, -rt-amd64). The
+# 6.12 ones (6.12.117+deb12-amd64, NFD: 6.12.117_deb12-amd64; +deb13, +bpo) are refused until ensure maps a
+# label's `_` back to the release's `+` for headers, compile, verification and the image.
+_DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+-\d+-[a-z0-9]+(?:-[a-z0-9]+)*")
+
+
 def kernel_arch(kernel: str) -> str | None:
     """The CPU architecture a kernel's release names (6.1.0-50-amd64 → amd64), or None when it names none."""
     return next((arch for pattern, arch in _KERNEL_ARCH if pattern.fullmatch(kernel)), None)
@@ -90,6 +96,10 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
             return Making(Maker.NONE, f"gpualign builds {os_tag} images for {', '.join(release.archs)}, not {arch}")
         if named is None:
             return Making(Maker.NONE, f"kernel {kernel} is not a Debian kernel release (such as 6.1.0-50-amd64)")
+        if not _DEBIAN_BUILT.fullmatch(kernel):
+            return Making(Maker.NONE, f"kernel {kernel} is not built by gpualign yet: it builds Debian's 6.1 "
+                                      "kernels (such as 6.1.0-50-amd64), not the 6.12 ones (their release holds "
+                                      "'+', which NFD labels '_')")
         if branch not in release.branches:
             return Making(Maker.NONE, f"Debian {release.suite} carries NVIDIA {', '.join(release.branches)}, "
                                       f"not {branch}")

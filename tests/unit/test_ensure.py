@@ -79,6 +79,27 @@ def test_only_debian_is_built_here_and_each_refusal_says_why():
         tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"))
     with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, not arm64"):
         tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"))
+    with pytest.raises(BadInput, match="kernel 6.12.12_bpo-amd64 is not built by gpualign yet"):
+        tagspec.buildable_here(tagspec.parse("535-6.12.12_bpo-amd64-debian12"))
+
+
+def test_a_plus_is_not_a_tag_character_and_the_label_spelling_is_offered():
+    """The review's #2: a '+' tag was taken, and looked for headers."""
+    with pytest.raises(BadInput, match=r"not a valid image tag: '\+' cannot be in one \(write it as NFD labels the "
+                                       r"kernel: 535-6.12.12_bpo-amd64-debian12\)"):
+        tagspec.parse("535-6.12.12+bpo-amd64-debian12")
+    with pytest.raises(BadInput, match="not a valid image tag"):
+        tagspec.parse("535-" + "1" * 130 + "-debian12")
+
+
+def test_no_recipe_is_rendered_for_what_ensure_refuses():
+    """The review's #2: a recipe for a backport kernel, noted "built and verified here" seconds after ensure refused
+    the same tag."""
+    from gpualign.ensure import recipes
+
+    with pytest.raises(BadInput, match="not built by gpualign yet"):
+        recipes.render(tagspec.parse("535-6.12.12_bpo-amd64-debian12"), "535.261.03")
+    assert recipes.render(tagspec.parse("535-6.1.0-50-amd64-debian12"), "535.261.03").runs_here
 
 
 def test_module_symvers_lines_and_a_bad_line_named():

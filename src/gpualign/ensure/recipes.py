@@ -272,6 +272,9 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
     if spec.family == "rhel":
         return rhel(spec, driver_version, cuda, flavour)
     if spec.os_tag == "debian12":
+        from gpualign.ensure.tagspec import buildable_here
+
+        buildable_here(spec)  # the recipe ensure runs, for what ensure builds: else its reason, never a false note
         return debian(spec, driver_version, flavour)
     raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: gpualign has recipes for debian12 (built here), "
                    f"ubuntu{' and ubuntu'.join(UBUNTU)} and rhel9 (rendered)")

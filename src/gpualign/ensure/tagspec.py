@@ -10,6 +10,7 @@ from gpualign.makers import DEBIAN, Maker, who_makes
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
 _TAG = re.compile(r"(?P<branch>\d{3,4})-(?P<kernel>.+)-(?P<os>[a-z]+[0-9.]+)")
+_OCI_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # the OCI distribution spec's tag
 
 @dataclass(frozen=True)
 class TagSpec:
@@ -26,6 +27,11 @@ class TagSpec:
 def parse(tag: str) -> TagSpec:
     """'535-6.1.0-50-amd64-debian12' → branch 535, kernel 6.1.0-50-amd64, OS tag debian12."""
     text = tag.rsplit(":", 1)[-1] if "/" in tag or tag.count(":") else tag
+    if not _OCI_TAG.fullmatch(text):
+        bad = sorted({c for c in text if not (c.isascii() and (c.isalnum() or c in "._-"))})
+        fix = f" (write it as NFD labels the kernel: {text.replace('+', '_')})" if "+" in text else ""
+        raise BadInput(f"{tag!r}: not a valid image tag: {' '.join(repr(c) for c in bad) or 'its length'} "
+                       f"cannot be in one{fix}")
     m = _TAG.fullmatch(text)
     if not m or not _OS_TAG.fullmatch(m.group("os")):
         raise BadInput(f"{tag!r}: not a precompiled driver tag <branch>-<kernel>-<os-tag>, e.g. "
