@@ -192,7 +192,7 @@ def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precom
         return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False, "; ".join(facts.problems))
     if not branch:
         return RequiredImage(facts.name, None, ostag, facts.kernel, None, False,
-                             "no driver branch: pass --driver-branch or a --policy that selects this node")
+                             "no driver branch: pass --driver-branch or a --branch-policy that selects this node")
     assert ostag is not None and facts.kernel is not None
     if precompiled:
         tag = f"{branch}-{facts.kernel}-{ostag}"

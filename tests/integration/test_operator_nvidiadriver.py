@@ -95,6 +95,11 @@ def test_plan_needs_no_ledger_beside_the_operator_and_takes_each_pools_branch(op
     res = oplab.cli("plan", "--kernel", "6.8.0-50-generic", "-l", "pool=infer", "-o", "json")
     branches = {tuple(n["nodes"]): n["branch"] for n in json.loads(res.out)["needed"]}
     assert branches and all(set(nodes) <= infer for nodes in branches) and set(branches.values()) == {"595"}
+    # with --ledger, the branches still come from the operator's objects, as check takes them (the review's #13:
+    # "cannot plan: no driver branch … pass --policy")
+    res = oplab.cli("plan", "--kernel", "6.8.0-50-generic", "-l", "pool=infer", "--ledger",
+                    f"registry://{oplab.registry}/nvidia/driver", "-o", "json")
+    assert {tuple(n["nodes"]): n["branch"] for n in json.loads(res.out)["needed"]} == branches, res.err
     several = oplab.cli("plan", "--kernel", "5.15.0-125-generic", "--all-contexts")
     assert several.code == 2 and "only a single cluster's GPU Operator objects can stand in for it" in several.err
 

@@ -81,7 +81,7 @@ def plan(
     from gpualign.usecases.clusters import read_all
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
-    from gpualign.usecases.plan import PlanSetup, from_operator, plan_cluster
+    from gpualign.usecases.plan import PlanSetup, from_operator, operator_branches, plan_cluster
 
     stdin_once(ledger, nodes_file)
     derived_pools = None
@@ -112,6 +112,10 @@ def plan(
                     branch=normalize_branch(driver_branch) if driver_branch else None)
     rule_set = load_rules(rules)
     pools = branch_policy(None, branch_policy_file, old_policy)
+    if derived_pools is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
+            names is None and len(set(context or [])) <= 1:
+        # --ledger given: the branches still come from where check takes them, the GPU Operator's objects
+        derived_pools = operator_branches(kubeconfig, context[0] if context else None, timeout, warn)
     if derived_pools is not None and not (branch_policy_file or old_policy):
         pools = derived_pools
     check_known_branches(pools, rule_set)

@@ -50,9 +50,29 @@ def from_operator(kubeconfig: str | None, context: str | None, repository: str |
                   timeout: float | None, warn: Say = quiet) -> tuple[list[str], BranchPolicy, str]:
     """No --ledger: the GPU Operator's objects name the image repository (the ledger to read) and each pool's
     branch, as check reads them. (ledger sources, branch policy, repository)."""
+    config, sources = _operator_sources(kubeconfig, context, timeout, warn)
+    if config is None:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
+                       "Operator objects here name the repository")
+    repos = sorted({s.repository for s in sources if s.repository})
+    if repository is None and len(repos) != 1:
+        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
+                       "): pass --ledger and --repository for the one to plan")
+    repo = repository or repos[0]
+    return [f"registry://{repo}"], _branches(sources), repo
+
+
+def operator_branches(kubeconfig: str | None, context: str | None, timeout: float | None,
+                      warn: Say = quiet) -> BranchPolicy | None:
+    """With --ledger but no branch flag: each pool's branch as the GPU Operator's objects say it, as check reads
+    them (None when there are none)."""
+    config, sources = _operator_sources(kubeconfig, context, timeout, warn)
+    return _branches(sources) if config is not None and sources else None
+
+
+def _operator_sources(kubeconfig: str | None, context: str | None, timeout: float | None,
+                      warn: Say) -> tuple[Any, list[Any]]:
     from gpualign import labels as L
-    from gpualign import selectors
-    from gpualign.branches import BranchPolicy, BranchRule
     from gpualign.facts import node_facts
     from gpualign.inventory import read_operator_config
     from gpualign.kube import Kube
@@ -66,18 +86,18 @@ def from_operator(kubeconfig: str | None, context: str | None, repository: str |
     for note in notes:
         warn(note)
     if config is None:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
-                       "Operator objects here name the repository")
-    sources = [s for s in config.sources if not s.problem and not s.host_managed and s.repository and s.version]
-    repos = sorted({s.repository for s in sources if s.repository})
-    if repository is None and len(repos) != 1:
-        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
-                       "): pass --ledger and --repository for the one to plan")
-    repo = repository or repos[0]
+        return None, []
+    return config, [s for s in config.sources if not s.problem and not s.host_managed and s.repository and s.version]
+
+
+def _branches(sources: list[Any]) -> BranchPolicy:
+    from gpualign import selectors
+    from gpualign.branches import BranchPolicy, BranchRule
+
     rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
                              (s.version or "").split(".", 1)[0], s.precompiled) for s in sources if s.node_selector)
     default = next(((s.version or "").split(".", 1)[0] for s in sources if not s.node_selector), None)
-    return [f"registry://{repo}"], BranchPolicy(rules, default), repo
+    return BranchPolicy(rules, default)
 
 
 def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: Path | None,
