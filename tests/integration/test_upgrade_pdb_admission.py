@@ -79,6 +79,16 @@ def test_a_saturated_pdb_holds_its_nodes_uncordoned_and_the_rest_upgrade(plab):
                                                                                                "before-cordon")
     table = plab.cli("status", "--ledger", ledger, "--to-branch", "595")
     assert "waiting before cordon: PDB ml/trainer-pdb" in table.out
+    # a pool whose every node is held keeps its DaemonSet on the old image: a driver pod restarted by anything
+    # else comes back on the driver it had, not on the new one under the trainer (the review's #11)
+    from gpualign.upgrade.snapshot import DRIVER_SELECTOR, Pool
+
+    for ds in kube.list_raw("/apis/apps/v1/daemonsets", label_selector=DRIVER_SELECTOR):
+        pool = Pool(ds, None)
+        members = {n for n, x in nodes.items() if pool.selects(x["metadata"]["labels"])}
+        if members:
+            want = "580-" if members <= held else "595-"
+            assert pool.tag is not None and pool.tag.startswith(want), (ds["metadata"]["name"], members, held)
     # without --to-branch, status and why show the walk's own target, not the DaemonSet's (the review's #15)
     plain = json.loads(plab.cli("status", "--ledger", ledger, "-o", "json").out)
     assert {r["name"]: r["target_tag"].split("-", 1)[0] for r in plain["nodes"] if r["name"] in held} == \

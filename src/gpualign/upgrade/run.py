@@ -40,16 +40,21 @@ class Outcome:
         return {n: r for n, r in self.reasons.items() if r.startswith(PDB_HOLD)}
 
 
-def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]) -> None:
-    """--to-branch: point each pool's DaemonSet at the target tag, but only where the ledger has that image.
+def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]) -> bool:
+    """--to-branch: point each pool's DaemonSet at the target tag, but only where the ledger has that image, and
+    only once the walk has admitted (cordoned) a node of the pool. Returns whether a DaemonSet was repointed.
 
     The DaemonSets are OnDelete, so nothing restarts here: nodes move one by one when their walk reaches
-    pod-restart-required.
+    pod-restart-required, several passes after their cordon. A pool whose every node is held (a PDB that allows no
+    eviction) keeps its old template: a driver pod restarted by anything else (a reboot, someone's eviction) comes
+    back on the driver it had, never on the new one under running GPU work.
     """
+    repointed = False
     for pool in snap.pools:
         targets = {s.target_tag for s in snap.nodes.values() if s.pool is pool and s.target_tag}
         ready = [s for s in snap.nodes.values() if s.pool is pool and s.view.image_present]
-        if len(targets) != 1 or not ready:
+        admitted = [s for s in snap.nodes.values() if s.pool is pool and s.view.state in S.IN_PROGRESS - {S.FAILED}]
+        if len(targets) != 1 or not ready or not admitted:
             continue
         tag = targets.pop()
         if pool.tag == tag:
@@ -59,7 +64,10 @@ def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]
         containers = [{"name": c["name"], "image": f"{repo}:{tag}"} for c in template["containers"][:1]]
         kube.patch(f"/apis/apps/v1/namespaces/{pool.namespace}/daemonsets/{pool.name}",
                    {"spec": {"template": {"spec": {"containers": containers}}}}, kind="strategic")
-        report(pool.name, f"DaemonSet image {image_tag(pool.image)} → {tag} (OnDelete: no pod restarts yet)")
+        report(pool.name, f"DaemonSet image {image_tag(pool.image)} → {tag} (OnDelete: no pod restarts yet; "
+                          f"{admitted[0].name} is the first node of it the walk admitted)")
+        repointed = True
+    return repointed
 
 
 def walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Ledger, rules: Rules,
@@ -113,8 +121,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
     while True:
         try:
             snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch, budgets=budgets)
-            if to_branch and passes == 0:
-                ensure_images(kube, snap, report)
+            if to_branch and ensure_images(kube, snap, report):
                 snap = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch,
                                      budgets=budgets)
             before = executor.transitions
