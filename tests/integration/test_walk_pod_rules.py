@@ -69,3 +69,19 @@ def test_a_pod_without_a_controller_holds_its_node_uncordoned_until_force(plab):
     assert not node["spec"].get("unschedulable")
     assert "gpualign.io/upgrade-blocker" not in node["metadata"]["annotations"]
     wait_for(lambda: kube.get("/api/v1/namespaces/default/pods/gpujob") is None, timeout=30, what="gpujob evicted")
+
+
+@pytest.mark.timeout(300)
+def test_the_preview_shows_the_pods_of_a_node_whose_image_is_missing(plab):
+    """The review's #19: a node whose new image is not in the ledger yet showed "0 pod(s) to evict" though GPU work
+    ran there: a maintenance plan made from that preview missed its real blockers."""
+    lab = plab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    bare_pod(kube, "gpu-a1", "gpujob-a1")  # gpu-a1's 595 image is not pushed in this lab
+    dry = lab.cli("upgrade", "-l", "kubernetes.io/hostname=gpu-a1", "--to-branch", "595", "--ledger", ledger,
+                  "--dry-run")
+    assert dry.code == 1, dry.out + dry.err
+    line = next(ln for ln in dry.out.splitlines() if ln.strip().startswith("gpu-a1:"))
+    assert "image missing" in line and "default/gpujob-a1" in line, dry.out
+    assert "gpu-a1 stays upgrade-required: image missing" in dry.out

@@ -75,13 +75,16 @@ def preflight(kube: Kube, snap: Snapshot, policy: UpgradePolicy) -> Preflight:
     done = sorted(n for n, s in snap.nodes.items() if not s.view.needs_upgrade)
     missing = tuple((n, snap.nodes[n].target_tag or "?") for n in todo if not snap.nodes[n].view.image_present)
     movable = set(todo) - {n for n, _ in missing}
+    # every node to upgrade, its image missing or not: the pods it will have to evict and the PDBs that will hold
+    # them are the plan's real blockers once the image exists (a plan made without them misses them)
     by_node: dict[str, list[JSON]] = {}
+    upgrading = set(todo)
     for pod in kube.pods(field_selector="status.phase!=Succeeded,status.phase!=Failed"):
         node = (pod.get("spec") or {}).get("nodeName")
-        if node in movable:
+        if node in upgrading:
             by_node.setdefault(node, []).append(pod)
     victims = {n: P.to_move(ps, drain=drain, selector=drain_selector) for n, ps in by_node.items()}
-    unmovable = {n: why for n, ps in sorted(by_node.items()) if (why := P.unmovable(ps, policy))}
+    unmovable = {n: why for n, ps in sorted(by_node.items()) if n in movable and (why := P.unmovable(ps, policy))}
     for n, why in unmovable.items():
         snap.nodes[n].view = replace(snap.nodes[n].view, unmovable=tuple(why))
     pdbs = kube.list_raw("/apis/policy/v1/poddisruptionbudgets")
