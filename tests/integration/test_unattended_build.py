@@ -177,6 +177,9 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
     why = lab.cli("why", "deb-x", "--ledger", f"registry://{lab.registry}/nvidia/driver")
     assert f"image build failed: gpualign: error: kernel {NO_HEADERS}: no headers package" in why.out, why.out
     assert f"gpualign build retry {tag}" in why.out
+    # with no flag at all (no ledger read), why still names the node's build, not only its pull failing
+    plain = lab.cli("why", "deb-x")
+    assert f"image build failed: gpualign: error: kernel {NO_HEADERS}: no headers package" in plain.out, plain.out
     retry = lab.cli("build", "retry", tag, "--namespace", NS)
     assert retry.code == 0, retry.err
     again = wait_for(lambda: next((j for j in jobs(lab, tag)

@@ -42,7 +42,8 @@ def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) ->
 
 def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
-              kube: Kube | None = None) -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
+              kube: Kube | None = None, builds_always: bool = False) \
+        -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
     """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
     Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
     when given (left open), else a connection of its own."""
@@ -58,7 +59,8 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
                              to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
         missing = available is not None and any(ns.target_tag and not ns.view.image_present
                                                 for ns in snap.nodes.values())
-        return snap, derive(kube, snap), kube.describe(), read_cluster(kube) if missing else {}
+        builds = read_cluster(kube) if missing or (builds_always and available is None) else {}
+        return snap, derive(kube, snap), kube.describe(), builds
     finally:
         if own:
             kube.close()
@@ -230,7 +232,8 @@ def why(
     kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
     try:
         snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available,
-                                             to_branch, load_rules(rules), kubeconfig, context, timeout, kube=kube)
+                                             to_branch, load_rules(rules), kubeconfig, context, timeout, kube=kube,
+                                             builds_always=True)
         ledger_known = available is not None
         ns = snap.nodes.get(node)
         status: dict[str, Any] | None = None

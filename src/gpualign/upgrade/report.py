@@ -83,6 +83,8 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
     building = None
     if ledger_known and not ns.view.image_present:
         building = (builds or {}).get(ns.target_tag or "") or (builds or {}).get("*")  # "*": Jobs unreadable
+    elif not ledger_known:  # no ledger read: a build Job for the tag still says what is happening to it
+        building = (builds or {}).get(ns.target_tag or "")
     if ns.pod is not None:
         dp = DriverPod.from_pod(ns.pod)
         if not dp.ready and dp.state not in ("Pending", "ContainerCreating", "PodInitializing"):
@@ -90,6 +92,8 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
             if ledger_known and dp.tag == ns.target_tag and not ns.view.image_present:
                 no_driver += f", missing from the ledger; {building}" if building else \
                     f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
+            elif not ledger_known and building and dp.tag == ns.target_tag:
+                no_driver += f"; {building}"
     blocker = ann.get(S.BLOCKER) or derived or (f"gated: {gated}" if gated else None)
     hold = None
     if blocker:
@@ -155,6 +159,8 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
             ": an upgrade would hold this node before cordon until it exists"))
         if st.building:
             lines.append(st.building)
+    elif not ledger_known and st.building and st.building not in (st.no_driver or ""):
+        lines.append(st.building)  # no ledger read, yet the controller builds (or failed to build) its image
     if st.cordoned == "someone-else":
         lines.append("cordoned by someone else before the upgrade: gpualign will leave it cordoned")
     elif st.cordoned == "upgrade":
