@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
+from gpualign.kernels import release_of
+
 
 class Maker(StrEnum):
     PRESENT = "present"
@@ -30,16 +32,17 @@ class Maker(StrEnum):
 @dataclass(frozen=True)
 class DebianRelease:
     """A Debian release gpualign builds for: its suite, the NVIDIA branches its archive carries, the CPU
-    architectures built."""
+    architectures built, and the kernel series whose images are built and verified."""
 
     suite: str
     branches: tuple[str, ...]
     archs: tuple[str, ...]
+    series: tuple[str, ...] = ("6.1",)
 
 
 # What gpualign builds, end to end and verified. Debian bookworm carries NVIDIA 535 (nvidia-kernel-source /
 # nvidia-open-kernel-source in non-free / contrib).
-DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",))}
+DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1",))}
 # Families whose recipes gpualign renders (and unit-tests) but does not run: their archives are reachable only
 # from a builder of the user's.
 RENDERED = ("ubuntu", "rhel")
@@ -52,10 +55,10 @@ _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), 
                 (re.compile(r".*-64k$"), "arm64"))
 
 
-# The Debian kernels gpualign builds: bookworm's 6.1 ABI releases (6.1.0-50-amd64, -cloud-amd64, -rt-amd64). The
-# 6.12 ones (6.12.117+deb12-amd64, NFD: 6.12.117_deb12-amd64; +deb13, +bpo) are refused until ensure maps a
-# label's `_` back to the release's `+` for headers, compile, verification and the image.
-_DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+-\d+-[a-z0-9]+(?:-[a-z0-9]+)*")
+# The shapes of Debian's kernel releases gpualign reads: 6.1.0-50-amd64 (bookworm's 6.1 ABI releases, also
+# -cloud-amd64, -rt-amd64) and 6.12.117+deb12-amd64 (bookworm-security's 6.12; NFD labels it 6.12.117_deb12-amd64,
+# gpualign.kernels reads it back). Backports (+bpo) are not in the suites a build reads.
+_DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb\d+)-[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 def kernel_arch(kernel: str) -> str | None:
@@ -96,10 +99,12 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
             return Making(Maker.NONE, f"gpualign builds {os_tag} images for {', '.join(release.archs)}, not {arch}")
         if named is None:
             return Making(Maker.NONE, f"kernel {kernel} is not a Debian kernel release (such as 6.1.0-50-amd64)")
-        if not _DEBIAN_BUILT.fullmatch(kernel):
-            return Making(Maker.NONE, f"kernel {kernel} is not built by gpualign yet: it builds Debian's 6.1 "
-                                      "kernels (such as 6.1.0-50-amd64), not the 6.12 ones (their release holds "
-                                      "'+', which NFD labels '_')")
+        release_ = release_of(kernel)
+        series = ".".join(release_.split(".")[:2])
+        if not _DEBIAN_BUILT.fullmatch(release_) or series not in release.series:
+            spelled = f" ({release_})" if release_ != kernel else ""
+            return Making(Maker.NONE, f"kernel {kernel}{spelled} is not built by gpualign yet: it builds Debian "
+                                      f"{release.suite}'s kernel series {', '.join(release.series)}")
         if branch not in release.branches:
             return Making(Maker.NONE, f"Debian {release.suite} carries NVIDIA {', '.join(release.branches)}, "
                                       f"not {branch}")

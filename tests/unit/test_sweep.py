@@ -31,7 +31,7 @@ def test_a_digest_a_kept_tag_names_is_never_deleted():
 
 
 def test_kernels_are_read_from_either_kind_of_tag():
-    assert image_kernel("535-6.12.117_deb12-amd64-debian12") == "6.12.117_deb12-amd64"
+    assert image_kernel("535-6.12.117_deb12-amd64-debian12") == "6.12.117+deb12-amd64"  # the release
     assert image_kernel("latest") is None
     assert modules_kernel("535.261.03-6.1.0-50-amd64-open") == "6.1.0-50-amd64"
     assert modules_kernel("notes") is None

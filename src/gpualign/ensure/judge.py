@@ -132,9 +132,10 @@ def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[s
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
              out: Judgement, secure_boot: bool = False) -> None:
     from gpualign.ensure.inspect import checkable, modules_verdict
+    from gpualign.kernels import release_of
 
     checked = 0
-    for kernel in sorted({k for k in kernels if k}):
+    for kernel in sorted({release_of(k) for k in kernels if k}):  # a node's label spelling: checked as its release
         if not checkable(kernel):
             if modules == STRICT:
                 out.unverified[image] = (f"kernel {kernel} has no headers in Debian's archive to check its modules "

@@ -12,15 +12,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# A label value cannot hold `+`: NFD writes `_` (6.12.117+deb13-amd64 -> 6.12.117_deb13-amd64), and so do the tags
-# made from it. Kernels are compared in that spelling.
-_LABEL_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+from gpualign.kernels import label_of
+
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
 
 
 def label_spelling(kernel: str) -> str:
-    """A kernel release as a label (and a tag) can hold it."""
-    return _LABEL_SAFE.sub("_", kernel)
+    """Kernels are compared as NFD labels them (and tags hold them): 6.12.117+deb13-amd64 -> 6.12.117_deb13-amd64."""
+    return label_of(kernel)
 
 
 def image_kernel(tag: str) -> str | None:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from gpualign.errors import BadInput
+from gpualign.kernels import release_of
 from gpualign.makers import DEBIAN, Maker, who_makes
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
@@ -16,8 +17,9 @@ _OCI_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # the OCI distribut
 class TagSpec:
     tag: str
     branch: str
-    kernel: str
+    kernel: str  # the release (uname -r, headers, version magic): 6.12.117+deb13-amd64
     os_tag: str
+    kernel_label: str = ""  # the tag's spelling, as NFD labels it: 6.12.117_deb13-amd64 (gpualign.kernels)
 
     @property
     def family(self) -> str:
@@ -25,7 +27,9 @@ class TagSpec:
 
 
 def parse(tag: str) -> TagSpec:
-    """'535-6.1.0-50-amd64-debian12' → branch 535, kernel 6.1.0-50-amd64, OS tag debian12."""
+    """'535-6.1.0-50-amd64-debian12' → branch 535, kernel 6.1.0-50-amd64, OS tag debian12. A kernel NFD labels
+    with `_` for the release's `+` is read back as the release: '535-6.12.117_deb12-amd64-debian12' → kernel
+    6.12.117+deb12-amd64 (its headers, version magic and /lib/modules), kernel_label 6.12.117_deb12-amd64."""
     text = tag.rsplit(":", 1)[-1] if "/" in tag or tag.count(":") else tag
     if not _OCI_TAG.fullmatch(text):
         bad = sorted({c for c in text if not (c.isascii() and (c.isalnum() or c in "._-"))})
@@ -36,14 +40,14 @@ def parse(tag: str) -> TagSpec:
     if not m or not _OS_TAG.fullmatch(m.group("os")):
         raise BadInput(f"{tag!r}: not a precompiled driver tag <branch>-<kernel>-<os-tag>, e.g. "
                        "535-6.1.0-50-amd64-debian12")
-    return TagSpec(text, m.group("branch"), m.group("kernel"), m.group("os"))
+    return TagSpec(text, m.group("branch"), release_of(m.group("kernel")), m.group("os"), m.group("kernel"))
 
 
 def buildable_here(spec: TagSpec, arch: str | None = None) -> str:
     """The Debian suite that builds it here, or BadInput naming why not (gpualign.makers decides, as it does for
     check, plan and the controller: a recipe that is only rendered, an OS without one, a branch the OS does not
     carry, another architecture)."""
-    making = who_makes(spec.os_tag, spec.branch, spec.kernel, arch, False)
+    making = who_makes(spec.os_tag, spec.branch, spec.kernel_label or spec.kernel, arch, False)
     if making.maker is Maker.BUILD:
         return DEBIAN[spec.os_tag].suite
     if making.maker is Maker.RENDER:

@@ -8,6 +8,7 @@ from typing import Any
 
 from gpualign import labels as L
 from gpualign.errors import LabError
+from gpualign.kernels import label_of, release_of
 from gpualign.kube import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.registry import RegistryClient, RegistryRef
@@ -48,7 +49,8 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
         labels.update({L.PCI_NVIDIA: "true", L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,
                        "nvidia.com/gpu.count": str(spec.gpus), L.DEPLOY_DRIVER: "true"})
         capacity["nvidia.com/gpu"] = str(spec.gpus)
-    labels.update({L.KERNEL: spec.kernel, L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
+    # as NFD labels the kernel (`+` cannot be in a label: `_`), and as the kubelet reports its release (`+`)
+    labels.update({L.KERNEL: label_of(spec.kernel), L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
                    L.OS_VERSION_MAJOR: spec.os_version.split(".")[0]})
     if spec.gpu and spec.driver:
         labels.update({k: v for k, v in driver_labels(spec.driver).items() if v is not None})
@@ -58,7 +60,9 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
         "metadata": {"name": spec.name, "labels": labels,
                      "annotations": {"kwok.x-k8s.io/node": "fake", **spec.annotations}},
         "spec": {},
-        "status": {"capacity": capacity, "allocatable": dict(capacity)},
+        "status": {"capacity": capacity, "allocatable": dict(capacity),
+                   "nodeInfo": {"kernelVersion": release_of(spec.kernel), "architecture": spec.arch,
+                                "operatingSystem": "linux"}},
     }
 
 
@@ -67,7 +71,9 @@ def daemonset_name(kernel: str, ostag: str) -> str:
 
 
 def driver_daemonset(kernel: str, os_id: str, os_version: str, branch: str, registry: str) -> dict[str, Any]:
-    """A GPU-operator-like precompiled driver DaemonSet for one kernel+OS pool (OnDelete)."""
+    """A GPU-operator-like precompiled driver DaemonSet for one kernel+OS pool (OnDelete). The kernel as NFD labels
+    it: the operator selects nodes by that label and puts it in the tag."""
+    kernel = label_of(kernel)
     ostag = os_tag(os_id, os_version, load_rules())
     tag = f"{branch}-{kernel}-{ostag}"
     name = daemonset_name(kernel, ostag)

@@ -1,0 +1,65 @@
+"""A kernel's two spellings, in one place. Pure.
+
+A node's kernel is named twice:
+- its **release**, as `uname -r` says it, and as the headers package (`linux-headers-<release>`), the modules'
+  version magic, `/lib/modules/<release>` and `status.nodeInfo.kernelVersion` spell it: `6.12.117+deb13-amd64`;
+- its **label**, as Node Feature Discovery publishes it (`feature.node.kubernetes.io/kernel-version.full`), and so
+  as the GPU Operator's precompiled tag holds it: a label value (and an image tag) cannot hold `+`, so NFD writes
+  every character outside `[-A-Za-z0-9_.]` as `_` (node-feature-discovery PRs #309, #402; KMM's
+  `KernelNormalizedVersion`, PR #824): `6.12.117_deb13-amd64`.
+
+Most kernels read the same both ways (`6.1.0-50-amd64`, `5.15.0-124-generic`; RHEL's `el9_4` has a real `_`).
+From a label alone the release is found where a distribution's naming says it: Debian's 6.12 kernels carry
+`+debNN` (`+deb12` in bookworm-security, `+deb13` in trixie) or `+bpo` (bookworm-backports). Where a node's
+`status.nodeInfo.kernelVersion` is at hand, it is the release, and its label must be its spelling.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
+# Debian's releases that hold `+`: 6.12.117+deb13-amd64, 6.12.12+bpo-cloud-amd64, 6.12.117+deb12-rt-arm64
+_DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+|bpo)(?P<rest>-[a-z0-9]+(?:-[a-z0-9]+)*)")
+
+
+def label_of(release: str) -> str:
+    """A kernel release as a label value (and a tag) holds it, as NFD writes it."""
+    return _UNSAFE.sub("_", release)
+
+
+def release_of(label: str) -> str:
+    """The release a kernel label stands for, where the distribution's naming says it (6.12.117_deb13-amd64 →
+    6.12.117+deb13-amd64); the label itself otherwise."""
+    m = _DEBIAN_PLUS.fullmatch(label)
+    return f"{m.group('version')}+{m.group('mark')}{m.group('rest')}" if m else label
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel, by both its names."""
+
+    release: str  # uname -r, headers, version magic, /lib/modules
+    label: str  # NFD's label, the tag's kernel
+
+    @classmethod
+    def from_label(cls, label: str) -> Kernel:
+        return cls(release_of(label), label)
+
+    @classmethod
+    def from_node(cls, label: str | None, node_info_release: str | None) -> Kernel | None:
+        """The node's kernel: its nodeInfo release when it has one whose label spelling is the NFD label (a
+        label left from an older kernel, before NFD relabels, is not trusted over it), else the label's reading."""
+        if node_info_release and (label is None or label_of(node_info_release) == label):
+            return cls(node_info_release, label_of(node_info_release))
+        return cls.from_label(label) if label else None
+
+    @property
+    def spelled_twice(self) -> bool:
+        return self.release != self.label
+
+
+def candidates(label: str, releases: list[str]) -> list[str]:
+    """The releases in `releases` (e.g. an archive's headers packages, less their prefix) a label can stand for."""
+    return sorted(r for r in releases if label_of(r) == label)

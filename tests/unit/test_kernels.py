@@ -1,0 +1,41 @@
+"""A kernel's two spellings (gpualign/kernels.py): the release uname -r names, and the label NFD publishes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign.kernels import Kernel, candidates, label_of, release_of
+
+
+def test_debians_plus_kernels_read_back_from_their_labels():
+    assert label_of("6.12.117+deb13-amd64") == "6.12.117_deb13-amd64"
+    assert release_of("6.12.117_deb13-amd64") == "6.12.117+deb13-amd64"
+    assert release_of("6.12.117_deb12-cloud-amd64") == "6.12.117+deb12-cloud-amd64"
+    assert release_of("6.12.12_bpo-rt-arm64") == "6.12.12+bpo-rt-arm64"
+
+
+def test_kernels_spelled_alike_and_real_underscores_are_left_alone():
+    for kernel in ("6.1.0-50-amd64", "5.15.0-124-generic", "6.8.0-1017-azure", "5.14.0-427.37.1.el9_4.x86_64"):
+        assert release_of(kernel) == kernel == label_of(kernel)
+        assert not Kernel.from_label(kernel).spelled_twice
+
+
+def test_a_nodes_own_release_wins_where_its_label_is_its_spelling():
+    assert Kernel.from_node("6.12.117_deb13-amd64", "6.12.117+deb13-amd64") == \
+        Kernel("6.12.117+deb13-amd64", "6.12.117_deb13-amd64")
+    # a label NFD has not rewritten yet after a reboot: the label is what the tag is made of, and is read alone
+    assert Kernel.from_node("6.1.0-50-amd64", "6.12.117+deb12-amd64") == Kernel("6.1.0-50-amd64", "6.1.0-50-amd64")
+    assert Kernel.from_node(None, "6.12.117+deb13-amd64") == Kernel("6.12.117+deb13-amd64", "6.12.117_deb13-amd64")
+    assert Kernel.from_node(None, None) is None
+
+
+def test_candidates_from_an_archive():
+    releases = ["6.12.117+deb12-amd64", "6.1.0-50-amd64", "6.12.117+deb12-cloud-amd64"]
+    assert candidates("6.12.117_deb12-amd64", releases) == ["6.12.117+deb12-amd64"]
+    assert candidates("6.12.117_deb12-arm64", releases) == []
+
+
+@given(st.from_regex(r"[0-9]\.[0-9]{1,2}\.[0-9]{1,3}\+(deb1[23]|bpo)-(cloud-|rt-)?(amd64|arm64)", fullmatch=True))
+def test_a_debian_release_survives_the_trip_through_its_label(release):
+    assert release_of(label_of(release)) == release
