@@ -189,7 +189,13 @@ class Simulator:
         """The kernel's refusal of the image's modules on this node, or None (loaded, or a tag-only image)."""
         host, repo, tag = split_image(image)
         node_obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
-        kernel = ((node_obj.get("metadata") or {}).get("labels") or {}).get(L.KERNEL)
+        # the node's release (what its kernel checks the modules' version magic against), as the kubelet reports
+        # it, else read back from NFD's label (`_` for `+`)
+        from gpualign.kernels import Kernel
+
+        known = Kernel.from_node(((node_obj.get("metadata") or {}).get("labels") or {}).get(L.KERNEL),
+                                 ((node_obj.get("status") or {}).get("nodeInfo") or {}).get("kernelVersion"))
+        kernel = known.release if known else None
         if not checkable(kernel):
             return None
         client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=30.0)
