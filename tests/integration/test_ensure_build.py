@@ -654,10 +654,14 @@ def test_ensure_replaces_a_present_but_wrong_image_only_when_told(lab):
     before = reg.digest(TAG)
     reported = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", timeout=300)
     assert reported.code == 1, reported.out + reported.err
-    assert (f"{TAG}: present but wrong: its modules could not be verified: it holds no kernel modules under "
+    assert (f"{TAG}: present but unverified: its modules could not be verified: it holds no kernel modules under "
             f"/lib/modules or /opt/lib/modules to check against {KERNEL}") in reported.err
     assert "--replace-wrong" in reported.err and reg.digest(TAG) == before
-    assert lab.cli("ensure", TAG, "--ledger", ledger).code == 0  # without --verify-modules: its labels are fine
+    # without --verify-modules: nothing in its config says what it is (no labels), so it is never "nothing to do"
+    # (the review's finding: ensure said "present in the ledger: nothing to do" where the walk held the node)
+    labels_only = lab.cli("ensure", TAG, "--ledger", ledger)
+    assert labels_only.code == 1, labels_only.out + labels_only.err
+    assert f"{TAG}: present but unverified: its config carries no labels" in labels_only.err, labels_only.err
     replaced = lab.cli("ensure", TAG, "--ledger", ledger, "--verify-modules", "--replace-wrong", "-o", "json",
                        timeout=500)
     assert replaced.code == 0, replaced.out + replaced.err

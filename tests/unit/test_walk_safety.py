@@ -149,3 +149,29 @@ def test_a_node_added_to_an_operator_scenario_joins_its_nvidiadriver_or_is_refus
     with pytest.raises(BadInput, match=r"would join no NVIDIADriver.*debian \(pool=debian\); other \(pool=x\)"):
         _operator_pool(several, {}, None)
     assert _operator_pool(several, {"pool": "x"}, None)[0].name == "other"
+
+
+def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unverified(monkeypatch):
+    """The review's P0 #9: the same layers with their labels stripped were "present, nothing to do" for ensure and
+    `"wrong": null` for plan, while the walk held the node. A precompiled tag's image with no labels at all is
+    unverified, with the reason, for every view that judges it; one whose labels agree with its tag is present."""
+    from gpualign.ensure.judge import NO_LABELS, judge
+
+    tag, labelled = "580-5.15.0-124-generic-ubuntu22.04", "580-5.15.0-125-generic-ubuntu22.04"
+    configs = {tag: {"architecture": "amd64", "os": "linux", "config": {"Env": ["DRIVER_VERSION=580.95.05"]}},
+               labelled: {"architecture": "amd64", "os": "linux",
+                          "config": {"Labels": {"version": "580-5.15.0-125-generic"}}}}
+
+    class Registry:
+        def image_config_and_platforms(self, t: str, arch: str = "amd64") -> tuple[dict, tuple[str, ...]]:
+            return configs[t], ("amd64",)
+
+        def image_config(self, t: str, arch: str = "amd64") -> dict:
+            return configs[t]
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr("gpualign.ledger.registry.connect", lambda *_a, **_k: Registry())
+    found = judge({f"r.local/d:{tag}": ("5.15.0-124-generic",), f"r.local/d:{labelled}": ("5.15.0-125-generic",)})
+    assert found.unverified == {f"r.local/d:{tag}": NO_LABELS} and found.wrong == {}

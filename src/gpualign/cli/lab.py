@@ -409,7 +409,8 @@ def push_image(
         env["CUDA_VERSION"] = cuda_version
     client = RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http"))
     try:
-        client.push_image(tag, env, archs=archs)
+        client.push_image(tag, env, archs=archs, labels=seed.driver_image_labels(tag) if repo == seed.DRIVER_REPO
+                          else None)
     finally:
         client.close()
     progress(f"pushed {state.registry}/{repo}:{tag}" + (f" ({', '.join('linux/' + a for a in archs)})"

@@ -22,6 +22,7 @@ import httpx2
 
 from gpualign.ensure import tagspec
 from gpualign.errors import BadInput, GpualignError
+from gpualign.kernels import label_of
 from gpualign.ledger.registry import RegistryClient
 
 DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+-(amd64|cloud-amd64|rt-amd64)")
@@ -40,7 +41,7 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     except BadInput:
         return None  # not a precompiled tag: nothing kernel-specific to compare
     kernel = labels.get("io.gpualign.kernel")
-    if kernel and kernel != spec.kernel:
+    if kernel and label_of(kernel) != label_of(spec.kernel):  # either spelling of one kernel (gpualign.kernels)
         return f"its label io.gpualign.kernel says it was built for kernel {kernel}, not {spec.kernel}"
     branch = labels.get("io.gpualign.driver-branch")
     if branch and branch != spec.branch:
@@ -48,7 +49,7 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     version = labels.get("version")
     if version and "-" in version:
         v_branch, _, v_kernel = version.partition("-")
-        if v_branch.isdigit() and (v_branch != spec.branch or v_kernel != spec.kernel):
+        if v_branch.isdigit() and (v_branch != spec.branch or label_of(v_kernel) != label_of(spec.kernel)):
             return f"its label version={version} names another build than {spec.branch}-{spec.kernel}"
     return None
 

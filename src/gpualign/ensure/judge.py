@@ -41,6 +41,21 @@ class Judgement:
         return platform_problem(image, arch, self.platforms)
 
 
+NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kernel nor NVIDIA's version), so nothing "
+             "in it says which kernel and branch it was built for (--verify-modules checks its modules, where the "
+             "kernel's headers are in Debian's archive)")
+
+
+def _precompiled(tag: str) -> bool:
+    from gpualign.ensure.tagspec import parse
+
+    try:
+        parse(tag)
+    except GpualignError:
+        return False
+    return True
+
+
 def _split(image: str) -> tuple[str, str]:
     repo, _, tag = image.rpartition(":")
     return repo, tag
@@ -95,6 +110,10 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                     out.wrong[image] = why
                     out.unverified.pop(image, None)
                     out.verified.pop(image, None)
+                elif not labels and image not in out.verified and image not in out.unverified and \
+                        _precompiled(tag):
+                    # nothing in it says what it was built for, and its modules were not checked: never "present"
+                    out.unverified[image] = NO_LABELS
         except GpualignError as err:
             out.warnings.append(f"could not read the images in {repo}: {err.message}")
         finally:

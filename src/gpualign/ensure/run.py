@@ -83,6 +83,9 @@ class Options:
     share_push: bool = True  # share the modules this build compiled, once verified
 
 
+UNVERIFIED_PREFIX = "unverified: "  # a present image's problem that is not "wrong": nothing vouches for it
+
+
 def tag_lock(tag: str) -> AbstractContextManager[None]:
     return file_lock(f"{tag}.lock")
 
@@ -148,7 +151,11 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
     if image in found.wrong:
         return found.wrong[image]
     if image in found.unverified:
-        return f"its modules could not be verified: {found.unverified[image]}"
+        from gpualign.ensure.judge import NO_LABELS
+
+        reason = found.unverified[image]
+        return f"{UNVERIFIED_PREFIX}{reason}" if reason == NO_LABELS else \
+            f"{UNVERIFIED_PREFIX}its modules could not be verified: {reason}"
     if opts.signing is not None:
         labels = ((opts.target.image_config(spec.tag) or {}).get("config") or {}).get("Labels") or {}
         signed = labels.get("io.gpualign.signing-cert-sha256")
@@ -170,7 +177,12 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
         return out
     if action == WRONG:
         out.digest = plan.digest
-        raise PresentButWrong(f"{spec.tag}: present but wrong: {plan.problem} (gpualign ensure {spec.tag} "
+        problem = plan.problem or ""
+        if problem.startswith(UNVERIFIED_PREFIX):  # gpualign cannot vouch for it: never "nothing to do"
+            raise PresentButWrong(f"{spec.tag}: present but unverified: {problem.removeprefix(UNVERIFIED_PREFIX)} "
+                                  f"(gpualign ensure {spec.tag} --replace-wrong makes it again, verified, and pushes "
+                                  "it over the tag)")
+        raise PresentButWrong(f"{spec.tag}: present but wrong: {problem} (gpualign ensure {spec.tag} "
                               "--replace-wrong makes it again and pushes it over the tag)")
     if plan.problem:
         say(spec.tag, f"present but wrong ({plan.problem}): replacing it")

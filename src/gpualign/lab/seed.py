@@ -132,8 +132,23 @@ def workloads() -> list[dict[str, Any]]:
     ]
 
 
-def push_driver_image(registry: RegistryClient, tag: str, version: str) -> None:
-    registry.push_image(tag, {"DRIVER_VERSION": version, "DRIVER_BRANCH": version.split(".")[0]})
+def push_driver_image(registry: RegistryClient, tag: str, version: str, archs: tuple[str, ...] = ("amd64",)) -> None:
+    """A synthetic driver image (no modules), labelled as NVIDIA labels its precompiled ones (`version=<branch>-
+    <kernel>`), so that its own config says what it was built for, as a real one's does."""
+    registry.push_image(tag, {"DRIVER_VERSION": version, "DRIVER_BRANCH": version.split(".")[0]},
+                        labels=driver_image_labels(tag), archs=archs)
+
+
+def driver_image_labels(tag: str) -> dict[str, str]:
+    """NVIDIA's label for a precompiled tag (`version=535-6.1.0-50-amd64`); none for a tag of another shape."""
+    from gpualign.ensure.tagspec import parse
+    from gpualign.errors import GpualignError
+
+    try:
+        spec = parse(tag)
+    except GpualignError:
+        return {}
+    return {"version": f"{spec.branch}-{spec.kernel_label}"}
 
 
 def registry_client(address: str) -> RegistryClient:
