@@ -80,7 +80,8 @@ def summary_line(s: dict[str, int]) -> str:
                if s.get("missing_images") and s.get("missing_images") != s["missing"] else "")
             + (f"; {s['driver_pod_failing']} driver pod(s) failing (no driver on the node)"
                if s.get("driver_pod_failing") else "")
-            + (f"; {s['unverified']} present image(s) whose modules could not be verified (marked present?)"
+            + (f"; {s['unverified']} present image(s) gpualign cannot vouch for: unverified, marked present? "
+               "(-o wide says why)"
                if s.get("unverified") else ""))
 
 
