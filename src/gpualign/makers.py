@@ -42,7 +42,9 @@ class DebianRelease:
 
 # What gpualign builds, end to end and verified. Debian bookworm carries NVIDIA 535 (nvidia-kernel-source /
 # nvidia-open-kernel-source in non-free / contrib).
-DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1",))}
+# Kernel series: bookworm's own 6.1, and bookworm-security's 6.12 (6.12.N+deb12-amd64), whose modules NVIDIA
+# 535.309.01 (bookworm-security's nvidia-kernel-source) compiles and verifies against (docs/ensure.md).
+DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1", "6.12"))}
 # Families whose recipes gpualign renders (and unit-tests) but does not run: their archives are reachable only
 # from a builder of the user's.
 RENDERED = ("ubuntu", "rhel")
@@ -101,6 +103,10 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
             return Making(Maker.NONE, f"kernel {kernel} is not a Debian kernel release (such as 6.1.0-50-amd64)")
         release_ = release_of(kernel)
         series = ".".join(release_.split(".")[:2])
+        built_for = re.search(r"\+deb(\d+)-", release_)
+        if built_for and f"debian{built_for.group(1)}" != os_tag:
+            return Making(Maker.NONE, f"kernel {kernel} is Debian {built_for.group(1)}'s, not {os_tag}'s: a node "
+                                      "cannot run it")
         if not _DEBIAN_BUILT.fullmatch(release_) or series not in release.series:
             spelled = f" ({release_})" if release_ != kernel else ""
             return Making(Maker.NONE, f"kernel {kernel}{spelled} is not built by gpualign yet: it builds Debian "

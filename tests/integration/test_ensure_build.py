@@ -213,6 +213,45 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
     assert again.code == 0 and f"{TAG}: present (" in again.out and "push" not in again.err, again.err
 
 
+@pytest.mark.timeout(1800)  # cold: a compile against the 6.12 headers (a few CPU-minutes), then cached
+def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_comes_up(story_lab, tmp_path):
+    """Debian 12's current kernels (bookworm-security): NFD labels 6.12.N+deb12-amd64 as 6.12.N_deb12-amd64, the
+    tag holds the label, and everything the kernel reads holds the release: headers, version magic, /lib/modules,
+    the image's own kernel check. The newest such kernel the archive carries (it moves on)."""
+    lab = story_lab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    release = [r for r in Archive().headers_releases("6.12.") if r.endswith("+deb12-amd64")][-1]
+    label = release.replace("+", "_")
+    tag = f"535-{label}-debian12"
+    added = lab.cli("lab", "add-node", "deb-612", "--kernel", release, "--os", "debian12", "--branch", "535")
+    assert added.code == 0, added.err
+    check = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-612", "-o", "json")
+    (missing,) = json.loads(check.out)["missing"]
+    assert (missing["tag"], missing["action"]) == (tag, "build"), check.out
+    (tmp_path / "check.json").write_text(check.out)
+
+    res = lab.cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700)
+    assert res.code == 0, res.out + res.err
+    (image,) = json.loads(res.out)["images"]
+    assert image["action"] == "build" and image["verification"]["ok"] and image["verification"]["kernel"] == release
+    assert image["verification"]["symbols_checked"] > 500
+
+    def driver_ready() -> bool:
+        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == "deb-612"]
+        return bool(pods) and any(c["type"] == "Ready" and c["status"] == "True"
+                                  for c in pods[0]["status"].get("conditions") or [])
+
+    # the lab loads its modules as the node's kernel would: against the release's Module.symvers
+    wait_for(driver_ready, timeout=90, what="deb-612's driver pod Ready on the built image")
+    config, files = pulled_modules(lab.registry, tag, tmp_path)
+    labels = config["config"]["Labels"]
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    assert labels["io.gpualign.kernel"] == release and env["GPUALIGN_KERNEL"] == env["KERNEL_VERSION"] == release
+    assert f"lib/modules/{release}/modules.dep" in {n.lstrip("./") for n in files}
+
+
 def cached_modules() -> Path:
     found = sorted(Path.home().glob(f".cache/gpualign/ensure/modules/*/{KERNEL}/proprietary/unsigned"))
     assert found, "the build test above leaves its modules in the cache"

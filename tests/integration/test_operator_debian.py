@@ -127,3 +127,41 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
     assert "it exited saying: insmod: ERROR: could not insert module" in row["no_driver"]  # why names the cause
     # deb-a2 loaded its (synthetic) image before the push and keeps running; deb-c1's tag was not touched
     assert operator_driver_pods(lab)["deb-a2"]["state"] == operator_driver_pods(lab)["deb-c1"]["state"] == "Running"
+
+
+@pytest.mark.timeout(300)
+def test_debians_plus_kernels_are_labelled_as_nfd_does_and_named_as_the_operator_names_them(deblab):
+    """Debian's current kernels: 6.12 on Debian 12 (bookworm-security) and Debian 13. NFD labels the release's `+`
+    as `_`; the kubelet reports the release. The real operator names the image from the label, and check names the
+    same tag byte for byte. What the operator makes for a Debian 13 node, in this pinned version: no DaemonSet."""
+    lab = deblab
+    kube = lab.kube()
+    for name, kernel, os_ in (("deb-612", "6.12.117+deb12-amd64", "debian12"),
+                              ("deb-13", "6.12.118+deb13-amd64", "debian13")):
+        added = lab.cli("lab", "add-node", name, "--kernel", kernel, "--os", os_, "--label", "pool=debian")
+        assert added.code == 0, added.err
+        node = kube.get(f"/api/v1/nodes/{name}")
+        assert node["metadata"]["labels"]["feature.node.kubernetes.io/kernel-version.full"] == \
+            kernel.replace("+", "_")
+        assert node["status"]["nodeInfo"]["kernelVersion"] == kernel
+    pods = wait_for(lambda: (p := operator_driver_pods(lab)) and "deb-612" in p and p, timeout=120,
+                    what="the operator's driver pod on the 6.12 node")
+    tag = "535-6.12.117_deb12-amd64-debian12"
+    assert pods["deb-612"]["image"] == f"{lab.registry}/nvidia/driver:{tag}"  # the label, `_` and all
+    code, data, err = check_json(lab, "-l", "kubernetes.io/hostname in (deb-612,deb-13)")
+    by_name = {n["name"]: n for n in data["nodes"]}
+    assert by_name["deb-612"]["image"] == pods["deb-612"]["image"]  # byte for byte
+    assert by_name["deb-612"]["status"] == "missing"
+    assert by_name["deb-13"]["tag"] == "535-6.12.118_deb13-amd64-debian13" and by_name["deb-13"]["status"] == "missing"
+    assert "deb-13" not in pods  # the pinned operator renders no DaemonSet for the Debian 13 pool
+    assert by_name["deb-13"]["action"] == "none" and "debian13" in by_name["deb-13"]["action_reason"]
+    # ensure says the same as check's ACTION, in one line, for each
+    for node in ("deb-612", "deb-13"):
+        res = lab.cli("ensure", by_name[node]["tag"], "--ledger", f"registry://{lab.registry}/nvidia/driver",
+                      "--dry-run", timeout=120)
+        if by_name[node]["action"] == "none":
+            assert res.code == 2 and by_name[node]["action_reason"] in res.err, (node, res.err)
+        else:
+            assert res.code == 0 and f"would {by_name[node]['action']}" in res.out, (node, res.out, res.err)
+    for name in ("deb-612", "deb-13"):  # the fleet as the other tests expect it
+        kube.request("DELETE", f"/api/v1/nodes/{name}")

@@ -36,7 +36,9 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian12", "535", "6.1.0-50-arm64", "arm64", Maker.NONE, "for amd64, not arm64"),
     ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "does not build debian13 yet"),
     # Debian 12's 6.12 kernels (bookworm-security, backports): never a build Job that can only fail at its headers
-    ("debian12", "535", "6.12.117_deb12-amd64", "amd64", Maker.NONE, "not built by gpualign yet"),
+    ("debian12", "535", "6.12.117_deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
+    ("debian12", "535", "6.12.117+deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
+    ("debian12", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "is Debian 13's, not debian12's"),
     ("debian12", "535", "6.12.12_bpo-amd64", "amd64", Maker.NONE, "(6.12.12+bpo-amd64) is not built by gpualign yet"),
     ("debian12", "535", "6.1.0-50-cloud-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
     ("ubuntu22.04", "580", "6.5.0-45-generic", "amd64", Maker.RENDER, "renders its recipe for amd64"),

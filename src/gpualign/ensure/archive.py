@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import io
 import os
+import re
 import subprocess
 import tarfile
 import tempfile
@@ -148,12 +149,28 @@ class Archive:
         return self.versions_of([package])[package]
 
     def require_headers(self, kernel: str) -> str:
-        """The headers package for a kernel, or BadInput naming the suites looked in."""
+        """The headers package for a kernel release, or BadInput naming the suites looked in (and the releases that
+        a label spelling could stand for, where the archive has several)."""
         package = f"linux-headers-{kernel}"
         if self.version_of(package) is None:
+            from gpualign.kernels import candidates, label_of
+
+            near = candidates(label_of(kernel), self.headers_releases(label_of(kernel).split("_")[0]))
+            also = f"; it has {', '.join(near)}" if near else ""
             raise BadInput(f"kernel {kernel}: no headers package {package} in Debian's archive (looked in "
-                           f"{self.describe()})")
+                           f"{self.describe()}){also}")
         return package
+
+    def headers_releases(self, prefix: str) -> list[str]:
+        """The kernel releases whose headers the archive carries, starting with `prefix` (e.g. 6.12.), oldest
+        first."""
+        self.update()
+        with file_lock(f"apt-cache-{self.suite}.lock"):
+            res = subprocess.run(["apt-cache", *self._apt_opts(), "pkgnames", f"linux-headers-{prefix}"],
+                                 capture_output=True, text=True, timeout=60)
+        releases = {line.strip().removeprefix("linux-headers-") for line in res.stdout.splitlines() if line.strip()}
+        return sorted((r for r in releases if r[:1].isdigit() and "common" not in r),
+                      key=lambda r: [(0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", r)])
 
     def module_source_version(self, open_flavour: bool = False) -> str:
         """NVIDIA's kernel module source version a build gets now, e.g. 535.261.03."""

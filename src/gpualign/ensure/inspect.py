@@ -25,13 +25,16 @@ from gpualign.errors import BadInput, GpualignError
 from gpualign.kernels import label_of
 from gpualign.ledger.registry import RegistryClient
 
-DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+-\d+-(amd64|cloud-amd64|rt-amd64)")
+DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb12)-(amd64|cloud-amd64|rt-amd64)")
 
 
 def checkable(kernel: str | None) -> bool:
-    """A kernel whose headers (and Module.symvers) Debian's archive carries: Debian 12's 6.1.0-N-amd64 and its
-    -cloud/-rt flavours. Modules can be checked against it here; others (Ubuntu, RHEL) cannot."""
-    return bool(kernel and DEBIAN_KERNEL.fullmatch(kernel))
+    """A kernel whose headers (and Module.symvers) Debian's archive carries: Debian 12's 6.1.0-N-amd64 and
+    6.12.N+deb12-amd64 (NFD's label, 6.12.N_deb12-amd64, read back), with their -cloud/-rt flavours. Modules can be
+    checked against it here; others (Ubuntu, RHEL) cannot."""
+    from gpualign.kernels import release_of
+
+    return bool(kernel and DEBIAN_KERNEL.fullmatch(release_of(kernel)))
 
 
 def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
