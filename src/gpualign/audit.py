@@ -144,14 +144,16 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
           expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
           wrong: Mapping[str, str] | None = None, unverified: Mapping[str, str] | None = None,
           verified: Mapping[str, int] | None = None,
-          platforms: Mapping[str, tuple[str, ...]] | None = None) -> Audit:
+          platforms: Mapping[str, tuple[str, ...]] | None = None, daemonsets_read: bool = False) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
     given when the operator's configuration was read (operator_image and the mismatch check then apply).
     wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch).
     unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols).
-    platforms: image -> the linux CPU architectures it holds, where read: a node of another one is wrong-image."""
+    platforms: image -> the linux CPU architectures it holds, where read: a node of another one is wrong-image.
+    daemonsets_read: the operator's driver DaemonSets were read, so a node none of them selects (and with no driver
+    pod) is one the operator made nothing for: said in its reason."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
                                    driver_version=driver_version)
     operator_mode = planned is not None
@@ -231,6 +233,12 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                           f"needs {image}"
                           + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
                              "objects per OS pool" if exp.one_os_tag else "") + f"; {reason}")
+        if operator_mode and daemonsets_read and pods is not None and pod is None and \
+                facts.name not in (planned or {}) and req.tag:
+            reason += ("; the GPU Operator made no driver DaemonSet for this node, so no driver pod starts here "
+                       "whatever the ledger holds (its log names the node pool it could not render): run the "
+                       "driver on the host (label the node nvidia.com/gpu.deploy.driver=false) or move the node to "
+                       "an OS and kernel the operator serves")
         if pod is not None and pod.failing and status not in (MISSING, MISMATCH):
             reason += f"; but {pod.trouble()}"
         checked = None

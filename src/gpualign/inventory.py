@@ -161,6 +161,7 @@ class OperatorView:
     config: OperatorConfig | None
     planned: dict[str, tuple[str, str]]  # node -> (namespace/DaemonSet, driver image) the operator deploys next
     notes: tuple[str, ...]  # why something could not be read (RBAC, an unknown version): said on stderr and in JSON
+    daemonsets_read: bool = False  # planned is complete: a node missing from it has no driver DaemonSet
 
 
 def _read_crs(kube: Any, group_path: str, plural: str, kind: str) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -247,5 +248,5 @@ def operator_view_of(objects: OperatorObjects, nodes: tuple[NodeFacts, ...]) -> 
         found = operator_config.daemonset_image(n.labels, objects.daemonsets)
         if found:
             planned[n.name] = found
-    return OperatorView(config, planned, ())
+    return OperatorView(config, planned, (), daemonsets_read=True)
 

@@ -154,6 +154,8 @@ def test_debians_plus_kernels_are_labelled_as_nfd_does_and_named_as_the_operator
     assert by_name["deb-612"]["status"] == "missing"
     assert by_name["deb-13"]["tag"] == "535-6.12.118_deb13-amd64-debian13" and by_name["deb-13"]["status"] == "missing"
     assert "deb-13" not in pods  # the pinned operator renders no DaemonSet for the Debian 13 pool
+    assert "the GPU Operator made no driver DaemonSet for this node" in by_name["deb-13"]["reason"]  # said so
+    assert "made no driver DaemonSet" not in by_name["deb-612"]["reason"]
     assert by_name["deb-13"]["action"] == "none" and "debian13" in by_name["deb-13"]["action_reason"]
     # ensure says the same as check's ACTION, in one line, for each
     for node in ("deb-612", "deb-13"):

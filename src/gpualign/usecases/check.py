@@ -100,8 +100,9 @@ def _checked(read: Read, setup: Setup) -> Checked:
                 if src.precompiled and version.isdigit() and version not in known:
                     warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
                                     f"({', '.join(known)}): every image for it counts as in-house")
+    ds_read = bool(view and config and view.daemonsets_read)  # the operator's DaemonSets read: what it made is known
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                   planned=view.planned if view and config else None)
+                   planned=view.planned if view and config else None, daemonsets_read=ds_read)
     if any(sources.is_registry(s) for s in ledger.sources):
         from gpualign import labels as L
 
@@ -111,7 +112,8 @@ def _checked(read: Read, setup: Setup) -> Checked:
             # the same audit, told what the images really are
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                            planned=view.planned if view and config else None, wrong=found.wrong,
-                           unverified=found.unverified, verified=found.verified, platforms=found.platforms)
+                           unverified=found.unverified, verified=found.verified, platforms=found.platforms,
+                           daemonsets_read=ds_read)
     if (setup.flags_given or config is None) and \
             repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
             any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
