@@ -649,7 +649,10 @@ def test_an_unlabelled_mistag_is_refused_by_the_walks_module_check_and_the_node_
 
     labels_only = lab.cli("check", "--ledger", ledger, *selector, "--driver-branch", "535", "-o", "json")
     (node,) = json.loads(labels_only.out)["nodes"]
-    assert node["status"] == "present" and node["verified"] is None, labels_only.out  # the case the walk must catch
+    # the case the walk must catch: labels cannot tell, so check does not vouch for it (the review's P0 #9: it said
+    # "present" plainly, while the walk held the node)
+    assert node["status"] == "present" and node["verified"] is False, labels_only.out
+    assert "its config carries no labels" in node["reason"], node["reason"]
 
     opt_out = lab.cli("upgrade", *selector, "--to-branch", "535", "--ledger", ledger, "--no-verify-modules",
                       "--dry-run")

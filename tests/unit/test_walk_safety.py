@@ -157,10 +157,12 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
     unverified, with the reason, for every view that judges it; one whose labels agree with its tag is present."""
     from gpualign.ensure.judge import NO_LABELS, judge
 
-    tag, labelled = "580-5.15.0-124-generic-ubuntu22.04", "580-5.15.0-125-generic-ubuntu22.04"
-    configs = {tag: {"architecture": "amd64", "os": "linux", "config": {"Env": ["DRIVER_VERSION=580.95.05"]}},
+    tag, labelled = "535-6.1.0-50-amd64-debian12", "535-6.12.117_deb12-amd64-debian12"
+    ubuntu = "580-5.15.0-124-generic-ubuntu22.04"  # its modules cannot be checked here: the walk does not either
+    bare = {"architecture": "amd64", "os": "linux", "config": {"Env": ["DRIVER_VERSION=535.309.01"]}}
+    configs = {tag: bare, ubuntu: bare,
                labelled: {"architecture": "amd64", "os": "linux",
-                          "config": {"Labels": {"version": "580-5.15.0-125-generic"}}}}
+                          "config": {"Labels": {"version": "535-6.12.117+deb12-amd64"}}}}  # either spelling
 
     class Registry:
         def image_config_and_platforms(self, t: str, arch: str = "amd64") -> tuple[dict, tuple[str, ...]]:
@@ -173,5 +175,8 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
             pass
 
     monkeypatch.setattr("gpualign.ledger.registry.connect", lambda *_a, **_k: Registry())
-    found = judge({f"r.local/d:{tag}": ("5.15.0-124-generic",), f"r.local/d:{labelled}": ("5.15.0-125-generic",)})
+    needs = {f"r.local/d:{tag}": ("6.1.0-50-amd64",), f"r.local/d:{labelled}": ("6.12.117_deb12-amd64",),
+             f"r.local/d:{ubuntu}": ("5.15.0-124-generic",)}
+    found = judge(needs)
     assert found.unverified == {f"r.local/d:{tag}": NO_LABELS} and found.wrong == {}
+    assert judge(needs, unlabelled=False).unverified == {}  # the walk: its module check, or the opt-out, decides

@@ -148,7 +148,7 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
         repo = source.split("://", 1)[1].rstrip("/")
         started = time.monotonic()
         verdict = judge({f"{repo}:{tag}": ks for tag, ks in kernels.items()}, docker_config=docker_config,
-                        modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure})
+                        modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure}, unlabelled=False)
         for w in verdict.warnings:
             warn(w)
         for image, symbols in sorted(verdict.verified.items()):

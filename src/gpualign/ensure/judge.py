@@ -42,8 +42,14 @@ class Judgement:
 
 
 NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kernel nor NVIDIA's version), so nothing "
-             "in it says which kernel and branch it was built for (--verify-modules checks its modules, where the "
-             "kernel's headers are in Debian's archive)")
+             "in it says which kernel and branch it was built for (--verify-modules checks its modules against the "
+             "kernel, as the upgrade walk does)")
+
+
+def checkable(kernel: str) -> bool:
+    from gpualign.ensure.inspect import checkable as has_headers
+
+    return has_headers(kernel)
 
 
 def _precompiled(tag: str) -> bool:
@@ -63,11 +69,14 @@ def _split(image: str) -> tuple[str, str]:
 
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
           modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = (),
-          archs: Mapping[str, Iterable[str]] | None = None) -> Judgement:
+          archs: Mapping[str, Iterable[str]] | None = None, unlabelled: bool = True) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
     headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
-    built unsigned (its labels), or whose modules carry no signature, is wrong for them."""
+    built unsigned (its labels), or whose modules carry no signature, is wrong for them. unlabelled: an image under a
+    precompiled tag whose config has no labels at all, needed by a kernel whose modules could be checked here (as
+    the walk checks them by default), is unverified when they were not checked (the walk passes False: its own
+    module check, or the user's explicit opt-out, decides)."""
     secure = set(secure_boot)
     from gpualign.ensure.inspect import by_labels
     from gpualign.ledger.registry import connect
@@ -110,8 +119,8 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                     out.wrong[image] = why
                     out.unverified.pop(image, None)
                     out.verified.pop(image, None)
-                elif not labels and image not in out.verified and image not in out.unverified and \
-                        _precompiled(tag):
+                elif unlabelled and not labels and image not in out.verified and image not in out.unverified and \
+                        _precompiled(tag) and any(checkable(k) for k in needs[image] if k):
                     # nothing in it says what it was built for, and its modules were not checked: never "present"
                     out.unverified[image] = NO_LABELS
         except GpualignError as err:
