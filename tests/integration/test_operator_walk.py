@@ -257,6 +257,11 @@ def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it
         wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated again")
     finally:
         ctl.stop()
+    listed = wlab.cli("gate", "list", "-o", "json")  # the review's #21: which nodes are held, without a dry run
+    assert listed.code == 0, listed.err
+    assert [(n["node"], n["why"].startswith("target image")) for n in json.loads(listed.out)["nodes"]] == \
+        [("gpu-m1", True)]
+    assert "gpu-m1" in wlab.cli("gate", "list").out
     dry = wlab.cli("gate", "release", "--dry-run")
     assert dry.code == 0 and "would release gpu-m1 (held: target image" in dry.out and "gpu-b1" not in dry.out
     assert labels(wlab, "gpu-m1").get(SKIP) == "true"
@@ -264,6 +269,7 @@ def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it
     assert res.code == 0 and "released gpu-m1" in res.out and "1 node(s) released" in res.out, res.out + res.err
     assert SKIP not in labels(wlab, "gpu-m1") and labels(wlab, "gpu-b1").get(SKIP) == "true"
     assert wlab.cli("gate", "release").out.strip() == "the gate holds no node"
+    assert wlab.cli("gate", "list").out.strip() == "the gate holds no node"
 
 
 @pytest.mark.timeout(300)

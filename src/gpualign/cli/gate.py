@@ -1,4 +1,5 @@
-"""`gpualign gate release`: let go of every node the controller's gate holds, without a controller."""
+"""`gpualign gate list | release`: the nodes the controller's gate holds, and letting go of them without a
+controller."""
 
 from __future__ import annotations
 
@@ -20,6 +21,48 @@ app = typer.Typer(
     no_args_is_help=True,
     cls=Group,
 )
+
+
+@app.command("list")
+def list_held(
+    selector: SelectorOpt = None,
+    output: OutputOpt = Output.table,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    request_timeout: RequestTimeoutOpt = None,
+) -> None:
+    """The GPU nodes the gate holds now, each with why (its target image is missing from the ledger) and since
+    when. It reads only."""
+    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.table import render
+    from gpualign.controller import gate
+    from gpualign.kube import Kube
+    from gpualign.upgrade.clock import since
+    from gpualign.upgrade.report import duration
+
+    per_request = parse_timeout(request_timeout)
+    kube = Kube(kubeconfig, context, timeout=per_request) if per_request else Kube(kubeconfig, context)
+    try:
+        nodes = kube.nodes("nvidia.com/gpu.present=true" + (f",{selector}" if selector else ""), metadata_only=True)
+        cluster = kube.describe()
+    finally:
+        kube.close()
+    rows = []
+    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        ann = node["metadata"].get("annotations") or {}
+        if gate.GATED in ann:
+            held_since = ann.get(gate.GATED_SINCE)
+            rows.append({"node": node["metadata"]["name"], "why": ann[gate.GATED], "since": held_since,
+                         "held_seconds": round(since(held_since)) if held_since else None})
+    if output in (Output.json, Output.yaml):
+        emit_data(report("GateList", {"cluster": cluster}, {"nodes": rows}), output)
+        return
+    if not rows:
+        stdout.print("the gate holds no node")
+        return
+    print(render(["NODE", "HELD FOR", "WHY"],
+                 [[r["node"], duration(float(r["held_seconds"])) if r["held_seconds"] is not None else "-",
+                   str(r["why"])] for r in rows]))
 
 
 @app.command("release")
@@ -71,5 +114,5 @@ def release(
 
 
 def register(root: typer.Typer) -> None:
-    root.add_typer(app, name="gate", short_help="Release the nodes the controller's gate holds out of the GPU "
-                                                "Operator's upgrade walk.")
+    root.add_typer(app, name="gate", short_help="List, or release, the nodes the controller's gate holds out of "
+                                                "the GPU Operator's upgrade walk.")
