@@ -81,7 +81,7 @@ def test_the_seed_story(story_lab):
     wait_for(others_done, timeout=240, what="every node the PDB does not guard upgraded")
     status = json.loads(lab.cli("status", "--ledger", ledger, "--to-branch", "595", "-o", "json").out)
     for row in (r for r in status["nodes"] if r["name"] in trainer_nodes):
-        assert (row["state"], row["cordoned"], row["hold"]) == ("upgrade-required", "no", "before-cordon")
+        assert (row["state"], row["cordoned"], row["hold"]) == ("upgrade-required", False, "before-cordon")
         assert row["blocker"].startswith("waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions")
     why = lab.cli("why", held_node, "--ledger", ledger, "--to-branch", "595")
     assert f"{held_node} is in upgrade-required" in why.out

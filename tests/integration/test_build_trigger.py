@@ -261,7 +261,7 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
     dry = blab.cli("build", "gc", "--ledger", ledger, "-o", "json")
     assert dry.code == 1, dry.err  # something to sweep, and nothing swept
     found = json.loads(dry.out)
-    assert found["dryRun"] is True
+    assert found["dry_run"] is True
     assert found["images"] == [tag(unused_a), tag(unused_b)]
     assert found["modules"] == [f"535.261.03-{unused_a}-proprietary"]
     assert found["kept_unknown"] == ["latest"]

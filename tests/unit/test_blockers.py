@@ -32,3 +32,13 @@ def test_each_sentence_the_walk_writes_has_its_kind_whatever_its_numbers():
 @given(st.text(max_size=200))
 def test_any_sentence_has_one_of_the_few_kinds(text):
     assert kind_of(text) in set(BlockKind)
+
+
+def test_status_json_says_no_state_as_null_and_cordoned_as_a_boolean():
+    """The review's #17: "state": "(none)" and "cordoned": "no" in JSON."""
+    from gpualign.upgrade.report import NodeStatus
+
+    free = NodeStatus("n", "(none)", None, "no", None, None, None, None, None, None).as_dict()
+    assert (free["state"], free["cordoned"], free["cordoned_by"]) == (None, False, None)
+    walked = NodeStatus("n", "drain-required", 5.0, "upgrade", None, None, None, None, None, None).as_dict()
+    assert (walked["state"], walked["cordoned"], walked["cordoned_by"]) == ("drain-required", True, "upgrade")

@@ -228,7 +228,7 @@ def gc(
                     progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
     finally:
         client.close()
-    body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dryRun": not yes,
+    body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
             "images": list(found.images), "modules": list(found.modules),
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
     if output in (Output.json, Output.yaml):

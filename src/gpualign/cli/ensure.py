@@ -244,7 +244,7 @@ def ensure(
             leases.kube.close()
     if output in (Output.json, Output.yaml):  # the report of what was made, failures included, before exiting
         emit_data(report("EnsureReport", {"ledger": target_ledger, "upstream": upstream or NVIDIA},
-                         {"dryRun": dry_run, "images": [o.as_dict() for o in outcomes],
+                         {"dry_run": dry_run, "images": [o.as_dict() for o in outcomes],
                           "failed": [{"tag": t, "error": m} for t, m in failed.items()]}), output)
     if failures:  # the images that were made are in the ledger; name them, then fail on the first error
         if output is Output.table:

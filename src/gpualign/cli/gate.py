@@ -105,7 +105,7 @@ def release(
                 if not data:
                     stdout.print(f"released {r.node} (held: {r.held_for})")
         if data:
-            emit_data(report("GateRelease", {"cluster": kube.describe()}, {"dryRun": dry_run, "nodes": rows}),
+            emit_data(report("GateRelease", {"cluster": kube.describe()}, {"dry_run": dry_run, "nodes": rows}),
                       output)
         elif not dry_run:
             stdout.print(f"{done} node(s) released to the GPU Operator's upgrade walk")

@@ -21,6 +21,11 @@ def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
     """
     from importlib import resources
 
+    if output in (Output.table, Output.wide):
+        from gpualign.errors import BadInput
+
+        raise BadInput(f"-o {output.value}: the rules are a document, printed as YAML (the default, with its "
+                       "comments and sources) or JSON (-o json)")
     if output is Output.json:
         from gpualign import yamlio
         from gpualign.tags import load_rules, merged_rules
@@ -32,7 +37,7 @@ def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
             path = resources.files("gpualign.rules").joinpath("driver_images.yaml")
             emit_data(yamlio.parse(path.read_text(), "driver_images.yaml"), Output.json)
         return
-    if rules is None:  # YAML (the default, and -o table or wide): the file itself, with its comments and sources
+    if rules is None:  # YAML: the file itself, with its comments and sources
         sys.stdout.write(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
         return
     from gpualign.tags import load_rules, merged_rules

@@ -83,7 +83,9 @@ def _status_of(selector: str | None, available: Ledger | None, to_branch: str | 
     return data, cluster
 
 
-def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: bool = False) -> str:
+def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: bool = False,
+                  wide: bool = False) -> str:
+    """wide: also the tag its driver pod runs, the hold, and why it has no driver or how its image's build goes."""
     from gpualign.cli.table import Styled, render, use_color
     from gpualign.upgrade.report import duration
 
@@ -97,9 +99,13 @@ def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: 
         if blocker and n["blocked_seconds"] is not None:
             blocker += f" ({duration(n['blocked_seconds'])})"
         rows.append(([n["cluster"]] if fleet else []) + [
-            n["name"], n["state"], duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None else "-",
-            n["walker"] or "-", n["cordoned"], n["driver"] or "-", n["target_tag"] or "-", image, blocker or "-"])
-    cols = ["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"]
+            n["name"], n["state"] or "(none)",
+            duration(n["in_state_seconds"]) if n["in_state_seconds"] is not None else "-",
+            n["walker"] or "-", n["cordoned_by"] or "no", n["driver"] or "-", n["target_tag"] or "-", image,
+            blocker or "-"] + ([n["running_tag"] or "-", n["hold"] or "-", n["no_driver"] or "-",
+                               n["building"] or "-"] if wide else []))
+    cols = ["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE", "BLOCKER"] + \
+        (["RUNNING", "HOLD", "NO DRIVER", "BUILD"] if wide else [])
     return render((["CLUSTER"] if fleet else []) + cols, rows, color=use_color(), no_headers=no_headers)
 
 
@@ -168,7 +174,8 @@ def status(
                 emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
                 text = None
             else:
-                text = _status_table(data["nodes"], no_headers) + "\n" + _counts(data["counts"]) + \
+                text = _status_table(data["nodes"], no_headers, wide=output is Output.wide) + "\n" + \
+                    _counts(data["counts"]) + \
                     _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
         else:
             from gpualign.clusters import exit_code, merge_status
@@ -187,7 +194,7 @@ def status(
                                                         "contexts": names, "ledger": ledger or []}, merged), output)
                 text = None
             else:
-                text = _status_table(merged["nodes"], no_headers, fleet=True) + "\n"
+                text = _status_table(merged["nodes"], no_headers, fleet=True, wide=output is Output.wide) + "\n"
                 for r in reads:
                     text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name])
                                              + _trouble(merged["trouble"]["clusters"][r.name]) if r.readable

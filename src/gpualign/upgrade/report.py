@@ -45,7 +45,13 @@ class NodeStatus:
             self.state == S.FAILED
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.__dict__, "stuck": self.stuck}
+        """For JSON: no state is null, and cordoned is a boolean, with who cordoned it beside it (the table shows
+        "(none)" and "no")."""
+        out = {**self.__dict__, "stuck": self.stuck}
+        out["state"] = None if self.state == "(none)" else self.state
+        out["cordoned"] = self.cordoned != "no"
+        out["cordoned_by"] = None if self.cordoned == "no" else self.cordoned  # upgrade | someone-else
+        return out
 
 
 def cordoned_by(ns: NodeState) -> str:
