@@ -44,7 +44,9 @@ class DebianRelease:
 # nvidia-open-kernel-source in non-free / contrib).
 # Kernel series: bookworm's own 6.1, and bookworm-security's 6.12 (6.12.N+deb12-amd64), whose modules NVIDIA
 # 535.309.01 (bookworm-security's nvidia-kernel-source) compiles and verifies against (docs/ensure.md).
-DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1", "6.12"))}
+# Debian 13 (trixie): its default driver, NVIDIA 550 (nvidia-kernel-source 550.163.01), on its 6.12 kernels.
+DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1", "6.12")),
+          "debian13": DebianRelease("trixie", ("550",), ("amd64",), ("6.12",))}
 # Families whose recipes gpualign renders (and unit-tests) but does not run: their archives are reachable only
 # from a builder of the user's.
 RENDERED = ("ubuntu", "rhel")

@@ -75,8 +75,9 @@ def test_only_debian_is_built_here_and_each_refusal_says_why():
         tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"))
     with pytest.raises(BadInput, match="gpualign has no recipe for sles15"):
         tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"))
-    with pytest.raises(BadInput, match="gpualign does not build debian13 yet"):
+    with pytest.raises(BadInput, match="Debian trixie carries NVIDIA 550, not 535"):
         tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"))
+    assert tagspec.buildable_here(tagspec.parse("550-6.12.117_deb13-amd64-debian13")) == "trixie"
     with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, not arm64"):
         tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"))
     with pytest.raises(BadInput, match=r"kernel 6.12.12_bpo-amd64 \(6.12.12\+bpo-amd64\) is not built by gpualign yet"):

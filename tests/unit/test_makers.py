@@ -34,7 +34,10 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.NONE, "carries NVIDIA 535, not 580"),
     ("debian12", "535", "6.1.0-50-amd64", "arm64", Maker.NONE, "is an amd64 kernel, but the node is arm64"),
     ("debian12", "535", "6.1.0-50-arm64", "arm64", Maker.NONE, "for amd64, not arm64"),
-    ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "does not build debian13 yet"),
+    ("debian13", "550", "6.12.117_deb13-amd64", "amd64", Maker.BUILD, "Debian trixie's NVIDIA 550"),
+    ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "Debian trixie carries NVIDIA 550, not 535"),
+    ("debian13", "550", "6.12.117_deb12-amd64", "amd64", Maker.NONE, "is Debian 12's, not debian13's"),
+    ("debian14", "550", "6.12.117_deb14-amd64", "amd64", Maker.NONE, "does not build debian14 yet"),
     # Debian 12's 6.12 kernels (bookworm-security, backports): never a build Job that can only fail at its headers
     ("debian12", "535", "6.12.117_deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
     ("debian12", "535", "6.12.117+deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),

@@ -204,7 +204,9 @@ def ensure(
                                          check_present=STRICT if verify_modules else OFF,
                                          replace_wrong=replace_wrong, share_pull=shared_modules,
                                          share_push=shared_modules,
-                                         together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN))
+                                         together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN and
+                                                        DEBIAN[s.os_tag].suite == DEBIAN.get(spec.os_tag,
+                                                                                             DEBIAN["debian12"]).suite))
                    for spec in specs}
         planned: dict[str, run.Plan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
@@ -312,6 +314,12 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
     rendered = []
     for spec in specs:  # every tag is checked before anything is written
         version = branches.get(spec.branch)
+        if version is None and spec.family == "debian":  # the release's archive says which version it carries
+            from gpualign.ensure.archive import Archive
+            from gpualign.ensure.tagspec import buildable_here
+
+            buildable_here(spec)
+            version = Archive.for_os(spec.os_tag).module_source_version(flavour == "open")
         if version is None:
             raise BadInput(f"{spec.tag}: branch {spec.branch} has no pinned driver version in the rules "
                            f"(known: {', '.join(sorted(branches))})")

@@ -10,8 +10,9 @@ A drop-in for NVIDIA's precompiled driver container, which the GPU Operator's Da
   ld.so.cache, checked after assembly: each library's version and `nvidia-smi -h`'s;
 - `DRIVER_BRANCH`, `DRIVER_VERSION`, `KERNEL_VERSION` in the environment, NVIDIA's `version=<branch>-<kernel>`
   label, OCI labels and gpualign's.
-The base is a minimal bookworm from mmdebstrap, cached. The image is assembled in a mounted buildah container
-(so depmod and ldconfig run on the image's own tree from the host) and committed once.
+The base is a minimal tree of the tag's Debian release (bookworm, trixie) from mmdebstrap, cached. The image is
+assembled in a mounted buildah container (so depmod and ldconfig run on the image's own tree from the host) and
+committed once.
 
 buildah pushes a tag only once every blob and the manifest are in place (the manifest PUT comes last), so a push
 that fails leaves no tag half-made; the digest is read back from the registry afterwards.
@@ -47,7 +48,27 @@ BASE_HOOK = ('mkdir -p "$1"/var/lib/dpkg/status.d; for deb in "$1"/var/cache/apt
              '> "$1/var/lib/dpkg/status.d/$p"; done; '
              'rm -rf "$1"/usr/share/man/* "$1"/usr/share/doc/* "$1"/usr/share/locale/* "$1"/usr/share/info/*')
 BASE_KEY = hashlib.sha256(repr((BASE_PACKAGES, BASE_HOOK)).encode()).hexdigest()[:12]  # a new recipe, a new base
-BASE = f"localhost/gpualign-driver-base:bookworm-{BASE_KEY}"
+# Per Debian release: its own base (trixie renamed libtirpc3 in the 64-bit time_t transition), so the image's own
+# programs (nvidia-persistenced, built by Debian) run on the C library they were built against.
+RENAMED = {"trixie": {"libtirpc3": "libtirpc3t64"}}
+
+
+def base_name(suite: str) -> str:
+    return f"localhost/gpualign-driver-base:{suite}-{BASE_KEY}"
+
+
+def base_packages(suite: str) -> tuple[str, ...]:
+    return tuple(RENAMED.get(suite, {}).get(p, p) for p in BASE_PACKAGES)
+
+
+def suite_of(spec: TagSpec) -> str:
+    from gpualign.makers import DEBIAN
+
+    release = DEBIAN.get(spec.os_tag)
+    return release.suite if release else "bookworm"
+
+
+BASE = base_name("bookworm")
 # The image's layout: an image assembled before under another is assembled again. The digest covers the
 # nvidia-driver script and the user-space recipe.
 RUN_CONFIG = ("--entrypoint", '["nvidia-driver", "init"]', "--cmd", "", "--workingdir", "/drivers",
@@ -99,32 +120,34 @@ def buildah(*args: str, capture: bool = True) -> str:
     return proc.stdout.strip() if capture else ""
 
 
-def ensure_base() -> str:
-    """The image's base (made once, cached; under a lock: the images of one run share it)."""
-    with file_lock("driver-base.lock"):
-        return _ensure_base()
+def ensure_base(suite: str = "bookworm") -> str:
+    """The image's base for a Debian release (made once, cached; under a lock: the images of one run share it)."""
+    with file_lock(f"driver-base-{suite}.lock" if suite != "bookworm" else "driver-base.lock"):
+        return _ensure_base(suite)
 
 
-def _ensure_base() -> str:
-    stamp = storage() / f"driver-base-{BASE_KEY}.done"
-    if stamp.exists() and BASE in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
-        return BASE
+def _ensure_base(suite: str) -> str:
+    base = base_name(suite)
+    stamp = storage() / (f"driver-base-{BASE_KEY}.done" if suite == "bookworm" else
+                         f"driver-base-{suite}-{BASE_KEY}.done")
+    if stamp.exists() and base in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
+        return base
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--include={','.join(BASE_PACKAGES)}",
-               f"--extract-hook={BASE_HOOK}", "bookworm", str(tar)]
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--include={','.join(base_packages(suite))}",
+               f"--extract-hook={BASE_HOOK}", suite, str(tar)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")
         ctr = buildah("from", "scratch")
         try:
             buildah("add", "--quiet", ctr, str(tar), "/")
-            buildah("commit", "--quiet", ctr, BASE)
+            buildah("commit", "--quiet", ctr, base)
         finally:
             buildah("rm", ctr)
     stamp.parent.mkdir(parents=True, exist_ok=True)
     stamp.write_text("ok\n")
-    return BASE
+    return base
 
 
 def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> dict[str, str]:
@@ -200,7 +223,7 @@ def local_image(spec: TagSpec, key: str, variant: str = "") -> str | None:
                         '{{index .OCIv1.Config.Labels "io.gpualign.base"}}', local)
     except BuildError:
         return None  # no such image
-    return local if found.split() == [key, BASE] and _layout(local) == LAYOUT else None
+    return local if found.split() == [key, base_name(suite_of(spec))] and _layout(local) == LAYOUT else None
 
 
 def _layout(local: str) -> str:
@@ -214,7 +237,7 @@ def _layout(local: str) -> str:
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
              key: str | None = None, variant: str = "", user: userspace.UserSpace | None = None) -> str:
     """The image as a local buildah image; returns its local name. user: the user space (fetched when None)."""
-    base = ensure_base()
+    base = ensure_base(suite_of(spec))
     local = local_name(spec, variant)
     if user is None:
         raise BuildError(f"{spec.tag}: no user space to assemble")

@@ -25,12 +25,13 @@ from gpualign.errors import BadInput, GpualignError
 from gpualign.kernels import label_of
 from gpualign.ledger.registry import RegistryClient
 
-DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb12)-(amd64|cloud-amd64|rt-amd64)")
+DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(amd64|cloud-amd64|rt-amd64)")
 
 
 def checkable(kernel: str | None) -> bool:
     """A kernel whose headers (and Module.symvers) Debian's archive carries: Debian 12's 6.1.0-N-amd64 and
-    6.12.N+deb12-amd64 (NFD's label, 6.12.N_deb12-amd64, read back), with their -cloud/-rt flavours. Modules can be
+    6.12.N+deb12-amd64, Debian 13's 6.12.N+deb13-amd64 (NFD's label, 6.12.N_deb13-amd64, read back), with their
+    -cloud/-rt flavours. Modules can be
     checked against it here; others (Ubuntu, RHEL) cannot."""
     from gpualign.kernels import release_of
 
@@ -155,7 +156,7 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     found = modules_of(client, tag, cache)
     if found is None:
         return "none", None
-    table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
+    table = symvers.parse(Archive.for_kernel(kernel).symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(found[1].glob("*.ko"))]
     unsigned = sorted(m.name.removesuffix(".ko") for m in modules if m.signature is None)
     if secure_boot and unsigned:

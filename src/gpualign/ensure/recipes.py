@@ -230,19 +230,19 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
                    "Secure Boot nodes load the modules only if that certificate is enrolled."))
 
 
-def debian(spec: TagSpec, driver_version: str, flavour: str) -> Recipe:
+def debian(spec: TagSpec, driver_version: str, flavour: str, suite: str = "bookworm") -> Recipe:
     """The recipe gpualign runs here (mmdebstrap and chroot instead of these stages), for building elsewhere."""
     from gpualign.ensure.buildroot import FLAVOURS
 
     package, tarball, subdir = FLAVOURS[flavour]
     k = spec.kernel
-    builder = f"""# Rendered by gpualign for {spec.tag}: the Debian 12 recipe `gpualign ensure` runs on this
-# machine (there with mmdebstrap and chroot), as container stages.
-ARG BUILDER_BASE=debian:bookworm
-ARG FINAL_BASE=debian:bookworm-slim
+    builder = f"""# Rendered by gpualign for {spec.tag}: the Debian ({suite}) recipe `gpualign ensure` runs on
+# its own machine (there with mmdebstrap and chroot), as container stages.
+ARG BUILDER_BASE=debian:{suite}
+ARG FINAL_BASE=debian:{suite}-slim
 FROM ${{BUILDER_BASE}} AS builder
-RUN echo "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware" > /etc/apt/sources.list \\
- && echo "deb http://deb.debian.org/debian-security bookworm-security main contrib non-free" >> /etc/apt/sources.list \\
+RUN echo "deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware" > /etc/apt/sources.list \\
+ && echo "deb http://deb.debian.org/debian-security {suite}-security main contrib non-free" >> /etc/apt/sources.list \\
  && rm -f /etc/apt/sources.list.d/debian.sources \\
  && apt-get update && apt-get install -y --no-install-recommends gcc make libc6-dev kmod xz-utils binutils \\
       linux-headers-{k} {package} && rm -rf /var/lib/apt/lists/*
@@ -252,7 +252,7 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
 """
     verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
     # Debian's user space from non-free (maintainer scripts run here, so update-alternatives makes the links)
-    userspace = ('RUN echo "deb http://deb.debian.org/debian bookworm main contrib non-free" \\\n'
+    userspace = (f'RUN echo "deb http://deb.debian.org/debian {suite} main contrib non-free" \\\n'
                  "    > /etc/apt/sources.list && rm -f /etc/apt/sources.list.d/debian.sources && apt-get update \\\n"
                  " && apt-get install -y --no-install-recommends kmod util-linux mount libcuda1 libnvidia-ml1 "
                  "libnvidia-ptxjitcompiler1 libnvidia-cfg1 nvidia-smi nvidia-persistenced \\\n"
@@ -271,10 +271,10 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
         return ubuntu(spec, driver_version, cuda, flavour)
     if spec.family == "rhel":
         return rhel(spec, driver_version, cuda, flavour)
-    if spec.os_tag == "debian12":
+    if spec.family == "debian":
         from gpualign.ensure.tagspec import buildable_here
 
-        buildable_here(spec)  # the recipe ensure runs, for what ensure builds: else its reason, never a false note
-        return debian(spec, driver_version, flavour)
+        # the recipe ensure runs, for what ensure builds: else its reason, never a false note
+        return debian(spec, driver_version, flavour, buildable_here(spec))
     raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: gpualign has recipes for debian12 (built here), "
                    f"ubuntu{' and ubuntu'.join(UBUNTU)} and rhel9 (rendered)")

@@ -124,7 +124,7 @@ def plan_one(tag: str, opts: Options) -> Plan:
         return Plan(spec, MIRROR, digest, problem)
     tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
     if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
-        opts.archive.require_headers(spec.kernel)  # as the build will refuse it: a dry run says the same
+        opts.archive.for_spec(spec.os_tag).require_headers(spec.kernel)  # as the build will refuse it
     return Plan(spec, BUILD, digest, problem)
 
 
@@ -218,7 +218,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
 def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
     from gpualign.ensure import buildroot, debian, image, kmod
 
-    archive = opts.archive
+    archive = opts.archive.for_spec(spec.os_tag)  # the tag's Debian release: bookworm, trixie
     t0 = time.monotonic()
     say(spec.tag, f"headers: linux-headers-{spec.kernel}")
     if not buildroot.ready(archive, spec.kernel) and not _compiled_before(spec, opts):
@@ -329,7 +329,7 @@ def _pull_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -
     from gpualign.errors import Unreachable
 
     t0 = time.monotonic()
-    version = opts.archive.version_of(buildroot.FLAVOURS[opts.flavour][0])
+    version = opts.archive.for_spec(spec.os_tag).version_of(buildroot.FLAVOURS[opts.flavour][0])
     if version is None:
         return None  # the build says it, naming the archive
     key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
@@ -376,7 +376,7 @@ def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
     from gpualign.ensure import buildroot, debian
 
     return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
-        debian.cached_modules(opts.archive, spec.kernel, opts.flavour) is not None
+        debian.cached_modules(opts.archive.for_spec(spec.os_tag), spec.kernel, opts.flavour) is not None
 
 
 _inputs_started: set[str] = set()
@@ -399,7 +399,7 @@ def prepare_image_inputs(archive: Archive, driver_version: str) -> None:
 
     def make() -> None:
         with contextlib.suppress(GpualignError):
-            image.ensure_base()
+            image.ensure_base(archive.suite)
         with contextlib.suppress(GpualignError):
             userspace.fetch(archive, driver_version)
 

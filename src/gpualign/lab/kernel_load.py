@@ -73,7 +73,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     if found is None:
         return Load(True, False, "tag-only: the image holds no kernel modules")
     _, directory = found
-    table = symvers.parse(Archive().symvers(kernel).read_text(), f"Module.symvers of {kernel}")
+    table = symvers.parse(Archive.for_kernel(kernel).symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(directory.glob("*.ko"))]
     result = verify(modules, kernel, table, driver_version or (modules[0].field("version") or ""), trusted)
     if result.ok and (problem := contract_problem(directory, modules[0].field("version") or "")) is not None:
