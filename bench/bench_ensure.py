@@ -72,11 +72,11 @@ def _children_cpu() -> float:
     return delta
 
 
-def nodes_file(path: Path, kernels: list[str]) -> None:
+def nodes_file(path: Path, kernels: list[str], version: str = "12") -> None:
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"deb-{i}", "labels": {
         "feature.node.kubernetes.io/kernel-version.full": k, "feature.node.kubernetes.io/system-os_release.ID":
-        "debian", "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12",
-        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": "12", "nvidia.com/gpu.present": "true"}}}
+        "debian", "feature.node.kubernetes.io/system-os_release.VERSION_ID": version,
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": version, "nvidia.com/gpu.present": "true"}}}
         for i, k in enumerate(kernels)]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
@@ -117,6 +117,8 @@ def make_naive_base(env: dict[str, str], cache: Path, work: Path) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kernels", nargs="+", default=["6.1.0-47-amd64", "6.1.0-50-amd64"])
+    ap.add_argument("--os", default="debian12", help="the OS tag: debian12 (bookworm) or debian13 (trixie)")
+    ap.add_argument("--branch", default="535", help="the driver branch (Debian 13 carries 550)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--cache", type=Path, help="the private cache (default: a new temporary directory, removed)")
     ap.add_argument("--warm-runs", type=int, default=5, help="warm runs, each into a new empty registry (the median "
@@ -124,7 +126,7 @@ def main() -> int:
     ap.add_argument("--no-naive", action="store_true", help="skip the naive builds")
     ap.add_argument("--out", type=Path, default=Path("bench/results/ensure.json"))
     args = ap.parse_args()
-    tags = [f"535-{k}-debian12" for k in args.kernels]
+    tags = [f"{args.branch}-{k}-{args.os}" for k in args.kernels]
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-ensure-", dir="/var/tmp"))
     cache = args.cache or work / "cache"
     env = {**os.environ, "GPUALIGN_CACHE": str(cache)}
@@ -136,7 +138,8 @@ def main() -> int:
     reg_proc = docker_registry.start(work / "cold-registry")
     reg = reg_proc.address
     warm_procs: list[processes.Proc] = []
-    row: dict[str, object] = {"kernels": args.kernels, "jobs": args.jobs, "cores": os.cpu_count()}
+    row: dict[str, object] = {"kernels": args.kernels, "os": args.os, "branch": args.branch, "jobs": args.jobs,
+                              "cores": os.cpu_count()}
     try:
         _children_cpu()
         os.sync()  # what was written before is not charged to the cold run
@@ -178,8 +181,9 @@ def main() -> int:
 
         present = median_wall([*GPUALIGN, "ensure", *tags, "--ledger", f"registry://{warm_reg}/warm/driver"], env,
                               "all-present ensure")
-        nodes_file(work / "nodes.json", args.kernels)
-        check = median_wall([*GPUALIGN, "check", "--nodes-file", str(work / "nodes.json"), "--driver-branch", "535",
+        nodes_file(work / "nodes.json", args.kernels, args.os.removeprefix("debian"))
+        check = median_wall([*GPUALIGN, "check", "--nodes-file", str(work / "nodes.json"), "--driver-branch",
+                             args.branch,
                              "--ledger", f"registry://{warm_reg}/warm/driver"], env, "check")
         row["all_present"] = {"wall_s": round(present, 2), "check_wall_s": round(check, 2),
                               "over_check": round(present / check, 2)}
