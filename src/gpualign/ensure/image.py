@@ -51,10 +51,23 @@ BASE_KEY = hashlib.sha256(repr((BASE_PACKAGES, BASE_HOOK)).encode()).hexdigest()
 # Per Debian release: its own base (trixie renamed libtirpc3 in the 64-bit time_t transition), so the image's own
 # programs (nvidia-persistenced, built by Debian) run on the C library they were built against.
 RENAMED = {"trixie": {"libtirpc3": "libtirpc3t64"}}
+# trixie's packages put every file under /usr and leave the merged-/usr links (/lib64 -> usr/lib64, where the ELF
+# interpreter is looked for) to a full install: the extract variant makes them here.
+MERGED_USR = ('for d in bin sbin lib lib64; do [ -e "$1/$d" ] || [ ! -d "$1/usr/$d" ] || ln -s "usr/$d" "$1/$d"; '
+              'done; ')
+EXTRA_HOOK = {"trixie": MERGED_USR}
+
+
+def base_key(suite: str) -> str:
+    """What a release's base is made of (bookworm's is BASE_KEY, as before there were others)."""
+    extra = EXTRA_HOOK.get(suite)
+    if not extra and base_packages(suite) == BASE_PACKAGES:
+        return BASE_KEY
+    return hashlib.sha256(repr((base_packages(suite), extra, BASE_HOOK)).encode()).hexdigest()[:12]
 
 
 def base_name(suite: str) -> str:
-    return f"localhost/gpualign-driver-base:{suite}-{BASE_KEY}"
+    return f"localhost/gpualign-driver-base:{suite}-{base_key(suite)}"
 
 
 def base_packages(suite: str) -> tuple[str, ...]:
@@ -129,13 +142,13 @@ def ensure_base(suite: str = "bookworm") -> str:
 def _ensure_base(suite: str) -> str:
     base = base_name(suite)
     stamp = storage() / (f"driver-base-{BASE_KEY}.done" if suite == "bookworm" else
-                         f"driver-base-{suite}-{BASE_KEY}.done")
+                         f"driver-base-{suite}-{base_key(suite)}.done")
     if stamp.exists() and base in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
         return base
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
         cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--include={','.join(base_packages(suite))}",
-               f"--extract-hook={BASE_HOOK}", suite, str(tar)]
+               f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")
