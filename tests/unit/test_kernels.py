@@ -39,3 +39,19 @@ def test_candidates_from_an_archive():
 @given(st.from_regex(r"[0-9]\.[0-9]{1,2}\.[0-9]{1,3}\+(deb1[23]|bpo)-(cloud-|rt-)?(amd64|arm64)", fullmatch=True))
 def test_a_debian_release_survives_the_trip_through_its_label(release):
     assert release_of(label_of(release)) == release
+
+
+def test_a_kernel_or_a_tag_finds_its_debian_release():
+    """Debian 13's kernels are built, checked and imaged from trixie, Debian 12's (6.1 and 6.12) from bookworm."""
+    from gpualign.ensure import image
+    from gpualign.ensure.archive import Archive
+    from gpualign.ensure.tagspec import parse
+
+    assert Archive.for_kernel("6.12.118+deb13-amd64").suite == "trixie"
+    assert Archive.for_kernel("6.12.118_deb13-amd64").suite == "trixie"  # NFD's spelling too
+    assert Archive.for_kernel("6.12.118+deb12-amd64").suite == "bookworm"
+    assert Archive.for_kernel("6.1.0-50-amd64").suite == "bookworm"
+    assert Archive(mirror="http://mirror.local/debian").for_spec("debian13").mirror == "http://mirror.local/debian"
+    assert image.suite_of(parse("550-6.12.118_deb13-amd64-debian13")) == "trixie"
+    assert "libtirpc3t64" in image.base_packages("trixie") and "libtirpc3" in image.base_packages("bookworm")
+    assert image.base_name("bookworm") == image.BASE != image.base_name("trixie")

@@ -38,14 +38,15 @@ check or plan report (`gpualign check -o json | gpualign ensure --from - …`): 
 done (one manifest request); published upstream, it is mirrored by digest, every platform (skopeo); otherwise it
 is built, verified and pushed.
 
-What gpualign builds: Debian 12 (bookworm) images, for real: NVIDIA's kernel module source from Debian's archive
-compiled against `linux-headers-<kernel>`, stripped, laid out under /opt/lib/modules/<kernel> with depmod, with an
+What gpualign builds: Debian 12 (bookworm: 535, on its 6.1 and 6.12 kernels) and Debian 13 (trixie: 550) images,
+for real: NVIDIA's kernel module source from that release's archive compiled against `linux-headers-<kernel>`,
+stripped, laid out under /opt/lib/modules/<kernel> with depmod, with an
 entrypoint that refuses to load on any other kernel, labelled version=<branch>-<kernel>. Before anything is pushed
 every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
 names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
 failure names the module and the first refused symbol, and nothing is pushed.
 
-Only Debian 12 is built and verified end to end by gpualign. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe,
+Only Debian 12 and 13 are built and verified end to end by gpualign. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe,
 Canonical's linux-modules-nvidia packages) and RHEL 9 (NVIDIA's kmod-nvidia rpmbuild on the Driver Toolkit) are
 rendered, to build where their archives are reachable: `--render DIR` writes any tag's recipe as a build context
 (with the same verify step, in shell, refusing the build unless the modules fit the kernel).
