@@ -66,9 +66,9 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
             kube.close()
 
 
-NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no walk has started, or the GPU Operator reports "
-            "no upgrade state (its ClusterPolicy's driver.upgradePolicy.autoUpgrade is off, which also removes the "
-            "labels)")
+NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade walk has started (`gpualign upgrade` "
+            "starts one); where the GPU Operator runs, its ClusterPolicy's driver.upgradePolicy.autoUpgrade being "
+            "off also removes these labels")
 
 
 def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
