@@ -11,6 +11,7 @@ from typing import Any
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
+from gpualign.kernels import label_of
 from gpualign.ledger.sources import Ledger
 from gpualign.makers import Maker, Making, who_makes
 from gpualign.tags import Rules, kernel_flavour, required_image
@@ -139,7 +140,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
         # The node as it will be: its labels with the change applied, read by the same code as today's.
         labels = dict(facts.labels)
         if change.kernel:
-            labels[L.KERNEL] = change.kernel
+            labels[L.KERNEL] = label_of(change.kernel)  # as NFD will label it (a release's `+` as `_`)
         if change.os_id and change.os_version:
             labels[L.OS_ID], labels[L.OS_VERSION] = change.os_id, change.os_version
         for key in (L.DRIVER_CURRENT_FULL, *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values()):

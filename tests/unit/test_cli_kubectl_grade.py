@@ -346,3 +346,25 @@ def test_lab_scenarios_is_a_table_with_headers():
     assert [line.split()[0] for line in lines[1:]] == ["default", "empty", "operator-clusterpolicy",
                                                        "operator-nvidiadriver", "operator-debian"]
     assert len({line.index(line.split()[1]) for line in lines}) == 1  # the second column starts at one place
+
+
+def test_plan_moves_a_debian_12_pool_to_debian_13_and_names_its_tags_as_nfd_will_label_them(tmp_path):
+    """The pool migration, on Debian: a kernel given with its release's `+` is labelled `_` by NFD, and so named in
+    the tag; Debian 13 carries 550, so the move names that branch or says why not."""
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        node_manifest(NodeSpec("deb-1", "6.1.0-47-amd64", "debian", "12", driver="535.309.01"))]}))
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("535-6.1.0-47-amd64-debian12\n")
+    move = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--os", "debian13", "--kernel",
+                   "6.12.118+deb13-amd64", "--driver-branch", "550", "-o", "json")
+    (needed,) = json.loads(move.out)["needed"]
+    assert (needed["tag"], needed["action"]) == ("550-6.12.118_deb13-amd64-debian13", "build"), move.out
+    same_branch = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--os", "debian13", "--kernel",
+                          "6.12.118+deb13-amd64", "-o", "json")  # the node's own 535
+    (needed,) = json.loads(same_branch.out)["needed"]
+    assert needed["action"] == "none" and "Debian trixie carries NVIDIA 550, not 535" in needed["action_reason"]
+    kernel_only = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--kernel",
+                          "6.12.118+deb12-amd64", "-o", "json")  # bookworm-security's 6.12, the same release
+    (needed,) = json.loads(kernel_only.out)["needed"]
+    assert (needed["tag"], needed["action"]) == ("535-6.12.118_deb12-amd64-debian12", "build")
