@@ -149,7 +149,7 @@ def test_with_autoupgrade_off_the_operator_wipes_the_state_label_so_gpualign_wil
     wait_for(lambda: state not in kube.get("/api/v1/nodes/gpu-a1")["metadata"]["labels"], timeout=30,
              what="the operator deleting the state label")
     status = oplab.cli("status", "-l", "pool=train")
-    assert status.code == 0 and "the GPU Operator reports no upgrade state" in status.out
+    assert status.code == 0 and "driver.upgradePolicy.autoUpgrade being off also removes these labels" in status.out
     res = oplab.cli("upgrade", "-l", "pool=train", "--ledger", f"registry://{oplab.registry}/nvidia/driver", "--yes")
     assert res.code == 1 and "Traceback" not in res.err
     assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade off" in res.err

@@ -13,7 +13,7 @@ from gpualign.ensure import tagspec
 from gpualign.errors import BadInput
 from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import JOB_MAKERS, Maker, kernel_arch, who_makes
+from gpualign.makers import DEBIAN, JOB_MAKERS, Maker, kernel_arch, who_makes
 from gpualign.platforms import platform_problem
 from gpualign.tags import load_rules, os_tag, required_image
 
@@ -80,7 +80,7 @@ def test_check_never_says_build_for_a_tag_ensure_refuses(kernel, os_, branch, ar
     making = who_makes(req.os_tag or "", branch, kernel, arch, req.published)
     spec = tagspec.parse(req.tag)
     if making.maker is Maker.BUILD:
-        assert tagspec.buildable_here(spec, arch) == "bookworm"
+        assert tagspec.buildable_here(spec, arch) == DEBIAN[req.os_tag or ""].suite
     elif making.maker is not Maker.MIRROR:
         with pytest.raises(BadInput):
             tagspec.buildable_here(spec, arch)

@@ -159,7 +159,7 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
     with_node = not refusal
     bins = find_binaries(bin_dir, real_node=with_node)
     ports = _claim_ports({"kube-apiserver": apiserver_port, "registry": registry_port, "etcd-client": 0,
-                          "etcd-peer": 0, "kube-controller-manager": 0, "kube-scheduler": 0, "kwok": 0})
+                          "etcd-peer": 0, "kube-controller-manager": 0, "kube-scheduler": 0})
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True)
     logs = state_dir / "logs"
@@ -268,8 +268,10 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             # Only the simulated nodes (seed annotates each): a real node's Lease and pods are its kubelet's alone.
             "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
             "--node-lease-duration-seconds", "40",
-            "--server-address", f"127.0.0.1:{ports['kwok']}", "--node-ip", "10.0.0.1",
-        ], f"127.0.0.1:{ports['kwok']}")
+            # no --server-address: kwok's own server (logs, exec and metrics of simulated pods) is unused here, and
+            # its port, claimed at the start, could be taken by a lab starting beside this one before kwok bound it
+            "--node-ip", "10.0.0.1",
+        ])
 
         reg_dir = state_dir / "registry"
         reg_dir.mkdir()
