@@ -21,12 +21,20 @@ from dataclasses import dataclass
 
 _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 # Debian's releases that hold `+`: 6.12.117+deb13-amd64, 6.12.12+bpo-cloud-amd64, 6.12.117+deb12-rt-arm64
+_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)|bpo)(?=-)")
 _DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+|bpo)(?P<rest>-[a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
 def label_of(release: str) -> str:
     """A kernel release as a label value (and a tag) holds it, as NFD writes it."""
     return _UNSAFE.sub("_", release)
+
+
+def debian_release(kernel: str) -> str | None:
+    """The Debian release a kernel is built for, as its release names it ("13" for 6.12.117+deb13-amd64; "12" for
+    a bookworm-backports +bpo kernel), in either spelling; None for a kernel that names none (6.1.0-50-amd64)."""
+    m = _DEBIAN_MARK.search(kernel)
+    return None if m is None else "12" if m.group(1) == "bpo" else m.group(2)
 
 
 def release_of(label: str) -> str:

@@ -243,14 +243,14 @@ class Kube:
     def get_json(self, path: str, *, params: dict[str, Any] | None = None, accept: str = "application/json") -> JSON:
         resp = self.request("GET", path, params=params, accept=accept)
         if resp.status_code >= 400:
-            raise _refused("GET", path, self.server, resp)
+            raise refused("GET", path, self.server, resp)
         # orjson: LIST pages of thousands of objects (managedFields included) parse several times faster than json
         return orjson.loads(resp.content)  # type: ignore[no-any-return]
 
     def _page(self, path: str, params: dict[str, Any], accept: str) -> bytes:
         resp = self.request("GET", path, params=params, accept=accept)
         if resp.status_code >= 400:
-            raise _refused("GET", path, self.server, resp)
+            raise refused("GET", path, self.server, resp)
         return resp.content
 
     def list_pages(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
@@ -308,7 +308,7 @@ class Kube:
         if resp.status_code == 404:
             return None
         if resp.status_code >= 400:
-            raise _refused("GET", path, self.server, resp)
+            raise refused("GET", path, self.server, resp)
         return resp.json()  # type: ignore[no-any-return]
 
     # -- writes -------------------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ class Kube:
         if resp.status_code == 409:
             raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}")
         if resp.status_code >= 400:
-            raise _refused("PATCH", path, self.server, resp)
+            raise refused("PATCH", path, self.server, resp)
         return resp.json()  # type: ignore[no-any-return]
 
     def patch_node_labels(self, node: str, labels: dict[str, str | None]) -> JSON:
@@ -458,7 +458,7 @@ def continue_token(body: bytes) -> str | None:
     return found.group(1).decode() if found else ""
 
 
-def _refused(verb: str, path: str, server: str, resp: Response) -> GpualignError:
+def refused(verb: str, path: str, server: str, resp: Response) -> GpualignError:
     """A request the API server answered with an error: Forbidden for a 403 (no retry helps: a role does; the
     roles in deploy/cli/ grant what each command needs), else Unreachable, as before."""
     if resp.status_code == 403:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from gpualign.kernels import release_of
+from gpualign.kernels import debian_release, release_of
 
 
 class Maker(StrEnum):
@@ -65,6 +65,12 @@ _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), 
 _DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb\d+)-[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
+def debian_suite(os_tag: str) -> str:
+    """The suite whose archive builds an OS tag's images (debian13: trixie); bookworm for any other."""
+    release = DEBIAN.get(os_tag)
+    return release.suite if release else "bookworm"
+
+
 def kernel_arch(kernel: str) -> str | None:
     """The CPU architecture a kernel's release names (6.1.0-50-amd64 → amd64), or None when it names none."""
     return next((arch for pattern, arch in _KERNEL_ARCH if pattern.fullmatch(kernel)), None)
@@ -105,9 +111,9 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
             return Making(Maker.NONE, f"kernel {kernel} is not a Debian kernel release (such as 6.1.0-50-amd64)")
         release_ = release_of(kernel)
         series = ".".join(release_.split(".")[:2])
-        built_for = re.search(r"\+deb(\d+)-", release_)
-        if built_for and f"debian{built_for.group(1)}" != os_tag:
-            return Making(Maker.NONE, f"kernel {kernel} is Debian {built_for.group(1)}'s, not {os_tag}'s: a node "
+        built_for = debian_release(release_)
+        if built_for is not None and f"debian{built_for}" != os_tag:
+            return Making(Maker.NONE, f"kernel {kernel} is Debian {built_for}'s, not {os_tag}'s: a node "
                                       "cannot run it")
         if not _DEBIAN_BUILT.fullmatch(release_) or series not in release.series:
             spelled = f" ({release_})" if release_ != kernel else ""

@@ -11,7 +11,7 @@ from typing import Any
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
-from gpualign.kernels import label_of
+from gpualign.kernels import debian_release, label_of
 from gpualign.ledger.sources import Ledger
 from gpualign.makers import Maker, Making, who_makes
 from gpualign.tags import Rules, kernel_flavour, required_image
@@ -54,8 +54,6 @@ _SHIPS = {("ubuntu", "20.04"): ("5.4", "5.8", "5.11", "5.13", "5.15"),
           ("ubuntu", "24.04"): ("6.8", "6.11", "6.14", "6.17"),
           ("debian", "12"): ("6.1", "6.12"),
           ("debian", "13"): ("6.12",)}
-# Debian's kernels name their release since 6.12: +debNN (NFD: _debNN), +bpo (bookworm-backports, for Debian 12)
-_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)|bpo)(?=[-.]|$)")
 
 
 def kernel_change_misfit(old: str | None, new: str, os_id: str | None, os_version: str | None) -> str | None:
@@ -65,10 +63,8 @@ def kernel_change_misfit(old: str | None, new: str, os_id: str | None, os_versio
     major = (os_version or "").split(".")[0] if os_id == "debian" else os_version
     series = ".".join(new.split(".")[:2])
     ships = _SHIPS.get((os_id or "", major or ""))
-    if os_id == "debian" and (mark := _DEBIAN_MARK.search(new)):
-        release = "12" if mark.group(1) == "bpo" else mark.group(2)
-        if release != major:
-            return f"kernel {new} is built for Debian {release}; this node runs Debian {major}"
+    if os_id == "debian" and (release := debian_release(new)) is not None and release != major:
+        return f"kernel {new} is built for Debian {release}; this node runs Debian {major}"
     if ships is not None and series not in ships:
         return (f"{os_id} {os_version} does not ship kernel series {series} (it ships {', '.join(ships)}): "
                 "plan each OS pool with -l")

@@ -55,3 +55,12 @@ def test_a_kernel_or_a_tag_finds_its_debian_release():
     assert image.suite_of(parse("550-6.12.118_deb13-amd64-debian13")) == "trixie"
     assert "libtirpc3t64" in image.base_packages("trixie") and "libtirpc3" in image.base_packages("bookworm")
     assert image.base_name("bookworm") == image.BASE != image.base_name("trixie")
+
+
+def test_the_debian_release_a_kernel_is_built_for_in_either_spelling():
+    from gpualign.kernels import debian_release
+
+    assert debian_release("6.12.117+deb13-amd64") == debian_release("6.12.117_deb13-cloud-amd64") == "13"
+    assert debian_release("6.12.117_deb12-amd64") == "12"
+    assert debian_release("6.12.12+bpo-amd64") == "12"  # bookworm-backports
+    assert debian_release("6.1.0-50-amd64") is None and debian_release("5.14.0-427.37.1.el9_4.x86_64") is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.ensure.sweep import image_kernel, label_spelling, modules_kernel, unused
+from gpualign.ensure.sweep import image_kernel, modules_kernel, unused
 
 
 def test_images_and_modules_of_kernels_no_node_runs_or_announces_go_and_nothing_else():
@@ -35,7 +35,6 @@ def test_kernels_are_read_from_either_kind_of_tag():
     assert image_kernel("latest") is None
     assert modules_kernel("535.261.03-6.1.0-50-amd64-open") == "6.1.0-50-amd64"
     assert modules_kernel("notes") is None
-    assert label_spelling("6.12.117+deb13-amd64") == "6.12.117_deb13-amd64"
 
 
 @given(st.dictionaries(st.sampled_from([f"535-6.1.0-{n}-amd64-debian12" for n in range(40, 50)] + ["x", "y"]),

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
+
+if TYPE_CHECKING:
+    from gpualign.kube import Kube
 
 app = typer.Typer(
     help="The controller's build trigger (`gpualign controller --build`) makes one Job per missing driver image it "
@@ -64,25 +67,19 @@ def list_builds(
                   for b in sorted(read, key=lambda b: b.tag)]))
 
 
-def _attempts(kube: object, namespace: str, tag: str) -> list[dict[str, Any]]:
-    """The build Jobs of TAG in the namespace, newest attempt first; a one-line error when there is none."""
-    from gpualign.controller.build_job import ATTEMPT_ANNOTATION, TAG_ANNOTATION, TAG_HASH_LABEL, tag_hash
+def _attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, dict[str, Any]]]:
+    """The build Jobs of TAG in the namespace with their attempt, newest first; a one-line error when there is
+    none."""
+    from gpualign.controller.build_job import TAG_HASH_LABEL, read_job, tag_hash
     from gpualign.errors import BadInput
-    from gpualign.kube import Kube
 
-    assert isinstance(kube, Kube)
-    jobs = [j for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
-                                     label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
-            if ((j.get("metadata") or {}).get("annotations") or {}).get(TAG_ANNOTATION) == tag]
+    jobs = [(read, j) for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                                             label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
+            if (read := read_job(j, None)).tag == tag]
     if not jobs:
         raise BadInput(f"no build Job for {tag} in {namespace}: the controller makes one when a node waits for the "
                        "image (gpualign build list shows the tags it built)")
-
-    def attempt(j: dict[str, Any]) -> int:
-        text = str(((j.get("metadata") or {}).get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1"))
-        return int(text) if text.isdigit() else 1
-
-    return sorted(jobs, key=attempt, reverse=True)
+    return sorted(((read.attempt, j) for read, j in jobs), key=lambda aj: aj[0], reverse=True)
 
 
 @app.command("logs")
@@ -99,18 +96,17 @@ def logs(
     still there after its retry. Which Job and attempt it is goes to stderr; the log alone to stdout."""
     import sys
 
-    from gpualign.controller.build_job import ATTEMPT_ANNOTATION, read_job
+    from gpualign.controller.build_job import read_job
     from gpualign.errors import BadInput, Refused
-    from gpualign.kube import Kube
+    from gpualign.kube import Kube, refused
 
     kube = Kube(kubeconfig, context)
     try:
-        jobs = _attempts(kube, namespace, tag)
-        known = [int(str(j["metadata"]["annotations"].get(ATTEMPT_ANNOTATION, "1"))) for j in jobs]
-        if attempt is not None and attempt not in known:
+        jobs = dict(_attempts(kube, namespace, tag))
+        if attempt is not None and attempt not in jobs:
             raise BadInput(f"--attempt {attempt}: {tag} has no such attempt in {namespace} (kept: "
-                           f"{', '.join(map(str, sorted(known)))})")
-        job = jobs[known.index(attempt)] if attempt is not None else jobs[0]
+                           f"{', '.join(map(str, sorted(jobs)))})")
+        job = jobs[attempt if attempt is not None else max(jobs)]
         name = job["metadata"]["name"]
         pods = sorted(kube.pods(namespace, label_selector=f"job-name={name}"),
                       key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
@@ -131,9 +127,7 @@ def logs(
         if resp.status_code == 400:  # the container has not started: the API says why
             raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
         if resp.status_code >= 400:
-            from gpualign.kube import _refused
-
-            raise _refused("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", kube.server, resp)
+            raise refused("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", kube.server, resp)
     finally:
         kube.close()
     sys.stdout.write(resp.text)
@@ -154,7 +148,7 @@ def retry(
 
     kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")
     try:
-        name = _attempts(kube, namespace, tag)[0]["metadata"]["name"]
+        name = _attempts(kube, namespace, tag)[0][1]["metadata"]["name"]
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         kube.patch(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
                    {"metadata": {"annotations": {RETRY_ANNOTATION: stamp}}})

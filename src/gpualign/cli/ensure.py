@@ -133,7 +133,7 @@ def ensure(
     from gpualign.ensure import run, tagspec
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
-    from gpualign.makers import DEBIAN
+    from gpualign.makers import DEBIAN, debian_suite
 
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
@@ -206,8 +206,7 @@ def ensure(
                                          replace_wrong=replace_wrong, share_pull=shared_modules,
                                          share_push=shared_modules,
                                          together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN and
-                                                        DEBIAN[s.os_tag].suite == DEBIAN.get(spec.os_tag,
-                                                                                             DEBIAN["debian12"]).suite))
+                                                        debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
         planned: dict[str, run.Plan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed

@@ -35,7 +35,7 @@ def list_held(
     when. It reads only."""
     from gpualign.cli.clusters import parse_timeout
     from gpualign.cli.table import render
-    from gpualign.controller import gate
+    from gpualign.controller.gate_release import held
     from gpualign.kube import Kube
     from gpualign.upgrade.clock import since
     from gpualign.upgrade.report import duration
@@ -43,17 +43,12 @@ def list_held(
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, timeout=per_request) if per_request else Kube(kubeconfig, context)
     try:
-        nodes = kube.nodes("nvidia.com/gpu.present=true" + (f",{selector}" if selector else ""), metadata_only=True)
+        nodes = held(kube, selector)  # the same read `gate release` acts on
         cluster = kube.describe()
     finally:
         kube.close()
-    rows = []
-    for node in sorted(nodes, key=lambda n: n["metadata"]["name"]):
-        ann = node["metadata"].get("annotations") or {}
-        if gate.GATED in ann:
-            held_since = ann.get(gate.GATED_SINCE)
-            rows.append({"node": node["metadata"]["name"], "why": ann[gate.GATED], "since": held_since,
-                         "held_seconds": round(since(held_since)) if held_since else None})
+    rows = [{"node": r.node, "why": r.held_for, "since": r.since,
+             "held_seconds": round(since(r.since)) if r.since else None} for r in nodes]
     if output in (Output.json, Output.yaml):
         emit_data(report("GateList", {"cluster": cluster}, {"nodes": rows}), output)
         return
@@ -61,8 +56,7 @@ def list_held(
         stdout.print("the gate holds no node")
         return
     print(render(["NODE", "HELD FOR", "WHY"],
-                 [[r["node"], duration(float(r["held_seconds"])) if r["held_seconds"] is not None else "-",
-                   str(r["why"])] for r in rows]))
+                 [[r.node, duration(since(r.since)) if r.since else "-", r.held_for] for r in nodes]))
 
 
 @app.command("release")

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpualign import labels as L
 from gpualign.controller.builds import BLOCKED, FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
+from gpualign.upgrade.report import ANY_TAG
 
 JSON = dict[str, Any]
 BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
@@ -37,7 +38,6 @@ RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamp
 BLOCKED_ANNOTATION = "gpualign.io/build-blocked"
 ARCH_ANNOTATION = "gpualign.io/build-arch"
 DEFAULT_NAMESPACE = "gpualign-system"  # the chart's release namespace, where its build Jobs run
-ANY_TAG = "*"  # read_cluster's key when no Job could be read: what is known of every tag's build
 # Off GPU nodes: a build is minutes of CPU, and the node waiting for the image is the last place for it.
 OFF_GPU_NODES: JSON = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": L.GPU_PRESENT, "operator": "NotIn", "values": ["true"]}]}]}}}
@@ -255,14 +255,15 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
         except GpualignError:
             pass  # the reason is then the Job's own condition
     now = time.time()
-    newest: dict[str, tuple[BuildJob, str]] = {}  # tag -> its newest attempt, and its namespace
+    from gpualign.controller.builds import latest
+
+    where: dict[str, str] = {}  # Job name -> its namespace
+    reads = []
     for j in jobs:
         meta = j.get("metadata") or {}
-        ns = str(meta.get("namespace", namespace or ""))
-        read = read_job(j, pods.get((ns, str(meta.get("name")))))
-        if read.tag and (read.tag not in newest or read.attempt > newest[read.tag][0].attempt):
-            newest[read.tag] = (read, ns)
-    return {tag: describe(read, ns, now) for tag, (read, ns) in newest.items()}
+        where[str(meta.get("name"))] = ns = str(meta.get("namespace", namespace or ""))
+        reads.append(read_job(j, pods.get((ns, str(meta.get("name"))))))
+    return {tag: describe(read, where[read.name], now) for tag, read in latest(reads).items()}
 
 
 def is_done(job: JSON) -> bool:

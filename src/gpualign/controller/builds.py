@@ -157,10 +157,12 @@ def _stale(jobs: list[BuildJob], newest: dict[str, BuildJob], wanted: set[str], 
            keep_attempts: int) -> tuple[str, ...]:
     """Finished Jobs to delete: a tag's newest attempt once nobody waits for it and it is past `keep`; an earlier
     attempt past `keep`, or beyond its tag's newest `keep_attempts`. A running or blocked Job is never stale."""
+    by_tag: dict[str, list[BuildJob]] = {}
+    for j in jobs:
+        by_tag.setdefault(j.tag, []).append(j)
     out: list[str] = []
-    for tag in sorted({j.tag for j in jobs}):
-        attempts = sorted((j for j in jobs if j.tag == tag), key=lambda j: j.attempt, reverse=True)
-        for rank, j in enumerate(attempts):
+    for tag, of_tag in sorted(by_tag.items()):
+        for rank, j in enumerate(sorted(of_tag, key=lambda j: j.attempt, reverse=True)):
             if j.phase in (RUNNING, BLOCKED):
                 continue
             old = j.finished is not None and now - j.finished > keep

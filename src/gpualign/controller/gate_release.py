@@ -18,6 +18,7 @@ EVENT_RELEASED = "DriverUpgradeReleased"
 class Released:
     node: str
     held_for: str  # the gate's mark: why it held the node
+    since: str | None = None  # when the gate took it (RFC 3339)
 
 
 def held(kube: Kube, selector: str | None = None) -> list[Released]:
@@ -27,7 +28,7 @@ def held(kube: Kube, selector: str | None = None) -> list[Released]:
     for node in kube.nodes(wanted, metadata_only=True):
         ann = node["metadata"].get("annotations") or {}
         if gate.GATED in ann:
-            out.append(Released(node["metadata"]["name"], ann[gate.GATED]))
+            out.append(Released(node["metadata"]["name"], ann[gate.GATED], ann.get(gate.GATED_SINCE)))
     return sorted(out, key=lambda r: r.node)
 
 

@@ -63,21 +63,18 @@ class Archive:
     @classmethod
     def for_os(cls, os_tag: str) -> Archive:
         """The archive of the Debian release an OS tag names (debian13: trixie); bookworm otherwise."""
-        from gpualign.makers import DEBIAN
+        from gpualign.makers import debian_suite
 
-        release = DEBIAN.get(os_tag)
-        return cls(suite=release.suite) if release else cls()
+        return cls(suite=debian_suite(os_tag))
 
     @classmethod
     def for_kernel(cls, release: str) -> Archive:
         """The archive that carries a Debian kernel's headers: its `+debNN` names the release (6.12.N+deb13-amd64:
         trixie); bookworm's otherwise (6.1.0-N-amd64, 6.12.N+deb12-amd64)."""
-        import re
+        from gpualign.kernels import debian_release
 
-        from gpualign.kernels import release_of
-
-        m = re.search(r"\+deb(\d+)-", release_of(release))
-        return cls.for_os(f"debian{m.group(1)}") if m else cls()
+        named = debian_release(release)
+        return cls.for_os(f"debian{named}") if named else cls()
 
     def for_spec(self, os_tag: str) -> Archive:
         """This archive, on the suite of an OS tag's release (the mirrors kept)."""

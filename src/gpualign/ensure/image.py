@@ -75,10 +75,9 @@ def base_packages(suite: str) -> tuple[str, ...]:
 
 
 def suite_of(spec: TagSpec) -> str:
-    from gpualign.makers import DEBIAN
+    from gpualign.makers import debian_suite
 
-    release = DEBIAN.get(spec.os_tag)
-    return release.suite if release else "bookworm"
+    return debian_suite(spec.os_tag)
 
 
 BASE = base_name("bookworm")

@@ -22,7 +22,7 @@ import httpx2
 
 from gpualign.ensure import tagspec
 from gpualign.errors import BadInput, GpualignError
-from gpualign.kernels import label_of
+from gpualign.kernels import label_of, release_of
 from gpualign.ledger.registry import RegistryClient
 
 DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(amd64|cloud-amd64|rt-amd64)")
@@ -33,8 +33,6 @@ def checkable(kernel: str | None) -> bool:
     6.12.N+deb12-amd64, Debian 13's 6.12.N+deb13-amd64 (NFD's label, 6.12.N_deb13-amd64, read back), with their
     -cloud/-rt flavours. Modules can be
     checked against it here; others (Ubuntu, RHEL) cannot."""
-    from gpualign.kernels import release_of
-
     return bool(kernel and DEBIAN_KERNEL.fullmatch(release_of(kernel)))
 
 

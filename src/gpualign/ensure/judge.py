@@ -46,22 +46,6 @@ NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kerne
              "kernel, as the upgrade walk does)")
 
 
-def checkable(kernel: str) -> bool:
-    from gpualign.ensure.inspect import checkable as has_headers
-
-    return has_headers(kernel)
-
-
-def _precompiled(tag: str) -> bool:
-    from gpualign.ensure.tagspec import parse
-
-    try:
-        parse(tag)
-    except GpualignError:
-        return False
-    return True
-
-
 def _split(image: str) -> tuple[str, str]:
     repo, _, tag = image.rpartition(":")
     return repo, tag
@@ -78,7 +62,8 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     the walk checks them by default), is unverified when they were not checked (the walk passes False: its own
     module check, or the user's explicit opt-out, decides)."""
     secure = set(secure_boot)
-    from gpualign.ensure.inspect import by_labels
+    from gpualign.ensure.inspect import by_labels, checkable
+    from gpualign.ensure.tagspec import try_parse
     from gpualign.ledger.registry import connect
 
     if cache is None:
@@ -120,7 +105,7 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                     out.unverified.pop(image, None)
                     out.verified.pop(image, None)
                 elif unlabelled and not labels and image not in out.verified and image not in out.unverified and \
-                        _precompiled(tag) and any(checkable(k) for k in needs[image] if k):
+                        try_parse(tag) is not None and any(checkable(k) for k in needs[image] if k):
                     # nothing in it says what it was built for, and its modules were not checked: never "present"
                     out.unverified[image] = NO_LABELS
         except GpualignError as err:

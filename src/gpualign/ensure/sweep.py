@@ -17,20 +17,12 @@ from gpualign.kernels import label_of
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
 
 
-def label_spelling(kernel: str) -> str:
-    """Kernels are compared as NFD labels them (and tags hold them): 6.12.117+deb13-amd64 -> 6.12.117_deb13-amd64."""
-    return label_of(kernel)
-
-
 def image_kernel(tag: str) -> str | None:
     """The kernel a precompiled driver tag names, or None for a tag of another shape."""
-    from gpualign.ensure.tagspec import parse
-    from gpualign.errors import GpualignError
+    from gpualign.ensure.tagspec import try_parse
 
-    try:
-        return parse(tag).kernel
-    except GpualignError:
-        return None
+    spec = try_parse(tag)
+    return spec.kernel if spec else None
 
 
 def modules_kernel(tag: str) -> str | None:
@@ -53,7 +45,7 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
            kernels: Iterable[str]) -> Unused:
     """image_digests / module_digests: tag -> its manifest digest (None when unknown); kernels: every kernel a node
     runs or announces, in either spelling."""
-    live = {label_spelling(k) for k in kernels}
+    live = {label_of(k) for k in kernels}  # compared as NFD labels them, and tags hold them
     images: list[str] = []
     modules: list[str] = []
     shared: list[str] = []
@@ -66,7 +58,7 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
             if kernel is None:
                 unknown.append(tag)
                 kept_digests.add(table[tag])
-            elif label_spelling(kernel) in live:
+            elif label_of(kernel) in live:
                 kept_digests.add(table[tag])
             else:
                 gone.append(tag)

@@ -43,6 +43,14 @@ def parse(tag: str) -> TagSpec:
     return TagSpec(text, m.group("branch"), release_of(m.group("kernel")), m.group("os"), m.group("kernel"))
 
 
+def try_parse(tag: str) -> TagSpec | None:
+    """The tag taken apart, or None for a tag of another shape (`latest`, a regular image's `<version>-<os-tag>`)."""
+    try:
+        return parse(tag)
+    except BadInput:
+        return None
+
+
 def buildable_here(spec: TagSpec, arch: str | None = None) -> str:
     """The Debian suite that builds it here, or BadInput naming why not (gpualign.makers decides, as it does for
     check, plan and the controller: a recipe that is only rendered, an OS without one, a branch the OS does not

@@ -141,14 +141,10 @@ def push_driver_image(registry: RegistryClient, tag: str, version: str, archs: t
 
 def driver_image_labels(tag: str) -> dict[str, str]:
     """NVIDIA's label for a precompiled tag (`version=535-6.1.0-50-amd64`); none for a tag of another shape."""
-    from gpualign.ensure.tagspec import parse
-    from gpualign.errors import GpualignError
+    from gpualign.ensure.tagspec import try_parse
 
-    try:
-        spec = parse(tag)
-    except GpualignError:
-        return {}
-    return {"version": f"{spec.branch}-{spec.kernel_label}"}
+    spec = try_parse(tag)
+    return {"version": f"{spec.branch}-{spec.kernel_label}"} if spec else {}
 
 
 def registry_client(address: str) -> RegistryClient:

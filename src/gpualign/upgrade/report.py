@@ -65,6 +65,10 @@ def cordoned_by(ns: NodeState) -> str:
     return "someone-else"
 
 
+# builds' key when the build Jobs could not be read: what is known of every tag's build (controller/build_job.py)
+ANY_TAG = "*"
+
+
 def walker(ns: NodeState) -> str | None:
     from gpualign.upgrade.observe import walked_by_gpualign
 
@@ -88,7 +92,7 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
     no_driver = None
     building = None
     if ledger_known and not ns.view.image_present:
-        building = (builds or {}).get(ns.target_tag or "") or (builds or {}).get("*")  # "*": Jobs unreadable
+        building = (builds or {}).get(ns.target_tag or "") or (builds or {}).get(ANY_TAG)
     elif not ledger_known:  # no ledger read: a build Job for the tag still says what is happening to it
         building = (builds or {}).get(ns.target_tag or "")
     if ns.pod is not None:

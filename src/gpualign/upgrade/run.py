@@ -15,7 +15,7 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import Executor
 from gpualign.upgrade.planner import PDB_HOLD, Action
 from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
-from gpualign.upgrade.snapshot import Snapshot, image_tag
+from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 from gpualign.upgrade.waker import Waker
 
 SETTLE = 10.0  # seconds a walk left with only PDB holds waits for the budgets to settle before it ends
@@ -50,10 +50,15 @@ def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]
     back on the driver it had, never on the new one under running GPU work.
     """
     repointed = False
+    members: dict[int, list[NodeState]] = {}  # every pass reads this: the nodes grouped by pool once
+    for s in snap.nodes.values():
+        if s.pool is not None:
+            members.setdefault(id(s.pool), []).append(s)
     for pool in snap.pools:
-        targets = {s.target_tag for s in snap.nodes.values() if s.pool is pool and s.target_tag}
-        ready = [s for s in snap.nodes.values() if s.pool is pool and s.view.image_present]
-        admitted = [s for s in snap.nodes.values() if s.pool is pool and s.view.state in S.IN_PROGRESS - {S.FAILED}]
+        nodes = members.get(id(pool), [])
+        targets = {s.target_tag for s in nodes if s.target_tag}
+        ready = any(s.view.image_present for s in nodes)
+        admitted = [s for s in nodes if s.view.state in S.IN_PROGRESS - {S.FAILED}]
         if len(targets) != 1 or not ready or not admitted:
             continue
         tag = targets.pop()
