@@ -69,3 +69,50 @@ def test_wait_connected_returns_when_the_read_fails_before_connecting(tmp_path: 
     assert reading._done.is_set()
     with pytest.raises(BadInput, match="no-such-kubeconfig does not exist"):
         reading.result()
+
+
+def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_finalizing_under_it(serve,
+                                                                                               tmp_path: Path) -> None:
+    """The registry is unreachable while the API server still holds the LISTs: the command says so in one line and
+    exits 2 at once, without tearing the interpreter down under the read's thread (which may be importing, or inside
+    OpenSSL: a crash after the message). An exit hook of the process shows whether it was finalized."""
+    import subprocess
+    import sys
+
+    from tests.loopback_http import send, token_kubeconfig
+
+    release = threading.Event()
+
+    def held(h) -> None:
+        release.wait(30)
+        send(h, b'{"kind":"List","metadata":{},"items":[]}')
+
+    srv = serve(held)
+    kubeconfig = token_kubeconfig(tmp_path, srv.url)
+    script = ("import atexit, sys; atexit.register(print, 'finalized'); "
+              "sys.argv = ['gpualign', *sys.argv[1:]]; from gpualign.cli.app import main; main()")
+    try:
+        proc = subprocess.run([sys.executable, "-c", script, "check", "--kubeconfig", str(kubeconfig),
+                               "--ledger", "registry://127.0.0.1:1/nvidia/driver"],
+                              capture_output=True, text=True, timeout=25)
+        assert any(p.startswith("/api/v1/nodes?") for p, _, _ in srv.seen)  # the read was on the wire
+    finally:
+        release.set()
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("gpualign: error: registry 127.0.0.1:1 unreachable") and \
+        len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "finalized" not in proc.stdout
+
+
+def test_a_wrong_flag_ends_the_command_before_any_read_and_it_is_finalized_as_usual(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys; atexit.register(print, 'finalized'); "
+              "sys.argv = ['gpualign', *sys.argv[1:]]; from gpualign.cli.app import main; main()")
+    proc = subprocess.run([sys.executable, "-c", script, "check", "--kubeconfig", str(tmp_path / "absent"),
+                           "--ledger", "registry://127.0.0.1:1/nvidia/driver", "--driver-branch", "latest"],
+                          capture_output=True, text=True, timeout=25)
+    assert proc.returncode == 2 and "expected a major driver number" in proc.stderr, proc.stderr
+    assert "does not exist" not in proc.stderr  # the kubeconfig was never opened
+    assert proc.stdout.strip() == "finalized"

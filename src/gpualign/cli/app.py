@@ -145,25 +145,62 @@ def main(argv: list[str] | None = None) -> None:
         from gpualign.collector import for_command
 
         for_command(args)
+    try:
+        code = _command(args)
+    except SystemExit as end:
+        if argv is not None:
+            raise
+        code = end.code
+    if argv is None:
+        _leave(code)
+    sys.exit(code)
+
+
+def _leave(code: Any) -> None:
+    """A command that ends while one of its background threads is still at work (an error found while the cluster's
+    LISTs were on the wire, a cluster past --request-timeout, a build that failed while the image's inputs were being
+    fetched) leaves without finalizing the interpreter: the thread may be importing a module or inside OpenSSL, and
+    tearing the interpreter down under it can crash the process (SIGSEGV) after its message was printed. What was
+    written is flushed first; every file the command writes is renamed into place or removed by the command itself,
+    so nothing else is pending at that point."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return
+    main_thread = threading.main_thread()
+    if not any(t is not main_thread and t.daemon and t.is_alive() for t in threading.enumerate()):
+        return
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)
+    import contextlib
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
+            stream.flush()
+    os._exit(status)
+
+
+def _command(args: list[str]) -> Any:
+    """The command's exit code (or SystemExit raised with it)."""
     cut = args.index("--") if "--" in args else len(args)
     _state["debug"] = "--debug" in args[:cut]  # a global flag, accepted anywhere (as kubectl's are)
     args = [a for a in args[:cut] if a != "--debug"] + args[cut:]
     if args[:1] == ["--version"]:
         print(version_text())
-        sys.exit(0)
+        return 0
     try:
         from gpualign.cli.errors import run
 
-        result = run(build(args), args, _prog_name())
+        return run(build(args), args, _prog_name())
     except GpualignError as err:
         print(f"gpualign: {err.word}: {err.message}", file=sys.stderr)
         if err.detail:
             print(err.detail, file=sys.stderr)
         _termination_record(err)
-        sys.exit(err.exit_code)
+        return err.exit_code
     except KeyboardInterrupt:
         print("gpualign: interrupted", file=sys.stderr)
-        sys.exit(130)
+        return 130
     except SystemExit:
         raise
     except Exception as err:
@@ -172,10 +209,9 @@ def main(argv: list[str] | None = None) -> None:
         usage = usage_error_of(err)
         if usage is not None:
             print(_usage_error(usage), file=sys.stderr)
-            sys.exit(EXIT_USAGE)
+            return EXIT_USAGE
         if _state["debug"]:
             raise
         print(f"gpualign: internal error: {err.__class__.__name__}: {err} (rerun with --debug for a traceback)",
               file=sys.stderr)
-        sys.exit(EXIT_INTERNAL)
-    sys.exit(result)
+        return EXIT_INTERNAL

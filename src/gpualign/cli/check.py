@@ -157,18 +157,18 @@ def check(
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
     names = clusters.contexts(kubeconfig, context, all_contexts)
-    # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
-    reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
-                      timeout=timeout, say=say_tty, warn=warn) if names is None else None
-    if reading is not None:
-        reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
     if not ledger and (nodes_file or flags_given):
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)"
                        + ("" if nodes_file else "; flags such as --driver-branch override the GPU Operator's objects, "
                           "and with them the repository they name, so the ledger must be named too"))
-    pools = branch_policy(driver_branch, branch_policy_file, old_policy)
+    pools = branch_policy(driver_branch, branch_policy_file, old_policy)  # a wrong flag never starts a read
+    # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
+    reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
+                      timeout=timeout, say=say_tty, warn=warn) if names is None else None
+    if reading is not None:
+        reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     rule_set = load_rules(rules)
     check_known_branches(pools, rule_set)
     setup = Setup(pools, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
