@@ -189,7 +189,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                             bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)))
         req, image, in_ledger = derived[key]
         making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
-                           precompiled=exp.precompiled) if req.tag else None
+                           debian=rules.debian, precompiled=exp.precompiled) if req.tag else None
         off_platform = platform_problem(image, arch, platforms) if image and platforms else None
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason

@@ -14,6 +14,7 @@ only fail.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
@@ -29,24 +30,99 @@ class Maker(StrEnum):
     NONE = "none"
 
 
+# The package of NVIDIA's module source gpualign builds from (and its open flavour): a branch a release carries
+# only as nvidia-tesla-N-kernel-source (with its own user space, nvidia-tesla-N-*) is named, not built.
+BUILT_SOURCE = "nvidia-kernel-source"
+OPEN_SOURCE = "nvidia-open-kernel-source"
+_SOURCE = re.compile(r"nvidia(?:-tesla(?:-(?P<tesla>\d+))?|-open)?-kernel-source")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One package of NVIDIA's kernel module source in a Debian release, at its NVIDIA version."""
+
+    package: str
+    version: str  # NVIDIA's, e.g. 535.309.01 (Debian's 535.309.01-0+deb12u1)
+
+    @property
+    def branch(self) -> str:
+        return self.version.split(".", 1)[0]
+
+
+def sources_from(packages: Mapping[str, str]) -> tuple[Source, ...]:
+    """NVIDIA's module sources among a release's packages (package -> Debian version, as apt-cache shows them),
+    by package name. Others are ignored."""
+    found = []
+    for package, version in sorted(packages.items()):
+        if not _SOURCE.fullmatch(package) or not version:
+            continue
+        upstream = version.split(":", 1)[-1].split("-", 1)[0]
+        if re.fullmatch(r"\d+(?:\.\d+)+", upstream):
+            found.append(Source(package, upstream))
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class DebianRelease:
-    """A Debian release gpualign builds for: its suite, the NVIDIA branches its archive carries, the CPU
-    architectures built, and the kernel series whose images are built and verified."""
+    """A Debian release gpualign builds for: its suite, the CPU architectures and kernel series built, and NVIDIA's
+    module sources its archive carries (read from the archive, or the rules' copy of it)."""
 
     suite: str
-    branches: tuple[str, ...]
     archs: tuple[str, ...]
-    series: tuple[str, ...] = ("6.1",)
+    series: tuple[str, ...]
+    sources: tuple[Source, ...]
+    read: str = "the rules"  # where `sources` were read: the rules, or Debian's archive (with the day)
+
+    @property
+    def branches(self) -> tuple[str, ...]:
+        """The branches gpualign builds for the release: those of its nvidia-kernel-source."""
+        return tuple(sorted({s.branch for s in self.sources if s.package == BUILT_SOURCE}, key=int))
+
+    @property
+    def carried(self) -> tuple[str, ...]:
+        """Every branch the archive carries, in any package."""
+        return tuple(sorted({s.branch for s in self.sources}, key=int))
+
+    def version(self, branch: str, flavour: str = "proprietary") -> str | None:
+        """The NVIDIA version a build of `branch` gets, for a flavour (None: the release does not build it)."""
+        package = OPEN_SOURCE if flavour == "open" else BUILT_SOURCE
+        return next((s.version for s in self.sources if s.package == package and s.branch == branch), None)
+
+    def carried_as(self, branch: str) -> list[Source]:
+        return [s for s in self.sources if s.branch == branch]
 
 
-# What gpualign builds, end to end and verified. Debian bookworm carries NVIDIA 535 (nvidia-kernel-source /
-# nvidia-open-kernel-source in non-free / contrib).
-# Kernel series: bookworm's own 6.1, and bookworm-security's 6.12 (6.12.N+deb12-amd64), whose modules NVIDIA
-# 535.309.01 (bookworm-security's nvidia-kernel-source) compiles and verifies against (docs/ensure.md).
-# Debian 13 (trixie): its default driver, NVIDIA 550 (nvidia-kernel-source 550.163.01), on its 6.12 kernels.
-DEBIAN = {"debian12": DebianRelease("bookworm", ("535",), ("amd64",), ("6.1", "6.12")),
-          "debian13": DebianRelease("trixie", ("550",), ("amd64",), ("6.12",))}
+@dataclass(frozen=True)
+class DebianTable:
+    """The Debian releases gpualign builds for, by OS tag (debian12, debian13): hashable, so decisions on it are
+    cached."""
+
+    releases: tuple[tuple[str, DebianRelease], ...]
+
+    def get(self, os_tag: str) -> DebianRelease | None:
+        return next((r for t, r in self.releases if t == os_tag), None)
+
+    def __contains__(self, os_tag: object) -> bool:
+        return any(t == os_tag for t, _ in self.releases)
+
+    @property
+    def os_tags(self) -> tuple[str, ...]:
+        return tuple(sorted(t for t, _ in self.releases))
+
+    @property
+    def branches(self) -> frozenset[str]:
+        """Every branch gpualign builds for some release."""
+        return frozenset(b for _, r in self.releases for b in r.branches)
+
+    def with_sources(self, os_tag: str, sources: tuple[Source, ...], read: str) -> DebianTable:
+        import dataclasses
+
+        return DebianTable(tuple((t, dataclasses.replace(r, sources=sources, read=read) if t == os_tag else r)
+                                 for t, r in self.releases))
+
+
+# Debian's suite for each release gpualign builds (a fact of Debian's, not of its archive's contents).
+SUITES = {"debian12": "bookworm", "debian13": "trixie"}
 # Families whose recipes gpualign renders (and unit-tests) but does not run: their archives are reachable only
 # from a builder of the user's.
 RENDERED = ("ubuntu", "rhel")
@@ -67,8 +143,7 @@ _DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb\d+)-[a-z0-9]+(?:-[a-z0-9
 
 def debian_suite(os_tag: str) -> str:
     """The suite whose archive builds an OS tag's images (debian13: trixie); bookworm for any other."""
-    release = DEBIAN.get(os_tag)
-    return release.suite if release else "bookworm"
+    return SUITES.get(os_tag, "bookworm")
 
 
 def kernel_arch(kernel: str) -> str | None:
@@ -90,10 +165,12 @@ class Making:
 
 
 @lru_cache(maxsize=1024)
-def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published: bool, *,
+def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published: bool, *, debian: DebianTable,
               precompiled: bool = True) -> Making:
     """Who makes the image of (OS tag, branch, kernel) for a node of CPU architecture `arch` (None: the kernel's
-    own, else amd64), when it is not present. `published`: the rules say NVIDIA publishes it."""
+    own, else amd64), when it is not present. `published`: the rules say NVIDIA publishes it. `debian`: the
+    releases gpualign builds and what their archives carry (Rules.debian: the archive as ensure read it last, else
+    the rules' copy)."""
     arch = arch or kernel_arch(kernel) or "amd64"
     if published:
         return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)")
@@ -103,7 +180,7 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
     named = kernel_arch(kernel)
     if named is not None and named != arch:
         return Making(Maker.NONE, f"kernel {kernel} is an {named} kernel, but the node is {arch}")
-    release = DEBIAN.get(os_tag)
+    release = debian.get(os_tag)
     if release is not None:
         if arch not in release.archs:
             return Making(Maker.NONE, f"gpualign builds {os_tag} images for {', '.join(release.archs)}, not {arch}")
@@ -120,8 +197,7 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
             return Making(Maker.NONE, f"kernel {kernel}{spelled} is not built by gpualign yet: it builds Debian "
                                       f"{release.suite}'s kernel series {', '.join(release.series)}")
         if branch not in release.branches:
-            return Making(Maker.NONE, f"Debian {release.suite} carries NVIDIA {', '.join(release.branches)}, "
-                                      f"not {branch}")
+            return Making(Maker.NONE, _not_built(release, branch))
         return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch} "
                                    "(gpualign ensure, or the controller's build Job)")
     fam = family(os_tag)
@@ -133,8 +209,21 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
                                     "build it where the distribution's archive is reachable")
     if fam == "debian":
         return Making(Maker.NONE, f"gpualign does not build {os_tag} yet: it builds "
-                                  f"{', '.join(sorted(DEBIAN))}")
+                                  f"{', '.join(debian.os_tags)}")
     return Making(Maker.NONE, f"gpualign has no recipe for {os_tag}: make the image by hand")
+
+
+def _not_built(release: DebianRelease, branch: str) -> str:
+    """Why a release's image of `branch` is not built: the archive does not carry the branch (naming those it
+    does), or carries it only in packages gpualign does not build from."""
+    builds = f"gpualign builds {', '.join(release.branches) or 'none'} (nvidia-kernel-source)"
+    as_ = release.carried_as(branch)
+    if as_:
+        named = ", ".join(f"{s.package} {s.version}" for s in as_)
+        return f"Debian {release.suite} carries NVIDIA {branch} only as {named}, which gpualign does not build " \
+               f"from: {builds}"
+    return f"Debian {release.suite} carries NVIDIA {', '.join(release.carried)}, not {branch} ({builds}; " \
+           f"read from {release.read})"
 
 
 # What the controller's build trigger makes a Job for.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign import labels as L
@@ -13,7 +13,7 @@ from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
 from gpualign.kernels import debian_release, label_of
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import Maker, Making, who_makes
+from gpualign.makers import DebianTable, Maker, Making, who_makes
 from gpualign.tags import Rules, kernel_flavour, required_image
 
 
@@ -90,11 +90,13 @@ class Needed:
     reason: str = ""
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
     archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
+    debian: DebianTable = field(default=DebianTable(()), compare=False, repr=False)  # the rules' (who_makes)
 
     @property
     def making(self) -> Making:
         """Who makes it (gpualign.makers): for nodes of several architectures, the one that can do least."""
-        makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published) for arch in self.archs]
+        makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian)
+                   for arch in self.archs]
         return min(makings, key=lambda m: _REACH.index(m.maker))
 
     @property
@@ -117,8 +119,8 @@ class Plan:
         return tuple(n for n in self.needed if not n.in_ledger)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"needed": [{**dataclasses.asdict(n), "action": n.action, "action_reason": n.making.why}
-                           for n in self.needed],
+        return {"needed": [{**{k: v for k, v in dataclasses.asdict(n).items() if k != "debian"},
+                            "action": n.action, "action_reason": n.making.why} for n in self.needed],
                 "to_build": [n.tag for n in self.to_build],
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
@@ -160,6 +162,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
         archs.setdefault(req.tag, set()).add(facts.arch)
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
-                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])))
+                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
+                          rules.debian)
                    for tag, names in sorted(groups.items()))
     return Plan(needed, tuple(unknown))

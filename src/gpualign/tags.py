@@ -11,6 +11,7 @@ from typing import Any
 
 from gpualign.errors import BadInput
 from gpualign.facts import NodeFacts
+from gpualign.makers import DebianRelease, DebianTable, sources_from
 
 _UBUNTU_KERNEL = re.compile(r"(\d+)\.(\d+)\.\d+-\d+-([a-z][a-z0-9-]*)")
 _BRANCH = re.compile(r"[0-9]{3,4}")
@@ -30,6 +31,7 @@ class Rules:
     eras: tuple[OsTagEra, ...] = field(default=(), compare=False)
     operator_version: str | None = field(default=None, compare=False)  # whose OS-tag rules these are, if chosen
     matrix_version: str = field(default="?", compare=False)  # the operator release NVIDIA's matrix is taken from
+    debian: DebianTable = field(default=DebianTable(()), compare=False)  # the Debian releases gpualign builds
 
     def describe(self) -> str:
         """Where a 'published' verdict comes from, for reasons a user reads."""
@@ -85,7 +87,7 @@ def _read_yaml(path: Path | None, text: str | None = None) -> Any:
     return yamlio.parse(text, str(path)) if text is not None else yamlio.read(path)  # type: ignore[arg-type]
 
 
-KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branches", "default_branch")
+KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branches", "default_branch", "debian")
 
 
 def merged_rules(override: Path | None = None) -> dict[str, Any]:
@@ -107,10 +109,25 @@ def merged_rules(override: Path | None = None) -> dict[str, Any]:
     return dict(base)
 
 
-def load_rules(override: Path | None = None) -> Rules:
+def _debian(raw: Any) -> DebianTable:
+    return DebianTable(tuple(
+        (str(os_tag), DebianRelease(str(r["suite"]), tuple(str(a) for a in r["archs"]),
+                                    tuple(str(x) for x in r["series"]),
+                                    sources_from({str(k): str(v) for k, v in r["sources"].items()})))
+        for os_tag, r in sorted(raw.items())))
+
+
+def load_rules(override: Path | None = None, *, archive_reading: bool = True) -> Rules:
+    """The rules; the Debian releases' module sources as the archive was last read (gpualign.archive_reading),
+    unless an override file gives its own `debian` section (or `archive_reading` is False: the rules' copy)."""
     base = merged_rules(override)
     source = "built-in" if override is None else str(override)
     try:
+        debian = _debian(base["debian"])
+        if archive_reading and (override is None or "debian" not in (_read_yaml(override) or {})):
+            from gpualign.archive_reading import overlay
+
+            debian = overlay(debian)
         pre = base["precompiled"]
         return Rules(
             major_version_only=frozenset(str(x) for x in base["os_tag"]["major_version_only"]),
@@ -122,6 +139,7 @@ def load_rules(override: Path | None = None) -> Rules:
             source=source,
             eras=_eras(base["os_tag"].get("eras")),
             matrix_version=str(base.get("operator_version", "?")),
+            debian=debian,
         )
     except (KeyError, TypeError, AttributeError, ValueError) as err:
         hint = ("; a section given in --rules replaces the built-in one whole: copy it from `gpualign rules` and "

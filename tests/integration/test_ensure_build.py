@@ -386,7 +386,7 @@ class Refusing(http.server.BaseHTTPRequestHandler):
 def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     ledger = f"registry://{lab.registry}/bad/driver"
     cases = {
-        "580-6.1.0-50-amd64-debian12": "Debian bookworm carries NVIDIA 535, not 580",
+        "580-6.1.0-50-amd64-debian12": "Debian bookworm carries NVIDIA 470, 525, 535, not 580",
         "535-6.1.0-99-amd64-debian12": "kernel 6.1.0-99-amd64: no headers package linux-headers-6.1.0-99-amd64 "
                                        "in Debian's archive (looked in bookworm, bookworm-updates, bookworm-security",
         "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built by gpualign: render the recipe",

@@ -13,6 +13,9 @@ from hypothesis import strategies as st
 from gpualign.ensure import kmod, symvers, tagspec
 from gpualign.ensure.verify import verify
 from gpualign.errors import BadInput
+from gpualign.tags import load_rules
+
+DEBIAN = load_rules(archive_reading=False).debian  # the rules' copy of Debian's archives
 
 
 def fake_ko(info: dict[str, str], imports: dict[str, int], exports: tuple[str, ...] = (),
@@ -68,20 +71,20 @@ def test_tags_are_taken_apart_and_refused_with_the_shape_expected():
 
 
 def test_only_debian_is_built_here_and_each_refusal_says_why():
-    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-amd64-debian12")) == "bookworm"
-    with pytest.raises(BadInput, match="Debian bookworm carries NVIDIA 535, not 580"):
-        tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"))
+    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-amd64-debian12"), debian=DEBIAN) == "bookworm"
+    with pytest.raises(BadInput, match="Debian bookworm carries NVIDIA 470, 525, 535, not 580"):
+        tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"), debian=DEBIAN)
     with pytest.raises(BadInput, match="ubuntu22.04 images are not built by gpualign: render the recipe"):
-        tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"))
+        tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"), debian=DEBIAN)
     with pytest.raises(BadInput, match="gpualign has no recipe for sles15"):
-        tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"))
-    with pytest.raises(BadInput, match="Debian trixie carries NVIDIA 550, not 535"):
-        tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"))
-    assert tagspec.buildable_here(tagspec.parse("550-6.12.117_deb13-amd64-debian13")) == "trixie"
+        tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"), debian=DEBIAN)
+    with pytest.raises(BadInput, match="Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source"):
+        tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"), debian=DEBIAN)
+    assert tagspec.buildable_here(tagspec.parse("550-6.12.117_deb13-amd64-debian13"), debian=DEBIAN) == "trixie"
     with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, not arm64"):
-        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"))
+        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"), debian=DEBIAN)
     with pytest.raises(BadInput, match=r"kernel 6.12.12_bpo-amd64 \(6.12.12\+bpo-amd64\) is not built by gpualign yet"):
-        tagspec.buildable_here(tagspec.parse("535-6.12.12_bpo-amd64-debian12"))
+        tagspec.buildable_here(tagspec.parse("535-6.12.12_bpo-amd64-debian12"), debian=DEBIAN)
 
 
 def test_a_plus_is_not_a_tag_character_and_the_label_spelling_is_offered():

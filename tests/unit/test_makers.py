@@ -13,11 +13,12 @@ from gpualign.ensure import tagspec
 from gpualign.errors import BadInput
 from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import DEBIAN, JOB_MAKERS, Maker, kernel_arch, who_makes
+from gpualign.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
 from gpualign.platforms import platform_problem
 from gpualign.tags import load_rules, os_tag, required_image
 
-RULES = load_rules()
+RULES = load_rules(archive_reading=False)  # the rules' copy of Debian's archives: the same on every machine
+DEBIAN = RULES.debian
 
 
 def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = None):
@@ -31,11 +32,15 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
 
 @pytest.mark.parametrize(("os_tag_", "branch", "kernel", "arch", "maker", "words"), [
     ("debian12", "535", "6.1.0-50-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
-    ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.NONE, "carries NVIDIA 535, not 580"),
+    ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.NONE, "carries NVIDIA 470, 525, 535, not 580"),
+    ("debian12", "470", "6.1.0-50-amd64", "amd64", Maker.NONE,
+     "carries NVIDIA 470 only as nvidia-tesla-470-kernel-source 470.256.02, which gpualign does not build from"),
     ("debian12", "535", "6.1.0-50-amd64", "arm64", Maker.NONE, "is an amd64 kernel, but the node is arm64"),
     ("debian12", "535", "6.1.0-50-arm64", "arm64", Maker.NONE, "for amd64, not arm64"),
     ("debian13", "550", "6.12.117_deb13-amd64", "amd64", Maker.BUILD, "Debian trixie's NVIDIA 550"),
-    ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "Debian trixie carries NVIDIA 550, not 535"),
+    ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE,
+     "Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source 535.274.02"),
+    ("debian13", "580", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "Debian trixie carries NVIDIA 535, 550, not 580"),
     ("debian13", "550", "6.12.117_deb12-amd64", "amd64", Maker.NONE, "is Debian 12's, not debian13's"),
     ("debian14", "550", "6.12.117_deb14-amd64", "amd64", Maker.NONE, "does not build debian14 yet"),
     # Debian 12's 6.12 kernels (bookworm-security, backports): never a build Job that can only fail at its headers
@@ -51,12 +56,12 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("sles15", "580", "5.14.21-150500-default", "amd64", Maker.NONE, "no recipe for sles15"),
 ])
 def test_who_makes_each_kind_of_image(os_tag_, branch, kernel, arch, maker, words):
-    making = who_makes(os_tag_, branch, kernel, arch, False)
+    making = who_makes(os_tag_, branch, kernel, arch, False, debian=DEBIAN)
     assert making.maker is maker and words in making.why
 
 
 def test_published_is_mirrored_and_only_build_and_mirror_get_jobs():
-    assert who_makes("ubuntu22.04", "580", "5.15.0-124-generic", "amd64", True).maker is Maker.MIRROR
+    assert who_makes("ubuntu22.04", "580", "5.15.0-124-generic", "amd64", True, debian=DEBIAN).maker is Maker.MIRROR
     assert {Maker.BUILD, Maker.MIRROR} == JOB_MAKERS
 
 
@@ -71,19 +76,21 @@ OSES = st.sampled_from([("debian", "12"), ("debian", "13"), ("ubuntu", "22.04"),
                         ("rhel", "9.4"), ("sles", "15")])
 
 
-@given(KERNELS, OSES, st.sampled_from(["535", "550", "580"]), st.sampled_from(["amd64", "arm64"]))
+@given(KERNELS, OSES, st.sampled_from(["470", "525", "535", "550", "580"]), st.sampled_from(["amd64", "arm64"]))
 def test_check_never_says_build_for_a_tag_ensure_refuses(kernel, os_, branch, arch):
     """check's ACTION and ensure's refusal come from one decision: `build` in check is a tag ensure builds."""
     facts = node("n", kernel, *os_, arch)
     req = required_image(facts, branch, RULES)
     assert req.tag is not None
-    making = who_makes(req.os_tag or "", branch, kernel, arch, req.published)
+    making = who_makes(req.os_tag or "", branch, kernel, arch, req.published, debian=DEBIAN)
     spec = tagspec.parse(req.tag)
     if making.maker is Maker.BUILD:
-        assert tagspec.buildable_here(spec, arch) == DEBIAN[req.os_tag or ""].suite
+        release = DEBIAN.get(req.os_tag or "")
+        assert release is not None and tagspec.buildable_here(spec, arch, debian=DEBIAN) == release.suite
+        assert release.version(branch) is not None  # and the release's archive has its module source
     elif making.maker is not Maker.MIRROR:
         with pytest.raises(BadInput):
-            tagspec.buildable_here(spec, arch)
+            tagspec.buildable_here(spec, arch, debian=DEBIAN)
 
 
 def test_an_amd64_only_image_is_wrong_for_an_arm64_node_and_right_for_an_amd64_one():
@@ -115,3 +122,59 @@ def test_a_missing_render_image_says_so_and_names_the_command():
     assert d["action"] == "render" and "--render" in d["action_reason"] and d["arch"] == "amd64"
     assert result.missing_actions()[0][3] == "render"
     assert os_tag("debian", "13", RULES) == "debian13"
+
+
+# Recorded from `apt-cache show --no-all-versions` of each suite's NVIDIA *-kernel-source packages (2026-12-02).
+BOOKWORM = {"nvidia-tesla-470-kernel-source": "470.256.02-1~deb12u1", "nvidia-open-kernel-source": "535.261.03-1",
+            "nvidia-tesla-535-kernel-source": "535.216.03-3~deb12u1",
+            "nvidia-tesla-kernel-source": "525.147.05-15~deb12u1", "nvidia-kernel-source": "535.309.01-0+deb12u1"}
+TRIXIE = {"nvidia-open-kernel-source": "550.163.01-2", "nvidia-tesla-535-kernel-source": "535.274.02-1~deb13u1",
+          "nvidia-kernel-source": "550.163.01-2"}
+
+
+def test_the_branches_a_release_carries_are_read_from_its_archive():
+    bookworm = DEBIAN.with_sources("debian12", sources_from(BOOKWORM), "the recording").get("debian12")
+    trixie = DEBIAN.with_sources("debian13", sources_from(TRIXIE), "the recording").get("debian13")
+    assert bookworm is not None and trixie is not None
+    assert bookworm.branches == ("535",) and bookworm.carried == ("470", "525", "535")
+    assert bookworm.version("535") == "535.309.01" and bookworm.version("535", "open") == "535.261.03"
+    assert trixie.branches == ("550",) and trixie.carried == ("535", "550") and trixie.version("535") is None
+    # the rules' copy is the same reading
+    assert DEBIAN.get("debian12").sources == bookworm.sources and DEBIAN.get("debian13").sources == trixie.sources
+
+
+def test_a_newer_archive_moves_the_decision_for_check_and_ensure_alike():
+    """Debian 13 starts carrying 580 as its nvidia-kernel-source: one table, so check says build and ensure builds."""
+    moved = DEBIAN.with_sources("debian13", sources_from({**TRIXIE, "nvidia-kernel-source": "580.95.05-1"}),
+                                "Debian's archive on 2027-01-01")
+    assert who_makes("debian13", "580", "6.12.117_deb13-amd64", "amd64", False, debian=moved).maker is Maker.BUILD
+    assert tagspec.buildable_here(tagspec.parse("580-6.12.117_deb13-amd64-debian13"), debian=moved) == "trixie"
+    gone = who_makes("debian13", "550", "6.12.117_deb13-amd64", "amd64", False, debian=moved)
+    assert gone.maker is Maker.NONE and "carries NVIDIA 535, 550, 580" not in gone.why
+    assert "only as nvidia-open-kernel-source 550.163.01" in gone.why
+
+
+@given(st.dictionaries(st.sampled_from(["nvidia-kernel-source", "nvidia-open-kernel-source",
+                                        "nvidia-tesla-535-kernel-source", "nvidia-tesla-kernel-source",
+                                        "nvidia-kernel-dkms", "linux-headers-6.1.0-50-amd64",
+                                        "nvidia-tesla-470-kernel-source"]),
+                       st.sampled_from(["535.309.01-0+deb12u1", "1:550.163.01-2", "470.256.02-1~deb12u1", "", "x"])))
+def test_only_nvidia_module_source_packages_with_a_version_become_sources(packages):
+    sources = sources_from(packages)
+    assert all(s.package.endswith("-kernel-source") and s.package.startswith("nvidia") for s in sources)
+    assert all(s.version[0].isdigit() and ":" not in s.version and "-" not in s.version for s in sources)
+    assert {s.package for s in sources} == {p for p, v in packages.items() if p.endswith("kernel-source") and
+                                            v[:1].isdigit()}
+
+
+def test_the_archive_reading_overlays_the_rules_and_a_broken_one_is_passed_over(tmp_path, monkeypatch):
+    from gpualign import archive_reading
+
+    monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path))
+    archive_reading.write("trixie", {**TRIXIE, "nvidia-kernel-source": "580.95.05-1"})
+    archive_reading.path("bookworm").parent.mkdir(parents=True)
+    archive_reading.path("bookworm").write_text("{not json")
+    table = load_rules().debian
+    assert table.get("debian13").branches == ("580",) and table.get("debian13").read.startswith("Debian's archive on")
+    assert table.get("debian12") == DEBIAN.get("debian12")  # the broken reading: the rules' copy stands
+    assert load_rules(archive_reading=False).debian == DEBIAN

@@ -133,7 +133,7 @@ def ensure(
     from gpualign.ensure import run, tagspec
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
-    from gpualign.makers import DEBIAN, debian_suite
+    from gpualign.makers import SUITES, debian_suite
 
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
@@ -205,7 +205,7 @@ def ensure(
                                          check_present=STRICT if verify_modules else OFF,
                                          replace_wrong=replace_wrong, share_pull=shared_modules,
                                          share_push=shared_modules,
-                                         together=tuple(s.kernel for s in specs if s.os_tag in DEBIAN and
+                                         together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
         planned: dict[str, run.Plan] = {}
@@ -313,17 +313,24 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
     branches = load_rules().branches
     rendered = []
     for spec in specs:  # every tag is checked before anything is written
-        version = branches.get(spec.branch)
-        if version is None and spec.family == "debian":  # the release's archive says which version it carries
+        table = None
+        if spec.family == "debian":  # the release's archive says which branches it carries, at which version
             from gpualign.ensure.archive import Archive
             from gpualign.ensure.tagspec import buildable_here
 
-            buildable_here(spec)
-            version = Archive.for_os(spec.os_tag).module_source_version(flavour == "open")
+            table = Archive.for_os(spec.os_tag).debian_table(spec.os_tag)
+            buildable_here(spec, debian=table)
+            release = table.get(spec.os_tag)
+            version = release.version(spec.branch, flavour) if release else None
+            if version is None:
+                raise BadInput(f"{spec.tag}: Debian {release.suite if release else spec.os_tag} carries no {flavour} "
+                               f"module source of NVIDIA {spec.branch}")
+        else:
+            version = branches.get(spec.branch)
         if version is None:
             raise BadInput(f"{spec.tag}: branch {spec.branch} has no pinned driver version in the rules "
                            f"(known: {', '.join(sorted(branches))})")
-        rendered.append(recipes.render(spec, version, cuda=cuda, flavour=flavour))
+        rendered.append(recipes.render(spec, version, cuda=cuda, flavour=flavour, debian_table=table))
     image = ledger.removeprefix("registry://") if ledger else "REGISTRY/REPO"
     into.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []

@@ -33,11 +33,8 @@ def branch_policy(branch: str | None, policy: Path | None, old_policy: Path | No
 
 def check_known_branches(policy: BranchPolicy, rules: Rules) -> None:
     """A warning for a branch the rules do not know (nothing would be published for it, nor pinned)."""
-    from gpualign.makers import DEBIAN
-
     # the rules' branches, and those gpualign builds from a Debian release's archive (Debian 13's 550)
-    known = sorted(rules.published_branches | set(rules.branches) | {b for r in DEBIAN.values() for b in r.branches},
-                   key=int)
+    known = sorted(rules.published_branches | set(rules.branches) | rules.debian.branches, key=int)
     for branch in sorted(policy.branches):
         if branch not in known:
             warn(f"driver branch {branch} is not one the rules know ({', '.join(known)}): every image for it "

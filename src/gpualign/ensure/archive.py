@@ -19,8 +19,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpualign.errors import BadInput, GpualignError
+
+if TYPE_CHECKING:
+    from gpualign.makers import DebianTable, Source
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SECURITY = "http://deb.debian.org/debian-security"
@@ -36,8 +40,9 @@ class ArchiveError(GpualignError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("GPUALIGN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpualign")
-    return Path(base) / "ensure"
+    from gpualign import archive_reading
+
+    return archive_reading.cache_root() / "ensure"
 
 
 @contextmanager
@@ -194,6 +199,38 @@ class Archive:
         releases = {line.strip().removeprefix("linux-headers-") for line in res.stdout.splitlines() if line.strip()}
         return sorted((r for r in releases if r[:1].isdigit() and "common" not in r),
                       key=lambda r: [(0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"(\d+)", r)])
+
+    def carried(self) -> tuple[Source, ...]:
+        """NVIDIA's kernel module source packages the suite carries now, at their NVIDIA versions; the reading is
+        kept (gpualign.archive_reading) for check and plan to decide as ensure does."""
+        from gpualign import archive_reading
+        from gpualign.makers import sources_from
+
+        self.update()
+        with file_lock(f"apt-cache-{self.suite}.lock"):
+            res = subprocess.run(["apt-cache", *self._apt_opts(), "pkgnames", "nvidia"], capture_output=True,
+                                 text=True, timeout=60)
+        names = sorted(n.strip() for n in res.stdout.splitlines() if n.strip().endswith("-kernel-source"))
+        versions = self._versions(names) if names else {}
+        sources = sources_from(versions)
+        if sources:
+            archive_reading.write(self.suite, {s_.package: versions[s_.package] for s_ in sources})
+        return sources
+
+    def debian_table(self, os_tag: str) -> DebianTable:
+        """The Debian releases gpualign builds, with the OS tag's release as its archive carries it now (the rules'
+        copy where the archive cannot be read: the build then fails on the archive, naming it)."""
+        from gpualign.tags import load_rules
+
+        table = load_rules().debian
+        release = table.get(os_tag)
+        if release is None:
+            return table
+        try:
+            sources = self.for_spec(os_tag).carried()
+        except ArchiveError:
+            return table
+        return table.with_sources(os_tag, sources, f"Debian's archive ({release.suite})") if sources else table
 
     def module_source_version(self, open_flavour: bool = False) -> str:
         """NVIDIA's kernel module source version a build gets now, e.g. 535.261.03."""

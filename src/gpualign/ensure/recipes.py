@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput
+from gpualign.makers import DebianTable
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -263,8 +264,10 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
     return Recipe(spec.tag, "debian", True, files, {}, ("Built and verified here by `gpualign ensure` itself.",))
 
 
-def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flavour: str = "proprietary") -> Recipe:
-    """The recipe for a tag (BadInput for an OS family without one)."""
+def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flavour: str = "proprietary",
+           debian_table: DebianTable | None = None) -> Recipe:
+    """The recipe for a tag (BadInput for an OS family without one). `debian_table`: the Debian releases as their
+    archives carry them (Archive.debian_table); the rules' (with the archive's last reading) when not given."""
     if flavour not in ("proprietary", "open"):
         raise BadInput(f"flavour {flavour!r}: expected proprietary or open")
     if spec.family == "ubuntu":
@@ -275,6 +278,11 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
         from gpualign.ensure.tagspec import buildable_here
 
         # the recipe ensure runs, for what ensure builds: else its reason, never a false note
-        return debian(spec, driver_version, flavour, buildable_here(spec))
-    raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: gpualign has recipes for debian12 (built here), "
-                   f"ubuntu{' and ubuntu'.join(UBUNTU)} and rhel9 (rendered)")
+        if debian_table is None:
+            from gpualign.tags import load_rules
+
+            debian_table = load_rules().debian
+        table = debian_table
+        return debian(spec, driver_version, flavour, buildable_here(spec, debian=table))
+    raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: gpualign has recipes for debian12 and debian13 "
+                   f"(built here), ubuntu{' and ubuntu'.join(UBUNTU)} and rhel9 (rendered)")

@@ -122,7 +122,8 @@ def plan_one(tag: str, opts: Options) -> Plan:
             return Plan(spec, WRONG, digest, problem)
     if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
         return Plan(spec, MIRROR, digest, problem)
-    tagspec.buildable_here(spec)  # an OS without a recipe here, or a branch it does not carry: BadInput now
+    # an OS without a recipe here, or a branch its archive does not carry now: BadInput now
+    tagspec.buildable_here(spec, debian=opts.archive.debian_table(spec.os_tag))
     if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
         opts.archive.for_spec(spec.os_tag).require_headers(spec.kernel)  # as the build will refuse it
     return Plan(spec, BUILD, digest, problem)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpualign.errors import BadInput
 from gpualign.kernels import release_of
-from gpualign.makers import DEBIAN, Maker, who_makes
+from gpualign.makers import DebianTable, Maker, who_makes
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
 _TAG = re.compile(r"(?P<branch>\d{3,4})-(?P<kernel>.+)-(?P<os>[a-z]+[0-9.]+)")
@@ -51,13 +51,14 @@ def try_parse(tag: str) -> TagSpec | None:
         return None
 
 
-def buildable_here(spec: TagSpec, arch: str | None = None) -> str:
+def buildable_here(spec: TagSpec, arch: str | None = None, *, debian: DebianTable) -> str:
     """The Debian suite that builds it here, or BadInput naming why not (gpualign.makers decides, as it does for
     check, plan and the controller: a recipe that is only rendered, an OS without one, a branch the OS does not
-    carry, another architecture)."""
-    making = who_makes(spec.os_tag, spec.branch, spec.kernel_label or spec.kernel, arch, False)
-    if making.maker is Maker.BUILD:
-        return DEBIAN[spec.os_tag].suite
+    carry, another architecture). `debian`: the releases, as their archives carry them (Archive.debian_table)."""
+    making = who_makes(spec.os_tag, spec.branch, spec.kernel_label or spec.kernel, arch, False, debian=debian)
+    release = debian.get(spec.os_tag)
+    if making.maker is Maker.BUILD and release is not None:
+        return release.suite
     if making.maker is Maker.RENDER:
         raise BadInput(f"{spec.tag}: {spec.os_tag} images are not built by gpualign: render the recipe with "
                        "`gpualign ensure --render DIR` and build it where the distribution's archive is reachable "

@@ -94,10 +94,7 @@ def _checked(read: Read, setup: Setup) -> Checked:
     if config:
         warnings.extend(config.warnings)
         if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
-            from gpualign.makers import DEBIAN
-
-            known = sorted(rule_set.published_branches | set(rule_set.branches) |
-                           {b for r in DEBIAN.values() for b in r.branches}, key=int)
+            known = sorted(rule_set.published_branches | set(rule_set.branches) | rule_set.debian.branches, key=int)
             for src in config.sources:
                 version = src.version or ""
                 if src.precompiled and version.isdigit() and version not in known:
