@@ -29,6 +29,9 @@ UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 # The kernel a node will boot next, published by the node (an NFD local feature file written by a hook that runs
 # after the package manager stages a kernel; docs/controller.md shows one): the controller ensures its image ahead.
 KERNEL_NEXT = "gpualign.io/kernel.next"
+# The OS a node moves to next (a pool migration: debian-13, ubuntu-24.04; ID and VERSION_ID as os-release has them),
+# set with its kernel.next: the controller ensures the image of both ahead, as `gpualign plan --os --kernel` lists it.
+OS_NEXT = "gpualign.io/os.next"
 GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
 GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
 HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold

@@ -162,6 +162,32 @@ def test_a_nodes_next_kernel_is_built_ahead_and_its_alarm_holds_until_the_image_
         ctl.stop()
 
 
+def test_a_pools_move_to_debian_13_is_built_ahead_when_its_nodes_announce_it(blab, tmp_path):
+    """The seed's pool migration, on Debian: a Debian 12 node announces its next OS and kernel (gpualign.io/os.next,
+    gpualign.io/kernel.next, as NFD labels the kernel: `_` for the release's `+`); the fleet's branch is 550, the
+    one Debian 13 builds. Its Debian 13 image gets a Job before the move, the tag as the GPU Operator will pull it."""
+    from gpualign import labels as L
+
+    future = "550-6.12.118_deb13-amd64-debian13"
+    add_node(blab.kube(), NodeSpec("mv-0", "6.1.0-47-amd64", "debian", "12", driver="550.163.01",
+                                   labels={"pool": "move", L.KERNEL_NEXT: "6.12.118_deb13-amd64",
+                                           L.OS_NEXT: "debian-13"}), branch="550", registry=blab.registry)
+    ctl = Controller(blab, "--driver-branch", "550", "--build", "--build-image", f"{blab.registry}/gpualign:test",
+                     "--build-namespace", NS, "--build-pod-settings", settings_file(tmp_path),
+                     "--max-concurrent-builds", "9", identity="mover")
+    try:
+        job = wait_for(lambda: next((j for j in build_jobs(blab)
+                                     if j["metadata"]["annotations"][J.TAG_ANNOTATION] == future), None),
+                       timeout=60, what="the Debian 13 image's build Job")
+        assert job["metadata"]["annotations"][J.NODES_ANNOTATION] == "mv-0"
+        assert ctl.metric("gpualign_next_kernel_driver_image_missing", f'node="mv-0",tag="{future}"') == 1
+        # the Job builds the tag it names: the kernel as the headers name it, Debian 13's archive
+        args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert future in args, args
+    finally:
+        ctl.stop()
+
+
 def test_what_gpualign_cannot_build_gets_an_event_and_a_metric_never_a_job(blab, tmp_path):
     """The review's Ubuntu HWE case: a missing tag whose recipe gpualign only renders. A Job would be a privileged
     pod that can only fail."""

@@ -96,8 +96,9 @@ class Metrics:
                                    "1 while a GPU node needs a driver image tag the ledger lacks",
                                    ["node", "tag"], registry=self.registry)
         self.next_kernel_missing = Gauge("gpualign_next_kernel_driver_image_missing",
-                                         "1 while the kernel a GPU node will boot next (gpualign.io/kernel.next) "
-                                         "needs a driver image tag the ledger lacks: hold its reboot (kured)",
+                                         "1 while the kernel (gpualign.io/kernel.next) or OS (gpualign.io/os.next) "
+                                         "a GPU node will boot next needs a driver image tag the ledger lacks: hold "
+                                         "its reboot (kured)",
                                          ["node", "tag"], registry=self.registry)
         self.check_duration = Histogram("gpualign_check_duration_seconds",
                                         "Time to re-check one node against the ledger",

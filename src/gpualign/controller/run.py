@@ -97,8 +97,9 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             metrics.next_kernel_missing.remove(node, old)
         if new:
             metrics.next_kernel_missing.labels(node, new).set(1)
-            log.warning("node %s will boot kernel %s next: its driver image %s is missing from the ledger", node,
-                        (state.ahead.get(node) or {}).get("kernel"), new)
+            ahead = state.ahead.get(node) or {}
+            nxt = f"kernel {ahead.get('kernel')}" + (f" on {ahead['os']}" if ahead.get("os") else "")
+            log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, new)
 
     state.on_ahead_missing = on_ahead_missing
     extra: dict[str, Callable[[], object]] = {}  # parts of the board that only some controllers have (builds)

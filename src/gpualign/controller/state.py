@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import queue
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -48,8 +49,18 @@ ALARMS = (MISSING, MISMATCH, WRONG)
 EVENT_GATED = "DriverUpgradeGated"
 EVENT_UNGATED = "DriverUpgradeReleased"
 EVENT_HELD_LONG = "DriverUpgradeGatedLong"
-WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER, L.DRIVER_CURRENT_FULL,
+WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER,
+                  L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
+
+_OS_NEXT = re.compile(r"([a-z]+?)-?(\d+(?:\.\d+)*)")
+
+
+def parse_os_next(value: str | None) -> tuple[str, str] | None:
+    """gpualign.io/os.next read as os-release's (ID, VERSION_ID): debian-13 or debian13 → (debian, 13); ubuntu-24.04
+    → (ubuntu, 24.04). None when absent or not of that shape."""
+    m = _OS_NEXT.fullmatch(value or "")
+    return (m.group(1), m.group(2)) if m else None
 
 
 @dataclass
@@ -275,14 +286,24 @@ class ClusterState:
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def _look_ahead(self, facts: NodeFacts, policy: BranchPolicy, expect: Any) -> None:
-        """The image of the node's next kernel (gpualign.io/kernel.next), judged as its current one is: the same
-        expectation with only the kernel changed, so it can be made before the node reboots into it."""
-        nxt = facts.labels.get(L.KERNEL_NEXT)
+        """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its
+        current one is: the same expectation with only those changed, so it can be made before the node reboots
+        into them."""
+        labels = dict(facts.labels)
+        kernel_next = labels.get(L.KERNEL_NEXT)
+        if kernel_next:
+            labels[L.KERNEL] = kernel_next
+        os_next = parse_os_next(labels.get(L.OS_NEXT))
+        if os_next is not None:
+            labels[L.OS_ID], labels[L.OS_VERSION] = os_next
         finding = None
-        if nxt and nxt != facts.kernel:
-            future = node_facts({"metadata": {"name": facts.name, "labels": {**facts.labels, L.KERNEL: nxt}}})
+        if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
+                                                                   os_next != (facts.os_id, facts.os_version)):
+            future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
             result = audit([future], self.ledger, self.rules, policy, repository=self.repository, expect=expect)
-            finding = {**result.findings[0].as_dict(), "kernel": nxt}
+            finding = {**result.findings[0].as_dict(), "kernel": future.kernel}
+            if os_next is not None:
+                finding["os"] = "-".join(os_next)
         with self.lock:
             old = self.ahead.pop(facts.name, None)
             if finding is not None:

@@ -1,0 +1,16 @@
+"""The controller's reading of a node's announced move (gpualign.io/os.next)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpualign.controller.state import parse_os_next
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("debian-13", ("debian", "13")), ("debian13", ("debian", "13")), ("ubuntu-24.04", ("ubuntu", "24.04")),
+    ("ubuntu24.04", ("ubuntu", "24.04")), ("rhel-9.4", ("rhel", "9.4")),
+    ("", None), (None, None), ("debian", None), ("13", None), ("debian-", None), ("Debian-13", None),
+])
+def test_os_next_is_read_as_os_release_id_and_version(value, expected):
+    assert parse_os_next(value) == expected
