@@ -209,6 +209,34 @@ def ensure_story() -> None:
     dropin_story(tag)
     mistagged_story(ledger, kubectl, tag)
     unattended_story(ledger, kubectl, tag)
+    debian13_story(ledger, kubectl)
+
+
+def debian13_story(ledger: str, kubectl: str) -> None:
+    """The seed's pool migration ("move a node pool from 22.04 to 24.04"), on Debian: 12 to 13, whose driver is 550."""
+    move = ("--os", "debian13", "--kernel", "6.12.118+deb13-amd64", "--driver-branch", "550")
+    say("15. The Debian pool moves to Debian 13 (trixie): a new release, its 6.12 kernel, and Debian's driver for it,")
+    say("    NVIDIA 550. The GPU Operator publishes nothing for Debian 13. Before a node moves, plan lists what the")
+    say("    pool will need, with the kernel as NFD will label it (`_` where the release has `+`):")
+    gpualign("plan", "-l", "kubernetes.io/hostname=deb-1", *move, "--ledger", ledger, expect=1)
+    say("    ensure builds it from the plan, from Debian 13's own archive: its headers, its module source, its user")
+    say("    space, verified against that kernel's Module.symvers:")
+    as_json = gpualign("plan", "-l", "kubernetes.io/hostname=deb-1", *move, "--ledger", ledger, "-o", "json",
+                       expect=1, show=False, echo=False)
+    print(f"{DIM}${RESET} gpualign plan -l kubernetes.io/hostname=deb-1 {' '.join(move)} --ledger {ledger} -o json "
+          f"| gpualign ensure --from - --ledger {ledger}", flush=True)
+    gpualign("ensure", "--from", "-", "--ledger", ledger, input=as_json.stdout, echo=False)
+    say("    The first node of the moved pool joins: labelled as NFD labels it (6.12.118_deb13-amd64), running the")
+    say("    release 6.12.118+deb13-amd64. Its driver pod pulls the image and its modules load on the first try:")
+    gpualign("lab", "add-node", "deb13-1", "--kernel", "6.12.118_deb13-amd64", "--os", "debian13", "--branch", "550")
+    wait("deb13-1's driver pod Running", lambda: "Running" in run(
+        kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb13-1", "-o",
+        "jsonpath={.items[*].status.phase}", show=False, echo=False).stdout, timeout=60)
+    run(kubectl, "get", "node", "deb13-1", "-o", "jsonpath={.status.nodeInfo.kernelVersion}{\"\\n\"}")
+    gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb13-1")
+    say("    Left to the controller, the same happens unattended: a node that announces its move")
+    say("    (gpualign.io/os.next=debian-13, gpualign.io/kernel.next=6.12.118_deb13-amd64) gets its image built")
+    say("    before it reboots (docs/controller.md, \"Built ahead of the next kernel\").")
 
 
 def dropin_story(tag: str) -> None:
@@ -363,7 +391,7 @@ def operator_story() -> None:
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     state, skip, driver = ("nvidia.com/gpu-driver-upgrade-state", "nvidia.com/gpu-driver-upgrade.skip",
                            "nvidia.com/cuda.driver-version.full")
-    say("15. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
+    say("16. The people who need gpualign run NVIDIA's GPU Operator. Here is the real one, built from its Go module,")
     say("    running beside the lab: one NVIDIADriver per pool (train 580, infer 595, rhel 580) on a mixed fleet.")
     gpualign("lab", "down", show=False)
     gpualign("lab", "up", "--scenario", "operator-nvidiadriver")
@@ -373,7 +401,7 @@ def operator_story() -> None:
     run(kubectl, "patch", "clusterpolicy", "cluster-policy", "--type", "merge", "-p",
         '{"spec":{"driver":{"upgradePolicy":{"autoUpgrade":true}}}}')
 
-    say("16. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
+    say("17. Left alone. The train pool moves to 595, but the image for gpu-c1's kernel (6.8.0-1015-aws) was never")
     say("    built. The operator's own upgrade walk cordons gpu-c1, evicts its work, restarts its driver... which")
     say("    cannot pull. The node has lost its GPUs, cordoned:")
     gpualign("lab", "push-image", "595-5.15.0-124-generic-ubuntu22.04", show=False)
@@ -391,7 +419,7 @@ def operator_story() -> None:
     gpualign("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04")
     wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
 
-    say("17. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
+    say("18. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
     say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
     say("    cordons it; and gpualign's own walk refuses to be a second walker:")
     ENV_CTL = dict(ENV, POD_NAME="demo")
@@ -433,7 +461,7 @@ def controller_pod_story() -> None:
 
     kubectl = str(Path(ENV["GPUALIGN_LAB_BIN"]) / "kubectl")
     node = json.loads(gpualign("lab", "status", "-o", "json", show=False, echo=False).stdout).get("realNode")
-    say("18. Beside the GPU Operator, chapters 16 and 17 ran the controller as a process. A user runs it as the Helm")
+    say("19. Beside the GPU Operator, chapters 17 and 18 ran the controller as a process. A user runs it as the Helm")
     say("    chart's pod, on the lab's real node, lab-system (kubelet and containerd), where pods really run:")
     if not node:
         say("    (this machine gave the lab no real node: see `gpualign lab up --help`; chapter skipped)")
