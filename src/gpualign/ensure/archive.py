@@ -228,7 +228,7 @@ class Archive:
             return table
         try:
             sources = self.for_spec(os_tag).carried()
-        except ArchiveError:
+        except (ArchiveError, OSError):  # unreachable, or no apt here (the build then names what is missing)
             return table
         return table.with_sources(os_tag, sources, f"Debian's archive ({release.suite})") if sources else table
 
