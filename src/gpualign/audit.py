@@ -12,6 +12,9 @@ from gpualign.branches import BranchPolicy
 from gpualign.driver_pod import DriverPod
 from gpualign.expect import Expectation, Resolver, from_flags
 from gpualign.facts import NodeFacts
+from gpualign.flavours import PROPRIETARY
+from gpualign.flavours import mismatch as flavour_mismatch
+from gpualign.flavours import resolve as resolve_flavour
 from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.makers import Maker, Making, who_makes
 from gpualign.platforms import platform_problem
@@ -43,6 +46,8 @@ class Finding:
     verified: bool | None = None  # modules checked against its kernel: True passed, False could not be; None: unasked
     arch: str | None = None  # the node's CPU architecture (kubernetes.io/arch)
     making: Making | None = None  # who makes the image when it is not present (gpualign.makers)
+    modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.flavours)
+    module_type: str | None = None  # what the pod is given to decide that: kernelModuleType (auto, open, proprietary)
 
     @property
     def driver_pod_failing(self) -> bool:
@@ -100,9 +105,14 @@ class Audit:
                 action[f.image] = f.action or ""
         return [(t, i, n, action.get(i, "")) for t, i, n in self.missing]
 
+    def modules_of(self, image: str) -> str | None:
+        """The kernel modules the driver pods of an image's nodes load (its first node's: one image holds one
+        flavour)."""
+        return next((f.modules for f in self.findings if f.image == image and f.modules), None)
+
     def as_dict(self) -> dict[str, Any]:
         return {"nodes": [f.as_dict() for f in self.findings],
-                "missing": [{"tag": t, "image": i, "nodes": list(n), "action": a}
+                "missing": [{"tag": t, "image": i, "nodes": list(n), "action": a, "modules": self.modules_of(i)}
                             for t, i, n, a in self.missing_actions()],
                 "wrong": self.wrong_images(),
                 "summary": self.summary()}
@@ -113,7 +123,8 @@ class Audit:
         for f in self.findings:
             if f.status == WRONG and f.image:
                 entry = out.setdefault(f.image, {"tag": f.tag, "image": f.image, "nodes": [], "action": "replace",
-                                                 "why": f.reason.removeprefix("present but wrong: ")})
+                                                 "why": f.reason.removeprefix("present but wrong: "),
+                                                 "modules": f.modules})
                 entry["nodes"].append(f.name)
         return [out[i] for i in sorted(out)]
 
@@ -144,7 +155,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
           expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
           wrong: Mapping[str, str] | None = None, unverified: Mapping[str, str] | None = None,
           verified: Mapping[str, int] | None = None,
-          platforms: Mapping[str, tuple[str, ...]] | None = None, daemonsets_read: bool = False) -> Audit:
+          platforms: Mapping[str, tuple[str, ...]] | None = None, daemonsets_read: bool = False,
+          flavours: Mapping[str, str] | None = None) -> Audit:
     """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
     expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
     ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
@@ -152,6 +164,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
     wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch).
     unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols).
     platforms: image -> the linux CPU architectures it holds, where read: a node of another one is wrong-image.
+    flavours: image -> the flavour of kernel modules it holds (its label), where read: a node whose driver pod
+    loads the other flavour is wrong-image.
     daemonsets_read: the operator's driver DaemonSets were read, so a node none of them selects (and with no driver
     pod) is one the operator made nothing for: said in its reason."""
     resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
@@ -188,15 +202,21 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             derived[key] = (req, image,
                             bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)))
         req, image, in_ledger = derived[key]
+        modules = resolve_flavour(exp.module_type, req.branch) if req.tag else None
         making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
-                           debian=rules.debian, precompiled=exp.precompiled) if req.tag else None
+                           debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
+            if req.tag else None
         off_platform = platform_problem(image, arch, platforms) if image and platforms else None
+        off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch) \
+            if image and flavours else None
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason
         elif in_ledger and wrong and image in wrong:
             status, reason = WRONG, f"present but wrong: {wrong[image]}"
         elif in_ledger and off_platform:
             status, reason = WRONG, f"present but wrong: {off_platform}"
+        elif in_ledger and off_flavour:
+            status, reason = WRONG, f"present but wrong: {off_flavour}"
         elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
             status = PRESENT
             reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
@@ -246,7 +266,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             checked = False if unverified and image in unverified else True if verified and image in verified \
                 else None
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
-                          reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making)
+                          reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making, modules,
+                          exp.module_type if req.tag else None)
         findings.append(finding)
         if image and not in_ledger and status in (MISSING, MISMATCH):
             absent.append(finding)

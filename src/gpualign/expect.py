@@ -27,6 +27,7 @@ class Expectation:
     problem: str | None = None  # why no image can be named for this node
     host_managed: str | None = None  # why no driver pod is expected (the operator does not deploy one)
     one_os_tag: bool = False  # the operator's ClusterPolicy mode: one OS tag for every kernel
+    module_type: str = "auto"  # kernelModuleType the driver pod is given (gpualign.flavours)
 
 
 Resolver = Callable[[NodeFacts, "DriverPod | None"], Expectation]
@@ -40,7 +41,7 @@ def inferred_branch(facts: NodeFacts, pod: DriverPod | None) -> str | None:
 
 
 def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: bool = True,
-               driver_version: str | None = None, policy_file: bool = False) -> Resolver:
+               driver_version: str | None = None, policy_file: bool = False, module_type: str = "auto") -> Resolver:
     """--driver-branch / --branch-policy first; else the branch of the node's driver pod, else of its loaded driver."""
     repo = repository or DEFAULT_REPOSITORY
 
@@ -52,7 +53,7 @@ def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: boo
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
         pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
-        return Expectation(origin, repo, chosen, pool_precompiled, driver_version)
+        return Expectation(origin, repo, chosen, pool_precompiled, driver_version, module_type=module_type)
 
     return resolve
 
@@ -74,9 +75,10 @@ def from_operator(config: OperatorConfig) -> Resolver:
                 f"{source.origin} pins the driver image by digest ({source.version}): one image for every node, "
                 "which gpualign does not look up in a tag ledger"))
         if source.precompiled:
-            return Expectation(source.origin, source.repository, source.version, True, one_os_tag=source.one_os_tag)
+            return Expectation(source.origin, source.repository, source.version, True, one_os_tag=source.one_os_tag,
+                               module_type=source.module_type)
         version = source.version or ""
         return Expectation(source.origin, source.repository, version.split(".", 1)[0], False, version,
-                           one_os_tag=source.one_os_tag)
+                           one_os_tag=source.one_os_tag, module_type=source.module_type)
 
     return resolve

@@ -166,11 +166,11 @@ class Making:
 
 @lru_cache(maxsize=1024)
 def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published: bool, *, debian: DebianTable,
-              precompiled: bool = True) -> Making:
+              precompiled: bool = True, flavour: str = "proprietary") -> Making:
     """Who makes the image of (OS tag, branch, kernel) for a node of CPU architecture `arch` (None: the kernel's
     own, else amd64), when it is not present. `published`: the rules say NVIDIA publishes it. `debian`: the
     releases gpualign builds and what their archives carry (Rules.debian: the archive as ensure read it last, else
-    the rules' copy)."""
+    the rules' copy). `flavour`: the kernel modules the node's driver pod loads (gpualign.flavours)."""
     arch = arch or kernel_arch(kernel) or "amd64"
     if published:
         return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)")
@@ -198,6 +198,12 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
                                       f"{release.suite}'s kernel series {', '.join(release.series)}")
         if branch not in release.branches:
             return Making(Maker.NONE, _not_built(release, branch))
+        if flavour == "open":
+            if (why := open_problem(release, branch)) is not None:
+                return Making(Maker.NONE, why)
+            return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch}, open "
+                                       "kernel modules (gpualign ensure --flavour open, or the controller's build "
+                                       "Job)")
         return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch} "
                                    "(gpualign ensure, or the controller's build Job)")
     fam = family(os_tag)
@@ -211,6 +217,20 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
         return Making(Maker.NONE, f"gpualign does not build {os_tag} yet: it builds "
                                   f"{', '.join(debian.os_tags)}")
     return Making(Maker.NONE, f"gpualign has no recipe for {os_tag}: make the image by hand")
+
+
+def open_problem(release: DebianRelease, branch: str) -> str | None:
+    """Why a release's open modules of `branch` cannot make an image, or None. The user space comes from the same
+    Debian source as nvidia-kernel-source, at its version: open modules of another version would not match it."""
+    open_version, user_space = release.version(branch, "open"), release.version(branch)
+    if open_version is None:
+        return (f"Debian {release.suite} carries no open kernel modules of NVIDIA {branch} ({OPEN_SOURCE}): set "
+                "kernelModuleType: proprietary for these nodes")
+    if open_version != user_space:
+        return (f"Debian {release.suite}'s open kernel modules of NVIDIA {branch} are {open_version}, its user space "
+                f"{user_space}: no image can hold both at one version (set kernelModuleType: proprietary for these "
+                "nodes)")
+    return None
 
 
 def _not_built(release: DebianRelease, branch: str) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign import labels as L
+from gpualign.flavours import AUTO, MODULE_TYPES
 
 CP_API = "nvidia.com/v1"
 ND_API = "nvidia.com/v1alpha1"
@@ -39,6 +40,7 @@ class DriverSource:
     problem: str | None = None  # why no image can be named from this object
     host_managed: str | None = None  # why the operator deploys no driver at all (driver.enabled false)
     one_os_tag: bool = False  # ClusterPolicy mode: the operator takes one OS tag for every kernel
+    module_type: str = AUTO  # kernelModuleType: auto, open or proprietary (gpualign.flavours)
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_selector.items())
@@ -145,8 +147,18 @@ def from_cluster_policy(obj: Mapping[str, Any]) -> tuple[DriverSource, bool]:
                                                  "installed on the host)"), False
     precompiled = driver.get("usePrecompiled") is True
     source = _image_parts(origin, driver, precompiled, "spec.driver.")
+    module_type, problem = _module_type(origin, driver, "spec.driver.")
     return DriverSource(source.origin, source.precompiled, source.repository, source.version, {}, source.digest,
-                        source.problem, None, one_os_tag=True), driver.get("useNvidiaDriverCRD") is True
+                        source.problem or problem, None, one_os_tag=True, module_type=module_type), \
+        driver.get("useNvidiaDriverCRD") is True
+
+
+def _module_type(origin: str, spec: Mapping[str, Any], field_prefix: str) -> tuple[str, str | None]:
+    """(kernelModuleType, why it cannot be read): absent is the CRD's default, auto."""
+    value = _str(spec.get("kernelModuleType")) or AUTO
+    if value not in MODULE_TYPES:
+        return AUTO, f"{origin}: {field_prefix}kernelModuleType {value!r} is not one of {', '.join(MODULE_TYPES)}"
+    return value, None
 
 
 def from_nvidia_driver(obj: Mapping[str, Any]) -> DriverSource:
@@ -164,8 +176,9 @@ def from_nvidia_driver(obj: Mapping[str, Any]) -> DriverSource:
         return DriverSource(origin, node_selector=selector, problem=(
             f"{origin} has driverType {driver_type}: gpualign derives images for driverType gpu only"))
     source = _image_parts(origin, spec, spec.get("usePrecompiled") is True, "spec.")
+    module_type, problem = _module_type(origin, spec, "spec.")
     return DriverSource(source.origin, source.precompiled, source.repository, source.version, selector,
-                        source.digest, source.problem)
+                        source.digest, source.problem or problem, module_type=module_type)
 
 
 def overlaps(sources: Iterable[DriverSource], nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[str]:

@@ -42,7 +42,7 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
     cols = (["CLUSTER"] if fleet else []) + ["NODE", "OS", "KERNEL", "BRANCH", "REQUIRED TAG", "STATUS",
                                               "DRIVER POD"]
     if wide:
-        cols += ["SOURCE", "ACTION", "DRIVER", "POD IMAGE TAG", "REASON"]
+        cols += ["SOURCE", "ACTION", "DRIVER", "MODULES", "POD IMAGE TAG", "REASON"]
     rows = []
     for n in nodes:
         pod = n["driver_pod"]
@@ -55,7 +55,8 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
             Styled(pod["state"], "bold red" if n.get("driver_pod_failing") else "") if pod else "-"]
         if wide:
             action = n["action"] or "-"
-            row += [n["source"] or "-", action, n["driver"] or "-", pod["tag"] if pod and pod["tag"] else "-",
+            row += [n["source"] or "-", action, n["driver"] or "-", n.get("modules") or "-",
+                    pod["tag"] if pod and pod["tag"] else "-",
                     n["reason"]]
         rows.append(row)
     text = render(cols, rows, color=use_color(), no_headers=no_headers)

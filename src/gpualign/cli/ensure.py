@@ -86,9 +86,11 @@ def ensure(
         "--jobs", "-j", metavar="N", min=1,
         help="work on up to N images at once, with N compile jobs in all (each image's make -j gets its share); "
              "the CPU-bound compile of one image then overlaps another's downloads, image assembly and push")] = 2,
-    flavour: Annotated[str, typer.Option(
-        "--flavour", metavar="FLAVOUR", help="proprietary (nvidia-kernel-source) or open "
-                                             "(nvidia-open-kernel-source)")] = "proprietary",
+    flavour: Annotated[str | None, typer.Option(
+        "--flavour", metavar="FLAVOUR", help="the kernel modules to build: proprietary (nvidia-kernel-source) or "
+                                             "open (nvidia-open-kernel-source), as the GPU Operator's "
+                                             "kernelModuleType asks; default: what the --from report says its "
+                                             "nodes load (check's `modules`), else proprietary")] = None,
     modules_from: Annotated[Path | None, typer.Option(
         "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
                                               "(they must pass the same checks)")] = None,
@@ -142,20 +144,22 @@ def ensure(
         raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
     if output is Output.wide:
         raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
-    if flavour not in ("proprietary", "open"):
+    if flavour is not None and flavour not in ("proprietary", "open"):
         raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
     if modules_from is not None and not modules_from.is_dir():
         raise BadInput(f"--modules-from {modules_from}: not a directory")
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
     wanted = list(tags or [])
     reported: set[str] = set()  # tags a report asked for: one gpualign cannot make is a failure, not bad input
+    report_flavours: dict[str, str] = {}  # tag -> the modules its nodes load, as the report says
     if from_report is not None:
         from gpualign import yamlio
-        from gpualign.ensure.inputs import tags_from_report
+        from gpualign.ensure.inputs import flavours_from_report, tags_from_report
 
         where = "stdin" if str(from_report) == "-" else str(from_report)
         data = yamlio.parse(sys.stdin.read(), where) if str(from_report) == "-" else yamlio.read(from_report)
         reported = set(tags_from_report(data, where)) - set(wanted)
+        report_flavours = flavours_from_report(data)
         wanted += sorted(reported)
     if not wanted:
         if from_report is not None:
@@ -174,7 +178,7 @@ def ensure(
                 raise
             _cannot_make(t, err, failures, failed)
     if render is not None:
-        _render(specs, render, target_ledger, cuda_version, flavour, output)
+        _render(specs, render, target_ledger, cuda_version, flavour or "proprietary", output)
         return
     if target_ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
@@ -200,7 +204,9 @@ def ensure(
         # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
         # nvcr.io for a tag it never had); an upstream named with --upstream is asked for every tag
         options = {spec.tag: run.Options(target, up if explicit or _nvidia_publishes(spec) else None, dry_run,
-                                         jobs=max(1, jobs // in_flight), flavour=flavour, modules_from=modules_from,
+                                         jobs=max(1, jobs // in_flight),
+                                         flavour=flavour or report_flavours.get(spec.tag, "proprietary"),
+                                         modules_from=modules_from,
                                          signing=signing, leases=leases, authfile=authfile,
                                          check_present=STRICT if verify_modules else OFF,
                                          replace_wrong=replace_wrong, share_pull=shared_modules,

@@ -73,10 +73,13 @@ def tag_hash(tag: str) -> str:
 
 
 def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str, *,
-              replace_wrong: bool = False, arch: str = L.DEFAULT_ARCH) -> JSON:
+              replace_wrong: bool = False, arch: str = L.DEFAULT_ARCH, flavour: str = "proprietary") -> JSON:
     """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over.
-    arch: the CPU architecture the build is for: its pod runs on a node of it."""
+    arch: the CPU architecture the build is for: its pod runs on a node of it. flavour: the kernel modules the
+    nodes' driver pods load (gpualign.flavours)."""
     args = ["ensure", tag, "--ledger", settings.ledger]
+    if flavour != "proprietary":
+        args += ["--flavour", flavour]
     if replace_wrong:
         args.append("--replace-wrong")
     if settings.upstream:

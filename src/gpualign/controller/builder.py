@@ -85,6 +85,7 @@ class Builder:
         actions: dict[str, str] = {}
         archs: dict[str, str] = {}
         images: dict[str, str] = {}
+        flavours: dict[str, str] = {}
         waiting: set[tuple[str, str]] = set()
         refused: dict[str, tuple[str, str, set[str]]] = {}
         for source in (self.findings(), self.ahead()):
@@ -102,13 +103,14 @@ class Builder:
                     # a mirror is a copy: it runs where gpualign's own image runs (amd64)
                     archs[f["tag"]] = f.get("arch") or "amd64" if f["action"] != Maker.MIRROR else "amd64"
                     images[f["tag"]] = f.get("image") or ""
+                    flavours[f["tag"]] = f.get("modules") or "proprietary"
                     waiting.add((node, f["tag"]))
                     self.waiting_since.setdefault((node, f["tag"]), now)
         for key in [k for k in self.waiting_since if k not in waiting]:
             del self.waiting_since[key]
         self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
         return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes),
-                         archs[tag], images[tag])
+                         archs[tag], images[tag], flavours[tag])
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------
@@ -198,7 +200,7 @@ class Builder:
             self._delete(name)
         for w, attempt in decision.create:
             job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe,
-                              replace_wrong=w.action == REPLACE, arch=w.arch)
+                              replace_wrong=w.action == REPLACE, arch=w.arch, flavour=w.flavour)
             resp = self.kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
             if resp.status_code == 409:
                 log.info("build Job %s for %s exists: adopted", job["metadata"]["name"], w.tag)

@@ -45,6 +45,7 @@ class Wanted:
     since: float  # when the first of its nodes began to wait (epoch seconds)
     arch: str = "amd64"  # the CPU architecture the image is for: its build runs on a node of it
     image: str = ""  # REPO:TAG, as the controller's ledger names it
+    flavour: str = "proprietary"  # the kernel modules its nodes' driver pods load (gpualign.flavours)
 
 
 @dataclass(frozen=True)

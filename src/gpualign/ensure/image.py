@@ -36,6 +36,7 @@ from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput, GpualignError
+from gpualign.flavours import LABEL as FLAVOUR_LABEL
 
 # The base: what nvidia-driver runs (sh, uname, sleep, grep, modprobe, flock, mount, findmnt), ldconfig for the
 # image's ld.so.cache, nvidia-persistenced's libtirpc; unpacked, not installed (mmdebstrap's extract
@@ -162,13 +163,17 @@ def _ensure_base(suite: str) -> str:
     return base
 
 
-def labels(spec: TagSpec, driver_version: str, verified: dict[str, object]) -> dict[str, str]:
+def labels(spec: TagSpec, driver_version: str, verified: dict[str, object], flavour: str | None = None) \
+        -> dict[str, str]:
+    """flavour: the NVIDIA kernel modules' (proprietary or open), labelled so check and `nvidia-driver init` can
+    compare it with the flavour the GPU Operator's pod asks for."""
     signed = verified.get("signed")
+    held = {FLAVOUR_LABEL: flavour} if flavour else {}
     signing = {"io.gpualign.signer": str(signed.get("signer", "")),
                "io.gpualign.signing-key-id": str(signed.get("key_id", "")),
                "io.gpualign.signing-cert-sha256": str(signed.get("cert_sha256", ""))} \
         if isinstance(signed, dict) else {}
-    return signing | {
+    return signing | held | {
         "version": f"{spec.branch}-{spec.kernel}",  # NVIDIA's precompiled images carry this
         # as NVIDIA labels its driver images
         "name": "NVIDIA Driver Container", "io.k8s.display-name": "NVIDIA Driver Container",
@@ -248,7 +253,12 @@ def _layout(local: str) -> str:
 
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
              key: str | None = None, variant: str = "", user: userspace.UserSpace | None = None) -> str:
-    """The image as a local buildah image; returns its local name. user: the user space (fetched when None)."""
+    """The image as a local buildah image; returns its local name. user: the user space (fetched when None). The
+    modules' flavour (read from nvidia.ko's license) is labelled and set as GPUALIGN_KERNEL_MODULE_TYPE, which
+    `nvidia-driver init` compares with the pod's KERNEL_MODULE_TYPE."""
+    from gpualign.ensure import kmod
+
+    flavour = next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
     base = ensure_base(suite_of(spec))
     local = local_name(spec, variant)
     if user is None:
@@ -276,7 +286,9 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
         buildah("umount", ctr)
         config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
                   "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
-        for name, value in labels(spec, driver_version, verified).items():
+        if flavour:
+            config += ["--env", f"GPUALIGN_KERNEL_MODULE_TYPE={flavour}"]
+        for name, value in labels(spec, driver_version, verified, flavour).items():
             config += ["--label", f"{name}={value}"]
         if key:
             config += ["--label", f"io.gpualign.modules-sha256={key}", "--label", f"io.gpualign.base={base}",

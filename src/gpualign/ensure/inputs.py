@@ -26,3 +26,12 @@ def tags_from_report(data: Any, where: str) -> list[str]:
     if bad:
         raise BadInput(f"{where}: an entry without a tag ({bad[0]!r})")
     return list(dict.fromkeys(str(t) for t in tags))
+
+
+def flavours_from_report(data: Any) -> dict[str, str]:
+    """tag -> the kernel modules its nodes load (`modules`: proprietary or open), where a check report says so."""
+    if not isinstance(data, dict):
+        return {}
+    entries = [*(data.get("missing") or []), *(data.get("wrong") or []), *(data.get("include") or [])]
+    return {str(e["tag"]): str(e["modules"]) for e in entries
+            if isinstance(e, dict) and e.get("tag") and e.get("modules") in ("proprietary", "open")}

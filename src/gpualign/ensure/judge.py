@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.errors import GpualignError
+from gpualign.flavours import LABEL as FLAVOUR_LABEL
+from gpualign.flavours import mismatch as flavour_mismatch
 from gpualign.platforms import platform_problem
 
 if TYPE_CHECKING:
@@ -33,12 +35,17 @@ class Judgement:
     verified: dict[str, int] = field(default_factory=dict)  # image -> symbol CRCs checked (modules passed)
     warnings: list[str] = field(default_factory=list)
     platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # image -> the linux CPU archs it holds
+    flavours: dict[str, str] = field(default_factory=dict)  # image -> the flavour of its modules, by its label
 
-    def wrong_for(self, image: str, arch: str) -> str | None:
-        """Why the image is wrong for a node of CPU architecture `arch`, or None."""
+    def wrong_for(self, image: str, arch: str, module_type: str | None = None, branch: str | None = None) \
+            -> str | None:
+        """Why the image is wrong for a node of CPU architecture `arch` whose driver pod is given `module_type`
+        (kernelModuleType; None: not compared), or None."""
         if image in self.wrong:
             return self.wrong[image]
-        return platform_problem(image, arch, self.platforms)
+        if (why := platform_problem(image, arch, self.platforms)) is not None:
+            return why
+        return flavour_mismatch(self.flavours.get(image), module_type, branch) if module_type else None
 
 
 NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kernel nor NVIDIA's version), so nothing "
@@ -95,6 +102,8 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                     raise read
                 config, out.platforms[image] = read
                 labels = (config.get("config") or {}).get("Labels") or {}
+                if labels.get(FLAVOUR_LABEL):
+                    out.flavours[image] = str(labels[FLAVOUR_LABEL])
                 why = by_labels(tag, labels)
                 if not why and image in secure and labels.get("io.gpualign.built-by") and \
                         not labels.get("io.gpualign.signer"):

@@ -73,6 +73,13 @@ class Module:
         """The kernel release the module was built for: the first field of vermagic."""
         return self.vermagic.split(" ", 1)[0]
 
+    @property
+    def flavour(self) -> str | None:
+        """NVIDIA's flavour of this module, by its license: proprietary ("NVIDIA") or open ("Dual MIT/GPL", NVIDIA's
+        open-gpu-kernel-modules); None for another module."""
+        return {"NVIDIA": "proprietary", "Dual MIT/GPL": "open"}.get(self.field("license") or "") \
+            if self.name.startswith("nvidia") else None
+
 
 def read(name: str, data: bytes) -> Module:
     """Parse one .ko (BadInput naming it if it is not a kernel module)."""

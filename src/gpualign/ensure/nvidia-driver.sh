@@ -8,8 +8,9 @@
 # bind-mounts / at /run/nvidia/driver and waits; on a signal it unloads and unmounts. `reload_nvidia_peermem` and
 # `probe_nvidia_peermem` serve the operator's peermem side container.
 #
-# One addition, gpualign's: the modules were built and verified for one kernel, so `init` refuses, in one line and
-# before touching anything already loaded, to run on any other (NVIDIA's script never compares them).
+# Two additions, gpualign's: the modules were built and verified for one kernel, and are of one flavour (proprietary
+# or open), so `init` refuses, in one line and before touching anything already loaded, to run on any other kernel
+# (NVIDIA's script never compares them) or for a pod that asks for the other flavour (KERNEL_MODULE_TYPE).
 set -eu
 
 KERNEL_VERSION=$(uname -r)
@@ -56,6 +57,37 @@ _check_kernel() {
         echo "gpualign: driver image ${DRIVER_BRANCH}-${want} holds NVIDIA ${DRIVER_VERSION:-?} modules built and" \
              "verified for kernel ${want}; this node runs ${KERNEL_VERSION}: refusing to load (the kernel would" \
              "refuse them: version magic and symbol CRCs differ)" >&2
+        exit 1
+    fi
+}
+
+# The flavour of modules the pod asks for: KERNEL_MODULE_TYPE (auto, open, proprietary; the GPU Operator's
+# kernelModuleType), or OPEN_KERNEL_MODULES_ENABLED=true from an older operator. `auto` is decided as NVIDIA's
+# container decides it without its installer's advice: branch 560 and later open, earlier proprietary.
+_wanted_flavour() {
+    case "${KERNEL_MODULE_TYPE:-}" in
+        open|proprietary) echo "${KERNEL_MODULE_TYPE}"; return 0 ;;
+        ""|auto) ;;
+        *) echo "nvidia-driver: invalid value for the KERNEL_MODULE_TYPE variable: ${KERNEL_MODULE_TYPE}" >&2
+           return 1 ;;
+    esac
+    if [ -z "${KERNEL_MODULE_TYPE:-}" ] && [ "${OPEN_KERNEL_MODULES_ENABLED:-}" = "true" ]; then
+        echo open
+    elif [ "${DRIVER_BRANCH}" -ge 560 ] 2>/dev/null; then
+        echo open
+    else
+        echo proprietary
+    fi
+}
+
+_check_flavour() {
+    held="${GPUALIGN_KERNEL_MODULE_TYPE:-}"
+    [ -n "${held}" ] || return 0  # an image from before gpualign labelled its flavour: nothing to compare
+    wanted=$(_wanted_flavour) || exit 1
+    if [ "${wanted}" != "${held}" ]; then
+        echo "gpualign: driver image ${DRIVER_BRANCH}-${GPUALIGN_KERNEL:-?} holds NVIDIA's ${held} kernel modules;" \
+             "this pod asks for ${wanted} (KERNEL_MODULE_TYPE=${KERNEL_MODULE_TYPE:-auto}): refusing to load (build" \
+             "it with gpualign ensure --flavour ${wanted}, or set the operator's kernelModuleType: ${held})" >&2
         exit 1
     fi
 }
@@ -159,6 +191,7 @@ init() {
         exit 1
     fi
     echo $$ >&3
+    _check_flavour
     _check_kernel
     trap "echo 'Caught signal'; exit 1" HUP INT QUIT PIPE TERM
     trap "_shutdown" EXIT

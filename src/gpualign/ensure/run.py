@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from gpualign.ensure import registry_lock, tagspec
 from gpualign.ensure.archive import Archive, file_lock
 from gpualign.errors import BadInput, GpualignError
+from gpualign.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
@@ -123,7 +124,12 @@ def plan_one(tag: str, opts: Options) -> Plan:
     if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
         return Plan(spec, MIRROR, digest, problem)
     # an OS without a recipe here, or a branch its archive does not carry now: BadInput now
-    tagspec.buildable_here(spec, debian=opts.archive.debian_table(spec.os_tag))
+    table = opts.archive.debian_table(spec.os_tag)
+    tagspec.buildable_here(spec, debian=table)
+    release = table.get(spec.os_tag)
+    if opts.flavour == "open" and opts.modules_from is None and release is not None and \
+            (why := open_problem(release, spec.branch)) is not None:
+        raise BadInput(f"{spec.tag}: {why}")
     if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
         opts.archive.for_spec(spec.os_tag).require_headers(spec.kernel)  # as the build will refuse it
     return Plan(spec, BUILD, digest, problem)
@@ -151,6 +157,9 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
                   modules=opts.check_present)
     if image in found.wrong:
         return found.wrong[image]
+    held = found.flavours.get(image)
+    if held and opts.modules_from is None and held != opts.flavour:
+        return f"it holds {held} kernel modules, not the {opts.flavour} ones asked for"
     if image in found.unverified:
         from gpualign.ensure.judge import NO_LABELS
 

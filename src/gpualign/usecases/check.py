@@ -108,12 +108,13 @@ def _checked(read: Read, setup: Setup) -> Checked:
 
         secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
         found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure)
-        if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms):
+        if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms) or \
+                off_flavour(result, found.flavours):
             # the same audit, told what the images really are
             result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                            planned=view.planned if view and config else None, wrong=found.wrong,
                            unverified=found.unverified, verified=found.verified, platforms=found.platforms,
-                           daemonsets_read=ds_read)
+                           daemonsets_read=ds_read, flavours=found.flavours)
     if (setup.flags_given or config is None) and \
             repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
             any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
@@ -139,6 +140,12 @@ def _checked(read: Read, setup: Setup) -> Checked:
 def off_platform(result: Audit, platforms: dict[str, tuple[str, ...]]) -> bool:
     """Whether a present image lacks the CPU architecture of a node that needs it."""
     return any(f.image in platforms and (f.arch or "amd64") not in platforms[f.image] for f in result.findings
+               if f.image)
+
+
+def off_flavour(result: Audit, flavours: dict[str, str]) -> bool:
+    """Whether a present image holds modules of another flavour than a node that needs it loads."""
+    return any(f.image in flavours and f.modules and flavours[f.image] != f.modules for f in result.findings
                if f.image)
 
 

@@ -1,0 +1,49 @@
+"""Which kernel modules a node's driver pod loads: NVIDIA's proprietary ones or its open ones. Pure.
+
+The GPU Operator reads `kernelModuleType` (ClusterPolicy `spec.driver`, NVIDIADriver `spec`: auto, open or
+proprietary; its CRD defaults it to auto) and hands it to the driver container as `KERNEL_MODULE_TYPE` (and
+`OPEN_KERNEL_MODULES_ENABLED=true` for open, for older containers). The driver container decides `auto`: NVIDIA's
+asks its installer for a recommendation, and without one takes the branch: below 560 proprietary, from 560 open.
+gpualign's images have no installer to ask, so `auto` is that rule, and it is the same in check, ensure and the
+image's own `nvidia-driver init`.
+"""
+
+from __future__ import annotations
+
+PROPRIETARY, OPEN, AUTO = "proprietary", "open", "auto"
+FLAVOURS = (PROPRIETARY, OPEN)
+MODULE_TYPES = (AUTO, OPEN, PROPRIETARY)
+OPEN_BY_DEFAULT_FROM = 560  # the first branch whose `auto` means open modules
+LABEL = "io.gpualign.kernel-module-type"  # the image's: the flavour of the modules it holds
+
+
+def resolve(module_type: str | None, branch: str | None) -> str:
+    """The flavour a driver pod of `branch` loads when the operator asks for `module_type` (None: auto)."""
+    if module_type in FLAVOURS:
+        return str(module_type)
+    return OPEN if branch and branch.isdigit() and int(branch) >= OPEN_BY_DEFAULT_FROM else PROPRIETARY
+
+
+def explain(module_type: str | None, branch: str | None) -> str:
+    """Why a node gets the flavour it gets, in a few words: `open (kernelModuleType: open)`,
+    `proprietary (kernelModuleType: auto, branch 550 < 560)`."""
+    flavour = resolve(module_type, branch)
+    if module_type in FLAVOURS:
+        return f"{flavour} (kernelModuleType: {module_type})"
+    if branch and branch.isdigit():
+        sign = "<" if flavour == PROPRIETARY else ">="
+        return f"{flavour} (kernelModuleType: auto, branch {branch} {sign} {OPEN_BY_DEFAULT_FROM})"
+    return f"{flavour} (kernelModuleType: auto)"
+
+
+def mismatch(held: str | None, module_type: str | None, branch: str | None) -> str | None:
+    """Why an image holding `held` modules (its label; None: unlabelled, nothing to compare) is wrong for a pod that
+    asks for `module_type`, or None."""
+    if held is None or held not in FLAVOURS:
+        return None
+    wanted = resolve(module_type, branch)
+    if held == wanted:
+        return None
+    return (f"it holds {held} kernel modules, and the GPU Operator's pod here loads {explain(module_type, branch)}: "
+            f"nvidia-driver init refuses it (build it with gpualign ensure --flavour {wanted}, or set "
+            f"kernelModuleType: {held})")

@@ -1,0 +1,132 @@
+"""Open or proprietary kernel modules: what the GPU Operator's kernelModuleType asks a node's driver pod to load,
+read from its objects, judged against what a present image holds (its label), decided for a missing one by what
+Debian's archive carries, and handed to the build Job and to `ensure --from`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpualign import flavours
+from gpualign import operator_config as oc
+from gpualign.audit import MISSING, PRESENT, WRONG, audit
+from gpualign.controller.build_job import BuildSettings, build_job
+from gpualign.ensure.inputs import flavours_from_report
+from gpualign.expect import from_operator
+from gpualign.facts import from_labels
+from gpualign.ledger.sources import Ledger
+from gpualign.makers import Maker, sources_from, who_makes
+from gpualign.tags import load_rules
+
+RULES = load_rules(archive_reading=False)
+TAG = "550-6.12.118_deb13-amd64-debian13"
+IMAGE = f"reg/nvidia/driver:{TAG}"
+
+
+def debian13(name: str = "d13") -> Any:
+    return from_labels(name, {"nvidia.com/gpu.present": "true",
+                              "feature.node.kubernetes.io/kernel-version.full": "6.12.118_deb13-amd64",
+                              "feature.node.kubernetes.io/system-os_release.ID": "debian",
+                              "feature.node.kubernetes.io/system-os_release.VERSION_ID": "13"}, {})
+
+
+CRD_MODE = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+            "spec": {"driver": {"useNvidiaDriverCRD": True, "usePrecompiled": True, "repository": "reg/nvidia",
+                                "image": "driver", "version": "550"}}}
+
+
+def nvidia_driver(**spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "metadata": {"name": "debian"},
+            "spec": {"driverType": "gpu", "usePrecompiled": True, "repository": "reg/nvidia", "image": "driver",
+                     "version": "550", **spec}}
+
+
+@pytest.mark.parametrize(("module_type", "branch", "flavour", "words"), [
+    ("open", "535", "open", "open (kernelModuleType: open)"),
+    ("proprietary", "580", "proprietary", "proprietary (kernelModuleType: proprietary)"),
+    ("auto", "550", "proprietary", "proprietary (kernelModuleType: auto, branch 550 < 560)"),
+    ("auto", "560", "open", "open (kernelModuleType: auto, branch 560 >= 560)"),
+    (None, "580", "open", "open (kernelModuleType: auto, branch 580 >= 560)"),
+    ("auto", None, "proprietary", "proprietary (kernelModuleType: auto)"),
+])
+def test_what_a_pod_loads_is_decided_as_the_driver_container_decides(module_type, branch, flavour, words):
+    assert flavours.resolve(module_type, branch) == flavour
+    assert flavours.explain(module_type, branch) == words
+
+
+@given(st.sampled_from(flavours.FLAVOURS), st.sampled_from((*flavours.MODULE_TYPES, None)),
+       st.integers(min_value=400, max_value=700).map(str))
+def test_an_image_is_wrong_exactly_when_it_holds_the_other_flavour(held, module_type, branch):
+    why = flavours.mismatch(held, module_type, branch)
+    assert (why is None) == (held == flavours.resolve(module_type, branch))
+    assert flavours.mismatch(None, module_type, branch) is None  # an unlabelled image: nothing claimed
+
+
+def test_the_operators_kernel_module_type_is_read_from_each_object():
+    for spec, expected in (({}, "auto"), ({"kernelModuleType": "open"}, "open"),
+                           ({"kernelModuleType": "proprietary"}, "proprietary")):
+        config = oc.read([CRD_MODE], [nvidia_driver(**spec)])
+        assert config is not None
+        exp = from_operator(config)(debian13(), None)
+        assert exp.module_type == expected and exp.problem is None
+    policy = {"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+              "spec": {"driver": {"usePrecompiled": True, "repository": "reg/nvidia", "image": "driver",
+                                  "version": "550", "kernelModuleType": "open"}}}
+    config = oc.read([policy], [])
+    assert config is not None and from_operator(config)(debian13(), None).module_type == "open"
+    bad = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="closed")])
+    assert bad is not None
+    problem = from_operator(bad)(debian13(), None).problem or ""
+    assert "spec.kernelModuleType 'closed' is not one of auto, open, proprietary" in problem
+
+
+def test_a_present_image_of_the_other_flavour_is_wrong_and_says_what_to_do():
+    config = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
+    assert config is not None
+    ledger = Ledger(frozenset({TAG}), ("registry://reg/nvidia/driver",))
+    nodes = [debian13()]
+    unread = audit(nodes, ledger, RULES, expect=from_operator(config))
+    assert unread.findings[0].status == PRESENT and unread.findings[0].modules == "open"
+    judged = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "proprietary"})
+    (f,) = judged.findings
+    assert f.status == WRONG
+    assert "it holds proprietary kernel modules, and the GPU Operator's pod here loads open (kernelModuleType: " \
+           "open)" in f.reason and "gpualign ensure --flavour open" in f.reason
+    assert judged.wrong_images()[0]["modules"] == "open"
+    right = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "open"})
+    assert right.findings[0].status == PRESENT
+
+
+BOOKWORM = sources_from({"nvidia-kernel-source": "535.309.01-0+deb12u1", "nvidia-open-kernel-source": "535.261.03-1"})
+
+
+def test_open_modules_are_built_only_where_the_archive_has_them_at_the_user_spaces_version():
+    table = RULES.debian.with_sources("debian12", BOOKWORM, "Debian's archive (2026-12-02)")
+    bookworm = who_makes("debian12", "535", "6.1.0-50-amd64", "amd64", False, debian=table, flavour="open")
+    assert bookworm.maker is Maker.NONE
+    assert "open kernel modules of NVIDIA 535 are 535.261.03, its user space 535.309.01" in bookworm.why
+    trixie = who_makes("debian13", "550", "6.12.118_deb13-amd64", "amd64", False, debian=RULES.debian,
+                       flavour="open")
+    assert trixie.maker is Maker.BUILD and "--flavour open" in trixie.why
+    proprietary = who_makes("debian12", "535", "6.1.0-50-amd64", "amd64", False, debian=table)
+    assert proprietary.maker is Maker.BUILD
+
+
+def test_a_missing_image_carries_its_flavour_to_ensure_and_to_the_build_job():
+    config = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
+    assert config is not None
+    result = audit([debian13()], Ledger(frozenset(), ("registry://reg/nvidia/driver",)), RULES,
+                   expect=from_operator(config))
+    (f,) = result.findings
+    assert f.status == MISSING and f.action == "build" and f.as_dict()["modules"] == "open"
+    report = result.as_dict()
+    assert report["missing"][0]["modules"] == "open"
+    assert flavours_from_report(report) == {TAG: "open"}
+    settings = BuildSettings(image="reg/gpualign:1", ledger="registry://reg/nvidia/driver", namespace="b")
+    args = build_job(TAG, 1, ["d13"], settings, "", flavour="open")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["ensure", TAG] and args[args.index("--flavour") + 1] == "open"
+    plain = build_job(TAG, 1, ["d13"], settings, "")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--flavour" not in plain
