@@ -207,7 +207,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                            debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
             if req.tag else None
         off_platform = platform_problem(image, arch, platforms) if image and platforms else None
-        off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch) \
+        off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch,
+                                       making.why if making and making.maker is Maker.NONE else None) \
             if image and flavours else None
         if req.tag is None or image is None:
             status, reason = UNKNOWN, req.reason

@@ -36,14 +36,42 @@ def explain(module_type: str | None, branch: str | None) -> str:
     return f"{flavour} (kernelModuleType: auto)"
 
 
-def mismatch(held: str | None, module_type: str | None, branch: str | None) -> str | None:
+def mismatch(held: str | None, module_type: str | None, branch: str | None, cannot_build: str | None = None) \
+        -> str | None:
     """Why an image holding `held` modules (its label; None: unlabelled, nothing to compare) is wrong for a pod that
-    asks for `module_type`, or None."""
+    asks for `module_type`, or None. cannot_build: why gpualign cannot build the wanted flavour (said instead of how
+    to build it)."""
     if held is None or held not in FLAVOURS:
         return None
     wanted = resolve(module_type, branch)
     if held == wanted:
         return None
+    advice = cannot_build or (f"build it with gpualign ensure --flavour {wanted}, or set kernelModuleType: "
+                              f"{held}")
     return (f"it holds {held} kernel modules, and the GPU Operator's pod here loads {explain(module_type, branch)}: "
-            f"nvidia-driver init refuses it (build it with gpualign ensure --flavour {wanted}, or set "
-            f"kernelModuleType: {held})")
+            f"nvidia-driver init refuses it ({advice})")
+
+
+def asked_by(env: dict[str, str]) -> str | None:
+    """The module type a driver container's environment asks for, as the container reads it: KERNEL_MODULE_TYPE,
+    else an older operator's OPEN_KERNEL_MODULES_ENABLED=true (open), else auto (None)."""
+    value = env.get("KERNEL_MODULE_TYPE")
+    if value:
+        return value
+    return OPEN if env.get("OPEN_KERNEL_MODULES_ENABLED") == "true" else None
+
+
+def init_refusal(held: str | None, env: dict[str, str], branch: str, kernel: str) -> str | None:
+    """What gpualign's `nvidia-driver init` (ensure/nvidia-driver.sh) says when an image holding `held` modules is
+    started with `env` (None: it goes on). The lab's driver simulator says the same."""
+    if not held:
+        return None
+    asked = asked_by(env)
+    if asked is not None and asked not in MODULE_TYPES:
+        return f"nvidia-driver: invalid value for the KERNEL_MODULE_TYPE variable: {asked}"
+    wanted = resolve(asked, branch)
+    if wanted == held:
+        return None
+    return (f"gpualign: driver image {branch}-{kernel} holds NVIDIA's {held} kernel modules; this pod asks for "
+            f"{wanted} (KERNEL_MODULE_TYPE={env.get('KERNEL_MODULE_TYPE') or 'auto'}): refusing to load (build it "
+            f"with gpualign ensure --flavour {wanted}, or set the operator's kernelModuleType: {held})")

@@ -128,6 +128,46 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
     # deb-a2 loaded its (synthetic) image before the push and keeps running; deb-c1's tag was not touched
     assert operator_driver_pods(lab)["deb-a2"]["state"] == operator_driver_pods(lab)["deb-c1"]["state"] == "Running"
 
+    # 6. the pool asks for open kernel modules (kernelModuleType: open): the operator gives its pods
+    #    KERNEL_MODULE_TYPE=open. deb-n1's image holds proprietary ones: check says so before anything restarts, and
+    #    names why gpualign cannot build open ones for bookworm; the next pod is refused by the image's own init
+    patched = lab.kubectl("patch", "nvidiadriver", "debian", "--type", "merge", "-p",
+                          '{"spec":{"kernelModuleType":"open"}}')
+    assert patched.returncode == 0, patched.stderr
+    try:
+        def open_asked() -> bool:
+            ds = [d for d in kube.get("/apis/apps/v1/namespaces/gpu-operator/daemonsets")["items"]
+                  if d["metadata"]["name"].startswith("nvidia-gpu-driver-debian12")]
+            return bool(ds) and all({"name": "KERNEL_MODULE_TYPE", "value": "open"} in
+                                    d["spec"]["template"]["spec"]["containers"][0].get("env", []) for d in ds)
+
+        wait_for(open_asked, timeout=60, what="the operator's DaemonSets asking for open modules")
+        code, data, err = check_json(lab, *selector)
+        (node,) = data["nodes"]
+        assert code == 1 and node["status"] == "wrong-image" and node["modules"] == "open", err
+        assert "it holds proprietary kernel modules, and the GPU Operator's pod here loads open (kernelModuleType: " \
+               "open)" in node["reason"]
+        assert "open kernel modules of NVIDIA 535 are 535.261.03, its user space 535.309.01" in node["reason"]
+        deleted = lab.kubectl("delete", "pod", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-n1", "-l",
+                              "app.kubernetes.io/component=nvidia-driver")
+        assert deleted.returncode == 0, deleted.stderr
+
+        def refused() -> str | None:
+            pods = [p for p in kube.pods("gpu-operator", label_selector="app.kubernetes.io/component=nvidia-driver")
+                    if p["spec"].get("nodeName") == "deb-n1"]
+            statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
+            last = ((statuses[0].get("lastState") or {}).get("terminated") or {}) if statuses else {}
+            return last.get("message")
+
+        message = wait_for(refused, timeout=90, what="deb-n1's new pod refused by the image's init")
+        assert message.startswith("gpualign: driver image 535-6.1.0-50-amd64 holds NVIDIA's proprietary kernel "
+                                  "modules; this pod asks for open (KERNEL_MODULE_TYPE=open): refusing to load"), \
+            message
+    finally:
+        restored = lab.kubectl("patch", "nvidiadriver", "debian", "--type", "merge", "-p",
+                               '{"spec":{"kernelModuleType":"auto"}}')
+        assert restored.returncode == 0, restored.stderr
+
 
 @pytest.mark.timeout(300)
 def test_debians_plus_kernels_are_labelled_as_nfd_does_and_named_as_the_operator_names_them(deblab):

@@ -48,6 +48,8 @@ def test_a_pod_asking_for_the_other_flavour_is_refused_in_one_line(branch, held,
     assert f"gpualign ensure --flavour {wanted}" in line[0]
     if "OPEN_KERNEL_MODULES_ENABLED" not in env:  # check decides as the image does (gpualign.flavours)
         assert flavours.resolve(env.get("KERNEL_MODULE_TYPE"), branch) == wanted
+    # and the lab's driver simulator says, word for word, what the script says
+    assert flavours.init_refusal(held, env, branch, OTHER_KERNEL) == line[0]
 
 
 @pytest.mark.parametrize(("branch", "held", "env"), [
@@ -60,9 +62,11 @@ def test_the_flavour_the_image_holds_goes_on_to_the_kernel_check(branch, held, e
     proc = init(branch, held, **env)
     assert not refused_for_flavour(proc), proc.stderr
     assert f"verified for kernel {OTHER_KERNEL}; this node runs" in proc.stderr
+    assert flavours.init_refusal(held, env, branch, OTHER_KERNEL) is None
 
 
 def test_an_unknown_module_type_is_named():
     proc = init("550", "proprietary", KERNEL_MODULE_TYPE="closed")
     assert proc.returncode == 1
     assert "invalid value for the KERNEL_MODULE_TYPE variable: closed" in proc.stderr
+    assert flavours.init_refusal("proprietary", {"KERNEL_MODULE_TYPE": "closed"}, "550", OTHER_KERNEL) in proc.stderr

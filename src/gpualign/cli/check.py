@@ -75,7 +75,8 @@ def summary_line(s: dict[str, int]) -> str:
                if s["operator_mismatch"] else "")
             + (f", {s['pod_kernel_mismatch']} driver pods built for another kernel" if s["pod_kernel_mismatch"]
                else "")
-            + (f", {s['wrong_image']} present but wrong (built for another kernel or branch)" if s.get("wrong_image")
+            + (f", {s['wrong_image']} present but wrong (what its nodes cannot load: -o wide says why)"
+               if s.get("wrong_image")
                else "")
             + (f"; {s['missing_images']} image(s) missing from the ledger (see below)"
                if s.get("missing_images") and s.get("missing_images") != s["missing"] else "")

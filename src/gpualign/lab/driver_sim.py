@@ -12,6 +12,9 @@ real node would:
   kernel holds) also has each module's signature checked first ("Key was rejected by service"). An image without
   modules (the lab's synthetic ones), or a node whose kernel has no headers here
   (Ubuntu, RHEL), is tag-only: pulling the tag is loading it.
+- before the kernel's checks, as gpualign's `nvidia-driver init` does: an image labelled with its flavour of modules
+  (GPUALIGN_KERNEL_MODULE_TYPE) crash-loops a pod that asks for the other (KERNEL_MODULE_TYPE, as the GPU Operator
+  sets it from kernelModuleType), with the script's own words.
 A pod annotated driver-sim.gpualign.io/load-delay (seconds, or a Go-style "2s"/"500ms") stays Pending that long
 before the driver counts as loaded, to model the minutes a real driver container takes to load its module.
 """
@@ -96,24 +99,26 @@ class Simulator:
             self.archs[node] = ((obj.get("metadata") or {}).get("labels") or {}).get("kubernetes.io/arch", "amd64")
         return self.archs[node]
 
-    def lookup(self, image: str, arch: str = "amd64") -> tuple[str | None, str]:
-        """(driver version, '') when pullable from the lab registry for a node of `arch`, else (None, why): an
-        image with no linux/`arch` in its manifest (or index) is refused, as containerd refuses it."""
+    def lookup(self, image: str, arch: str = "amd64") -> tuple[str | None, str, dict[str, str]]:
+        """(driver version, '', the image's environment) when pullable from the lab registry for a node of `arch`,
+        else (None, why, {}): an image with no linux/`arch` in its manifest (or index) is refused, as containerd
+        refuses it."""
         host, repo, tag = split_image(image)
         if host != self.registry:
-            return None, f"simulated pull: only the lab registry {self.registry} is reachable"
+            return None, f"simulated pull: only the lab registry {self.registry} is reachable", {}
         client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=5.0)
         try:
             config, platforms = client.image_config_and_platforms(tag, arch=arch)
         except GpualignError as err:
-            return None, err.message
+            return None, err.message, {}
         finally:
             client.close()
         if config is None and not platforms:
-            return None, f"manifest for {image} not found: manifest unknown"
+            return None, f"manifest for {image} not found: manifest unknown", {}
         if arch not in platforms or config is None:
-            return None, f"no match for platform linux/{arch} in manifest {image}: not found"
-        return config_env(config).get("DRIVER_VERSION", ""), ""
+            return None, f"no match for platform linux/{arch} in manifest {image}: not found", {}
+        env = config_env(config)
+        return env.get("DRIVER_VERSION", ""), "", env
 
     def handle(self, pod: dict[str, Any]) -> None:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -128,11 +133,14 @@ class Simulator:
             else RETRY_SECONDS
         if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < wait):
             return  # a crash-looping pod is restarted after its back-off: a fixed image pushed under its tag loads
-        version, why = self.lookup(image, self.arch_of(node))
+        version, why, image_env = self.lookup(image, self.arch_of(node))
         ns, name = meta["namespace"], meta["name"]
         path = f"/api/v1/namespaces/{ns}/pods/{name}/status"
         now = _now()
-        refusal = self.kernel_refuses(image, node, version) if version is not None else None
+        # as the image's nvidia-driver init: the flavour the pod asks for first, then the kernel's load checks
+        refusal = _flavour_refusal(image_env, containers[0] if containers else {}) if version is not None else None
+        if refusal is None and version is not None:
+            refusal = self.kernel_refuses(image, node, version)
         if refusal is not None:  # pulled, but the node's kernel would not load its modules: crash-loop
             restarts = int(outcome[2]) + 1 if outcome and outcome[0] == "crash" and len(outcome) > 2 else 1
             self._patch(path, _crashing(containers, refusal, restarts, now))
@@ -264,6 +272,16 @@ class Simulator:
                 self.handle_safely(pod)
 
 
+def _flavour_refusal(image_env: dict[str, str], container: dict[str, Any]) -> str | None:
+    """gpualign's nvidia-driver init refusing a pod that asks for the other flavour of modules than the image holds."""
+    from gpualign.flavours import init_refusal
+
+    pod_env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or [] if e.get("name")}
+    return init_refusal(image_env.get("GPUALIGN_KERNEL_MODULE_TYPE"), {**image_env, **pod_env},
+                        pod_env.get("DRIVER_BRANCH") or image_env.get("DRIVER_BRANCH", ""),
+                        image_env.get("GPUALIGN_KERNEL", "?"))
+
+
 def _crashing(containers: list[dict[str, Any]], message: str, restarts: int, now: str) -> dict[str, Any]:
     """The status a kubelet reports for a driver container that exits at once (its modprobe refused)."""
     return {"phase": "Running", "conditions": [
@@ -283,11 +301,14 @@ def _crashing(containers: list[dict[str, Any]], message: str, restarts: int, now
 
 def _pod_event(pod: dict[str, Any], message: str, now: str) -> dict[str, Any]:
     meta = pod["metadata"]
+    # the kernel's refusal, or the image's own init refusing the pod's request (gpualign: …)
+    why = "driver container refused to load" if message.startswith(("gpualign:", "nvidia-driver:")) else \
+        "driver modules refused by the node's kernel"
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta.get("uid", "")},
-            "reason": "BackOff", "message": f"driver modules refused by the node's kernel: {message}"[:1024],
+            "reason": "BackOff", "message": f"{why}: {message}"[:1024],
             "type": "Warning", "source": {"component": "kubelet (gpualign lab driver-sim)"},
             "firstTimestamp": now, "lastTimestamp": now, "count": 1}
 
