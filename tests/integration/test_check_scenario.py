@@ -54,7 +54,7 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert res.code == 1
     assert [n["name"] for n in data["nodes"] if n["status"] != "present"] == ["gpu-new"]
     assert data["missing"] == [{"tag": NEW_TAG, "image": f"{fleet.registry}/nvidia/driver:{NEW_TAG}",
-                                "nodes": ["gpu-new"], "action": "mirror"}]
+                                "nodes": ["gpu-new"], "action": "mirror", "modules": "open"}]
     new = next(n for n in data["nodes"] if n["name"] == "gpu-new")
     assert new["driver_pod"]["tag"] == NEW_TAG  # the operator-like pool DaemonSet already asks for it…
     assert new["driver_pod"]["state"] == "ImagePullBackOff"  # …and the node has quietly lost its GPUs
