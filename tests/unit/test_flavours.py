@@ -130,3 +130,19 @@ def test_a_missing_image_carries_its_flavour_to_ensure_and_to_the_build_job():
     assert args[:2] == ["ensure", TAG] and args[args.index("--flavour") + 1] == "open"
     plain = build_job(TAG, 1, ["d13"], settings, "")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--flavour" not in plain
+
+
+def test_an_images_flavour_is_read_from_nvidia_ko_alone():
+    """The licenses as NVIDIA's modules carry them: nvidia.ko says which driver it is; the proprietary build's
+    nvidia-uvm is "Dual MIT/GPL" and its nvidia-drm "MIT", so they say nothing of the flavour."""
+    from gpualign.ensure import kmod
+    from tests.unit.test_ensure import fake_ko
+
+    def licensed(name: str, license_: str) -> kmod.Module:
+        return kmod.read(name, fake_ko({"license": license_, "name": name[:-3]}, {}, ()))
+
+    assert licensed("nvidia.ko", "NVIDIA").flavour == "proprietary"
+    assert licensed("nvidia.ko", "Dual MIT/GPL").flavour == "open"
+    assert licensed("nvidia-uvm.ko", "Dual MIT/GPL").flavour is None
+    assert licensed("nvidia-drm.ko", "MIT").flavour is None
+    assert licensed("nvidia.ko", "GPL").flavour is None

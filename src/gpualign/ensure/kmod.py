@@ -75,10 +75,11 @@ class Module:
 
     @property
     def flavour(self) -> str | None:
-        """NVIDIA's flavour of this module, by its license: proprietary ("NVIDIA") or open ("Dual MIT/GPL", NVIDIA's
-        open-gpu-kernel-modules); None for another module."""
+        """For nvidia.ko, the flavour of NVIDIA's driver, by its license: proprietary ("NVIDIA") or open ("Dual
+        MIT/GPL", open-gpu-kernel-modules). None for any other module: the proprietary build's nvidia-uvm is "Dual
+        MIT/GPL" too, and nvidia-drm "MIT", whichever the flavour."""
         return {"NVIDIA": "proprietary", "Dual MIT/GPL": "open"}.get(self.field("license") or "") \
-            if self.name.startswith("nvidia") else None
+            if self.name == "nvidia.ko" else None
 
 
 def read(name: str, data: bytes) -> Module:
