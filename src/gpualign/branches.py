@@ -18,6 +18,7 @@ class BranchRule:
     selector: selectors.Selector
     branch: str
     precompiled: bool | None = None  # the pool's usePrecompiled, as an NVIDIADriver sets it; None: the flag decides
+    module_type: str | None = None  # the pool's kernelModuleType, as an NVIDIADriver sets it; None: auto
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class BranchPolicy:
 
     rules: tuple[BranchRule, ...] = ()
     default: str | None = None
+    default_module_type: str | None = None  # the ClusterPolicy's kernelModuleType (None: auto)
 
     @property
     def branches(self) -> frozenset[str]:

@@ -89,7 +89,9 @@ def merge_plan(reads: list[ClusterRead]) -> dict[str, Any]:
         unknown.extend({"cluster": r.name, **u} for u in r.body["unknown"])
     merged = [needed[t] for t in sorted(needed)]
     return {"clusters": [cluster_entry(r) for r in reads], "needed": merged,
-            "to_build": [n["tag"] for n in merged if not n["in_ledger"]], "unknown": unknown,
+            "to_build": [n["tag"] for n in merged if not n["in_ledger"]],
+            "modules": {n["tag"]: n["modules"] for n in merged if not n["in_ledger"] and n.get("modules")},
+            "unknown": unknown,
             "unreadable": [r.name for r in reads if not r.readable]}
 
 

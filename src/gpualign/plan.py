@@ -11,6 +11,8 @@ from typing import Any
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
 from gpualign.facts import NodeFacts, node_facts
+from gpualign.flavours import PROPRIETARY
+from gpualign.flavours import resolve as resolve_flavour
 from gpualign.kernels import debian_release, label_of
 from gpualign.ledger.sources import Ledger
 from gpualign.makers import DebianTable, Maker, Making, who_makes
@@ -90,13 +92,14 @@ class Needed:
     reason: str = ""
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
     archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
+    modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.flavours)
     debian: DebianTable = field(default=DebianTable(()), compare=False, repr=False)  # the rules' (who_makes)
 
     @property
     def making(self) -> Making:
         """Who makes it (gpualign.makers): for nodes of several architectures, the one that can do least."""
-        makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian)
-                   for arch in self.archs]
+        makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian,
+                             flavour=self.modules) for arch in self.archs]
         return min(makings, key=lambda m: _REACH.index(m.maker))
 
     @property
@@ -106,7 +109,7 @@ class Needed:
 
     def build_args(self) -> dict[str, str]:
         return {"action": self.action, "DRIVER_BRANCH": self.branch, "KERNEL_VERSION": self.kernel,
-                "OS_TAG": self.os_tag, "tag": self.tag}
+                "OS_TAG": self.os_tag, "tag": self.tag, "modules": self.modules}
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ class Plan:
         return {"needed": [{**{k: v for k, v in dataclasses.asdict(n).items() if k != "debian"},
                             "action": n.action, "action_reason": n.making.why} for n in self.needed],
                 "to_build": [n.tag for n in self.to_build],
+                "modules": {n.tag: n.modules for n in self.to_build},
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
@@ -133,6 +137,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
     groups: dict[str, list[str]] = {}
     archs: dict[str, set[str]] = {}
     info: dict[str, tuple[str, str, str, bool, str]] = {}
+    flavours: dict[str, str] = {}
     unknown: list[tuple[str, str]] = []
     for facts in sorted(nodes, key=lambda n: n.name):
         # The node as it will be: its labels with the change applied, read by the same code as today's.
@@ -160,9 +165,11 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             continue
         groups.setdefault(req.tag, []).append(facts.name)
         archs.setdefault(req.tag, set()).add(facts.arch)
+        module_type = rule.module_type if rule and rule.module_type else policy.default_module_type
+        flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
                           info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
-                          rules.debian)
+                          flavours[tag], rules.debian)
                    for tag, names in sorted(groups.items()))
     return Plan(needed, tuple(unknown))

@@ -46,7 +46,7 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert plan.code == 1, plan.err
     assert json.loads(plan.out) == {"include": [{"action": "mirror", "DRIVER_BRANCH": "580",
                                                  "KERNEL_VERSION": NEW_KERNEL, "OS_TAG": "ubuntu22.04",
-                                                 "tag": NEW_TAG}]}
+                                                 "tag": NEW_TAG, "modules": "open"}]}
 
     # 2. A node arrives with a kernel one patch newer: exactly it, and exactly one tag, is flagged.
     assert fleet.cli("lab", "add-node", "gpu-new", "--kernel", NEW_KERNEL).code == 0

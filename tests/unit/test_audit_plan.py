@@ -86,7 +86,8 @@ def test_plan_kernel_bump_lists_tags_to_build_with_build_args():
     (needed,) = result.to_build
     assert needed.nodes == ("a", "b")
     assert needed.build_args() == {"action": "mirror", "DRIVER_BRANCH": "580", "KERNEL_VERSION": "5.15.0-125-generic",
-                                   "OS_TAG": "ubuntu22.04", "tag": "580-5.15.0-125-generic-ubuntu22.04"}
+                                   "OS_TAG": "ubuntu22.04", "tag": "580-5.15.0-125-generic-ubuntu22.04",
+                                   "modules": "open"}  # branch 580, kernelModuleType auto: open
     nothing = plan(nodes, Change(branch="580"), ledger, RULES, BranchPolicy())
     assert nothing.to_build == ()
 

@@ -268,7 +268,7 @@ def test_plan_build_matrix_is_a_github_actions_matrix(fleet):
                   "-l", "pool=train", "--driver-branch", "580", "--build-matrix")
     assert json.loads(res.out) == {"include": [{"action": "mirror", "DRIVER_BRANCH": "580",
                                                 "KERNEL_VERSION": "5.15.0-126-generic", "OS_TAG": "ubuntu22.04",
-                                                "tag": "580-5.15.0-126-generic-ubuntu22.04"}]}
+                                                "tag": "580-5.15.0-126-generic-ubuntu22.04", "modules": "open"}]}
 
 
 def test_a_branch_policy_pool_can_turn_precompiled_off(fleet, tmp_path):

@@ -4,6 +4,7 @@ Debian's archive carries, and handed to the build Job and to `ensure --from`."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -146,3 +147,31 @@ def test_an_images_flavour_is_read_from_nvidia_ko_alone():
     assert licensed("nvidia-uvm.ko", "Dual MIT/GPL").flavour is None
     assert licensed("nvidia-drm.ko", "MIT").flavour is None
     assert licensed("nvidia.ko", "GPL").flavour is None
+
+
+def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_cannot():
+    """plan decides as check does: a pool whose NVIDIADriver asks for open modules has its images planned open (and
+    `none` where the release has no open modules at its user space's version); ensure --from the plan builds that."""
+    from gpualign.plan import Change, plan
+    from gpualign.usecases.plan import _branches
+
+    trixie = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
+    assert trixie is not None
+    policy = _branches(list(trixie.sources))
+    result = plan([debian13()], Change(kernel="6.12.119+deb13-amd64"), Ledger(frozenset(), ("f",)), RULES, policy)
+    (needed,) = result.to_build
+    assert needed.modules == "open" and needed.action == "build" and "--flavour open" in needed.making.why
+    report = result.as_dict()
+    assert flavours_from_report(report) == {needed.tag: "open"}
+    assert needed.build_args()["modules"] == "open"
+    table = RULES.debian.with_sources("debian12", BOOKWORM, "Debian's archive (2026-12-02)")
+    bookworm_rules = dataclasses.replace(RULES, debian=table)
+    bookworm = from_labels("d12", {"nvidia.com/gpu.present": "true",
+                                   "feature.node.kubernetes.io/kernel-version.full": "6.1.0-50-amd64",
+                                   "feature.node.kubernetes.io/system-os_release.ID": "debian",
+                                   "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12"}, {})
+    open_535 = oc.read([CRD_MODE], [nvidia_driver(version="535", kernelModuleType="open")])
+    assert open_535 is not None
+    refused = plan([bookworm], Change(kernel="6.1.0-51-amd64"), Ledger(frozenset(), ("f",)), bookworm_rules,
+                   _branches(list(open_535.sources)))
+    assert refused.to_build[0].action == "none" and "535.261.03" in refused.to_build[0].making.why

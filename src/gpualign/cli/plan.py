@@ -45,7 +45,8 @@ def plan(
     nodes_file: NodesFileOpt = None,
     build_matrix: Annotated[bool, typer.Option(
         "--build-matrix", help="print the images to build as a GitHub Actions matrix: {\"include\": [{action, "
-                               "DRIVER_BRANCH, KERNEL_VERSION, OS_TAG, tag}]}")] = False,
+                               "DRIVER_BRANCH, KERNEL_VERSION, OS_TAG, tag, modules}]} (modules: the "
+                               "kernel modules the nodes will load, open or proprietary)")] = False,
     rules: RulesOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
@@ -177,7 +178,7 @@ def plan(
 
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
     return {"action": n["action"], "DRIVER_BRANCH": n["branch"], "KERNEL_VERSION": n["kernel"],
-            "OS_TAG": n["os_tag"], "tag": n["tag"]}
+            "OS_TAG": n["os_tag"], "tag": n["tag"], "modules": n.get("modules") or "proprietary"}
 
 
 def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: str, wide: bool, no_headers: bool,

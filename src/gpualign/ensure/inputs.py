@@ -33,5 +33,9 @@ def flavours_from_report(data: Any) -> dict[str, str]:
     if not isinstance(data, dict):
         return {}
     entries = [*(data.get("missing") or []), *(data.get("wrong") or []), *(data.get("include") or [])]
-    return {str(e["tag"]): str(e["modules"]) for e in entries
-            if isinstance(e, dict) and e.get("tag") and e.get("modules") in ("proprietary", "open")}
+    found = {str(e["tag"]): str(e["modules"]) for e in entries
+             if isinstance(e, dict) and e.get("tag") and e.get("modules") in ("proprietary", "open")}
+    planned = data.get("modules")  # a plan report: tag -> modules, beside its to_build
+    if isinstance(planned, dict):
+        found.update({str(t): str(m) for t, m in planned.items() if m in ("proprietary", "open")})
+    return found

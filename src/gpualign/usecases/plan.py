@@ -95,9 +95,11 @@ def _branches(sources: list[Any]) -> BranchPolicy:
     from gpualign.branches import BranchPolicy, BranchRule
 
     rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
-                             (s.version or "").split(".", 1)[0], s.precompiled) for s in sources if s.node_selector)
-    default = next(((s.version or "").split(".", 1)[0] for s in sources if not s.node_selector), None)
-    return BranchPolicy(rules, default)
+                             (s.version or "").split(".", 1)[0], s.precompiled, s.module_type)
+                  for s in sources if s.node_selector)
+    default = next((s for s in sources if not s.node_selector), None)
+    return BranchPolicy(rules, (default.version or "").split(".", 1)[0] if default else None,
+                        default.module_type if default else None)
 
 
 def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: Path | None,
