@@ -60,9 +60,11 @@ def plan(
 ) -> None:
     """Before a kernel, OS or branch change: list the images it would need that the ledger lacks.
 
-    Each image is either `mirror` (the rules say NVIDIA publishes precompiled images for that OS, kernel series and
-    branch: copy it from nvcr.io after checking the tag on NGC) or `build` (NVIDIA publishes none: build it
-    in-house). A node the change cannot apply to (an Ubuntu kernel on a RHEL node) is listed as unknown, with why.
+    Each image says who makes it: `mirror` (the rules say NVIDIA publishes precompiled images for that OS, kernel
+    series and branch: copy it from nvcr.io, gpualign ensure), `build` (gpualign builds it: Debian 12 and 13),
+    `render` (gpualign writes its recipe, to build where its distribution's archive is reachable) or `none` (no
+    recipe, with why). A node the change cannot apply to (an Ubuntu kernel on a RHEL node) is listed as unknown,
+    with why.
 
     Several clusters (--context repeated, or --all-contexts) give one plan: each image once, its nodes per cluster.
 
