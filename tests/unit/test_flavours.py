@@ -175,3 +175,26 @@ def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_canno
     refused = plan([bookworm], Change(kernel="6.1.0-51-amd64"), Ledger(frozenset(), ("f",)), bookworm_rules,
                    _branches(list(open_535.sources)))
     assert refused.to_build[0].action == "none" and "535.261.03" in refused.to_build[0].making.why
+
+
+def test_why_names_the_modules_the_nodes_daemonset_asks_for():
+    from gpualign.facts import node_facts
+    from gpualign.upgrade import report
+    from gpualign.upgrade.planner import NodeView
+    from gpualign.upgrade.snapshot import NodeState, Pool
+
+    def state(env: list[dict[str, str]] | None) -> NodeState:
+        node = {"metadata": {"name": "d13", "labels": {}}}
+        pool = None if env is None else Pool({"metadata": {"name": "nvidia-gpu-driver-debian13", "namespace": "g"},
+                                              "spec": {"template": {"spec": {"containers": [
+                                                  {"name": "nvidia-driver-ctr", "image": IMAGE, "env": env}]}}}},
+                                             None)
+        return NodeState(node, node_facts(node), None, pool, TAG,
+                         NodeView("d13", "(none)", False, needs_upgrade=False, target_tag=TAG))
+
+    asked_open = report.why(state([{"name": "KERNEL_MODULE_TYPE", "value": "open"},
+                                   {"name": "OPEN_KERNEL_MODULES_ENABLED", "value": "true"}]), ledger_known=False)
+    assert "kernel modules: open (kernelModuleType: open), as its DaemonSet asks" in asked_open
+    auto = report.why(state([{"name": "KERNEL_MODULE_TYPE", "value": "auto"}]), ledger_known=False)
+    assert "kernel modules: proprietary (kernelModuleType: auto, branch 550 < 560), as its DaemonSet asks" in auto
+    assert not any(line.startswith("kernel modules:") for line in report.why(state(None), ledger_known=False))

@@ -185,6 +185,23 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
         runs = "runs" if not st.no_driver else "is meant to run"
         lines.append(f"driver pod {runs} {st.running_tag or 'nothing'}; target {st.target_tag or 'unknown'}; "
                      f"loaded driver {st.driver or 'unknown'}")
+        if (modules := modules_asked(ns, st.target_tag or st.running_tag)) is not None:
+            lines.append(modules)
     if len(lines) == 1 and st.state in (S.DONE, "(none)") and not ns.view.needs_upgrade:
         lines.append("nothing to do: its driver pod already runs the target")
     return lines
+
+
+def modules_asked(ns: NodeState, tag: str | None) -> str | None:
+    """The kernel modules the node's driver pods load, as its DaemonSet asks (KERNEL_MODULE_TYPE, which the GPU
+    Operator sets from kernelModuleType), decided as the driver container decides (gpualign.flavours); None when no
+    DaemonSet governs the node."""
+    from gpualign.flavours import asked_by, explain
+
+    if ns.pool is None:
+        return None
+    containers = ns.pool.obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []
+    driver = next((c for c in containers if "driver" in str(c.get("name", ""))), containers[0] if containers else {})
+    env = {str(e["name"]): str(e.get("value", "")) for e in driver.get("env") or [] if e.get("name")}
+    branch = (tag or "").split("-", 1)[0]
+    return f"kernel modules: {explain(asked_by(env), branch if branch.isdigit() else None)}, as its DaemonSet asks"
