@@ -10,9 +10,11 @@ A drop-in for NVIDIA's precompiled driver container, which the GPU Operator's Da
   ld.so.cache, checked after assembly: each library's version and `nvidia-smi -h`'s;
 - `DRIVER_BRANCH`, `DRIVER_VERSION`, `KERNEL_VERSION` in the environment, NVIDIA's `version=<branch>-<kernel>`
   label, OCI labels and gpualign's.
-The base is a minimal tree of the tag's Debian release (bookworm, trixie) from mmdebstrap, cached. The image is
-assembled in a mounted buildah container (so depmod and ldconfig run on the image's own tree from the host) and
-committed once.
+The base is a minimal tree of the tag's Debian release (bookworm, trixie) from mmdebstrap, cached. Over it, one
+layer holds the user space, nvidia-driver and the ld.so.cache: made once per release, user space and layout, and
+shared by every kernel's image of that driver version (`userspace_image`). Each image adds its modules' layer, in a
+mounted buildah container (so depmod runs on the image's own tree from the host), checked and committed once; a
+registry that holds one kernel's image is sent only the next one's modules.
 
 buildah pushes a tag only once every blob and the manifest are in place (the manifest PUT comes last), so a push
 that fails leaves no tag half-made; the digest is read back from the registry afterwards.
@@ -263,7 +265,7 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     local = local_name(spec, variant)
     if user is None:
         raise BuildError(f"{spec.tag}: no user space to assemble")
-    ctr = buildah("from", "--pull-never", base)
+    ctr = buildah("from", "--pull-never", userspace_image(suite_of(spec), base, user))
     try:
         root = Path(buildah("mount", ctr))
         dest = root / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
@@ -273,15 +275,7 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
         depmod = subprocess.run(["depmod", "-b", str(root), spec.kernel], capture_output=True, text=True)
         if depmod.returncode != 0:  # kmod on the host; the image's own depmod would do the same
             raise BuildError(f"depmod for {spec.kernel} failed: {depmod.stderr.strip()[-300:]}")
-        shutil.copytree(user.root, root, symlinks=True, dirs_exist_ok=True)
-        ldconfig = subprocess.run(["ldconfig", "-r", str(root)], capture_output=True, text=True)
-        if ldconfig.returncode != 0:
-            raise BuildError(f"ldconfig in the image failed: {ldconfig.stderr.strip()[-300:]}")
-        script = root / "usr" / "local" / "bin" / "nvidia-driver"
-        script.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(NVIDIA_DRIVER, script)
-        script.chmod(0o755)
-        checked = userspace.check(root, driver_version)
+        checked = userspace.check(root, driver_version)  # as every image is checked: its own assembled tree
         verified = {**verified, "userspace": checked, "userspace_packages": user.packages}
         buildah("umount", ctr)
         config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
@@ -304,6 +298,33 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     if variant.startswith("signed-"):
         _prune_signed(spec, keep=local)
     return local
+
+
+def userspace_image(suite: str, base: str, user: userspace.UserSpace) -> str:
+    """The base with NVIDIA's user space, nvidia-driver and the ld.so.cache: one local image per release, user
+    space and layout, made once and shared by every kernel's image of that driver version. Each image is then its
+    modules' layer over it, and a registry that holds one kernel's image is sent only the next one's modules."""
+    digest = hashlib.sha256(repr((base, _image_id(base), LAYOUT, sorted(user.packages.items()))).encode())
+    name = f"localhost/gpualign-driver-userspace:{suite}-{user.driver_version}-{digest.hexdigest()[:12]}"
+    with file_lock(f"driver-userspace-{suite}-{user.driver_version}.lock"):
+        if _image_id(name) is not None:
+            return name
+        ctr = buildah("from", "--pull-never", base)
+        try:
+            root = Path(buildah("mount", ctr))
+            shutil.copytree(user.root, root, symlinks=True, dirs_exist_ok=True)
+            ldconfig = subprocess.run(["ldconfig", "-r", str(root)], capture_output=True, text=True)
+            if ldconfig.returncode != 0:
+                raise BuildError(f"ldconfig in the image failed: {ldconfig.stderr.strip()[-300:]}")
+            script = root / "usr" / "local" / "bin" / "nvidia-driver"
+            script.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(NVIDIA_DRIVER, script)
+            script.chmod(0o755)
+            buildah("umount", ctr)
+            buildah("commit", "--quiet", "--format", "oci", ctr, name)
+        finally:
+            buildah("rm", ctr)
+    return name
 
 
 KEEP_SIGNED = 2  # signed variants of one tag kept in local storage (a machine signs with one key, two in a rotation)
