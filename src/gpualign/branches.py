@@ -10,6 +10,7 @@ from typing import Any
 
 from gpualign import selectors
 from gpualign.errors import BadInput
+from gpualign.flavours import MODULE_TYPES
 from gpualign.tags import _read_yaml, normalize_branch
 
 
@@ -60,6 +61,9 @@ def load_policy(path: Path) -> BranchPolicy:
       - selector: "feature.node.kubernetes.io/system-os_release.ID=rhel"
         branch: "580"
         usePrecompiled: false             # NVIDIA publishes no precompiled RHEL images
+      - selector: "pool=hopper"
+        branch: "550"
+        kernelModuleType: open            # as the pool's NVIDIADriver says it: auto, open or proprietary
       - selector: ""                      # everything else
         branch: "595"
     """
@@ -72,15 +76,20 @@ def load_policy(path: Path) -> BranchPolicy:
         if not isinstance(item, Mapping) or "branch" not in item:
             raise BadInput(f"{path}: rule {i + 1}: expected a map with `selector` (or `nodeSelector`) and `branch`")
         text = _selector_text(path, i, item.get("selector", item.get("nodeSelector")))
-        unknown = sorted(set(item) - {"selector", "nodeSelector", "branch", "usePrecompiled"})
+        unknown = sorted(set(item) - {"selector", "nodeSelector", "branch", "usePrecompiled", "kernelModuleType"})
         if unknown:
             raise BadInput(f"{path}: rule {i + 1}: unknown key {', '.join(map(repr, unknown))} (known: selector, "
-                           "nodeSelector, branch, usePrecompiled)")
+                           "nodeSelector, branch, usePrecompiled, kernelModuleType)")
         precompiled = item.get("usePrecompiled")
         if precompiled is not None and not isinstance(precompiled, bool):
             raise BadInput(f"{path}: rule {i + 1}: usePrecompiled must be true or false")
+        module_type = item.get("kernelModuleType")
+        if module_type is not None and module_type not in MODULE_TYPES:
+            raise BadInput(f"{path}: rule {i + 1}: kernelModuleType must be one of {', '.join(MODULE_TYPES)}, "
+                           f"not {module_type!r}")
         try:
-            rules.append(BranchRule(selectors.parse(text), normalize_branch(str(item["branch"])), precompiled))
+            rules.append(BranchRule(selectors.parse(text), normalize_branch(str(item["branch"])), precompiled,
+                                    module_type))
         except BadInput as err:
             raise BadInput(f"{path}: rule {i + 1}: {err.message}") from None
     return BranchPolicy(tuple(rules))

@@ -53,7 +53,9 @@ def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: boo
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
         pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
-        return Expectation(origin, repo, chosen, pool_precompiled, driver_version, module_type=module_type)
+        pool_module_type = (rule.module_type if rule and rule.module_type else None) or policy.default_module_type \
+            or module_type
+        return Expectation(origin, repo, chosen, pool_precompiled, driver_version, module_type=pool_module_type)
 
     return resolve
 

@@ -25,6 +25,7 @@ class Change:
     os_id: str | None = None
     os_version: str | None = None
     branch: str | None = None
+    module_type: str | None = None  # kernelModuleType the pools will run with (None: each pool's own)
 
 
 _KERNEL_FAMILY = (("ubuntu", re.compile(r"\d+\.\d+\.\d+-\d+-[a-z][a-z0-9-]*")),
@@ -165,7 +166,8 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             continue
         groups.setdefault(req.tag, []).append(facts.name)
         archs.setdefault(req.tag, set()).add(facts.arch)
-        module_type = rule.module_type if rule and rule.module_type else policy.default_module_type
+        module_type = change.module_type or (rule.module_type if rule and rule.module_type else None) or \
+            policy.default_module_type
         flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),

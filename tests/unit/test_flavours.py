@@ -198,3 +198,45 @@ def test_why_names_the_modules_the_nodes_daemonset_asks_for():
     auto = report.why(state([{"name": "KERNEL_MODULE_TYPE", "value": "auto"}]), ledger_known=False)
     assert "kernel modules: proprietary (kernelModuleType: auto, branch 550 < 560), as its DaemonSet asks" in auto
     assert not any(line.startswith("kernel modules:") for line in report.why(state(None), ledger_known=False))
+
+
+def test_without_operator_objects_the_flag_and_the_policy_file_say_which_modules(tmp_path):
+    """A fleet read from a dump (or with flags) has no kernelModuleType to read: --kernel-module-type, or a pool's
+    kernelModuleType in the branch-policy file, says it; check and plan decide from it as from the operator's."""
+    import json
+
+    from tests.conftest import run_cli
+
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+            "nvidia.com/gpu.present": "true", "kubernetes.io/arch": "amd64",
+            "feature.node.kubernetes.io/kernel-version.full": kernel,
+            "feature.node.kubernetes.io/system-os_release.ID": "debian",
+            "feature.node.kubernetes.io/system-os_release.VERSION_ID": release, "pool": pool}}}
+        for name, kernel, release, pool in (("d13", "6.12.118_deb13-amd64", "13", "hopper"),
+                                            ("d12", "6.1.0-50-amd64", "12", "old"))]}))
+    rules_copy = {"GPUALIGN_CACHE": str(tmp_path / "cache")}  # no archive reading: the rules' copy decides
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("535-6.1.0-1-amd64-debian12\n")  # some other tag: the nodes' images are missing
+    opened = run_cli("check", "--nodes-file", str(nodes), "--ledger", str(ledger), "--driver-branch", "550", "-l",
+                     "pool=hopper", "--kernel-module-type", "open", "-o", "json", env=rules_copy)
+    (node,) = json.loads(opened.out)["nodes"]
+    assert (node["modules"], node["module_type"], node["action"]) == ("open", "open", "build"), opened.err
+    assert "--flavour open" in node["action_reason"]
+    policy = tmp_path / "pools.yaml"
+    policy.write_text('pools:\n  - selector: "pool=hopper"\n    branch: "550"\n    kernelModuleType: open\n'
+                      '  - selector: ""\n    branch: "535"\n')
+    both = json.loads(run_cli("check", "--nodes-file", str(nodes), "--ledger", str(ledger), "--branch-policy",
+                              str(policy), "-o", "json", env=rules_copy).out)
+    assert {n["name"]: n["modules"] for n in both["nodes"]} == {"d13": "open", "d12": "proprietary"}
+    planned = run_cli("plan", "--nodes-file", str(nodes), "--ledger", str(ledger), "--driver-branch", "535", "-l",
+                      "pool=old", "--kernel-module-type", "open", "--build-matrix", env=rules_copy)
+    (entry,) = json.loads(planned.out)["include"]
+    assert (entry["modules"], entry["action"]) == ("open", "none"), planned.err  # bookworm: 535.261.03 vs .309.01
+    bad = run_cli("check", "--nodes-file", str(nodes), "--ledger", str(ledger), "--kernel-module-type", "closed")
+    assert bad.code == 2 and bad.err.strip() == ("gpualign: error: --kernel-module-type 'closed': expected one of "
+                                                 "auto, open, proprietary"), bad.err
+    policy.write_text('pools:\n  - selector: ""\n    branch: "550"\n    kernelModuleType: shut\n')
+    refused = run_cli("check", "--nodes-file", str(nodes), "--ledger", str(ledger), "--branch-policy", str(policy))
+    assert refused.code == 2 and "kernelModuleType must be one of auto, open, proprietary, not 'shut'" in refused.err

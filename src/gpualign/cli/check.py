@@ -15,6 +15,7 @@ from gpualign.cli.options import (
     BranchPolicyOpt,
     DockerConfigOpt,
     InsecureRegistryOpt,
+    KernelModuleTypeOpt,
     KubeconfigOpt,
     LedgerOpt,
     NodesFileOpt,
@@ -92,6 +93,7 @@ def check(
     driver_branch: BranchOpt = None,
     branch_policy_file: BranchPolicyOpt = None,
     old_policy: OldPolicyOpt = None,
+    kernel_module_type: KernelModuleTypeOpt = None,
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
     no_precompiled: Annotated[bool, typer.Option(
@@ -146,7 +148,13 @@ def check(
     """
     from gpualign.cli import clusters
     from gpualign.cli.common import say_tty
-    from gpualign.cli.inputs import branch_policy, check_known_branches, driver_version_flag, stdin_once
+    from gpualign.cli.inputs import (
+        branch_policy,
+        check_known_branches,
+        driver_version_flag,
+        module_type_flag,
+        stdin_once,
+    )
     from gpualign.tags import load_rules
     from gpualign.usecases.check import Setup, check_cluster
     from gpualign.usecases.clusters import read_all
@@ -155,17 +163,23 @@ def check(
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
+    module_type_flag(kernel_module_type)
     timeout = clusters.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
     names = clusters.contexts(kubeconfig, context, all_contexts)
     policy_given = branch_policy_file is not None or old_policy is not None
-    flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository)
+    flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository or
+                       kernel_module_type)
     if not ledger and (nodes_file or flags_given):
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)"
                        + ("" if nodes_file else "; flags such as --driver-branch override the GPU Operator's objects, "
                           "and with them the repository they name, so the ledger must be named too"))
     pools = branch_policy(driver_branch, branch_policy_file, old_policy)  # a wrong flag never starts a read
+    if kernel_module_type:
+        import dataclasses
+
+        pools = dataclasses.replace(pools, default_module_type=kernel_module_type)
     # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
     reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
                       timeout=timeout, say=say_tty, warn=warn) if names is None else None

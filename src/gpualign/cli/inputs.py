@@ -63,3 +63,11 @@ def driver_version_flag(driver_version: str | None, no_precompiled: bool, branch
         DriverVersion.parse(driver_version)
     except ValueError:
         raise BadInput(f"--driver-version {driver_version!r}: expected a driver version such as 580.95.05") from None
+
+
+def module_type_flag(value: str | None) -> None:
+    """--kernel-module-type: one of the GPU Operator's kernelModuleType values (BadInput otherwise)."""
+    from gpualign.flavours import MODULE_TYPES
+
+    if value is not None and value not in MODULE_TYPES:
+        raise BadInput(f"--kernel-module-type {value!r}: expected one of {', '.join(MODULE_TYPES)}")

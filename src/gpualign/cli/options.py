@@ -45,8 +45,13 @@ BranchOpt = Annotated[str | None, typer.Option(
          "else the loaded driver's]")]
 BranchPolicyOpt = Annotated[Path | None, typer.Option(
     "--branch-policy", metavar="FILE",
-    help="YAML file mapping node selectors to branches (pools: [{selector, branch, usePrecompiled}]); first "
-         "match wins")]
+    help="YAML file mapping node selectors to branches (pools: [{selector, branch, usePrecompiled, "
+         "kernelModuleType}]); first match wins")]
+KernelModuleTypeOpt = Annotated[str | None, typer.Option(
+    "--kernel-module-type", metavar="TYPE",
+    help="the kernel modules the driver pods load, as the GPU Operator's kernelModuleType says it: auto (open from "
+         "branch 560, proprietary before), open or proprietary [default: each pool's kernelModuleType in the GPU "
+         "Operator's objects, else auto]")]
 OldPolicyOpt = Annotated[Path | None, typer.Option(
     "--policy", metavar="FILE", hidden=True, help="deprecated spelling of --branch-policy")]
 RulesOpt = Annotated[Path | None, typer.Option(

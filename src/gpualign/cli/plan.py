@@ -16,6 +16,7 @@ from gpualign.cli.options import (
     BranchPolicyOpt,
     DockerConfigOpt,
     InsecureRegistryOpt,
+    KernelModuleTypeOpt,
     KubeconfigOpt,
     LedgerOpt,
     NodesFileOpt,
@@ -41,6 +42,7 @@ def plan(
         "--driver-branch", metavar="BRANCH", help="the branch they will run, e.g. 595")] = None,
     branch_policy_file: BranchPolicyOpt = None,
     old_policy: OldPolicyOpt = None,
+    kernel_module_type: KernelModuleTypeOpt = None,
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
     build_matrix: Annotated[bool, typer.Option(
@@ -78,7 +80,7 @@ def plan(
     """
     from gpualign.cli import clusters
     from gpualign.cli.common import say_tty
-    from gpualign.cli.inputs import branch_policy, check_known_branches, stdin_once
+    from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
     from gpualign.plan import Change
     from gpualign.tags import load_rules, normalize_branch
     from gpualign.usecases.clusters import read_all
@@ -94,8 +96,9 @@ def plan(
                            "single cluster's GPU Operator objects can stand in for it")
         ledger, derived_pools, repository = from_operator(kubeconfig, context[0] if context else None,
                                                           repository, clusters.parse_timeout(request_timeout), warn)
-    if not (kernel or os_ or driver_branch):
-        raise BadInput("nothing to plan: pass --kernel, --os and/or --driver-branch")
+    if not (kernel or os_ or driver_branch or kernel_module_type):
+        raise BadInput("nothing to plan: pass --kernel, --os, --driver-branch and/or --kernel-module-type")
+    module_type_flag(kernel_module_type)
     if build_matrix and output is not Output.table:
         raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
     timeout = clusters.parse_timeout(request_timeout)
@@ -112,7 +115,7 @@ def plan(
             warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
                  "replaces; pass the kernel it ships with")
     change = Change(kernel=kernel, os_id=os_id, os_version=os_version,
-                    branch=normalize_branch(driver_branch) if driver_branch else None)
+                    branch=normalize_branch(driver_branch) if driver_branch else None, module_type=kernel_module_type)
     rule_set = load_rules(rules)
     pools = branch_policy(None, branch_policy_file, old_policy)
     if derived_pools is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
