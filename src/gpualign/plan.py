@@ -10,6 +10,8 @@ from typing import Any
 
 from gpualign import labels as L
 from gpualign.branches import BranchPolicy
+from gpualign.driver_pod import DriverPod
+from gpualign.expect import inferred_branch
 from gpualign.facts import NodeFacts, node_facts
 from gpualign.flavours import PROPRIETARY
 from gpualign.flavours import resolve as resolve_flavour
@@ -131,9 +133,10 @@ class Plan:
 
 
 def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
-         wrong: Mapping[str, str] | None = None) -> Plan:
+         wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> Plan:
     """Each node as it will be after `change`; the ledger answers for the repository the images go to.
-    wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one)."""
+    wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one).
+    pods: the driver pods, where read: a node no branch is named for keeps its pod's, as check infers it."""
     wrong = wrong or {}
     groups: dict[str, list[str]] = {}
     archs: dict[str, set[str]] = {}
@@ -158,7 +161,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             continue
         rule = policy.rule_for(facts.labels)
         branch = change.branch or (rule.branch if rule else policy.default) or \
-            (facts.driver.branch if facts.driver else None)
+            inferred_branch(facts, pods.get(facts.name) if pods else None)
         precompiled = rule.precompiled if rule and rule.precompiled is not None else True
         req = required_image(changed, branch, rules, precompiled=precompiled)
         if req.tag is None:

@@ -44,6 +44,21 @@ def test_branch_comes_from_the_driver_pod_then_the_loaded_driver():
     assert loaded.findings[0].branch == "580" and loaded.findings[0].status == "missing"
 
 
+def test_plan_keeps_the_branch_a_node_runs_as_check_infers_it():
+    """No branch named (no flag, policy or operator object): plan takes each node's driver pod's branch, then its
+    loaded driver's, as check does; it said "no driver branch" for a node whose driver is not loaded yet."""
+    nodes = [gpu("a"), gpu("b", **{L.DRIVER_CURRENT_FULL: ""})]
+    ledger = Ledger(frozenset(), ("t",))
+    pods = {"a": pod("595-5.15.0-124-generic-ubuntu22.04"),
+            "b": pod("595-5.15.0-124-generic-ubuntu22.04", "ImagePullBackOff")}
+    planned = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy(), pods=pods)
+    assert [n.tag for n in planned.needed] == ["595-5.15.0-125-generic-ubuntu22.04"] and not planned.unknown
+    assert planned.needed[0].nodes == ("a", "b")
+    unread = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
+    assert [n.tag for n in unread.needed] == ["580-5.15.0-125-generic-ubuntu22.04"]  # a's loaded driver
+    assert [n for n, _ in unread.unknown] == ["b"]
+
+
 def test_pod_running_an_image_for_another_kernel_is_flagged():
     nodes = [gpu("a", kernel="5.15.0-125-generic")]
     ledger = Ledger(frozenset({"580-5.15.0-125-generic-ubuntu22.04"}), ("t",))

@@ -134,8 +134,12 @@ def plan(
 
     setup = PlanSetup(change, available, repo, rule_set, pools, docker_config, warn)
 
+    # with no branch named by a flag, a policy or the operator's objects, each node keeps the branch its driver pod
+    # is deployed with, as check infers it: only then are the driver pods read
+    infer = not (change.branch or pools.default or pools.rules)
+
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
-        read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=False, timeout=timeout,
+        read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=infer, timeout=timeout,
                           say=say_tty if announce else quiet, warn=warn if announce else quiet)
         body, clean = plan_cluster(read, setup, selector)
         return body, clean, read.source

@@ -38,10 +38,11 @@ def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> t
 
     nodes = read.inventory.nodes
     ledger = setup.available.for_repository(setup.repository)
-    result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools)
+    pods = read.inventory.pods
+    result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
-        result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, wrong)
+        result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
     body = {**result.as_dict(), "repository": setup.repository}
     return body, not (result.to_build or result.unknown or (selector and not nodes))
 
