@@ -42,6 +42,10 @@ class BranchPolicy:
     def rule_for(self, labels: Mapping[str, str]) -> BranchRule | None:
         return next((rule for rule in self.rules if rule.selector.matches(labels)), None)
 
+    def module_type_of(self, rule: BranchRule | None) -> str | None:
+        """The kernelModuleType of the pool `rule` picks: its own, else the policy's default (None: auto)."""
+        return (rule.module_type if rule else None) or self.default_module_type
+
 
 def _selector_text(path: Path, i: int, raw: Any) -> str:
     if isinstance(raw, str):

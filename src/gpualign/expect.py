@@ -41,7 +41,7 @@ def inferred_branch(facts: NodeFacts, pod: DriverPod | None) -> str | None:
 
 
 def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: bool = True,
-               driver_version: str | None = None, policy_file: bool = False, module_type: str = "auto") -> Resolver:
+               driver_version: str | None = None, policy_file: bool = False) -> Resolver:
     """--driver-branch / --branch-policy first; else the branch of the node's driver pod, else of its loaded driver."""
     repo = repository or DEFAULT_REPOSITORY
 
@@ -53,9 +53,8 @@ def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: boo
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
         pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
-        pool_module_type = (rule.module_type if rule and rule.module_type else None) or policy.default_module_type \
-            or module_type
-        return Expectation(origin, repo, chosen, pool_precompiled, driver_version, module_type=pool_module_type)
+        return Expectation(origin, repo, chosen, pool_precompiled, driver_version,
+                           module_type=policy.module_type_of(rule) or "auto")
 
     return resolve
 

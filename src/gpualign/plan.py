@@ -169,8 +169,7 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
             continue
         groups.setdefault(req.tag, []).append(facts.name)
         archs.setdefault(req.tag, set()).add(facts.arch)
-        module_type = change.module_type or (rule.module_type if rule and rule.module_type else None) or \
-            policy.default_module_type
+        module_type = change.module_type or policy.module_type_of(rule)
         flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),

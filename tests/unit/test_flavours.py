@@ -240,3 +240,15 @@ def test_without_operator_objects_the_flag_and_the_policy_file_say_which_modules
     policy.write_text('pools:\n  - selector: ""\n    branch: "550"\n    kernelModuleType: shut\n')
     refused = run_cli("check", "--nodes-file", str(nodes), "--ledger", str(ledger), "--branch-policy", str(policy))
     assert refused.code == 2 and "kernelModuleType must be one of auto, open, proprietary, not 'shut'" in refused.err
+
+
+def test_the_controllers_judgement_reads_the_branch_from_the_images_own_tag():
+    from gpualign.ensure.judge import Judgement
+
+    found = Judgement(flavours={IMAGE: "proprietary", "reg/nvidia/driver:580-6.12.118_deb13-amd64-debian13": "open"})
+    assert found.wrong_for(IMAGE, "amd64", "auto") is None  # 550: auto is proprietary
+    assert "loads open (kernelModuleType: open)" in (found.wrong_for(IMAGE, "amd64", "open") or "")
+    assert found.wrong_for("reg/nvidia/driver:580-6.12.118_deb13-amd64-debian13", "amd64", "auto") is None
+    assert "it holds open kernel modules, and the GPU Operator's pod here loads proprietary" in \
+        (found.wrong_for("reg/nvidia/driver:580-6.12.118_deb13-amd64-debian13", "amd64", "proprietary") or "")
+    assert found.wrong_for(IMAGE, "amd64", None) is None  # not compared

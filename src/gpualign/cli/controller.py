@@ -188,9 +188,8 @@ def controller(
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
         run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow,
-            judge_image=lambda image, arch, module_type, branch: judge(
-                {image: ()}, docker_config=docker_config, archs={image: (arch,)}).wrong_for(image, arch, module_type,
-                                                                                             branch))
+            judge_image=lambda image, arch, module_type: judge(
+                {image: ()}, docker_config=docker_config, archs={image: (arch,)}).wrong_for(image, arch, module_type))
     finally:
         kube.close()
 

@@ -49,7 +49,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
         load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers], opts: Options,
         stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
         follow_operator: bool = False,
-        judge_image: Callable[[str, str, str | None, str | None], str | None] | None = None) -> None:
+        judge_image: Callable[[str, str, str | None], str | None] | None = None) -> None:
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
     elector: LeaseElector | None = None

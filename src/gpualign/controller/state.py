@@ -80,10 +80,10 @@ class ClusterState:
     # (node, tag missing for its next kernel before, now): build ahead (gpualign.io/kernel.next)
     on_ahead_missing: Callable[[str, str | None, str | None], None] = lambda _n, _old, _new: None
     # image -> why it is present but wrong (its labels), or None; asked once per image per ledger read
-    # (image, the node's CPU architecture, kernelModuleType, branch) -> why it is present but wrong for such a node
-    # (its labels, its platforms, the flavour of its modules)
-    judge_image: Callable[[str, str, str | None, str | None], str | None] = lambda _i, _a, _m, _b: None
-    judged: dict[tuple[str, str, str | None, str | None], str | None] = field(default_factory=dict)
+    # (image, the node's CPU architecture, kernelModuleType) -> why it is present but wrong for such a node (its
+    # labels, its platforms, the flavour of its modules)
+    judge_image: Callable[[str, str, str | None], str | None] = lambda _i, _a, _m: None
+    judged: dict[tuple[str, str, str | None], str | None] = field(default_factory=dict)
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)
     findings: dict[str, JSON] = field(default_factory=dict)
@@ -263,7 +263,7 @@ class ClusterState:
                        pods={name: pod} if pod else {}, planned=planned, expect=expect)
         first = result.findings[0]
         if first.status == PRESENT and first.image and \
-                (why := self._wrong(first.image, facts.arch, first.module_type, first.branch)):
+                (why := self._wrong(first.image, facts.arch, first.module_type)):
             result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                            pods={name: pod} if pod else {}, planned=planned, expect=expect,
                            wrong={first.image: why})
@@ -375,7 +375,7 @@ class ClusterState:
         repo, _, tag = image.rpartition(":")
         return self.ledger.for_repository(repo).has(tag)
 
-    def _wrong(self, image: str, arch: str, module_type: str | None = None, branch: str | None = None) -> str | None:
+    def _wrong(self, image: str, arch: str, module_type: str | None = None) -> str | None:
         """Why a present image is wrong by its own labels (asked of the registry once per image per ledger read),
         or None. Only registry ledgers are asked: a file names tags, not images to read."""
         from gpualign.ledger.sources import is_registry
@@ -383,11 +383,11 @@ class ClusterState:
         if not any(is_registry(s) for s in self.ledger.sources) and not isinstance(self.ledger, RepoLedgers):
             return None
         with self.lock:
-            key = (image, arch, module_type, branch)
+            key = (image, arch, module_type)
             if key in self.judged:
                 return self.judged[key]
         try:
-            why = self.judge_image(image, arch, module_type, branch)
+            why = self.judge_image(image, arch, module_type)
         except GpualignError as err:
             log.warning("image %s: its labels could not be read: %s", image, err.message)
             return None
@@ -397,19 +397,18 @@ class ClusterState:
             log.warning("driver image %s is present but wrong: %s", image, why)
         return why
 
-    def _unusable(self, image: str, arch: str, module_type: str | None, branch: str | None) -> str | None:
+    def _unusable(self, image: str, arch: str, module_type: str | None) -> str | None:
         """Why the operator must not walk a node to this image (missing, or present but wrong), or None."""
         if not self._in_ledger(image):
             return "missing from the ledger"
-        why = self._wrong(image, arch, module_type, branch)
+        why = self._wrong(image, arch, module_type)
         return f"present but wrong ({why})" if why else None
 
     def _gate(self, facts: NodeFacts, finding: JSON, planned: tuple[str, str] | None) -> None:
         """The operator's skip label on a node whose next driver image is missing: the image gpualign expects from
         the operator's objects (known the moment they change), or the one its DaemonSet names (what it will pull)."""
         targets = [i for i in (finding.get("image"), planned[1] if planned else None) if i]
-        problems = [(i, why) for i in targets if (why := self._unusable(i, facts.arch, finding.get("module_type"),
-                                                                             finding.get("branch")))]
+        problems = [(i, why) for i in targets if (why := self._unusable(i, facts.arch, finding.get("module_type")))]
         missing = [i for i, _ in problems]
         patch = gate.decide(facts.labels, facts.annotations, image_missing=bool(missing),
                             target=missing[0] if missing else None, why=problems[0][1] if problems else "")

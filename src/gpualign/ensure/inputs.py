@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpualign.errors import BadInput
+from gpualign.flavours import FLAVOURS
 
 
 def tags_from_report(data: Any, where: str) -> list[str]:
@@ -34,8 +35,8 @@ def flavours_from_report(data: Any) -> dict[str, str]:
         return {}
     entries = [*(data.get("missing") or []), *(data.get("wrong") or []), *(data.get("include") or [])]
     found = {str(e["tag"]): str(e["modules"]) for e in entries
-             if isinstance(e, dict) and e.get("tag") and e.get("modules") in ("proprietary", "open")}
+             if isinstance(e, dict) and e.get("tag") and e.get("modules") in FLAVOURS}
     planned = data.get("modules")  # a plan report: tag -> modules, beside its to_build
     if isinstance(planned, dict):
-        found.update({str(t): str(m) for t, m in planned.items() if m in ("proprietary", "open")})
+        found.update({str(t): str(m) for t, m in planned.items() if m in FLAVOURS})
     return found

@@ -37,15 +37,19 @@ class Judgement:
     platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # image -> the linux CPU archs it holds
     flavours: dict[str, str] = field(default_factory=dict)  # image -> the flavour of its modules, by its label
 
-    def wrong_for(self, image: str, arch: str, module_type: str | None = None, branch: str | None = None) \
-            -> str | None:
+    def wrong_for(self, image: str, arch: str, module_type: str | None = None) -> str | None:
         """Why the image is wrong for a node of CPU architecture `arch` whose driver pod is given `module_type`
-        (kernelModuleType; None: not compared), or None."""
+        (kernelModuleType, decided for the branch its tag names; None: not compared), or None."""
         if image in self.wrong:
             return self.wrong[image]
         if (why := platform_problem(image, arch, self.platforms)) is not None:
             return why
-        return flavour_mismatch(self.flavours.get(image), module_type, branch) if module_type else None
+        if module_type is None or image not in self.flavours:
+            return None
+        from gpualign.ensure.tagspec import try_parse
+
+        spec = try_parse(image.rpartition(":")[2])
+        return flavour_mismatch(self.flavours[image], module_type, spec.branch if spec else None)
 
 
 NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kernel nor NVIDIA's version), so nothing "
