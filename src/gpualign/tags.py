@@ -147,6 +147,16 @@ def load_rules(override: Path | None = None, *, archive_reading: bool = True) ->
         raise BadInput(f"{source}: rules file lacks or mistypes {err}{hint}") from None
 
 
+_OS_NAMED = re.compile(r"([a-z]+)-?(\d+(?:\.\d+)*)")
+
+
+def parse_os(value: str | None) -> tuple[str, str] | None:
+    """An OS named as os-release's ID and VERSION_ID, as `plan --os` and gpualign.io/os.next take it: debian13 or
+    debian-13 → (debian, 13); ubuntu24.04 → (ubuntu, 24.04). None when absent or not of that shape."""
+    m = _OS_NAMED.fullmatch(value or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
 def os_tag(os_id: str, version_id: str, rules: Rules) -> str:
     """ubuntu + 22.04 → ubuntu22.04; rhel + 9.4 → rhel9 (major only for the IDs the rules name; "rhel>=10" only
     from major 10 on)."""

@@ -4,7 +4,6 @@ cluster, a dump, or several clusters at once."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Annotated, Any
 
@@ -82,7 +81,7 @@ def plan(
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
     from gpualign.plan import Change
-    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.tags import load_rules, normalize_branch, parse_os
     from gpualign.usecases.clusters import read_all
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
@@ -107,10 +106,10 @@ def plan(
     names = clusters.contexts(kubeconfig, context, all_contexts)
     os_id = os_version = None
     if os_:
-        m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os_)
-        if not m:
+        named = parse_os(os_)
+        if named is None:
             raise BadInput(f"--os {os_!r}: expected ID followed by VERSION_ID, e.g. ubuntu24.04")
-        os_id, os_version = m.groups()
+        os_id, os_version = named
         if not kernel:
             warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
                  "replaces; pass the kernel it ships with")

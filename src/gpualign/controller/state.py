@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,7 +28,7 @@ from gpualign.facts import NodeFacts, node_facts
 from gpualign.kube import Kube
 from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.operator_config import OperatorConfig, daemonset_image
-from gpualign.tags import Rules
+from gpualign.tags import Rules, parse_os
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import since
 
@@ -52,15 +51,6 @@ EVENT_HELD_LONG = "DriverUpgradeGatedLong"
 WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER,
                   L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
-
-_OS_NEXT = re.compile(r"([a-z]+?)-?(\d+(?:\.\d+)*)")
-
-
-def parse_os_next(value: str | None) -> tuple[str, str] | None:
-    """gpualign.io/os.next read as os-release's (ID, VERSION_ID): debian-13 or debian13 → (debian, 13); ubuntu-24.04
-    → (ubuntu, 24.04). None when absent or not of that shape."""
-    m = _OS_NEXT.fullmatch(value or "")
-    return (m.group(1), m.group(2)) if m else None
 
 
 @dataclass
@@ -295,7 +285,7 @@ class ClusterState:
         kernel_next = labels.get(L.KERNEL_NEXT)
         if kernel_next:
             labels[L.KERNEL] = kernel_next
-        os_next = parse_os_next(labels.get(L.OS_NEXT))
+        os_next = parse_os(labels.get(L.OS_NEXT))
         if os_next is not None:
             labels[L.OS_ID], labels[L.OS_VERSION] = os_next
         finding = None

@@ -1,10 +1,10 @@
-"""The controller's reading of a node's announced move (gpualign.io/os.next)."""
+"""The reading of an OS named as ID and VERSION_ID: a node's announced move (gpualign.io/os.next), `plan --os`."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpualign.controller.state import parse_os_next
+from gpualign.tags import parse_os
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -13,4 +13,4 @@ from gpualign.controller.state import parse_os_next
     ("", None), (None, None), ("debian", None), ("13", None), ("debian-", None), ("Debian-13", None),
 ])
 def test_os_next_is_read_as_os_release_id_and_version(value, expected):
-    assert parse_os_next(value) == expected
+    assert parse_os(value) == expected
