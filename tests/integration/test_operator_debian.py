@@ -26,6 +26,21 @@ pytestmark = pytest.mark.lab
 FLEET = {"deb-a1": "6.1.0-47-amd64", "deb-a2": "6.1.0-47-amd64", "deb-c1": "6.1.0-47-cloud-amd64"}
 NEW_KERNEL = "6.1.0-50-amd64"
 NEW_TAG = f"535-{NEW_KERNEL}-debian12"
+DRIVER_PODS = "app.kubernetes.io/component=nvidia-driver"
+
+
+def restart_driver_pod(lab, node: str) -> None:
+    """A reboot or an eviction, as far as the driver is concerned: its pod is deleted, the DaemonSet makes another."""
+    deleted = lab.kubectl("delete", "pod", "-n", "gpu-operator", "--field-selector", f"spec.nodeName={node}", "-l",
+                          DRIVER_PODS)
+    assert deleted.returncode == 0, deleted.stderr
+
+
+def driver_container(kube, node: str) -> tuple[dict | None, dict]:
+    """The node's operator driver pod (None before it exists) and its first container's status ({} before any)."""
+    pods = [p for p in kube.pods("gpu-operator", label_selector=DRIVER_PODS) if p["spec"].get("nodeName") == node]
+    statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
+    return (pods[0] if pods else None), (statuses[0] if statuses else {})
 
 
 @pytest.fixture(scope="module")
@@ -102,16 +117,11 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
     # 5. deb-a1's driver pod restarts (a reboot, an eviction): its replacement pulls the tag and crash-loops with
     #    the kernel's refusal, in its status, an Event, and gpualign's status
     before = operator_driver_pods(lab)["deb-a1"]
-    deleted = lab.kubectl("delete", "pod", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-a1", "-l",
-                          "app.kubernetes.io/component=nvidia-driver")
-    assert deleted.returncode == 0, deleted.stderr
+    restart_driver_pod(lab, "deb-a1")
 
     def crashing() -> dict | None:
-        pods = [p for p in kube.pods("gpu-operator", label_selector="app.kubernetes.io/component=nvidia-driver")
-                if p["spec"].get("nodeName") == "deb-a1"]
-        statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
-        waiting = (statuses[0].get("state") or {}).get("waiting") or {} if statuses else {}
-        return pods[0] if waiting.get("reason") == "CrashLoopBackOff" else None
+        pod, status = driver_container(kube, "deb-a1")
+        return pod if ((status.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff" else None
 
     crashed = wait_for(crashing, timeout=90, what="deb-a1's new operator pod crash-looping")
     assert crashed["spec"]["containers"][0]["image"] == before["image"]
@@ -148,16 +158,11 @@ def test_a_node_joins_on_the_security_update_ensure_builds_it_the_operator_loads
         assert "it holds proprietary kernel modules, and the GPU Operator's pod here loads open (kernelModuleType: " \
                "open)" in node["reason"]
         assert "open kernel modules of NVIDIA 535 are 535.261.03, its user space 535.309.01" in node["reason"]
-        deleted = lab.kubectl("delete", "pod", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-n1", "-l",
-                              "app.kubernetes.io/component=nvidia-driver")
-        assert deleted.returncode == 0, deleted.stderr
+        restart_driver_pod(lab, "deb-n1")
 
         def refused() -> str | None:
-            pods = [p for p in kube.pods("gpu-operator", label_selector="app.kubernetes.io/component=nvidia-driver")
-                    if p["spec"].get("nodeName") == "deb-n1"]
-            statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
-            last = ((statuses[0].get("lastState") or {}).get("terminated") or {}) if statuses else {}
-            return last.get("message")
+            _pod, status = driver_container(kube, "deb-n1")
+            return ((status.get("lastState") or {}).get("terminated") or {}).get("message")
 
         message = wait_for(refused, timeout=90, what="deb-n1's new pod refused by the image's init")
         assert message.startswith("gpualign: driver image 535-6.1.0-50-amd64 holds NVIDIA's proprietary kernel "
