@@ -36,7 +36,7 @@ BUILDER_IMAGE = f"localhost/gpualign-builder:{__version__}"
 PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # what `ensure` runs besides Python (the Dockerfile's builder stage installs the same where it starts from python:)
 BUILDER_PACKAGES = (*PACKAGES, "buildah", "mmdebstrap", "kmod", "skopeo", "apt", "debian-archive-keyring", "gpgv",
-                    "xz-utils")
+                    "xz-utils", "qemu-user-static")
 EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 
 

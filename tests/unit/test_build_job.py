@@ -111,7 +111,7 @@ def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
         "ensure", tag, "--ledger", "registry://reg/nvidia/driver", "--replace-wrong"]
 
 
-def test_build_pods_stay_off_gpu_nodes_on_their_architecture_with_the_charts_pod_settings():
+def test_build_pods_stay_off_gpu_nodes_on_the_builders_architecture_with_the_charts_pod_settings():
     job = J.build_job(TAG, 1, ["deb-a"], SETTINGS, "gpualign 0.1.0")
     pod = job["spec"]["template"]["spec"]
     (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
@@ -125,7 +125,13 @@ def test_build_pods_stay_off_gpu_nodes_on_their_architecture_with_the_charts_pod
     job = J.build_job(TAG, 1, ["deb-a"], custom, "gpualign 0.1.0", arch="arm64")
     pod = job["spec"]["template"]["spec"]
     assert pod["affinity"] == {"podAntiAffinity": {}} and pod["imagePullSecrets"] == [{"name": "harbor-pull"}]
-    assert pod["priorityClassName"] == "builds" and pod["nodeSelector"]["kubernetes.io/arch"] == "arm64"
+    # an arm64 image is compiled across on the builder image's architecture, and recorded as arm64's
+    assert pod["priorityClassName"] == "builds" and pod["nodeSelector"]["kubernetes.io/arch"] == "amd64"
+    assert job["metadata"]["annotations"][J.ARCH_ANNOTATION] == "arm64"
+    native = J.build_job(TAG, 1, ["deb-a"], dataclasses.replace(SETTINGS, node_selector={"kubernetes.io/arch":
+                                                                                         "arm64"}),
+                         "gpualign 0.1.0", arch="arm64")
+    assert native["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/arch": "arm64"}
     meta = job["spec"]["template"]["metadata"]
     assert meta["labels"]["team"] == "gpu" and meta["labels"][J.BUILD_LABEL] == "true"
     assert meta["annotations"] == {"cost": "batch"}

@@ -14,13 +14,17 @@ from gpualign.ensure import buildroot
 
 
 class FakeArchive:
-    suite = "bookworm"
+    suite = key = "bookworm"
+    arch = "amd64"
+    cross = False
 
     def __init__(self, served: dict[str, str]) -> None:
         self.served = served
 
     def version_of(self, package: str) -> str | None:
         return self.served.get(package)
+
+    target_version = version_of
 
     def require_headers(self, kernel: str) -> str:
         package = f"linux-headers-{kernel}"
@@ -145,7 +149,7 @@ def test_cached_modules_are_found_offline_without_a_root_preferring_the_roots_so
         (out / ".complete").write_text("1\n")
 
     class Offline:
-        suite = "bookworm"
+        suite = key = "bookworm"  # where its roots are: a name, not a reading of the archive
 
         def __getattr__(self, name: str) -> object:
             raise AssertionError(f"the archive was asked ({name}) though the modules are cached")
@@ -207,7 +211,7 @@ def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packag
         return subprocess.CompletedProcess(cmd, 0)
 
     class Archive(FakeArchive):
-        def source_lines(self) -> list[str]:
+        def source_lines(self, native: bool = False) -> list[str]:
             return []
 
     monkeypatch.setattr(buildroot.subprocess, "run", mmdebstrap)

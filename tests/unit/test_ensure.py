@@ -81,8 +81,9 @@ def test_only_debian_is_built_here_and_each_refusal_says_why():
     with pytest.raises(BadInput, match="Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source"):
         tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"), debian=DEBIAN)
     assert tagspec.buildable_here(tagspec.parse("550-6.12.117_deb13-amd64-debian13"), debian=DEBIAN) == "trixie"
-    with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, not arm64"):
-        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"), debian=DEBIAN)
+    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"), debian=DEBIAN) == "bookworm"
+    with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, arm64, not ppc64le"):
+        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-powerpc64le-debian12"), debian=DEBIAN)
     with pytest.raises(BadInput, match=r"kernel 6.12.12_bpo-amd64 \(6.12.12\+bpo-amd64\) is not built by gpualign yet"):
         tagspec.buildable_here(tagspec.parse("535-6.12.12_bpo-amd64-debian12"), debian=DEBIAN)
 

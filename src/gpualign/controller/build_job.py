@@ -8,7 +8,10 @@ against their kernel, never loaded. Nothing is mounted from the host: the build'
 push credentials come from a Secret (a Docker config), the signing key from `--sign-secret`, read from the API.
 
 Placement: never on a GPU node (a required node affinity on `nvidia.com/gpu.present`, unless the chart's
-`builds.affinity` replaces it), and on a node of the architecture the Job builds for (`kubernetes.io/arch`).
+`builds.affinity` replaces it), and on a node of the builder image's architecture (`kubernetes.io/arch: amd64`),
+whatever the architecture the Job builds for: an arm64 kernel's modules are cross-compiled there and its image's
+own programs checked under qemu-user (docs/ensure.md). A builder image of another architecture is placed by the
+chart's `builds.nodeSelector` naming `kubernetes.io/arch`; ensure then compiles natively for its own.
 
 `backoffLimit: 0`: Kubernetes never retries the pod; the controller decides (controller/builds.py). A failed pod is
 kept with its log until the Job's `ttlSecondsAfterFinished` removes it; the failure's kind is in the pod's
@@ -68,6 +71,9 @@ class BuildSettings:
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
+BUILDER_ARCH = "amd64"  # gpualign's builder image's architecture: where its pods can run
+
+
 def tag_hash(tag: str) -> str:
     return hashlib.sha256(tag.encode()).hexdigest()[:16]
 
@@ -75,7 +81,8 @@ def tag_hash(tag: str) -> str:
 def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSettings, recipe: str, *,
               replace_wrong: bool = False, arch: str = L.DEFAULT_ARCH, flavour: str = "proprietary") -> JSON:
     """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over.
-    arch: the CPU architecture the build is for: its pod runs on a node of it. flavour: the kernel modules the
+    arch: the CPU architecture the image is for (recorded on the Job; its pod runs on BUILDER_ARCH unless the
+    settings' node selector names another, and compiles across for `arch`). flavour: the kernel modules the
     nodes' driver pods load (gpualign.flavours)."""
     args = ["ensure", tag, "--ledger", settings.ledger]
     if flavour != "proprietary":
@@ -103,7 +110,7 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
         container["resources"] = dict(settings.resources)
     pod_spec: JSON = {"restartPolicy": "Never", "serviceAccountName": settings.service_account,
                       "containers": [container], "volumes": volumes,
-                      "nodeSelector": {L.ARCH: arch, **settings.node_selector},
+                      "nodeSelector": {L.ARCH: BUILDER_ARCH, **settings.node_selector},
                       "affinity": dict(settings.affinity) if settings.affinity is not None else OFF_GPU_NODES}
     if not pod_spec["affinity"]:
         del pod_spec["affinity"]

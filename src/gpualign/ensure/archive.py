@@ -1,6 +1,11 @@
 """Debian's archive, through a private apt state under the cache (the machine's own apt sources are left alone:
 they often list `main` only, and NVIDIA's module source is in `non-free`/`contrib`).
 
+An archive is read for one target architecture: the kernels' (`kubernetes.io/arch`, Go's spelling, which Debian's
+matches for amd64 and arm64). On a builder of another architecture it is read for both: the builder's own packages
+(the cross compiler, kbuild's host programs) and the target's (its headers, its module source, its user space),
+each target package named NAME:ARCH (`target_versions`, `download`).
+
 It answers: is there a headers package for this kernel, which NVIDIA module source version would a build get, and
 it fetches one kernel's Module.symvers (from its headers package, without installing anything).
 """
@@ -17,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,11 +64,41 @@ def file_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def host_arch() -> str:
+    """This machine's architecture as Debian and Kubernetes spell it (amd64, arm64)."""
+    import platform
+
+    machine = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
 @dataclass(frozen=True)
 class Archive:
     suite: str = "bookworm"
     mirror: str = DEFAULT_MIRROR
     security: str = DEFAULT_SECURITY
+    arch: str = field(default_factory=host_arch)  # the target's: the kernels' and the image's
+
+    @property
+    def cross(self) -> bool:
+        """The target is another architecture than this machine's: its modules are cross-compiled."""
+        return self.arch != host_arch()
+
+    def on_arch(self, arch: str | None) -> Archive:
+        """This archive, read for another target architecture (None: unchanged)."""
+        import dataclasses
+
+        return self if arch is None or arch == self.arch else dataclasses.replace(self, arch=arch)
+
+    def for_tag_kernel(self, os_tag: str, kernel: str) -> Archive:
+        """The archive a tag's image is built from: its OS's release, its kernel's architecture."""
+        from gpualign.makers import kernel_arch
+
+        return self.for_spec(os_tag).on_arch(kernel_arch(kernel))
+
+    def target(self, package: str) -> str:
+        """A target package's name for apt: NAME:ARCH when cross-building, NAME otherwise."""
+        return f"{package}:{self.arch}" if self.cross else package
 
     @classmethod
     def for_os(cls, os_tag: str) -> Archive:
@@ -77,9 +112,10 @@ class Archive:
         """The archive that carries a Debian kernel's headers: its `+debNN` names the release (6.12.N+deb13-amd64:
         trixie); bookworm's otherwise (6.1.0-N-amd64, 6.12.N+deb12-amd64)."""
         from gpualign.kernels import debian_release
+        from gpualign.makers import kernel_arch
 
         named = debian_release(release)
-        return cls.for_os(f"debian{named}") if named else cls()
+        return (cls.for_os(f"debian{named}") if named else cls()).on_arch(kernel_arch(release))
 
     def for_spec(self, os_tag: str) -> Archive:
         """This archive, on the suite of an OS tag's release (the mirrors kept)."""
@@ -89,25 +125,35 @@ class Archive:
         return self if other.suite == self.suite else dataclasses.replace(self, suite=other.suite)
 
     @property
+    def key(self) -> str:
+        """The name of this archive's apt state and build roots: the suite, and the architectures when cross."""
+        return f"{self.suite}-{self.arch}" if self.cross else self.suite
+
+    @property
     def suites(self) -> list[str]:
         return [self.suite, f"{self.suite}-updates", f"{self.suite}-security"]
 
-    def source_lines(self) -> list[str]:
-        return [f"deb [signed-by={KEYRING}] {self.mirror} {self.suite} {COMPONENTS}",
-                f"deb [signed-by={KEYRING}] {self.mirror} {self.suite}-updates {COMPONENTS}",
-                f"deb [signed-by={KEYRING}] {self.security} {self.suite}-security {COMPONENTS}"]
+    def source_lines(self, *, native: bool = False) -> list[str]:
+        """native: this machine's architecture only (what mmdebstrap's build root takes from it)."""
+        archs = f"arch={host_arch()},{self.arch} " if self.cross and not native else ""
+        return [f"deb [{archs}signed-by={KEYRING}] {self.mirror} {self.suite} {COMPONENTS}",
+                f"deb [{archs}signed-by={KEYRING}] {self.mirror} {self.suite}-updates {COMPONENTS}",
+                f"deb [{archs}signed-by={KEYRING}] {self.security} {self.suite}-security {COMPONENTS}"]
 
     def describe(self) -> str:
-        return f"{', '.join(self.suites)} ({COMPONENTS.replace(' ', ', ')}) at {self.mirror}"
+        archs = f", {self.arch}" if self.cross else ""
+        return f"{', '.join(self.suites)} ({COMPONENTS.replace(' ', ', ')}{archs}) at {self.mirror}"
 
     # -- the private apt state ----------------------------------------------------------------------------------
     @property
     def state(self) -> Path:
-        return cache_root() / "apt" / self.suite
+        return cache_root() / "apt" / self.key
 
     def _apt_opts(self) -> list[str]:
         s = self.state
-        return ["-o", f"Dir::Etc::SourceList={s / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
+        archs = ["-o", f"APT::Architectures::={host_arch()}", "-o", f"APT::Architectures::={self.arch}"] \
+            if self.cross else []
+        return [*archs, "-o", f"Dir::Etc::SourceList={s / 'sources.list'}", "-o", "Dir::Etc::SourceParts=-",
                 "-o", f"Dir::State::Lists={s / 'lists'}", "-o", f"Dir::Cache={s / 'cache'}",
                 "-o", f"Dir::State::status={s / 'status'}", "-o", "Debug::NoLocking=1",
                 # the package cache kept beside the lists (a host's apt.conf may set it to "", as container images
@@ -129,7 +175,7 @@ class Archive:
         stamp = self.state / "updated"
         if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:
             return
-        with file_lock(f"apt-{self.suite}.lock"):
+        with file_lock(f"apt-{self.key}.lock"):
             if not force and stamp.exists() and time.time() - stamp.stat().st_mtime < REFRESH_SECONDS:
                 return  # another image's update, done while this one waited
             self._update()
@@ -150,7 +196,7 @@ class Archive:
     def _versions(self, packages: list[str]) -> dict[str, str]:
         """package -> candidate version, for those the lists know, in one apt-cache call (it names the others on
         stderr and exits 0). Under a lock: apt-cache may write its package cache."""
-        with file_lock(f"apt-cache-{self.suite}.lock"):
+        with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", *packages],
                                  capture_output=True, text=True, timeout=60)
         found: dict[str, str] = {}
@@ -160,7 +206,8 @@ class Archive:
                 package = line.split(":", 1)[1].strip()
             elif line.startswith("Version:") and package is not None:
                 found.setdefault(package, line.split(":", 1)[1].strip())
-        return found
+        qualified = {p.split(":", 1)[0]: p for p in packages if ":" in p}  # Package: names no architecture
+        return {qualified.get(p, p): v for p, v in found.items()}
 
     def versions_of(self, packages: list[str]) -> dict[str, str | None]:
         """Each package's candidate version, None where the archive has no such package (the lists are read again
@@ -176,11 +223,31 @@ class Archive:
         """The candidate version of a package, or None when the archive has no such package."""
         return self.versions_of([package])[package]
 
+    def target_versions(self, packages: list[str]) -> dict[str, str | None]:
+        """versions_of for the target architecture's packages (headers, module source, user space), keyed by the
+        names given."""
+        found = self.versions_of([self.target(p) for p in packages])
+        return {p: found[self.target(p)] for p in packages}
+
+    def target_version(self, package: str) -> str | None:
+        return self.target_versions([package])[package]
+
+    def target_depends(self, package: str) -> list[str]:
+        """A target package's dependencies, by name (the first of each alternative; versions and architectures
+        dropped), as its candidate version states them."""
+        self.update()
+        with file_lock(f"apt-cache-{self.key}.lock"):
+            res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", self.target(package)],
+                                 capture_output=True, text=True, timeout=60)
+        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("Depends:")), "Depends:")
+        return [re.split(r"[\s(:]", alt.split("|")[0].strip(), maxsplit=1)[0]
+                for alt in line.split(":", 1)[1].split(",") if alt.strip()]
+
     def require_headers(self, kernel: str) -> str:
         """The headers package for a kernel release, or BadInput naming the suites looked in (and the releases that
         a label spelling could stand for, where the archive has several)."""
         package = f"linux-headers-{kernel}"
-        if self.version_of(package) is None:
+        if self.target_version(package) is None:
             from gpualign.kernels import candidates, label_of
 
             near = candidates(label_of(kernel), self.headers_releases(label_of(kernel).split("_")[0]))
@@ -193,7 +260,7 @@ class Archive:
         """The kernel releases whose headers the archive carries, starting with `prefix` (e.g. 6.12.), oldest
         first."""
         self.update()
-        with file_lock(f"apt-cache-{self.suite}.lock"):
+        with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "pkgnames", f"linux-headers-{prefix}"],
                                  capture_output=True, text=True, timeout=60)
         releases = {line.strip().removeprefix("linux-headers-") for line in res.stdout.splitlines() if line.strip()}
@@ -207,7 +274,7 @@ class Archive:
         from gpualign.makers import sources_from
 
         self.update()
-        with file_lock(f"apt-cache-{self.suite}.lock"):
+        with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "pkgnames", "nvidia"], capture_output=True,
                                  text=True, timeout=60)
         names = sorted(n.strip() for n in res.stdout.splitlines() if n.strip().endswith("-kernel-source"))
@@ -235,7 +302,7 @@ class Archive:
     def module_source_version(self, open_flavour: bool = False) -> str:
         """NVIDIA's kernel module source version a build gets now, e.g. 535.261.03."""
         package = "nvidia-open-kernel-source" if open_flavour else "nvidia-kernel-source"
-        version = self.version_of(package)
+        version = self.target_version(package)
         if version is None:
             raise BadInput(f"{package} is not in Debian's archive ({self.describe()})")
         return version.split("-", 1)[0]
@@ -247,7 +314,7 @@ class Archive:
             return out
         package = self.require_headers(kernel)
         with tempfile.TemporaryDirectory(prefix="gpualign-headers-") as tmp:
-            res = self._apt("download", package, cwd=Path(tmp))
+            res = self._apt("download", self.target(package), cwd=Path(tmp))
             debs = list(Path(tmp).glob("*.deb"))
             if res.returncode != 0 or not debs:
                 raise ArchiveError(f"downloading {package} failed: "

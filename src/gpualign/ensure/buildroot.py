@@ -9,6 +9,12 @@ scripts would do that a compile needs (the `awk` and `cc` alternatives) are made
 step before the first compile could start. What went in is recorded in a manifest (package and version, read from
 the .deb files by an extract hook), since dpkg in the root knows nothing.
 
+A kernel of another architecture than this machine's (an arm64 kernel on an amd64 builder) is compiled across:
+its root is this machine's tools, Debian's cross compiler at the version the kernel's headers ask for
+(`gcc-12` → `gcc-12-aarch64-linux-gnu`) and kbuild's host programs, with the target's headers and module source
+unpacked over them (`dpkg-deb -x` of NAME:ARCH, since a package of each architecture cannot be installed together
+with its dependencies). Each target architecture has roots of its own.
+
 Roots are keyed by content (the kernels' headers and the flavours' sources in them). A kernel or flavour that no
 root has gets a new root, with what this run needs and what the newest root had (up to MAX_KERNELS kernels), and the
 roots no compile is using are then removed. A compile holds its root shared while it runs, so no root is ever removed
@@ -21,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -41,6 +48,7 @@ TOOLS = ("dash", "bash", "coreutils", "sed", "grep", "mawk", "findutils", "diffu
          "gcc", "make", "libc6-dev", "kmod")
 ALTERNATIVES = {"usr/bin/awk": "mawk", "usr/bin/cc": "gcc"}  # what update-alternatives would have made
 MAX_KERNELS = 4  # a new root carries the newest root's kernels over while it stays this small
+TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # Debian's GNU types, for cross tools
 Progress = Callable[[str], None]
 
 
@@ -80,8 +88,17 @@ def upstream(version: str) -> str:
     return version.split(":", 1)[-1].split("-", 1)[0].split("+", 1)[0]
 
 
+def cross_prefix(archive: Archive) -> str:
+    """CROSS_COMPILE for the archive's target ("" when it is this machine's architecture)."""
+    if not archive.cross:
+        return ""
+    if archive.arch not in TRIPLETS:
+        raise BadInput(f"architecture {archive.arch!r}: gpualign cross-compiles for {', '.join(TRIPLETS)}")
+    return f"{TRIPLETS[archive.arch]}-"
+
+
 def _base(archive: Archive) -> Path:
-    return cache_root() / "build-roots" / archive.suite
+    return cache_root() / "build-roots" / archive.key
 
 
 def _use_lock(root: Path) -> Path:
@@ -114,7 +131,7 @@ def held(archive: Archive, kernel: str, flavour: str | None = None, *, together:
     (the other kernels of this run), so one root serves a run."""
     if flavour is not None and flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected {' or '.join(FLAVOURS)}")
-    with file_lock(f"root-{archive.suite}.lock"):
+    with file_lock(f"root-{archive.key}.lock"):
         existing = roots(archive)
         root = next((r for r in existing if r.has(kernel, flavour) and _current(archive, r, flavour)), None)
         if root is None:
@@ -135,7 +152,7 @@ def _current(archive: Archive, root: Root, flavour: str | None) -> bool:
     if flavour is None:
         return True
     package = FLAVOURS[flavour][0]
-    return root.packages.get(package) == archive.version_of(package)
+    return root.packages.get(package) == archive.target_version(package)
 
 
 def _wanted(archive: Archive, existing: list[Root], kernel: str, flavour: str | None,
@@ -146,7 +163,7 @@ def _wanted(archive: Archive, existing: list[Root], kernel: str, flavour: str | 
         newest = existing[0]
         carried = [k for k in newest.kernels if k not in kernels]
         if len(kernels) + len(carried) <= MAX_KERNELS:
-            kernels += [k for k in carried if archive.version_of(newest.kernels[k]) is not None]  # still served
+            kernels += [k for k in carried if archive.target_version(newest.kernels[k]) is not None]  # still served
             flavours += [f for f in newest.flavours if f not in flavours]
     return {k: archive.require_headers(k) for k in kernels}, tuple(flavours)
 
@@ -156,13 +173,17 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
     if os.geteuid() != 0:
         raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
     sources = [FLAVOURS[f][0] for f in flavours]
-    packages = [*TOOLS, *kernels.values(), *sources]
-    key = hashlib.sha256(" ".join(sorted(packages)).encode()).hexdigest()[:16]
+    targets = [*kernels.values(), *sources] if archive.cross else []  # unpacked over the root, NAME:ARCH
+    packages = [*TOOLS, *(_cross_tools(archive, list(kernels.values())) if archive.cross else
+                          [*kernels.values(), *sources])]
+    key = hashlib.sha256(" ".join(sorted([*packages, *(f"{t}:{archive.arch}" for t in targets)])).encode()
+                         ).hexdigest()[:16]
     # named apart from any root with the same package names (one whose source Debian has since replaced, that a
     # compile may still hold): never replaced in place
     final = _base(archive) / f"{key}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
     final.parent.mkdir(parents=True, exist_ok=True)
-    progress(f"build root: mmdebstrap (extract) {archive.suite} with {', '.join((*kernels.values(), *sources))}")
+    progress(f"build root: mmdebstrap (extract) {archive.suite} with {', '.join((*kernels.values(), *sources))}"
+             + (f" ({archive.arch}, compiled across with {cross_prefix(archive)}gcc)" if archive.cross else ""))
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f".{key}.", dir=final.parent) as tmp:
         staging = Path(tmp) / "root"
@@ -173,7 +194,8 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
                 "dpkg-deb --show --showformat='${Package}\\t${Version}\\n' \"$deb\"; done > \"$GPUALIGN_LISTING\"")
         cmd = ["mmdebstrap", "--quiet", "--variant=extract",
                "--components=main,contrib,non-free,non-free-firmware", f"--include={','.join(packages)}",
-               f"--extract-hook={hook}", archive.suite, str(staging / "rootfs"), *archive.source_lines()]
+               f"--extract-hook={hook}", archive.suite, str(staging / "rootfs"),
+               *archive.source_lines(native=True)]
         try:
             with log.open("w") as out:
                 proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT,
@@ -187,7 +209,9 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
                                 "again")
             raise BuildError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
         versions = dict(line.split("\t", 1) for line in listing.read_text().splitlines() if "\t" in line)
-        missing = [p for p in packages if p not in versions]
+        if targets:
+            versions.update(_unpack_targets(archive, targets, staging / "rootfs", Path(tmp)))
+        missing = [p for p in [*packages, *targets] if p not in versions]
         if missing:
             raise BuildError(f"the build root lacks {', '.join(missing)} after mmdebstrap; log: {log}")
         rootfs = staging / "rootfs"
@@ -201,9 +225,44 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
     return Root(final, kernels, flavours, versions)
 
 
+def _cross_tools(archive: Archive, headers: list[str]) -> list[str]:
+    """What this machine runs to compile for the target: its own packages for what the target's headers depend on
+    (kbuild's host programs; the headers' common part, for every architecture), and the cross compiler for the
+    native compiler they name (gcc-12 → gcc-12-aarch64-linux-gnu)."""
+    triplet = cross_prefix(archive).rstrip("-")
+    tools: list[str] = []
+    for package in headers:
+        for dep in archive.target_depends(package):
+            compiler = re.fullmatch(r"(?:linux-compiler-)?(gcc-\d+)(?:-[a-z0-9]+)?", dep)
+            tools.append(f"{compiler.group(1)}-{triplet}" if compiler else dep)
+    return list(dict.fromkeys(tools))
+
+
+def _unpack_targets(archive: Archive, packages: list[str], rootfs: Path, tmp: Path) -> dict[str, str]:
+    """The target's packages (NAME:ARCH), downloaded and unpacked over the root; returns their versions."""
+    debs = tmp / "target-debs"
+    debs.mkdir()
+    os.chmod(debs, 0o777)  # apt downloads as its sandbox user where it can
+    res = archive.download([archive.target(p) for p in packages], debs)
+    if res.returncode != 0:
+        raise BuildError(f"downloading {', '.join(packages)} ({archive.arch}) failed: "
+                         f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
+    versions: dict[str, str] = {}
+    for deb in sorted(debs.glob("*.deb")):
+        shown = subprocess.run(["dpkg-deb", "--show", "--showformat=${Package}\t${Version}", str(deb)],
+                               capture_output=True, text=True)
+        unpacked = subprocess.run(["dpkg-deb", "-x", str(deb), str(rootfs)], capture_output=True, text=True)
+        if shown.returncode != 0 or unpacked.returncode != 0:
+            raise BuildError(f"unpacking {deb.name} failed: {(shown.stderr + unpacked.stderr).strip()[-200:]}")
+        name, version = shown.stdout.split("\t", 1)
+        versions[name] = version
+    return versions
+
+
 def _remove_unused(archive: Archive, keep: Path) -> None:
     """Remove the roots other than `keep` that no compile holds (and the single root older versions kept)."""
-    shutil.rmtree(cache_root() / "roots" / archive.suite, ignore_errors=True)
+    if not archive.cross:
+        shutil.rmtree(cache_root() / "roots" / archive.suite, ignore_errors=True)
     for path in [p for p in _base(archive).iterdir() if p.is_dir() and p != keep]:
         use = _use_lock(path)
         with use.open("w") as handle:

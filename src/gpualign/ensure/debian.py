@@ -2,7 +2,9 @@
 
 The compiles run in a build root (`ensure.buildroot`: a bookworm tree with gcc, the kernels' `linux-headers-<kernel>`
 and Debian's `nvidia-kernel-source` or `nvidia-open-kernel-source`, the flavour built), side by side, under chroot,
-with NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*). The modules are
+with NVIDIA's own Makefile wrapper (`make modules KERNEL_UNAME=<kernel>`, which sets NV_KERNEL_*); a kernel of
+another architecture is compiled across (ARCH=arm64 CROSS_COMPILE=aarch64-linux-gnu-: NVIDIA's Makefile picks its
+binary part by ARCH, kbuild its compiler by CROSS_COMPILE and the gcc version the headers name). The modules are
 stripped of debug info and cached by (module source version, kernel, flavour, signing key), so a failed push never
 recompiles. Needs root (chroot), as buildah here does.
 """
@@ -25,6 +27,7 @@ from gpualign.ensure.buildroot import FLAVOURS, BuildError
 from gpualign.errors import BadInput
 
 Progress = Callable[[str], None]
+_KBUILD_ARCH = {"aarch64-linux-gnu-": "arm64", "x86_64-linux-gnu-": "x86_64"}  # ARCH for NVIDIA's own Makefile
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
         if cached is not None:
             return cached
         on_compile(version)
-        return _compile(root, kernel, flavour, version, jobs, progress)
+        return _compile(root, kernel, flavour, version, jobs, progress, buildroot.cross_prefix(archive))
 
 
 def cached_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
@@ -127,16 +130,18 @@ def _cached(kernel: str, flavour: str, version: str, progress: Progress) -> Buil
 
 
 def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs: int,
-             progress: Progress) -> Built:
+             progress: Progress, cross: str = "") -> Built:
+    """cross: CROSS_COMPILE for a kernel of another architecture (aarch64-linux-gnu-), "" for this machine's."""
     _package, tarball, subdir = FLAVOURS[flavour]
     rootfs = root.rootfs
     out = modules_dir(kernel, flavour, version, None)
-    progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}; a few CPU-minutes)")
+    across = f" ARCH={_KBUILD_ARCH[cross]} CROSS_COMPILE={cross}" if cross else ""
+    progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}{across}; a few CPU-minutes)")
     work = f"/build/{flavour}-{kernel}"  # kernels compile side by side in the one root
     script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "
-              f"cd modules/{subdir}; make -j{jobs} modules KERNEL_UNAME={kernel}; "
+              f"cd modules/{subdir}; make -j{jobs} modules KERNEL_UNAME={kernel}{across}; "
               f"mkdir -p {work}/out; for ko in $(find . -name '*.ko'); do "
-              f"strip --strip-debug -o {work}/out/$(basename $ko) $ko; done")
+              f"{cross}strip --strip-debug -o {work}/out/$(basename $ko) $ko; done")
     out.parent.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.build.log"
     t0 = time.monotonic()

@@ -61,6 +61,13 @@ MERGED_USR = ('for d in bin sbin lib lib64; do [ -e "$1/$d" ] || [ ! -d "$1/usr/
 EXTRA_HOOK = {"trixie": MERGED_USR}
 
 
+def arch_of(spec: TagSpec) -> str:
+    """The image's architecture: its kernel's (6.1.0-50-arm64: arm64), amd64 where the kernel names none."""
+    from gpualign.makers import kernel_arch
+
+    return kernel_arch(spec.kernel) or "amd64"
+
+
 def base_key(suite: str) -> str:
     """What a release's base is made of (bookworm's is BASE_KEY, as before there were others)."""
     extra = EXTRA_HOOK.get(suite)
@@ -69,8 +76,8 @@ def base_key(suite: str) -> str:
     return hashlib.sha256(repr((base_packages(suite), extra, BASE_HOOK)).encode()).hexdigest()[:12]
 
 
-def base_name(suite: str) -> str:
-    return f"localhost/gpualign-driver-base:{suite}-{base_key(suite)}"
+def base_name(suite: str, arch: str = "amd64") -> str:
+    return f"localhost/gpualign-driver-base:{suite}-{base_key(suite)}" + (f"-{arch}" if arch != "amd64" else "")
 
 
 def base_packages(suite: str) -> tuple[str, ...]:
@@ -127,7 +134,8 @@ def buildah(*args: str, capture: bool = True) -> str:
     if proc.returncode != 0:
         err = proc.stderr.strip().splitlines()
         message = err[-1] if err else f"exit {proc.returncode}"
-        if args and args[0] == "push" and (refused := refusal(proc.stderr, "the registry refused the push")):
+        pushing = args[:1] == ("push",) or args[:2] == ("manifest", "push")
+        if pushing and (refused := refusal(proc.stderr, "the registry refused the push")):
             raise refused
         if "no space left on device" in proc.stderr.lower():
             raise BuildError(f"buildah {args[0]}: the disk is full ({s}): free space and run again")
@@ -135,21 +143,27 @@ def buildah(*args: str, capture: bool = True) -> str:
     return proc.stdout.strip() if capture else ""
 
 
-def ensure_base(suite: str = "bookworm") -> str:
-    """The image's base for a Debian release (made once, cached; under a lock: the images of one run share it)."""
-    with file_lock(f"driver-base-{suite}.lock" if suite != "bookworm" else "driver-base.lock"):
-        return _ensure_base(suite)
+def ensure_base(suite: str = "bookworm", arch: str = "amd64") -> str:
+    """The image's base for a Debian release and architecture (made once, cached; under a lock: the images of one
+    run share it). Another architecture's base is unpacked as this machine's is (the extract variant runs nothing
+    of it), and its image configured as that architecture's."""
+    lock = f"driver-base-{suite}.lock" if suite != "bookworm" else "driver-base.lock"
+    with file_lock(lock if arch == "amd64" else f"driver-base-{suite}-{arch}.lock"):
+        return _ensure_base(suite, arch)
 
 
-def _ensure_base(suite: str) -> str:
-    base = base_name(suite)
+def _ensure_base(suite: str, arch: str) -> str:
+    base = base_name(suite, arch)
     stamp = storage() / (f"driver-base-{BASE_KEY}.done" if suite == "bookworm" else
                          f"driver-base-{suite}-{base_key(suite)}.done")
+    if arch != "amd64":
+        stamp = stamp.with_name(f"{stamp.stem}-{arch}.done")
     if stamp.exists() and base in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():
         return base
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--include={','.join(base_packages(suite))}",
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--architectures={arch}",
+               f"--include={','.join(base_packages(suite))}",
                f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -157,6 +171,7 @@ def _ensure_base(suite: str) -> str:
         ctr = buildah("from", "scratch")
         try:
             buildah("add", "--quiet", ctr, str(tar), "/")
+            buildah("config", "--arch", arch, "--os", "linux", ctr)
             buildah("commit", "--quiet", ctr, base)
         finally:
             buildah("rm", ctr)
@@ -242,7 +257,8 @@ def local_image(spec: TagSpec, key: str, variant: str = "") -> str | None:
                         '{{index .OCIv1.Config.Labels "io.gpualign.base"}}', local)
     except BuildError:
         return None  # no such image
-    return local if found.split() == [key, base_name(suite_of(spec))] and _layout(local) == LAYOUT else None
+    return local if found.split() == [key, base_name(suite_of(spec), arch_of(spec))] and _layout(local) == LAYOUT \
+        else None
 
 
 def _layout(local: str) -> str:
@@ -261,10 +277,13 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     from gpualign.ensure import kmod
 
     flavour = next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
-    base = ensure_base(suite_of(spec))
+    arch = arch_of(spec)
+    base = ensure_base(suite_of(spec), arch)
     local = local_name(spec, variant)
     if user is None:
         raise BuildError(f"{spec.tag}: no user space to assemble")
+    if user.arch != arch:
+        raise BuildError(f"{spec.tag}: the user space given is {user.arch}'s, the kernel {arch}'s")
     ctr = buildah("from", "--pull-never", userspace_image(suite_of(spec), base, user))
     try:
         root = Path(buildah("mount", ctr))
@@ -275,7 +294,7 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
         depmod = subprocess.run(["depmod", "-b", str(root), spec.kernel], capture_output=True, text=True)
         if depmod.returncode != 0:  # kmod on the host; the image's own depmod would do the same
             raise BuildError(f"depmod for {spec.kernel} failed: {depmod.stderr.strip()[-300:]}")
-        checked = userspace.check(root, driver_version)  # as every image is checked: its own assembled tree
+        checked = userspace.check(root, driver_version, arch)  # as every image is checked: its own assembled tree
         verified = {**verified, "userspace": checked, "userspace_packages": user.packages}
         buildah("umount", ctr)
         config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
@@ -305,15 +324,18 @@ def userspace_image(suite: str, base: str, user: userspace.UserSpace) -> str:
     space and layout, made once and shared by every kernel's image of that driver version. Each image is then its
     modules' layer over it, and a registry that holds one kernel's image is sent only the next one's modules."""
     digest = hashlib.sha256(repr((base, _image_id(base), LAYOUT, sorted(user.packages.items()))).encode())
-    name = f"localhost/gpualign-driver-userspace:{suite}-{user.driver_version}-{digest.hexdigest()[:12]}"
-    with file_lock(f"driver-userspace-{suite}-{user.driver_version}.lock"):
+    named = f"{suite}-{user.arch}" if user.arch != "amd64" else suite
+    name = f"localhost/gpualign-driver-userspace:{named}-{user.driver_version}-{digest.hexdigest()[:12]}"
+    with file_lock(f"driver-userspace-{named}-{user.driver_version}.lock"):
         if _image_id(name) is not None:
             return name
         ctr = buildah("from", "--pull-never", base)
         try:
             root = Path(buildah("mount", ctr))
             shutil.copytree(user.root, root, symlinks=True, dirs_exist_ok=True)
-            ldconfig = subprocess.run(["ldconfig", "-r", str(root)], capture_output=True, text=True)
+            from gpualign.ensure import foreign
+
+            ldconfig = foreign.ldconfig(root, user.arch)
             if ldconfig.returncode != 0:
                 raise BuildError(f"ldconfig in the image failed: {ldconfig.stderr.strip()[-300:]}")
             script = root / "usr" / "local" / "bin" / "nvidia-driver"
@@ -353,8 +375,23 @@ def _image_id(name: str) -> str | None:
         return None
 
 
-def push(local: str, reference: str, *, tls_verify: bool, authfile: str | None = None) -> None:
-    args = ["push", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
+def push(local: str, reference: str, *, tls_verify: bool, authfile: str | None = None, arch: str = "amd64") -> None:
+    """An amd64 image is pushed as its manifest, as before; another architecture's as an image index naming its
+    platform (linux/arm64), so that a runtime on any node picks its platform by the index, as it does for NVIDIA's
+    own multi-architecture images."""
+    args = [f"--tls-verify={'true' if tls_verify else 'false'}"]
     if authfile and os.path.exists(authfile):
         args += ["--authfile", authfile]
-    buildah(*args, local, f"docker://{reference}")
+    if arch == "amd64":
+        buildah("push", "--quiet", *args, local, f"docker://{reference}")
+        return
+    index = f"{local}-index"
+    with contextlib.suppress(BuildError):  # one made before, from an older image
+        buildah("manifest", "rm", index)
+    buildah("manifest", "create", index)
+    try:
+        buildah("manifest", "add", "--arch", arch, "--os", "linux", index, f"containers-storage:{local}")
+        buildah("manifest", "push", "--quiet", "--all", "--format", "oci", *args, index, f"docker://{reference}")
+    finally:
+        with contextlib.suppress(BuildError):
+            buildah("manifest", "rm", index)

@@ -25,14 +25,14 @@ from gpualign.errors import BadInput, GpualignError
 from gpualign.kernels import label_of, release_of
 from gpualign.ledger.registry import RegistryClient
 
-DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(amd64|cloud-amd64|rt-amd64)")
+DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(?:cloud-|rt-)?(?:amd64|arm64)")
 
 
 def checkable(kernel: str | None) -> bool:
     """A kernel whose headers (and Module.symvers) Debian's archive carries: Debian 12's 6.1.0-N-amd64 and
     6.12.N+deb12-amd64, Debian 13's 6.12.N+deb13-amd64 (NFD's label, 6.12.N_deb13-amd64, read back), with their
-    -cloud/-rt flavours. Modules can be
-    checked against it here; others (Ubuntu, RHEL) cannot."""
+    -cloud/-rt flavours, and each of them for arm64 (6.1.0-N-arm64). Modules can be checked against it here; others
+    (Ubuntu, RHEL) cannot."""
     return bool(kernel and DEBIAN_KERNEL.fullmatch(release_of(kernel)))
 
 
@@ -88,22 +88,25 @@ def contract_problem(directory: Path, modules_version: str) -> str | None:
     return None
 
 
-def modules_of(client: RegistryClient, tag: str, cache: Path) -> tuple[str, Path] | None:
+def modules_of(client: RegistryClient, tag: str, cache: Path, arch: str = "amd64") -> tuple[str, Path] | None:
     """(manifest digest, directory of its .ko files) for an image that holds kernel modules under /lib/modules (or
-    /opt/lib/modules), else None.
+    /opt/lib/modules), else None. Of an image index, the `arch` entry's image is read, as a node of that
+    architecture would pull it (None when the index has none; a single manifest is read whatever it says).
     Its layers are read once (streamed: a module layer is larger than the ledger client's body cap) and the modules
     kept under `cache`, by manifest digest."""
     manifest = client.manifest(tag)
     digest = client.digest(tag)
     if manifest is None or digest is None:
         return None
-    if "manifests" in manifest:  # an index: the linux/amd64 entry, as a node would pull
-        entry = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("architecture") == "amd64"),
+    read = digest
+    if "manifests" in manifest:  # an index: the node's platform entry, as a node would pull
+        entry = next((m for m in manifest["manifests"] if (m.get("platform") or {}).get("architecture") == arch),
                      None)
         if entry is None:
             return None
         manifest = client.manifest(entry["digest"]) or {}
-    out = cache / digest.replace(":", "-")
+        read = entry["digest"]  # each platform's modules cached apart
+    out = cache / read.replace(":", "-")
     if (out / ".complete").exists() and (out / CONTENTS).exists():  # read before by a gpualign that records both
         return (digest, out) if list(out.glob("*.ko")) else None
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -150,8 +153,9 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     from gpualign.ensure import kmod, symvers
     from gpualign.ensure.archive import Archive
     from gpualign.ensure.verify import verify
+    from gpualign.makers import kernel_arch
 
-    found = modules_of(client, tag, cache)
+    found = modules_of(client, tag, cache, kernel_arch(kernel) or "amd64")
     if found is None:
         return "none", None
     table = symvers.parse(Archive.for_kernel(kernel).symvers(kernel).read_text(), f"Module.symvers of {kernel}")

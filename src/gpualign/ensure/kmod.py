@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the signature modules (cryptography, asn1crypto) are loaded
     from gpualign.ensure import modsig
 
 SIG_MAGIC = b"~Module signature appended~\n"
+ELF_ARCH = {"EM_X86_64": "amd64", "EM_AARCH64": "arm64"}  # e_machine, as Kubernetes names the architecture
 _SIG_STRUCT = struct.Struct(">BBBBBxxxI")  # algo, hash, id_type, signer_len, key_id_len, pad[3], sig_len
 
 
@@ -59,6 +60,7 @@ class Module:
     exports: frozenset[str]
     signature: Signature | None
     size: int
+    arch: str | None = None  # the CPU it was built for, from the ELF header (amd64, arm64), as Kubernetes spells it
 
     def field(self, key: str) -> str | None:
         values = self.info.get(key)
@@ -129,7 +131,8 @@ def _parse(name: str, stream: BinaryIO, signature: Signature | None, size: int) 
             if strings is not None else frozenset()
     except ELFError as err:
         raise BadInput(f"{name}: not a readable ELF kernel module: {err}") from None
-    return Module(name, info, imports, exports, signature, size)
+    machine = str(elf.header["e_machine"])
+    return Module(name, info, imports, exports, signature, size, ELF_ARCH.get(machine, machine))
 
 
 def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:

@@ -131,7 +131,8 @@ def plan_one(tag: str, opts: Options) -> Plan:
             (why := open_problem(release, spec.branch)) is not None:
         raise BadInput(f"{spec.tag}: {why}")
     if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
-        opts.archive.for_spec(spec.os_tag).require_headers(spec.kernel)  # as the build will refuse it
+        # as the build will refuse it
+        opts.archive.for_tag_kernel(spec.os_tag, spec.kernel).require_headers(spec.kernel)
     return Plan(spec, BUILD, digest, problem)
 
 
@@ -228,7 +229,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
 def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
     from gpualign.ensure import buildroot, debian, image, kmod
 
-    archive = opts.archive.for_spec(spec.os_tag)  # the tag's Debian release: bookworm, trixie
+    archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # the tag's release and its kernel's CPU
     t0 = time.monotonic()
     say(spec.tag, f"headers: linux-headers-{spec.kernel}")
     if not buildroot.ready(archive, spec.kernel) and not _compiled_before(spec, opts):
@@ -322,7 +323,8 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
     say(spec.tag, f"push: {out.reference}")
-    image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
+    image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile,
+               arch=image.arch_of(spec))
     out.digest = opts.target.digest(spec.tag)
     out.seconds["push"] = time.monotonic() - t0
     if out.digest is None:
@@ -339,7 +341,8 @@ def _pull_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -
     from gpualign.errors import Unreachable
 
     t0 = time.monotonic()
-    version = opts.archive.for_spec(spec.os_tag).version_of(buildroot.FLAVOURS[opts.flavour][0])
+    version = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel).target_version(
+        buildroot.FLAVOURS[opts.flavour][0])
     if version is None:
         return None  # the build says it, naming the archive
     key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
@@ -386,7 +389,8 @@ def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
     from gpualign.ensure import buildroot, debian
 
     return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
-        debian.cached_modules(opts.archive.for_spec(spec.os_tag), spec.kernel, opts.flavour) is not None
+        debian.cached_modules(opts.archive.for_tag_kernel(spec.os_tag, spec.kernel), spec.kernel,
+                              opts.flavour) is not None
 
 
 _inputs_started: set[str] = set()
@@ -403,13 +407,13 @@ def prepare_image_inputs(archive: Archive, driver_version: str) -> None:
     from gpualign.ensure import image, userspace
 
     with _inputs_lock:
-        if driver_version in _inputs_started:
+        if f"{archive.key}/{driver_version}" in _inputs_started:
             return
-        _inputs_started.add(driver_version)
+        _inputs_started.add(f"{archive.key}/{driver_version}")
 
     def make() -> None:
         with contextlib.suppress(GpualignError):
-            image.ensure_base(archive.suite)
+            image.ensure_base(archive.suite, archive.arch)
         with contextlib.suppress(GpualignError):
             userspace.fetch(archive, driver_version)
 

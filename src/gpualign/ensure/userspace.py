@@ -11,7 +11,9 @@ Every package but nvidia-persistenced must have the modules' upstream version, o
 (a libcuda newer or older than the kernel module fails every CUDA call). nvidia-persistenced is its own Debian source
 (contrib) with its own version; it only talks to the driver through libnvidia-cfg.
 
-The packages are downloaded with gpualign's private apt state and unpacked (`dpkg-deb -x`), cached by version.
+The packages are downloaded with gpualign's private apt state and unpacked (`dpkg-deb -x`), cached by version and
+architecture. An arm64 image's user space is arm64's (under /usr/lib/aarch64-linux-gnu), and is checked by running
+its own nvidia-smi and ldconfig under qemu-user (gpualign.ensure.foreign) when the builder is amd64.
 """
 
 from __future__ import annotations
@@ -36,8 +38,14 @@ LIBS = {  # Debian package -> the library's soname (its file is <stem>.so.<drive
 }
 TOOLS = ("nvidia-smi",)  # at the driver's version too
 OWN_VERSION = ("nvidia-persistenced",)  # its own source and version
+TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # Debian's multiarch library folders
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 NVIDIA_LIBDIR = f"{LIBDIR}/nvidia/current"
+
+
+def libdir(arch: str) -> str:
+    """Where an architecture's libraries are (usr/lib/aarch64-linux-gnu for arm64)."""
+    return f"usr/lib/{TRIPLETS.get(arch, TRIPLETS['amd64'])}"
 
 
 class UserSpaceMismatch(BuildError):
@@ -51,12 +59,13 @@ class UserSpace:
     driver_version: str
     root: Path  # the unpacked tree, links made: copied into the image as it is
     packages: dict[str, str]  # package -> Debian version
+    arch: str = "amd64"
 
 
 def fetch(archive: Archive, driver_version: str,
           progress: Callable[[str], None] = lambda _m: None) -> UserSpace:
     """The user space at driver_version (cached), or UserSpaceMismatch naming both versions."""
-    wanted = archive.versions_of([*LIBS, *TOOLS, *OWN_VERSION])
+    wanted = archive.target_versions([*LIBS, *TOOLS, *OWN_VERSION])
     absent = sorted(p for p, v in wanted.items() if v is None)
     if absent:
         raise UserSpaceMismatch(f"Debian's archive ({archive.describe()}) has no {', '.join(absent)}")
@@ -66,15 +75,17 @@ def fetch(archive: Archive, driver_version: str,
         raise UserSpaceMismatch(f"user space {p} {upstream(v or '')} (Debian {v}) does not match the modules' "
                                 f"NVIDIA {driver_version}: a driver image's libraries must be the modules' version")
     versions = {p: str(v) for p, v in wanted.items()}
-    key = "-".join(f"{p}={v}" for p, v in sorted(versions.items()))
+    key = "-".join(f"{p}={v}" for p, v in sorted(versions.items())) + (f"-{archive.arch}"
+                                                                        if archive.arch != "amd64" else "")
     directory = cache_root() / "userspace" / driver_version / _digest(key)
     done = directory / ".complete"
     with file_lock(f"userspace-{driver_version}.lock"):
         if not done.exists():
-            progress(f"user space: {', '.join(f'{p} {v}' for p, v in versions.items())} from Debian")
+            progress(f"user space: {', '.join(f'{p} {v}' for p, v in versions.items())} from Debian"
+                     + (f" ({archive.arch})" if archive.arch != "amd64" else ""))
             _unpack(archive, versions, directory)
             done.write_text(key + "\n")
-    return UserSpace(driver_version, directory / "root", versions)
+    return UserSpace(driver_version, directory / "root", versions, archive.arch)
 
 
 def _digest(text: str) -> str:
@@ -87,7 +98,7 @@ def _unpack(archive: Archive, versions: dict[str, str], directory: Path) -> None
         debs, root = Path(tmp) / "debs", Path(tmp) / "root"
         debs.mkdir()
         os.chmod(debs, 0o777)  # apt downloads as its sandbox user where it can
-        res = archive.download([f"{p}={v}" for p, v in versions.items()], debs)
+        res = archive.download([f"{archive.target(p)}={v}" for p, v in versions.items()], debs)
         if res.returncode != 0:
             raise BuildError(f"downloading NVIDIA's user space failed: {res.stderr.strip()[-300:]}")
         for deb in sorted(debs.glob("*.deb")):
@@ -99,50 +110,52 @@ def _unpack(archive: Archive, versions: dict[str, str], directory: Path) -> None
             shutil.rmtree(root / junk, ignore_errors=True)
         for page in root.rglob("*.1.gz"):
             page.unlink()
-        _link(root)
+        _link(root, libdir(archive.arch))
         directory.mkdir(parents=True)
         os.replace(root, directory / "root")
 
 
-def _link(root: Path) -> None:
+def _link(root: Path, lib: str = LIBDIR) -> None:
     """What update-alternatives would have made: the soname links and /usr/bin/nvidia-smi."""
-    libdir = root / LIBDIR
+    nvidia = f"{lib}/nvidia/current"
     for soname in LIBS.values():
         stem = soname.removesuffix(".1")
-        found = sorted((root / NVIDIA_LIBDIR).glob(f"{stem}.[0-9]*.*"))  # the file, not Debian's own links
+        found = sorted((root / nvidia).glob(f"{stem}.[0-9]*.*"))  # the file, not Debian's own links
         if not found:
-            raise BuildError(f"the user space has no {stem} in /{NVIDIA_LIBDIR}")
-        (libdir / soname).symlink_to(f"nvidia/current/{found[-1].name}")
+            raise BuildError(f"the user space has no {stem} in /{nvidia}")
+        (root / lib / soname).symlink_to(f"nvidia/current/{found[-1].name}")
     (root / "usr" / "bin").mkdir(parents=True, exist_ok=True)
     (root / "usr" / "bin" / "nvidia-smi").symlink_to("../lib/nvidia/current/nvidia-smi")
 
 
-def check(image_root: Path, driver_version: str) -> dict[str, object]:
+def check(image_root: Path, driver_version: str, arch: str = "amd64") -> dict[str, object]:
     """The user space in an image's root, as its consumers see it: each soname resolving to a file of the
     driver's version, in the root's ld.so.cache, and nvidia-smi's own version (`nvidia-smi -h`, which runs with no
     driver loaded). Returns what was checked; raises UserSpaceMismatch on the first problem."""
+    from gpualign.ensure import foreign
+
+    lib = libdir(arch)
     libs: dict[str, str] = {}
     for soname in LIBS.values():
-        link = image_root / LIBDIR / soname
+        link = image_root / lib / soname
         target = link.resolve() if link.is_symlink() or link.exists() else None
         if target is None or not target.is_relative_to(image_root.resolve()) or not target.is_file():
-            raise UserSpaceMismatch(f"the image has no /{LIBDIR}/{soname}")
+            raise UserSpaceMismatch(f"the image has no /{lib}/{soname}")
         version = target.name.split(".so.", 1)[1]
         if version != driver_version:
-            raise UserSpaceMismatch(f"/{LIBDIR}/{soname} is NVIDIA {version}, the modules {driver_version}")
+            raise UserSpaceMismatch(f"/{lib}/{soname} is NVIDIA {version}, the modules {driver_version}")
         libs[soname] = version
-    cache = subprocess.run(["ldconfig", "-r", str(image_root), "-p"], capture_output=True, text=True)
+    cache = foreign.ldconfig(image_root, arch, "-p")
     uncached = [s for s in LIBS.values() if s not in cache.stdout]
     if uncached:
         raise UserSpaceMismatch(f"{', '.join(uncached)} not in the image's ld.so.cache (the container toolkit "
                                 "finds driver libraries there)")
-    smi = subprocess.run(["chroot", str(image_root), "/usr/bin/nvidia-smi", "-h"], capture_output=True, text=True)
+    smi = foreign.run(image_root, ["/usr/bin/nvidia-smi", "-h"], arch)
     first = (smi.stdout.strip().splitlines() or [""])[0]
     if smi.returncode != 0 or not first.endswith(f"v{driver_version}"):
         raise UserSpaceMismatch(f"nvidia-smi -h in the image says {first or smi.stderr.strip()[-200:]!r}, not "
                                 f"v{driver_version}")
-    daemon = subprocess.run(["chroot", str(image_root), "/usr/bin/nvidia-persistenced", "--version"],
-                            capture_output=True, text=True)
+    daemon = foreign.run(image_root, ["/usr/bin/nvidia-persistenced", "--version"], arch)
     said = next((ln.split("version", 1)[1].strip() for ln in daemon.stdout.splitlines() if "version" in ln), "")
     if daemon.returncode != 0 or not said:
         raise UserSpaceMismatch(f"nvidia-persistenced does not run in the image: {daemon.stderr.strip()[-200:]}")

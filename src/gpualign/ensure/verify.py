@@ -1,11 +1,11 @@
 """The kernel's own load checks, offline, for a set of modules against one kernel. Pure.
 
-At `insmod` the kernel refuses a module whose version magic names another release ("version magic '…' should be
-'…'"), and, with CONFIG_MODVERSIONS, one whose CRC for an imported symbol differs from its own ("disagrees about
-version of symbol …"), or that imports a symbol nobody exports ("Unknown symbol …"). Symbols the modules of the set
-export to each other (nvidia-uvm imports from nvidia) are checked against no kernel. With signatures enforced
-(Secure Boot), `trusted` is the keys the kernel holds, and each module's signature is checked too (modsig).
-"""
+At `insmod` the kernel refuses a module built for another CPU ("Invalid architecture in ELF header"), one whose
+version magic names another release ("version magic '…' should be '…'"), and, with CONFIG_MODVERSIONS, one whose CRC
+for an imported symbol differs from its own ("disagrees about version of symbol …"), or that imports a symbol nobody
+exports ("Unknown symbol …"). Symbols the modules of the set export to each other (nvidia-uvm imports from nvidia)
+are checked against no kernel. With signatures enforced (Secure Boot), `trusted` is the keys the kernel holds, and
+each module's signature is checked too (modsig). """
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpualign.ensure.kmod import Module
+from gpualign.makers import kernel_arch
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -98,6 +99,7 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
     """kernel: the release in the image's tag (uname -r on the node); symvers: that kernel's Module.symvers;
     trusted: with signatures enforced, the keys the kernel holds (None: signatures are not checked)."""
     among = frozenset().union(*(m.exports for m in modules)) if modules else frozenset()
+    arch = kernel_arch(kernel)
     results = []
     for m in sorted(modules, key=lambda x: x.name):
         short = m.name.removesuffix(".ko")
@@ -109,6 +111,8 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
             sig = m.signature.check(trusted) if m.signature else modsig.check(None, None, trusted)
             if sig.problem:
                 problems.append(f"{short}: {sig.problem}")
+        if arch is not None and m.arch is not None and m.arch != arch:  # elf_validity_check, before anything else
+            problems.append(f"{short}: Invalid architecture in ELF header ({m.arch} module, {kernel} is {arch})")
         if m.release != kernel:
             problems.append(f"{short}: version magic '{m.vermagic}' should be '{kernel} …' (built for "
                             f"{m.release or 'no kernel'})")

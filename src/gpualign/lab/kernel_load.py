@@ -1,9 +1,10 @@
 """SIMULATION (lab only): decide, as the node's kernel would at `insmod`, whether a driver image's modules load.
 
 For a node whose kernel has headers in Debian's archive (Debian 12's `6.1.0-N-amd64` and its `-cloud`/`-rt`
-flavours), the image's layers are read from the registry, the `*.ko` files under /opt taken out (cached by manifest
-digest), and each module checked against that kernel's Module.symvers: version magic, every imported symbol's CRC,
-exactly the checks `gpualign ensure` runs before pushing (gpualign.ensure.verify), with the kernel's messages.
+flavours, 6.12 and Debian 13's, each for amd64 and arm64), the image's layers (of the node's platform) are read from
+the registry, the `*.ko` files under /opt taken out (cached by manifest digest), and each module checked against
+that kernel's Module.symvers: version magic, every imported symbol's CRC, exactly the checks `gpualign ensure` runs
+before pushing (gpualign.ensure.verify), with the kernel's messages.
 
 A node marked Secure Boot (the annotation SECURE_BOOT, holding the PEM certificates its kernel trusts: what a real
 node has enrolled in its platform keyring or as a MOK) also has every module's signature checked, first, as the
@@ -30,11 +31,13 @@ from gpualign.ensure.inspect import checkable, contract_problem, modules_of
 from gpualign.ensure.verify import verify
 from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import RegistryClient
+from gpualign.makers import kernel_arch
 
 SECURE_BOOT = "lab.gpualign.io/secure-boot-certs"
 # insmod's words for the kernel's errno, by what was refused (kmod's insmod: its mod_strerror, else strerror)
 _ERRNO = (("Key was rejected by service", "Key was rejected by service"),  # EKEYREJECTED: the signature
           ("(Bad message)", "Bad message"),  # EBADMSG: a malformed signature
+          ("Invalid architecture", "Invalid module format"),  # ENOEXEC: elf_validity_check
           ("version magic", "Invalid module format"),  # ENOEXEC: check_modinfo
           ("disagrees about version of symbol", "Invalid parameters"),  # EINVAL: resolve_symbol's check_version
           ("Unknown symbol", "Unknown symbol in module"))  # ENOENT: nobody exports it
@@ -69,7 +72,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     if not checkable(kernel):
         return Load(True, False, "tag-only: no headers for this node's kernel in the lab")
     assert kernel is not None
-    found = modules_of(client, tag, cache_root() / "lab" / "driver-modules")
+    found = modules_of(client, tag, cache_root() / "lab" / "driver-modules", kernel_arch(kernel) or "amd64")
     if found is None:
         return Load(True, False, "tag-only: the image holds no kernel modules")
     _, directory = found
