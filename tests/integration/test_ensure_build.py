@@ -26,8 +26,11 @@ from pathlib import Path
 import httpx2
 import pytest
 
+from gpualign.ensure import kmod
+from gpualign.ensure import symvers as symvers_mod
 from gpualign.ensure.archive import Archive
-from gpualign.lab import docker_registry, processes
+from gpualign.ensure.verify import verify
+from gpualign.lab import docker_registry, kernel_load, processes
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.conftest import run_cli, start_lab
 from tests.helpers import pod_events, wait_for
@@ -749,3 +752,74 @@ def test_a_modules_only_image_under_a_precompiled_tag_is_wrong_with_the_reason(l
     assert reported.code == 1, reported.out + reported.err
     assert (f"{TAG}: present but wrong: the GPU Operator could not run it: it has no nvidia-driver on PATH "
             "(the GPU Operator's driver container runs `nvidia-driver init`)") in reported.err, reported.err
+
+
+ARM64_KERNEL = "6.1.0-50-arm64"
+
+
+@pytest.mark.timeout(1800)  # cold: a cross-compile against the arm64 headers (a few CPU-minutes), then cached
+def test_an_arm64_node_gets_an_index_naming_linux_arm64_cross_compiled_and_verified_and_its_driver_comes_up(
+        story_lab, tmp_path):
+    """A Grace Hopper node on Debian 12's arm64 kernel: check says build; ensure compiles NVIDIA's arm64 module
+    source across (an amd64 machine, Debian's aarch64 cross compiler) against the arm64 headers, checks the arm64
+    user space under qemu-user, and pushes an image index naming linux/arm64 only. This test then reads the modules
+    with the kernel's own tools against the arm64 kernel's Module.symvers, sees aarch64 ELF, and the lab's arm64
+    node loads them."""
+    lab = story_lab
+    kube = lab.kube()
+    ledger = f"registry://{lab.registry}/nvidia/driver"
+    tag = f"535-{ARM64_KERNEL}-debian12"
+    added = lab.cli("lab", "add-node", "gh-1", "--kernel", ARM64_KERNEL, "--os", "debian12", "--branch", "535",
+                    "--arch", "arm64")
+    assert added.code == 0, added.err
+    check = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=gh-1", "-o", "json")
+    (missing,) = json.loads(check.out)["missing"]
+    assert (missing["tag"], missing["action"]) == (tag, "build"), check.out
+
+    res = lab.cli("ensure", tag, "--ledger", ledger, "-o", "json", timeout=1700)
+    assert res.code == 0, res.out + res.err
+    (image,) = json.loads(res.out)["images"]
+    assert image["action"] == "build" and image["verification"]["ok"], res.out
+
+    reg = client(lab.registry)
+    index = reg.manifest(tag)
+    reg.close()
+    assert index is not None and [m["platform"] for m in index.get("manifests", [])] == [
+        {"architecture": "arm64", "os": "linux"}], index
+    config, _files = pulled_modules(lab.registry, index["manifests"][0]["digest"], tmp_path)
+    assert config["architecture"] == "arm64" and config["os"] == "linux"
+    kos = sorted(tmp_path.glob("*.ko"))
+    assert {k.name for k in kos} >= {"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko"}
+    table = {}
+    for line in Archive.for_kernel(ARM64_KERNEL).symvers(ARM64_KERNEL).read_text().splitlines():
+        crc, sym = line.split("\t")[:2]
+        table[sym] = int(crc, 16)
+    own = {s for k in kos for s in subprocess.run(["nm", str(k)], capture_output=True, text=True).stdout.split()
+           if s.startswith("__ksymtab_")}
+    checked = 0
+    for ko in kos:
+        assert ko.read_bytes()[18:20] == (183).to_bytes(2, "little"), f"{ko.name} is not aarch64 ELF"  # EM_AARCH64
+        assert modinfo(ko, "vermagic").split()[0] == ARM64_KERNEL
+        for sym, crc in modversions(ko).items():
+            if sym in table:
+                assert table[sym] == crc, f"{ko.name}: {sym}"
+                checked += 1
+            else:
+                assert f"__ksymtab_{sym}" in own, f"{ko.name}: {sym} exported by nobody"
+    assert checked > 500
+    # the same modules on the amd64 kernel of the same ABI: refused for their architecture first, as insmod would
+    amd64 = symvers_mod.parse(Archive().symvers(KERNEL).read_text(), KERNEL)
+    refused = verify([kmod.read_file(k) for k in kos], KERNEL, amd64, modinfo(kos[0], "version"))
+    assert not refused.ok and "Invalid architecture in ELF header (arm64 module" in (refused.first_refusal() or "")
+
+    def driver_ready() -> bool:
+        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+                if p["spec"].get("nodeName") == "gh-1"]
+        return bool(pods) and any(c["type"] == "Ready" and c["status"] == "True"
+                                  for c in pods[0]["status"].get("conditions") or [])
+
+    wait_for(driver_ready, timeout=90, what="gh-1's driver pod Ready on the arm64 image")
+    reg = client(lab.registry)
+    loaded = kernel_load.load(reg, tag, ARM64_KERNEL, "")  # what the lab's kernel decided for gh-1: checked, not
+    reg.close()  # tag-only
+    assert loaded.loaded and loaded.checked and f"symbol CRCs match {ARM64_KERNEL}" in loaded.message, loaded

@@ -8,7 +8,10 @@ Also on the real node: the controller SIGKILLed while its Job runs is restarted 
 (no second one); a kernel Debian has no headers for fails once, permanently, with the reason in an Event on the
 waiting node, and is tried again only after `gpualign build retry`.
 
-The modules are NVIDIA's real ones for 6.1.0-50-amd64, compiled once on the machine (cached; a cold machine
+An arm64 node joins too: its Job runs on the amd64 real node and compiles across (here: takes the shared arm64
+modules), and the node's driver pod loads the arm64 image.
+
+The modules are NVIDIA's real ones for 6.1.0-50-amd64 (and -arm64), compiled once on the machine (cached; a cold machine
 compiles them here, or waits for test_ensure_build's compile under the same lock) and pushed as the shared artifact
 a first builder would have left: the build Job starts on an empty disk and compiles nothing.
 """
@@ -41,13 +44,23 @@ TAG = f"535-{KERNEL}-debian12"
 NO_HEADERS = "6.1.0-9999-amd64"  # a kernel Debian has never published
 
 
+ARM64_KERNEL = "6.1.0-50-arm64"  # a Grace Hopper node's: its image is compiled across on the (amd64) real node
+ARM64_TAG = f"535-{ARM64_KERNEL}-debian12"
+
+
 @pytest.fixture(scope="module")
 def compiled() -> debian.Built:
     return debian.compile_modules(Archive(), KERNEL, jobs=2)
 
 
 @pytest.fixture(scope="module")
-def blab(tmp_path_factory: pytest.TempPathFactory, compiled: debian.Built) -> Iterator[Lab]:
+def compiled_arm64() -> debian.Built:
+    return debian.compile_modules(Archive.for_kernel(ARM64_KERNEL), ARM64_KERNEL, jobs=2)
+
+
+@pytest.fixture(scope="module")
+def blab(tmp_path_factory: pytest.TempPathFactory, compiled: debian.Built,
+         compiled_arm64: debian.Built) -> Iterator[Lab]:
     state_dir = tmp_path_factory.mktemp("unattended") / "state"
     lab = start_lab(state_dir, "empty", real_node=True)
     try:
@@ -57,6 +70,8 @@ def blab(tmp_path_factory: pytest.TempPathFactory, compiled: debian.Built) -> It
         assert lab.cli("lab", "push-image", "580-5.15.0-124-generic-ubuntu22.04").code == 0
         reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=60.0)
         shared.push(reg, shared.Key(compiled.driver_version, KERNEL, "proprietary"), compiled.modules)
+        shared.push(reg, shared.Key(compiled_arm64.driver_version, ARM64_KERNEL, "proprietary"),
+                    compiled_arm64.modules)
         reg.close()
         yield lab
     finally:
@@ -158,6 +173,35 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
         assert len(node_events(lab, name, "DriverImageBuilt")) == 1, name
     print(f"kernel to GPU (shared modules): {took:.1f}s; Job created after {created:.1f}s; Job from "
           f"{done['status']['startTime']} to {done['status']['completionTime']}")
+
+
+@pytest.mark.timeout(900)
+def test_an_arm64_node_joins_and_its_image_is_built_across_on_the_amd64_builder_with_nobody_typing(blab, controller):
+    """The build Job for an arm64 kernel runs on the builder image's architecture (the real node, amd64): it takes
+    the shared arm64 modules, checks them against the arm64 kernel, makes the arm64 image (its user space run under
+    qemu-user) and pushes an index naming linux/arm64, which the arm64 node's driver pod loads."""
+    lab = blab
+    added = lab.cli("lab", "add-node", "gh-1", "--kernel", ARM64_KERNEL, "--os", "debian12", "--branch", "535",
+                    "--arch", "arm64")
+    assert added.code == 0, added.err
+    (job,) = wait_for(lambda: jobs(lab, ARM64_TAG) or None, timeout=60, what="the arm64 build Job")
+    assert job["metadata"]["annotations"][J.ARCH_ANNOTATION] == "arm64"
+    assert job["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/arch"] == "amd64"
+    done = wait_for(lambda: next((j for j in jobs(lab, ARM64_TAG) if any(
+        c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j.get("status", {}).get("conditions")
+        or [])), None), timeout=800, interval=1.0, what="the arm64 build Job finished")
+    pods = lab.kube().pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+    assert pods and pods[0]["spec"]["nodeName"] == realnode.NAME
+    logs = lab.kubectl("logs", "-n", NS, pods[0]["metadata"]["name"], timeout=60).stdout
+    print(logs)
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in done["status"]["conditions"]), logs
+    assert "shared modules: 5 pulled from" in logs and "compile:" not in logs
+    assert f"vermagic {ARM64_KERNEL}" in logs and "(arm64)" in logs  # the arm64 user space
+    reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+    index = reg.manifest(ARM64_TAG) or {}
+    reg.close()
+    assert [m["platform"]["architecture"] for m in index.get("manifests", [])] == ["arm64"], index
+    wait_for(lambda: ready(driver_pod(lab, "gh-1")) or None, timeout=120, what="gh-1's driver pod Ready")
 
 
 @pytest.mark.timeout(900)

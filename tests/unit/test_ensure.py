@@ -19,8 +19,9 @@ DEBIAN = load_rules(archive_reading=False).debian  # the rules' copy of Debian's
 
 
 def fake_ko(info: dict[str, str], imports: dict[str, int], exports: tuple[str, ...] = (),
-            signature: bytes | None = None) -> bytes:
-    """A relocatable x86-64 ELF with .modinfo, __versions and __ksymtab_strings, as modpost lays them out."""
+            signature: bytes | None = None, machine: int = 62) -> bytes:
+    """A relocatable ELF with .modinfo, __versions and __ksymtab_strings, as modpost lays them out; machine: its
+    e_machine (62: x86-64, 183: AArch64)."""
     modinfo = b"".join(f"{k}={v}".encode() + b"\0" for k, v in info.items())
     versions = b"".join(struct.pack("<Q", crc) + name.encode().ljust(56, b"\0") for name, crc in imports.items())
     ksymtab = b"".join(e.encode() + b"\0" for e in exports)
@@ -40,7 +41,7 @@ def fake_ko(info: dict[str, str], imports: dict[str, int], exports: tuple[str, .
     for (_, typ, data), off, name in zip([*sections, (".shstrtab", 3, shstrtab)], offsets, names, strict=True):
         headers += struct.pack("<IIQQQQIIQQ", name, typ, 0, 0, off, len(data), 0, 0, 1, 0)
     ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + b"\0" * 8
-    header = ident + struct.pack("<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2,
+    header = ident + struct.pack("<HHIQQQIHHHHHH", 1, machine, 1, 0, 0, shoff, 0, 64, 0, 0, 64, len(sections) + 2,
                                  len(sections) + 1)
     elf = header + body + headers
     if signature is not None:

@@ -39,9 +39,10 @@ done (one manifest request); published upstream, it is mirrored by digest, every
 is built, verified and pushed.
 
 What gpualign builds: Debian 12 (bookworm: 535, on its 6.1 and 6.12 kernels) and Debian 13 (trixie: 550) images,
-for real: NVIDIA's kernel module source from that release's archive compiled against `linux-headers-<kernel>`,
-stripped, laid out under /opt/lib/modules/<kernel> with depmod, with an
-entrypoint that refuses to load on any other kernel, labelled version=<branch>-<kernel>. Before anything is pushed
+amd64 and arm64, for real: NVIDIA's kernel module source from that release's archive compiled against
+`linux-headers-<kernel>` (an arm64 kernel's across, with Debian's aarch64 cross compiler, on an amd64 machine),
+stripped, laid out under /lib/modules/<kernel> with depmod, with an entrypoint that refuses to load on any other
+kernel, labelled version=<branch>-<kernel>. An arm64 image is pushed as an index naming linux/arm64. Before anything is pushed
 every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
 names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
 failure names the module and the first refused symbol, and nothing is pushed.

@@ -62,12 +62,13 @@ class Verification:
 
     def first_refusal(self) -> str | None:
         """What the kernel would refuse first, loading the set as modprobe does (nvidia first, then nvidia-uvm,
-        nvidia-modeset, nvidia-drm): in the first module it refuses, the signature (module_sig_check), then a symbol
-        (a kernel with CONFIG_MODVERSIONS compares vermagic without its release and refuses on the CRCs), then
-        anything else. check, ensure and the lab's kernel name this same refusal."""
+        nvidia-modeset, nvidia-drm): in the first module it refuses, the signature (module_sig_check), then the ELF
+        header's CPU (elf_validity_check), then a symbol (a kernel with CONFIG_MODVERSIONS compares vermagic without
+        its release and refuses on the CRCs), then anything else. check, ensure and the lab's kernel name this same
+        refusal."""
         def rank(problem: str) -> int:
             return 0 if "rejected by service" in problem or "(Bad message)" in problem else \
-                1 if "symbol" in problem else 2
+                1 if "Invalid architecture" in problem else 2 if "symbol" in problem else 3
 
         for r in sorted(self.results, key=lambda r: (LOAD_ORDER.get(r.module, 9), r.module)):
             if r.problems:
