@@ -17,6 +17,12 @@ kernel would check them). Cases:
 
     .venv/bin/python bench/bench_kernel_to_gpu.py --repeat 3                      # about 15 minutes
     .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared ahead burst      # no compile
+    .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared cold --os debian13 --branch 550 \
+        --kernel 6.12.118+deb13-amd64                                              # another release's kernel
+    .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared cold --kernel 6.1.0-50-arm64 --arch arm64
+
+A kernel other than the default (6.1.0-50-amd64 on debian12) runs the shared and cold cases only, and its figures
+are kept under "kernels" in the results, by OS and kernel.
 
 Each case run updates its entry in the results file; the others are kept.
 
@@ -41,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpualign.controller import build_job as J  # noqa: E402
 from gpualign.ensure import debian, shared  # noqa: E402
 from gpualign.ensure.archive import Archive  # noqa: E402
+from gpualign.kernels import label_of  # noqa: E402
 from gpualign.kube import Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
@@ -49,10 +56,12 @@ ROOT = Path(__file__).resolve().parent.parent
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 NS = "gpualign-system"
 SHARED_KERNEL, OTHER_KERNEL = "6.1.0-50-amd64", "6.1.0-47-amd64"
+TARGET = {"os": "debian12", "branch": "535", "arch": "amd64"}  # the nodes' OS, driver branch and architecture
 
 
 def tag(kernel: str) -> str:
-    return f"535-{kernel}-debian12"
+    """The tag the GPU Operator pulls: the kernel as NFD labels it (6.12.118_deb13-amd64)."""
+    return f"{TARGET['branch']}-{label_of(kernel)}-{TARGET['os']}"
 
 
 class Bench:
@@ -90,7 +99,7 @@ class Bench:
                        check=True, capture_output=True)
 
     def share(self, kernel: str) -> None:
-        built = debian.compile_modules(Archive(), kernel, jobs=2)  # the earlier builder (cached on the machine)
+        built = debian.compile_modules(Archive.for_kernel(kernel), kernel, jobs=2)  # the earlier builder (cached)
         shared.push(self.registry, shared.Key(built.driver_version, kernel, "proprietary"), built.modules)
 
     def forget(self, kernel: str) -> None:
@@ -155,17 +164,18 @@ class Bench:
 
     def join(self, node: str, kernel: str, labels: dict[str, str] | None = None) -> float:
         t0 = time.monotonic()
-        self.cli("lab", "add-node", node, "--kernel", kernel, "--os", "debian12", "--branch", "535")
+        self.cli("lab", "add-node", node, "--kernel", kernel, "--os", TARGET["os"], "--branch", TARGET["branch"],
+                 "--arch", TARGET["arch"])
         if labels:
             self.kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
         return t0
 
 
-def shared_case(b: Bench, repeat: int) -> dict[str, object]:
+def shared_case(b: Bench, repeat: int, kernel: str = SHARED_KERNEL) -> dict[str, object]:
     runs = []
     for i in range(repeat):
-        b.forget(SHARED_KERNEL)
-        t0 = b.join(f"shared-{i}", SHARED_KERNEL)
+        b.forget(kernel)
+        t0 = b.join(f"shared-{i}", kernel)
         b.wait_ready(f"shared-{i}", 600)
         runs.append(round(time.monotonic() - t0, 1))
         print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
@@ -215,14 +225,14 @@ def burst_case(b: Bench) -> dict[str, object]:
     return burst
 
 
-def cold_case(b: Bench, version: str, cores: int) -> dict[str, object]:
+def cold_case(b: Bench, version: str, cores: int, kernel: str = SHARED_KERNEL) -> dict[str, object]:
     b.install(cap=1)
-    b.forget(SHARED_KERNEL)
-    b.unshare(SHARED_KERNEL, version)
-    t0 = b.join("cold-0", SHARED_KERNEL)
-    b.wait_ready("cold-0", 1800, image_tag=tag(SHARED_KERNEL))
+    b.forget(kernel)
+    b.unshare(kernel, version)
+    t0 = b.join("cold-0", kernel)
+    b.wait_ready("cold-0", 1800, image_tag=tag(kernel))
     took = time.monotonic() - t0
-    log = b.job_log(SHARED_KERNEL)
+    log = b.job_log(kernel)
     m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
     cpu = float(m.group(2)) if m else None
     floor = cpu / cores if cpu else None
@@ -236,8 +246,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs of the shared case (median)")
     ap.add_argument("--cases", nargs="+", default=["shared", "ahead", "burst", "cold"],
                     choices=["shared", "ahead", "burst", "cold"], help="the cases to run [default: all]")
+    ap.add_argument("--kernel", default=SHARED_KERNEL, help="the new kernel's release, as the kubelet reports it "
+                    "(6.12.118+deb13-amd64; NFD's label and the tag are made from it) [default: %(default)s]")
+    ap.add_argument("--os", default="debian12", help="the nodes' OS tag [default: %(default)s]")
+    ap.add_argument("--branch", default="535", help="the driver branch their pool runs [default: %(default)s]")
+    ap.add_argument("--arch", default="amd64", help="their architecture (kubernetes.io/arch) [default: %(default)s]")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel-to-gpu.json")
     args = ap.parse_args()
+    TARGET.update(os=args.os, branch=args.branch, arch=args.arch)
+    default = (args.kernel, args.os, args.branch, args.arch) == (SHARED_KERNEL, "debian12", "535", "amd64")
+    if not default and set(args.cases) - {"shared", "cold"}:
+        ap.error("another kernel runs the shared and cold cases only (--cases shared cold)")
     cores = os.cpu_count() or 1
     results: dict[str, object] = json.loads(args.out.read_text()) if args.out.exists() else {}
     results["cores"] = cores
@@ -246,18 +265,20 @@ def main() -> int:
         try:
             b.up()
             b.install(cap=1)
-            version = debian.compile_modules(Archive(), SHARED_KERNEL, jobs=2).driver_version
-            b.share(SHARED_KERNEL)  # modules in the registry only: compiled earlier by another builder
+            version = debian.compile_modules(Archive.for_kernel(args.kernel), args.kernel, jobs=2).driver_version
+            b.share(args.kernel)  # modules in the registry only: compiled earlier by another builder
             # the shared case runs first in any case (once, without a repeat asked): its nodes make the pool
-            results_shared = shared_case(b, args.repeat if "shared" in args.cases else 1)
+            results_shared = shared_case(b, args.repeat if "shared" in args.cases else 1, args.kernel)
+            into = results if default else results.setdefault("kernels", {}).setdefault(  # type: ignore[union-attr]
+                f"{args.os} {args.kernel}", {"branch": args.branch, "arch": args.arch})
             if "shared" in args.cases:
-                results["shared"] = results_shared
+                into["shared"] = results_shared
             if "ahead" in args.cases:
                 results["ahead"] = ahead_case(b)
             if "burst" in args.cases:
                 results["burst"] = burst_case(b)
             if "cold" in args.cases:
-                results["cold"] = cold_case(b, version, cores)
+                into["cold"] = cold_case(b, version, cores, args.kernel)
         finally:
             b.cli("lab", "down")
     args.out.parent.mkdir(parents=True, exist_ok=True)

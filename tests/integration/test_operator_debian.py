@@ -223,3 +223,33 @@ def test_debians_plus_kernels_are_labelled_as_nfd_does_and_named_as_the_operator
             assert res.code == 0 and f"would {by_name[node]['action']}" in res.out, (node, res.out, res.err)
     for name in ("deb-612", "deb-13"):  # the fleet as the other tests expect it
         kube.request("DELETE", f"/api/v1/nodes/{name}")
+
+
+@pytest.mark.timeout(1800)  # cold: the arm64 cross-compile, which test_ensure_build.py makes too (cached)
+def test_an_arm64_node_gets_the_operators_pod_and_that_pod_loads_the_arm64_image_gpualign_built(deblab):
+    """A Grace Hopper node on Debian 12's arm64 kernel, as NFD labels it: the real operator deploys its precompiled
+    tag, the pod cannot pull, check says build, ensure builds it across and pushes an index naming linux/arm64, and
+    the operator's pod (its kubelet retrying the pull, for its node's platform) loads the arm64 modules."""
+    lab = deblab
+    kernel = "6.1.0-50-arm64"
+    tag = f"535-{kernel}-debian12"
+    added = lab.cli("lab", "add-node", "gh-1", "--kernel", kernel, "--os", "debian12", "--arch", "arm64",
+                    "--label", "pool=debian")
+    assert added.code == 0, added.err
+    try:
+        pod = wait_operator_pod(lab, "gh-1", ("ImagePullBackOff", "ErrImagePull"))
+        assert pod["image"] == f"{lab.registry}/nvidia/driver:{tag}"
+        code, data, err = check_json(lab, "-l", "kubernetes.io/hostname=gh-1")
+        (missing,) = data["missing"]
+        assert code == 1 and (missing["tag"], missing["action"]) == (tag, "build"), err
+        built = lab.cli("ensure", tag, "--ledger", f"registry://{lab.registry}/nvidia/driver", "-o", "json",
+                        timeout=1700)
+        assert built.code == 0, built.out + built.err
+        (image,) = json.loads(built.out)["images"]
+        assert image["verification"]["ok"] and image["verification"]["kernel"] == kernel
+        wait_for(lambda: operator_driver_pods(lab)["gh-1"]["state"] == "Running", timeout=90,
+                 what="gh-1's operator pod Running on the arm64 image")
+        deep = lab.cli("check", "--verify-modules", "-l", "kubernetes.io/hostname=gh-1")
+        assert deep.code == 0, deep.out + deep.err  # its modules, read for arm64, fit the node's kernel
+    finally:
+        lab.kube().request("DELETE", "/api/v1/nodes/gh-1")

@@ -79,10 +79,11 @@ class Depends:
         return self.depends[package]
 
 
-def test_the_cross_compiler_is_the_gcc_version_the_arm64_headers_name():
+def test_the_cross_compiler_is_the_gcc_version_the_arm64_headers_name_and_an_installs_dependencies_are_left():
     archive = Depends({
         "linux-headers-6.1.0-50-arm64": ["linux-headers-6.1.0-50-common", "linux-kbuild-6.1", "gcc-12"],
-        "linux-headers-6.12.118+deb13-arm64": ["linux-headers-6.12.118+deb13-common", "linux-kbuild-6.12.118+deb13",
+        "linux-headers-6.12.118+deb13-arm64": ["linux-base", "linux-headers-6.12.118+deb13-common",
+                                               "linux-image-6.12.118+deb13-arm64", "linux-kbuild-6.12.118+deb13",
                                                "linux-compiler-gcc-14-arm"]})
     tools = buildroot._cross_tools(archive, list(archive.depends))  # type: ignore[arg-type]
     assert tools == ["linux-headers-6.1.0-50-common", "linux-kbuild-6.1", "gcc-12-aarch64-linux-gnu",

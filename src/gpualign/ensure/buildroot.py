@@ -227,14 +227,18 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
 
 def _cross_tools(archive: Archive, headers: list[str]) -> list[str]:
     """What this machine runs to compile for the target: its own packages for what the target's headers depend on
-    (kbuild's host programs; the headers' common part, for every architecture), and the cross compiler for the
-    native compiler they name (gcc-12 → gcc-12-aarch64-linux-gnu)."""
+    to compile (kbuild's host programs; the headers' common part, for every architecture), and the cross compiler
+    for the native compiler they name (gcc-12 → gcc-12-aarch64-linux-gnu)."""
     triplet = cross_prefix(archive).rstrip("-")
     tools: list[str] = []
     for package in headers:
         for dep in archive.target_depends(package):
             compiler = re.fullmatch(r"(?:linux-compiler-)?(gcc-\d+)(?:-[a-z0-9]+)?", dep)
-            tools.append(f"{compiler.group(1)}-{triplet}" if compiler else dep)
+            if compiler:
+                tools.append(f"{compiler.group(1)}-{triplet}")
+            elif dep.startswith(("linux-kbuild-", "linux-headers-")):
+                tools.append(dep)
+            # else the kernel's image and linux-base (6.12's headers depend on them): an install's, not a compile's
     return list(dict.fromkeys(tools))
 
 
