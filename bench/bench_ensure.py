@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpualign.ensure import recipes, tagspec  # noqa: E402
 from gpualign.lab import docker_registry, processes  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+from gpualign.makers import kernel_arch  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 
@@ -76,8 +77,8 @@ def nodes_file(path: Path, kernels: list[str], version: str = "12") -> None:
     items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"deb-{i}", "labels": {
         "feature.node.kubernetes.io/kernel-version.full": k, "feature.node.kubernetes.io/system-os_release.ID":
         "debian", "feature.node.kubernetes.io/system-os_release.VERSION_ID": version,
-        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": version, "nvidia.com/gpu.present": "true"}}}
-        for i, k in enumerate(kernels)]
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": version, "nvidia.com/gpu.present": "true",
+        "kubernetes.io/arch": kernel_arch(k) or "amd64"}}} for i, k in enumerate(kernels)]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 
@@ -89,6 +90,8 @@ def image_sizes(reg: str, repo: str, tag: str) -> int:
     client = RegistryClient(RegistryRef(host=reg, repo=repo, scheme="http"), timeout=10.0)
     try:
         manifest = client.manifest(tag) or {}
+        if "manifests" in manifest:  # an arm64 image's index: its one platform's image
+            manifest = client.manifest(manifest["manifests"][0]["digest"]) or {}
     finally:
         client.close()
     return sum(int(layer.get("size", 0)) for layer in manifest.get("layers") or []) + \

@@ -105,3 +105,7 @@ def test_the_build_command_names_the_ledger_tag_and_arguments():
     assert r.build_command("/ctx", "reg.local/nvidia/driver") == (
         "buildah bud --layers --build-arg CUDA_VERSION=12.9.1 -t "
         "reg.local/nvidia/driver:580-5.15.0-124-generic-ubuntu22.04 /ctx")
+    arm = render("535-6.1.0-50-arm64-debian12")  # built as arm64's, natively where it runs
+    assert arm.build_command("/ctx", "reg/d") == "buildah bud --layers --platform linux/arm64 -t " \
+        "reg/d:535-6.1.0-50-arm64-debian12 /ctx"
+    assert "linux-headers-6.1.0-50-arm64" in arm.files["Containerfile"]

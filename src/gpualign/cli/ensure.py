@@ -42,10 +42,10 @@ What gpualign builds: Debian 12 (bookworm: 535, on its 6.1 and 6.12 kernels) and
 amd64 and arm64, for real: NVIDIA's kernel module source from that release's archive compiled against
 `linux-headers-<kernel>` (an arm64 kernel's across, with Debian's aarch64 cross compiler, on an amd64 machine),
 stripped, laid out under /lib/modules/<kernel> with depmod, with an entrypoint that refuses to load on any other
-kernel, labelled version=<branch>-<kernel>. An arm64 image is pushed as an index naming linux/arm64. Before anything is pushed
-every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its version magic
-names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the driver's. A
-failure names the module and the first refused symbol, and nothing is pushed.
+kernel, labelled version=<branch>-<kernel>. An arm64 image is pushed as an index naming linux/arm64. Before anything
+is pushed every module passes the kernel's own load checks, offline, against that kernel's Module.symvers: its
+version magic names the kernel in the tag, every imported symbol's CRC equals the kernel's, and its version is the
+driver's. A failure names the module and the first refused symbol, and nothing is pushed.
 
 Only Debian 12 and 13 are built and verified end to end by gpualign. Ubuntu 22.04/24.04 (NVIDIA's precompiled recipe,
 Canonical's linux-modules-nvidia packages) and RHEL 9 (NVIDIA's kmod-nvidia rpmbuild on the Driver Toolkit) are

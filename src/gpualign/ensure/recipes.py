@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.errors import BadInput
-from gpualign.makers import DebianTable
+from gpualign.makers import DebianTable, kernel_arch
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -84,8 +84,14 @@ class Recipe:
     notes: tuple[str, ...]
 
     def build_command(self, context: str, image: str) -> str:
+        """The build, for the kernel's architecture: an arm64 kernel's recipe is built as linux/arm64 (natively on an
+        arm64 builder; the stages' bases and packages are then arm64's)."""
         args = [f"--build-arg {k}={v}" for k, v in self.build_args.items()]
-        return " ".join(["buildah bud --layers", *args, f"-t {image}:{self.tag} {context}"])
+        from gpualign.ensure.tagspec import parse
+
+        arch = kernel_arch(parse(self.tag).kernel)
+        platform = [f"--platform linux/{arch}"] if arch and arch != "amd64" else []
+        return " ".join(["buildah bud --layers", *platform, *args, f"-t {image}:{self.tag} {context}"])
 
 
 def labels(spec: TagSpec, driver_version: str) -> dict[str, str]:
