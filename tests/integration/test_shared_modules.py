@@ -104,6 +104,43 @@ def test_a_build_shares_its_verified_modules_and_a_build_elsewhere_pulls_them_in
     reg.close()
 
 
+@pytest.mark.timeout(1800)
+def test_a_build_on_an_empty_disk_pulls_the_shared_user_space_and_pushes_only_its_modules_layer(
+        compiled, registry, tmp_path):
+    """The user space is shared as the modules are: a build whose disk has no image storage and no user space
+    pulls `<repo>-userspace`, checks the assembled image's user space as always, and its image shares every layer
+    but the modules' with the shared one."""
+    address, _data = registry
+    ledger = f"registry://{address}/nvidia/driver"
+    code, report, err = ensure(TAG, "--ledger", ledger, env={})
+    assert code == 0, err
+    reg = client(address)
+    (shared_tag,) = reg.tags("nvidia/driver-userspace")
+    assert shared_tag.startswith("bookworm-amd64-535.")
+    resp = reg.http.delete(f"http://{address}/v2/nvidia/driver/manifests/{report['images'][0]['digest']}")
+    assert resp.status_code == 202
+    mine = tmp_path / "empty"
+    (mine / "ensure").mkdir(parents=True)
+    for part in ("apt", "symvers", "locks"):  # the archive's reading only: no user space, no image storage
+        os.symlink(cache_root() / part, mine / "ensure" / part)
+    try:
+        code, report, err = ensure(TAG, "--ledger", ledger, env={"GPUALIGN_CACHE": str(mine)})
+        assert code == 0, err
+        (image,) = report["images"]
+        assert image["modules"] == "shared" and image["verification"]["ok"], image
+        assert f"user space: pulled {address}/nvidia/driver-userspace:{shared_tag}" in err, err
+        assert "from Debian" not in err  # nothing of the user space fetched
+        labels = (reg.image_config(TAG) or {})["config"]["Labels"]
+        checked = json.loads(labels["io.gpualign.verified"])["userspace"]
+        assert checked["nvidia_smi"] == compiled.driver_version  # its user space checked all the same
+        layers = [x["digest"] for x in (reg.manifest(TAG) or {})["layers"]]
+        base = [x["digest"] for x in (reg.manifest(shared_tag, "nvidia/driver-userspace") or {})["layers"]]
+        assert layers[:-1] == base and len(layers) == len(base) + 1  # the modules' layer alone is the image's own
+    finally:
+        shutil.rmtree(mine, ignore_errors=True)
+    reg.close()
+
+
 def test_an_artifact_changed_by_one_byte_in_the_registrys_storage_is_refused(compiled, registry, tmp_path):
     address, data = registry
     reg = client(address)

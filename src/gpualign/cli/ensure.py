@@ -65,7 +65,10 @@ cached there too, and made again only for a kernel or a module source it lacks.
 
 Shared modules: once verified, a build's modules are pushed beside the ledger (REPO-modules, tagged
 <module source version>-<kernel>-<flavour>), and a build on any other machine pulls them instead of compiling,
-checks them against their artifact's digests and then exactly as compiled ones. --no-shared-modules does neither.
+checks them against their artifact's digests and then exactly as compiled ones. The image's user-space layer is
+shared the same way (REPO-userspace, tagged <suite>-<arch>-<driver version>-<key>): a build that has none pulls it
+instead of fetching NVIDIA's packages from Debian, and its push sends only the modules' layer; the image's user space
+is checked all the same. --no-shared-modules does neither.
 
 Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was printed); 1 an image could not be made
 (it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""
@@ -121,7 +124,8 @@ def ensure(
     shared_modules: Annotated[bool, typer.Option(
         "--shared-modules/--no-shared-modules",
         help="take modules another build compiled for the same source, kernel and flavour from REPO-modules in the "
-             "ledger's registry (checked as compiled ones), and share the ones this run compiles there")] = True,
+             "ledger's registry (checked as compiled ones), and share the ones this run compiles there; the same "
+             "for the image's user-space layer (REPO-userspace)")] = True,
     lease: Annotated[str | None, typer.Option(
         "--lease", metavar="NAMESPACE",
         help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "

@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpualign import __version__
@@ -269,22 +270,33 @@ def _layout(local: str) -> str:
         return ""
 
 
+@dataclass(frozen=True)
+class UserSpaceLayer:
+    """The local image a driver image is its modules' layer over: the base with NVIDIA's user space (made here by
+    userspace_image, or pulled: ensure.shared_userspace), and what it holds."""
+
+    name: str
+    packages: dict[str, str]  # Debian package -> version
+    arch: str = "amd64"
+
+
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
-             key: str | None = None, variant: str = "", user: userspace.UserSpace | None = None) -> str:
-    """The image as a local buildah image; returns its local name. user: the user space (fetched when None). The
-    modules' flavour (read from nvidia.ko's license) is labelled and set as GPUALIGN_KERNEL_MODULE_TYPE, which
-    `nvidia-driver init` compares with the pod's KERNEL_MODULE_TYPE."""
+             key: str | None = None, variant: str = "", layer: UserSpaceLayer | None = None) -> str:
+    """The image as a local buildah image, its modules' layer over `layer`; returns its local name. The modules'
+    flavour (read from nvidia.ko's license) is labelled and set as GPUALIGN_KERNEL_MODULE_TYPE, which
+    `nvidia-driver init` compares with the pod's KERNEL_MODULE_TYPE. The assembled tree's user space is checked
+    (userspace.check) whichever way its layer came."""
     from gpualign.ensure import kmod
 
     flavour = next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
     arch = arch_of(spec)
-    base = ensure_base(suite_of(spec), arch)
+    base = base_name(suite_of(spec), arch)
     local = local_name(spec, variant)
-    if user is None:
+    if layer is None:
         raise BuildError(f"{spec.tag}: no user space to assemble")
-    if user.arch != arch:
-        raise BuildError(f"{spec.tag}: the user space given is {user.arch}'s, the kernel {arch}'s")
-    ctr = buildah("from", "--pull-never", userspace_image(suite_of(spec), base, user))
+    if layer.arch != arch:
+        raise BuildError(f"{spec.tag}: the user space given is {layer.arch}'s, the kernel {arch}'s")
+    ctr = buildah("from", "--pull-never", layer.name)
     try:
         root = Path(buildah("mount", ctr))
         dest = root / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
@@ -295,7 +307,7 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
         if depmod.returncode != 0:  # kmod on the host; the image's own depmod would do the same
             raise BuildError(f"depmod for {spec.kernel} failed: {depmod.stderr.strip()[-300:]}")
         checked = userspace.check(root, driver_version, arch)  # as every image is checked: its own assembled tree
-        verified = {**verified, "userspace": checked, "userspace_packages": user.packages}
+        verified = {**verified, "userspace": checked, "userspace_packages": layer.packages}
         buildah("umount", ctr)
         config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
                   "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
@@ -319,13 +331,29 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     return local
 
 
+def userspace_tag(suite: str, arch: str, driver_version: str, packages: dict[str, str]) -> str:
+    """The user-space image's tag, the same on every machine (ensure.shared_userspace)."""
+    from gpualign.ensure import shared_userspace
+
+    recipe = f"{base_key(suite)}-{LAYOUT}" + (f"-{arch}" if arch != "amd64" else "")
+    return shared_userspace.tag(suite, arch, driver_version, packages, recipe)
+
+
+def userspace_name(suite: str, arch: str, driver_version: str, packages: dict[str, str]) -> str:
+    return f"localhost/gpualign-driver-userspace:{userspace_tag(suite, arch, driver_version, packages)}"
+
+
+def has_image(name: str) -> bool:
+    return _image_id(name) is not None
+
+
 def userspace_image(suite: str, base: str, user: userspace.UserSpace) -> str:
-    """The base with NVIDIA's user space, nvidia-driver and the ld.so.cache: one local image per release, user
-    space and layout, made once and shared by every kernel's image of that driver version. Each image is then its
-    modules' layer over it, and a registry that holds one kernel's image is sent only the next one's modules."""
-    digest = hashlib.sha256(repr((base, _image_id(base), LAYOUT, sorted(user.packages.items()))).encode())
+    """The base with NVIDIA's user space, nvidia-driver and the ld.so.cache: one local image per release,
+    architecture, user space and layout, made once and shared by every kernel's image of that driver version. Each
+    image is then its modules' layer over it, and a registry that holds one kernel's image is sent only the next
+    one's modules."""
+    name = userspace_name(suite, user.arch, user.driver_version, user.packages)
     named = f"{suite}-{user.arch}" if user.arch != "amd64" else suite
-    name = f"localhost/gpualign-driver-userspace:{named}-{user.driver_version}-{digest.hexdigest()[:12]}"
     with file_lock(f"driver-userspace-{named}-{user.driver_version}.lock"):
         if _image_id(name) is not None:
             return name
@@ -347,6 +375,22 @@ def userspace_image(suite: str, base: str, user: userspace.UserSpace) -> str:
         finally:
             buildah("rm", ctr)
     return name
+
+
+def pull_userspace(reference: str, name: str, *, tls_verify: bool, authfile: str | None = None) -> None:
+    """A shared user-space image pulled from the registry into local storage, under its local name."""
+    args = ["pull", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
+    if authfile and os.path.exists(authfile):
+        args += ["--authfile", authfile]
+    pulled = buildah(*args, f"docker://{reference}").splitlines()[-1]
+    buildah("tag", pulled, name)
+
+
+def push_userspace(name: str, reference: str, *, tls_verify: bool, authfile: str | None = None) -> None:
+    args = ["push", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
+    if authfile and os.path.exists(authfile):
+        args += ["--authfile", authfile]
+    buildah(*args, name, f"docker://{reference}")
 
 
 KEEP_SIGNED = 2  # signed variants of one tag kept in local storage (a machine signs with one key, two in a rotation)

@@ -23,6 +23,7 @@ from gpualign.errors import BadInput, GpualignError
 from gpualign.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
+    from gpualign.ensure import image as image_mod
     from gpualign.ensure import sign
     from gpualign.ensure.lease import Leases
     from gpualign.ensure.verify import Verification
@@ -314,11 +315,9 @@ def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outc
     if local is not None:
         say(spec.tag, f"image: {local}, assembled before from the same modules")
     else:
-        from gpualign.ensure import userspace
-
-        user = userspace.fetch(archive, driver_version, progress=lambda m: say(spec.tag, m))
-        local = image.assemble(spec, modules, driver_version, record, key, variant, user)
-        say(spec.tag, f"user space: {', '.join(user.packages)} at NVIDIA {driver_version}: sonames, ld.so.cache "
+        layer = _userspace_layer(spec, opts, out, say, archive, driver_version)
+        local = image.assemble(spec, modules, driver_version, record, key, variant, layer)
+        say(spec.tag, f"user space: {', '.join(layer.packages)} at NVIDIA {driver_version}: sonames, ld.so.cache "
                       "and nvidia-smi's version checked")
     out.seconds["image"] = time.monotonic() - t0
     t0 = time.monotonic()
@@ -382,6 +381,45 @@ def _push_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say, d
     out.seconds["shared_push"] = time.monotonic() - t0
     out.shared = "pushed"
     say(spec.tag, f"shared modules: pushed to {where} for later builds ({out.seconds['shared_push']:.1f}s)")
+
+
+def _userspace_layer(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say, archive: Archive,
+                     driver_version: str) -> image_mod.UserSpaceLayer:
+    """The user-space image the driver image is made over: local when made or pulled before, else pulled from the
+    registry's shared ones (ensure.shared_userspace), else made from Debian's packages and then shared. A registry
+    that refuses either way is said, never fatal: the layer is made here."""
+    from gpualign.ensure import buildroot, image, shared_userspace, userspace
+    from gpualign.errors import Unreachable
+
+    suite, arch = image.suite_of(spec), image.arch_of(spec)
+    packages = userspace.wanted(archive, driver_version)
+    name = image.userspace_name(suite, arch, driver_version, packages)
+    tag = image.userspace_tag(suite, arch, driver_version, packages)
+    tls = opts.target.ref.scheme != "http"
+    where = shared_userspace.reference(opts.target, tag)
+    if image.has_image(name):
+        return image.UserSpaceLayer(name, packages, arch)
+    if opts.share_pull:
+        t0 = time.monotonic()
+        try:
+            if shared_userspace.has(opts.target, tag):
+                image.pull_userspace(where, name, tls_verify=tls, authfile=opts.authfile)
+                out.seconds["userspace_pull"] = time.monotonic() - t0
+                say(spec.tag, f"user space: pulled {where} in {out.seconds['userspace_pull']:.1f}s (made by another "
+                              "build; checked here as if made here)")
+                return image.UserSpaceLayer(name, packages, arch)
+        except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
+            say(spec.tag, f"user space: {where} not pulled ({err.message}): making it from Debian")
+    user = userspace.fetch(archive, driver_version, progress=lambda m: say(spec.tag, m))
+    made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
+    if opts.share_push:
+        t0 = time.monotonic()
+        try:
+            image.push_userspace(made, where, tls_verify=tls, authfile=opts.authfile)
+            say(spec.tag, f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
+        except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
+            say(spec.tag, f"user space not shared ({err.message}): later builds make it again")
+    return image.UserSpaceLayer(made, packages, arch)
 
 
 def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:

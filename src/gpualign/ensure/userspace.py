@@ -62,9 +62,9 @@ class UserSpace:
     arch: str = "amd64"
 
 
-def fetch(archive: Archive, driver_version: str,
-          progress: Callable[[str], None] = lambda _m: None) -> UserSpace:
-    """The user space at driver_version (cached), or UserSpaceMismatch naming both versions."""
+def wanted(archive: Archive, driver_version: str) -> dict[str, str]:
+    """Each user-space package's Debian version in the archive now, checked against the modules' version
+    (UserSpaceMismatch naming both): what the user space would be made of, asked of the archive's lists only."""
     wanted = archive.target_versions([*LIBS, *TOOLS, *OWN_VERSION])
     absent = sorted(p for p, v in wanted.items() if v is None)
     if absent:
@@ -74,7 +74,13 @@ def fetch(archive: Archive, driver_version: str,
         p, v = next(iter(wrong.items()))
         raise UserSpaceMismatch(f"user space {p} {upstream(v or '')} (Debian {v}) does not match the modules' "
                                 f"NVIDIA {driver_version}: a driver image's libraries must be the modules' version")
-    versions = {p: str(v) for p, v in wanted.items()}
+    return {p: str(v) for p, v in wanted.items()}
+
+
+def fetch(archive: Archive, driver_version: str,
+          progress: Callable[[str], None] = lambda _m: None) -> UserSpace:
+    """The user space at driver_version (cached), or UserSpaceMismatch naming both versions."""
+    versions = wanted(archive, driver_version)
     key = "-".join(f"{p}={v}" for p, v in sorted(versions.items())) + (f"-{archive.arch}"
                                                                         if archive.arch != "amd64" else "")
     directory = cache_root() / "userspace" / driver_version / _digest(key)
