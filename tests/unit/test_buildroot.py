@@ -200,7 +200,12 @@ def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packag
     made: list[list[str]] = []
 
     def mmdebstrap(cmd: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-        """Stands in for mmdebstrap: the root's directory, and the extract hook's listing of what it unpacked."""
+        """Stands in for mmdebstrap: the root's directory, and the extract hook's listing of what it unpacked; and
+        for dpkg-deb, reading and unpacking the headers and module source downloaded."""
+        if cmd[0] == "dpkg-deb":
+            name = Path(cmd[-1]).stem if "--show" in cmd[1] else ""
+            shown = f"{name}\t{'535.309.01-1' if name == 'nvidia-kernel-source' else '1'}"
+            return subprocess.CompletedProcess(cmd, 0, shown if "--show" in cmd[1] else "", "")
         made.append(cmd)
         (Path(cmd[-1]) / "usr" / "bin").mkdir(parents=True)
         env = kwargs["env"]
@@ -214,6 +219,17 @@ def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packag
         def source_lines(self, native: bool = False) -> list[str]:
             return []
 
+        def target(self, package: str) -> str:
+            return package
+
+        def target_depends(self, package: str) -> list[str]:
+            return ["linux-headers-6.1.0-47-common", "linux-kbuild-6.1", "linux-compiler-gcc-12-x86"]
+
+        def download(self, packages: list[str], into: Path) -> subprocess.CompletedProcess[str]:
+            for package in packages:
+                (into / f"{package}.deb").write_text("")
+            return subprocess.CompletedProcess(packages, 0, "", "")
+
     monkeypatch.setattr(buildroot.subprocess, "run", mmdebstrap)
     monkeypatch.setattr(buildroot.os, "geteuid", lambda: 0)
     archive = Archive({"nvidia-kernel-source": "535.309.01-1", "linux-headers-6.1.0-47-amd64": "1"})
@@ -224,6 +240,8 @@ def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packag
             assert (root.rootfs / "usr/bin/awk").is_symlink() and (root.rootfs / "usr/bin/cc").is_symlink()
         assert stale.exists() and (stale / "manifest.json").exists()  # held: kept
     assert len(made) == 1 and "--variant=extract" in made[0]
+    included = next(c for c in made[0] if c.startswith("--include=")).split("=", 1)[1].split(",")
+    assert "linux-kbuild-6.1" in included and "linux-headers-6.1.0-47-amd64" not in included  # unpacked, alone
     with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as again:  # type: ignore[arg-type]
         assert again.path == root.path  # the new root serves the next compile; nothing is made
     assert len(made) == 1

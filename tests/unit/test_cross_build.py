@@ -85,10 +85,14 @@ def test_the_cross_compiler_is_the_gcc_version_the_arm64_headers_name_and_an_ins
         "linux-headers-6.12.118+deb13-arm64": ["linux-base", "linux-headers-6.12.118+deb13-common",
                                                "linux-image-6.12.118+deb13-arm64", "linux-kbuild-6.12.118+deb13",
                                                "linux-compiler-gcc-14-arm"]})
-    tools = buildroot._cross_tools(archive, list(archive.depends))  # type: ignore[arg-type]
+    tools = buildroot._host_tools(archive, list(archive.depends))  # type: ignore[arg-type]
     assert tools == ["linux-headers-6.1.0-50-common", "linux-kbuild-6.1", "gcc-12-aarch64-linux-gnu",
                      "linux-headers-6.12.118+deb13-common", "linux-kbuild-6.12.118+deb13", "gcc-14-aarch64-linux-gnu"]
     assert buildroot.cross_prefix(archive) == "aarch64-linux-gnu-"  # type: ignore[arg-type]
+    archive.cross, archive.arch = False, "amd64"  # natively: the compiler the headers name, as it is
+    assert buildroot._host_tools(archive, ["linux-headers-6.12.118+deb13-arm64"]) == [  # type: ignore[arg-type]
+        "linux-headers-6.12.118+deb13-common", "linux-kbuild-6.12.118+deb13", "linux-compiler-gcc-14-arm"]
+    archive.cross = True
     archive.arch = "riscv64"
     with pytest.raises(BadInput, match="gpualign cross-compiles for amd64, arm64"):
         buildroot.cross_prefix(archive)  # type: ignore[arg-type]

@@ -2,18 +2,21 @@
 modules are compiled under chroot (as `buildah run --isolation chroot` would, without a container image for a
 throw-away stage).
 
-It is made by mmdebstrap's `extract` variant: the packages are unpacked, not installed. The root is a compile's
-tools and inputs, never a system that boots or upgrades, so no maintainer script needs to run; the two things those
-scripts would do that a compile needs (the `awk` and `cc` alternatives) are made here. dpkg's per-file work
-(unpacking ~43,000 files to `.dpkg-new`, fsyncing and renaming each) was most of the root's cost and the longest
-step before the first compile could start. What went in is recorded in a manifest (package and version, read from
-the .deb files by an extract hook), since dpkg in the root knows nothing.
+It is made by mmdebstrap's `extract` variant: the compile's tools are unpacked, not installed. The root is a
+compile's tools and inputs, never a system that boots or upgrades, so no maintainer script needs to run; the two
+things those scripts would do that a compile needs (the `awk` and `cc` alternatives) are made here. dpkg's per-file
+work (unpacking ~43,000 files to `.dpkg-new`, fsyncing and renaming each) was most of the root's cost and the
+longest step before the first compile could start. The tools are the shell utilities, the compiler the kernels'
+headers name, kbuild's host programs and the headers' common part (what the headers depend on to compile). The
+headers and NVIDIA's module source are then unpacked over them (`dpkg-deb -x`) without their own dependencies:
+6.12's headers depend on the kernel's image (~100 MB) and linux-base, which an install wants and a compile never
+reads. What went in is recorded in a manifest (package and version, read from the .deb files), since dpkg in the
+root knows nothing.
 
 A kernel of another architecture than this machine's (an arm64 kernel on an amd64 builder) is compiled across:
-its root is this machine's tools, Debian's cross compiler at the version the kernel's headers ask for
-(`gcc-12` → `gcc-12-aarch64-linux-gnu`) and kbuild's host programs, with the target's headers and module source
-unpacked over them (`dpkg-deb -x` of NAME:ARCH, since a package of each architecture cannot be installed together
-with its dependencies). Each target architecture has roots of its own.
+its root is this machine's tools with Debian's cross compiler at the version the kernel's headers ask for
+(`gcc-12` → `gcc-12-aarch64-linux-gnu`), and the target's headers and module source (NAME:ARCH) unpacked over
+them. Each target architecture has roots of its own.
 
 Roots are keyed by content (the kernels' headers and the flavours' sources in them). A kernel or flavour that no
 root has gets a new root, with what this run needs and what the newest root had (up to MAX_KERNELS kernels), and the
@@ -173,9 +176,8 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
     if os.geteuid() != 0:
         raise BadInput("building driver modules needs root (mmdebstrap and chroot), as buildah does here")
     sources = [FLAVOURS[f][0] for f in flavours]
-    targets = [*kernels.values(), *sources] if archive.cross else []  # unpacked over the root, NAME:ARCH
-    packages = [*TOOLS, *(_cross_tools(archive, list(kernels.values())) if archive.cross else
-                          [*kernels.values(), *sources])]
+    targets = [*kernels.values(), *sources]  # unpacked over the root (NAME:ARCH across)
+    packages = [*TOOLS, *_host_tools(archive, list(kernels.values()))]
     key = hashlib.sha256(" ".join(sorted([*packages, *(f"{t}:{archive.arch}" for t in targets)])).encode()
                          ).hexdigest()[:16]
     # named apart from any root with the same package names (one whose source Debian has since replaced, that a
@@ -209,8 +211,7 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
                                 "again")
             raise BuildError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
         versions = dict(line.split("\t", 1) for line in listing.read_text().splitlines() if "\t" in line)
-        if targets:
-            versions.update(_unpack_targets(archive, targets, staging / "rootfs", Path(tmp)))
+        versions.update(_unpack_targets(archive, targets, staging / "rootfs", Path(tmp)))
         missing = [p for p in [*packages, *targets] if p not in versions]
         if missing:
             raise BuildError(f"the build root lacks {', '.join(missing)} after mmdebstrap; log: {log}")
@@ -225,20 +226,21 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
     return Root(final, kernels, flavours, versions)
 
 
-def _cross_tools(archive: Archive, headers: list[str]) -> list[str]:
-    """What this machine runs to compile for the target: its own packages for what the target's headers depend on
-    to compile (kbuild's host programs; the headers' common part, for every architecture), and the cross compiler
-    for the native compiler they name (gcc-12 → gcc-12-aarch64-linux-gnu)."""
+def _host_tools(archive: Archive, headers: list[str]) -> list[str]:
+    """What this machine runs to compile against the headers: its own packages for what they depend on to compile
+    (kbuild's host programs; the headers' common part, for every architecture; the compiler they name, or across,
+    Debian's cross compiler of that version: gcc-12 → gcc-12-aarch64-linux-gnu). The headers and the module source
+    themselves are unpacked, without their dependencies: 6.12's headers depend on the kernel's image and
+    linux-base, which an install wants and a compile never reads (the image alone is ~100 MB)."""
     triplet = cross_prefix(archive).rstrip("-")
     tools: list[str] = []
     for package in headers:
         for dep in archive.target_depends(package):
             compiler = re.fullmatch(r"(?:linux-compiler-)?(gcc-\d+)(?:-[a-z0-9]+)?", dep)
             if compiler:
-                tools.append(f"{compiler.group(1)}-{triplet}")
+                tools.append(f"{compiler.group(1)}-{triplet}" if triplet else dep)
             elif dep.startswith(("linux-kbuild-", "linux-headers-")):
                 tools.append(dep)
-            # else the kernel's image and linux-base (6.12's headers depend on them): an install's, not a compile's
     return list(dict.fromkeys(tools))
 
 
