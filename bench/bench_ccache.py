@@ -40,8 +40,9 @@ SLOPPY = "file_macro,time_macros,include_file_mtime,include_file_ctime,pch_defin
 def sh(rootfs: Path, script: str, env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """Run a script in the root under chroot; (wall s, CPU s of it and its children, its output's tail)."""
     t0 = time.monotonic()
+    base = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/build"}
     proc = subprocess.Popen(["chroot", str(rootfs), "/bin/sh", "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **(env or {})})
+                            stderr=subprocess.STDOUT, env={**base, **(env or {})})
     out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
@@ -69,6 +70,9 @@ def place(rootfs: Path, kernel: str) -> str:
             f"cp -a /usr/src/linux-headers-{kernel.rsplit('-', 1)[0]}-common /build/k/common; "
             f"cp -a /usr/src/linux-headers-{kernel} /build/k/arch; "
             f"sed -i 's#^include .*/Makefile#include /build/k/common/Makefile#' /build/k/arch/Makefile; "
+            # kbuild's scripts and tools, linked relatively from /usr/src: linked from /build/k to the same place
+            f"for d in common arch; do for l in scripts tools; do [ -L /build/k/$d/$l ] || continue; "
+            f"ln -sfn \"$(cd /usr/src/linux-headers-{kernel} && readlink -f $l)\" /build/k/$d/$l; done; done; "
             f"cd /build/nv; tar -xf /usr/src/nvidia-kernel.tar.xz")
 
 
