@@ -162,6 +162,24 @@ class Bench:
         return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", NS,  # type: ignore
                                pods[0]["metadata"]["name"]], capture_output=True, text=True).stdout
 
+    def job_steps(self, kernel: str) -> dict[str, int]:
+        """Where a Job's time went, from its log's clock (seconds, to the second, from its first line): the
+        headers read, the modules pulled, verified, the user space ready, pushed."""
+        marks = {"modules": "shared modules:", "verified": "verified:", "user space": "user space:",
+                 "pushed": "pushed:"}
+        stamps: dict[str, int] = {}
+        first = None
+        for line in self.job_log(kernel).splitlines():
+            m = re.match(r"\.\.\. (\d\d):(\d\d):(\d\d) ", line)
+            if not m:
+                continue
+            at = int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+            first = at if first is None else first
+            for name, mark in marks.items():
+                if mark in line:
+                    stamps[name] = at - first  # the last line of each kind
+        return stamps
+
     def leave(self, node: str) -> None:
         """The node is gone (its pool's DaemonSet stays, for the next nodes of its kernel)."""
         self.kube.request("DELETE", f"/api/v1/nodes/{node}")
@@ -176,15 +194,18 @@ class Bench:
 
 
 def shared_case(b: Bench, repeat: int, kernel: str = SHARED_KERNEL) -> dict[str, object]:
-    runs = []
+    runs: list[float] = []
+    steps: list[dict[str, int]] = []
     for i in range(repeat):
         b.forget(kernel)
         t0 = b.join(f"shared-{i}", kernel)
         b.wait_ready(f"shared-{i}", 600)
         runs.append(round(time.monotonic() - t0, 1))
+        steps.append(b.job_steps(kernel))
+        print(f"  the Job's log: {steps[-1]}", file=sys.stderr, flush=True)
         b.leave(f"shared-{i}")  # no node waits for the image the next run deletes (the controller would rebuild it)
         print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
-    return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30,
+    return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30, "job_steps": steps,
             "note": "the first run also pulls the builder image onto the node"}
 
 
