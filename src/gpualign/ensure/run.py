@@ -398,6 +398,8 @@ def _userspace_layer(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Sa
     tls = opts.target.ref.scheme != "http"
     where = shared_userspace.reference(opts.target, tag)
     if image.has_image(name):
+        if opts.share_push:
+            _share_userspace(spec, opts, say, name, where)
         return image.UserSpaceLayer(name, packages, arch)
     if opts.share_pull:
         t0 = time.monotonic()
@@ -413,13 +415,23 @@ def _userspace_layer(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Sa
     user = userspace.fetch(archive, driver_version, progress=lambda m: say(spec.tag, m))
     made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
     if opts.share_push:
-        t0 = time.monotonic()
-        try:
-            image.push_userspace(made, where, tls_verify=tls, authfile=opts.authfile)
-            say(spec.tag, f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
-        except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
-            say(spec.tag, f"user space not shared ({err.message}): later builds make it again")
+        _share_userspace(spec, opts, say, made, where)
     return image.UserSpaceLayer(made, packages, arch)
+
+
+def _share_userspace(spec: tagspec.TagSpec, opts: Options, say: Say, name: str, where: str) -> None:
+    """Push the user-space image for later builds, unless the registry has it; a refusal is said, never fatal."""
+    from gpualign.ensure import buildroot, image, shared_userspace
+    from gpualign.errors import Unreachable
+
+    t0 = time.monotonic()
+    try:
+        if shared_userspace.has(opts.target, where.rsplit(":", 1)[1]):
+            return
+        image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
+        say(spec.tag, f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
+    except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
+        say(spec.tag, f"user space not shared ({err.message}): later builds make it again")
 
 
 def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
