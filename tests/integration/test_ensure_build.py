@@ -90,6 +90,14 @@ def pulled_modules(registry: str, tag: str, into: Path, repo: str = "nvidia/driv
     return config, names
 
 
+def driver_ready(kube, node: str) -> bool:
+    """The node's driver pod is Ready (the lab's kernel loaded its image's modules, or took the tag alone)."""
+    pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
+            if p["spec"].get("nodeName") == node]
+    return bool(pods) and any(c["type"] == "Ready" and c["status"] == "True"
+                              for c in pods[0]["status"].get("conditions") or [])
+
+
 @pytest.fixture
 def story_lab(tmp_path):
     lab = start_lab(tmp_path / "state")
@@ -240,14 +248,8 @@ def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_c
     assert image["action"] == "build" and image["verification"]["ok"] and image["verification"]["kernel"] == release
     assert image["verification"]["symbols_checked"] > 500
 
-    def driver_ready() -> bool:
-        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
-                if p["spec"].get("nodeName") == "deb-612"]
-        return bool(pods) and any(c["type"] == "Ready" and c["status"] == "True"
-                                  for c in pods[0]["status"].get("conditions") or [])
-
     # the lab loads its modules as the node's kernel would: against the release's Module.symvers
-    wait_for(driver_ready, timeout=90, what="deb-612's driver pod Ready on the built image")
+    wait_for(lambda: driver_ready(kube, "deb-612"), timeout=90, what="deb-612's driver pod Ready on the built image")
     config, files = pulled_modules(lab.registry, tag, tmp_path)
     labels = config["config"]["Labels"]
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
@@ -812,13 +814,7 @@ def test_an_arm64_node_gets_an_index_naming_linux_arm64_cross_compiled_and_verif
     refused = verify([kmod.read_file(k) for k in kos], KERNEL, amd64, modinfo(kos[0], "version"))
     assert not refused.ok and "Invalid architecture in ELF header (arm64 module" in (refused.first_refusal() or "")
 
-    def driver_ready() -> bool:
-        pods = [p for p in kube.pods(label_selector="app.kubernetes.io/component=nvidia-driver")
-                if p["spec"].get("nodeName") == "gh-1"]
-        return bool(pods) and any(c["type"] == "Ready" and c["status"] == "True"
-                                  for c in pods[0]["status"].get("conditions") or [])
-
-    wait_for(driver_ready, timeout=90, what="gh-1's driver pod Ready on the arm64 image")
+    wait_for(lambda: driver_ready(kube, "gh-1"), timeout=90, what="gh-1's driver pod Ready on the arm64 image")
     reg = client(lab.registry)
     loaded = kernel_load.load(reg, tag, ARM64_KERNEL, "")  # what the lab's kernel decided for gh-1: checked, not
     reg.close()  # tag-only
