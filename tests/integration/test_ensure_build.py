@@ -396,7 +396,7 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
                                        "in Debian's archive (looked in bookworm, bookworm-updates, bookworm-security",
         "535-5.15.0-124-generic-ubuntu22.04": "ubuntu22.04 images are not built by gpualign: render the recipe",
         "535-6.1.0-47-amd64-plan9": "not a precompiled driver tag",
-        "535-6.1.0-50-arm64-debian12": "gpualign builds debian12 images for amd64, not arm64",
+        "535-6.1.0-50-powerpc64le-debian12": "gpualign builds debian12 images for amd64, arm64, not ppc64le",
     }
     for tag, message in cases.items():
         res = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", "none", timeout=120)
@@ -413,14 +413,14 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     # from a report (the runbook's `check -o json | ensure --from -`), one tag gpualign cannot make does not stop the
     # others: it is listed under failed, and the run exits 1 (the review's #14: it exited 2 and made nothing)
     (tmp_path / "mixed.json").write_text(json.dumps({"kind": "CheckReport", "missing": [
-        {"tag": "535-6.1.0-50-arm64-debian12"}, {"tag": "535-6.1.0-47-amd64-plan9"}, {"tag": TAG}]}))
+        {"tag": "535-6.1.0-50-powerpc64le-debian12"}, {"tag": "535-6.1.0-47-amd64-plan9"}, {"tag": TAG}]}))
     mixed = lab.cli("ensure", "--from", str(tmp_path / "mixed.json"), "--ledger", ledger, "--upstream", "none",
                     "--dry-run", "-o", "json", timeout=120)
     assert mixed.code == 1, mixed.err
     made = json.loads(mixed.out)
     assert [i["tag"] for i in made["images"]] == [TAG] and made["images"][0]["action"] == "build"
-    assert sorted(f["tag"] for f in made["failed"]) == ["535-6.1.0-47-amd64-plan9", "535-6.1.0-50-arm64-debian12"]
-    assert "gpualign builds debian12 images for amd64, not arm64" in mixed.err and "Traceback" not in mixed.err
+    assert sorted(f["tag"] for f in made["failed"]) == ["535-6.1.0-47-amd64-plan9", "535-6.1.0-50-powerpc64le-debian12"]
+    assert "gpualign builds debian12 images for amd64, arm64, not ppc64le" in mixed.err and "Traceback" not in mixed.err
     conflicting = lab.cli("ensure", TAG, "--ledger", ledger, "--ledger", f"registry://{lab.registry}/other/driver")
     assert conflicting.code == 2 and "--ledger given twice" in conflicting.err, conflicting.err
     banana = lab.cli("ensure", TAG, "--ledger", ledger, "--upstream", "banana")
