@@ -1,5 +1,6 @@
 """One ensure pass: for each tag, present (nothing to do), mirror (the upstream publishes it) or build (Debian 12
-here), verified against the kernel in its tag before anything is pushed.
+and 13, amd64 and arm64: its steps are ensure.build), verified against the kernel in its tag before anything is
+pushed.
 
 Idempotent: a tag already in the ledger costs one manifest HEAD. Two runs never build the same image twice: each
 tag is worked under a file lock (and, with --lease, a Lease on the cluster for runs on other machines), and a run
