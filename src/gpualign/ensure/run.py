@@ -1,5 +1,6 @@
 """One ensure pass: for each tag, present (nothing to do), mirror (the upstream publishes it) or build (Debian 12
-here), verified against the kernel in its tag before anything is pushed.
+and 13, amd64 and arm64: its steps are ensure.build), verified against the kernel in its tag before anything is
+pushed.
 
 Idempotent: a tag already in the ledger costs one manifest HEAD. Two runs never build the same image twice: each
 tag is worked under a file lock (and, with --lease, a Lease on the cluster for runs on other machines), and a run
@@ -23,7 +24,6 @@ from gpualign.errors import BadInput, GpualignError
 from gpualign.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
-    from gpualign.ensure import image as image_mod
     from gpualign.ensure import sign
     from gpualign.ensure.lease import Leases
     from gpualign.ensure.verify import Verification
@@ -131,7 +131,7 @@ def plan_one(tag: str, opts: Options) -> Plan:
     if opts.flavour == "open" and opts.modules_from is None and release is not None and \
             (why := open_problem(release, spec.branch)) is not None:
         raise BadInput(f"{spec.tag}: {why}")
-    if opts.dry_run and opts.modules_from is None and not _compiled_before(spec, opts):
+    if opts.dry_run and opts.modules_from is None and not compiled_before(spec, opts):
         # as the build will refuse it
         opts.archive.for_tag_kernel(spec.os_tag, spec.kernel).require_headers(spec.kernel)
     return Plan(spec, BUILD, digest, problem)
@@ -224,217 +224,12 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
             out.done = True
             say(spec.tag, f"mirrored: {out.digest}")
             return out
-        return _build(spec, opts, out, say)
+        from gpualign.ensure.build import build
+
+        return build(spec, opts, out, say)
 
 
-def _build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
-    from gpualign.ensure import buildroot, debian, image, kmod
-
-    archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # the tag's release and its kernel's CPU
-    t0 = time.monotonic()
-    say(spec.tag, f"headers: linux-headers-{spec.kernel}")
-    if not buildroot.ready(archive, spec.kernel) and not _compiled_before(spec, opts):
-        archive.require_headers(spec.kernel)  # a kernel Debian does not serve is refused before anything is made
-    out.seconds["headers"] = time.monotonic() - t0
-    if opts.modules_from is not None:
-        modules = sorted(opts.modules_from.glob("*.ko"))
-        if not modules:
-            raise BadInput(f"--modules-from {opts.modules_from}: no .ko file there")
-        read = [kmod.read_file(p) for p in modules]
-        driver_version = next((m.field("version") for m in read if m.field("version")), "") or ""
-        say(spec.tag, f"modules: {len(modules)} from {opts.modules_from} (not compiled here)")
-        out.modules = "given"
-    else:
-        pulled = _pull_shared(spec, opts, out, say) if opts.share_pull and not _compiled_before(spec, opts) \
-            else None
-        built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs,
-                                       progress=lambda m: say(spec.tag, m), together=opts.together,
-                                       on_compile=lambda version: prepare_image_inputs(archive, version))
-        modules, driver_version = built.modules, built.driver_version
-        out.seconds["compile"] = built.compile_seconds
-        out.seconds["compile_cpu"] = built.compile_cpu_seconds
-        if not built.cached:
-            say(spec.tag, f"compiled: {len(built.modules)} modules in {built.compile_seconds:.0f}s "
-                          f"({built.compile_cpu_seconds:.0f} CPU-s)")
-        from gpualign.ensure import shared
-
-        origin = shared.pulled_from(built.directory)
-        out.modules = "compiled" if not built.cached else "shared" if origin else "cache"
-        if pulled is not None and origin is not None:
-            prepare_image_inputs(archive, driver_version)  # no compile to hide them behind: start them now
-    unsigned = modules  # what is shared, once verified
-    if not driver_version.startswith(f"{spec.branch}."):
-        raise NotVerified(f"{spec.tag}: the modules are NVIDIA {driver_version or '(no version)'}, not branch "
-                          f"{spec.branch}; nothing pushed")
-    if opts.signing is not None:
-        t0 = time.monotonic()
-        flavour = opts.flavour if opts.modules_from is None else "given-" + image.modules_key(modules)[:16]
-        with buildroot.held(archive, spec.kernel, progress=lambda m: say(spec.tag, m)) as root:  # sign-file
-            from gpualign.ensure import sign  # the signing modules (cryptography, asn1crypto), only to sign
-
-            modules = sign.sign_modules(root.rootfs, spec.kernel, flavour, driver_version, modules, opts.signing,
-                                        progress=lambda m: say(spec.tag, m))
-        out.seconds["sign"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    say(spec.tag, f"verify: {len(modules)} modules against {spec.kernel}'s Module.symvers"
-                  + (f" and {opts.signing.signer}'s certificate" if opts.signing else ""))
-    checked = verify_modules(modules, spec, driver_version, archive, opts.signing)
-    out.seconds["verify"] = time.monotonic() - t0
-    out.verification = checked.as_dict()
-    if not checked.ok and out.modules == "shared":
-        from gpualign.ensure import shared
-
-        directory = debian.modules_dir(spec.kernel, opts.flavour, driver_version, None)
-        source = shared.pulled_from(directory)
-        shared.forget(directory)
-        out.shared = f"refused: {source}: {checked.first_problem()}"
-        say(spec.tag, f"shared modules from {source} refused by the kernel's checks ({checked.first_problem()}): "
-                      "compiling instead")
-        import dataclasses
-
-        return _build(spec, dataclasses.replace(opts, share_pull=False), out, say)
-    if not checked.ok:
-        symbol = checked.first_symbol()
-        raise NotVerified(f"{spec.tag}: would not load on {spec.kernel}: {checked.first_problem()}"
-                          + (f"; first refused symbol: {symbol}" if symbol and symbol != checked.first_problem()
-                             else "")
-                          + f" ({checked.mismatches} of {checked.symbols_checked} symbols refused); nothing pushed")
-    say(spec.tag, f"verified: {checked.symbols_checked} symbol CRCs, vermagic {spec.kernel}, "
-                  f"version {driver_version}" + (f", {len(checked.results)} signatures by {opts.signing.signer} "
-                                                 f"(key {opts.signing.describe()['key_id']})"
-                                                 if opts.signing else ""))
-    if opts.share_push and out.modules in ("compiled", "cache") and opts.flavour in buildroot.FLAVOURS:
-        _push_shared(spec, opts, out, say, driver_version, unsigned)
-    t0 = time.monotonic()
-    record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
-    if opts.signing is not None:
-        record["signed"] = opts.signing.describe()
-    key = image.modules_key(modules)
-    variant = f"signed-{opts.signing.describe()['cert_sha256'].replace(':', '')[:12].lower()}" if opts.signing else ""
-    local = image.local_image(spec, key, variant)
-    if local is not None:
-        say(spec.tag, f"image: {local}, assembled before from the same modules")
-    else:
-        layer = _userspace_layer(spec, opts, out, say, archive, driver_version)
-        local = image.assemble(spec, modules, driver_version, record, key, variant, layer)
-        say(spec.tag, f"user space: {', '.join(layer.packages)} at NVIDIA {driver_version}: sonames, ld.so.cache "
-                      "and nvidia-smi's version checked")
-    out.seconds["image"] = time.monotonic() - t0
-    t0 = time.monotonic()
-    say(spec.tag, f"push: {out.reference}")
-    image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile,
-               arch=image.arch_of(spec))
-    out.digest = opts.target.digest(spec.tag)
-    out.seconds["push"] = time.monotonic() - t0
-    if out.digest is None:
-        raise image.PushRefused(f"{spec.tag}: pushed, but the ledger does not answer for it")
-    out.done = True
-    say(spec.tag, f"pushed: {out.digest}")
-    return out
-
-
-def _pull_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> list[Path] | None:
-    """Another build's modules for this kernel, from the registry into the module cache (checked against their
-    artifact; the kernel's checks follow as for a compile), or None: none shared, or refused (said, then compiled)."""
-    from gpualign.ensure import buildroot, debian, shared
-    from gpualign.errors import Unreachable
-
-    t0 = time.monotonic()
-    version = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel).target_version(
-        buildroot.FLAVOURS[opts.flavour][0])
-    if version is None:
-        return None  # the build says it, naming the archive
-    key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
-    try:
-        got = shared.pull(opts.target, key, debian.modules_dir(spec.kernel, opts.flavour, key.version, None))
-    except (shared.SharedRefused, Unreachable) as err:
-        out.shared = f"refused: {err.message}"
-        say(spec.tag, f"shared modules: {err.message}: compiling instead")
-        return None
-    out.seconds["shared_pull"] = time.monotonic() - t0
-    if got is None:
-        say(spec.tag, f"shared modules: none at {shared.where(opts.target, key)}")
-        return None
-    out.shared = "pulled"
-    say(spec.tag, f"shared modules: {len(got)} pulled from {shared.where(opts.target, key)} "
-                  f"in {out.seconds['shared_pull']:.1f}s (compiled by another build; checked here as if compiled)")
-    return got
-
-
-def _push_shared(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say, driver_version: str,
-                 modules: list[Path]) -> None:
-    """Share the verified, unsigned modules (a signature is appended to the bytes the kernel's checks read, so
-    the checks of a signed set hold for the unsigned one). A registry that refuses is said, never fatal."""
-    from gpualign.ensure import shared
-    from gpualign.errors import Unreachable
-
-    key = shared.Key(driver_version, spec.kernel, opts.flavour)
-    t0 = time.monotonic()
-    try:
-        if shared.has(opts.target, key):
-            return
-        where = shared.push(opts.target, key, modules)
-    except Unreachable as err:
-        out.shared = f"not pushed: {err.message}"
-        say(spec.tag, f"shared modules not pushed ({err.message}): later builds compile them again")
-        return
-    out.seconds["shared_push"] = time.monotonic() - t0
-    out.shared = "pushed"
-    say(spec.tag, f"shared modules: pushed to {where} for later builds ({out.seconds['shared_push']:.1f}s)")
-
-
-def _userspace_layer(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say, archive: Archive,
-                     driver_version: str) -> image_mod.UserSpaceLayer:
-    """The user-space image the driver image is made over: local when made or pulled before, else pulled from the
-    registry's shared ones (ensure.shared_userspace), else made from Debian's packages and then shared. A registry
-    that refuses either way is said, never fatal: the layer is made here."""
-    from gpualign.ensure import buildroot, image, shared_userspace, userspace
-    from gpualign.errors import Unreachable
-
-    suite, arch = image.suite_of(spec), image.arch_of(spec)
-    packages = userspace.wanted(archive, driver_version)
-    name = image.userspace_name(suite, arch, driver_version, packages)
-    tag = image.userspace_tag(suite, arch, driver_version, packages)
-    tls = opts.target.ref.scheme != "http"
-    where = shared_userspace.reference(opts.target, tag)
-    if image.has_image(name):
-        if opts.share_push:
-            _share_userspace(spec, opts, say, name, where)
-        return image.UserSpaceLayer(name, packages, arch)
-    if opts.share_pull:
-        t0 = time.monotonic()
-        try:
-            if shared_userspace.has(opts.target, tag):
-                image.pull_userspace(where, name, tls_verify=tls, authfile=opts.authfile)
-                out.seconds["userspace_pull"] = time.monotonic() - t0
-                say(spec.tag, f"user space: pulled {where} in {out.seconds['userspace_pull']:.1f}s (made by another "
-                              "build; checked here as if made here)")
-                return image.UserSpaceLayer(name, packages, arch)
-        except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
-            say(spec.tag, f"user space: {where} not pulled ({err.message}): making it from Debian")
-    user = userspace.fetch(archive, driver_version, progress=lambda m: say(spec.tag, m))
-    made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
-    if opts.share_push:
-        _share_userspace(spec, opts, say, made, where)
-    return image.UserSpaceLayer(made, packages, arch)
-
-
-def _share_userspace(spec: tagspec.TagSpec, opts: Options, say: Say, name: str, where: str) -> None:
-    """Push the user-space image for later builds, unless the registry has it; a refusal is said, never fatal."""
-    from gpualign.ensure import buildroot, image, shared_userspace
-    from gpualign.errors import Unreachable
-
-    t0 = time.monotonic()
-    try:
-        if shared_userspace.has(opts.target, where.rsplit(":", 1)[1]):
-            return
-        image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
-        say(spec.tag, f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
-    except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
-        say(spec.tag, f"user space not shared ({err.message}): later builds make it again")
-
-
-def _compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
+def compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
     """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
     from gpualign.ensure import buildroot, debian
 

@@ -1,0 +1,304 @@
+"""One image built, as steps: its modules (given, pulled from the registry's shared ones, cached, or compiled),
+signed when a key is given, verified against the tag's kernel, shared, laid over the user space into the image,
+and pushed. Each step says what it does and records its seconds in the Outcome.
+
+Shared modules that the kernel's checks refuse are dropped from the cache and the build runs once more without
+taking shared ones: it compiles. That is a loop of two attempts, not a recursion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpualign.ensure.run import (
+    NotVerified,
+    Options,
+    Outcome,
+    Say,
+    compiled_before,
+    prepare_image_inputs,
+    verify_modules,
+)
+from gpualign.errors import BadInput
+
+if TYPE_CHECKING:
+    from gpualign.ensure import image as image_mod
+    from gpualign.ensure import tagspec
+    from gpualign.ensure.verify import Verification
+
+
+@dataclass(frozen=True)
+class Modules:
+    files: list[Path]  # what the image gets: signed, when a key is given
+    unsigned: list[Path]  # what is shared, once verified
+    driver_version: str
+    origin: str  # given | compiled | cache | shared
+
+
+def build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
+    """Make, verify and push one image (the caller holds the tag's locks)."""
+    for attempt in (opts, dataclasses.replace(opts, share_pull=False)):
+        steps = Steps(spec, attempt, out, say)
+        made = steps.sign(steps.modules())
+        checked = steps.verify(made)
+        if checked is None:
+            continue  # shared modules refused by the kernel's checks: compile instead
+        steps.share(made)
+        return steps.push(steps.image(made, checked))
+    raise NotVerified(f"{spec.tag}: the compiled modules were refused as the shared ones were; nothing pushed")
+
+
+class Steps:
+    def __init__(self, spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> None:
+        self.spec, self.opts, self.out = spec, opts, out
+        self.archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # its release, its kernel's CPU
+        self._say = say
+
+    def say(self, message: str) -> None:
+        self._say(self.spec.tag, message)
+
+    # -- the modules ---------------------------------------------------------------------------------------------
+    def modules(self) -> Modules:
+        """Given (--modules-from), or this kernel's: from the cache, the registry's shared ones, or compiled."""
+        from gpualign.ensure import buildroot
+
+        spec, opts = self.spec, self.opts
+        t0 = time.monotonic()
+        self.say(f"headers: linux-headers-{spec.kernel}")
+        if not buildroot.ready(self.archive, spec.kernel) and not compiled_before(spec, opts):
+            self.archive.require_headers(spec.kernel)  # a kernel Debian does not serve: refused before anything
+        self.out.seconds["headers"] = time.monotonic() - t0
+        made = self._given() if opts.modules_from is not None else self._compiled()
+        if not made.driver_version.startswith(f"{spec.branch}."):
+            raise NotVerified(f"{spec.tag}: the modules are NVIDIA {made.driver_version or '(no version)'}, not "
+                              f"branch {spec.branch}; nothing pushed")
+        return made
+
+    def _given(self) -> Modules:
+        from gpualign.ensure import kmod
+
+        assert self.opts.modules_from is not None
+        files = sorted(self.opts.modules_from.glob("*.ko"))
+        if not files:
+            raise BadInput(f"--modules-from {self.opts.modules_from}: no .ko file there")
+        read = [kmod.read_file(p) for p in files]
+        version = next((m.field("version") for m in read if m.field("version")), "") or ""
+        self.say(f"modules: {len(files)} from {self.opts.modules_from} (not compiled here)")
+        self.out.modules = "given"
+        return Modules(files, files, version, "given")
+
+    def _compiled(self) -> Modules:
+        from gpualign.ensure import debian, shared
+
+        spec, opts, out, archive = self.spec, self.opts, self.out, self.archive
+        pulled = self._pull_shared() if opts.share_pull and not compiled_before(spec, opts) else None
+        built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs, progress=self.say,
+                                       together=opts.together,
+                                       on_compile=lambda version: prepare_image_inputs(archive, version))
+        out.seconds["compile"] = built.compile_seconds
+        out.seconds["compile_cpu"] = built.compile_cpu_seconds
+        if not built.cached:
+            self.say(f"compiled: {len(built.modules)} modules in {built.compile_seconds:.0f}s "
+                     f"({built.compile_cpu_seconds:.0f} CPU-s)")
+        origin = shared.pulled_from(built.directory)
+        out.modules = "compiled" if not built.cached else "shared" if origin else "cache"
+        if pulled is not None and origin is not None:
+            prepare_image_inputs(archive, built.driver_version)  # no compile to hide them behind: start them now
+        return Modules(built.modules, built.modules, built.driver_version, out.modules)
+
+    def _pull_shared(self) -> list[Path] | None:
+        """Another build's modules for this kernel, from the registry into the module cache (checked against their
+        artifact; the kernel's checks follow as for a compile), or None: none shared, or refused (said)."""
+        from gpualign.ensure import buildroot, debian, shared
+        from gpualign.errors import Unreachable
+
+        spec, opts, out = self.spec, self.opts, self.out
+        t0 = time.monotonic()
+        version = self.archive.target_version(buildroot.FLAVOURS[opts.flavour][0])
+        if version is None:
+            return None  # the build says it, naming the archive
+        key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
+        try:
+            got = shared.pull(opts.target, key, debian.modules_dir(spec.kernel, opts.flavour, key.version, None))
+        except (shared.SharedRefused, Unreachable) as err:
+            out.shared = f"refused: {err.message}"
+            self.say(f"shared modules: {err.message}: compiling instead")
+            return None
+        out.seconds["shared_pull"] = time.monotonic() - t0
+        if got is None:
+            self.say(f"shared modules: none at {shared.where(opts.target, key)}")
+            return None
+        out.shared = "pulled"
+        self.say(f"shared modules: {len(got)} pulled from {shared.where(opts.target, key)} in "
+                 f"{out.seconds['shared_pull']:.1f}s (compiled by another build; checked here as if compiled)")
+        return got
+
+    # -- signing and the kernel's checks -------------------------------------------------------------------------
+    def sign(self, made: Modules) -> Modules:
+        """With a signing key, every module signed with the kernel's own sign-file; else the modules as they are."""
+        from gpualign.ensure import buildroot, image
+
+        opts = self.opts
+        if opts.signing is None:
+            return made
+        t0 = time.monotonic()
+        flavour = opts.flavour if opts.modules_from is None else "given-" + image.modules_key(made.files)[:16]
+        with buildroot.held(self.archive, self.spec.kernel, progress=self.say) as root:  # its sign-file
+            from gpualign.ensure import sign  # the signing modules (cryptography, asn1crypto), only to sign
+
+            files = sign.sign_modules(root.rootfs, self.spec.kernel, flavour, made.driver_version, made.files,
+                                      opts.signing, progress=self.say)
+        self.out.seconds["sign"] = time.monotonic() - t0
+        return dataclasses.replace(made, files=files)
+
+    def verify(self, made: Modules) -> Verification | None:
+        """The kernel's checks; None when shared modules were refused (dropped from the cache, said: the caller
+        compiles); NotVerified when anything else is."""
+        spec, opts, out = self.spec, self.opts, self.out
+        t0 = time.monotonic()
+        self.say(f"verify: {len(made.files)} modules against {spec.kernel}'s Module.symvers"
+                 + (f" and {opts.signing.signer}'s certificate" if opts.signing else ""))
+        checked = verify_modules(made.files, spec, made.driver_version, self.archive, opts.signing)
+        out.seconds["verify"] = time.monotonic() - t0
+        out.verification = checked.as_dict()
+        if not checked.ok and made.origin == "shared":
+            from gpualign.ensure import debian, shared
+
+            directory = debian.modules_dir(spec.kernel, opts.flavour, made.driver_version, None)
+            source = shared.pulled_from(directory)
+            shared.forget(directory)
+            out.shared = f"refused: {source}: {checked.first_problem()}"
+            self.say(f"shared modules from {source} refused by the kernel's checks ({checked.first_problem()}): "
+                     "compiling instead")
+            return None
+        if not checked.ok:
+            symbol = checked.first_symbol()
+            raise NotVerified(f"{spec.tag}: would not load on {spec.kernel}: {checked.first_problem()}"
+                              + (f"; first refused symbol: {symbol}" if symbol and symbol != checked.first_problem()
+                                 else "")
+                              + f" ({checked.mismatches} of {checked.symbols_checked} symbols refused); nothing "
+                                "pushed")
+        self.say(f"verified: {checked.symbols_checked} symbol CRCs, vermagic {spec.kernel}, version "
+                 f"{made.driver_version}" + (f", {len(checked.results)} signatures by {opts.signing.signer} (key "
+                                             f"{opts.signing.describe()['key_id']})" if opts.signing else ""))
+        return checked
+
+    # -- sharing -------------------------------------------------------------------------------------------------
+    def share(self, made: Modules) -> None:
+        """Share the verified, unsigned modules of a compile (a signature is appended to the bytes the kernel's
+        checks read, so the checks of a signed set hold for the unsigned one). A refusal is said, never fatal."""
+        from gpualign.ensure import buildroot, shared
+        from gpualign.errors import Unreachable
+
+        spec, opts, out = self.spec, self.opts, self.out
+        if not opts.share_push or made.origin not in ("compiled", "cache") or opts.flavour not in buildroot.FLAVOURS:
+            return
+        key = shared.Key(made.driver_version, spec.kernel, opts.flavour)
+        t0 = time.monotonic()
+        try:
+            if shared.has(opts.target, key):
+                return
+            where = shared.push(opts.target, key, made.unsigned)
+        except Unreachable as err:
+            out.shared = f"not pushed: {err.message}"
+            self.say(f"shared modules not pushed ({err.message}): later builds compile them again")
+            return
+        out.seconds["shared_push"] = time.monotonic() - t0
+        out.shared = "pushed"
+        self.say(f"shared modules: pushed to {where} for later builds ({out.seconds['shared_push']:.1f}s)")
+
+    # -- the image -----------------------------------------------------------------------------------------------
+    def image(self, made: Modules, checked: Verification) -> str:
+        """The local image: assembled before from the same modules, or now, over the user space."""
+        from gpualign.ensure import image
+
+        spec, opts = self.spec, self.opts
+        t0 = time.monotonic()
+        record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
+        if opts.signing is not None:
+            record["signed"] = opts.signing.describe()
+        key = image.modules_key(made.files)
+        variant = f"signed-{opts.signing.describe()['cert_sha256'].replace(':', '')[:12].lower()}" \
+            if opts.signing else ""
+        local = image.local_image(spec, key, variant)
+        if local is not None:
+            self.say(f"image: {local}, assembled before from the same modules")
+        else:
+            layer = self._userspace_layer(made.driver_version)
+            local = image.assemble(spec, made.files, made.driver_version, record, key, variant, layer)
+            self.say(f"user space: {', '.join(layer.packages)} at NVIDIA {made.driver_version}: sonames, "
+                     "ld.so.cache and nvidia-smi's version checked")
+        self.out.seconds["image"] = time.monotonic() - t0
+        return local
+
+    def _userspace_layer(self, driver_version: str) -> image_mod.UserSpaceLayer:
+        """The user-space image the driver image is made over: local when made or pulled before, else pulled from
+        the registry's shared ones (ensure.shared_userspace), else made from Debian's packages and then shared. A
+        registry that refuses either way is said, never fatal: the layer is made here."""
+        from gpualign.ensure import buildroot, image, shared_userspace, userspace
+        from gpualign.errors import Unreachable
+
+        spec, opts = self.spec, self.opts
+        suite, arch = image.suite_of(spec), image.arch_of(spec)
+        packages = userspace.wanted(self.archive, driver_version)
+        name = image.userspace_name(suite, arch, driver_version, packages)
+        tag = image.userspace_tag(suite, arch, driver_version, packages)
+        where = shared_userspace.reference(opts.target, tag)
+        if image.has_image(name):
+            if opts.share_push:
+                self._share_userspace(name, where)
+            return image.UserSpaceLayer(name, packages, arch)
+        if opts.share_pull:
+            t0 = time.monotonic()
+            try:
+                if shared_userspace.has(opts.target, tag):
+                    image.pull_userspace(where, name, tls_verify=opts.target.ref.scheme != "http",
+                                         authfile=opts.authfile)
+                    self.out.seconds["userspace_pull"] = time.monotonic() - t0
+                    self.say(f"user space: pulled {where} in {self.out.seconds['userspace_pull']:.1f}s (made by "
+                             "another build; checked here as if made here)")
+                    return image.UserSpaceLayer(name, packages, arch)
+            except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
+                self.say(f"user space: {where} not pulled ({err.message}): making it from Debian")
+        user = userspace.fetch(self.archive, driver_version, progress=self.say)
+        made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
+        if opts.share_push:
+            self._share_userspace(made, where)
+        return image.UserSpaceLayer(made, packages, arch)
+
+    def _share_userspace(self, name: str, where: str) -> None:
+        """Push the user-space image for later builds, unless the registry has it; a refusal is said, never
+        fatal."""
+        from gpualign.ensure import buildroot, image, shared_userspace
+        from gpualign.errors import Unreachable
+
+        opts = self.opts
+        t0 = time.monotonic()
+        try:
+            if shared_userspace.has(opts.target, where.rsplit(":", 1)[1]):
+                return
+            image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
+            self.say(f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
+        except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
+            self.say(f"user space not shared ({err.message}): later builds make it again")
+
+    # -- the push ------------------------------------------------------------------------------------------------
+    def push(self, local: str) -> Outcome:
+        from gpualign.ensure import image
+
+        spec, opts, out = self.spec, self.opts, self.out
+        t0 = time.monotonic()
+        self.say(f"push: {out.reference}")
+        image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile,
+                   arch=image.arch_of(spec))
+        out.digest = opts.target.digest(spec.tag)
+        out.seconds["push"] = time.monotonic() - t0
+        if out.digest is None:
+            raise image.PushRefused(f"{spec.tag}: pushed, but the ledger does not answer for it")
+        out.done = True
+        self.say(f"pushed: {out.digest}")
+        return out
