@@ -128,10 +128,12 @@ SUITES = {"debian12": "bookworm", "debian13": "trixie"}
 RENDERED = ("ubuntu", "rhel")
 RENDERED_RELEASES = {"ubuntu": ("ubuntu22.04", "ubuntu24.04"), "rhel": ("rhel9",)}
 
-# The CPU architecture a kernel's release names, where it names one (Debian: -amd64, -arm64, -powerpc64le, -s390x;
-# RHEL: .x86_64, .aarch64; Ubuntu's -nvidia-64k kernels are arm64 only). Kubernetes spells architectures as Go does.
+# The CPU architecture a kernel's release names, where it names one (Debian: -amd64, -arm64, -powerpc64le, -s390x,
+# -riscv64, -armmp for armhf; RHEL: .x86_64, .aarch64; Ubuntu's -nvidia-64k kernels are arm64 only). Kubernetes
+# spells architectures as Go does.
 _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), "arm64"),
                 (re.compile(r".*-powerpc64le$"), "ppc64le"), (re.compile(r".*-s390x$"), "s390x"),
+                (re.compile(r".*-riscv64$"), "riscv64"), (re.compile(r".*-armmp(-lpae)?$"), "arm"),
                 (re.compile(r".*[._]x86_64$"), "amd64"), (re.compile(r".*[._]aarch64(_64k)?$"), "arm64"),
                 (re.compile(r".*-64k$"), "arm64"))
 

@@ -39,6 +39,7 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian12", "535", "6.1.0-50-arm64", "arm64", Maker.BUILD, "from Debian bookworm's NVIDIA 535"),
     ("debian13", "550", "6.12.118_deb13-arm64", "arm64", Maker.BUILD, "from Debian trixie's NVIDIA 550"),
     ("debian12", "535", "6.1.0-50-powerpc64le", "ppc64le", Maker.NONE, "for amd64, arm64, not ppc64le"),
+    ("debian12", "535", "6.1.0-50-riscv64", None, Maker.NONE, "for amd64, arm64, not riscv64"),
     ("debian13", "550", "6.12.117_deb13-amd64", "amd64", Maker.BUILD, "Debian trixie's NVIDIA 550"),
     ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE,
      "Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source 535.274.02"),

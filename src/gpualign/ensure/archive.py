@@ -64,6 +64,11 @@ def file_lock(name: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+# Debian's GNU type per architecture (as Kubernetes and Debian spell it): its multiarch library folder
+# (/usr/lib/aarch64-linux-gnu) and its cross tools' prefix (aarch64-linux-gnu-gcc-12)
+TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+
+
 def host_arch() -> str:
     """This machine's architecture as Debian and Kubernetes spell it (amd64, arm64)."""
     import platform

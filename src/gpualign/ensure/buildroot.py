@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpualign.ensure.archive import Archive, cache_root, file_lock
+from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock
 from gpualign.errors import BadInput, GpualignError
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
@@ -51,7 +51,6 @@ TOOLS = ("dash", "bash", "coreutils", "sed", "grep", "mawk", "findutils", "diffu
          "gcc", "make", "libc6-dev", "kmod")
 ALTERNATIVES = {"usr/bin/awk": "mawk", "usr/bin/cc": "gcc"}  # what update-alternatives would have made
 MAX_KERNELS = 4  # a new root carries the newest root's kernels over while it stays this small
-TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # Debian's GNU types, for cross tools
 Progress = Callable[[str], None]
 
 

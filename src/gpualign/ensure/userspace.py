@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.ensure.archive import Archive, cache_root, file_lock
+from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError, upstream
 
 LIBS = {  # Debian package -> the library's soname (its file is <stem>.so.<driver version>)
@@ -38,7 +38,6 @@ LIBS = {  # Debian package -> the library's soname (its file is <stem>.so.<drive
 }
 TOOLS = ("nvidia-smi",)  # at the driver's version too
 OWN_VERSION = ("nvidia-persistenced",)  # its own source and version
-TRIPLETS = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}  # Debian's multiarch library folders
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 NVIDIA_LIBDIR = f"{LIBDIR}/nvidia/current"
 
