@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.kube import METADATA_ONLY, Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import node_manifest, push_driver_image, registry_client  # noqa: E402
@@ -36,11 +36,16 @@ GPUALIGN = [sys.executable, "-m", "gpualign"]
 os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 
 
-def create_nodes(kube: Kube, start: int, count: int) -> None:
+def create_nodes(kube: Kube, start: int, count: int, *, managed: bool = True) -> None:
+    """managed: kwok takes the nodes (Ready, a Lease each renewed every few seconds: a busy API server); else no
+    component renews them (an idle one, once the node controller has marked them unreachable)."""
     def one(i: int) -> None:
         spec = NodeSpec(f"bench-{i:05d}", KERNELS[i % len(KERNELS)], "ubuntu", "22.04", driver="580.173.02",
                         labels={"gpualign.io/bench": "true"})
-        resp = kube.request("POST", "/api/v1/nodes", body=node_manifest(spec))
+        body = node_manifest(spec)
+        if not managed:
+            del body["metadata"]["annotations"]["kwok.x-k8s.io/node"]
+        resp = kube.request("POST", "/api/v1/nodes", body=body)
         if resp.status_code not in (201, 409):
             raise RuntimeError(f"node create failed: {resp.status_code} {resp.text[:200]}")
 
@@ -66,29 +71,61 @@ def peak_rss_kib(cmd: list[str], env: dict[str, str]) -> int:
 
 
 def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat: int) -> dict[str, object]:
+    """pairs: gpualign's command first, then what it is compared with: kubectl, the floor (curl), the Python
+    floor; each ratio is gpualign's median over theirs."""
     times: dict[str, list[float]] = {k: [] for k in pairs}
     for _ in range(repeat):  # alternate, so drift hits both sides alike
         for name, cmd in pairs.items():
             times[name].append(timed(cmd, env)[0])
     med = {k: statistics.median(v) for k, v in times.items()}
     names = list(pairs)
-    ratio = med[names[0]] / med[names[1]]
-    line = f"{label:<34} " + "  ".join(f"{k} {med[k]:.3f}s" for k in names) + f"  ratio {ratio:.2f}x"
-    result: dict[str, object] = {"case": label, "median_s": med, "ratio": round(ratio, 3), "runs": times}
-    if len(names) > 2:  # the physical floor: the same LISTs by a plain HTTP client
-        result["over_floor"] = round(med[names[0]] / med[names[2]], 3)
-        line += f"  over the floor {result['over_floor']:.2f}x"
+    line = f"{label:<34} " + "  ".join(f"{k} {med[k]:.3f}s" for k in names)
+    result: dict[str, object] = {"case": label, "median_s": med, "runs": times}
+    for key, name in (("ratio", "kubectl"), ("over_floor", "floor"), ("over_python_floor", "python floor")):
+        other = next((k for k in names[1:] if k.startswith(name)), None)
+        if other is not None:
+            result[key] = round(med[names[0]] / med[other], 3)
+            line += f"  over {name} {result[key]:.2f}x"
     print(line, flush=True)
     return result
 
 
-def _curl(kubeconfig: Path) -> tuple[list[str], str]:
+def _tls(kubeconfig: Path) -> tuple[str, str, str, str]:
+    """The lab's CA, client certificate and key files, and the API server's URL."""
     from gpualign.kubeconfig import merge
 
     conf = merge([kubeconfig]).config
     cluster, user = conf["clusters"][0]["cluster"], conf["users"][0]["user"]
-    return ["curl", "-sS", "--fail", "--cacert", cluster["certificate-authority"], "--cert",
-            user["client-certificate"], "--key", user["client-key"], "-o", "/dev/null"], cluster["server"]
+    return cluster["certificate-authority"], user["client-certificate"], user["client-key"], cluster["server"]
+
+
+def _curl(kubeconfig: Path) -> tuple[list[str], str]:
+    ca, cert, key, server = _tls(kubeconfig)
+    return ["curl", "-sS", "--fail", "--cacert", ca, "--cert", cert, "--key", key, "-o", "/dev/null"], server
+
+
+def python_floor(kubeconfig: Path, paths: list[str], accept: str | None = None) -> list[str]:
+    """bench/python_floor.py fetching the same URLs: the least a Python command can spend on them."""
+    ca, cert, key, server = _tls(kubeconfig)
+    return [sys.executable, "-S", str(Path(__file__).with_name("python_floor.py")), ca, cert, key,
+            *(f"{server}{path}" for path in paths), *(["--accept", accept] if accept else [])]
+
+
+def check_paths() -> list[str]:
+    from gpualign import labels as L
+
+    return [f"/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue",
+            f"/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
+
+
+def why_paths(node: str) -> list[str]:
+    from urllib.parse import quote
+
+    from gpualign.upgrade.snapshot import DRIVER_SELECTOR, target_selector
+
+    return [f"/api/v1/nodes?labelSelector={quote(target_selector(f'kubernetes.io/hostname={node}'))}",
+            f"/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
+            f"/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
 
 
 def floor_command(kubeconfig: Path) -> list[str]:
@@ -133,12 +170,47 @@ def dump_floor_command(dump: Path) -> list[str]:
     return [sys.executable, "-c", "import sys, orjson; orjson.loads(open(sys.argv[1], 'rb').read())", str(dump)]
 
 
+def node_writes(kube: Kube) -> int:
+    """Every write to nodes and their Leases the API server has served so far (apiserver_request_total)."""
+    import re
+
+    text = kube.request("GET", "/metrics").text
+    total = 0.0
+    for m in re.finditer(r'(?m)^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$', text):
+        if re.search(r'resource="(nodes|leases)"', m.group(1)) and re.search(r'verb="(PATCH|PUT|POST|APPLY)"',
+                                                                            m.group(1)):
+            total += float(m.group(2))
+    return int(total)
+
+
+def wait_idle(kube: Kube, quiet: float = 10.0, limit: float = 300.0) -> float:
+    """Until no node or Lease has been written for `quiet` seconds (the node controller marks unrenewed nodes
+    unreachable once, 60 s after their creation, then rests); the seconds waited."""
+    t0 = time.monotonic()
+    last, since = node_writes(kube), time.monotonic()
+    while time.monotonic() - t0 < limit:
+        time.sleep(2)
+        now = node_writes(kube)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet and time.monotonic() - t0 > 70:
+            break
+    return time.monotonic() - t0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/check.json"))
+    ap.add_argument("--idle", action="store_true",
+                    help="nodes no kwok renews: an API server that is not busy (writes bench/results/check-idle.json)")
+    ap.add_argument("--no-kubectl", action="store_true",
+                    help="leave kubectl out (at 20,000 nodes it takes ~45 s a run)")
+    ap.add_argument("--cases", nargs="+", default=["check", "status", "why", "dump"],
+                    choices=["check", "status", "why", "dump"])
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.out = args.out or Path("bench/results/check-idle.json" if args.idle else "bench/results/check.json")
 
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-"))
     state_dir = work / "lab"
@@ -159,27 +231,38 @@ def main() -> int:
         have = 0
         for n in sorted(args.nodes):
             t0 = time.perf_counter()
-            create_nodes(kube, have, n - have)
+            create_nodes(kube, have, n - have, managed=not args.idle)
             print(f"created {n - have} nodes in {time.perf_counter() - t0:.1f}s (fleet: {n})", flush=True)
+            if args.idle:
+                print(f"the API server at rest after {wait_idle(kube):.0f}s", flush=True)
             have = n
             check = [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"]
             status = [*GPUALIGN, "status", "-o", "json"]
-            results.append(measure(f"check, cluster, {n} GPU nodes", {
-                "gpualign": check,
-                "kubectl": [kubectl, "get", "nodes", "-o", "json"],
-                "floor (curl, 2 LISTs)": floor_command(state.kubeconfig),
-            }, env, args.repeat))
-            results.append(measure(f"status, cluster, {n} GPU nodes", {
-                "gpualign": status,
-                "kubectl": [kubectl, "get", "nodes", "-l", "nvidia.com/gpu.present=true", "-o", "json"],
-                "floor (curl, 3 LISTs)": status_floor_command(state.kubeconfig),
-            }, env, args.repeat))
+            kc = state.kubeconfig
+            with_kubectl = {} if args.no_kubectl else {"kubectl": [kubectl, "get", "nodes", "-o", "json"]}
+            if "check" in args.cases:
+                results.append(measure(f"check, cluster, {n} GPU nodes", {
+                    "gpualign": check, **with_kubectl,
+                    "floor (curl, 2 LISTs)": floor_command(kc),
+                    "python floor (2 LISTs)": python_floor(kc, check_paths(), METADATA_ONLY),
+                }, env, args.repeat))
+            if "status" in args.cases:
+                results.append(measure(f"status, cluster, {n} GPU nodes", {
+                    "gpualign": status,
+                    **({} if args.no_kubectl else {"kubectl": [kubectl, "get", "nodes", "-l",
+                                                               "nvidia.com/gpu.present=true", "-o", "json"]}),
+                    "floor (curl, 3 LISTs)": status_floor_command(kc),
+                }, env, args.repeat))
             one = f"bench-{n // 2:05d}"
-            results.append(measure(f"why, cluster, {n} GPU nodes", {
-                "gpualign": [*GPUALIGN, "why", one, "-o", "json"],
-                "kubectl": [kubectl, "get", "node", one, "-o", "json"],
-                "floor (curl, 3 LISTs)": why_floor_command(state.kubeconfig, one),
-            }, env, args.repeat))
+            if "why" in args.cases:
+                results.append(measure(f"why, cluster, {n} GPU nodes", {
+                    "gpualign": [*GPUALIGN, "why", one, "-o", "json"],
+                    **({} if args.no_kubectl else {"kubectl": [kubectl, "get", "node", one, "-o", "json"]}),
+                    "floor (curl, 3 LISTs)": why_floor_command(kc, one),
+                    "python floor (3 LISTs)": python_floor(kc, why_paths(one)),
+                }, env, args.repeat))
+            if "dump" not in args.cases:
+                continue
             dump = work / f"nodes-{n}.json"
             dump.write_bytes(subprocess.run([kubectl, "get", "nodes", "-o", "json"], env=env, check=True,
                                             capture_output=True).stdout)
@@ -188,15 +271,15 @@ def main() -> int:
             from_dump = [*GPUALIGN, "check", "--nodes-file", str(dump), "--ledger", str(ledger_file),
                          "--driver-branch", "580", "-o", "json"]
             results.append(measure(f"check, dump, {n} GPU nodes ({dump.stat().st_size >> 20} MiB)", {
-                "gpualign": from_dump,
-                "kubectl": [kubectl, "get", "nodes", "-o", "json"],
+                "gpualign": from_dump, **with_kubectl,
                 "floor (python + orjson)": dump_floor_command(dump),
             }, env, args.repeat))
             rss = {
                 "gpualign check (cluster)": peak_rss_kib(check, env),
                 "gpualign status (cluster)": peak_rss_kib(status, env),
                 "gpualign check (dump)": peak_rss_kib(from_dump, env),
-                "kubectl get nodes -o json": peak_rss_kib([kubectl, "get", "nodes", "-o", "json"], env),
+                **({} if args.no_kubectl else
+                   {"kubectl get nodes -o json": peak_rss_kib([kubectl, "get", "nodes", "-o", "json"], env)}),
             }
             results.append({"case": f"peak RSS, {n} nodes", "rss_kib": rss})
             print(f"peak RSS, {n} nodes: " + ", ".join(f"{k} {v / 1024:.0f} MiB" for k, v in rss.items()),

@@ -180,33 +180,94 @@ class Bench:
                     stamps[name] = at - first  # the last line of each kind
         return stamps
 
+    def timeline(self, kernel: str, node: str, wall0: float) -> dict[str, float]:
+        """Seconds from the node's creation (wall0) to each mark the API server and the Job's log keep (to the
+        second): the Job created, its pod started, the log's first line, the push done, the driver pod Ready."""
+        from datetime import datetime
+
+        def at(stamp: str) -> float:
+            return round(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() - wall0, 1)
+
+        job = next(j for j in self.jobs() if j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag(kernel))
+        pod = self.kube.pods(NS, label_selector=f"job-name={job['metadata']['name']}")[0]
+        marks = {"job created": at(job["metadata"]["creationTimestamp"])}
+        running = (pod["status"].get("containerStatuses") or [{}])[0].get("state", {})
+        started = (running.get("running") or running.get("terminated") or {}).get("startedAt")
+        if started:
+            marks["builder started"] = at(started)
+        day = datetime.fromtimestamp(wall0).astimezone().strftime("%Y-%m-%d")
+        for name, mark in (("log's first line", ""), ("pushed", "pushed:")):
+            for line in self.job_log(kernel).splitlines():
+                m = re.match(r"\.\.\. (\d\d:\d\d:\d\d) ", line)
+                if m and mark in line:
+                    local = datetime.fromisoformat(f"{day}T{m.group(1)}").astimezone()
+                    marks[name] = round(local.timestamp() - wall0, 1)
+                    if not mark:
+                        break
+        driver = self.driver_pod(node)
+        ready = next((c for c in (driver or {}).get("status", {}).get("conditions") or [] if c["type"] == "Ready"),
+                     None)
+        if ready and ready.get("lastTransitionTime"):
+            marks["driver pod Ready"] = at(ready["lastTransitionTime"])
+        return marks
+
+    def new_bytes(self, kernel: str) -> dict[str, int]:
+        """What the kernel's image added to the registry beyond the shared user space it is made over: the bytes of
+        its layers that no user-space image in the registry holds, its config and its manifest (what a push with
+        those layers present sends)."""
+        manifest = self.registry.manifest(tag(kernel))
+        assert manifest is not None
+        repo = "nvidia/driver-userspace"
+        shared_layers = {layer["digest"] for name in self.registry.tags(repo)
+                         for m in [self.registry.manifest(name, repo)] if m for layer in m.get("layers", [])}
+        own = [layer for layer in manifest.get("layers", []) if layer["digest"] not in shared_layers]
+        import json as _json
+
+        return {"layers_sent": len(own), "layers_total": len(manifest.get("layers", [])),
+                "bytes_sent": sum(int(layer["size"]) for layer in own) + int(manifest["config"]["size"])
+                + len(_json.dumps(manifest)),
+                "bytes_total": sum(int(layer["size"]) for layer in manifest.get("layers", []))}
+
     def leave(self, node: str) -> None:
         """The node is gone (its pool's DaemonSet stays, for the next nodes of its kernel)."""
         self.kube.request("DELETE", f"/api/v1/nodes/{node}")
 
     def join(self, node: str, kernel: str, labels: dict[str, str] | None = None) -> float:
+        """The node joins as `lab add-node` adds it (the node, then its pool's DaemonSet), in this process, so that
+        the clock starts as it is created and not before a CLI's start-up; the monotonic time it started."""
+        from gpualign.lab import scenarios, seed
+
+        os_id, os_version = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", TARGET["os"]).groups()  # type: ignore[union-attr]
+        spec = scenarios.NodeSpec(node, kernel, os_id, os_version, arch=TARGET["arch"], labels=dict(labels or {}))
+        assert self.lab is not None
         t0 = time.monotonic()
-        self.cli("lab", "add-node", node, "--kernel", kernel, "--os", TARGET["os"], "--branch", TARGET["branch"],
-                 "--arch", TARGET["arch"])
-        if labels:
-            self.kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+        seed.add_node(self.kube, spec, branch=TARGET["branch"], registry=self.lab.registry)
         return t0
 
 
 def shared_case(b: Bench, repeat: int, kernel: str = SHARED_KERNEL) -> dict[str, object]:
     runs: list[float] = []
     steps: list[dict[str, int]] = []
+    marks: list[dict[str, float]] = []
+    sent: list[dict[str, int]] = []
     for i in range(repeat):
         b.forget(kernel)
+        wall0 = time.time()
         t0 = b.join(f"shared-{i}", kernel)
         b.wait_ready(f"shared-{i}", 600)
         runs.append(round(time.monotonic() - t0, 1))
         steps.append(b.job_steps(kernel))
+        marks.append(b.timeline(kernel, f"shared-{i}", wall0))
+        sent.append(b.new_bytes(kernel))
+        print(f"  when: {marks[-1]}; pushed: {sent[-1]}", file=sys.stderr, flush=True)
         print(f"  the Job's log: {steps[-1]}", file=sys.stderr, flush=True)
+        if os.environ.get("BENCH_JOB_LOGS"):  # the whole log of each run's Job, to see where its seconds went
+            Path(os.environ["BENCH_JOB_LOGS"]).mkdir(parents=True, exist_ok=True)
+            (Path(os.environ["BENCH_JOB_LOGS"]) / f"shared-{i}.log").write_text(b.job_log(kernel))
         b.leave(f"shared-{i}")  # no node waits for the image the next run deletes (the controller would rebuild it)
         print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
-    return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 30, "job_steps": steps,
-            "note": "the first run also pulls the builder image onto the node"}
+    return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 12, "job_steps": steps,
+            "timeline_s": marks, "pushed": sent, "note": "the first run also pulls the builder image onto the node"}
 
 
 def ahead_case(b: Bench) -> dict[str, object]:

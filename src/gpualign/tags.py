@@ -92,7 +92,11 @@ KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branch
 
 def merged_rules(override: Path | None = None) -> dict[str, Any]:
     """The built-in rules as a mapping, with each top-level section of `override` replacing the built-in one."""
-    base = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    from gpualign import yamlio
+    from gpualign.archive_reading import cache_root
+
+    base = yamlio.parse_cached(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text(),
+                               "driver_images.yaml", cache_root() / "rules")
     if override is None:
         return dict(base)
     extra = _read_yaml(override)

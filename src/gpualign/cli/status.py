@@ -47,7 +47,6 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
     """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
     Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
     when given (left open), else a connection of its own."""
-    from gpualign.controller.build_job import read_cluster
     from gpualign.tags import normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.observe import derive
@@ -59,7 +58,11 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
                              to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
         missing = available is not None and any(ns.target_tag and not ns.view.image_present
                                                 for ns in snap.nodes.values())
-        builds = read_cluster(kube) if missing or (builds_always and available is None) else {}
+        builds: dict[str, str] = {}
+        if missing or (builds_always and available is None):  # the build Jobs' reader loads only when read
+            from gpualign.controller.build_job import read_cluster
+
+            builds = read_cluster(kube)
         return snap, derive(kube, snap), kube.describe(), builds
     finally:
         if own:

@@ -9,7 +9,9 @@ taking shared ones: it compiles. That is a loop of two attempts, not a recursion
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,10 +41,20 @@ class Modules:
     origin: str  # given | compiled | cache | shared
 
 
+@dataclass(frozen=True)
+class Early:
+    """The user space's layer for a driver version, got in a thread of its own while the modules are."""
+
+    driver_version: str
+    layer: Future[image_mod.UserSpaceLayer]
+
+
 def build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outcome:
     """Make, verify and push one image (the caller holds the tag's locks)."""
+    early = None
     for attempt in (opts, dataclasses.replace(opts, share_pull=False)):
-        steps = Steps(spec, attempt, out, say)
+        steps = Steps(spec, attempt, out, say, early)
+        early = steps.early  # a retry waits for the user space the first attempt is getting, never gets it twice
         made = steps.sign(steps.modules())
         checked = steps.verify(made)
         if checked is None:
@@ -53,10 +65,12 @@ def build(spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> Outco
 
 
 class Steps:
-    def __init__(self, spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say) -> None:
+    def __init__(self, spec: tagspec.TagSpec, opts: Options, out: Outcome, say: Say,
+                 early: Early | None = None) -> None:
         self.spec, self.opts, self.out = spec, opts, out
         self.archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # its release, its kernel's CPU
         self._say = say
+        self.early = early  # the user space's layer, being got beside the modules
 
     def say(self, message: str) -> None:
         self._say(self.spec.tag, message)
@@ -106,7 +120,7 @@ class Steps:
                      f"({built.compile_cpu_seconds:.0f} CPU-s)")
         origin = shared.pulled_from(built.directory)
         out.modules = "compiled" if not built.cached else "shared" if origin else "cache"
-        if pulled is not None and origin is not None:
+        if pulled is not None and origin is not None and self.early is None:
             prepare_image_inputs(archive, built.driver_version)  # no compile to hide them behind: start them now
         return Modules(built.modules, built.modules, built.driver_version, out.modules)
 
@@ -122,6 +136,8 @@ class Steps:
         if version is None:
             return None  # the build says it, naming the archive
         key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
+        if self.early is None:
+            self._start_userspace(key.version)
         try:
             got = shared.pull(opts.target, key, debian.modules_dir(spec.kernel, opts.flavour, key.version, None))
         except (shared.SharedRefused, Unreachable) as err:
@@ -228,12 +244,32 @@ class Steps:
         if local is not None:
             self.say(f"image: {local}, assembled before from the same modules")
         else:
-            layer = self._userspace_layer(made.driver_version)
+            layer = self._layer(made.driver_version)
             local = image.assemble(spec, made.files, made.driver_version, record, key, variant, layer)
             self.say(f"user space: {', '.join(layer.packages)} at NVIDIA {made.driver_version}: sonames, "
                      "ld.so.cache and nvidia-smi's version checked")
         self.out.seconds["image"] = time.monotonic() - t0
         return local
+
+    def _start_userspace(self, driver_version: str) -> None:
+        """The user space's layer got beside the modules (pulled, or made from Debian) when they may be shared: with
+        no compile to hide it behind, its pull (~2 s) no longer waits for theirs and their verification. Its errors
+        are raised where the image needs it."""
+        future: Future[image_mod.UserSpaceLayer] = Future()
+
+        def get() -> None:
+            try:
+                future.set_result(self._userspace_layer(driver_version))
+            except BaseException as err:  # raised again by _layer, in the build's own thread
+                future.set_exception(err)
+
+        threading.Thread(target=get, name="ensure-userspace", daemon=True).start()
+        self.early = Early(driver_version, future)
+
+    def _layer(self, driver_version: str) -> image_mod.UserSpaceLayer:
+        if self.early is not None and self.early.driver_version == driver_version:
+            return self.early.layer.result()
+        return self._userspace_layer(driver_version)
 
     def _userspace_layer(self, driver_version: str) -> image_mod.UserSpaceLayer:
         """The user-space image the driver image is made over: local when made or pulled before, else pulled from

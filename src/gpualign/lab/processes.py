@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -67,9 +68,25 @@ def log_tail(path: str | Path, lines: int = LOG_TAIL) -> str:
 
 
 def free_port() -> int:
+    """A free 127.0.0.1 port below the kernel's ephemeral range: a port from that range, free when chosen, can be
+    taken as the source port of any outgoing connection before the component binds it ("bind: address already in
+    use")."""
+    low = _ephemeral_low()
+    if low > 12000:
+        for _ in range(200):
+            port = random.randrange(10000, low)
+            if not port_in_use(port):
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_in_use(port: int) -> bool:
