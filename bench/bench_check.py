@@ -13,8 +13,10 @@ parsing it. The target (issue: check at the speed of the wire) is every gpualign
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,7 +40,7 @@ os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
 
 def create_nodes(kube: Kube, start: int, count: int, *, managed: bool = True) -> None:
     """managed: kwok takes the nodes (Ready, a Lease each renewed every few seconds: a busy API server); else no
-    component renews them (an idle one, once the node controller has marked them unreachable)."""
+    component renews them (with pause_writers: an API server that is not busy)."""
     def one(i: int) -> None:
         spec = NodeSpec(f"bench-{i:05d}", KERNELS[i % len(KERNELS)], "ubuntu", "22.04", driver="580.173.02",
                         labels={"gpualign.io/bench": "true"})
@@ -81,7 +83,8 @@ def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat
     names = list(pairs)
     line = f"{label:<34} " + "  ".join(f"{k} {med[k]:.3f}s" for k in names)
     result: dict[str, object] = {"case": label, "median_s": med, "runs": times}
-    for key, name in (("ratio", "kubectl"), ("over_floor", "floor"), ("over_python_floor", "python floor")):
+    for key, name in (("ratio", "kubectl"), ("over_floor", "floor"), ("over_python_floor", "python floor"),
+                      ("over_before", "gpualign before")):
         other = next((k for k in names[1:] if k.startswith(name)), None)
         if other is not None:
             result[key] = round(med[names[0]] / med[other], 3)
@@ -170,32 +173,21 @@ def dump_floor_command(dump: Path) -> list[str]:
     return [sys.executable, "-c", "import sys, orjson; orjson.loads(open(sys.argv[1], 'rb').read())", str(dump)]
 
 
-def node_writes(kube: Kube) -> int:
-    """Every write to nodes and their Leases the API server has served so far (apiserver_request_total)."""
-    import re
-
-    text = kube.request("GET", "/metrics").text
-    total = 0.0
-    for m in re.finditer(r'(?m)^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$', text):
-        if re.search(r'resource="(nodes|leases)"', m.group(1)) and re.search(r'verb="(PATCH|PUT|POST|APPLY)"',
-                                                                            m.group(1)):
-            total += float(m.group(2))
-    return int(total)
+WRITERS = ("kube-controller-manager", "kube-scheduler", "kwok", "driver-sim")  # what writes to a lab's API server
 
 
-def wait_idle(kube: Kube, quiet: float = 10.0, limit: float = 300.0) -> float:
-    """Until no node or Lease has been written for `quiet` seconds (the node controller marks unrenewed nodes
-    unreachable once, 60 s after their creation, then rests); the seconds waited."""
-    t0 = time.monotonic()
-    last, since = node_writes(kube), time.monotonic()
-    while time.monotonic() - t0 < limit:
-        time.sleep(2)
-        now = node_writes(kube)
-        if now != last:
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet and time.monotonic() - t0 > 70:
-            break
-    return time.monotonic() - t0
+def pause_writers(state: cluster.LabState, sig: int = signal.SIGSTOP) -> list[str]:
+    """An API server that is not busy: every lab process that writes to it (kwok's Lease renewals, the node
+    controller's status updates, the scheduler, the driver simulator) stopped (SIGSTOP), or resumed (SIGCONT).
+    Nodes nobody renews would otherwise be marked unreachable one by one, rate-limited, for many minutes."""
+    done = []
+    for name in WRITERS:
+        proc = state.procs.get(name)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+                done.append(name)
+    return done
 
 
 def main() -> int:
@@ -203,11 +195,15 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 20000])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--idle", action="store_true",
-                    help="nodes no kwok renews: an API server that is not busy (writes bench/results/check-idle.json)")
+                    help="an API server that is not busy: nodes no kwok renews, the lab's writers paused "
+                         "(writes bench/results/check-idle.json)")
     ap.add_argument("--no-kubectl", action="store_true",
                     help="leave kubectl out (at 20,000 nodes it takes ~45 s a run)")
     ap.add_argument("--cases", nargs="+", default=["check", "status", "why", "dump"],
                     choices=["check", "status", "why", "dump"])
+    ap.add_argument("--before", type=Path, metavar="SRC",
+                    help="also time gpualign from another source tree (e.g. a worktree of an older commit's src/), "
+                         "alternated with this one, for check and why")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.out = args.out or Path("bench/results/check-idle.json" if args.idle else "bench/results/check.json")
@@ -228,21 +224,25 @@ def main() -> int:
         reg.close()
         ledger = f"registry://{state.registry}/nvidia/driver"
         kube = Kube(str(state.kubeconfig))
+        if args.idle:
+            print(f"paused: {', '.join(pause_writers(state))}", flush=True)
         have = 0
         for n in sorted(args.nodes):
             t0 = time.perf_counter()
             create_nodes(kube, have, n - have, managed=not args.idle)
             print(f"created {n - have} nodes in {time.perf_counter() - t0:.1f}s (fleet: {n})", flush=True)
             if args.idle:
-                print(f"the API server at rest after {wait_idle(kube):.0f}s", flush=True)
+                time.sleep(3)  # what the node's creation queued settles
             have = n
             check = [*GPUALIGN, "check", "--ledger", ledger, "--driver-branch", "580", "-o", "json"]
             status = [*GPUALIGN, "status", "-o", "json"]
             kc = state.kubeconfig
             with_kubectl = {} if args.no_kubectl else {"kubectl": [kubectl, "get", "nodes", "-o", "json"]}
+            before = ["env", f"PYTHONPATH={args.before}", *GPUALIGN] if args.before else None
             if "check" in args.cases:
                 results.append(measure(f"check, cluster, {n} GPU nodes", {
                     "gpualign": check, **with_kubectl,
+                    **({"gpualign before": [*before, *check[len(GPUALIGN):]]} if before else {}),
                     "floor (curl, 2 LISTs)": floor_command(kc),
                     "python floor (2 LISTs)": python_floor(kc, check_paths(), METADATA_ONLY),
                 }, env, args.repeat))
@@ -258,6 +258,7 @@ def main() -> int:
                 results.append(measure(f"why, cluster, {n} GPU nodes", {
                     "gpualign": [*GPUALIGN, "why", one, "-o", "json"],
                     **({} if args.no_kubectl else {"kubectl": [kubectl, "get", "node", one, "-o", "json"]}),
+                    **({"gpualign before": [*before, "why", one, "-o", "json"]} if before else {}),
                     "floor (curl, 3 LISTs)": why_floor_command(kc, one),
                     "python floor (3 LISTs)": python_floor(kc, why_paths(one)),
                 }, env, args.repeat))
@@ -286,6 +287,9 @@ def main() -> int:
                   flush=True)
         kube.close()
     finally:
+        loaded = cluster.LabState.load(state_dir) if state_dir.exists() else None
+        if args.idle and loaded is not None:
+            pause_writers(loaded, signal.SIGCONT)
         subprocess.run([*GPUALIGN, "lab", "down"], env=env)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

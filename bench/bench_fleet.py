@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_check import KERNELS, create_nodes, floor_command, timed  # noqa: E402
+from bench_check import KERNELS, create_nodes, floor_command, pause_writers, timed  # noqa: E402
 
 from gpualign.kube import Kube  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
@@ -47,8 +48,14 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=5000, help="GPU nodes per cluster")
     ap.add_argument("--clusters", nargs="+", default=["east", "west", "north"], help="one lab each")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=Path("bench/results/fleet.json"))
+    ap.add_argument("--idle", action="store_true",
+                    help="API servers that are not busy: nodes no kwok renews, each lab's writers paused "
+                         "(writes bench/results/fleet-idle.json)")
+    ap.add_argument("--before", type=Path, metavar="SRC",
+                    help="also time --all-contexts from another source tree (an older commit's src/), alternated")
+    ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    args.out = args.out or Path("bench/results/fleet-idle.json" if args.idle else "bench/results/fleet.json")
 
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-fleet-"))
     labs = {name: work / name for name in args.clusters}
@@ -62,8 +69,10 @@ def main() -> int:
             assert state is not None
             kubeconfigs.append(str(state.kubeconfig))
             kube = Kube(str(state.kubeconfig))
+            if args.idle:
+                pause_writers(state)
             t0 = time.perf_counter()
-            create_nodes(kube, 0, args.nodes)
+            create_nodes(kube, 0, args.nodes, managed=not args.idle)
             kube.close()
             print(f"created {args.nodes} nodes in {time.perf_counter() - t0:.1f}s on {state.apiserver}", flush=True)
         first = states[args.clusters[0]]
@@ -77,6 +86,8 @@ def main() -> int:
                 "580", "-o", "json"]
         commands = {f"{name} alone": [*base, "--context", f"gpualign-{name}"] for name in args.clusters}
         commands["--all-contexts"] = [*base, "--all-contexts"]
+        if args.before:
+            commands["--all-contexts, before"] = ["env", f"PYTHONPATH={args.before}", *base, "--all-contexts"]
         floors = {f"floor {name} alone": floor_command(states[name].kubeconfig)
                   for name in args.clusters}
         times: dict[str, list[float]] = {k: [] for k in [*commands, *floors, "floors at once"]}
@@ -92,14 +103,22 @@ def main() -> int:
         for name, value in med.items():
             print(f"{name:<22} {value:.3f}s", flush=True)
         print(f"all contexts / slowest single: {ratio:.2f}x (target <= 1.2x: {'met' if ratio <= 1.2 else 'MISSED'})")
+        before_ratio = med["--all-contexts, before"] / slowest if args.before else None
+        if before_ratio is not None:
+            print(f"before: {before_ratio:.2f}x")
         print(f"floors at once / slowest floor alone: {machine:.2f}x (what the machine adds, with no client work)")
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"nodes_per_cluster": args.nodes, "median_s": med, "ratio": round(ratio, 3),
+        args.out.write_text(json.dumps({"nodes_per_cluster": args.nodes, "idle": args.idle, "median_s": med,
+                                        "ratio": round(ratio, 3),
+                                        "ratio_before": round(before_ratio, 3) if before_ratio else None,
                                         "floors_at_once_ratio": round(machine, 3), "runs": times},
                                        indent=2) + "\n")
         print(f"results: {args.out}")
     finally:
-        for env in envs.values():
+        for name, env in envs.items():
+            loaded = cluster.LabState.load(labs[name]) if labs[name].exists() else None
+            if args.idle and loaded is not None:
+                pause_writers(loaded, signal.SIGCONT)
             subprocess.run([*GPUALIGN, "lab", "down"], env=env)
     return 0
 

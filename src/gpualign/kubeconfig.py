@@ -63,7 +63,7 @@ def read_file(path: Path) -> dict[str, Any]:
     from gpualign import yamlio
 
     try:
-        data = yamlio.read(path)
+        data = yamlio.read(path, as_kubectl=True)
     except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader
         raise BadInput(f"kubeconfig {err.message}") from None
     if not isinstance(data, dict):

@@ -35,15 +35,34 @@ def parse(text: str, where: str, *, documents: bool = False) -> Any:
         raise BadInput(f"{at}: invalid YAML: {_problem(err)}") from None
 
 
-def read(path: Path) -> Any:
-    """One YAML document from a file."""
+def read(path: Path, *, as_kubectl: bool = False) -> Any:
+    """One YAML document from a file (as_kubectl: read as kubectl reads its kubeconfig, parse_as_kubectl)."""
     try:
         text = path.read_text()
     except OSError as err:
         raise BadInput(f"{path}: cannot read: {err.strerror}") from None
     except UnicodeDecodeError:
         raise BadInput(f"{path}: not UTF-8 text") from None
-    return parse(text, str(path))
+    return parse_as_kubectl(text, str(path)) if as_kubectl else parse(text, str(path))
+
+
+def parse_as_kubectl(text: str, where: str) -> Any:
+    """One YAML document read as kubectl reads a kubeconfig: YAML 1.1 (Kubernetes' YAML reader is go-yaml v2's, so
+    `yes` and `on` are true there), by libyaml. Kubeconfigs are read by every command that talks to a cluster, and
+    can be large (certificates inline, many contexts): libyaml parses one in well under a millisecond, where
+    ruamel.yaml's pure-Python parser took ~6 ms for a small one (docs/benchmarks.md, start-up)."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # without libyaml: PyYAML's own, the same YAML
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f"{where}:{mark.line + 1}" if mark else where
+        problem = str(getattr(err, "problem", None) or err).splitlines()[0]
+        if "another document" in problem:
+            raise BadInput(f"{at}: holds more than one YAML document, where one is expected") from None
+        raise BadInput(f"{at}: invalid YAML: {problem}") from None
 
 
 def parse_cached(text: str, where: str, cache: Path) -> Any:

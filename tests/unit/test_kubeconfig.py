@@ -31,6 +31,8 @@ def write(tmp: Path, name: str, text: str) -> Path:
     ("- a\n- b\n", {}, "not a kubeconfig (a list;"),
     ("clusters: {a: 1}\n", {}, "clusters must be a list of entries with a name"),
     ("a: [\n", {}, "invalid YAML"),
+    ("a: 1\n---\nb: 2\n", {}, "kc.yaml:2: holds more than one YAML document"),
+    ("a:\n\t- b\n", {}, "kc.yaml:2: invalid YAML"),
     (CONFIG.format(ca="certificate-authority: ca.crt"), {"ca.crt": ""}, "certificate-authority {dir}/ca.crt is empty"),
     (CONFIG.format(ca="certificate-authority: ca.crt"), {"ca.crt": "hello\n"}, "ca.crt is not PEM"),
     (CONFIG.format(ca="certificate-authority: nope.crt"), {}, "certificate-authority {dir}/nope.crt does not exist"),
@@ -195,3 +197,12 @@ def test_in_a_pod_kube_reads_with_the_service_accounts_ca_and_token(tmp_path, mo
     (account / "ca.crt").write_text("not a certificate\n")
     with pytest.raises(BadInput, match="kubeconfig in-cluster service account: certificate-authority .* is not PEM"):
         Kube(None)
+
+
+def test_a_kubeconfig_is_read_as_kubectl_reads_it_yaml_1_1(tmp_path):
+    """Kubernetes reads kubeconfigs with go-yaml v2 (YAML 1.1): `yes` is true there, and so here."""
+    from gpualign.kubeconfig import read_file
+
+    text = CONFIG.format(ca="insecure-skip-tls-verify: yes")
+    data = read_file(write(tmp_path, "kc.yaml", text))
+    assert data["clusters"][0]["cluster"]["insecure-skip-tls-verify"] is True
