@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gpualign import labels as L
-from gpualign.audit import DriverPod, audit
-from gpualign.branches import BranchPolicy, load_policy
-from gpualign.facts import node_facts
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
-from gpualign.plan import Change, plan
-from gpualign.tags import load_rules
+from gpualign.model.audit import DriverPod, audit
+from gpualign.model.branches import BranchPolicy, load_policy
+from gpualign.model.facts import node_facts
+from gpualign.model.needed_images import Change, plan
+from gpualign.model.tags import load_rules
 
 RULES = load_rules()
 REPO = "reg.local/nvidia/driver"
@@ -139,7 +139,7 @@ def test_operator_mismatch_running_and_latent_each_name_the_image_the_node_needs
 
 def test_a_kernel_change_a_node_could_never_take_is_not_planned():
     """The review's #12: one --kernel applied to every node, whatever it runs."""
-    from gpualign.plan import kernel_change_misfit as misfit
+    from gpualign.model.needed_images import kernel_change_misfit as misfit
 
     assert misfit("6.8.0-1015-aws", "5.15.0-126-generic", "ubuntu", "22.04") == (
         "kernel 5.15.0-126-generic is the generic flavour; this node runs 6.8.0-1015-aws (aws): plan each flavour's "

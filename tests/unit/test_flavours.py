@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import flavours
-from gpualign import operator_config as oc
-from gpualign.audit import MISSING, PRESENT, WRONG, audit
 from gpualign.controller.build_job import BuildSettings, build_job
 from gpualign.ensure.inputs import flavours_from_report
-from gpualign.expect import from_operator
-from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import Maker, sources_from, who_makes
-from gpualign.tags import load_rules
+from gpualign.model import flavours
+from gpualign.model import operator_config as oc
+from gpualign.model.audit import MISSING, PRESENT, WRONG, audit
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import from_labels
+from gpualign.model.makers import Maker, sources_from, who_makes
+from gpualign.model.tags import load_rules
 
 RULES = load_rules(archive_reading=False)
 TAG = "550-6.12.118_deb13-amd64-debian13"
@@ -152,8 +152,8 @@ def test_an_images_flavour_is_read_from_nvidia_ko_alone():
 def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_cannot():
     """plan decides as check does: a pool whose NVIDIADriver asks for open modules has its images planned open (and
     `none` where the release has no open modules at its user space's version); ensure --from the plan builds that."""
-    from gpualign.plan import Change, plan
-    from gpualign.usecases.plan import _branches
+    from gpualign.model.needed_images import Change, plan
+    from gpualign.usecases.plan_images import _branches
 
     trixie = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
     assert trixie is not None
@@ -178,7 +178,7 @@ def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_canno
 
 
 def test_why_names_the_modules_the_nodes_daemonset_asks_for():
-    from gpualign.facts import node_facts
+    from gpualign.model.facts import node_facts
     from gpualign.upgrade import report
     from gpualign.upgrade.planner import NodeView
     from gpualign.upgrade.snapshot import NodeState, Pool

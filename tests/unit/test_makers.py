@@ -1,5 +1,5 @@
-"""Who makes an image (gpualign.makers): one decision that check, plan, ensure and the build trigger share, and the
-platform check of a present image against the node's kubernetes.io/arch."""
+"""Who makes an image (gpualign.model.makers): one decision that check, plan, ensure and the build trigger share, and
+the platform check of a present image against the node's kubernetes.io/arch."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.audit import MISSING, PRESENT, WRONG, audit
-from gpualign.branches import BranchPolicy
+from gpualign.base.errors import BadInput
 from gpualign.ensure import tagspec
-from gpualign.errors import BadInput
-from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
-from gpualign.platforms import platform_problem
-from gpualign.tags import load_rules, os_tag, required_image
+from gpualign.model.audit import MISSING, PRESENT, WRONG, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.facts import from_labels
+from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
+from gpualign.model.platforms import platform_problem
+from gpualign.model.tags import load_rules, os_tag, required_image
 
 RULES = load_rules(archive_reading=False)  # the rules' copy of Debian's archives: the same on every machine
 DEBIAN = RULES.debian
@@ -171,7 +171,7 @@ def test_only_nvidia_module_source_packages_with_a_version_become_sources(packag
 
 
 def test_the_archive_reading_overlays_the_rules_and_a_broken_one_is_passed_over(tmp_path, monkeypatch):
-    from gpualign import archive_reading
+    from gpualign.model import archive_reading
 
     monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path))
     archive_reading.write("trixie", {**TRIXIE, "nvidia-kernel-source": "580.95.05-1"})

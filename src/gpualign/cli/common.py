@@ -80,7 +80,7 @@ API_VERSION = "gpualign.io/v1"
 def report(kind: str, source: dict[str, Any], body: dict[str, Any], *, cuda: bool = False) -> dict[str, Any]:
     """A JSON/YAML document in gpualign's versioned envelope: apiVersion and kind first, then where its facts came
     from (cluster or file, ledger sources, and the version of the built-in data it rests on), then the body."""
-    from gpualign import data_versions
+    from gpualign.model import data_versions
 
     data = {"cuda_table": data_versions.cuda_table_version()} if cuda else {
         "rules": data_versions.rules_version()}

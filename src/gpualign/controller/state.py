@@ -17,18 +17,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.audit import MISMATCH, MISSING, PRESENT, WRONG, DriverPod, audit
-from gpualign.branches import BranchPolicy
+from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.controller import gate
 from gpualign.controller.gate_release import release_node
-from gpualign.errors import GpualignError
-from gpualign.expect import from_operator
-from gpualign.facts import NodeFacts, node_facts
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.operator_config import OperatorConfig, daemonset_image
-from gpualign.tags import Rules, parse_os
+from gpualign.model.audit import MISMATCH, MISSING, PRESENT, WRONG, DriverPod, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.operator_config import OperatorConfig, daemonset_image
+from gpualign.model.tags import Rules, parse_os
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import since
 
@@ -203,7 +203,7 @@ class ClusterState:
         """Re-read the operator's ClusterPolicy/NVIDIADrivers (when it runs here); re-check all on a change."""
         if self.operator is None:
             return False
-        from gpualign.inventory import read_operator_config
+        from gpualign.kube.inventory import read_operator_config
 
         with self.lock:
             nodes = tuple(self.nodes.values())

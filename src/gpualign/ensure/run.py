@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import registry_lock, tagspec
 from gpualign.ensure.archive import Archive, file_lock
-from gpualign.errors import BadInput, GpualignError
-from gpualign.makers import open_problem
+from gpualign.model.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
@@ -139,7 +139,7 @@ def plan_one(tag: str, opts: Options) -> Plan:
 
 def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
     """Whether the upstream publishes the tag; an upstream that cannot be asked says how to name another."""
-    from gpualign.errors import Unreachable
+    from gpualign.base.errors import Unreachable
 
     try:
         return upstream.digest(tag) is not None

@@ -8,17 +8,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.branches import BranchPolicy
-from gpualign.driver_pod import DriverPod
-from gpualign.expect import inferred_branch
-from gpualign.facts import NodeFacts, node_facts
-from gpualign.flavours import PROPRIETARY
-from gpualign.flavours import resolve as resolve_flavour
-from gpualign.kernels import debian_release, label_of
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import DebianTable, Maker, Making, who_makes
-from gpualign.tags import Rules, kernel_flavour, required_image
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.expect import inferred_branch
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.flavours import PROPRIETARY
+from gpualign.model.flavours import resolve as resolve_flavour
+from gpualign.model.kernels import debian_release, label_of
+from gpualign.model.makers import DebianTable, Maker, Making, who_makes
+from gpualign.model.tags import Rules, kernel_flavour, required_image
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,19 @@ class Needed:
     reason: str = ""
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
     archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
-    modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.flavours)
+    modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.model.flavours)
     debian: DebianTable = field(default=DebianTable(()), compare=False, repr=False)  # the rules' (who_makes)
 
     @property
     def making(self) -> Making:
-        """Who makes it (gpualign.makers): for nodes of several architectures, the one that can do least."""
+        """Who makes it (gpualign.model.makers): for nodes of several architectures, the one that can do least."""
         makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian,
                              flavour=self.modules) for arch in self.archs]
         return min(makings, key=lambda m: _REACH.index(m.maker))
 
     @property
     def action(self) -> str:
-        """mirror, build, render or none (gpualign.makers)."""
+        """mirror, build, render or none (gpualign.model.makers)."""
         return str(self.making.maker)
 
     def build_args(self) -> dict[str, str]:

@@ -7,19 +7,19 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.branches import BranchPolicy
-from gpualign.driver_pod import DriverPod
-from gpualign.expect import Expectation, Resolver, from_flags
-from gpualign.facts import NodeFacts
-from gpualign.flavours import PROPRIETARY
-from gpualign.flavours import mismatch as flavour_mismatch
-from gpualign.flavours import resolve as resolve_flavour
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.makers import Maker, Making, who_makes
-from gpualign.platforms import platform_problem
-from gpualign.tags import RequiredImage, Rules, os_tag, required_image
-from gpualign.version import DriverVersion
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.expect import Expectation, Resolver, from_flags
+from gpualign.model.facts import NodeFacts
+from gpualign.model.flavours import PROPRIETARY
+from gpualign.model.flavours import mismatch as flavour_mismatch
+from gpualign.model.flavours import resolve as resolve_flavour
+from gpualign.model.makers import Maker, Making, who_makes
+from gpualign.model.platforms import platform_problem
+from gpualign.model.tags import RequiredImage, Rules, os_tag, required_image
+from gpualign.model.version import DriverVersion
 
 PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
 MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
@@ -45,8 +45,8 @@ class Finding:
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
     verified: bool | None = None  # modules checked against its kernel: True passed, False could not be; None: unasked
     arch: str | None = None  # the node's CPU architecture (kubernetes.io/arch)
-    making: Making | None = None  # who makes the image when it is not present (gpualign.makers)
-    modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.flavours)
+    making: Making | None = None  # who makes the image when it is not present (gpualign.model.makers)
+    modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.model.flavours)
     module_type: str | None = None  # what the pod is given to decide that: kernelModuleType (auto, open, proprietary)
 
     @property
@@ -55,7 +55,7 @@ class Finding:
 
     @property
     def action(self) -> str | None:
-        """Who makes the image (gpualign.makers): mirror, build, render or none."""
+        """Who makes the image (gpualign.model.makers): mirror, build, render or none."""
         if self.tag is None:
             return None
         return str(self.making.maker) if self.making else str(Maker.MIRROR if self.published else Maker.BUILD)
@@ -97,7 +97,7 @@ class Audit:
             and s["operator_mismatch"] == 0 and s["wrong_image"] == 0 and s["driver_pod_failing"] == 0
 
     def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        """(tag, image, nodes, action) for each missing image: who makes it (gpualign.makers), as its first node's
+        """(tag, image, nodes, action) for each missing image: who makes it (gpualign.model.makers), as its first node's
         finding says."""
         action = {}
         for f in self.findings:
