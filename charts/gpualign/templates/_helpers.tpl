@@ -9,7 +9,7 @@ one namespace needs fullnameOverride). */ -}}
 {{ $repo }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end }}
 
-{{- define "gpualign.base.labels" -}}
+{{- define "gpualign.labels" -}}
 app.kubernetes.io/name: gpualign
 app.kubernetes.io/component: controller
 app.kubernetes.io/instance: {{ .Release.Name }}

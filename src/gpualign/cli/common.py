@@ -65,12 +65,16 @@ def emit_data(data: Any, fmt: Output) -> None:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         sys.stdout.flush()
         return
+    import enum
+
     from ruamel.yaml import YAML
 
     yaml = YAML()
     yaml.default_flow_style = False
     yaml.width = 100000
     yaml.representer.ignore_aliases = lambda *_: True
+    yaml.representer.add_multi_representer(  # gpualign's vocabulary (StrEnum) is written as its value
+        enum.Enum, lambda rep, member: rep.represent_str(str(member.value)))
     yaml.dump(data, sys.stdout)
 
 

@@ -219,7 +219,7 @@ def ensure(
                                          together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
-        planned: dict[str, run.Plan] = {}
+        planned: dict[str, run.TagPlan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
             try:
                 planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
@@ -228,9 +228,9 @@ def ensure(
                     raise
                 _cannot_make(spec.tag, err, failures, failed)
         specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
+        if any(p.action == run.TagAction.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
-        if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
+        if in_flight == 1 or all(p.action == run.TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
                     outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
@@ -270,18 +270,18 @@ def ensure(
     if output in (Output.json, Output.yaml):
         return
     for o in outcomes:
-        if o.action == run.PRESENT:
+        if o.action == run.TagAction.PRESENT:
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
-            stdout.print(f"{o.tag}: would {o.action}" + (f" from {upstream or NVIDIA}" if o.action == run.MIRROR
-                                                         else ""))
+            source = f" from {upstream or NVIDIA}" if o.action == run.TagAction.MIRROR else ""
+            stdout.print(f"{o.tag}: would {o.action}{source}")
         else:
             figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
             signers = sorted({(m.get("signer"), m.get("key_id")) for m in (o.verification or {}).get("per_module", [])
                               if m.get("signer")})
             if signers:
                 figures += ", signed by " + "; ".join(f"{s} (key {k})" for s, k in signers)
-            done = "built" if o.action == run.BUILD else "mirrored"
+            done = "built" if o.action == run.TagAction.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
 

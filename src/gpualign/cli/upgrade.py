@@ -214,7 +214,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
         opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
                            signing=signing)
         plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
-        if not dry_run and any(p.action == run.BUILD for p in plans.values()):
+        if not dry_run and any(p.action == run.TagAction.BUILD for p in plans.values()):
             run.require_tools()
         for tag in tags:
             out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])

@@ -116,7 +116,7 @@ class Needed:
 
 
 @dataclass(frozen=True)
-class Plan:
+class NeededImages:
     needed: tuple[Needed, ...]
     unknown: tuple[tuple[str, str], ...]  # (node, reason)
 
@@ -132,8 +132,8 @@ class Plan:
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
-def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
-         wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> Plan:
+def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
+         wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> NeededImages:
     """Each node as it will be after `change`; the ledger answers for the repository the images go to.
     wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one).
     pods: the driver pods, where read: a node no branch is named for keeps its pod's, as check infers it."""
@@ -176,4 +176,4 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
                           info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
                           flavours[tag], rules.debian)
                    for tag, names in sorted(groups.items()))
-    return Plan(needed, tuple(unknown))
+    return NeededImages(needed, tuple(unknown))

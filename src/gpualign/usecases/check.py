@@ -155,15 +155,15 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so)."""
     from gpualign.ensure.judge import OFF, STRICT, judge
-    from gpualign.model.audit import PRESENT
+    from gpualign.model.audit import Status
 
     needs: dict[str, set[str | None]] = {}
     for f in result.findings:
-        if f.status == PRESENT and f.image:
+        if f.status == Status.PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
     archs: dict[str, set[str]] = {}
     for f in result.findings:
-        if f.status == PRESENT and f.image:
+        if f.status == Status.PRESENT and f.image:
             archs.setdefault(f.image, set()).add(f.arch or "amd64")
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
                   secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot}, archs=archs)

@@ -13,7 +13,7 @@ from gpualign.usecases.nodes import Say, quiet
 if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
     from gpualign.model.branches import BranchPolicy
-    from gpualign.model.needed_images import Change, Plan
+    from gpualign.model.needed_images import Change, NeededImages
     from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read
 
@@ -34,15 +34,15 @@ class PlanSetup:
 def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> tuple[dict[str, Any], bool]:
     """One cluster's (or dump's) plan: (the report body, clean). Present but wrong images (their labels name another
     build) count as work to do, as check and the walk judge them: they must be made again."""
-    from gpualign.model.needed_images import plan as make_plan
+    from gpualign.model.needed_images import images_needed
 
     nodes = read.inventory.nodes
     ledger = setup.available.for_repository(setup.repository)
     pods = read.inventory.pods
-    result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
+    result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
-        result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
+        result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
     body = {**result.as_dict(), "repository": setup.repository}
     return body, not (result.to_build or result.unknown or (selector and not nodes))
 
@@ -103,7 +103,7 @@ def _branches(sources: list[Any]) -> BranchPolicy:
                         default.module_type if default else None)
 
 
-def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: Path | None,
+def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_config: Path | None,
                     warn: Say = quiet) -> dict[str, str]:
     """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
     judgement check and the walk make (ensure/judge.py)."""
