@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from gpualign.kube import METADATA_ONLY, Kube  # noqa: E402
+from gpualign.kube.client import METADATA_ONLY, Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import node_manifest, push_driver_image, registry_client  # noqa: E402
@@ -95,7 +95,7 @@ def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat
 
 def _tls(kubeconfig: Path) -> tuple[str, str, str, str]:
     """The lab's CA, client certificate and key files, and the API server's URL."""
-    from gpualign.kubeconfig import merge
+    from gpualign.kube.kubeconfig import merge
 
     conf = merge([kubeconfig]).config
     cluster, user = conf["clusters"][0]["cluster"], conf["users"][0]["user"]
@@ -115,7 +115,7 @@ def python_floor(kubeconfig: Path, paths: list[str], accept: str | None = None) 
 
 
 def check_paths() -> list[str]:
-    from gpualign import labels as L
+    from gpualign.base import labels as L
 
     return [f"/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue",
             f"/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
@@ -134,8 +134,8 @@ def why_paths(node: str) -> list[str]:
 def floor_command(kubeconfig: Path) -> list[str]:
     """curl fetching the two LISTs check makes (GPU nodes as metadata only, driver pods in full), unpaged: the
     least any client could do for the same answer."""
-    from gpualign import labels as L
-    from gpualign.kube import METADATA_ONLY
+    from gpualign.base import labels as L
+    from gpualign.kube.client import METADATA_ONLY
 
     curl, server = _curl(kubeconfig)
     return [*curl, "-H", f"Accept: {METADATA_ONLY}", f"{server}/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue",

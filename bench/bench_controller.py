@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import httpx2  # noqa: E402
 
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
 from gpualign.lab.processes import free_port  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_check import KERNELS, create_nodes, floor_command, pause_writers, timed  # noqa: E402
 
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
 from gpualign.lab.seed import push_driver_image, registry_client  # noqa: E402
 

@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpualign.controller import build_job as J  # noqa: E402
 from gpualign.ensure import debian, shared  # noqa: E402
 from gpualign.ensure.archive import Archive  # noqa: E402
-from gpualign.kernels import label_of  # noqa: E402
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+from gpualign.model.kernels import label_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUALIGN = [sys.executable, "-m", "gpualign"]

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_upgrade import KERNEL, setup  # noqa: E402
 from lab_helpers import GPUALIGN, BenchLab, bench_lab, create_nodes, gpu_workload, median, wait_until  # noqa: E402
 
-from gpualign import labels as L  # noqa: E402
+from gpualign.base import labels as L  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import driver_version_for, wait_nodes_ready  # noqa: E402
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster, realnode  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]

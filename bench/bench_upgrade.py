@@ -35,7 +35,7 @@ from lab_helpers import (  # noqa: E402
     wait_until,
 )
 
-from gpualign import labels as L  # noqa: E402
+from gpualign.base import labels as L  # noqa: E402
 from gpualign.lab.driver_sim import LOAD_DELAY  # noqa: E402
 from gpualign.lab.scenarios import NodeSpec  # noqa: E402
 from gpualign.lab.seed import (  # noqa: E402

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_controller import KERNELS, MISSING_KERNEL, create, fleet_with_controller, proc_sample  # noqa: E402
 
-from gpualign import labels as L  # noqa: E402
-from gpualign.kube import Kube  # noqa: E402
+from gpualign.base import labels as L  # noqa: E402
+from gpualign.kube.client import Kube  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 

@@ -64,8 +64,8 @@ class Lab:
     def cli(self, *args: str, timeout: float = 120, input: str | None = None) -> CliResult:
         return run_cli(*args, env=self.env, timeout=timeout, input=input)
 
-    def kube(self):  # noqa: ANN201 - gpualign.kube.Kube, imported lazily
-        from gpualign.kube import Kube
+    def kube(self):  # noqa: ANN201 - gpualign.kube.client.Kube, imported lazily
+        from gpualign.kube.client import Kube
 
         return Kube(str(self.kubeconfig))
 

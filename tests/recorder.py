@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign.errors import GpualignError
+from gpualign.base.errors import GpualignError
 
 JSON = dict[str, Any]
 STATE = "nvidia.com/gpu-driver-upgrade-state"

@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from tests.helpers import pod_ready
 
 # The default lab scenario's five driver pools, as `<kernel>-<os-tag>`: push `595-<pool>` to upgrade them all.

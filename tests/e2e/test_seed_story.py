@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 from tests.upgrade_helpers import UpgradeProcess

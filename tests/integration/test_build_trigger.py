@@ -23,7 +23,7 @@ from tests.controller_helpers import Controller, events
 from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-# Debian 12 kernels: gpualign builds their images (gpualign.makers: build), and none is in the ledger
+# Debian 12 kernels: gpualign builds their images (gpualign.model.makers: build), and none is in the ledger
 K1, K2, K3 = "6.1.0-91-amd64", "6.1.0-92-amd64", "6.1.0-93-amd64"
 NS = "gpualign-system"
 
@@ -133,7 +133,7 @@ def test_a_failed_build_is_retried_after_its_backoff_with_an_event_on_the_waitin
 def test_a_nodes_next_kernel_is_built_ahead_and_its_alarm_holds_until_the_image_lands(blab, tmp_path):
     """gpualign.io/kernel.next names the kernel a node will boot: its image is wanted before the reboot, the
     metric kured's alert reads is 1 until it lands, and after the reboot the node needs nothing."""
-    from gpualign import labels as L
+    from gpualign.base import labels as L
 
     current, nxt = "6.1.0-47-amd64", "6.1.0-94-amd64"  # its current kernel's image is in the ledger
     add_node(blab.kube(), NodeSpec("b4-0", current, "debian", "12", driver="535.261.03",
@@ -166,7 +166,7 @@ def test_a_pools_move_to_debian_13_is_built_ahead_when_its_nodes_announce_it(bla
     """The seed's pool migration, on Debian: a Debian 12 node announces its next OS and kernel (gpualign.io/os.next,
     gpualign.io/kernel.next, as NFD labels the kernel: `_` for the release's `+`); the fleet's branch is 550, the
     one Debian 13 builds. Its Debian 13 image gets a Job before the move, the tag as the GPU Operator will pull it."""
-    from gpualign import labels as L
+    from gpualign.base import labels as L
 
     future = "550-6.12.118_deb13-amd64-debian13"
     add_node(blab.kube(), NodeSpec("mv-0", "6.1.0-47-amd64", "debian", "12", driver="550.163.01",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gpualign.kube import METADATA_ONLY, continue_token
+from gpualign.kube.client import METADATA_ONLY, continue_token
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 

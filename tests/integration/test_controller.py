@@ -177,7 +177,7 @@ def test_shipped_manifests_apply_and_the_controller_works_as_its_serviceaccount(
         assert ctl.metric("gpualign_leader") == 1
     finally:
         ctl.stop()
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     as_sa = Kube(str(sa_config))
     assert as_sa.request("DELETE", "/api/v1/nodes/gpu-sa").status_code == 403

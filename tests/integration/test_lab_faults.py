@@ -132,7 +132,7 @@ def test_the_lab_survives_everyday_events_and_a_dead_component_is_brought_back_n
 def test_an_api_server_port_taken_after_it_was_chosen_is_chosen_again(tmp_path, monkeypatch):
     """Another lab starting beside this one can take the port chosen for the API server before it binds it: the
     lab chooses again, once, and its kubeconfigs name the port it got."""
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab import cluster
 
     with socket.socket() as taken:

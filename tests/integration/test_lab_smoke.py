@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from tests.helpers import pod_ready, wait_for
 
 pytestmark = pytest.mark.lab

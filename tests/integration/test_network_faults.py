@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from gpualign.lab.seed import driver_version_for
 from tests.conftest import run_cli, start_lab
 from tests.controller_helpers import Controller, events, new_node
@@ -227,8 +227,8 @@ def test_a_cut_watch_resumes_without_a_gap(faulty):
     tested against a scripted server in tests/unit/test_watch_relist.py.)"""
     import threading
 
-    from gpualign.kube import Kube
-    from gpualign.watch import Watcher
+    from gpualign.kube.client import Kube
+    from gpualign.kube.watch import Watcher
 
     lab = faulty.lab
     kube = lab.kube()  # type: ignore[attr-defined]

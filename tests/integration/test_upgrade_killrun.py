@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from gpualign.lab.seed import driver_version_for
 from tests.conftest import run_cli, start_lab
 from tests.recorder import Recorder

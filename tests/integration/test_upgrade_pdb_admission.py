@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from tests.conftest import run_cli, start_lab
 from tests.helpers import pod_ready, wait_for
 from tests.recorder import STATE, Recorder

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from gpualign.lab import cluster
 from gpualign.lab.driver_sim import LOAD_DELAY
 from gpualign.lab.seed import driver_version_for

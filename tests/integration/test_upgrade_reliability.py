@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from gpualign import labels as L
-from gpualign.kube import Conflict
+from gpualign.base import labels as L
+from gpualign.kube.client import Conflict
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 from tests.upgrade_helpers import BOUNDARIES, POOLS, UpgradeProcess
@@ -82,10 +82,10 @@ def test_sigkill_at_every_state_boundary_then_resume(rlab):
 
 
 def test_a_stale_write_gets_409_and_the_next_pass_retries_on_a_fresh_object(rlab):
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.executor import Executor
-    from gpualign.upgrade.policy import UpgradePolicy
+    from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
     kube = rlab.kube()
     snap = snapshot.take(kube, "kubernetes.io/hostname=gpu-a1", ledger=None, rules=load_rules(), to_branch=None)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from gpualign import labels as L
-from gpualign.audit import DriverPod, audit
-from gpualign.branches import BranchPolicy, load_policy
-from gpualign.facts import node_facts
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
-from gpualign.plan import Change, plan
-from gpualign.tags import load_rules
+from gpualign.model.audit import DriverPod, audit
+from gpualign.model.branches import BranchPolicy, load_policy
+from gpualign.model.facts import node_facts
+from gpualign.model.needed_images import Change, images_needed
+from gpualign.model.tags import load_rules
 
 RULES = load_rules()
 REPO = "reg.local/nvidia/driver"
@@ -51,10 +51,10 @@ def test_plan_keeps_the_branch_a_node_runs_as_check_infers_it():
     ledger = Ledger(frozenset(), ("t",))
     pods = {"a": pod("595-5.15.0-124-generic-ubuntu22.04"),
             "b": pod("595-5.15.0-124-generic-ubuntu22.04", "ImagePullBackOff")}
-    planned = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy(), pods=pods)
+    planned = images_needed(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy(), pods=pods)
     assert [n.tag for n in planned.needed] == ["595-5.15.0-125-generic-ubuntu22.04"] and not planned.unknown
     assert planned.needed[0].nodes == ("a", "b")
-    unread = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
+    unread = images_needed(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
     assert [n.tag for n in unread.needed] == ["580-5.15.0-125-generic-ubuntu22.04"]  # a's loaded driver
     assert [n for n, _ in unread.unknown] == ["b"]
 
@@ -97,18 +97,18 @@ def test_policy_file_maps_pools_to_branches(tmp_path):
 def test_plan_kernel_bump_lists_tags_to_build_with_build_args():
     nodes = [gpu("a", pool="train"), gpu("b", pool="train")]
     ledger = Ledger(frozenset({"580-5.15.0-124-generic-ubuntu22.04"}), ("t",))
-    result = plan(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
+    result = images_needed(nodes, Change(kernel="5.15.0-125-generic"), ledger, RULES, BranchPolicy())
     (needed,) = result.to_build
     assert needed.nodes == ("a", "b")
     assert needed.build_args() == {"action": "mirror", "DRIVER_BRANCH": "580", "KERNEL_VERSION": "5.15.0-125-generic",
                                    "OS_TAG": "ubuntu22.04", "tag": "580-5.15.0-125-generic-ubuntu22.04",
                                    "modules": "open"}  # branch 580, kernelModuleType auto: open
-    nothing = plan(nodes, Change(branch="580"), ledger, RULES, BranchPolicy())
+    nothing = images_needed(nodes, Change(branch="580"), ledger, RULES, BranchPolicy())
     assert nothing.to_build == ()
 
 
 def test_plan_os_migration():
-    result = plan([gpu("a", kernel="6.8.0-48-generic")], Change(os_id="ubuntu", os_version="24.04"),
+    result = images_needed([gpu("a", kernel="6.8.0-48-generic")], Change(os_id="ubuntu", os_version="24.04"),
                   Ledger(frozenset(), ()), RULES, BranchPolicy())
     assert [n.tag for n in result.to_build] == ["580-6.8.0-48-generic-ubuntu24.04"]
 
@@ -139,7 +139,7 @@ def test_operator_mismatch_running_and_latent_each_name_the_image_the_node_needs
 
 def test_a_kernel_change_a_node_could_never_take_is_not_planned():
     """The review's #12: one --kernel applied to every node, whatever it runs."""
-    from gpualign.plan import kernel_change_misfit as misfit
+    from gpualign.model.needed_images import kernel_change_misfit as misfit
 
     assert misfit("6.8.0-1015-aws", "5.15.0-126-generic", "ubuntu", "22.04") == (
         "kernel 5.15.0-126-generic is the generic flavour; this node runs 6.8.0-1015-aws (aws): plan each flavour's "

@@ -158,8 +158,8 @@ def test_a_job_whose_pod_cannot_be_created_is_blocked_never_building_and_permane
 def test_builds_go_only_to_a_registry_that_is_yours():
     import pytest
 
+    from gpualign.base.errors import BadInput
     from gpualign.cli.controller import build_target
-    from gpualign.errors import BadInput
 
     assert build_target(None, ["registry://r.local/nvidia/driver"], None) == "r.local/nvidia/driver"
     assert build_target("r.local/x/driver", ["ledger.txt"], None) == "r.local/x/driver"

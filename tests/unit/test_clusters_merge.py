@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpualign.cli.clusters import parse_timeout
-from gpualign.clusters import ClusterRead, exit_code, merge_check
-from gpualign.errors import BadInput, Unreachable
-from gpualign.usecases.clusters import read_all
+from gpualign.base.errors import BadInput, Unreachable
+from gpualign.cli.fleet import parse_timeout
+from gpualign.model.fleet_report import ClusterRead, exit_code, merge_check
+from gpualign.usecases.read_clusters import read_all
 
 SUMMARY = {"gpu_nodes": 1, "present": 0, "missing": 1, "unknown": 0, "host_managed": 0, "operator_mismatch": 0,
            "pod_kernel_mismatch": 0}
@@ -63,7 +63,7 @@ def test_one_bad_or_slow_cluster_does_not_hold_the_others():
 
 
 def test_several_contexts_are_checked_against_the_kubeconfig_once(tmp_path):
-    from gpualign.cli.clusters import contexts
+    from gpualign.cli.fleet import contexts
 
     kc = tmp_path / "kc.yaml"
     kc.write_text("clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure import archive as archive_mod
 from gpualign.ensure import buildroot, foreign, kmod
 from gpualign.ensure.archive import Archive
 from gpualign.ensure.verify import verify
-from gpualign.errors import BadInput
 from tests.unit.test_ensure import fake_ko
 
 ARM64 = "6.1.0-50-arm64"

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import labels as L
-from gpualign.cuda import minimum_driver, node_affinity, selector_terms, table
-from gpualign.errors import BadInput
-from gpualign.manifests import inject
-from gpualign.nodeaffinity import required_matches
-from gpualign.version import DriverVersion
+from gpualign.base import labels as L
+from gpualign.base.errors import BadInput
+from gpualign.model.cuda import minimum_driver, node_affinity, selector_terms, table
+from gpualign.model.manifests import inject
+from gpualign.model.nodeaffinity import required_matches
+from gpualign.model.version import DriverVersion
 
 
 def test_table_lookups():

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpualign.cuda import minimum_driver, selector_terms, table
-from gpualign.cuda_policy import policy
+from gpualign.model.cuda import minimum_driver, selector_terms, table
+from gpualign.model.cuda_policy import policy
 
 ENV = celpy.Environment()
 POLICY = policy()["spec"]

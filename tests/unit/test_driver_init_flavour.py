@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualign import flavours
+from gpualign.model import flavours
 
 SCRIPT = Path(__file__).resolve().parents[2] / "src" / "gpualign" / "ensure" / "nvidia-driver.sh"
 OTHER_KERNEL = "6.12.118+deb13-amd64"  # never the kernel running the tests: the kernel check stops a passing case
@@ -46,7 +46,7 @@ def test_a_pod_asking_for_the_other_flavour_is_refused_in_one_line(branch, held,
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpualign:")]
     assert len(line) == 1 and f"holds NVIDIA's {held} kernel modules; this pod asks for {wanted}" in line[0]
     assert f"gpualign ensure --flavour {wanted}" in line[0]
-    if "OPEN_KERNEL_MODULES_ENABLED" not in env:  # check decides as the image does (gpualign.flavours)
+    if "OPEN_KERNEL_MODULES_ENABLED" not in env:  # check decides as the image does (gpualign.model.flavours)
         assert flavours.resolve(env.get("KERNEL_MODULE_TYPE"), branch) == wanted
     # and the lab's driver simulator says, word for word, what the script says
     assert flavours.init_refusal(held, env, branch, OTHER_KERNEL) == line[0]

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure import kmod, symvers, tagspec
 from gpualign.ensure.verify import verify
-from gpualign.errors import BadInput
-from gpualign.tags import load_rules
+from gpualign.model.tags import load_rules
 
 DEBIAN = load_rules(archive_reading=False).debian  # the rules' copy of Debian's archives
 

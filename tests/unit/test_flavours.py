@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import flavours
-from gpualign import operator_config as oc
-from gpualign.audit import MISSING, PRESENT, WRONG, audit
 from gpualign.controller.build_job import BuildSettings, build_job
 from gpualign.ensure.inputs import flavours_from_report
-from gpualign.expect import from_operator
-from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import Maker, sources_from, who_makes
-from gpualign.tags import load_rules
+from gpualign.model import flavours
+from gpualign.model import operator_config as oc
+from gpualign.model.audit import Status, audit
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import from_labels
+from gpualign.model.makers import Maker, sources_from, who_makes
+from gpualign.model.tags import load_rules
 
 RULES = load_rules(archive_reading=False)
 TAG = "550-6.12.118_deb13-amd64-debian13"
@@ -90,15 +90,15 @@ def test_a_present_image_of_the_other_flavour_is_wrong_and_says_what_to_do():
     ledger = Ledger(frozenset({TAG}), ("registry://reg/nvidia/driver",))
     nodes = [debian13()]
     unread = audit(nodes, ledger, RULES, expect=from_operator(config))
-    assert unread.findings[0].status == PRESENT and unread.findings[0].modules == "open"
+    assert unread.findings[0].status == Status.PRESENT and unread.findings[0].modules == "open"
     judged = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "proprietary"})
     (f,) = judged.findings
-    assert f.status == WRONG
+    assert f.status == Status.WRONG_IMAGE
     assert "it holds proprietary kernel modules, and the GPU Operator's pod here loads open (kernelModuleType: " \
            "open)" in f.reason and "gpualign ensure --flavour open" in f.reason
     assert judged.wrong_images()[0]["modules"] == "open"
     right = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "open"})
-    assert right.findings[0].status == PRESENT
+    assert right.findings[0].status == Status.PRESENT
 
 
 BOOKWORM = sources_from({"nvidia-kernel-source": "535.309.01-0+deb12u1", "nvidia-open-kernel-source": "535.261.03-1"})
@@ -122,7 +122,7 @@ def test_a_missing_image_carries_its_flavour_to_ensure_and_to_the_build_job():
     result = audit([debian13()], Ledger(frozenset(), ("registry://reg/nvidia/driver",)), RULES,
                    expect=from_operator(config))
     (f,) = result.findings
-    assert f.status == MISSING and f.action == "build" and f.as_dict()["modules"] == "open"
+    assert f.status == Status.MISSING and f.action == "build" and f.as_dict()["modules"] == "open"
     report = result.as_dict()
     assert report["missing"][0]["modules"] == "open"
     assert flavours_from_report(report) == {TAG: "open"}
@@ -152,13 +152,14 @@ def test_an_images_flavour_is_read_from_nvidia_ko_alone():
 def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_cannot():
     """plan decides as check does: a pool whose NVIDIADriver asks for open modules has its images planned open (and
     `none` where the release has no open modules at its user space's version); ensure --from the plan builds that."""
-    from gpualign.plan import Change, plan
-    from gpualign.usecases.plan import _branches
+    from gpualign.model.needed_images import Change, images_needed
+    from gpualign.usecases.plan_images import _branches
 
     trixie = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
     assert trixie is not None
     policy = _branches(list(trixie.sources))
-    result = plan([debian13()], Change(kernel="6.12.119+deb13-amd64"), Ledger(frozenset(), ("f",)), RULES, policy)
+    result = images_needed([debian13()], Change(kernel="6.12.119+deb13-amd64"), Ledger(frozenset(), ("f",)), RULES,
+                           policy)
     (needed,) = result.to_build
     assert needed.modules == "open" and needed.action == "build" and "--flavour open" in needed.making.why
     report = result.as_dict()
@@ -172,13 +173,13 @@ def test_plan_builds_each_pools_flavour_and_refuses_open_where_the_archive_canno
                                    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12"}, {})
     open_535 = oc.read([CRD_MODE], [nvidia_driver(version="535", kernelModuleType="open")])
     assert open_535 is not None
-    refused = plan([bookworm], Change(kernel="6.1.0-51-amd64"), Ledger(frozenset(), ("f",)), bookworm_rules,
+    refused = images_needed([bookworm], Change(kernel="6.1.0-51-amd64"), Ledger(frozenset(), ("f",)), bookworm_rules,
                    _branches(list(open_535.sources)))
     assert refused.to_build[0].action == "none" and "535.261.03" in refused.to_build[0].making.why
 
 
 def test_why_names_the_modules_the_nodes_daemonset_asks_for():
-    from gpualign.facts import node_facts
+    from gpualign.model.facts import node_facts
     from gpualign.upgrade import report
     from gpualign.upgrade.planner import NodeView
     from gpualign.upgrade.snapshot import NodeState, Pool

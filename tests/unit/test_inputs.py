@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import selectors
-from gpualign.errors import BadInput
-from gpualign.inventory import from_file, load_nodes_file
+from gpualign.base.errors import BadInput
+from gpualign.kube.inventory import from_file, load_nodes_file
 from gpualign.ledger.file import read
+from gpualign.model import selectors
 
 
 def test_text_ledger_with_comments_tags_and_references(tmp_path: Path):

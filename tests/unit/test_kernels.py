@@ -1,11 +1,11 @@
-"""A kernel's two spellings (gpualign/kernels.py): the release uname -r names, and the label NFD publishes."""
+"""A kernel's two spellings (gpualign/model/kernels.py): the release uname -r names, and the label NFD publishes."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.kernels import Kernel, candidates, label_of, release_of
+from gpualign.model.kernels import Kernel, candidates, label_of, release_of
 
 
 def test_debians_plus_kernels_read_back_from_their_labels():
@@ -58,7 +58,7 @@ def test_a_kernel_or_a_tag_finds_its_debian_release():
 
 
 def test_the_debian_release_a_kernel_is_built_for_in_either_spelling():
-    from gpualign.kernels import debian_release
+    from gpualign.model.kernels import debian_release
 
     assert debian_release("6.12.117+deb13-amd64") == debian_release("6.12.117_deb13-cloud-amd64") == "13"
     assert debian_release("6.12.117_deb12-amd64") == "12"

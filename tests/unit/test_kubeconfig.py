@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpualign.errors import BadInput
-from gpualign.kube import Kube
+from gpualign.base.errors import BadInput
+from gpualign.kube.client import Kube
 from gpualign.lab import pki
 from tests.conftest import run_cli
 
@@ -68,7 +68,7 @@ def kubeconfig_text(cluster: str, server: str, ca: str | None, context: str, cur
 
 
 def test_kubeconfig_path_lists_merge_by_kubectls_rules(tmp_path):
-    from gpualign import kubeconfig as kc
+    from gpualign.kube import kubeconfig as kc
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -116,7 +116,7 @@ def test_a_context_naming_an_undefined_cluster_is_a_sentence_not_an_exception_na
 def test_a_server_that_does_not_answer_in_time_is_named_so_not_unreachable(tmp_path):
     import socket
 
-    from gpualign.errors import Unreachable
+    from gpualign.base.errors import Unreachable
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -135,7 +135,7 @@ def test_a_server_that_does_not_answer_in_time_is_named_so_not_unreachable(tmp_p
 
 
 def test_a_fleet_report_says_when_a_kubeconfig_file_it_was_given_is_gone(tmp_path, monkeypatch, capsys):
-    from gpualign.cli import clusters as fleet
+    from gpualign.cli import fleet
 
     one = write(tmp_path, "a.yaml", kubeconfig_text("a", "https://127.0.0.1:9", None, "ctx-a", "ctx-a"))
     two = write(tmp_path, "b.yaml", kubeconfig_text("b", "https://127.0.0.1:10", None, "ctx-b", None))
@@ -163,7 +163,7 @@ def test_a_context_that_cannot_be_used_is_named_in_one_line(tmp_path, old, new, 
 
 
 def test_in_a_pod_the_service_account_is_read_and_outside_one_nothing_is(tmp_path):
-    from gpualign import kubeconfig as kc
+    from gpualign.kube import kubeconfig as kc
 
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     assert kc.in_cluster(tmp_path, env) is None  # no token
@@ -179,7 +179,7 @@ def test_in_a_pod_the_service_account_is_read_and_outside_one_nothing_is(tmp_pat
 
 
 def test_in_a_pod_kube_reads_with_the_service_accounts_ca_and_token(tmp_path, monkeypatch):
-    from gpualign import kubeconfig as kc
+    from gpualign.kube import kubeconfig as kc
 
     made = pki.create(tmp_path / "pki")
     account = tmp_path / "sa"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gpualign.kube import continue_token
+from gpualign.kube.client import continue_token
 
 
 def page(meta: dict, items: list | None = None, *, items_first: bool = False) -> bytes:
@@ -35,7 +35,7 @@ def test_pages_after_the_first_are_sized_by_bytes_within_their_bounds(serve, tmp
     objects read so far, between PAGE_MIN and PAGE_MAX; every object comes once, in order."""
     from urllib.parse import parse_qs, urlsplit
 
-    from gpualign import kube as K
+    from gpualign.kube import client as K
     from tests.loopback_http import send, token_kubeconfig
 
     objects = [{"metadata": {"name": f"n{i:04d}", "labels": {"pad": "x" * 80}}} for i in range(3000)]

@@ -1,5 +1,5 @@
-"""Who makes an image (gpualign.makers): one decision that check, plan, ensure and the build trigger share, and the
-platform check of a present image against the node's kubernetes.io/arch."""
+"""Who makes an image (gpualign.model.makers): one decision that check, plan, ensure and the build trigger share, and
+the platform check of a present image against the node's kubernetes.io/arch."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.audit import MISSING, PRESENT, WRONG, audit
-from gpualign.branches import BranchPolicy
+from gpualign.base.errors import BadInput
 from gpualign.ensure import tagspec
-from gpualign.errors import BadInput
-from gpualign.facts import from_labels
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
-from gpualign.platforms import platform_problem
-from gpualign.tags import load_rules, os_tag, required_image
+from gpualign.model.audit import Status, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.facts import from_labels
+from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
+from gpualign.model.platforms import platform_problem
+from gpualign.model.tags import load_rules, os_tag, required_image
 
 RULES = load_rules(archive_reading=False)  # the rules' copy of Debian's archives: the same on every machine
 DEBIAN = RULES.debian
@@ -107,11 +107,13 @@ def test_an_amd64_only_image_is_wrong_for_an_arm64_node_and_right_for_an_amd64_o
     result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
                    platforms={image: ("amd64",)})
     by = {f.name: f for f in result.findings}
-    assert by["gh200"].status == WRONG and f"no linux/arm64 in {tag} (it holds linux/amd64)" in by["gh200"].reason
-    assert by["x86"].status == PRESENT and by["no-label"].status == PRESENT  # a node without the label is amd64
+    assert by["gh200"].status == Status.WRONG_IMAGE
+    assert f"no linux/arm64 in {tag} (it holds linux/amd64)" in by["gh200"].reason
+    assert by["x86"].status == Status.PRESENT
+    assert by["no-label"].status == Status.PRESENT  # a node without the label is amd64
     both = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
                  platforms={image: ("amd64", "arm64")})
-    assert {f.status for f in both.findings} == {PRESENT}
+    assert {f.status for f in both.findings} == {Status.PRESENT}
     assert platform_problem(image, "arm64", {}) is None  # platforms not read: nothing claimed
 
 
@@ -119,7 +121,7 @@ def test_a_missing_render_image_says_so_and_names_the_command():
     facts = node("gcp", "6.8.0-1015-gcp", "ubuntu", "22.04", "amd64")
     result = audit([facts], Ledger(frozenset(), ("f",)), RULES, BranchPolicy(default="580"), repository="r/d")
     (f,) = result.findings
-    assert f.status == MISSING and f.action == "render"
+    assert f.status == Status.MISSING and f.action == "render"
     assert "gpualign ensure TAG --render DIR" in f.reason and "build it in-house" not in f.reason
     d = f.as_dict()
     assert d["action"] == "render" and "--render" in d["action_reason"] and d["arch"] == "amd64"
@@ -171,7 +173,7 @@ def test_only_nvidia_module_source_packages_with_a_version_become_sources(packag
 
 
 def test_the_archive_reading_overlays_the_rules_and_a_broken_one_is_passed_over(tmp_path, monkeypatch):
-    from gpualign import archive_reading
+    from gpualign.model import archive_reading
 
     monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path))
     archive_reading.write("trixie", {**TRIXIE, "nvidia-kernel-source": "580.95.05-1"})

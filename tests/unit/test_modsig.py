@@ -16,9 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import pkcs7
 from cryptography.x509.oid import NameOID
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure import kmod, modsig, sign
 from gpualign.ensure.verify import verify
-from gpualign.errors import BadInput
 from tests.unit.test_ensure import KERNEL, TABLE, VERMAGIC, fake_ko
 
 

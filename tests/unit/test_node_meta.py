@@ -1,4 +1,4 @@
-"""The upgrade's snapshot reads node pages through msgspec (gpualign.node_meta.walk_nodes), keeping only what it
+"""The upgrade's snapshot reads node pages through msgspec (gpualign.kube.node_meta.walk_nodes), keeping only what it
 reads: the facts, the Ready condition, the cordon and the metadata a walk writes against must come out exactly as
 from the whole node, and a page of another shape is read whole."""
 
@@ -8,8 +8,8 @@ import msgspec
 import orjson
 import pytest
 
-from gpualign.facts import node_facts
-from gpualign.node_meta import walk_nodes
+from gpualign.kube.node_meta import walk_nodes
+from gpualign.model.facts import node_facts
 from gpualign.upgrade.snapshot import _ready, _walk_nodes
 
 

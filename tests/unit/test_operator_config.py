@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import operator_config as oc
-from gpualign.expect import from_operator
-from gpualign.facts import node_facts
-from gpualign.inventory import read_operator_config
-from gpualign.tags import for_operator, load_rules, os_tag
+from gpualign.kube.inventory import read_operator_config
+from gpualign.model import operator_config as oc
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import node_facts
+from gpualign.model.tags import for_operator, load_rules, os_tag
 
 
 def cp(driver: dict[str, Any] | None, *, api: str = "nvidia.com/v1", version: str | None = None) -> dict[str, Any]:

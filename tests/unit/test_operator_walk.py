@@ -8,8 +8,8 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import operator_config as oc
 from gpualign.controller.gate import GATED, GATED_SINCE, HELD_WARNED, decide
+from gpualign.model import operator_config as oc
 from gpualign.upgrade import states as S
 from gpualign.upgrade.observe import blocker
 from gpualign.upgrade.operator_walk import refusal, walked_by_operator

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpualign.tags import parse_os
+from gpualign.model.tags import parse_os
 
 
 @pytest.mark.parametrize(("value", "expected"), [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 from gpualign.usecases.nodes import Reading
 
 

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure import recipes, tagspec
-from gpualign.errors import BadInput
 
 
 def render(tag: str, version: str = "580.173.02", flavour: str = "proprietary") -> recipes.Recipe:

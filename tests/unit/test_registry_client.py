@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from gpualign.errors import BadInput, Unreachable
+from gpualign.base.errors import BadInput, Unreachable
 from gpualign.ledger.registry import RegistryClient, RegistryRef, docker_credentials, parse_ref
 from tests.fake_registry import FakeRegistry
 

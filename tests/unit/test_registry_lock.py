@@ -9,8 +9,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpualign.base.errors import Refused, Unreachable
 from gpualign.ensure import registry_lock as RL
-from gpualign.errors import Refused, Unreachable
 
 
 @dataclass

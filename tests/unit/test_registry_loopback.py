@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpualign.errors import Unreachable
+from gpualign.base.errors import Unreachable
 from gpualign.ledger.registry import MAX_BODY, RegistryClient, RegistryRef
 from tests.conftest import run_cli
 

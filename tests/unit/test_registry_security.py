@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 from gpualign.ledger import registry
 from tests.conftest import run_cli
 from tests.fake_registry import FakeRegistry

@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx2
 import pytest
 
-from gpualign.errors import Unreachable
+from gpualign.base.errors import Unreachable
 from gpualign.lab import pki
 from gpualign.ledger import registry
 from gpualign.ledger.transport import LazyTLSTransport

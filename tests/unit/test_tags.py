@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign import labels as L
-from gpualign.errors import BadInput
-from gpualign.facts import node_facts
-from gpualign.tags import (
+from gpualign.base import labels as L
+from gpualign.base.errors import BadInput
+from gpualign.model.facts import node_facts
+from gpualign.model.tags import (
     kernel_flavour,
     load_rules,
     normalize_branch,

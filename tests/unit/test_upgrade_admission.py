@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.upgrade import policy as pol
 from gpualign.upgrade import states as S
+from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, plan
 from tests.unit.test_upgrade_planner import node_views_with, policies, unique
@@ -176,7 +176,7 @@ def test_admission_is_part_of_the_policy_file():
 
 
 def test_a_walk_left_with_pdb_holds_waits_only_for_a_budget_on_its_way_back():
-    from gpualign.facts import node_facts
+    from gpualign.model.facts import node_facts
     from gpualign.upgrade.planner import Action
     from gpualign.upgrade.run import _recovering
     from gpualign.upgrade.snapshot import NodeState, Snapshot

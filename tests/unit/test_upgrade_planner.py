@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.errors import BadInput
-from gpualign.upgrade import policy as pol
+from gpualign.base.errors import BadInput
 from gpualign.upgrade import states as S
+from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.planner import NodeView, plan
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.version import DriverVersion
+from gpualign.model.version import DriverVersion
 
 
 def test_gfd_spellings():
@@ -33,8 +33,8 @@ def test_ordering_is_numeric(a, b):
 def test_the_rules_version_in_every_report_is_the_rules_files_own():
     from importlib import resources
 
-    from gpualign import data_versions
-    from gpualign.tags import _read_yaml
+    from gpualign.model import data_versions
+    from gpualign.model.tags import _read_yaml
 
     parsed = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
     assert data_versions.rules_version() == parsed["operator_version"] != "unknown"

@@ -8,15 +8,15 @@ import dataclasses
 
 import pytest
 
-from gpualign.audit import DriverPod, audit
-from gpualign.branches import BranchPolicy
+from gpualign.base.errors import BadInput
 from gpualign.ensure.verify import ModuleResult, Verification
-from gpualign.errors import BadInput
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from gpualign.ledger.sources import Ledger
+from gpualign.model.audit import DriverPod, audit
+from gpualign.model.branches import BranchPolicy
 from gpualign.upgrade import pods as P
-from gpualign.upgrade import policy as pol
 from gpualign.upgrade import states as S
+from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, plan
 from tests.fake_registry import FakeRegistry
 from tests.unit.test_audit_plan import REPO, RULES, gpu

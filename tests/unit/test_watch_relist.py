@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from gpualign.errors import Unreachable
-from gpualign.watch import Watcher
+from gpualign.base.errors import Unreachable
+from gpualign.kube.watch import Watcher
 
 
 class ScriptedKube:

@@ -1,4 +1,4 @@
-"""Reads over the standard library's HTTP client (`gpualign.wire`), against a loopback HTTP/1.1 server shaped per
+"""Reads over the standard library's HTTP client (`gpualign.kube.reads`), against a loopback HTTP/1.1 server shaped per
 test: decoding, keep-alive, a kept-alive connection the server closed, answers cut short, refusals, silence, token
 files that change, a server with a path prefix; and, through `Kube`, retries and the light import of a read."""
 
@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from gpualign import wire
-from gpualign.errors import Forbidden, Unreachable
-from gpualign.kube import Kube
+from gpualign.base.errors import Forbidden, Unreachable
+from gpualign.kube import reads as wire
+from gpualign.kube.client import Kube
 from tests.loopback_http import send, token_kubeconfig
 
 
@@ -157,7 +157,7 @@ def test_a_servers_path_prefix_is_kept_and_basic_auth_is_sent(serve):
 def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(serve, tmp_path, monkeypatch):
     import types
 
-    from gpualign import kube as kube_module
+    from gpualign.kube import client as kube_module
 
     waits: list[float] = []
     monkeypatch.setattr(kube_module, "time", types.SimpleNamespace(sleep=waits.append))
@@ -194,7 +194,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
 def test_a_read_imports_neither_lightkube_nor_httpx2(serve, tmp_path):
     srv = serve(lambda h: send(h, b'{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"}}]}'))
     path = token_kubeconfig(tmp_path, srv.url)
-    code = (f"import sys; from gpualign.kube import Kube; k = Kube({str(path)!r}); "
+    code = (f"import sys; from gpualign.kube.client import Kube; k = Kube({str(path)!r}); "
             "assert [i['metadata']['name'] for i in k.nodes()] == ['n']; k.close(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'httpcore2')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

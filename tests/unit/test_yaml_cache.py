@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from gpualign import yamlio
+from gpualign.base import yamlio
 
 
 def test_read_back_is_what_parsing_gives(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from gpualign import __version__
-from gpualign.errors import EXIT_INTERNAL, EXIT_USAGE, GpualignError
+from gpualign.base.errors import EXIT_INTERNAL, EXIT_USAGE, GpualignError
 
 if TYPE_CHECKING:
     import typer
@@ -36,7 +36,7 @@ _state = {"debug": False}
 
 
 def version_text() -> str:
-    from gpualign.data_versions import describe
+    from gpualign.model.data_versions import describe
 
     return f"gpualign {__version__}\n" + describe()
 
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
     if argv is None:  # a process of its own: at exit, the collector need not scan what the OS is about to reclaim
         atexit.register(gc.freeze)  # (its last pass over every imported object was ~16 ms of each run's ~20 ms exit)
         gc.disable()  # and a one-shot read runs without it (collector.py); any other command gets it back
-        from gpualign.collector import for_command
+        from gpualign.base.collector import for_command
 
         for_command(args)
     try:

@@ -13,7 +13,7 @@ from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
 
 if TYPE_CHECKING:
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
 app = typer.Typer(
     help="The controller's build trigger (`gpualign controller --build`) makes one Job per missing driver image it "
@@ -41,7 +41,7 @@ def list_builds(
     """The build Jobs, one a tag: its phase, attempt, and for a failed one its kind and reason."""
     from gpualign.cli.table import render
     from gpualign.controller.build_job import BUILD_LABEL, read_job
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context)
     try:
@@ -70,8 +70,8 @@ def list_builds(
 def _attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, dict[str, Any]]]:
     """The build Jobs of TAG in the namespace with their attempt, newest first; a one-line error when there is
     none."""
+    from gpualign.base.errors import BadInput
     from gpualign.controller.build_job import TAG_HASH_LABEL, read_job, tag_hash
-    from gpualign.errors import BadInput
 
     jobs = [(read, j) for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
                                              label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
@@ -96,9 +96,9 @@ def logs(
     still there after its retry. Which Job and attempt it is goes to stderr; the log alone to stdout."""
     import sys
 
+    from gpualign.base.errors import BadInput, Refused
     from gpualign.controller.build_job import read_job
-    from gpualign.errors import BadInput, Refused
-    from gpualign.kube import Kube, refused
+    from gpualign.kube.client import Kube, refused
 
     kube = Kube(kubeconfig, context)
     try:
@@ -144,7 +144,7 @@ def retry(
     """Ask the controller to build TAG again, even after a permanent failure: its latest Job is stamped with the
     time asked, and the controller's next pass makes the next attempt (the failed one stays, with its log)."""
     from gpualign.controller.build_job import RETRY_ANNOTATION
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")
     try:
@@ -175,11 +175,11 @@ def gc(
     --context, or their kernels' images would be swept too; a cluster that cannot be read stops the sweep. Tags
     gpualign cannot read a kernel from are never touched, nor a manifest another kept tag names. Exit 0 when
     nothing is unused or the sweep is done, 1 on a dry run that found something to sweep."""
+    from gpualign.base.errors import BadInput, GpualignError
+    from gpualign.base.labels import KERNEL, KERNEL_NEXT
     from gpualign.ensure.shared import repository
     from gpualign.ensure.sweep import unused
-    from gpualign.errors import BadInput, GpualignError
-    from gpualign.kube import Kube
-    from gpualign.labels import KERNEL, KERNEL_NEXT
+    from gpualign.kube.client import Kube
     from gpualign.ledger.registry import connect
 
     if not ledger.startswith("registry://"):

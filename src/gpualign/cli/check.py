@@ -8,8 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchOpt,
     BranchPolicyOpt,
@@ -28,7 +29,6 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
 )
-from gpualign.errors import EXIT_FINDINGS, BadInput
 
 STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan",
                 "operator-mismatch": "bold magenta", "wrong-image": "bold red"}
@@ -38,7 +38,7 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
                  fleet: bool) -> str:
     """The check table (with CLUSTER first for a fleet), then the missing images and what to do about each."""
     from gpualign.cli.table import Styled, render, use_color
-    from gpualign.clusters import grouped
+    from gpualign.model.fleet_report import grouped
 
     cols = (["CLUSTER"] if fleet else []) + ["NODE", "OS", "KERNEL", "BRANCH", "REQUIRED TAG", "STATUS",
                                               "DRIVER POD"]
@@ -146,7 +146,7 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
-    from gpualign.cli import clusters
+    from gpualign.cli import fleet as clusters
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import (
         branch_policy,
@@ -155,11 +155,11 @@ def check(
         module_type_flag,
         stdin_once,
     )
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
     from gpualign.usecases.check import Setup, check_cluster
-    from gpualign.usecases.clusters import read_all
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
+    from gpualign.usecases.read_clusters import read_all
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
@@ -221,7 +221,7 @@ def check(
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
         return checked.body, clean, read.source["cluster"]["server"]
 
-    from gpualign.clusters import exit_code, merge_check
+    from gpualign.model.fleet_report import exit_code, merge_check
 
     assert names is not None
     reads = read_all(names, one, timeout)

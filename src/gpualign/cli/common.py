@@ -65,12 +65,16 @@ def emit_data(data: Any, fmt: Output) -> None:
         sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
         sys.stdout.flush()
         return
+    import enum
+
     from ruamel.yaml import YAML
 
     yaml = YAML()
     yaml.default_flow_style = False
     yaml.width = 100000
     yaml.representer.ignore_aliases = lambda *_: True
+    yaml.representer.add_multi_representer(  # gpualign's vocabulary (StrEnum) is written as its value
+        enum.Enum, lambda rep, member: rep.represent_str(str(member.value)))
     yaml.dump(data, sys.stdout)
 
 
@@ -80,7 +84,7 @@ API_VERSION = "gpualign.io/v1"
 def report(kind: str, source: dict[str, Any], body: dict[str, Any], *, cuda: bool = False) -> dict[str, Any]:
     """A JSON/YAML document in gpualign's versioned envelope: apiVersion and kind first, then where its facts came
     from (cluster or file, ledger sources, and the version of the built-in data it rests on), then the body."""
-    from gpualign import data_versions
+    from gpualign.model import data_versions
 
     data = {"cuda_table": data_versions.cuda_table_version()} if cuda else {
         "rules": data_versions.rules_version()}

@@ -9,7 +9,7 @@ import contextlib
 
 def contexts(incomplete: str) -> list[str]:
     with contextlib.suppress(Exception):
-        from gpualign import kubeconfig as kc
+        from gpualign.kube import kubeconfig as kc
 
         files = kc.files_to_read(None)
         if files:
@@ -20,8 +20,8 @@ def contexts(incomplete: str) -> list[str]:
 
 def gpu_nodes(incomplete: str) -> list[str]:
     with contextlib.suppress(Exception):
-        from gpualign import labels as L
-        from gpualign.kube import Kube
+        from gpualign.base import labels as L
+        from gpualign.kube.client import Kube
 
         kube = Kube(None, None, timeout=2.0)
         try:

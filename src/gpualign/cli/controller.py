@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpualign.base.errors import BadInput
 from gpualign.cli.options import (
     BranchOpt,
     BranchPolicyOpt,
@@ -22,11 +23,10 @@ from gpualign.cli.options import (
     RepositoryOpt,
     RulesOpt,
 )
-from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
     from gpualign.controller.builder import BuildOptions
-    from gpualign.operator_config import OperatorConfig
+    from gpualign.model.operator_config import OperatorConfig
 
 
 def controller(
@@ -106,10 +106,10 @@ def controller(
     from gpualign.cli.inputs import branch_policy
     from gpualign.controller.run import Options, run
     from gpualign.ensure.judge import judge
-    from gpualign.inventory import read_operator_config
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
+    from gpualign.kube.inventory import read_operator_config
     from gpualign.ledger import sources
-    from gpualign.tags import for_operator, load_rules
+    from gpualign.model.tags import for_operator, load_rules
     from gpualign.usecases.ledgers import repository_for
 
     host, sep, port = listen.rpartition(":")
@@ -240,7 +240,8 @@ def build_target(repository: str | None, ledgers: list[str], operator: OperatorC
 def build_options(image: str | None, namespace: str, cap: int, settings_file: Path | None,
                   repository: str, retry_after: float = 30.0) -> BuildOptions:
     """--build's settings, checked before the controller starts (one line and exit 2 otherwise)."""
-    from gpualign import __version__, yamlio
+    from gpualign import __version__
+    from gpualign.base import yamlio
     from gpualign.controller.build_job import BuildSettings
     from gpualign.controller.builder import BuildOptions
 

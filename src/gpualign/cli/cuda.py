@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpualign.cli.clusters import RequestTimeoutOpt
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import (
     ContextOpt,
@@ -25,11 +26,10 @@ from gpualign.cli.options import (
     OutputOpt,
     SelectorOpt,
 )
-from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:  # imported lazily at run time
-    from gpualign.facts import NodeFacts
-    from gpualign.version import DriverVersion
+    from gpualign.model.facts import NodeFacts
+    from gpualign.model.version import DriverVersion
 
 app = typer.Typer(
     help="CUDA forward-compatibility gate: a container's CUDA needs a minimum driver. Write that floor as "
@@ -57,14 +57,14 @@ LabelsOpt = Annotated[Labels, typer.Option(
 
 
 def _minimum(cuda: str | None, minor_compat: bool) -> DriverVersion:
-    from gpualign.cuda import minimum_driver
+    from gpualign.model.cuda import minimum_driver
 
     if not cuda:
         raise BadInput("--cuda is required, e.g. --cuda 12.4")
     minimum = minimum_driver(cuda, minor_compat=minor_compat)
     parts = cuda.strip().split(".")
     if len(parts) == 3 and parts[2].isdigit() and int(parts[2]) and not minor_compat:
-        from gpualign.cuda import table
+        from gpualign.model.cuda import table
 
         minor, update = ".".join(parts[:2]), int(parts[2])
         listed = sorted(table().updates.get(minor, {}))
@@ -88,7 +88,7 @@ def affinity(cuda: CudaOpt = None, minor_compat: MinorOpt = False, labels: Label
     """
     if output not in ("yaml", "json"):
         raise BadInput(f"--output {output!r}: cuda affinity prints yaml or json (it is an object, not a table)")
-    from gpualign.cuda import node_affinity
+    from gpualign.model.cuda import node_affinity
 
     minimum = _minimum(cuda, minor_compat)
     print(f"# CUDA {cuda} needs driver >= {minimum}", file=sys.stderr)
@@ -145,8 +145,8 @@ def inject(
     \b
         gpualign cuda inject --cuda 12.8 -f train.yaml | kubectl apply -f -
     """
-    from gpualign.cuda import selector_terms
-    from gpualign.manifests import inject as do_inject
+    from gpualign.model.cuda import selector_terms
+    from gpualign.model.manifests import inject as do_inject
 
     minimum = _minimum(cuda, minor_compat)
     if not filename:
@@ -205,8 +205,8 @@ def check_cmd(
         gpualign cuda check --cuda 12.8
     """
     from gpualign.cli.common import say_tty
-    from gpualign.cuda import node_affinity
-    from gpualign.nodeaffinity import required_matches
+    from gpualign.model.cuda import node_affinity
+    from gpualign.model.nodeaffinity import required_matches
     from gpualign.usecases.nodes import read_nodes
 
     if bool(cuda) == bool(image):
@@ -214,7 +214,7 @@ def check_cmd(
     if image:
         cuda = _cuda_of_image(image, docker_config)
     minimum = _minimum(cuda, minor_compat)
-    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.fleet import parse_timeout
 
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
                       timeout=parse_timeout(request_timeout), say=say_tty, warn=warn)
@@ -301,9 +301,9 @@ def policy_cmd(
     """
     from ruamel.yaml import YAML
 
-    from gpualign.cuda_policy import EXEMPT_NAMESPACES, binding, policy
-    from gpualign.cuda_policy import namespace_selector as default_selector
-    from gpualign.selectors import to_label_selector
+    from gpualign.model.cuda_policy import EXEMPT_NAMESPACES, binding, policy
+    from gpualign.model.cuda_policy import namespace_selector as default_selector
+    from gpualign.model.selectors import to_label_selector
 
     if namespace_selector is not None and exempt_namespace:
         raise BadInput("--namespace-selector replaces the exemptions: pass it or --exempt-namespace, not both")

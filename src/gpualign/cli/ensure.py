@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.options import (
     ContextOpt,
@@ -22,13 +23,12 @@ from gpualign.cli.options import (
     SignKeyOpt,
     SignSecretOpt,
 )
-from gpualign.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:
     from gpualign.ensure.lease import Leases
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.tagspec import TagSpec
-    from gpualign.tags import Rules
+    from gpualign.model.tags import Rules
 
 NVIDIA = "nvcr.io/nvidia/driver"
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -140,7 +140,7 @@ def ensure(
     from gpualign.ensure import run, tagspec
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
-    from gpualign.makers import SUITES, debian_suite
+    from gpualign.model.makers import SUITES, debian_suite
 
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
@@ -158,7 +158,7 @@ def ensure(
     reported: set[str] = set()  # tags a report asked for: one gpualign cannot make is a failure, not bad input
     report_flavours: dict[str, str] = {}  # tag -> the modules its nodes load, as the report says
     if from_report is not None:
-        from gpualign import yamlio
+        from gpualign.base import yamlio
         from gpualign.ensure.inputs import flavours_from_report, tags_from_report
 
         where = "stdin" if str(from_report) == "-" else str(from_report)
@@ -219,7 +219,7 @@ def ensure(
                                          together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
-        planned: dict[str, run.Plan] = {}
+        planned: dict[str, run.TagPlan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
             try:
                 planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
@@ -228,9 +228,9 @@ def ensure(
                     raise
                 _cannot_make(spec.tag, err, failures, failed)
         specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == run.BUILD for p in planned.values()) and not dry_run:
+        if any(p.action == run.TagAction.BUILD for p in planned.values()) and not dry_run:
             run.require_tools()
-        if in_flight == 1 or all(p.action == run.PRESENT for p in planned.values()):
+        if in_flight == 1 or all(p.action == run.TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
                     outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
@@ -270,31 +270,31 @@ def ensure(
     if output in (Output.json, Output.yaml):
         return
     for o in outcomes:
-        if o.action == run.PRESENT:
+        if o.action == run.TagAction.PRESENT:
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
-            stdout.print(f"{o.tag}: would {o.action}" + (f" from {upstream or NVIDIA}" if o.action == run.MIRROR
-                                                         else ""))
+            source = f" from {upstream or NVIDIA}" if o.action == run.TagAction.MIRROR else ""
+            stdout.print(f"{o.tag}: would {o.action}{source}")
         else:
             figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
             signers = sorted({(m.get("signer"), m.get("key_id")) for m in (o.verification or {}).get("per_module", [])
                               if m.get("signer")})
             if signers:
                 figures += ", signed by " + "; ".join(f"{s} (key {k})" for s, k in signers)
-            done = "built" if o.action == run.BUILD else "mirrored"
+            done = "built" if o.action == run.TagAction.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
 
 
 def _nvidia_publishes(spec: TagSpec) -> bool:
-    from gpualign.tags import published
+    from gpualign.model.tags import published
 
     return spec.family == "ubuntu" and published(spec.branch, spec.kernel, spec.os_tag, _rules())
 
 
 @functools.cache
 def _rules() -> Rules:
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
 
     return load_rules()
 
@@ -302,7 +302,7 @@ def _rules() -> Rules:
 def _cannot_make(tag: str, err: GpualignError, failures: list[GpualignError], failed: dict[str, str]) -> None:
     """A tag from --from's report that gpualign cannot make: listed under `failed`, the others still made, and the
     run exits 1 (in a mixed fleet, one unsupported node must not stop the runbook's fix for every other)."""
-    from gpualign.errors import Refused
+    from gpualign.base.errors import Refused
 
     message = err.message if err.message.startswith(tag) else f"{tag}: {err.message}"
     failures.append(Refused(message))
@@ -317,7 +317,7 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
     import tempfile
 
     from gpualign.ensure import recipes
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
 
     if into.exists() and not into.is_dir():
         raise BadInput(f"--render {into}: not a directory")
@@ -371,7 +371,7 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
 
 def _leases(namespace: str, kubeconfig: str | None, context: str | None, say: Any) -> Leases:
     from gpualign.ensure.lease import Leases
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     return Leases(Kube(kubeconfig, context, field_manager="gpualign-ensure"), namespace, say)
 
@@ -389,7 +389,7 @@ def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubecon
         namespace, _, name = secret.partition("/")
         if not namespace or not name or "/" in name:
             raise BadInput(f"--sign-secret {secret!r}: expected NAMESPACE/NAME")
-        from gpualign.kube import Kube
+        from gpualign.kube.client import Kube
 
         kube = Kube(kubeconfig, context)
         try:

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from gpualign.cli.clusters import RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt
 
@@ -33,10 +33,10 @@ def list_held(
 ) -> None:
     """The GPU nodes the gate holds now, each with why (its target image is missing from the ledger) and since
     when. It reads only."""
-    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.fleet import parse_timeout
     from gpualign.cli.table import render
     from gpualign.controller.gate_release import held
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.upgrade.clock import since
     from gpualign.upgrade.report import duration
 
@@ -71,9 +71,9 @@ def release(
 ) -> None:
     """Remove the skip label the gate set from every GPU node it holds (with an Event on each), so the GPU
     Operator upgrades them again."""
-    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.fleet import parse_timeout
     from gpualign.controller.gate_release import held, release_node
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release",

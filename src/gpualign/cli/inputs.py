@@ -6,18 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpualign.base.errors import BadInput
 from gpualign.cli.common import warn
-from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
-    from gpualign.branches import BranchPolicy
-    from gpualign.tags import Rules
+    from gpualign.model.branches import BranchPolicy
+    from gpualign.model.tags import Rules
 
 
 def branch_policy(branch: str | None, policy: Path | None, old_policy: Path | None = None) -> BranchPolicy:
     """--driver-branch, or --branch-policy FILE (--policy is its deprecated spelling)."""
-    from gpualign.branches import BranchPolicy, load_policy
-    from gpualign.tags import normalize_branch
+    from gpualign.model.branches import BranchPolicy, load_policy
+    from gpualign.model.tags import normalize_branch
 
     if old_policy is not None:
         warn("--policy is deprecated for this command: use --branch-policy (the same file)")
@@ -54,7 +54,7 @@ def driver_version_flag(driver_version: str | None, no_precompiled: bool, branch
     if branch and driver_version.split(".", 1)[0] != branch.split(".", 1)[0]:
         raise BadInput(f"--driver-version {driver_version} is not of --driver-branch {branch}: give one of them, "
                        "or a version of that branch")
-    from gpualign.version import DriverVersion
+    from gpualign.model.version import DriverVersion
 
     if not no_precompiled:
         raise BadInput("--driver-version names a regular image's version: add --no-precompiled (precompiled "
@@ -67,7 +67,7 @@ def driver_version_flag(driver_version: str | None, no_precompiled: bool, branch
 
 def module_type_flag(value: str | None) -> None:
     """--kernel-module-type: one of the GPU Operator's kernelModuleType values (BadInput otherwise)."""
-    from gpualign.flavours import MODULE_TYPES
+    from gpualign.model.flavours import MODULE_TYPES
 
     if value is not None and value not in MODULE_TYPES:
         raise BadInput(f"--kernel-module-type {value!r}: expected one of {', '.join(MODULE_TYPES)}")

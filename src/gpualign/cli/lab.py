@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpualign.base.errors import BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
 from gpualign.cli.options import Output, OutputOpt
-from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab import cluster, scenarios
 
 app = typer.Typer(
@@ -86,7 +86,7 @@ def up(
              "there is one per machine), else none, saying why. --real-node fails instead")] = None,
 ) -> None:
     """Start the lab (idempotent) and seed a scenario; returns once nodes are Ready and untainted."""
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab import cluster, scenarios, seed
 
     chosen = scenarios.get(scenario)
@@ -260,7 +260,7 @@ def add_node(
     operator scenarios the GPU Operator makes that DaemonSet itself)."""
     import re
 
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab import cluster, scenarios, seed
     from gpualign.lab.kernel_load import SECURE_BOOT
 
@@ -274,7 +274,7 @@ def add_node(
             raise BadInput(f"--label {item!r}: expected KEY=VALUE")
         extra[key] = value
     if secure_boot_cert:
-        from gpualign import labels as L
+        from gpualign.base import labels as L
 
         extra[L.SECURE_BOOT] = "enabled"  # what a fleet publishes for such a node (from mokutil --sb-state)
     sdir, _ = _dirs(state_dir, None)
@@ -305,7 +305,7 @@ def add_node(
 
 def _cluster_pools(state: Any) -> list[Any]:
     """The NVIDIADrivers on the lab's cluster now (the scenario's, and any made since), as DriverPools."""
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab.scenarios import DriverPool
 
     kube = Kube(str(state.kubeconfig))
@@ -389,7 +389,7 @@ def push_image(
     or with --arch, one image per architecture under an index."""
     from gpualign.lab import cluster, seed
     from gpualign.ledger.registry import RegistryClient, RegistryRef
-    from gpualign.version import DriverVersion
+    from gpualign.model.version import DriverVersion
 
     archs = tuple(dict.fromkeys(arch or ["amd64"]))
     bad = [a for a in archs if a not in ("amd64", "arm64")]
@@ -497,7 +497,7 @@ def run_driver(
     and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
     from gpualign.cli.common import emit_data
     from gpualign.ensure import tagspec
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.lab import cluster, driver_pod, realnode, versions
 
     spec = tagspec.parse(tag)

@@ -9,8 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchPolicyOpt,
     DockerConfigOpt,
@@ -27,7 +28,6 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
 )
-from gpualign.errors import EXIT_FINDINGS, BadInput
 
 
 def plan(
@@ -77,15 +77,15 @@ def plan(
     \b
         gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
     """
-    from gpualign.cli import clusters
+    from gpualign.cli import fleet as clusters
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
-    from gpualign.plan import Change
-    from gpualign.tags import load_rules, normalize_branch, parse_os
-    from gpualign.usecases.clusters import read_all
+    from gpualign.model.needed_images import Change
+    from gpualign.model.tags import load_rules, normalize_branch, parse_os
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
-    from gpualign.usecases.plan import PlanSetup, from_operator, operator_branches, plan_cluster
+    from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
+    from gpualign.usecases.read_clusters import read_all
 
     stdin_once(ledger, nodes_file)
     derived_pools = None
@@ -125,7 +125,7 @@ def plan(
         pools = derived_pools
     check_known_branches(pools, rule_set)
     if change.branch:
-        from gpualign.branches import BranchPolicy
+        from gpualign.model.branches import BranchPolicy
 
         check_known_branches(BranchPolicy(default=change.branch), rule_set)
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
@@ -157,7 +157,7 @@ def plan(
             raise typer.Exit(EXIT_FINDINGS)
         return
 
-    from gpualign.clusters import exit_code, merge_plan
+    from gpualign.model.fleet_report import exit_code, merge_plan
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
         body, clean, source = plan_of(name, announce=False)
@@ -192,7 +192,7 @@ def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:
 def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: str, wide: bool, no_headers: bool,
             fleet: bool) -> str:
     from gpualign.cli.table import Styled, render, use_color
-    from gpualign.clusters import grouped
+    from gpualign.model.fleet_report import grouped
 
     cols = ["IMAGE", "LEDGER", "ACTION", "NODES"] + (["REASON"] if wide else [])
     rows: list[list[str | Styled]] = []

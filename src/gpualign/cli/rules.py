@@ -22,13 +22,13 @@ def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
     from importlib import resources
 
     if output in (Output.table, Output.wide):
-        from gpualign.errors import BadInput
+        from gpualign.base.errors import BadInput
 
         raise BadInput(f"-o {output.value}: the rules are a document, printed as YAML (the default, with its "
                        "comments and sources) or JSON (-o json)")
     if output is Output.json:
-        from gpualign import yamlio
-        from gpualign.tags import load_rules, merged_rules
+        from gpualign.base import yamlio
+        from gpualign.model.tags import load_rules, merged_rules
 
         if rules is not None:
             load_rules(rules)  # validated as check would
@@ -40,7 +40,7 @@ def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
     if rules is None:  # YAML: the file itself, with its comments and sources
         sys.stdout.write(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
         return
-    from gpualign.tags import load_rules, merged_rules
+    from gpualign.model.tags import load_rules, merged_rules
 
     load_rules(rules)  # validated as check would
     emit_data(merged_rules(rules), Output.yaml)

@@ -9,9 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli import complete
-from gpualign.cli.clusters import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -25,17 +26,16 @@ from gpualign.cli.options import (
     SelectorOpt,
 )
 from gpualign.cli.upgrade import ToBranchOpt
-from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.ledger.sources import Ledger
-    from gpualign.tags import Rules
+    from gpualign.model.tags import Rules
     from gpualign.upgrade.snapshot import Snapshot
 
 
 def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) -> Kube:
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
 
     return Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
 
@@ -47,7 +47,7 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
     """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
     Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
     when given (left open), else a connection of its own."""
-    from gpualign.tags import normalize_branch
+    from gpualign.model.tags import normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.observe import derive
 
@@ -157,14 +157,14 @@ def status(
 
     Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck); for several clusters, 4 when
     some cluster could not be read (5 with failures elsewhere)."""
-    from gpualign.cli import clusters
+    from gpualign.cli import fleet as clusters
     from gpualign.cli.common import say_tty, warn
-    from gpualign.usecases.clusters import read_all
     from gpualign.usecases.ledgers import load_ledger
+    from gpualign.usecases.read_clusters import read_all
 
     timeout = clusters.parse_timeout(request_timeout)
     names = clusters.contexts(kubeconfig, context, all_contexts)
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     rule_set = load_rules(rules)  # once, not per cluster and per refresh
@@ -181,7 +181,7 @@ def status(
                     _counts(data["counts"]) + \
                     _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
         else:
-            from gpualign.clusters import exit_code, merge_status
+            from gpualign.model.fleet_report import exit_code, merge_status
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
                 data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
@@ -229,7 +229,7 @@ def why(
 ) -> None:
     """Explain in plain words why a node is where it is in the driver upgrade (-o json: the same lines, with the
     node's status as `status -o json` gives it)."""
-    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.fleet import parse_timeout
 
     timeout = parse_timeout(request_timeout)
     from gpualign.cli.common import say_tty, warn
@@ -237,7 +237,7 @@ def why(
     from gpualign.usecases.ledgers import load_ledger
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
-    from gpualign.tags import load_rules
+    from gpualign.model.tags import load_rules
 
     kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
     try:
@@ -269,7 +269,7 @@ def why(
 def _no_driver_pool(ns: Any, kube: Kube) -> str:
     """Why no driver DaemonSet selects the node: beside the GPU Operator, the objects it checked and their
     selectors; elsewhere, the node's pool labels."""
-    from gpualign.inventory import read_operator_config
+    from gpualign.kube.inventory import read_operator_config
 
     config, _ = read_operator_config(kube, (ns.facts,))
     if config is not None:
@@ -283,8 +283,8 @@ def _no_driver_pool(ns: Any, kube: Kube) -> str:
 def _why_not_walked(node: str, kube: Kube) -> list[str]:
     """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
     does not exist is an error (exit 2)."""
-    from gpualign import labels as L
-    from gpualign.facts import node_facts
+    from gpualign.base import labels as L
+    from gpualign.model.facts import node_facts
 
     obj = kube.get(f"/api/v1/nodes/{node}")
     if obj is None:

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpualign.cli.clusters import RequestTimeoutOpt
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, progress, report, stdout, warn
+from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -26,19 +27,18 @@ from gpualign.cli.options import (
     SignKeyOpt,
     SignSecretOpt,
 )
-from gpualign.errors import EXIT_FINDINGS, BadInput
 
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
     from rich.table import Table
 
     from gpualign.ensure.sign import SigningKey
-    from gpualign.kube import Kube
+    from gpualign.kube.client import Kube
     from gpualign.ledger.sources import Ledger
-    from gpualign.tags import Rules
-    from gpualign.upgrade.policy import UpgradePolicy
+    from gpualign.model.tags import Rules
     from gpualign.upgrade.preflight import Preflight
     from gpualign.upgrade.run import Outcome
     from gpualign.upgrade.snapshot import Snapshot
+    from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 ToBranchOpt = Annotated[str | None, typer.Option(
     "--to-branch", metavar="BRANCH",
@@ -56,7 +56,7 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
             admission: str | None = None, force: bool = False, delete_empty_dir: bool = False) -> UpgradePolicy:
     import dataclasses
 
-    from gpualign.upgrade import policy as pol
+    from gpualign.upgrade import upgrade_policy as pol
 
     if max_parallel is not None and max_parallel < 0:
         raise BadInput(f"--max-parallel {max_parallel}: expected 0 (any) or more")
@@ -110,8 +110,8 @@ def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
 def _ledger_from_operator(kube: Kube, selector: str | None, rules: Rules, branch: str | None) -> list[str]:
     """No --ledger: the GPU Operator's objects, when there are some, name the image repositories (as for check); a
     node the operator walks is refused first, since that is the answer whatever the ledger says."""
-    from gpualign.errors import Refused
-    from gpualign.inventory import read_operator_config
+    from gpualign.base.errors import Refused
+    from gpualign.kube.inventory import read_operator_config
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.operator_walk import refusal, walked_by_operator
 
@@ -131,7 +131,7 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
     """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
     node's kernel would load them), or, with module checks asked for, not verified (planner.UNVERIFIED + why).
     The same judgement check makes (ensure/judge.py)."""
-    from gpualign import labels as L
+    from gpualign.base import labels as L
     from gpualign.ensure.judge import judge
     from gpualign.ledger.sources import is_registry
     from gpualign.upgrade.planner import UNVERIFIED
@@ -181,7 +181,7 @@ def _judged(kube: Kube, selector: str | None, ledger: list[str], available: Ledg
 
 def _secure_boot_nodes(snap: Snapshot, tags: list[str]) -> dict[str, list[str]]:
     """tag -> the Secure Boot nodes (labelled gpualign.io/secure-boot=enabled) that need it."""
-    from gpualign import labels as L
+    from gpualign.base import labels as L
 
     out: dict[str, list[str]] = {}
     for name, n in sorted(snap.nodes.items()):
@@ -214,7 +214,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
         opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
                            signing=signing)
         plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
-        if not dry_run and any(p.action == run.BUILD for p in plans.values()):
+        if not dry_run and any(p.action == run.TagAction.BUILD for p in plans.values()):
             run.require_tools()
         for tag in tags:
             out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])
@@ -382,8 +382,8 @@ def upgrade(
         gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
     from gpualign.cli.common import say_tty
-    from gpualign.kube import Kube
-    from gpualign.tags import load_rules, normalize_branch
+    from gpualign.kube.client import Kube
+    from gpualign.model.tags import load_rules, normalize_branch
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.preflight import preflight
     from gpualign.upgrade.run import walk
@@ -407,7 +407,7 @@ def upgrade(
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
     modules = AUTO if verify_modules is None else STRICT if verify_modules else OFF
     rule_set = load_rules(rules)
-    from gpualign.cli.clusters import parse_timeout
+    from gpualign.cli.fleet import parse_timeout
 
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
@@ -422,8 +422,8 @@ def upgrade(
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
         available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol, docker_config,
                                   modules)
-        from gpualign.errors import Refused
-        from gpualign.inventory import read_operator_config
+        from gpualign.base.errors import Refused
+        from gpualign.kube.inventory import read_operator_config
         from gpualign.upgrade.operator_walk import refusal, walked_by_operator
 
         config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
+from gpualign.base import labels as L
 from gpualign.controller.builds import BLOCKED, FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
 from gpualign.upgrade.report import ANY_TAG
 
@@ -83,7 +83,7 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
     """replace_wrong: the tag is in the ledger but fails the check; the Job makes it again and pushes it over.
     arch: the CPU architecture the image is for (recorded on the Job; its pod runs on BUILDER_ARCH unless the
     settings' node selector names another, and compiles across for `arch`). flavour: the kernel modules the
-    nodes' driver pods load (gpualign.flavours)."""
+    nodes' driver pods load (gpualign.model.flavours)."""
     args = ["ensure", tag, "--ledger", settings.ledger]
     if flavour != "proprietary":
         args += ["--flavour", flavour]
@@ -242,7 +242,7 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
     status and why never tell a user to build by hand what the controller may be building."""
     import time
 
-    from gpualign.errors import Forbidden, GpualignError
+    from gpualign.base.errors import Forbidden, GpualignError
 
     path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
     try:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.controller.build_job import BuildSettings
-from gpualign.errors import BadInput, GpualignError
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
 JSON = dict[str, Any]

@@ -2,7 +2,7 @@
 run gpualign's own `ensure`, with nobody typing.
 
 Each pass reads the controller's findings (the same audit `check` runs: a missing tag and who makes it,
-gpualign.makers), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that
+gpualign.model.makers), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that
 exist), reads each failed Job's pod for its reason and each pod-less Job's FailedCreate Event, checks each success
 against a fresh read of the ledger, asks controller/builds.py what to do, and does it: creates the new Jobs (a
 retry is a Job of its own, so the failed attempt's pod and log stay), deletes the finished ones past keeping, and
@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpualign.base.errors import GpualignError
 from gpualign.controller import build_job as J
 from gpualign.controller import builds as B
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
-from gpualign.makers import JOB_MAKERS, Maker
+from gpualign.kube.client import Kube
+from gpualign.model.makers import JOB_MAKERS, Maker
 
 log = logging.getLogger("gpualign.controller")
 JSON = dict[str, Any]

@@ -37,7 +37,7 @@ JOB_PREFIX = "gpualign-build-"
 
 @dataclass(frozen=True)
 class Wanted:
-    """A tag GPU nodes wait for, which gpualign can make (gpualign.makers: `build` or `mirror`)."""
+    """A tag GPU nodes wait for, which gpualign can make (gpualign.model.makers: `build` or `mirror`)."""
 
     tag: str
     action: str
@@ -45,7 +45,7 @@ class Wanted:
     since: float  # when the first of its nodes began to wait (epoch seconds)
     arch: str = "amd64"  # the CPU architecture the image is for: its build runs on a node of it
     image: str = ""  # REPO:TAG, as the controller's ledger names it
-    flavour: str = "proprietary"  # the kernel modules its nodes' driver pods load (gpualign.flavours)
+    flavour: str = "proprietary"  # the kernel modules its nodes' driver pods load (gpualign.model.flavours)
 
 
 @dataclass(frozen=True)

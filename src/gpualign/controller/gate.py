@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpualign.labels import GATED, GATED_SINCE, HELD_WARNED
+from gpualign.base.labels import GATED, GATED_SINCE, HELD_WARNED
 from gpualign.upgrade import states as S
 
 __all__ = ["GATED", "GATED_SINCE", "HELD_WARNED", "decide", "release"]

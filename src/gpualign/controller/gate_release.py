@@ -6,10 +6,10 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from gpualign import labels as L
+from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.controller import gate
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 
 EVENT_RELEASED = "DriverUpgradeReleased"
 

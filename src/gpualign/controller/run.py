@@ -10,19 +10,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpualign import labels as L
-from gpualign.branches import BranchPolicy
+from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.controller.builder import Builder, BuildOptions
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.server import serve
 from gpualign.controller.state import ClusterState
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
-from gpualign.lease import LeaseElector
+from gpualign.kube.client import Kube
+from gpualign.kube.lease import LeaseElector
+from gpualign.kube.watch import Watcher
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.operator_config import OperatorConfig
-from gpualign.tags import Rules
-from gpualign.watch import Watcher
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.operator_config import OperatorConfig
+from gpualign.model.tags import Rules
 
 log = logging.getLogger("gpualign.controller")
 

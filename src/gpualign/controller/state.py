@@ -17,18 +17,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.audit import MISMATCH, MISSING, PRESENT, WRONG, DriverPod, audit
-from gpualign.branches import BranchPolicy
+from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.controller import gate
 from gpualign.controller.gate_release import release_node
-from gpualign.errors import GpualignError
-from gpualign.expect import from_operator
-from gpualign.facts import NodeFacts, node_facts
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.operator_config import OperatorConfig, daemonset_image
-from gpualign.tags import Rules, parse_os
+from gpualign.model.audit import DriverPod, Status, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.operator_config import OperatorConfig, daemonset_image
+from gpualign.model.tags import Rules, parse_os
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import since
 
@@ -44,7 +44,7 @@ EVENT_MISSING = "DriverImageMissing"
 EVENT_PRESENT = "DriverImageAvailable"
 EVENT_MISMATCH = "DriverImageMismatch"  # the GPU Operator deploys an image built for another OS or kernel
 EVENT_WRONG = "DriverImageWrong"  # in the ledger under the tag, but its labels name another kernel or branch
-ALARMS = (MISSING, MISMATCH, WRONG)
+ALARMS = (Status.MISSING, Status.OPERATOR_MISMATCH, Status.WRONG_IMAGE)
 EVENT_GATED = "DriverUpgradeGated"
 EVENT_UNGATED = "DriverUpgradeReleased"
 EVENT_HELD_LONG = "DriverUpgradeGatedLong"
@@ -175,10 +175,10 @@ class ClusterState:
         self.unconfirmed.pop(name, None)
         self.node_locks.pop(name, None)
         old = self.findings.pop(name, None)
-        if old and old["status"] == MISSING:
+        if old and old["status"] == Status.MISSING:
             self.on_missing(name, old["tag"], None)
         old = self.ahead.pop(name, None)
-        if old and old["status"] == MISSING:
+        if old and old["status"] == Status.MISSING:
             self.on_ahead_missing(name, old["tag"], None)
 
     # -- the ledger ---------------------------------------------------------------------------------------------
@@ -203,7 +203,7 @@ class ClusterState:
         """Re-read the operator's ClusterPolicy/NVIDIADrivers (when it runs here); re-check all on a change."""
         if self.operator is None:
             return False
-        from gpualign.inventory import read_operator_config
+        from gpualign.kube.inventory import read_operator_config
 
         with self.lock:
             nodes = tuple(self.nodes.values())
@@ -252,7 +252,7 @@ class ClusterState:
         result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                        pods={name: pod} if pod else {}, planned=planned, expect=expect)
         first = result.findings[0]
-        if first.status == PRESENT and first.image and \
+        if first.status == Status.PRESENT and first.image and \
                 (why := self._wrong(first.image, facts.arch, first.module_type)):
             result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
                            pods={name: pod} if pod else {}, planned=planned, expect=expect,
@@ -263,8 +263,8 @@ class ClusterState:
         with self.lock:
             old = self.findings.get(name)
             self.findings[name] = finding
-        old_missing = old["tag"] if old and old["status"] == MISSING else None
-        new_missing = finding["tag"] if finding["status"] == MISSING else None
+        old_missing = old["tag"] if old and old["status"] == Status.MISSING else None
+        new_missing = finding["tag"] if finding["status"] == Status.MISSING else None
         if old_missing != new_missing:
             self.on_missing(name, old_missing, new_missing)
         self._look_ahead(facts, policy, expect)
@@ -300,8 +300,8 @@ class ClusterState:
             old = self.ahead.pop(facts.name, None)
             if finding is not None:
                 self.ahead[facts.name] = finding
-        old_missing = old["tag"] if old and old["status"] == MISSING else None
-        new_missing = finding["tag"] if finding and finding["status"] == MISSING else None
+        old_missing = old["tag"] if old and old["status"] == Status.MISSING else None
+        new_missing = finding["tag"] if finding and finding["status"] == Status.MISSING else None
         if old_missing != new_missing:
             self.on_ahead_missing(facts.name, old_missing, new_missing)
 
@@ -337,17 +337,17 @@ class ClusterState:
                 node_obj = self.kube.patch(f"/api/v1/nodes/{facts.name}", {"metadata": {"annotations": {
                     IMAGE_ANNOTATION: tag, STATUS_ANNOTATION: status, SEQUENCE_ANNOTATION: str(sequence)}}})
             name = _event_name(facts.name, sequence)
-            if status == MISSING:
+            if status == Status.MISSING:
                 self.kube.event(node_obj, EVENT_MISSING,
                                 f"driver image {finding['image']} is missing from the ledger: this node's driver "
                                 f"pod cannot pull it and the node loses its GPUs ({finding['reason']})", name=name)
                 self.events_posted += 1
-            elif status == WRONG:
+            elif status == Status.WRONG_IMAGE:
                 self.kube.event(node_obj, EVENT_WRONG, f"driver image {finding['image']} is in the ledger but "
                                 f"{finding['reason']}: a driver pod that pulls it crash-loops (repair: gpualign "
                                 f"ensure {finding['tag']} --replace-wrong)", name=name)
                 self.events_posted += 1
-            elif status == MISMATCH:
+            elif status == Status.OPERATOR_MISMATCH:
                 self.kube.event(node_obj, EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} "
                                 f"here, built for another OS or kernel: {finding['reason']}", name=name)
                 self.events_posted += 1
@@ -480,8 +480,8 @@ class ClusterState:
         missing: dict[str, list[str]] = {}
         wrong: dict[str, list[str]] = {}
         for f in findings:
-            if f["status"] in (MISSING, WRONG) and f["tag"]:
-                (missing if f["status"] == MISSING else wrong).setdefault(f["tag"], []).append(f["name"])
+            if f["status"] in (Status.MISSING, Status.WRONG_IMAGE) and f["tag"]:
+                (missing if f["status"] == Status.MISSING else wrong).setdefault(f["tag"], []).append(f["name"])
         counts: dict[str, int] = {}
         blocked: list[tuple[str, str, float]] = []
         gated: dict[str, str] = {}

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpualign.errors import BadInput, GpualignError
+from gpualign.base.errors import BadInput, GpualignError
 
 if TYPE_CHECKING:
-    from gpualign.makers import DebianTable, Source
+    from gpualign.model.makers import DebianTable, Source
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SECURITY = "http://deb.debian.org/debian-security"
@@ -45,7 +45,7 @@ class ArchiveError(GpualignError):
 
 
 def cache_root() -> Path:
-    from gpualign import archive_reading
+    from gpualign.model import archive_reading
 
     return archive_reading.cache_root() / "ensure"
 
@@ -97,7 +97,7 @@ class Archive:
 
     def for_tag_kernel(self, os_tag: str, kernel: str) -> Archive:
         """The archive a tag's image is built from: its OS's release, its kernel's architecture."""
-        from gpualign.makers import kernel_arch
+        from gpualign.model.makers import kernel_arch
 
         return self.for_spec(os_tag).on_arch(kernel_arch(kernel))
 
@@ -108,7 +108,7 @@ class Archive:
     @classmethod
     def for_os(cls, os_tag: str) -> Archive:
         """The archive of the Debian release an OS tag names (debian13: trixie); bookworm otherwise."""
-        from gpualign.makers import debian_suite
+        from gpualign.model.makers import debian_suite
 
         return cls(suite=debian_suite(os_tag))
 
@@ -116,8 +116,8 @@ class Archive:
     def for_kernel(cls, release: str) -> Archive:
         """The archive that carries a Debian kernel's headers: its `+debNN` names the release (6.12.N+deb13-amd64:
         trixie); bookworm's otherwise (6.1.0-N-amd64, 6.12.N+deb12-amd64)."""
-        from gpualign.kernels import debian_release
-        from gpualign.makers import kernel_arch
+        from gpualign.model.kernels import debian_release
+        from gpualign.model.makers import kernel_arch
 
         named = debian_release(release)
         return (cls.for_os(f"debian{named}") if named else cls()).on_arch(kernel_arch(release))
@@ -253,7 +253,7 @@ class Archive:
         a label spelling could stand for, where the archive has several)."""
         package = f"linux-headers-{kernel}"
         if self.target_version(package) is None:
-            from gpualign.kernels import candidates, label_of
+            from gpualign.model.kernels import candidates, label_of
 
             near = candidates(label_of(kernel), self.headers_releases(label_of(kernel).split("_")[0]))
             also = f"; it has {', '.join(near)}" if near else ""
@@ -274,9 +274,9 @@ class Archive:
 
     def carried(self) -> tuple[Source, ...]:
         """NVIDIA's kernel module source packages the suite carries now, at their NVIDIA versions; the reading is
-        kept (gpualign.archive_reading) for check and plan to decide as ensure does."""
-        from gpualign import archive_reading
-        from gpualign.makers import sources_from
+        kept (gpualign.model.archive_reading) for check and plan to decide as ensure does."""
+        from gpualign.model import archive_reading
+        from gpualign.model.makers import sources_from
 
         self.update()
         with file_lock(f"apt-cache-{self.key}.lock"):
@@ -292,7 +292,7 @@ class Archive:
     def debian_table(self, os_tag: str) -> DebianTable:
         """The Debian releases gpualign builds, with the OS tag's release as its archive carries it now (the rules'
         copy where the archive cannot be read: the build then fails on the archive, naming it)."""
-        from gpualign.tags import load_rules
+        from gpualign.model.tags import load_rules
 
         table = load_rules().debian
         release = table.get(os_tag)

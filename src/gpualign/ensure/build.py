@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure.run import (
     NotVerified,
     Options,
@@ -25,7 +26,6 @@ from gpualign.ensure.run import (
     prepare_image_inputs,
     verify_modules,
 )
-from gpualign.errors import BadInput
 
 if TYPE_CHECKING:
     from gpualign.ensure import image as image_mod
@@ -127,8 +127,8 @@ class Steps:
     def _pull_shared(self) -> list[Path] | None:
         """Another build's modules for this kernel, from the registry into the module cache (checked against their
         artifact; the kernel's checks follow as for a compile), or None: none shared, or refused (said)."""
+        from gpualign.base.errors import Unreachable
         from gpualign.ensure import buildroot, debian, shared
-        from gpualign.errors import Unreachable
 
         spec, opts, out = self.spec, self.opts, self.out
         t0 = time.monotonic()
@@ -207,8 +207,8 @@ class Steps:
     def share(self, made: Modules) -> None:
         """Share the verified, unsigned modules of a compile (a signature is appended to the bytes the kernel's
         checks read, so the checks of a signed set hold for the unsigned one). A refusal is said, never fatal."""
+        from gpualign.base.errors import Unreachable
         from gpualign.ensure import buildroot, shared
-        from gpualign.errors import Unreachable
 
         spec, opts, out = self.spec, self.opts, self.out
         if not opts.share_push or made.origin not in ("compiled", "cache") or opts.flavour not in buildroot.FLAVOURS:
@@ -275,8 +275,8 @@ class Steps:
         """The user-space image the driver image is made over: local when made or pulled before, else pulled from
         the registry's shared ones (ensure.shared_userspace), else made from Debian's packages and then shared. A
         registry that refuses either way is said, never fatal: the layer is made here."""
+        from gpualign.base.errors import Unreachable
         from gpualign.ensure import buildroot, image, shared_userspace, userspace
-        from gpualign.errors import Unreachable
 
         spec, opts = self.spec, self.opts
         suite, arch = image.suite_of(spec), image.arch_of(spec)
@@ -309,8 +309,8 @@ class Steps:
     def _share_userspace(self, name: str, where: str) -> None:
         """Push the user-space image for later builds, unless the registry has it; a refusal is said, never
         fatal."""
+        from gpualign.base.errors import Unreachable
         from gpualign.ensure import buildroot, image, shared_userspace
-        from gpualign.errors import Unreachable
 
         opts = self.opts
         t0 = time.monotonic()

@@ -40,8 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock
-from gpualign.errors import BadInput, GpualignError
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
             "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure import buildroot
 from gpualign.ensure.archive import Archive, cache_root
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
-from gpualign.errors import BadInput
 
 Progress = Callable[[str], None]
 _KBUILD_ARCH = {"aarch64-linux-gnu-": "arm64", "x86_64-linux-gnu-": "x86_64"}  # ARCH for NVIDIA's own Makefile

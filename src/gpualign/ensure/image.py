@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpualign import __version__
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import userspace
 from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
-from gpualign.errors import BadInput, GpualignError
-from gpualign.flavours import LABEL as FLAVOUR_LABEL
+from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 
 # The base: what nvidia-driver runs (sh, uname, sleep, grep, modprobe, flock, mount, findmnt), ldconfig for the
 # image's ld.so.cache, nvidia-persistenced's libtirpc; unpacked, not installed (mmdebstrap's extract
@@ -64,7 +64,7 @@ EXTRA_HOOK = {"trixie": MERGED_USR}
 
 def arch_of(spec: TagSpec) -> str:
     """The image's architecture: its kernel's (6.1.0-50-arm64: arm64), amd64 where the kernel names none."""
-    from gpualign.makers import kernel_arch
+    from gpualign.model.makers import kernel_arch
 
     return kernel_arch(spec.kernel) or "amd64"
 
@@ -86,7 +86,7 @@ def base_packages(suite: str) -> tuple[str, ...]:
 
 
 def suite_of(spec: TagSpec) -> str:
-    from gpualign.makers import debian_suite
+    from gpualign.model.makers import debian_suite
 
     return debian_suite(spec.os_tag)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpualign.errors import BadInput
-from gpualign.flavours import FLAVOURS
+from gpualign.base.errors import BadInput
+from gpualign.model.flavours import FLAVOURS
 
 
 def tags_from_report(data: Any, where: str) -> list[str]:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import httpx2
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import tagspec
-from gpualign.errors import BadInput, GpualignError
-from gpualign.kernels import label_of, release_of
 from gpualign.ledger.registry import RegistryClient
+from gpualign.model.kernels import label_of, release_of
 
 DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(?:cloud-|rt-)?(?:amd64|arm64)")
 
@@ -43,7 +43,7 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     except BadInput:
         return None  # not a precompiled tag: nothing kernel-specific to compare
     kernel = labels.get("io.gpualign.kernel")
-    if kernel and label_of(kernel) != label_of(spec.kernel):  # either spelling of one kernel (gpualign.kernels)
+    if kernel and label_of(kernel) != label_of(spec.kernel):  # either spelling of one kernel (gpualign.model.kernels)
         return f"its label io.gpualign.kernel says it was built for kernel {kernel}, not {spec.kernel}"
     branch = labels.get("io.gpualign.driver-branch")
     if branch and branch != spec.branch:
@@ -153,7 +153,7 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     from gpualign.ensure import kmod, symvers
     from gpualign.ensure.archive import Archive
     from gpualign.ensure.verify import verify
-    from gpualign.makers import kernel_arch
+    from gpualign.model.makers import kernel_arch
 
     found = modules_of(client, tag, cache, kernel_arch(kernel) or "amd64")
     if found is None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.errors import GpualignError
-from gpualign.flavours import LABEL as FLAVOUR_LABEL
-from gpualign.flavours import mismatch as flavour_mismatch
-from gpualign.platforms import platform_problem
+from gpualign.base.errors import GpualignError
+from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
+from gpualign.model.flavours import mismatch as flavour_mismatch
+from gpualign.model.platforms import platform_problem
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
@@ -158,7 +158,7 @@ def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[s
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
              out: Judgement, secure_boot: bool = False) -> None:
     from gpualign.ensure.inspect import checkable, modules_verdict
-    from gpualign.kernels import release_of
+    from gpualign.model.kernels import release_of
 
     checked = 0
     for kernel in sorted({release_of(k) for k in kernels if k}):  # a node's label spelling: checked as its release

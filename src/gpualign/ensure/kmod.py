@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 if TYPE_CHECKING:  # the signature modules (cryptography, asn1crypto) are loaded only for a signed module
     from cryptography import x509

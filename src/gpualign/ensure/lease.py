@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from gpualign.errors import BadInput, GpualignError
-from gpualign.kube import Kube
-from gpualign.lease import LeaseElector
+from gpualign.base.errors import BadInput, GpualignError
+from gpualign.kube.client import Kube
+from gpualign.kube.lease import LeaseElector
 
 LEASE_SECONDS = 30
 

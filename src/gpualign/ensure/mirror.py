@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import subprocess
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.image import refusal
-from gpualign.errors import BadInput
 from gpualign.ledger.registry import RegistryRef
 
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpualign.base.errors import BadInput
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.ensure.tagspec import TagSpec
-from gpualign.errors import BadInput
-from gpualign.makers import DebianTable, kernel_arch
+from gpualign.model.makers import DebianTable, kernel_arch
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -285,7 +285,7 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
 
         # the recipe ensure runs, for what ensure builds: else its reason, never a false note
         if debian_table is None:
-            from gpualign.tags import load_rules
+            from gpualign.model.tags import load_rules
 
             debian_table = load_rules().debian
         table = debian_table

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpualign.errors import GpualignError
+from gpualign.base.errors import GpualignError
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient

@@ -15,13 +15,14 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import registry_lock, tagspec
 from gpualign.ensure.archive import Archive, file_lock
-from gpualign.errors import BadInput, GpualignError
-from gpualign.makers import open_problem
+from gpualign.model.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
@@ -29,8 +30,17 @@ if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) 
     from gpualign.ensure.verify import Verification
     from gpualign.ledger.registry import RegistryClient
 
-PRESENT, MIRROR, BUILD = "present", "mirror", "build"
-WRONG = "wrong"  # in the ledger under the tag, but it fails the check: reported, replaced only with replace_wrong
+
+
+class TagAction(StrEnum):
+    """What ensure does for a tag (its plan's and outcome's `action`)."""
+
+    PRESENT = "present"  # in the ledger, and it passes the check: nothing to do
+    MIRROR = "mirror"
+    BUILD = "build"
+    WRONG = "wrong"  # in the ledger under the tag, but it fails the check: reported, replaced only with replace_wrong
+
+
 Say = Callable[[str, str], None]  # (tag, message)
 
 
@@ -51,7 +61,7 @@ class NotVerified(GpualignError):
 @dataclass
 class Outcome:
     tag: str
-    action: str  # present | mirror | build
+    action: TagAction
     done: bool = False  # False under --dry-run
     digest: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -105,25 +115,25 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
 
 
 @dataclass(frozen=True)
-class Plan:
+class TagPlan:
     spec: tagspec.TagSpec
-    action: str  # present | mirror | build | wrong
+    action: TagAction
     digest: str | None = None  # in the ledger, when present
     problem: str | None = None  # why the present image fails the check (wrong, or replaced)
 
 
-def plan_one(tag: str, opts: Options) -> Plan:
+def plan_one(tag: str, opts: Options) -> TagPlan:
     """What ensure would do for a tag: one manifest HEAD when it is present."""
     spec = tagspec.parse(tag)
     problem = None
     if (digest := opts.target.digest(spec.tag)) is not None:
         problem = present_problem(spec, opts)
         if problem is None:
-            return Plan(spec, PRESENT, digest)
+            return TagPlan(spec, TagAction.PRESENT, digest)
         if not opts.replace_wrong:
-            return Plan(spec, WRONG, digest, problem)
+            return TagPlan(spec, TagAction.WRONG, digest, problem)
     if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
-        return Plan(spec, MIRROR, digest, problem)
+        return TagPlan(spec, TagAction.MIRROR, digest, problem)
     # an OS without a recipe here, or a branch its archive does not carry now: BadInput now
     table = opts.archive.debian_table(spec.os_tag)
     tagspec.buildable_here(spec, debian=table)
@@ -134,12 +144,12 @@ def plan_one(tag: str, opts: Options) -> Plan:
     if opts.dry_run and opts.modules_from is None and not compiled_before(spec, opts):
         # as the build will refuse it
         opts.archive.for_tag_kernel(spec.os_tag, spec.kernel).require_headers(spec.kernel)
-    return Plan(spec, BUILD, digest, problem)
+    return TagPlan(spec, TagAction.BUILD, digest, problem)
 
 
 def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
     """Whether the upstream publishes the tag; an upstream that cannot be asked says how to name another."""
-    from gpualign.errors import Unreachable
+    from gpualign.base.errors import Unreachable
 
     try:
         return upstream.digest(tag) is not None
@@ -179,15 +189,15 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
     return None
 
 
-def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -> Outcome:
+def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None) -> Outcome:
     plan = planned or plan_one(tag, opts)
     spec, action = plan.spec, plan.action
     out = Outcome(spec.tag, action, reference=f"{opts.target.ref.image}:{spec.tag}")
-    if action == PRESENT:
+    if action == TagAction.PRESENT:
         out.digest, out.done = plan.digest, True
         say(spec.tag, "present in the ledger: nothing to do")
         return out
-    if action == WRONG:
+    if action == TagAction.WRONG:
         out.digest = plan.digest
         problem = plan.problem or ""
         if problem.startswith(UNVERIFIED_PREFIX):  # gpualign cannot vouch for it: never "nothing to do"
@@ -204,10 +214,10 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: Plan | None = None) -
             registry_lock.hold(opts.target, spec.tag, lambda message: say(spec.tag, message)):
         if opts.target.digest(spec.tag) not in (None, plan.digest if plan.problem else None):
             # another run made it while this one waited
-            out.action, out.digest, out.done = PRESENT, opts.target.digest(spec.tag), True
+            out.action, out.digest, out.done = TagAction.PRESENT, opts.target.digest(spec.tag), True
             say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
             return out
-        if action == MIRROR:
+        if action == TagAction.MIRROR:
             from gpualign.ensure import image, mirror
 
             assert opts.upstream is not None

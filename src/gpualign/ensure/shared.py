@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.base.errors import GpualignError
 from gpualign.ensure.archive import cache_root
-from gpualign.errors import GpualignError
 from gpualign.ledger.registry import BlobMismatch
 
 if TYPE_CHECKING:

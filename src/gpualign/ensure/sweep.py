@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.kernels import label_of
+from gpualign.model.kernels import label_of
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
 

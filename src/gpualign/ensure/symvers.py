@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 
 def parse(text: str, where: str = "Module.symvers") -> dict[str, int]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpualign.errors import BadInput
-from gpualign.kernels import release_of
-from gpualign.makers import DebianTable, Maker, who_makes
+from gpualign.base.errors import BadInput
+from gpualign.model.kernels import release_of
+from gpualign.model.makers import DebianTable, Maker, who_makes
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
 _TAG = re.compile(r"(?P<branch>\d{3,4})-(?P<kernel>.+)-(?P<os>[a-z]+[0-9.]+)")
@@ -19,7 +19,7 @@ class TagSpec:
     branch: str
     kernel: str  # the release (uname -r, headers, version magic): 6.12.117+deb13-amd64
     os_tag: str
-    kernel_label: str = ""  # the tag's spelling, as NFD labels it: 6.12.117_deb13-amd64 (gpualign.kernels)
+    kernel_label: str = ""  # the tag's spelling, as NFD labels it: 6.12.117_deb13-amd64 (gpualign.model.kernels)
 
     @property
     def family(self) -> str:
@@ -52,7 +52,7 @@ def try_parse(tag: str) -> TagSpec | None:
 
 
 def buildable_here(spec: TagSpec, arch: str | None = None, *, debian: DebianTable) -> str:
-    """The Debian suite that builds it here, or BadInput naming why not (gpualign.makers decides, as it does for
+    """The Debian suite that builds it here, or BadInput naming why not (gpualign.model.makers decides, as it does for
     check, plan and the controller: a recipe that is only rendered, an OS without one, a branch the OS does not
     carry, another architecture). `debian`: the releases, as their archives carry them (Archive.debian_table)."""
     making = who_makes(spec.os_tag, spec.branch, spec.kernel_label or spec.kernel, arch, False, debian=debian)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpualign.ensure.kmod import Module
-from gpualign.makers import kernel_arch
+from gpualign.model.makers import kernel_arch
 
 if TYPE_CHECKING:
     from cryptography import x509

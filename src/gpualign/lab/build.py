@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.errors import BadInput, LabError
+from gpualign.base.errors import BadInput, LabError
 from gpualign.lab import versions
 
 GO_MODULES = Path(__file__).parent / "go"

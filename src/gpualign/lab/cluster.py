@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx2
 
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 from gpualign.lab import docker_registry, processes, realnode, versions
 from gpualign.lab import pki as pkimod
 from gpualign.lab.processes import Proc

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx2
 
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 from gpualign.lab import processes
 from gpualign.lab.processes import Proc
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from gpualign.errors import LabError
-from gpualign.kube import Kube
+from gpualign.base.errors import LabError
+from gpualign.kube.client import Kube
 from gpualign.lab import operator, realnode
 
 CONTAINER = "nvidia-driver-ctr"

@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpualign import labels as L
+from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.ensure.inspect import checkable
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 from gpualign.lab import kernel_load, realnode
 from gpualign.lab.seed import driver_labels
 from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
@@ -199,7 +199,7 @@ class Simulator:
         node_obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
         # the node's release (what its kernel checks the modules' version magic against), as the kubelet reports
         # it, else read back from NFD's label (`_` for `+`)
-        from gpualign.kernels import Kernel
+        from gpualign.model.kernels import Kernel
 
         known = Kernel.from_node(((node_obj.get("metadata") or {}).get("labels") or {}).get(L.KERNEL),
                                  ((node_obj.get("status") or {}).get("nodeInfo") or {}).get("kernelVersion"))
@@ -274,7 +274,7 @@ class Simulator:
 
 def _flavour_refusal(image_env: dict[str, str], container: dict[str, Any]) -> str | None:
     """gpualign's nvidia-driver init refusing a pod that asks for the other flavour of modules than the image holds."""
-    from gpualign.flavours import init_refusal
+    from gpualign.model.flavours import init_refusal
 
     pod_env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or [] if e.get("name")}
     return init_refusal(image_env.get("GPUALIGN_KERNEL_MODULE_TYPE"), {**image_env, **pod_env},

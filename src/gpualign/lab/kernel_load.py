@@ -31,7 +31,7 @@ from gpualign.ensure.inspect import checkable, contract_problem, modules_of
 from gpualign.ensure.verify import verify
 from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import RegistryClient
-from gpualign.makers import kernel_arch
+from gpualign.model.makers import kernel_arch
 
 SECURE_BOOT = "lab.gpualign.io/secure-boot-certs"
 # insmod's words for the kernel's errno, by what was refused (kmod's insmod: its mod_strerror, else strerror)

@@ -18,9 +18,9 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from gpualign import labels as L
-from gpualign.errors import LabError
-from gpualign.kube import Kube
+from gpualign.base import labels as L
+from gpualign.base.errors import LabError
+from gpualign.kube.client import Kube
 from gpualign.lab import processes, versions
 from gpualign.lab.processes import Proc
 from gpualign.lab.scenarios import DriverPool, Scenario

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpualign import __version__
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 from gpualign.lab import realnode
 
 LOCAL = f"localhost/gpualign:{__version__}"

@@ -20,7 +20,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 from gpualign.lab import versions
 
 IMAGE = "gpualign.local/lab/pause:1"

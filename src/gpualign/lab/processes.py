@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 
 LOG_TAIL = 8
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # processes started by this very process, by pid

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpualign.errors import LabError
+from gpualign.base.errors import LabError
 from gpualign.lab import pause, processes
 from gpualign.lab import pki as pkimod
 from gpualign.lab.processes import Proc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.errors import LabError
-from gpualign.kernels import label_of, release_of
-from gpualign.kube import Kube
+from gpualign.base import labels as L
+from gpualign.base.errors import LabError
+from gpualign.kube.client import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.registry import RegistryClient, RegistryRef
-from gpualign.tags import load_rules, os_tag, sanitize_kernel
-from gpualign.version import DriverVersion
+from gpualign.model.kernels import label_of, release_of
+from gpualign.model.tags import load_rules, os_tag, sanitize_kernel
+from gpualign.model.version import DriverVersion
 
 DRIVER_NAMESPACE = "gpu-operator"
 DRIVER_REPO = "nvidia/driver"

@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 
 def split_ref(ref: str) -> tuple[str | None, str]:
@@ -64,7 +64,7 @@ def read(path: Path) -> set[tuple[str | None, str]]:
             raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
         entries = [(0, e) for e in _entries_from_list(path, data)]
     elif path.suffix in (".yaml", ".yml") or stripped.startswith("- ") or stripped.startswith("images:"):
-        from gpualign import yamlio
+        from gpualign.base import yamlio
 
         docs = yamlio.parse(text, str(path), documents=True)
         if len(docs) > 1:

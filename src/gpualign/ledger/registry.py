@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx2
 
-from gpualign.errors import BadInput, GpualignError, Unreachable
+from gpualign.base.errors import BadInput, GpualignError, Unreachable
 from gpualign.ledger.transport import LazyTLSTransport
 
 MANIFEST_TYPES = ", ".join([
@@ -450,7 +450,7 @@ class RegistryClient:
         if resp.status_code in (200, 202, 404):
             return
         if resp.status_code in (405, 403):
-            from gpualign.errors import Refused
+            from gpualign.base.errors import Refused
 
             raise Refused(f"registry {self.ref.host} does not allow deleting {repo}@{digest} (HTTP "
                           f"{resp.status_code}): enable deletes (distribution: storage.delete.enabled), or delete "

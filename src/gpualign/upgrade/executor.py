@@ -15,14 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualign.errors import GpualignError
-from gpualign.kube import Conflict, Kube
+from gpualign.base.errors import GpualignError
+from gpualign.kube.client import Conflict, Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import now_iso, since
 from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, plan
-from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
+from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"

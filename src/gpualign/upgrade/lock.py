@@ -15,9 +15,9 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gpualign.errors import EXIT_FINDINGS, GpualignError, Unreachable
-from gpualign.kube import Kube
-from gpualign.lease import LeaseElector, parse_time
+from gpualign.base.errors import EXIT_FINDINGS, GpualignError, Unreachable
+from gpualign.kube.client import Kube
+from gpualign.kube.lease import LeaseElector, parse_time
 
 
 class Busy(GpualignError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpualign.driver_pod import DriverPod
+from gpualign.model.driver_pod_status import DriverPod
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 

@@ -11,7 +11,7 @@ walk (`status`, `why`). `gpualign upgrade` refuses such nodes before writing any
 
 from __future__ import annotations
 
-from gpualign.operator_config import OperatorConfig
+from gpualign.model.operator_config import OperatorConfig
 from gpualign.upgrade.snapshot import Snapshot
 
 OWNERS = ("ClusterPolicy", "NVIDIADriver")

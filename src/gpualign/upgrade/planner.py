@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget
-from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
+from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 
 PDB_HOLD = "waiting before cordon"  # a hold's reason starts so when a PDB keeps the node uncordoned
 UNMOVABLE_HOLD = "held before cordon"  # … when a pod there could not be evicted under the rules of kubectl drain

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gpualign import labels as L
-from gpualign import selectors
+from gpualign.base import labels as L
+from gpualign.model import selectors
 from gpualign.upgrade import states as S
 
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
-    from gpualign.upgrade.policy import UpgradePolicy
+    from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 JSON = Mapping[str, Any]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade.budget import Budget
-from gpualign.upgrade.policy import UpgradePolicy
 from gpualign.upgrade.snapshot import Snapshot
+from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 JSON = dict[str, Any]
 

@@ -81,8 +81,8 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
                 builds: dict[str, str] | None = None) -> NodeStatus:
     """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself);
     builds: tag -> its build Job in one line (controller --build), for a target image that is missing."""
-    from gpualign.driver_pod import DriverPod
-    from gpualign.labels import GATED
+    from gpualign.base.labels import GATED
+    from gpualign.model.driver_pod_status import DriverPod
 
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
@@ -155,7 +155,7 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
         else:
             lines.append(f"blocked after cordon: {st.blocker}{lasting}")
     if ns.view.skip:
-        from gpualign.labels import GATED
+        from gpualign.base.labels import GATED
 
         who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
                else "set by someone else: gpualign leaves it")
@@ -194,9 +194,9 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
 
 def modules_asked(ns: NodeState, tag: str | None) -> str | None:
     """The kernel modules the node's driver pods load, as its DaemonSet asks (KERNEL_MODULE_TYPE, which the GPU
-    Operator sets from kernelModuleType), decided as the driver container decides (gpualign.flavours); None when no
-    DaemonSet governs the node."""
-    from gpualign.flavours import asked_by, explain
+    Operator sets from kernelModuleType), decided as the driver container decides (gpualign.model.flavours); None
+    when no DaemonSet governs the node."""
+    from gpualign.model.flavours import asked_by, explain
 
     if ns.pool is None:
         return None

@@ -6,16 +6,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpualign.errors import Unreachable
-from gpualign.kube import Kube
+from gpualign.base.errors import Unreachable
+from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
-from gpualign.tags import Rules
+from gpualign.model.tags import Rules
 from gpualign.upgrade import snapshot as snap_mod
 from gpualign.upgrade import states as S
 from gpualign.upgrade.executor import Executor
 from gpualign.upgrade.planner import PDB_HOLD, Action
-from gpualign.upgrade.policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
+from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.waker import Waker
 
 SETTLE = 10.0  # seconds a walk left with only PDB holds waits for the budgets to settle before it ends

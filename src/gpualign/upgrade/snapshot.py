@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualign import labels as L
-from gpualign import selectors
-from gpualign.facts import NodeFacts, node_facts
-from gpualign.kube import Kube
+from gpualign.base import labels as L
+from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
-from gpualign.tags import Rules, required_image
+from gpualign.model import selectors
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import NodeView
@@ -145,11 +145,11 @@ def _pools(kube: Kube) -> list[Pool]:
 
 
 def _walk_nodes(body: bytes) -> list[JSON]:
-    """A page of nodes holding only what a snapshot reads (gpualign.node_meta); a page of another shape whole."""
+    """A page of nodes holding only what a snapshot reads (gpualign.kube.node_meta); a page of another shape whole."""
     import msgspec
     import orjson
 
-    from gpualign.node_meta import walk_nodes
+    from gpualign.kube.node_meta import walk_nodes
 
     try:
         return walk_nodes(body)

@@ -19,10 +19,10 @@ import threading
 import time
 from typing import Any
 
-from gpualign.kube import Kube
+from gpualign.kube.client import Kube
+from gpualign.kube.watch import Watcher
 from gpualign.upgrade import states as S
 from gpualign.upgrade.snapshot import DRIVER_SELECTOR, target_selector
-from gpualign.watch import Watcher
 
 JSON = dict[str, Any]
 MIN_GAP = 0.2

@@ -10,15 +10,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
-    from gpualign.audit import Audit
-    from gpualign.branches import BranchPolicy
     from gpualign.ensure.judge import Judgement
     from gpualign.ledger.sources import Ledger
-    from gpualign.tags import Rules
+    from gpualign.model.audit import Audit
+    from gpualign.model.branches import BranchPolicy
+    from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read
 
 
@@ -53,17 +53,17 @@ class Checked:
 
 def check_cluster(read: Read, setup: Setup) -> Checked:
     """One cluster's (or dump's) check, from what was read and the shared flags."""
-    from gpualign.collector import held_off
+    from gpualign.base.collector import held_off
 
     with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
         return _checked(read, setup)
 
 
 def _checked(read: Read, setup: Setup) -> Checked:
-    from gpualign.audit import audit
-    from gpualign.expect import from_flags, from_operator
     from gpualign.ledger import sources
-    from gpualign.tags import for_operator
+    from gpualign.model.audit import audit
+    from gpualign.model.expect import from_flags, from_operator
+    from gpualign.model.tags import for_operator
     from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
 
     inv, view = read.inventory, read.view
@@ -104,7 +104,7 @@ def _checked(read: Read, setup: Setup) -> Checked:
     result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                    planned=view.planned if view and config else None, daemonsets_read=ds_read)
     if any(sources.is_registry(s) for s in ledger.sources):
-        from gpualign import labels as L
+        from gpualign.base import labels as L
 
         secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
         found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure)
@@ -154,16 +154,16 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so)."""
-    from gpualign.audit import PRESENT
     from gpualign.ensure.judge import OFF, STRICT, judge
+    from gpualign.model.audit import Status
 
     needs: dict[str, set[str | None]] = {}
     for f in result.findings:
-        if f.status == PRESENT and f.image:
+        if f.status == Status.PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
     archs: dict[str, set[str]] = {}
     for f in result.findings:
-        if f.status == PRESENT and f.image:
+        if f.status == Status.PRESENT and f.image:
             archs.setdefault(f.image, set()).add(f.arch or "amd64")
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
                   secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot}, archs=archs)

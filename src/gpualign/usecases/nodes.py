@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 if TYPE_CHECKING:
-    from gpualign.inventory import Inventory, OperatorView
+    from gpualign.kube.inventory import Inventory, OperatorView
 
 Say = Callable[[str], None]
 
@@ -34,7 +34,7 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
     timeout bounds each request (kubectl's --request-timeout). say: which file or cluster was read, and how many GPU
     nodes it has; warn: that it has none. connected: called once the cluster's connection is set up (its
     kubeconfig read, its TLS made), as its LISTs are about to go out."""
-    from gpualign import inventory
+    from gpualign.kube import inventory
 
     if nodes_file:
         if kubeconfig or context:
@@ -43,7 +43,7 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
         read = Read(inv, None, {"nodes_file": "<stdin>" if str(nodes_file) == "-" else str(nodes_file)})
         say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")
     else:
-        from gpualign.kube import Kube
+        from gpualign.kube.client import Kube
 
         kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
         if connected is not None:

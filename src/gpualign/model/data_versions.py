@@ -20,7 +20,7 @@ def rules_version() -> str:
 
 def cuda_table_version() -> str:
     """The newest CUDA toolkit the built-in minimum-driver table knows, e.g. 13.2."""
-    from gpualign.cuda import table
+    from gpualign.model.cuda import table
 
     return table().known[-1]
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 
 def _problem(err: Exception) -> str:

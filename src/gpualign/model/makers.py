@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from gpualign.kernels import debian_release, release_of
+from gpualign.model.kernels import debian_release, release_of
 
 
 class Maker(StrEnum):
@@ -140,7 +140,7 @@ _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), 
 
 # The shapes of Debian's kernel releases gpualign reads: 6.1.0-50-amd64 (bookworm's 6.1 ABI releases, also
 # -cloud-amd64, -rt-amd64) and 6.12.117+deb12-amd64 (bookworm-security's 6.12; NFD labels it 6.12.117_deb12-amd64,
-# gpualign.kernels reads it back). Backports (+bpo) are not in the suites a build reads.
+# gpualign.model.kernels reads it back). Backports (+bpo) are not in the suites a build reads.
 _DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb\d+)-[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
@@ -173,7 +173,7 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
     """Who makes the image of (OS tag, branch, kernel) for a node of CPU architecture `arch` (None: the kernel's
     own, else amd64), when it is not present. `published`: the rules say NVIDIA publishes it. `debian`: the
     releases gpualign builds and what their archives carry (Rules.debian: the archive as ensure read it last, else
-    the rules' copy). `flavour`: the kernel modules the node's driver pod loads (gpualign.flavours)."""
+    the rules' copy). `flavour`: the kernel modules the node's driver pod loads (gpualign.model.flavours)."""
     arch = arch or kernel_arch(kernel) or "amd64"
     if published:
         return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)")

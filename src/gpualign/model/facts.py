@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.version import DriverVersion
+from gpualign.base import labels as L
+from gpualign.model.version import DriverVersion
 
 _KERNEL = re.compile(r"[0-9][A-Za-z0-9._+~-]{0,62}")
 _OS_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")

@@ -1,5 +1,5 @@
 """Several clusters read at once: each context in its own thread, bounded by one deadline, one bad cluster reported
-in one line without spoiling the rest. The merge of their reports is gpualign.clusters (pure)."""
+in one line without spoiling the rest. The merge of their reports is gpualign.model.fleet_report (pure)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign.clusters import ClusterRead
-from gpualign.errors import GpualignError
+from gpualign.base.errors import GpualignError
+from gpualign.model.fleet_report import ClusterRead
 
 
 def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], bool, str | None]],

@@ -4,27 +4,37 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.branches import BranchPolicy
-from gpualign.driver_pod import DriverPod
-from gpualign.expect import Expectation, Resolver, from_flags
-from gpualign.facts import NodeFacts
-from gpualign.flavours import PROPRIETARY
-from gpualign.flavours import mismatch as flavour_mismatch
-from gpualign.flavours import resolve as resolve_flavour
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.makers import Maker, Making, who_makes
-from gpualign.platforms import platform_problem
-from gpualign.tags import RequiredImage, Rules, os_tag, required_image
-from gpualign.version import DriverVersion
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.expect import Expectation, Resolver, from_flags
+from gpualign.model.facts import NodeFacts
+from gpualign.model.flavours import PROPRIETARY
+from gpualign.model.flavours import mismatch as flavour_mismatch
+from gpualign.model.flavours import resolve as resolve_flavour
+from gpualign.model.makers import Maker, Making, who_makes
+from gpualign.model.platforms import platform_problem
+from gpualign.model.tags import RequiredImage, Rules, os_tag, required_image
+from gpualign.model.version import DriverVersion
 
-PRESENT, MISSING, UNKNOWN, HOST = "present", "missing", "unknown", "host-managed"
-MISMATCH = "operator-mismatch"  # the operator deploys (or would deploy) an image built for another kernel or OS
-WRONG = "wrong-image"  # in the ledger under the right tag, but built for another kernel or branch (present but wrong)
-__all__ = ["DriverPod", "Audit", "Finding", "audit"]
+
+class Status(StrEnum):
+    """What check finds of a GPU node's driver image (its STATUS column and JSON `status`)."""
+
+    PRESENT = "present"
+    MISSING = "missing"
+    UNKNOWN = "unknown"  # no tag can be named (its reason says why)
+    HOST_MANAGED = "host-managed"  # the driver is installed on the host, not by a driver pod
+    OPERATOR_MISMATCH = "operator-mismatch"  # the operator deploys (or would) an image built for another kernel or OS
+    WRONG_IMAGE = "wrong-image"  # in the ledger under the right tag, but not what the tag says (present but wrong)
+
+
+__all__ = ["DriverPod", "Audit", "Finding", "Status", "audit"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class Finding:
     branch: str | None
     tag: str | None
     image: str | None
-    status: str
+    status: Status
     published: bool
     reason: str
     driver: str | None = None
@@ -45,8 +55,8 @@ class Finding:
     operator_image: str | None = None  # the image the operator deployed here (its pod), else would deploy (its DS)
     verified: bool | None = None  # modules checked against its kernel: True passed, False could not be; None: unasked
     arch: str | None = None  # the node's CPU architecture (kubernetes.io/arch)
-    making: Making | None = None  # who makes the image when it is not present (gpualign.makers)
-    modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.flavours)
+    making: Making | None = None  # who makes the image when it is not present (gpualign.model.makers)
+    modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.model.flavours)
     module_type: str | None = None  # what the pod is given to decide that: kernelModuleType (auto, open, proprietary)
 
     @property
@@ -55,7 +65,7 @@ class Finding:
 
     @property
     def action(self) -> str | None:
-        """Who makes the image (gpualign.makers): mirror, build, render or none."""
+        """Who makes the image (gpualign.model.makers): mirror, build, render or none."""
         if self.tag is None:
             return None
         return str(self.making.maker) if self.making else str(Maker.MIRROR if self.published else Maker.BUILD)
@@ -66,8 +76,8 @@ class Finding:
         d = dict(self.__dict__)
         making = d.pop("making")
         d["driver_pod"] = asdict(self.driver_pod) if self.driver_pod else None
-        to_make = self.status in (MISSING, MISMATCH)
-        d["action"] = self.action if to_make else "replace" if self.status == WRONG else None
+        to_make = self.status in (Status.MISSING, Status.OPERATOR_MISMATCH)
+        d["action"] = self.action if to_make else "replace" if self.status == Status.WRONG_IMAGE else None
         d["action_reason"] = making.why if to_make and making else None
         d["driver_pod_failing"] = self.driver_pod_failing
         return d
@@ -80,12 +90,13 @@ class Audit:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, int]:
-        def count(status: str) -> int:
+        def count(status: Status) -> int:
             return sum(1 for f in self.findings if f.status == status)
 
-        return {"gpu_nodes": len(self.findings), "present": count(PRESENT), "missing": count(MISSING),
-                "unknown": count(UNKNOWN), "host_managed": count(HOST), "operator_mismatch": count(MISMATCH),
-                "wrong_image": count(WRONG), "missing_images": len(self.missing),
+        return {"gpu_nodes": len(self.findings), "present": count(Status.PRESENT), "missing": count(Status.MISSING),
+                "unknown": count(Status.UNKNOWN), "host_managed": count(Status.HOST_MANAGED),
+                "operator_mismatch": count(Status.OPERATOR_MISMATCH),
+                "wrong_image": count(Status.WRONG_IMAGE), "missing_images": len(self.missing),
                 "pod_kernel_mismatch": sum(1 for f in self.findings if f.pod_matches_kernel is False),
                 "driver_pod_failing": sum(1 for f in self.findings if f.driver_pod_failing),
                 "unverified": sum(1 for f in self.findings if f.verified is False)}
@@ -97,7 +108,7 @@ class Audit:
             and s["operator_mismatch"] == 0 and s["wrong_image"] == 0 and s["driver_pod_failing"] == 0
 
     def missing_actions(self) -> list[tuple[str, str, tuple[str, ...], str]]:
-        """(tag, image, nodes, action) for each missing image: who makes it (gpualign.makers), as its first node's
+        """(tag, image, nodes, action) for each missing image: who makes it (gpualign.model.makers), as its first node's
         finding says."""
         action = {}
         for f in self.findings:
@@ -121,7 +132,7 @@ class Audit:
         """Each image present but wrong, once, with its nodes and why: `gpualign ensure --replace-wrong` repairs it."""
         out: dict[str, dict[str, Any]] = {}
         for f in self.findings:
-            if f.status == WRONG and f.image:
+            if f.status == Status.WRONG_IMAGE and f.image:
                 entry = out.setdefault(f.image, {"tag": f.tag, "image": f.image, "nodes": [], "action": "replace",
                                                  "why": f.reason.removeprefix("present but wrong: "),
                                                  "modules": f.modules})
@@ -185,7 +196,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             why = exp.host_managed or ("the GPU Operator's driver-deploy label is false" if facts.host_driver
                                        else "no driver pod")
             host_os = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
-            findings.append(Finding(facts.name, facts.kernel, host_os, None, None, None, HOST, False,
+            findings.append(Finding(facts.name, facts.kernel, host_os, None, None, None, Status.HOST_MANAGED, False,
                                     f"driver installed on the host ({why}; driver {driver or 'unknown'}): "
                                     "version management there rests with the team", driver, None,
                                     source=exp.origin, arch=facts.arch))
@@ -211,15 +222,15 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                                        making.why if making and making.maker is Maker.NONE else None) \
             if image and flavours else None
         if req.tag is None or image is None:
-            status, reason = UNKNOWN, req.reason
+            status, reason = Status.UNKNOWN, req.reason
         elif in_ledger and wrong and image in wrong:
-            status, reason = WRONG, f"present but wrong: {wrong[image]}"
+            status, reason = Status.WRONG_IMAGE, f"present but wrong: {wrong[image]}"
         elif in_ledger and off_platform:
-            status, reason = WRONG, f"present but wrong: {off_platform}"
+            status, reason = Status.WRONG_IMAGE, f"present but wrong: {off_platform}"
         elif in_ledger and off_flavour:
-            status, reason = WRONG, f"present but wrong: {off_flavour}"
+            status, reason = Status.WRONG_IMAGE, f"present but wrong: {off_flavour}"
         elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
-            status = PRESENT
+            status = Status.PRESENT
             reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
                 .removesuffix(": build it in-house")
             if unverified and image in unverified:
@@ -227,7 +238,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             elif verified and image in verified:
                 reason += f"; modules verified ({verified[image]} symbol CRCs match kernel {facts.kernel})"
         else:
-            status = MISSING
+            status = Status.MISSING
             reason = f"missing from the ledger; {_advice(req.reason, making)}"
         matches = None
         if pod is not None and facts.kernel:
@@ -240,7 +251,7 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
             operator_image = pod.image if pod is not None else (plan[1] if plan else None)
             if image and operator_image and not _built_for(operator_image, facts.kernel, req.os_tag,
                                                            exp.precompiled):
-                status = MISMATCH
+                status = Status.OPERATOR_MISMATCH
                 reason = (f"the operator {'runs' if pod is not None else 'would deploy'} {operator_image} here, "
                           f"but this node ({req.os_tag}, kernel {facts.kernel}) needs {image}"
                           + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
@@ -248,7 +259,8 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                           + ("" if in_ledger else f"; {req.tag} is also missing from the ledger"))
             elif image and pod is not None and plan and plan[1] and \
                     not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
-                status = MISMATCH  # latent: the running pod is right, the next restart deploys the wrong image
+                # latent: the running pod is right, the next restart deploys the wrong image
+                status = Status.OPERATOR_MISMATCH
                 reason = (f"its DaemonSet {plan[0]} now names {plan[1]}, built for another OS or kernel: the next "
                           f"driver restart deploys that here, but this node ({req.os_tag}, kernel {facts.kernel}) "
                           f"needs {image}"
@@ -260,17 +272,17 @@ def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules
                        "whatever the ledger holds (its log names the node pool it could not render): run the "
                        "driver on the host (label the node nvidia.com/gpu.deploy.driver=false) or move the node to "
                        "an OS and kernel the operator serves")
-        if pod is not None and pod.failing and status not in (MISSING, MISMATCH):
+        if pod is not None and pod.failing and status not in (Status.MISSING, Status.OPERATOR_MISMATCH):
             reason += f"; but {pod.trouble()}"
         checked = None
-        if status == PRESENT and image and (unverified or verified):
+        if status == Status.PRESENT and image and (unverified or verified):
             checked = False if unverified and image in unverified else True if verified and image in verified \
                 else None
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
                           reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making, modules,
                           exp.module_type if req.tag else None)
         findings.append(finding)
-        if image and not in_ledger and status in (MISSING, MISMATCH):
+        if image and not in_ledger and status in (Status.MISSING, Status.OPERATOR_MISMATCH):
             absent.append(finding)
     groups: dict[str, tuple[str, list[str]]] = {}
     for f in absent:

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from gpualign import labels as L
-from gpualign import operator_config, selectors
-from gpualign.collector import held_off
-from gpualign.driver_pod import DriverPod
-from gpualign.errors import BadInput
-from gpualign.facts import NodeFacts, from_labels, node_facts
-from gpualign.operator_config import OperatorConfig
+from gpualign.base import labels as L
+from gpualign.base.collector import held_off
+from gpualign.base.errors import BadInput
+from gpualign.model import operator_config, selectors
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.facts import NodeFacts, from_labels, node_facts
+from gpualign.model.operator_config import OperatorConfig
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def load_nodes_file(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError as err:
             raise BadInput(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
     else:
-        from gpualign import yamlio
+        from gpualign.base import yamlio
 
         data = yamlio.parse(text, str(path))
     return _items(path, data)
@@ -116,12 +116,12 @@ def driver_pods(kube: Any) -> dict[str, DriverPod]:
 
 
 def _metadata_facts(body: bytes) -> list[NodeFacts]:
-    """A metadata-only LIST page's body → its nodes' facts, decoded by gpualign.node_meta; a page of another shape
+    """A metadata-only LIST page's body → its nodes' facts, decoded by gpualign.kube.node_meta; a page of another shape
     (a label that is not a string, a null name) is read as dicts, as node_facts reads any node."""
     import msgspec
     import orjson
 
-    from gpualign.node_meta import decoder
+    from gpualign.kube.node_meta import decoder
 
     try:
         items = decoder.decode(body).items

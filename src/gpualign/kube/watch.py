@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign.errors import GpualignError
-from gpualign.kube import Kube
+from gpualign.base.errors import GpualignError
+from gpualign.kube.client import Kube
 
 JSON = dict[str, Any]
 log = logging.getLogger("gpualign.controller")

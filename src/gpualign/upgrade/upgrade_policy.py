@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpualign.errors import BadInput
-from gpualign.tags import _read_yaml
+from gpualign.base.errors import BadInput
+from gpualign.model.tags import _read_yaml
 
 PDB_AWARE, OPERATOR_ORDER = "pdb-aware", "operator"
 ADMISSIONS = (PDB_AWARE, OPERATOR_ORDER)

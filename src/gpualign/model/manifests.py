@@ -15,8 +15,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
-from gpualign.cuda import DRIVER_KEYS
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
+from gpualign.model.cuda import DRIVER_KEYS
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -71,7 +71,7 @@ def _load(text: str, source: str) -> tuple[YAML, list[Any]]:
     except YAMLError as err:
         mark = getattr(err, "problem_mark", None) or getattr(err, "context_mark", None)
         where = f"{source}:{mark.line + 1}" if mark else source
-        from gpualign.yamlio import _problem
+        from gpualign.base.yamlio import _problem
 
         raise BadInput(f"{where}: invalid YAML: {_problem(err)}") from None
     return _style_for(text), docs

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from ruamel.yaml import YAML
 
-from gpualign import labels as L
-from gpualign.errors import BadInput
-from gpualign.version import DriverVersion
+from gpualign.base import labels as L
+from gpualign.base.errors import BadInput
+from gpualign.model.version import DriverVersion
 
 LabelSet = Literal["legacy", "current", "both"]
 _CUDA = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")

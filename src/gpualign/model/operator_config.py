@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.flavours import AUTO, MODULE_TYPES
+from gpualign.base import labels as L
+from gpualign.model.flavours import AUTO, MODULE_TYPES
 
 CP_API = "nvidia.com/v1"
 ND_API = "nvidia.com/v1alpha1"
@@ -40,7 +40,7 @@ class DriverSource:
     problem: str | None = None  # why no image can be named from this object
     host_managed: str | None = None  # why the operator deploys no driver at all (driver.enabled false)
     one_os_tag: bool = False  # ClusterPolicy mode: the operator takes one OS tag for every kernel
-    module_type: str = AUTO  # kernelModuleType: auto, open or proprietary (gpualign.flavours)
+    module_type: str = AUTO  # kernelModuleType: auto, open or proprietary (gpualign.model.flavours)
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_selector.items())

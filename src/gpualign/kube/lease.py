@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign.errors import BadInput, GpualignError
-from gpualign.kube import Kube, _status_message
+from gpualign.base.errors import BadInput, GpualignError
+from gpualign.kube.client import Kube, _status_message
 
 log = logging.getLogger("gpualign.controller")
 

@@ -8,17 +8,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpualign import labels as L
-from gpualign.branches import BranchPolicy
-from gpualign.driver_pod import DriverPod
-from gpualign.expect import inferred_branch
-from gpualign.facts import NodeFacts, node_facts
-from gpualign.flavours import PROPRIETARY
-from gpualign.flavours import resolve as resolve_flavour
-from gpualign.kernels import debian_release, label_of
+from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
-from gpualign.makers import DebianTable, Maker, Making, who_makes
-from gpualign.tags import Rules, kernel_flavour, required_image
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.expect import inferred_branch
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.flavours import PROPRIETARY
+from gpualign.model.flavours import resolve as resolve_flavour
+from gpualign.model.kernels import debian_release, label_of
+from gpualign.model.makers import DebianTable, Maker, Making, who_makes
+from gpualign.model.tags import Rules, kernel_flavour, required_image
 
 
 @dataclass(frozen=True)
@@ -95,19 +95,19 @@ class Needed:
     reason: str = ""
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
     archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
-    modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.flavours)
+    modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.model.flavours)
     debian: DebianTable = field(default=DebianTable(()), compare=False, repr=False)  # the rules' (who_makes)
 
     @property
     def making(self) -> Making:
-        """Who makes it (gpualign.makers): for nodes of several architectures, the one that can do least."""
+        """Who makes it (gpualign.model.makers): for nodes of several architectures, the one that can do least."""
         makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian,
                              flavour=self.modules) for arch in self.archs]
         return min(makings, key=lambda m: _REACH.index(m.maker))
 
     @property
     def action(self) -> str:
-        """mirror, build, render or none (gpualign.makers)."""
+        """mirror, build, render or none (gpualign.model.makers)."""
         return str(self.making.maker)
 
     def build_args(self) -> dict[str, str]:
@@ -116,7 +116,7 @@ class Needed:
 
 
 @dataclass(frozen=True)
-class Plan:
+class NeededImages:
     needed: tuple[Needed, ...]
     unknown: tuple[tuple[str, str], ...]  # (node, reason)
 
@@ -132,8 +132,8 @@ class Plan:
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
-def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
-         wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> Plan:
+def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
+         wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> NeededImages:
     """Each node as it will be after `change`; the ledger answers for the repository the images go to.
     wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one).
     pods: the driver pods, where read: a node no branch is named for keeps its pod's, as check infers it."""
@@ -176,4 +176,4 @@ def plan(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rule
                           info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
                           flavours[tag], rules.debian)
                    for tag, names in sorted(groups.items()))
-    return Plan(needed, tuple(unknown))
+    return NeededImages(needed, tuple(unknown))

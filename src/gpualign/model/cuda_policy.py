@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from gpualign import labels as L
-from gpualign.cuda import table
+from gpualign.base import labels as L
+from gpualign.model.cuda import table
 
 ANNOTATION = "gpualign.io/cuda"
 NAME = "gpualign-cuda-driver-floor"

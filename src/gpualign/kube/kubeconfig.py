@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
 _FILE_KEYS = {"cluster": ("certificate-authority",), "user": ("client-certificate", "client-key", "tokenFile")}
@@ -60,7 +60,7 @@ def files_to_read(explicit: str | None, env: str | None = None, home: Path | Non
 def read_file(path: Path) -> dict[str, Any]:
     """One file as a kubeconfig mapping, or a one-line BadInput naming it: unreadable, not UTF-8, not YAML, empty,
     not a mapping, or with clusters/contexts/users that are not lists of named entries."""
-    from gpualign import yamlio
+    from gpualign.base import yamlio
 
     try:
         data = yamlio.read(path, as_kubectl=True)

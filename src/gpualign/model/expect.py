@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpualign.branches import BranchPolicy
-from gpualign.driver_pod import DriverPod
-from gpualign.facts import NodeFacts
-from gpualign.operator_config import OperatorConfig
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.facts import NodeFacts
+from gpualign.model.operator_config import OperatorConfig
 
 DEFAULT_REPOSITORY = "nvcr.io/nvidia/driver"
 
@@ -27,7 +27,7 @@ class Expectation:
     problem: str | None = None  # why no image can be named for this node
     host_managed: str | None = None  # why no driver pod is expected (the operator does not deploy one)
     one_os_tag: bool = False  # the operator's ClusterPolicy mode: one OS tag for every kernel
-    module_type: str = "auto"  # kernelModuleType the driver pod is given (gpualign.flavours)
+    module_type: str = "auto"  # kernelModuleType the driver pod is given (gpualign.model.flavours)
 
 
 Resolver = Callable[[NodeFacts, "DriverPod | None"], Expectation]

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from gpualign import wire
-from gpualign.collector import held_off
-from gpualign.errors import BadInput, Forbidden, GpualignError, Unreachable
+from gpualign.base.collector import held_off
+from gpualign.base.errors import BadInput, Forbidden, GpualignError, Unreachable
+from gpualign.kube import reads as wire
 
 if TYPE_CHECKING:
     import httpx2
     from lightkube import Client
 
-    from gpualign.kubeconfig import Picked
+    from gpualign.kube.kubeconfig import Picked
 
 JSON = dict[str, Any]
 PAGE = 500  # the first page of a LIST, as kubectl's chunks
@@ -114,7 +114,7 @@ class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
                  field_manager: str = "gpualign") -> None:
         from gpualign import __version__
-        from gpualign import kubeconfig as kc
+        from gpualign.kube import kubeconfig as kc
 
         files = kc.files_to_read(kubeconfig)
         self.kubeconfig = ":".join(str(f) for f in files) or None

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpualign.makers import DebianTable, sources_from
+from gpualign.model.makers import DebianTable, sources_from
 
 
 def cache_root() -> Path:

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
-    from gpualign.branches import BranchPolicy
     from gpualign.ledger.sources import Ledger
-    from gpualign.plan import Change, Plan
-    from gpualign.tags import Rules
+    from gpualign.model.branches import BranchPolicy
+    from gpualign.model.needed_images import Change, NeededImages
+    from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read
 
 
@@ -34,15 +34,15 @@ class PlanSetup:
 def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> tuple[dict[str, Any], bool]:
     """One cluster's (or dump's) plan: (the report body, clean). Present but wrong images (their labels name another
     build) count as work to do, as check and the walk judge them: they must be made again."""
-    from gpualign.plan import plan as make_plan
+    from gpualign.model.needed_images import images_needed
 
     nodes = read.inventory.nodes
     ledger = setup.available.for_repository(setup.repository)
     pods = read.inventory.pods
-    result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
+    result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
-        result = make_plan(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
+        result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
     body = {**result.as_dict(), "repository": setup.repository}
     return body, not (result.to_build or result.unknown or (selector and not nodes))
 
@@ -73,10 +73,10 @@ def operator_branches(kubeconfig: str | None, context: str | None, timeout: floa
 
 def _operator_sources(kubeconfig: str | None, context: str | None, timeout: float | None,
                       warn: Say) -> tuple[Any, list[Any]]:
-    from gpualign import labels as L
-    from gpualign.facts import node_facts
-    from gpualign.inventory import read_operator_config
-    from gpualign.kube import Kube
+    from gpualign.base import labels as L
+    from gpualign.kube.client import Kube
+    from gpualign.kube.inventory import read_operator_config
+    from gpualign.model.facts import node_facts
 
     kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
     try:
@@ -92,8 +92,8 @@ def _operator_sources(kubeconfig: str | None, context: str | None, timeout: floa
 
 
 def _branches(sources: list[Any]) -> BranchPolicy:
-    from gpualign import selectors
-    from gpualign.branches import BranchPolicy, BranchRule
+    from gpualign.model import selectors
+    from gpualign.model.branches import BranchPolicy, BranchRule
 
     rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
                              (s.version or "").split(".", 1)[0], s.precompiled, s.module_type)
@@ -103,7 +103,7 @@ def _branches(sources: list[Any]) -> BranchPolicy:
                         default.module_type if default else None)
 
 
-def wrong_in_ledger(result: Plan, available: Ledger, repo: str, docker_config: Path | None,
+def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_config: Path | None,
                     warn: Say = quiet) -> dict[str, str]:
     """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
     judgement check and the walk make (ensure/judge.py)."""

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpualign import selectors
-from gpualign.errors import BadInput
-from gpualign.flavours import MODULE_TYPES
-from gpualign.tags import _read_yaml, normalize_branch
+from gpualign.base.errors import BadInput
+from gpualign.model import selectors
+from gpualign.model.flavours import MODULE_TYPES
+from gpualign.model.tags import _read_yaml, normalize_branch
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpualign.errors import BadInput
+from gpualign.base.errors import BadInput
 
 _TOKEN = re.compile(r"\s*(?:(!?)([A-Za-z0-9._/-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9._-]*)|"
                     r"\s+(in|notin)\s*\(([^)]*)\))?)\s*(?:,|$)")

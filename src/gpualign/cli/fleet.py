@@ -1,6 +1,6 @@
 """Several clusters on the command line, for check, plan and status: which contexts (--context repeated, or
 --all-contexts), --request-timeout, and each cluster's outcome on stderr. The reading itself is
-gpualign.usecases.clusters.read_all."""
+gpualign.usecases.read_clusters.read_all."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Annotated
 
 import typer
 
+from gpualign.base.errors import BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import warn
-from gpualign.clusters import ClusterRead
-from gpualign.errors import BadInput
+from gpualign.model.fleet_report import ClusterRead
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
     "--context", metavar="NAME", autocompletion=complete.contexts,
@@ -49,7 +49,7 @@ def parse_timeout(text: str | None) -> float | None:
 
 def kubeconfig_read(kubeconfig: str | None) -> str | None:
     """The kubeconfig file(s) a report was read from, as $KUBECONFIG lists them (for its JSON source)."""
-    from gpualign import kubeconfig as kc
+    from gpualign.kube import kubeconfig as kc
 
     return ":".join(str(f) for f in kc.files_to_read(kubeconfig)) or None
 
@@ -62,7 +62,7 @@ def contexts(kubeconfig: str | None, given: list[str] | None, all_contexts: bool
         return None
     if all_contexts and given:
         raise BadInput("--all-contexts reads every context: drop --context")
-    from gpualign import kubeconfig as kc
+    from gpualign.kube import kubeconfig as kc
 
     files = kc.files_to_read(kubeconfig)
     if not files:

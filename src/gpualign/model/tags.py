@@ -9,9 +9,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpualign.errors import BadInput
-from gpualign.facts import NodeFacts
-from gpualign.makers import DebianRelease, DebianTable, sources_from
+from gpualign.base.errors import BadInput
+from gpualign.model.facts import NodeFacts
+from gpualign.model.makers import DebianRelease, DebianTable, sources_from
 
 _UBUNTU_KERNEL = re.compile(r"(\d+)\.(\d+)\.\d+-\d+-([a-z][a-z0-9-]*)")
 _BRANCH = re.compile(r"[0-9]{3,4}")
@@ -82,7 +82,7 @@ def for_operator(rules: Rules, version: str | None) -> tuple[Rules, str | None]:
 
 
 def _read_yaml(path: Path | None, text: str | None = None) -> Any:
-    from gpualign import yamlio
+    from gpualign.base import yamlio
 
     return yamlio.parse(text, str(path)) if text is not None else yamlio.read(path)  # type: ignore[arg-type]
 
@@ -92,8 +92,8 @@ KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branch
 
 def merged_rules(override: Path | None = None) -> dict[str, Any]:
     """The built-in rules as a mapping, with each top-level section of `override` replacing the built-in one."""
-    from gpualign import yamlio
-    from gpualign.archive_reading import cache_root
+    from gpualign.base import yamlio
+    from gpualign.model.archive_reading import cache_root
 
     base = yamlio.parse_cached(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text(),
                                "driver_images.yaml", cache_root() / "rules")
@@ -122,14 +122,14 @@ def _debian(raw: Any) -> DebianTable:
 
 
 def load_rules(override: Path | None = None, *, archive_reading: bool = True) -> Rules:
-    """The rules; the Debian releases' module sources as the archive was last read (gpualign.archive_reading),
+    """The rules; the Debian releases' module sources as the archive was last read (gpualign.model.archive_reading),
     unless an override file gives its own `debian` section (or `archive_reading` is False: the rules' copy)."""
     base = merged_rules(override)
     source = "built-in" if override is None else str(override)
     try:
         debian = _debian(base["debian"])
         if archive_reading and (override is None or "debian" not in (_read_yaml(override) or {})):
-            from gpualign.archive_reading import overlay
+            from gpualign.model.archive_reading import overlay
 
             debian = overlay(debian)
         pre = base["precompiled"]
