@@ -201,7 +201,7 @@ def test_in_a_pod_kube_reads_with_the_service_accounts_ca_and_token(tmp_path, mo
 
 def test_a_kubeconfig_is_read_as_kubectl_reads_it_yaml_1_1(tmp_path):
     """Kubernetes reads kubeconfigs with go-yaml v2 (YAML 1.1): `yes` is true there, and so here."""
-    from gpualign.kubeconfig import read_file
+    from gpualign.kube.kubeconfig import read_file
 
     text = CONFIG.format(ca="insecure-skip-tls-verify: yes")
     data = read_file(write(tmp_path, "kc.yaml", text))
