@@ -63,6 +63,10 @@ def test_the_reader_role_runs_every_read_only_command_and_nothing_else(rbac):
     res = cli(lab, str(files["reader"]), "upgrade", "--yes", "-l", "kubernetes.io/hostname=gpu-a1",
               "--to-branch", "595", "--ledger", ledger)
     assert res.code == 2 and "403" in res.err, res.err
+    # The refusal names what was refused and the rule that would allow it, in its one error line.
+    (line,) = [x for x in res.err.splitlines() if x.startswith("gpualign: error: ")]
+    assert "forbidden (HTTP 403)" in line and "RBAC allows it with a rule apiGroups: [" in line, line
+    assert "verbs: [" in line and "deploy/cli/" in line, line
 
 
 def test_the_first_file_wins_for_the_current_context_and_a_missing_context_is_named(rbac):
@@ -121,6 +125,8 @@ def test_build_state_is_unknown_without_the_builds_role_and_read_with_it(rbac):
     listed = cli(lab, str(files["reader"]), "build", "list", "-n", ns)
     assert listed.code == 2 and len(listed.err.strip().splitlines()) == 1, listed.err
     assert "forbidden" in listed.err and "deploy/cli/" in listed.err, listed.err
+    assert f'rule apiGroups: ["batch"], resources: ["jobs"], verbs: ["list"], in namespace {ns}' in listed.err, \
+        listed.err
 
     why = cli(lab, watcher, "why", "deb-r", "--ledger", ledger)
     assert f"image building: Job {ns}/{J.job_name(tag)}" in why.out, why.out

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from gpualign.base import labels as L
-from gpualign.kube.client import Conflict
+from gpualign.base.errors import Conflict
 from tests.conftest import run_cli, start_lab
 from tests.helpers import wait_for
 from tests.upgrade_helpers import BOUNDARIES, POOLS, UpgradeProcess

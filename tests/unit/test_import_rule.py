@@ -28,6 +28,13 @@ def test_nothing_outside_cli_imports_from_cli():
     assert outside == []
 
 
+def test_only_the_lab_command_imports_the_lab():
+    """The lab stays separable (docs/contributing.md, "The lab's place")."""
+    outside = sorted(name for name, edges in structure.graph().items() for target in edges
+                     if target.startswith("gpualign.lab") and not name.startswith("gpualign.lab"))
+    assert set(outside) <= {"gpualign.cli.lab", "gpualign.cli.complete"}, outside
+
+
 def test_the_reading_sees_an_upward_import(tmp_path):
     """The rule can fail: a ledger module importing the controller is reported, with its file and line."""
     src = tmp_path / "gpualign"

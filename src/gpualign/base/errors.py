@@ -28,14 +28,61 @@ class BadInput(GpualignError):
 
 
 class Unreachable(GpualignError):
-    """A cluster or registry that did not answer (exit 2: the check could not run)."""
+    """A transport failure: a cluster or registry that did not answer, a connection cut or timed out (exit 2: the
+    check could not run). Running it again may succeed."""
 
     retryable = True
 
 
-class Forbidden(GpualignError):
-    """The API server refused the request for want of permission (HTTP 403): running it again will not help; a
-    role that allows the verb on that resource will."""
+class ApiError(GpualignError):
+    """The API server answered, with an error status (`status`). The same request gets the same answer, so it is not
+    retryable, but for a server that is there and cannot answer now (429, 5xx)."""
+
+    status = 0
+
+    def __init__(self, message: str, *, status: int | None = None, detail: str | None = None) -> None:
+        super().__init__(message, detail=detail)
+        if status is not None:
+            self.status = status
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return self.status == 429 or self.status >= 500
+
+
+class Forbidden(ApiError):
+    """HTTP 403: refused for want of permission. Running it again will not help; a role that allows the verb on that
+    resource will (the message names both, as an RBAC rule)."""
+
+    status = 403
+
+
+class NotFound(ApiError):
+    """HTTP 404."""
+
+    status = 404
+
+
+class Conflict(ApiError):
+    """HTTP 409: the object changed since it was read; read it again and retry (so: retryable)."""
+
+    status = 409
+
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
+        return True
+
+
+class Invalid(ApiError):
+    """HTTP 422: the server will not take the object as written."""
+
+    status = 422
+
+
+def api_error(status: int, message: str) -> ApiError:
+    """The ApiError class for a status."""
+    kind = {403: Forbidden, 404: NotFound, 409: Conflict, 422: Invalid}.get(status, ApiError)
+    return kind(message, status=status)
 
 
 class LabError(GpualignError):

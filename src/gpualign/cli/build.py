@@ -98,7 +98,8 @@ def logs(
 
     from gpualign.base.errors import BadInput, Refused
     from gpualign.controller.build_job import read_job
-    from gpualign.kube.client import Kube, refused
+    from gpualign.kube.client import Kube
+    from gpualign.kube.refusals import refused
 
     kube = Kube(kubeconfig, context)
     try:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from gpualign.base.collector import held_off
-from gpualign.base.errors import BadInput, Forbidden, GpualignError, Unreachable
+from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
 from gpualign.kube import reads as wire
+from gpualign.kube.refusals import refused
+from gpualign.kube.refusals import status_message as _status_message
 
 if TYPE_CHECKING:
     import httpx2
@@ -345,7 +347,7 @@ class Kube:
                  "json": "application/json-patch+json"}[kind]
         resp = self.request("PATCH", path, body=patch, content_type=ctype)
         if resp.status_code == 409:
-            raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}")
+            raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}", status=409)
         if resp.status_code >= 400:
             raise refused("PATCH", path, self.server, resp)
         return resp.json()  # type: ignore[no-any-return]
@@ -384,8 +386,8 @@ class Kube:
         if resp.status_code == 409 and name:
             return  # made by the earlier attempt
         if resp.status_code >= 400:
-            raise Unreachable(f"creating event on node {meta['name']}: HTTP {resp.status_code}: "
-                              f"{_status_message(resp)}")
+            raise api_error(resp.status_code, f"creating event on node {meta['name']}: HTTP {resp.status_code}: "
+                            f"{_status_message(resp)}")
 
     # -- watches ------------------------------------------------------------------------------------------------
     def watch_raw(self, path: str, *, label_selector: str | None = None, resource_version: str | None = None,
@@ -414,7 +416,7 @@ class Kube:
         try:
             if resp.status_code >= 400:
                 resp.read()
-                raise Unreachable(f"WATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
+                raise api_error(resp.status_code, f"WATCH {path}: HTTP {resp.status_code}: {_status_message(resp)}")
             for line in resp.iter_lines():
                 if line:
                     try:
@@ -432,10 +434,6 @@ class Kube:
             self._reads.close()
         if self._client is not None:
             self._client.close()
-
-
-class Conflict(Unreachable):
-    """409: the object changed since it was read; read it again and retry."""
 
 
 def _now() -> str:
@@ -456,22 +454,3 @@ def continue_token(body: bytes) -> str | None:
         return None
     found = _CONTINUE.search(head)
     return found.group(1).decode() if found else ""
-
-
-def refused(verb: str, path: str, server: str, resp: Response) -> GpualignError:
-    """A request the API server answered with an error: Forbidden for a 403 (no retry helps: a role does; the
-    roles in deploy/cli/ grant what each command needs), else Unreachable, as before."""
-    if resp.status_code == 403:
-        return Forbidden(f"{verb} {path} on {server}: forbidden (HTTP 403): {_status_message(resp)} (a role that "
-                         "allows it: see deploy/cli/)")
-    return Unreachable(f"{verb} {path} on {server}: HTTP {resp.status_code}: {_status_message(resp)}")
-
-
-def _status_message(resp: Response) -> str:
-    try:
-        data = resp.json()
-    except ValueError:
-        return resp.text[:200]
-    if isinstance(data, dict) and data.get("kind") == "Status":
-        return str(data.get("message") or data.get("reason") or "")
-    return ""

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.kube.client import Kube, _status_message
+from gpualign.kube.client import Kube
+from gpualign.kube.refusals import status_message
 
 log = logging.getLogger("gpualign.controller")
 
@@ -84,7 +85,7 @@ class LeaseElector(threading.Thread):
         else:
             verb = "read"
         if resp.status_code in (403, 404):
-            raise BadInput(self._refusal(verb, resp.status_code, _status_message(resp)))
+            raise BadInput(self._refusal(verb, resp.status_code, status_message(resp)))
 
     def _trouble(self, problem: str | None) -> None:
         """Say a new problem once at error level, and its end once; keep it for readiness and the metrics."""
@@ -102,7 +103,7 @@ class LeaseElector(threading.Thread):
         now = dt.datetime.now(dt.UTC)
         got = self.kube.request("GET", self.path)
         if got.status_code not in (200, 404):
-            self._trouble(self._refusal("read", got.status_code, _status_message(got)))
+            self._trouble(self._refusal("read", got.status_code, status_message(got)))
             return False
         lease = got.json() if got.status_code == 200 else None
         if lease is None:
@@ -110,7 +111,7 @@ class LeaseElector(threading.Thread):
                     "metadata": {"name": self.lease_name, "namespace": self.namespace}, "spec": self._spec(now, 0)}
             resp = self.kube.request("POST", self.path.rsplit("/", 1)[0], body=body)
             if resp.status_code not in (201, 409):  # 409: another candidate created it first
-                self._trouble(self._refusal("create", resp.status_code, _status_message(resp)))
+                self._trouble(self._refusal("create", resp.status_code, status_message(resp)))
                 return False
             self._trouble(None)
             return resp.status_code == 201
@@ -130,7 +131,7 @@ class LeaseElector(threading.Thread):
                 "spec": self._spec(now, transitions, acquired)}
         resp = self.kube.request("PUT", self.path, body=body)
         if resp.status_code not in (200, 409):  # 409: someone else wrote first
-            self._trouble(self._refusal("update", resp.status_code, _status_message(resp)))
+            self._trouble(self._refusal("update", resp.status_code, status_message(resp)))
             return False
         self._trouble(None)
         return resp.status_code == 200

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpualign.base.errors import GpualignError
-from gpualign.kube.client import Conflict, Kube
+from gpualign.base.errors import Conflict, GpualignError
+from gpualign.kube.client import Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import now_iso, since

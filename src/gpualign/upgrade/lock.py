@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gpualign.base.errors import EXIT_FINDINGS, GpualignError, Unreachable
+from gpualign.base.errors import EXIT_FINDINGS, ApiError, GpualignError, Unreachable
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector, parse_time
 
@@ -54,8 +54,8 @@ def hold(kube: Kube, namespace: str, name: str = "gpualign-upgrade", lease_secon
         try:
             acquired = elector.try_acquire_or_renew()
             break
-        except Unreachable:
-            if time.monotonic() > deadline:
+        except (Unreachable, ApiError) as err:
+            if not err.retryable or time.monotonic() > deadline:
                 raise
             time.sleep(1.0)
     if not acquired:

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpualign.base.errors import Unreachable
+from gpualign.base.errors import ApiError, Unreachable
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.model.tags import Rules
@@ -102,7 +102,7 @@ def _recovering(snap: Snapshot, actions: list[Action]) -> bool:
     return False
 
 
-def _ride_out(err: Unreachable, outage_since: float | None, report: Callable[[str, str], None]) -> float:
+def _ride_out(err: Unreachable | ApiError, outage_since: float | None, report: Callable[[str, str], None]) -> float:
     """One unreachable moment of an outage: re-raised once it has lasted OUTAGE_TOLERANCE, else reported and waited
     on. Returns when the outage began."""
     began = outage_since or time.monotonic()
@@ -131,7 +131,9 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
                                      budgets=budgets)
             before = executor.transitions
             actions = executor.run_pass(snap)
-        except Unreachable as err:
+        except (Unreachable, ApiError) as err:
+            if not err.retryable:  # a 404 or a 422 stays what it is: running the pass again will not change it
+                raise
             # Every step is idempotent and the state is in the cluster: wait for the API server and go on.
             outage_since = _ride_out(err, outage_since, report)
             continue
@@ -165,7 +167,9 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
                 continue
             try:
                 final = snap_mod.take(kube, selector, ledger=ledger, rules=rules, to_branch=to_branch)
-            except Unreachable as err:  # the closing read, too, rides out an outage: the next pass reads again
+            except (Unreachable, ApiError) as err:  # the closing read, too, rides out an outage: the next pass
+                if not err.retryable:  # reads again
+                    raise
                 outage_since = _ride_out(err, outage_since, report)
                 continue
             reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
