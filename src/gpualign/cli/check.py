@@ -159,7 +159,6 @@ def check(
     from gpualign.usecases.check import Setup, check_cluster
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
-    from gpualign.usecases.read_clusters import read_all
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
@@ -221,15 +220,13 @@ def check(
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
         return checked.body, clean, read.source["cluster"]["server"]
 
-    from gpualign.model.fleet_report import exit_code, merge_check
+    from gpualign.model.fleet_report import merge_check
 
     assert names is not None
-    reads = read_all(names, one, timeout)
-    clusters.say_outcomes(reads)
-    merged = merge_check(reads)
+    fleet = clusters.read_fleet(names, one, timeout, merge_check)
+    reads, merged = fleet.reads, fleet.merged
     if output in (Output.json, Output.yaml):
-        emit_data(report("FleetCheckReport", {"kubeconfig": clusters.kubeconfig_read(kubeconfig), "contexts": names,
-                                              "ledger": setup.ledger}, merged), output)
+        fleet.emit("FleetCheckReport", kubeconfig, setup.ledger, output)
     else:
         text = render_check(merged["nodes"], merged["missing"], wide, no_headers, fleet=True) + "\n"
         for r in reads:
@@ -240,9 +237,8 @@ def check(
         unreadable = merged["summary"]["unreadable"]
         sys.stdout.write(text + (f"; {len(unreadable)} of {len(reads)} clusters unreadable" if unreadable else "")
                          + "\n")
-    code = exit_code(reads)
-    if code:
-        raise typer.Exit(code)
+    if fleet.code:
+        raise typer.Exit(fleet.code)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,13 +1,15 @@
 """Several clusters on the command line, for check, plan and status: which contexts (--context repeated, or
---all-contexts), --request-timeout, and each cluster's outcome on stderr. The reading itself is
-gpualign.usecases.read_clusters.read_all."""
+--all-contexts), --request-timeout, each cluster's outcome on stderr, and the fleet mode the three share
+(read_fleet: read at once, say, merge; Fleet.emit). The reading itself is gpualign.usecases.read_clusters.read_all."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,6 +17,9 @@ from gpualign.base.errors import BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import warn
 from gpualign.model.fleet_report import ClusterRead
+
+if TYPE_CHECKING:
+    from gpualign.cli.options import Output
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
     "--context", metavar="NAME", autocompletion=complete.contexts,
@@ -96,3 +101,33 @@ def say_outcomes(reads: list[ClusterRead]) -> None:
             continue
         for w in r.body.get("warnings") or []:
             warn(f"cluster {r.name}: {w}")
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """Several clusters read into one report: each cluster's outcome, the merged body, and the exit code (its bits:
+    1 findings, 4 a cluster unreadable)."""
+
+    names: list[str]
+    reads: list[ClusterRead]
+    merged: dict[str, Any]
+    code: int
+
+    def emit(self, kind: str, kubeconfig: str | None, ledger: list[str], output: Output) -> None:
+        """The merged report as JSON or YAML, in gpualign's envelope, naming the kubeconfig and contexts read."""
+        from gpualign.cli.common import emit_data, report
+
+        emit_data(report(kind, {"kubeconfig": kubeconfig_read(kubeconfig), "contexts": self.names, "ledger": ledger},
+                         self.merged), output)
+
+
+def read_fleet(names: list[str], one: Callable[[str], tuple[dict[str, Any], bool, str | None]],
+               timeout: float | None, merge: Callable[[list[ClusterRead]], dict[str, Any]]) -> Fleet:
+    """What check, plan and status do over several clusters: `one(context)` for each at once (a cluster's failure
+    is its line, not the report's), each outcome said on stderr, the reports merged."""
+    from gpualign.model.fleet_report import exit_code
+    from gpualign.usecases.read_clusters import read_all
+
+    reads = read_all(names, one, timeout)
+    say_outcomes(reads)
+    return Fleet(names, reads, merge(reads), exit_code(reads))

@@ -85,7 +85,6 @@ def plan(
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
     from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
-    from gpualign.usecases.read_clusters import read_all
 
     stdin_once(ledger, nodes_file)
     derived_pools = None
@@ -157,31 +156,28 @@ def plan(
             raise typer.Exit(EXIT_FINDINGS)
         return
 
-    from gpualign.model.fleet_report import exit_code, merge_plan
+    from gpualign.model.fleet_report import merge_plan
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
         body, clean, source = plan_of(name, announce=False)
         return body, clean, source["cluster"]["server"]
 
-    reads = read_all(names, one, timeout)
-    clusters.say_outcomes(reads)
-    merged = merge_plan(reads)
+    fleet = clusters.read_fleet(names, one, timeout, merge_plan)
+    reads, merged = fleet.reads, fleet.merged
     merged["repository"] = repo
     if build_matrix:
         sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
                                                  if not n["in_ledger"]]}, indent=2) + "\n")
     elif output in (Output.json, Output.yaml):
-        emit_data(report("FleetPlanReport", {"kubeconfig": clusters.kubeconfig_read(kubeconfig), "contexts": names,
-                                             "ledger": list(available.sources)}, merged), output)
+        fleet.emit("FleetPlanReport", kubeconfig, list(available.sources), output)
     else:
         text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
         for r in reads:
             if not r.readable:
                 text += f"{r.name}: unreadable: {r.error}\n"
         sys.stdout.write(text)
-    code = exit_code(reads)
-    if code:
-        raise typer.Exit(code)
+    if fleet.code:
+        raise typer.Exit(fleet.code)
 
 
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:

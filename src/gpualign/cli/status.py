@@ -160,7 +160,6 @@ def status(
     from gpualign.cli import fleet as clusters
     from gpualign.cli.common import say_tty, warn
     from gpualign.usecases.ledgers import load_ledger
-    from gpualign.usecases.read_clusters import read_all
 
     timeout = clusters.parse_timeout(request_timeout)
     names = clusters.contexts(kubeconfig, context, all_contexts)
@@ -181,20 +180,17 @@ def status(
                     _counts(data["counts"]) + \
                     _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
         else:
-            from gpualign.model.fleet_report import exit_code, merge_status
+            from gpualign.model.fleet_report import merge_status
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
                 data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
                 bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
                 return data, not bad, cluster["server"]
 
-            reads = read_all(names, one, timeout)
-            clusters.say_outcomes(reads)
-            merged = merge_status(reads)
-            code = exit_code(reads)
+            fleet = clusters.read_fleet(names, one, timeout, merge_status)
+            reads, merged, code = fleet.reads, fleet.merged, fleet.code
             if output in (Output.json, Output.yaml):
-                emit_data(report("FleetUpgradeStatus", {"kubeconfig": clusters.kubeconfig_read(kubeconfig),
-                                                        "contexts": names, "ledger": ledger or []}, merged), output)
+                fleet.emit("FleetUpgradeStatus", kubeconfig, ledger or [], output)
                 text = None
             else:
                 text = _status_table(merged["nodes"], no_headers, fleet=True, wide=output is Output.wide) + "\n"
