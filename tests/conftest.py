@@ -3,38 +3,19 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.loopback_http import serve  # noqa: F401 - a fixture: a loopback HTTP server shaped per test
+from tests.support.cli import CliResult, run_cli
+from tests.support.lab import Lab, start_lab
+from tests.support.loopback_http import serve  # noqa: F401 - a fixture: a loopback HTTP server shaped per test
 
-ROOT = Path(__file__).resolve().parent.parent
 # Labs in the tests have no real node unless a test asks (`lab up --real-node`): there is one per machine, and the
 # tests that need it (tests/integration/test_real_node*.py) must find it free.
 os.environ.setdefault("GPUALIGN_LAB_REAL_NODE", "false")
-
-
-@dataclass
-class CliResult:
-    code: int
-    out: str
-    err: str
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, input: str | None = None,
-            timeout: float = 120) -> CliResult:
-    """Run the real `gpualign` entry point in a subprocess, as a user would."""
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", "gpualign", *args], capture_output=True, text=True,
-                          env=full_env, input=input, timeout=timeout)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.fixture
@@ -45,48 +26,6 @@ def cli() -> type[CliResult]:
 @pytest.fixture
 def uid() -> str:
     return uuid.uuid4().hex[:6]
-
-
-@dataclass
-class Lab:
-    """A running lab: its state dir, kubeconfig, registry address and an admin Kube client."""
-
-    state_dir: Path
-    kubeconfig: Path
-    registry: str
-    apiserver: str
-    bin_dir: Path
-
-    @property
-    def env(self) -> dict[str, str]:
-        return {"GPUALIGN_LAB_DIR": str(self.state_dir), "KUBECONFIG": str(self.kubeconfig)}
-
-    def cli(self, *args: str, timeout: float = 120, input: str | None = None) -> CliResult:
-        return run_cli(*args, env=self.env, timeout=timeout, input=input)
-
-    def kube(self):  # noqa: ANN201 - gpualign.kube.client.Kube, imported lazily
-        from gpualign.kube.client import Kube
-
-        return Kube(str(self.kubeconfig))
-
-    def kubectl(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-                              capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
-        return proc
-
-
-def start_lab(state_dir: Path, scenario: str = "default", *, real_node: bool = False) -> Lab:
-    from gpualign.lab import cluster, versions
-
-    res = run_cli("lab", "up", "--scenario", scenario, *(["--real-node"] if real_node else []),
-                  env={"GPUALIGN_LAB_DIR": str(state_dir)}, timeout=300)
-    if res.code != 0:
-        raise RuntimeError(f"lab up failed ({res.code}):\n{res.err}")
-    state = cluster.LabState.load(state_dir)
-    assert state is not None
-    return Lab(state_dir, state.kubeconfig, state.registry, state.apiserver, versions.default_bin_dir())
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.cli import ROOT
 
 pytestmark = pytest.mark.slow
 

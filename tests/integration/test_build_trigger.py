@@ -18,9 +18,10 @@ from gpualign.controller import build_job as J
 from gpualign.controller.builds import job_name
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import add_node
-from tests.conftest import run_cli, start_lab
-from tests.controller_helpers import Controller, events
-from tests.helpers import wait_for
+from tests.support.cli import run_cli
+from tests.support.controller import Controller, events
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 # Debian 12 kernels: gpualign builds their images (gpualign.model.makers: build), and none is in the ledger

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli, start_lab
-from tests.helpers import token_kubeconfig
+from tests.support.cli import ROOT, run_cli
+from tests.support.lab import start_lab, token_kubeconfig
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 NS = "gpualign-cli"

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from gpualign.lab.processes import free_port
-from tests.conftest import ROOT, run_cli, start_lab
-from tests.controller_helpers import Controller, annotation, events, new_node
-from tests.helpers import wait_for
+from tests.support.cli import ROOT, run_cli
+from tests.support.controller import Controller, annotation, events, new_node
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 ARTIFACTS = ROOT / "test-artifacts"

@@ -6,8 +6,9 @@ import subprocess
 
 import pytest
 
-from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.lab
 

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 import pytest
 
 from gpualign.lab import driver_pod, realnode
-from tests.conftest import Lab, run_cli, start_lab
-from tests.helpers import wait_for
+from tests.support.cli import run_cli
+from tests.support.lab import Lab, start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 KERNEL = "6.1.0-50-amd64"

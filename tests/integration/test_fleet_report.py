@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli, start_lab
-from tests.helpers import token_kubeconfig
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab, token_kubeconfig
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 MISSING_KERNEL = "5.15.0-125-generic"

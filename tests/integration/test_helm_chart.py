@@ -14,8 +14,8 @@ import pytest
 from ruamel.yaml import YAML
 
 from gpualign.lab import versions
-from tests.conftest import ROOT
-from tests.helpers import token_kubeconfig
+from tests.support.cli import ROOT
+from tests.support.lab import token_kubeconfig
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 CHART = ROOT / "charts" / "gpualign"

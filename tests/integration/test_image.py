@@ -11,7 +11,7 @@ import pytest
 from gpualign import __version__
 from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import connect
-from tests.conftest import ROOT
+from tests.support.cli import ROOT
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 IMAGE = f"localhost/gpualign:{__version__}"

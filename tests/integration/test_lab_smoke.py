@@ -7,7 +7,7 @@ import time
 import pytest
 
 from gpualign.base import labels as L
-from tests.helpers import pod_ready, wait_for
+from tests.support.waits import pod_ready, wait_for
 
 pytestmark = pytest.mark.lab
 

@@ -20,12 +20,13 @@ import pytest
 
 from gpualign.base import labels as L
 from gpualign.lab.seed import driver_version_for
-from tests.conftest import run_cli, start_lab
-from tests.controller_helpers import Controller, events, new_node
-from tests.helpers import wait_for
 from tests.recorder import Recorder
+from tests.support.cli import run_cli
+from tests.support.controller import Controller, events, new_node
+from tests.support.lab import start_lab
+from tests.support.upgrade import UpgradeProcess, build_twenty
+from tests.support.waits import wait_for
 from tests.toxics import Toxiproxy, proxied_kubeconfig
-from tests.upgrade_helpers import UpgradeProcess, build_twenty
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -14,9 +14,10 @@ import time
 import pytest
 
 from gpualign.lab.processes import free_port
-from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
-from tests.operator_helpers import check_json, operator_driver_pods, operator_paused
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.operator import check_json, operator_driver_pods, operator_paused
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.lab
 

@@ -20,9 +20,10 @@ from collections import Counter
 import pytest
 
 from gpualign.lab.processes import free_port
-from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
 from tests.recorder import STATE, Recorder
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -17,9 +17,10 @@ import subprocess
 
 import pytest
 
-from tests.conftest import run_cli, start_lab
-from tests.helpers import pod_events, wait_for
-from tests.operator_helpers import check_json, operator_driver_pods, wait_operator_pod
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.operator import check_json, operator_driver_pods, wait_operator_pod
+from tests.support.waits import pod_events, wait_for
 
 pytestmark = pytest.mark.lab
 

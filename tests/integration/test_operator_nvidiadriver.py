@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
-from tests.operator_helpers import check_json, operator_driver_pods, token_kubeconfig, wait_operator_pod
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab, token_kubeconfig
+from tests.support.operator import check_json, operator_driver_pods, wait_operator_pod
+from tests.support.waits import wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -127,7 +128,7 @@ def test_without_rbac_for_the_crs_check_falls_back_to_flags_and_says_so(oplab, t
         path.write_text(json.dumps(manifest))
         oplab.kubectl("apply", "-f", str(path), check=True)
     config = tmp_path / "reader-kubeconfig"
-    token_kubeconfig(oplab, config, "default", "reader")
+    token_kubeconfig(oplab, "default", "reader", config, "sa")
     bare = run_cli("check", "--kubeconfig", str(config))
     assert bare.code == 2
     assert "not allowed to read ClusterPolicy objects" in bare.err and "expectations come from flags" in bare.err

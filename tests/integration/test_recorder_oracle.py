@@ -16,9 +16,10 @@ import time
 import pytest
 
 from gpualign.lab import cluster
-from tests.conftest import run_cli, start_lab
-from tests.helpers import pod_ready, wait_for
 from tests.recorder import Recorder
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.waits import pod_ready, wait_for
 
 pytestmark = [pytest.mark.lab]
 

@@ -11,7 +11,7 @@ import pytest
 
 from gpualign.ensure import debian, recipes
 from gpualign.ensure.archive import Archive
-from tests.integration.test_ensure_build import KERNEL, OTHER, modversions, symvers
+from tests.support.ensure_build import KERNEL, OTHER, modversions, symvers
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -18,9 +18,9 @@ import pytest
 
 from gpualign.ensure import debian
 from gpualign.ensure.archive import Archive
-from tests.conftest import start_lab
-from tests.helpers import wait_for
-from tests.integration.test_ensure_build import KERNEL, TAG, client, pulled_modules
+from tests.support.ensure_build import KERNEL, TAG, client, pulled_modules
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -219,7 +219,7 @@ def test_the_walk_never_cordons_a_secure_boot_node_for_unsigned_modules_nor_buil
     """An unsigned image (labels intact, modules that fit the kernel) is the target of a Secure Boot node: the walk's
     preflight holds the node uncordoned, naming the unsigned module, and its GPU pod is left alone. `upgrade
     --ensure` for such a node refuses to build without a signing key."""
-    from tests.integration.test_ensure_build import gpu_workload_on
+    from tests.support.ensure_build import gpu_workload_on
 
     lab = sb_lab
     kube = lab.kube()

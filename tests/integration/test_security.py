@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpualign.lab import pki
-from tests.conftest import run_cli
-from tests.controller_helpers import Controller
-from tests.helpers import token_kubeconfig
+from tests.support.cli import run_cli
+from tests.support.controller import Controller
+from tests.support.lab import token_kubeconfig
 from tests.tag_server import tag_server
 
 pytestmark = [pytest.mark.lab]

@@ -33,8 +33,9 @@ from gpualign.ensure import debian, shared
 from gpualign.ensure.archive import Archive
 from gpualign.lab import realnode, versions
 from gpualign.ledger.registry import RegistryClient, RegistryRef
-from tests.conftest import ROOT, Lab, run_cli, start_lab
-from tests.helpers import wait_for
+from tests.support.cli import ROOT, run_cli
+from tests.support.lab import Lab, start_lab
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 CHART = ROOT / "charts" / "gpualign"

@@ -22,9 +22,10 @@ import pytest
 
 from gpualign.base import labels as L
 from gpualign.lab.seed import driver_version_for
-from tests.conftest import run_cli, start_lab
 from tests.recorder import Recorder
-from tests.upgrade_helpers import BOUNDARIES, UpgradeProcess, build_twenty
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.upgrade import BOUNDARIES, UpgradeProcess, build_twenty
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

@@ -12,10 +12,11 @@ import json
 import pytest
 
 from gpualign.base import labels as L
-from tests.conftest import run_cli, start_lab
-from tests.helpers import pod_ready, wait_for
 from tests.recorder import STATE, Recorder
-from tests.upgrade_helpers import POOLS, UpgradeProcess
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.upgrade import POOLS, UpgradeProcess
+from tests.support.waits import pod_ready, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

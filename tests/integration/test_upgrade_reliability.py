@@ -16,9 +16,10 @@ import pytest
 
 from gpualign.base import labels as L
 from gpualign.base.errors import Conflict
-from tests.conftest import run_cli, start_lab
-from tests.helpers import wait_for
-from tests.upgrade_helpers import BOUNDARIES, POOLS, UpgradeProcess
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.upgrade import BOUNDARIES, POOLS, UpgradeProcess
+from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

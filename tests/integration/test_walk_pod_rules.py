@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_cli, start_lab
-from tests.helpers import pod_ready, wait_for
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.waits import pod_ready, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

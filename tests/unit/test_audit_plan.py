@@ -8,16 +8,7 @@ from gpualign.model.audit import DriverPod, audit
 from gpualign.model.branches import BranchPolicy, load_policy
 from gpualign.model.facts import node_facts
 from gpualign.model.needed_images import Change, images_needed
-from gpualign.model.tags import load_rules
-
-RULES = load_rules()
-REPO = "reg.local/nvidia/driver"
-
-
-def gpu(name: str, kernel: str = "5.15.0-124-generic", os_version: str = "22.04", **extra: str):
-    labels = {L.GPU_PRESENT: "true", L.KERNEL: kernel, L.OS_ID: "ubuntu", L.OS_VERSION: os_version,
-              L.DRIVER_CURRENT_FULL: "580.95.05", **extra}
-    return node_facts({"metadata": {"name": name, "labels": labels}})
+from tests.support.facts import REPO, RULES, gpu
 
 
 def pod(tag: str, state: str = "Running") -> DriverPod:

@@ -11,7 +11,7 @@ import pytest
 
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import node_manifest
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 LONG = "ip-10-0-112-34.us-west-2.compute.internal"
 COLS80 = {"COLUMNS": "80"}

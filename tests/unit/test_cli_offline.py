@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 DEPLOY = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: a  # note\nspec:\n  template:\n    spec:\n" \
          "      containers:\n      - name: c\n        image: x\n"

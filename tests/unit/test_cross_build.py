@@ -14,7 +14,7 @@ from gpualign.ensure import archive as archive_mod
 from gpualign.ensure import buildroot, foreign, kmod
 from gpualign.ensure.archive import Archive
 from gpualign.ensure.verify import verify
-from tests.unit.test_ensure import fake_ko
+from tests.support.kmods import fake_ko
 
 ARM64 = "6.1.0-50-arm64"
 HEADERS = """Package: linux-headers-6.1.0-50-arm64

@@ -9,7 +9,7 @@ from ruamel.yaml import YAML
 
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.page import render
-from tests.conftest import ROOT
+from tests.support.cli import ROOT
 
 DEPLOY = ROOT / "deploy"
 

@@ -137,7 +137,7 @@ def test_an_images_flavour_is_read_from_nvidia_ko_alone():
     """The licenses as NVIDIA's modules carry them: nvidia.ko says which driver it is; the proprietary build's
     nvidia-uvm is "Dual MIT/GPL" and its nvidia-drm "MIT", so they say nothing of the flavour."""
     from gpualign.ensure import kmod
-    from tests.unit.test_ensure import fake_ko
+    from tests.support.kmods import fake_ko
 
     def licensed(name: str, license_: str) -> kmod.Module:
         return kmod.read(name, fake_ko({"license": license_, "name": name[:-3]}, {}, ()))
@@ -206,7 +206,7 @@ def test_without_operator_objects_the_flag_and_the_policy_file_say_which_modules
     kernelModuleType in the branch-policy file, says it; check and plan decide from it as from the operator's."""
     import json
 
-    from tests.conftest import run_cli
+    from tests.support.cli import run_cli
 
     nodes = tmp_path / "nodes.json"
     nodes.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [

@@ -9,7 +9,7 @@ import pytest
 from gpualign.base.errors import BadInput
 from gpualign.kube.client import Kube
 from gpualign.lab import pki
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 CONFIG = """apiVersion: v1
 kind: Config

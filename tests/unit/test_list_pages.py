@@ -36,7 +36,7 @@ def test_pages_after_the_first_are_sized_by_bytes_within_their_bounds(serve, tmp
     from urllib.parse import parse_qs, urlsplit
 
     from gpualign.kube import client as K
-    from tests.loopback_http import send, token_kubeconfig
+    from tests.support.loopback_http import loopback_kubeconfig, send
 
     objects = [{"metadata": {"name": f"n{i:04d}", "labels": {"pad": "x" * 80}}} for i in range(3000)]
     one = len(orjson.dumps(objects[0])) + 1  # an object and its comma
@@ -50,7 +50,7 @@ def test_pages_after_the_first_are_sized_by_bytes_within_their_bounds(serve, tmp
                               "items": objects[start:end]}))
 
     srv = serve(lister)
-    kube = K.Kube(str(token_kubeconfig(tmp_path, srv.url)))
+    kube = K.Kube(str(loopback_kubeconfig(tmp_path, srv.url)))
     try:
         pages = list(kube.list_pages("/api/v1/nodes", limit=10, page_bytes=100 * one))
     finally:
@@ -60,7 +60,7 @@ def test_pages_after_the_first_are_sized_by_bytes_within_their_bounds(serve, tmp
     assert limits[0] == 10 and 85 <= limits[1] < 100 and all(97 <= n < 100 for n in limits[2:]), limits
     assert [n["metadata"]["name"] for p in pages for n in p] == [o["metadata"]["name"] for o in objects]
     srv.seen.clear()
-    kube = K.Kube(str(token_kubeconfig(tmp_path, srv.url)))
+    kube = K.Kube(str(loopback_kubeconfig(tmp_path, srv.url)))
     try:
         assert sum(len(p) for p in kube.list_pages("/api/v1/nodes", limit=10, page_bytes=1 << 40)) == 3000
         assert sum(len(p) for p in kube.list_pages("/api/v1/nodes", limit=10, page_bytes=1)) == 3000

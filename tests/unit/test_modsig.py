@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 from gpualign.base.errors import BadInput
 from gpualign.ensure import kmod, modsig, sign
 from gpualign.ensure.verify import verify
-from tests.unit.test_ensure import KERNEL, TABLE, VERMAGIC, fake_ko
+from tests.support.kmods import KERNEL, TABLE, VERMAGIC, fake_ko
 
 
 def keypair(cn: str, curve: bool = False) -> tuple[rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey, x509.Certificate]:

@@ -46,7 +46,7 @@ def test_an_error_of_the_read_is_raised_by_result(tmp_path: Path) -> None:
 def test_wait_connected_returns_while_the_clusters_lists_are_still_on_the_wire(serve, tmp_path: Path) -> None:
     """The caller waits for the connection to be set up, not for the read: the API server here holds every LIST
     until the caller has stopped waiting."""
-    from tests.loopback_http import send, token_kubeconfig
+    from tests.support.loopback_http import loopback_kubeconfig, send
 
     release = threading.Event()
 
@@ -55,7 +55,7 @@ def test_wait_connected_returns_while_the_clusters_lists_are_still_on_the_wire(s
         send(h, b'{"kind":"List","metadata":{},"items":[]}')
 
     srv = serve(held)
-    reading = Reading(None, str(token_kubeconfig(tmp_path, srv.url)), None, None, with_operator=True)
+    reading = Reading(None, str(loopback_kubeconfig(tmp_path, srv.url)), None, None, with_operator=True)
     reading.wait_connected(timeout=10)
     assert not reading._done.is_set()  # connected, its LISTs unanswered
     release.set()
@@ -79,7 +79,7 @@ def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_final
     import subprocess
     import sys
 
-    from tests.loopback_http import send, token_kubeconfig
+    from tests.support.loopback_http import loopback_kubeconfig, send
 
     release = threading.Event()
 
@@ -88,7 +88,7 @@ def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_final
         send(h, b'{"kind":"List","metadata":{},"items":[]}')
 
     srv = serve(held)
-    kubeconfig = token_kubeconfig(tmp_path, srv.url)
+    kubeconfig = loopback_kubeconfig(tmp_path, srv.url)
     script = ("import atexit, sys; atexit.register(print, 'finalized'); "
               "sys.argv = ['gpualign', *sys.argv[1:]]; from gpualign.cli.app import main; main()")
     try:

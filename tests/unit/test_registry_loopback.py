@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from gpualign.base.errors import Unreachable
 from gpualign.ledger.registry import MAX_BODY, RegistryClient, RegistryRef
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 @dataclass

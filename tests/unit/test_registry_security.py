@@ -11,8 +11,8 @@ import pytest
 
 from gpualign.base.errors import BadInput
 from gpualign.ledger import registry
-from tests.conftest import run_cli
 from tests.fake_registry import FakeRegistry
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 
-from tests.conftest import run_cli
+from tests.support.cli import run_cli
 
 
 def test_bad_input_is_recorded_as_not_retryable(tmp_path):

@@ -9,7 +9,7 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, plan
-from tests.unit.test_upgrade_planner import node_views_with, policies, unique
+from tests.support.walks import node_views_with, policies, unique
 
 PDBS = ("ml/a", "ml/b", "web/c")
 demand = st.lists(st.tuples(st.sampled_from(PDBS), st.integers(1, 3)), max_size=2,

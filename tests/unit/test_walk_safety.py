@@ -19,7 +19,7 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, plan
 from tests.fake_registry import FakeRegistry
-from tests.unit.test_audit_plan import REPO, RULES, gpu
+from tests.support.facts import REPO, RULES, gpu
 
 TAG = "580-5.15.0-124-generic-ubuntu22.04"
 

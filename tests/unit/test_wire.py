@@ -16,7 +16,7 @@ import pytest
 from gpualign.base.errors import Forbidden, Unreachable
 from gpualign.kube import reads as wire
 from gpualign.kube.client import Kube
-from tests.loopback_http import send, token_kubeconfig
+from tests.support.loopback_http import loopback_kubeconfig, send
 
 
 def a_wire(url: str, user: dict | None = None, timeout: float = 5.0) -> wire.Wire:
@@ -173,7 +173,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
                  status=403 if h.path.startswith("/forbidden") else 200)
 
     srv = serve(flaky)
-    kube = Kube(str(token_kubeconfig(tmp_path, srv.url)))
+    kube = Kube(str(loopback_kubeconfig(tmp_path, srv.url)))
     try:
         assert kube.get_json("/x") == {"a": 1}  # two cuts, then the answer
         assert waits == [0.1, 0.2]
@@ -193,7 +193,7 @@ def test_kube_reads_again_after_cuts_and_names_the_server_when_they_do_not_stop(
 
 def test_a_read_imports_neither_lightkube_nor_httpx2(serve, tmp_path):
     srv = serve(lambda h: send(h, b'{"kind":"NodeList","metadata":{},"items":[{"metadata":{"name":"n"}}]}'))
-    path = token_kubeconfig(tmp_path, srv.url)
+    path = loopback_kubeconfig(tmp_path, srv.url)
     code = (f"import sys; from gpualign.kube.client import Kube; k = Kube({str(path)!r}); "
             "assert [i['metadata']['name'] for i in k.nodes()] == ['n']; k.close(); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightkube', 'httpx2', 'httpcore2')))")

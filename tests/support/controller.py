@@ -16,7 +16,7 @@ import httpx2
 from gpualign.lab.processes import free_port
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import add_node
-from tests.helpers import wait_for
+from tests.support.waits import wait_for
 
 
 class Controller:

@@ -39,23 +39,3 @@ def pod_ready(pod: dict) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
-def token_kubeconfig(lab, namespace: str, account: str, path, name: str):  # noqa: ANN001, ANN201 - Lab, Path
-    """A kubeconfig file for a ServiceAccount (created if missing) with a bound token, its cluster/user/context all
-    called `name`, for the lab's API server."""
-    lab.kubectl("create", "namespace", namespace)
-    lab.kubectl("create", "serviceaccount", account, "-n", namespace)
-    token = lab.kubectl("create", "token", account, "-n", namespace, "--duration", "1h", check=True).stdout.strip()
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: {name}
-  cluster: {{server: "{lab.apiserver}", certificate-authority: {lab.state_dir}/pki/ca.crt}}
-users:
-- name: {name}
-  user: {{token: "{token}"}}
-contexts:
-- name: {name}
-  context: {{cluster: {name}, user: {name}}}
-current-context: {name}
-""")
-    return path

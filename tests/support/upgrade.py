@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from gpualign.base import labels as L
-from tests.helpers import pod_ready
+from tests.support.waits import pod_ready
 
 # The default lab scenario's five driver pools, as `<kernel>-<os-tag>`: push `595-<pool>` to upgrade them all.
 POOLS = ["5.15.0-124-generic-ubuntu22.04", "6.8.0-48-generic-ubuntu24.04", "6.8.0-1015-aws-ubuntu22.04",
@@ -107,7 +107,7 @@ def build_twenty(lab) -> None:  # noqa: ANN001 - tests.conftest.Lab
     PDB at minAvailable 1 and a 12-replica serving workload under a minAvailable-10 PDB."""
     from gpualign.lab.scenarios import NodeSpec
     from gpualign.lab.seed import add_node, driver_version_for
-    from tests.helpers import wait_for
+    from tests.support.waits import wait_for
 
     kube = lab.kube()
     for pool in POOLS:

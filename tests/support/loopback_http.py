@@ -69,7 +69,8 @@ def send(h: BaseHTTPRequestHandler, body: bytes, *, status: int = 200, headers: 
     h.wfile.flush()
 
 
-def token_kubeconfig(tmp_path: Path, server: str) -> Path:
+def loopback_kubeconfig(tmp_path: Path, server: str) -> Path:
+    """A kubeconfig for a loopback HTTP server, with a bearer token."""
     path = tmp_path / "kc.yaml"
     path.write_text(f"""apiVersion: v1
 kind: Config

@@ -6,12 +6,11 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
 
-from tests.conftest import Lab
+from tests.support.lab import Lab
 
 DRIVER_PODS = "app.kubernetes.io/component=nvidia-driver"
 
@@ -73,17 +72,6 @@ def wait_operator_pod(lab: Lab, node: str, states: tuple[str, ...] = ()) -> dict
 def check_json(lab: Lab, *args: str) -> tuple[int, dict[str, Any], str]:
     res = lab.cli("check", "-o", "json", *args)
     return res.code, (json.loads(res.out) if res.out.strip() else {}), res.err
-
-
-def token_kubeconfig(lab: Lab, path: Any, namespace: str, account: str) -> None:
-    """A kubeconfig holding a ServiceAccount's token: requests run with exactly that account's RBAC."""
-    token = subprocess.run([str(lab.bin_dir / "kubectl"), "--kubeconfig", str(lab.kubeconfig), "create", "token",
-                            account, "-n", namespace], capture_output=True, text=True, check=True).stdout.strip()
-    path.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: lab\n  cluster:\n"
-        f"    server: {lab.apiserver}\n    certificate-authority: {lab.state_dir / 'pki' / 'ca.crt'}\n"
-        f"users:\n- name: sa\n  user:\n    token: {token}\n"
-        "contexts:\n- name: sa\n  context: {cluster: lab, user: sa}\ncurrent-context: sa\n")
 
 
 @contextlib.contextmanager
