@@ -45,3 +45,18 @@ def test_the_reading_sees_an_upward_import(tmp_path):
     (src / "ledger" / "file.py").write_text("def f():\n    from gpualign.controller import gate\n")
     assert structure.upward(src) == [
         "gpualign/ledger/file.py:2: gpualign.ledger.file (ledger) imports gpualign.controller.gate (controller)"]
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in tests/support/; a test module is never a library."""
+    import ast
+
+    tests = ROOT / "tests"
+    bad = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bad += [f"{path.relative_to(ROOT)}: {n}" for n in names
+                    if n.startswith("tests.") and (n.split(".")[-1].startswith("test_") or n == "tests.conftest")]
+    assert bad == []
