@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
-from gpualign.model.audit import DriverPod, audit
+from gpualign.model.audit import AuditInput, DriverPod, audit
 from gpualign.model.branches import BranchPolicy, load_policy
 from gpualign.model.facts import node_facts
 from gpualign.model.needed_images import Change, images_needed
@@ -18,7 +18,7 @@ def pod(tag: str, state: str = "Running") -> DriverPod:
 def test_only_the_node_with_the_new_kernel_is_missing():
     nodes = [gpu("a"), gpu("b"), gpu("new", kernel="5.15.0-125-generic")]
     ledger = Ledger(frozenset({"580-5.15.0-124-generic-ubuntu22.04"}), ("t",))
-    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO)
+    result = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO))
     assert [f.status for f in result.findings] == ["present", "present", "missing"]
     assert result.missing == (("580-5.15.0-125-generic-ubuntu22.04",
                                f"{REPO}:580-5.15.0-125-generic-ubuntu22.04", ("new",)),)
@@ -28,10 +28,10 @@ def test_only_the_node_with_the_new_kernel_is_missing():
 def test_branch_comes_from_the_driver_pod_then_the_loaded_driver():
     nodes = [gpu("a")]
     ledger = Ledger(frozenset({"595-5.15.0-124-generic-ubuntu22.04"}), ("t",))
-    from_pod = audit(nodes, ledger, RULES, BranchPolicy(), repository=REPO,
-                     pods={"a": pod("595-5.15.0-124-generic-ubuntu22.04")})
+    from_pod = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(), repository=REPO,
+                                pods={"a": pod("595-5.15.0-124-generic-ubuntu22.04")}))
     assert from_pod.findings[0].branch == "595" and from_pod.clean
-    loaded = audit(nodes, ledger, RULES, BranchPolicy(), repository=REPO)
+    loaded = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(), repository=REPO))
     assert loaded.findings[0].branch == "580" and loaded.findings[0].status == "missing"
 
 
@@ -53,8 +53,8 @@ def test_plan_keeps_the_branch_a_node_runs_as_check_infers_it():
 def test_pod_running_an_image_for_another_kernel_is_flagged():
     nodes = [gpu("a", kernel="5.15.0-125-generic")]
     ledger = Ledger(frozenset({"580-5.15.0-125-generic-ubuntu22.04"}), ("t",))
-    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
-                   pods={"a": pod("580-5.15.0-124-generic-ubuntu22.04")})
+    result = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                              pods={"a": pod("580-5.15.0-124-generic-ubuntu22.04")}))
     f = result.findings[0]
     assert f.status == "present" and f.pod_matches_kernel is False
     assert "built for another kernel" in f.reason and not result.clean
@@ -62,7 +62,8 @@ def test_pod_running_an_image_for_another_kernel_is_flagged():
 
 def test_host_managed_nodes_are_not_missing():
     nodes = [gpu("host", **{L.DEPLOY_DRIVER: "false"}), gpu("nopod")]
-    result = audit(nodes, Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO, pods={})
+    result = audit(AuditInput(nodes, Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO,
+                              pods={}))
     assert [f.status for f in result.findings] == ["host-managed", "host-managed"]
     assert "580.95.05" in result.findings[0].reason and "rests with the team" in result.findings[0].reason
     assert result.clean
@@ -70,7 +71,7 @@ def test_host_managed_nodes_are_not_missing():
 
 def test_unknown_node_is_reported_not_skipped():
     broken = node_facts({"metadata": {"name": "x", "labels": {L.GPU_PRESENT: "true"}}})
-    result = audit([broken], Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO)
+    result = audit(AuditInput([broken], Ledger(frozenset(), ()), RULES, BranchPolicy(default="580"), repository=REPO))
     assert result.findings[0].status == "unknown"
     assert "is Node Feature Discovery running?" in result.findings[0].reason
     assert not result.clean
@@ -112,10 +113,10 @@ def test_operator_mismatch_running_and_latent_each_name_the_image_the_node_needs
     nodes = [gpu("running"), gpu("latent"), gpu("fine")]
     ledger = Ledger(frozenset({right}), ("t",))
     ds = "nvidia-gpu-driver-ubuntu22.04-x"
-    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
-                   pods={"running": pod(other_os), "latent": pod(right), "fine": pod(right)},
-                   planned={"running": (ds, f"{REPO}:{other_os}"), "latent": (ds, f"{REPO}:{other_os}"),
-                            "fine": (ds, f"{REPO}:{right}")})
+    result = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                              pods={"running": pod(other_os), "latent": pod(right), "fine": pod(right)},
+                              planned={"running": (ds, f"{REPO}:{other_os}"), "latent": (ds, f"{REPO}:{other_os}"),
+                            "fine": (ds, f"{REPO}:{right}")}))
     by = {f.name: f for f in result.findings}
     assert [by[n].status for n in ("running", "latent", "fine")] == ["operator-mismatch", "operator-mismatch",
                                                                       "present"]

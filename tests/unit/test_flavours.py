@@ -16,7 +16,7 @@ from gpualign.ensure.inputs import flavours_from_report
 from gpualign.ledger.sources import Ledger
 from gpualign.model import flavours
 from gpualign.model import operator_config as oc
-from gpualign.model.audit import Status, audit
+from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.expect import from_operator
 from gpualign.model.facts import from_labels
 from gpualign.model.makers import Maker, sources_from, who_makes
@@ -89,15 +89,15 @@ def test_a_present_image_of_the_other_flavour_is_wrong_and_says_what_to_do():
     assert config is not None
     ledger = Ledger(frozenset({TAG}), ("registry://reg/nvidia/driver",))
     nodes = [debian13()]
-    unread = audit(nodes, ledger, RULES, expect=from_operator(config))
+    unread = audit(AuditInput(nodes, ledger, RULES, expect=from_operator(config)))
     assert unread.findings[0].status == Status.PRESENT and unread.findings[0].modules == "open"
-    judged = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "proprietary"})
+    judged = audit(AuditInput(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "proprietary"}))
     (f,) = judged.findings
     assert f.status == Status.WRONG_IMAGE
     assert "it holds proprietary kernel modules, and the GPU Operator's pod here loads open (kernelModuleType: " \
            "open)" in f.reason and "gpualign ensure --flavour open" in f.reason
     assert judged.wrong_images()[0]["modules"] == "open"
-    right = audit(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "open"})
+    right = audit(AuditInput(nodes, ledger, RULES, expect=from_operator(config), flavours={IMAGE: "open"}))
     assert right.findings[0].status == Status.PRESENT
 
 
@@ -119,8 +119,8 @@ def test_open_modules_are_built_only_where_the_archive_has_them_at_the_user_spac
 def test_a_missing_image_carries_its_flavour_to_ensure_and_to_the_build_job():
     config = oc.read([CRD_MODE], [nvidia_driver(kernelModuleType="open")])
     assert config is not None
-    result = audit([debian13()], Ledger(frozenset(), ("registry://reg/nvidia/driver",)), RULES,
-                   expect=from_operator(config))
+    result = audit(AuditInput([debian13()], Ledger(frozenset(), ("registry://reg/nvidia/driver",)), RULES,
+                              expect=from_operator(config)))
     (f,) = result.findings
     assert f.status == Status.MISSING and f.action == "build" and f.as_dict()["modules"] == "open"
     report = result.as_dict()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gpualign.base.errors import BadInput
 from gpualign.ensure import tagspec
 from gpualign.ledger.sources import Ledger
-from gpualign.model.audit import Status, audit
+from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import from_labels
 from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
@@ -104,22 +104,23 @@ def test_an_amd64_only_image_is_wrong_for_an_arm64_node_and_right_for_an_amd64_o
              node("x86", "5.15.0-124-generic", "ubuntu", "22.04", "amd64"),
              node("no-label", "5.15.0-124-generic", "ubuntu", "22.04")]
     image = f"r/nvidia/driver:{tag}"
-    result = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
-                   platforms={image: ("amd64",)})
+    result = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
+                              platforms={image: ("amd64",)}))
     by = {f.name: f for f in result.findings}
     assert by["gh200"].status == Status.WRONG_IMAGE
     assert f"no linux/arm64 in {tag} (it holds linux/amd64)" in by["gh200"].reason
     assert by["x86"].status == Status.PRESENT
     assert by["no-label"].status == Status.PRESENT  # a node without the label is amd64
-    both = audit(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
-                 platforms={image: ("amd64", "arm64")})
+    both = audit(AuditInput(nodes, ledger, RULES, BranchPolicy(default="580"), repository="r/nvidia/driver",
+                            platforms={image: ("amd64", "arm64")}))
     assert {f.status for f in both.findings} == {Status.PRESENT}
     assert platform_problem(image, "arm64", {}) is None  # platforms not read: nothing claimed
 
 
 def test_a_missing_render_image_says_so_and_names_the_command():
     facts = node("gcp", "6.8.0-1015-gcp", "ubuntu", "22.04", "amd64")
-    result = audit([facts], Ledger(frozenset(), ("f",)), RULES, BranchPolicy(default="580"), repository="r/d")
+    result = audit(AuditInput([facts], Ledger(frozenset(), ("f",)), RULES, BranchPolicy(default="580"),
+                              repository="r/d"))
     (f,) = result.findings
     assert f.status == Status.MISSING and f.action == "render"
     assert "gpualign ensure TAG --render DIR" in f.reason and "build it in-house" not in f.reason

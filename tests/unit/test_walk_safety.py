@@ -12,7 +12,7 @@ from gpualign.base.errors import BadInput
 from gpualign.ensure.verify import ModuleResult, Verification
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from gpualign.ledger.sources import Ledger
-from gpualign.model.audit import DriverPod, audit
+from gpualign.model.audit import AuditInput, DriverPod, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
@@ -90,8 +90,9 @@ def test_an_unverified_image_holds_with_the_way_out():
 def test_a_present_image_whose_driver_pod_crash_loops_is_not_clean():
     ledger = Ledger(frozenset({TAG}), ("t",))
     failing = DriverPod("gpu-operator/p", f"{REPO}:{TAG}", TAG, "CrashLoopBackOff", False, "insmod: ERROR: …")
-    result = audit([gpu("a"), gpu("b")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
-                   pods={"a": failing, "b": DriverPod("gpu-operator/q", f"{REPO}:{TAG}", TAG, "Running", True)})
+    result = audit(AuditInput([gpu("a"), gpu("b")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                              pods={"a": failing,
+                                    "b": DriverPod("gpu-operator/q", f"{REPO}:{TAG}", TAG, "Running", True)}))
     a, b = result.findings
     assert a.status == b.status == "present"
     assert a.driver_pod_failing and not b.driver_pod_failing
@@ -104,13 +105,14 @@ def test_a_present_image_whose_driver_pod_crash_loops_is_not_clean():
 def test_an_image_that_could_not_be_verified_says_so():
     ledger = Ledger(frozenset({TAG}), ("t",))
     image = f"{REPO}:{TAG}"
-    result = audit([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
-                   unverified={image: "kernel 5.15.0-124-generic has no headers in Debian's archive"})
+    result = audit(AuditInput([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                              unverified={image: "kernel 5.15.0-124-generic has no headers in Debian's archive"}))
     (f,) = result.findings
     assert f.status == "present" and f.verified is False
     assert "modules not verified: kernel 5.15.0-124-generic has no headers" in f.reason
     assert result.summary()["unverified"] == 1
-    ok = audit([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO, verified={image: 773}).findings
+    ok = audit(AuditInput([gpu("a")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                          verified={image: 773})).findings
     assert ok[0].verified is True and "773 symbol CRCs" in ok[0].reason
 
 

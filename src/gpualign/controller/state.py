@@ -23,7 +23,7 @@ from gpualign.controller import gate
 from gpualign.controller.gate_release import release_node
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger, RepoLedgers
-from gpualign.model.audit import DriverPod, Status, audit
+from gpualign.model.audit import AuditInput, DriverPod, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.expect import from_operator
 from gpualign.model.facts import NodeFacts, node_facts
@@ -249,14 +249,14 @@ class ClusterState:
             found = daemonset_image(facts.labels, pools)
             planned = {name: found} if found else {}
         expect = from_operator(operator) if operator is not None and self.follow_operator else None
-        result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
-                       pods={name: pod} if pod else {}, planned=planned, expect=expect)
+        result = audit(AuditInput([facts], self.ledger, self.rules, policy, repository=self.repository,
+                                  pods={name: pod} if pod else {}, planned=planned, expect=expect))
         first = result.findings[0]
         if first.status == Status.PRESENT and first.image and \
                 (why := self._wrong(first.image, facts.arch, first.module_type)):
-            result = audit([facts], self.ledger, self.rules, policy, repository=self.repository,
-                           pods={name: pod} if pod else {}, planned=planned, expect=expect,
-                           wrong={first.image: why})
+            result = audit(AuditInput([facts], self.ledger, self.rules, policy, repository=self.repository,
+                                      pods={name: pod} if pod else {}, planned=planned, expect=expect,
+                                      wrong={first.image: why}))
         finding = result.findings[0].as_dict()
         finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
         finding["pod_state"] = pod.state if pod else None
@@ -292,7 +292,8 @@ class ClusterState:
         if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
                                                                    os_next != (facts.os_id, facts.os_version)):
             future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
-            result = audit([future], self.ledger, self.rules, policy, repository=self.repository, expect=expect)
+            result = audit(AuditInput([future], self.ledger, self.rules, policy, repository=self.repository,
+                                      expect=expect))
             finding = {**result.findings[0].as_dict(), "kernel": future.kernel}
             if os_next is not None:
                 finding["os"] = "-".join(os_next)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -34,7 +34,7 @@ class Status(StrEnum):
     WRONG_IMAGE = "wrong-image"  # in the ledger under the right tag, but not what the tag says (present but wrong)
 
 
-__all__ = ["DriverPod", "Audit", "Finding", "Status", "audit"]
+__all__ = ["DriverPod", "Audit", "AuditInput", "Finding", "Status", "audit"]
 
 
 @dataclass(frozen=True)
@@ -160,27 +160,46 @@ def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: b
     return tag.endswith(suffix)
 
 
-def audit(nodes: Iterable[NodeFacts], ledger: Ledger | RepoLedgers, rules: Rules,
-          policy: BranchPolicy | None = None, *, repository: str | None = None,
-          pods: Mapping[str, DriverPod] | None = None, precompiled: bool = True, driver_version: str | None = None,
-          expect: Resolver | None = None, planned: Mapping[str, tuple[str, str]] | None = None,
-          wrong: Mapping[str, str] | None = None, unverified: Mapping[str, str] | None = None,
-          verified: Mapping[str, int] | None = None,
-          platforms: Mapping[str, tuple[str, ...]] | None = None, daemonsets_read: bool = False,
-          flavours: Mapping[str, str] | None = None) -> Audit:
-    """pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown).
-    expect: what each node should run (default: the flags given as policy/repository/precompiled/driver_version).
-    ledger: one ledger, or one per image repository. planned: node -> (DaemonSet, image) the operator would deploy,
-    given when the operator's configuration was read (operator_image and the mismatch check then apply).
-    wrong: image -> why it is present but wrong (its labels, or its modules, name another kernel or branch).
-    unverified / verified: images whose modules were to be checked and could not be (why) / passed (symbols).
-    platforms: image -> the linux CPU architectures it holds, where read: a node of another one is wrong-image.
-    flavours: image -> the flavour of kernel modules it holds (its label), where read: a node whose driver pod
-    loads the other flavour is wrong-image.
-    daemonsets_read: the operator's driver DaemonSets were read, so a node none of them selects (and with no driver
-    pod) is one the operator made nothing for: said in its reason."""
-    resolve = expect or from_flags(policy or BranchPolicy(), repository=repository, precompiled=precompiled,
-                                   driver_version=driver_version)
+@dataclass(frozen=True)
+class AuditInput:
+    """What the audit decides from. nodes, ledger (one, or one per image repository) and rules; what each node should
+    run: `expect`, else the flags given as policy, repository, precompiled and driver_version. Then what was read:
+    - pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown);
+    - planned: node -> (DaemonSet, image) the operator would deploy, given when the operator's configuration was
+      read (operator_image and the mismatch check then apply); daemonsets_read: the operator's driver DaemonSets
+      were read, so a node none of them selects (and with no driver pod) is one the operator made nothing for;
+    - of the images (ensure.judge): wrong, image -> why it is present but wrong (its labels, or its modules, name
+      another kernel or branch); unverified / verified, images whose modules were to be checked and could not be
+      (why) / passed (symbols); platforms, image -> the linux CPU architectures it holds (a node of another one is
+      wrong-image); flavours, image -> the flavour of kernel modules it holds (a node whose driver pod loads the
+      other flavour is wrong-image)."""
+
+    nodes: Iterable[NodeFacts]
+    ledger: Ledger | RepoLedgers
+    rules: Rules
+    policy: BranchPolicy | None = None
+    _: KW_ONLY
+    repository: str | None = None
+    precompiled: bool = True
+    driver_version: str | None = None
+    expect: Resolver | None = None
+    pods: Mapping[str, DriverPod] | None = None
+    planned: Mapping[str, tuple[str, str]] | None = None
+    daemonsets_read: bool = False
+    wrong: Mapping[str, str] | None = None
+    unverified: Mapping[str, str] | None = None
+    verified: Mapping[str, int] | None = None
+    platforms: Mapping[str, tuple[str, ...]] | None = None
+    flavours: Mapping[str, str] | None = None
+
+
+def audit(given: AuditInput) -> Audit:
+    """Each GPU node's finding: the image it needs, whether the ledger holds it, and why (AuditInput)."""
+    nodes, ledger, rules, pods, expect = given.nodes, given.ledger, given.rules, given.pods, given.expect
+    planned, wrong, unverified, verified = given.planned, given.wrong, given.unverified, given.verified
+    platforms, flavours, daemonsets_read = given.platforms, given.flavours, given.daemonsets_read
+    resolve = expect or from_flags(given.policy or BranchPolicy(), repository=given.repository,
+                                   precompiled=given.precompiled, driver_version=given.driver_version)
     operator_mode = planned is not None
     findings: list[Finding] = []
     absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)

@@ -5,6 +5,7 @@ action, so a missing image is `build` or `mirror` by the same code everywhere.""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,7 +62,7 @@ def check_cluster(read: Read, setup: Setup) -> Checked:
 
 def _checked(read: Read, setup: Setup) -> Checked:
     from gpualign.ledger import sources
-    from gpualign.model.audit import audit
+    from gpualign.model.audit import AuditInput, audit
     from gpualign.model.expect import from_flags, from_operator
     from gpualign.model.tags import for_operator
     from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
@@ -101,8 +102,9 @@ def _checked(read: Read, setup: Setup) -> Checked:
                     warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
                                     f"({', '.join(known)}): every image for it counts as in-house")
     ds_read = bool(view and config and view.daemonsets_read)  # the operator's DaemonSets read: what it made is known
-    result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                   planned=view.planned if view and config else None, daemonsets_read=ds_read)
+    given = AuditInput(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
+                       planned=view.planned if view and config else None, daemonsets_read=ds_read)
+    result = audit(given)
     if any(sources.is_registry(s) for s in ledger.sources):
         from gpualign.base import labels as L
 
@@ -111,10 +113,9 @@ def _checked(read: Read, setup: Setup) -> Checked:
         if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms) or \
                 off_flavour(result, found.flavours):
             # the same audit, told what the images really are
-            result = audit(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                           planned=view.planned if view and config else None, wrong=found.wrong,
-                           unverified=found.unverified, verified=found.verified, platforms=found.platforms,
-                           daemonsets_read=ds_read, flavours=found.flavours)
+            result = audit(dataclasses.replace(given, wrong=found.wrong, unverified=found.unverified,
+                                               verified=found.verified, platforms=found.platforms,
+                                               flavours=found.flavours))
     if (setup.flags_given or config is None) and \
             repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
             any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
