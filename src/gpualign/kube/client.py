@@ -84,13 +84,14 @@ def _httpx_failure(err: Exception) -> wire.Failure:
 
     detail = str(err) or err.__class__.__name__
     if isinstance(err, httpx2.TimeoutException):
-        return wire.Failure("timeout", detail, "connecting" if isinstance(err, httpx2.ConnectTimeout) else
-                            "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer")
+        step = "connecting" if isinstance(err, httpx2.ConnectTimeout) else \
+            "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer"
+        return wire.Failure(wire.FailureKind.TIMEOUT, detail, step)
     if isinstance(err, httpx2.ConnectError):
-        return wire.Failure("connect", detail)
+        return wire.Failure(wire.FailureKind.CONNECT, detail)
     if isinstance(err, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
-        return wire.Failure("cut", detail)
-    return wire.Failure("other", detail)
+        return wire.Failure(wire.FailureKind.CUT, detail)
+    return wire.Failure(wire.FailureKind.OTHER, detail)
 
 
 @dataclass
@@ -195,7 +196,7 @@ class Kube:
     def failed(self, err: wire.Failure) -> str:
         """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
         anything else one that could not be reached."""
-        if err.kind == "timeout":
+        if err.kind == wire.FailureKind.TIMEOUT:
             return f"API server {self.server} did not answer within {self.timeout:g}s ({err.step})"
         return f"API server {self.server} unreachable: {err.detail}"
 
@@ -235,7 +236,8 @@ class Kube:
                     return self._reads.get(path, params=params, accept=accept, method=method)
                 return self._send(method, path, params, body, content_type, accept)
             except wire.Failure as err:
-                limit = {"connect": RETRIES_ON_CONNECT, "cut": RETRIES_ON_RESET}.get(err.kind, 0)
+                limit = {wire.FailureKind.CONNECT: RETRIES_ON_CONNECT,
+                         wire.FailureKind.CUT: RETRIES_ON_RESET}.get(err.kind, 0)
                 if reads and attempt < limit:
                     time.sleep(min(1.0, 0.1 * 2 ** attempt))
                     attempt += 1

@@ -7,8 +7,8 @@ here: GET and HEAD, bearer token (a token file is read again when it changes, as
 client certificates, gzip, a server with a path prefix. Everything else (writes, watches, exec credential plugins)
 goes through lightkube.
 
-A failure is a `Failure` whose `kind` says what the caller may do about it: "connect" (no connection was made),
-"cut" (a connection broke during the exchange), "timeout" (with the step that waited) or "other".
+A failure is a `Failure` whose `kind` (a FailureKind) says what the caller may do about it: CONNECT (no connection
+was made), CUT (a connection broke during the exchange), TIMEOUT (with the step that waited) or OTHER.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
@@ -28,10 +29,19 @@ from urllib.parse import urlencode, urlsplit
 import orjson
 
 
-class Failure(Exception):
-    """A transport failure: kind is connect, cut, timeout or other; step says where a timeout waited."""
+class FailureKind(StrEnum):
+    """What a transport failure leaves the caller to do."""
 
-    def __init__(self, kind: str, detail: str, step: str = "") -> None:
+    CONNECT = "connect"  # no connection was made: trying again is safe, for any request
+    CUT = "cut"  # a connection broke during the exchange: a read may be tried again
+    TIMEOUT = "timeout"  # nothing came within the time allowed (the failure's step says where it waited)
+    OTHER = "other"
+
+
+class Failure(Exception):
+    """A transport failure: its kind (FailureKind); step says where a timeout waited."""
+
+    def __init__(self, kind: FailureKind, detail: str, step: str = "") -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
@@ -117,7 +127,7 @@ class _Credentials:
                         self._header = f"Bearer {f.read().strip()}"
                     self._stamp = stamp
             except OSError as err:
-                raise Failure("other", f"token file {self._file}: {err.strerror}") from None
+                raise Failure(FailureKind.OTHER, f"token file {self._file}: {err.strerror}") from None
             return self._header
 
 
@@ -177,7 +187,7 @@ class Wire:
                 conn.close()
                 # A server closes an idle kept-alive connection without a word: the first write or read on it
                 # fails before any answer. That is not a failure of this request.
-                if reused and not fresh_try and err.kind == "cut" and err.step == "before the answer":
+                if reused and not fresh_try and err.kind == FailureKind.CUT and err.step == "before the answer":
                     continue
                 raise
             self._give(conn)
@@ -197,12 +207,12 @@ class Wire:
             step = "reading the answer"
             body = resp.read()
         except TimeoutError:
-            raise Failure("timeout", "timed out", "waiting for its answer" if step == "reading the answer" else step) \
-                from None
+            waited = "waiting for its answer" if step == "reading the answer" else step
+            raise Failure(FailureKind.TIMEOUT, "timed out", waited) from None
         except (http.client.HTTPException, OSError) as err:  # resets, refusals, TLS errors, short bodies
             if step == "connecting":
-                raise Failure("connect", _said(err)) from None
-            raise Failure("cut", _said(err), "reading the answer" if step == "reading the answer" else
+                raise Failure(FailureKind.CONNECT, _said(err)) from None
+            raise Failure(FailureKind.CUT, _said(err), "reading the answer" if step == "reading the answer" else
                           "before the answer") from None
         found = {k.lower(): v for k, v in resp.getheaders()}
         if found.get("content-encoding") == "gzip" and body:
@@ -211,7 +221,7 @@ class Wire:
             try:
                 body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
             except zlib.error as err:
-                raise Failure("cut", f"a gzip answer that does not decompress: {err}", "reading the answer") \
+                raise Failure(FailureKind.CUT, f"a gzip answer that does not decompress: {err}", "reading the answer") \
                     from None
         return Answer(resp.status, body, found)
 
