@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpualign.controller import builds as B
+from gpualign.controller.builds import BuildFailure as Failure
+from gpualign.controller.builds import BuildPhase as Phase
 
 RECIPE = "gpualign 0.1.0"
 
@@ -28,7 +30,7 @@ def test_ten_nodes_on_one_kernel_make_one_job():
 
 def test_a_running_job_is_adopted_never_doubled():
     tag = "535-6.1.0-50-amd64-debian12"
-    d = B.decide([wanted(tag, 1.0)], [job(tag, B.RUNNING)], cap=2, now=10, recipe=RECIPE)
+    d = B.decide([wanted(tag, 1.0)], [job(tag, Phase.RUNNING)], cap=2, now=10, recipe=RECIPE)
     assert d.create == () and d.running == (tag,)
 
 
@@ -36,12 +38,12 @@ def test_the_cap_queues_the_rest_in_the_order_their_nodes_began_to_wait():
     ws = [wanted("t-c", 3.0), wanted("t-a", 1.0), wanted("t-b", 2.0)]
     d = B.decide(ws, [], cap=1, now=10, recipe=RECIPE)
     assert [w.tag for w, _ in d.create] == ["t-a"] and d.queued == ("t-b", "t-c")
-    d = B.decide(ws, [job("t-a", B.RUNNING)], cap=2, now=10, recipe=RECIPE)
+    d = B.decide(ws, [job("t-a", Phase.RUNNING)], cap=2, now=10, recipe=RECIPE)
     assert [w.tag for w, _ in d.create] == ["t-b"] and d.queued == ("t-c",)
 
 
 def test_a_transient_failure_is_retried_after_a_doubling_backoff():
-    failed = job("t", B.FAILED, finished=100.0, failure=B.TRANSIENT, attempt=2, reason="registry: 503")
+    failed = job("t", Phase.FAILED, finished=100.0, failure=Failure.TRANSIENT, attempt=2, reason="registry: 503")
     early = B.decide([wanted("t", 1.0)], [failed], cap=1, now=150, recipe=RECIPE, backoff=30)
     assert early.create == () and early.backing_off == (("t", 160.0),)  # attempt 2: 60 s after it failed
     due = B.decide([wanted("t", 1.0)], [failed], cap=1, now=160, recipe=RECIPE, backoff=30)
@@ -50,19 +52,21 @@ def test_a_transient_failure_is_retried_after_a_doubling_backoff():
 
 
 def test_a_permanent_failure_is_held_until_a_retry_or_a_new_recipe():
-    failed = job("t", B.FAILED, finished=100.0, failure=B.PERMANENT, reason="no linux-headers-6.1.0-99-amd64")
+    failed = job("t", Phase.FAILED, finished=100.0, failure=Failure.PERMANENT, reason="no linux-headers-6.1.0-99-amd64")
     held = B.decide([wanted("t", 1.0)], [failed], cap=1, now=1e9, recipe=RECIPE)
     assert held.create == () and held.held == (("t", "no linux-headers-6.1.0-99-amd64"),)
-    asked = B.BuildJob(failed.name, "t", B.FAILED, 1, RECIPE, 100.0, B.PERMANENT, failed.reason, retry_asked=200.0)
+    asked = B.BuildJob(failed.name, "t", Phase.FAILED, 1, RECIPE, 100.0, Failure.PERMANENT, failed.reason,
+                       retry_asked=200.0)
     assert [w.tag for w, _ in B.decide([wanted("t", 1.0)], [asked], cap=1, now=201, recipe=RECIPE).create] == ["t"]
     newer = B.decide([wanted("t", 1.0)], [failed], cap=1, now=101, recipe="gpualign 0.2.0")
     assert [w.tag for w, _ in newer.create] == ["t"]
-    old_ask = B.BuildJob(failed.name, "t", B.FAILED, 1, RECIPE, 100.0, B.PERMANENT, failed.reason, retry_asked=50.0)
+    old_ask = B.BuildJob(failed.name, "t", Phase.FAILED, 1, RECIPE, 100.0, Failure.PERMANENT, failed.reason,
+                         retry_asked=50.0)
     assert B.decide([wanted("t", 1.0)], [old_ask], cap=1, now=201, recipe=RECIPE).create == ()  # asked before
 
 
 def test_finished_jobs_nobody_waits_for_go_after_their_keep_time():
-    old = job("t", B.FAILED, finished=0.0, failure=B.PERMANENT)
+    old = job("t", Phase.FAILED, finished=0.0, failure=Failure.PERMANENT)
     assert B.decide([], [old], cap=1, now=100, recipe=RECIPE, keep_failed=1000).stale == ()
     assert B.decide([], [old], cap=1, now=2000, recipe=RECIPE, keep_failed=1000).stale == (old.name,)
 
@@ -83,7 +87,7 @@ def test_job_names_are_kubernetes_names_and_distinct():
 def test_a_retry_keeps_earlier_attempts_for_their_keep_time_and_at_most_keep_attempts_of_them():
     """The review's #7: each retry deleted the attempt before it, and its log with it, within ~30 s."""
     def failed(attempt: int, finished: float) -> B.BuildJob:
-        return job("t", B.FAILED, finished=finished, failure=B.TRANSIENT, attempt=attempt, reason="503")
+        return job("t", Phase.FAILED, finished=finished, failure=Failure.TRANSIENT, attempt=attempt, reason="503")
 
     history = [failed(1, 100.0), failed(2, 200.0), failed(3, 300.0), failed(4, 400.0)]
     d = B.decide([wanted("t", 1.0)], history, cap=1, now=10_000, recipe=RECIPE, backoff=30, keep_failed=86400,
@@ -94,24 +98,24 @@ def test_a_retry_keeps_earlier_attempts_for_their_keep_time_and_at_most_keep_att
     assert sorted(aged.stale) == sorted(j.name for j in history[:3])  # past the keep time; not the newest
     gone = B.decide([], history, cap=1, now=1e9, recipe=RECIPE, keep_attempts=9)
     assert sorted(gone.stale) == sorted(j.name for j in history)  # nobody waits: all go after their keep time
-    running = [*history[:3], job("t", B.RUNNING, attempt=4)]
+    running = [*history[:3], job("t", Phase.RUNNING, attempt=4)]
     assert B.decide([wanted("t", 1.0)], running, cap=1, now=1e9, recipe=RECIPE).running == ("t",)
 
 
 tags = st.sampled_from([f"t{i}" for i in range(6)])
-phases = st.sampled_from([B.RUNNING, B.SUCCEEDED, B.FAILED])
+phases = st.sampled_from([Phase.RUNNING, Phase.SUCCEEDED, Phase.FAILED])
 
 
 @given(st.lists(st.tuples(tags, st.floats(0, 100)), max_size=8, unique_by=lambda t: t[0]),
-       st.lists(st.tuples(tags, phases, st.sampled_from([B.TRANSIENT, B.PERMANENT])), max_size=6,
+       st.lists(st.tuples(tags, phases, st.sampled_from([Failure.TRANSIENT, Failure.PERMANENT])), max_size=6,
                 unique_by=lambda t: t[0]),
        st.integers(1, 4), st.floats(0, 5000))
 def test_never_over_the_cap_never_two_jobs_for_a_tag(ws, js, cap, now):
     wants = [wanted(t, s) for t, s in ws]
-    jobs = [job(t, p, finished=0.0 if p != B.RUNNING else None, failure=f if p == B.FAILED else None)
+    jobs = [job(t, p, finished=0.0 if p != Phase.RUNNING else None, failure=f if p == Phase.FAILED else None)
             for t, p, f in js]
     d = B.decide(wants, jobs, cap=cap, now=now, recipe=RECIPE)
-    running = {j.tag for j in jobs if j.phase == B.RUNNING}
+    running = {j.tag for j in jobs if j.phase == Phase.RUNNING}
     created = [w.tag for w, _ in d.create]
     assert len(created) == len(set(created))
     assert not set(created) & running
@@ -120,7 +124,7 @@ def test_never_over_the_cap_never_two_jobs_for_a_tag(ws, js, cap, now):
     accounted = created + list(d.queued) + [t for t, _ in d.backing_off] + [t for t, _ in d.held] + \
         [w.tag for w in wants if w.tag in running]
     skipped = [w.tag for w in wants if w.tag not in accounted]
-    assert all(any(j.tag == t and j.phase == B.SUCCEEDED for j in jobs) for t in skipped)
+    assert all(any(j.tag == t and j.phase == Phase.SUCCEEDED for j in jobs) for t in skipped)
     # the oldest waiting tags are the ones created
     order = [w.tag for w in sorted(wants, key=lambda w: (w.since, w.tag))]
     if d.queued:
@@ -131,7 +135,7 @@ def test_a_success_the_ledger_does_not_list_is_retried_after_a_growing_backoff_w
     """The review's loop: a Job that succeeded while the tag stays missing was made again every 30 s as attempt 1."""
     import dataclasses
 
-    done = job("t", B.SUCCEEDED, finished=100.0, attempt=2)
+    done = job("t", Phase.SUCCEEDED, finished=100.0, attempt=2)
     waiting = B.decide([wanted("t", 1.0)], [done], cap=1, now=10_000, recipe=RECIPE, backoff=30)
     assert waiting.create == ()  # not yet checked against a fresh ledger read: nothing is made
     unlisted = dataclasses.replace(done, unlisted=True)
@@ -142,24 +146,26 @@ def test_a_success_the_ledger_does_not_list_is_retried_after_a_growing_backoff_w
 
 
 def test_a_blocked_job_holds_its_place_under_the_cap_and_is_never_doubled():
-    blocked = job("t-a", B.BLOCKED, reason="violates PodSecurity")
+    blocked = job("t-a", Phase.BLOCKED, reason="violates PodSecurity")
     d = B.decide([wanted("t-a", 1.0), wanted("t-b", 2.0)], [blocked], cap=1, now=10, recipe=RECIPE)
     assert d.create == () and d.queued == ("t-b",) and d.blocked == ("t-a",) and d.running == ()
 
 
 @given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3"]),
-                          st.sampled_from([B.RUNNING, B.BLOCKED, B.SUCCEEDED, B.FAILED]), st.booleans(),
+                          st.sampled_from([Phase.RUNNING, Phase.BLOCKED, Phase.SUCCEEDED, Phase.FAILED]), st.booleans(),
                           st.integers(1, 5)), max_size=3, unique_by=lambda x: x[0]),
        st.integers(1, 3), st.floats(0, 1e5))
 def test_never_two_jobs_for_a_tag_nor_more_than_the_cap_and_attempts_only_grow(jobs, cap, now):
-    made = [B.BuildJob(B.job_name(t), t, phase, attempt, RECIPE, 0.0 if phase in (B.SUCCEEDED, B.FAILED) else None,
-                       B.TRANSIENT if phase == B.FAILED else None, "", unlisted=unlisted and phase == B.SUCCEEDED)
+    made = [B.BuildJob(B.job_name(t), t, phase, attempt, RECIPE,
+                       0.0 if phase in (Phase.SUCCEEDED, Phase.FAILED) else None,
+                       Failure.TRANSIENT if phase == Phase.FAILED else None, "",
+                       unlisted=unlisted and phase == Phase.SUCCEEDED)
             for t, phase, unlisted, attempt in jobs]
     d = B.decide([wanted(t, 1.0) for t in ("t1", "t2", "t3")], made, cap=cap, now=now, recipe=RECIPE)
-    live = sum(1 for j in made if j.phase in (B.RUNNING, B.BLOCKED))
+    live = sum(1 for j in made if j.phase in (Phase.RUNNING, Phase.BLOCKED))
     assert len(d.create) <= max(0, cap - live)
     by = {j.tag: j for j in made}
     for w, attempt in d.create:
         old = by.get(w.tag)
-        assert old is None or (old.phase not in (B.RUNNING, B.BLOCKED) and attempt == old.attempt + 1)
+        assert old is None or (old.phase not in (Phase.RUNNING, Phase.BLOCKED) and attempt == old.attempt + 1)
         assert old is None or B.job_name(w.tag, attempt) != old.name  # a Job of its own: the old one stays

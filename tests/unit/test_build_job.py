@@ -47,7 +47,7 @@ def job_obj(**status: object) -> dict:
 
 def test_a_running_job_reads_as_running():
     read = J.read_job(job_obj(active=1), None)
-    assert (read.tag, read.phase, read.attempt, read.recipe) == (TAG, B.RUNNING, 3, "gpualign 0.1.0")
+    assert (read.tag, read.phase, read.attempt, read.recipe) == (TAG, B.BuildPhase.RUNNING, 3, "gpualign 0.1.0")
 
 
 def test_a_failed_job_takes_its_kind_from_gpualigns_record():
@@ -55,42 +55,46 @@ def test_a_failed_job_takes_its_kind_from_gpualigns_record():
     record = {"word": "error", "exit": 2, "retryable": False, "error": "BadInput",
               "message": "kernel 6.1.0-99-amd64: no linux-headers-6.1.0-99-amd64 in bookworm"}
     read = J.read_job(failed, pod_terminated(json.dumps(record)))
-    assert read.phase == B.FAILED and read.failure == B.PERMANENT and "no linux-headers" in read.reason
+    assert read.phase == B.BuildPhase.FAILED and read.failure == B.BuildFailure.PERMANENT
+    assert "no linux-headers" in read.reason
     assert read.finished is not None
     transient = J.read_job(failed, pod_terminated(json.dumps({**record, "retryable": True, "message": "503"})))
-    assert transient.failure == B.TRANSIENT
+    assert transient.failure == B.BuildFailure.TRANSIENT
 
 
 def test_a_failed_job_without_a_record_is_transient_with_its_logs_last_lines():
     failed = job_obj(conditions=[{"type": "Failed", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"}])
     read = J.read_job(failed, pod_terminated("line one\nSegmentation fault\n", code=139))
-    assert read.failure == B.TRANSIENT and read.reason == "line one | Segmentation fault"
+    assert read.failure == B.BuildFailure.TRANSIENT and read.reason == "line one | Segmentation fault"
     gone = J.read_job(failed | {"status": {"conditions": [{"type": "Failed", "status": "True",
                                                            "reason": "DeadlineExceeded"}]}}, None)
-    assert gone.failure == B.TRANSIENT and gone.reason == "DeadlineExceeded"  # its pod gone, the condition says why
+    # its pod gone, the condition says why
+    assert gone.failure == B.BuildFailure.TRANSIENT and gone.reason == "DeadlineExceeded"
 
 
 def test_a_completed_job_reads_as_succeeded_and_a_retry_stamp_is_read():
     done = job_obj(conditions=[{"type": "Complete", "status": "True"}], completionTime="2026-12-01T10:05:00Z")
     done["metadata"]["annotations"][J.RETRY_ANNOTATION] = "2026-12-01T11:00:00Z"
     read = J.read_job(done, None)
-    assert read.phase == B.SUCCEEDED and read.finished is not None and read.retry_asked > read.finished
+    assert read.phase == B.BuildPhase.SUCCEEDED and read.finished is not None and read.retry_asked > read.finished
 
 
 def test_a_build_in_one_line_says_where_it_is_for_how_long_and_what_happens_next():
     tag = "535-6.1.0-50-amd64-debian12"
     name = B.job_name(tag)
-    running = B.BuildJob(name, tag, B.RUNNING, attempt=1, started=1000.0)
+    running = B.BuildJob(name, tag, B.BuildPhase.RUNNING, attempt=1, started=1000.0)
     assert J.describe(running, "ops", 1130.0) == f"image building: Job ops/{name}, for 2m10s (attempt 1)"
-    pending = B.BuildJob(name, tag, B.RUNNING)
+    pending = B.BuildJob(name, tag, B.BuildPhase.RUNNING)
     assert J.describe(pending, "ops", 1130.0).endswith("created, its pod not started yet (attempt 1)")
-    held = B.BuildJob(name, tag, B.FAILED, attempt=2, failure=B.PERMANENT, reason="gpualign: bad input: no headers")
+    held = B.BuildJob(name, tag, B.BuildPhase.FAILED, attempt=2, failure=B.BuildFailure.PERMANENT,
+                      reason="gpualign: bad input: no headers")
     assert J.describe(held, "ops", 0) == (f"image build failed: gpualign: bad input: no headers (Job ops/{name}, "
                                           f"attempt 2; not retried until something changes: gpualign build retry "
                                           f"{tag})")
-    again = B.BuildJob(name, tag, B.FAILED, attempt=1, failure=B.TRANSIENT, reason="registry 503")
+    again = B.BuildJob(name, tag, B.BuildPhase.FAILED, attempt=1, failure=B.BuildFailure.TRANSIENT,
+                       reason="registry 503")
     assert J.describe(again, "ops", 0).endswith("attempt 1; retried after a backoff)")
-    assert J.describe(B.BuildJob(name, tag, B.SUCCEEDED), "ops", 0) == f"image built by Job ops/{name}"
+    assert J.describe(B.BuildJob(name, tag, B.BuildPhase.SUCCEEDED), "ops", 0) == f"image built by Job ops/{name}"
 
 
 def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
@@ -142,17 +146,17 @@ def test_a_job_whose_pod_cannot_be_created_is_blocked_never_building_and_permane
     job["status"] = {"startTime": "2026-12-02T10:00:00Z"}
     why = 'pods "x" is forbidden: violates PodSecurity "baseline:latest": privileged'
     read = J.read_job(job, None, J.cannot_create_hint(why, "gpualign-system"))
-    assert read.phase == B.BLOCKED and "pod-security.kubernetes.io/enforce=privileged" in read.reason
+    assert read.phase == B.BuildPhase.BLOCKED and "pod-security.kubernetes.io/enforce=privileged" in read.reason
     line = J.describe(read, "gpualign-system", 0)
     assert line.startswith("image build cannot start:") and "building" not in line and "attempt 3" in line
     job["metadata"]["annotations"][J.BLOCKED_ANNOTATION] = why  # kept on the Job, the Event long expired
     job["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded",
                                     "lastTransitionTime": "2026-12-02T11:00:00Z"}]
     failed = J.read_job(job, None)
-    assert failed.phase == B.FAILED and failed.failure == B.PERMANENT
+    assert failed.phase == B.BuildPhase.FAILED and failed.failure == B.BuildFailure.PERMANENT
     assert failed.reason == f"its pod could never be created: {why}"
     job["status"] = {"active": 1}
-    assert J.read_job(job, {"status": {}}).phase == B.RUNNING  # it has a pod now: the namespace was fixed
+    assert J.read_job(job, {"status": {}}).phase == B.BuildPhase.RUNNING  # it has a pod now: the namespace was fixed
 
 
 def test_builds_go_only_to_a_registry_that_is_yours():

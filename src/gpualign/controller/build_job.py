@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
-from gpualign.controller.builds import BLOCKED, FAILED, PERMANENT, RUNNING, SUCCEEDED, TRANSIENT, BuildJob, job_name
+from gpualign.controller.builds import BuildFailure, BuildJob, BuildPhase, job_name
 from gpualign.upgrade.report import ANY_TAG
 
 JSON = dict[str, Any]
@@ -149,21 +149,22 @@ def read_job(job: JSON, pod: JSON | None, cannot_create: str | None = None) -> B
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
     finished_at = None
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
-        phase = SUCCEEDED
+        phase = BuildPhase.SUCCEEDED
         finished_at = status.get("completionTime") or (conditions.get("Complete") or {}).get("lastTransitionTime")
     elif "Failed" in conditions or "FailureTarget" in conditions:
-        phase = FAILED
+        phase = BuildPhase.FAILED
         finished_at = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get("lastTransitionTime")
     else:
-        phase = RUNNING
-    failure, reason = None, ""
+        phase = BuildPhase.RUNNING
+    failure: BuildFailure | None = None
+    reason = ""
     blocked = cannot_create or ann.get(BLOCKED_ANNOTATION)
-    if phase == FAILED:
+    if phase == BuildPhase.FAILED:
         failure, reason = failure_of(pod, conditions.get("Failed") or conditions.get("FailureTarget") or {})
         if blocked and pod is None:  # it never had a pod: waiting out its deadline changed nothing
-            failure, reason = PERMANENT, f"its pod could never be created: {blocked}"
-    elif phase == RUNNING and blocked and pod is None and not status.get("active"):
-        phase, reason = BLOCKED, blocked
+            failure, reason = BuildFailure.PERMANENT, f"its pod could never be created: {blocked}"
+    elif phase == BuildPhase.RUNNING and blocked and pod is None and not status.get("active"):
+        phase, reason = BuildPhase.BLOCKED, blocked
     retry = ann.get(RETRY_ANNOTATION)
     return BuildJob(name=str(meta.get("name", "")), tag=str(ann.get(TAG_ANNOTATION, "")), phase=phase,
                     attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=str(ann.get(RECIPE_ANNOTATION, "")),
@@ -172,8 +173,8 @@ def read_job(job: JSON, pod: JSON | None, cannot_create: str | None = None) -> B
                     nodes=tuple(n for n in str(ann.get(NODES_ANNOTATION, "")).split(",") if n))
 
 
-def failure_of(pod: JSON | None, condition: JSON) -> tuple[str, str]:
-    """(transient | permanent, the reason in one line) of a failed build: the record gpualign left in the pod's
+def failure_of(pod: JSON | None, condition: JSON) -> tuple[BuildFailure, str]:
+    """(transient or permanent, the reason in one line) of a failed build: the record gpualign left in the pod's
     termination message, else the last lines of its log there (transient: nothing says it would fail again), else
     the Job's own condition (a deadline passed, the pod gone: transient)."""
     import json
@@ -188,32 +189,33 @@ def failure_of(pod: JSON | None, condition: JSON) -> tuple[str, str]:
         except ValueError:
             record = None
         if isinstance(record, dict) and "message" in record:
-            kind = TRANSIENT if record.get("retryable") else PERMANENT
+            kind = BuildFailure.TRANSIENT if record.get("retryable") else BuildFailure.PERMANENT
             return kind, f"gpualign: {record.get('word', 'error')}: {record['message']}"
         if message:
             tail = [line for line in message.splitlines() if line.strip()][-3:]
-            return TRANSIENT, " | ".join(tail)[-600:]
-        return TRANSIENT, f"the build container exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+            return BuildFailure.TRANSIENT, " | ".join(tail)[-600:]
+        exited = f"the build container exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+        return BuildFailure.TRANSIENT, exited
     why = ": ".join(str(p) for p in (condition.get("reason"), condition.get("message")) if p)
-    return TRANSIENT, why or "the build Job failed"
+    return BuildFailure.TRANSIENT, why or "the build Job failed"
 
 
 def describe(job: BuildJob, namespace: str, now: float) -> str:
     """A build in one line, as `status`, `why` and the board say it: "image building: Job NS/NAME, for 2m10s
     (attempt 1)", or how it failed and what happens next."""
     where = f"Job {namespace}/{job.name}"
-    if job.phase == BLOCKED:
+    if job.phase == BuildPhase.BLOCKED:
         return f"image build cannot start: {where} cannot create its pod: {job.reason} (attempt {job.attempt})"
-    if job.phase == RUNNING:
+    if job.phase == BuildPhase.RUNNING:
         if job.started is None:
             return f"image building: {where} created, its pod not started yet (attempt {job.attempt})"
         return f"image building: {where}, for {_duration(now - job.started)} (attempt {job.attempt})"
-    if job.phase == SUCCEEDED:
+    if job.phase == BuildPhase.SUCCEEDED:
         if job.unlisted:
             return (f"image built and pushed by {where}, but the ledger does not list it (attempt {job.attempt}; "
                     "retried after a backoff)")
         return f"image built by {where}"
-    if job.failure == PERMANENT:
+    if job.failure == BuildFailure.PERMANENT:
         return (f"image build failed: {job.reason} ({where}, attempt {job.attempt}; not retried until something "
                 f"changes: gpualign build retry {job.tag})")
     return f"image build failed: {job.reason} ({where}, attempt {job.attempt}; retried after a backoff)"

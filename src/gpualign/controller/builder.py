@@ -159,7 +159,7 @@ class Builder:
         images = {w.tag: w.image for w in wanted}
         out = []
         for job in jobs:
-            if job.phase == B.SUCCEEDED and job.tag in images:
+            if job.phase == B.BuildPhase.SUCCEEDED and job.tag in images:
                 key = (job.name, job.attempt)
                 if key not in self.confirmed:
                     try:
@@ -214,7 +214,7 @@ class Builder:
             self._event_on(w.nodes, w.tag, attempt, EVENT_CREATED,
                            f"building driver image {w.tag}: Job {ns}/{job['metadata']['name']} (attempt {attempt})",
                            warning=False)
-            self.reported[w.tag] = (B.RUNNING, attempt)
+            self.reported[w.tag] = (B.BuildPhase.RUNNING, attempt)
         return decision
 
     def _delete(self, name: str) -> None:
@@ -228,11 +228,11 @@ class Builder:
         this controller has not yet spoken of has finished."""
         for job in jobs:
             phase = "unlisted" if job.unlisted else job.phase
-            if job.phase == B.RUNNING or self.reported.get(job.tag) == (phase, job.attempt):
+            if job.phase == B.BuildPhase.RUNNING or self.reported.get(job.tag) == (phase, job.attempt):
                 continue
             first = job.tag not in self.reported
             self.reported[job.tag] = (phase, job.attempt)
-            if job.phase == B.BLOCKED:
+            if job.phase == B.BuildPhase.BLOCKED:
                 self._event_on(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
                                EVENT_BLOCKED, f"driver image {job.tag} cannot be built: Job "
                                f"{self.options.settings.namespace}/{job.name} cannot create its pod: {job.reason}",
@@ -252,9 +252,9 @@ class Builder:
                 continue
             nodes = sorted(self.waiters.pop(job.tag, set()) | set(job.nodes))
             seconds = job.finished - job.started if job.finished is not None and job.started is not None else None
-            if job.phase == B.FAILED:
+            if job.phase == B.BuildPhase.FAILED:
                 kind = "will not be retried until something changes (gpualign build retry " + job.tag + ")" \
-                    if job.failure == B.PERMANENT else "retried after a backoff"
+                    if job.failure == B.BuildFailure.PERMANENT else "retried after a backoff"
                 self._event_on(nodes, job.tag, job.attempt, EVENT_FAILED,
                                f"driver image {job.tag} failed to build ({kind}): {job.reason}", warning=True)
             else:

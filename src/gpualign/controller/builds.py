@@ -29,9 +29,25 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-RUNNING, SUCCEEDED, FAILED, BLOCKED = "running", "succeeded", "failed", "blocked"
-TRANSIENT, PERMANENT = "transient", "permanent"
+
+class BuildPhase(StrEnum):
+    """Where a build Job is."""
+
+    RUNNING = "running"  # created, its pod pending or running
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    BLOCKED = "blocked"  # its pod can never be created (a FailedCreate Event: Pod Security, quota, …)
+
+
+class BuildFailure(StrEnum):
+    """What a failed build's retry waits for."""
+
+    TRANSIENT = "transient"  # a backoff: the same build may pass (a registry's 5xx, the archive unreachable)
+    PERMANENT = "permanent"  # a change: the recipe, or an explicit `gpualign build retry`
+
+
 JOB_PREFIX = "gpualign-build-"
 
 
@@ -54,11 +70,11 @@ class BuildJob:
 
     name: str
     tag: str
-    phase: str  # running | blocked (its pod cannot be created) | succeeded | failed
+    phase: BuildPhase
     attempt: int = 1
     recipe: str = ""  # the gpualign version that made the Job
     finished: float | None = None  # when it succeeded or failed
-    failure: str | None = None  # transient | permanent, for a failed Job
+    failure: BuildFailure | None = None  # for a failed Job
     reason: str = ""  # the last words of its pod, for a failed Job
     retry_asked: float | None = None  # `gpualign build retry TAG`: when
     started: float | None = None  # when its pod started (the Job's startTime)
@@ -112,8 +128,8 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
     by_tag = latest(jobs)
     waiting = sorted(wanted, key=lambda w: (w.since, w.tag))
     wanted_tags = {w.tag for w in waiting}
-    running = [t for t, j in by_tag.items() if j.phase == RUNNING]
-    blocked = [t for t, j in by_tag.items() if j.phase == BLOCKED]
+    running = [t for t, j in by_tag.items() if j.phase == BuildPhase.RUNNING]
+    blocked = [t for t, j in by_tag.items() if j.phase == BuildPhase.BLOCKED]
     slots = max(0, cap - len(running) - len(blocked))  # a Job that cannot start still holds its place
     create: list[tuple[Wanted, int]] = []
     queued: list[str] = []
@@ -123,9 +139,9 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
         job = by_tag.get(w.tag)
         attempt = 1
         if job is not None:
-            if job.phase in (RUNNING, BLOCKED):
+            if job.phase in (BuildPhase.RUNNING, BuildPhase.BLOCKED):
                 continue
-            if job.phase == SUCCEEDED:
+            if job.phase == BuildPhase.SUCCEEDED:
                 # built, and still missing: until a ledger read after it says the tag is not there, wait; then it
                 # counts as a failed attempt, retried after the doubling backoff
                 if not job.unlisted:
@@ -135,13 +151,13 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
                 if not asked and now < due:
                     backing_off.append((w.tag, due))
                     continue
-            elif job.phase == FAILED:
+            elif job.phase == BuildPhase.FAILED:
                 asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
-                if job.failure == PERMANENT and not asked and job.recipe == recipe:
+                if job.failure == BuildFailure.PERMANENT and not asked and job.recipe == recipe:
                     held.append((w.tag, job.reason))
                     continue
                 due = (job.finished or now) + backoff_for(job.attempt, backoff, max_backoff)
-                if job.failure != PERMANENT and not asked and job.recipe == recipe and now < due:
+                if job.failure != BuildFailure.PERMANENT and not asked and job.recipe == recipe and now < due:
                     backing_off.append((w.tag, due))
                     continue
             attempt = job.attempt + 1
@@ -164,7 +180,7 @@ def _stale(jobs: list[BuildJob], newest: dict[str, BuildJob], wanted: set[str], 
     out: list[str] = []
     for tag, of_tag in sorted(by_tag.items()):
         for rank, j in enumerate(sorted(of_tag, key=lambda j: j.attempt, reverse=True)):
-            if j.phase in (RUNNING, BLOCKED):
+            if j.phase in (BuildPhase.RUNNING, BuildPhase.BLOCKED):
                 continue
             old = j.finished is not None and now - j.finished > keep
             if j is newest[tag]:
