@@ -199,10 +199,18 @@ def test_in_a_pod_kube_reads_with_the_service_accounts_ca_and_token(tmp_path, mo
         Kube(None)
 
 
-def test_a_kubeconfig_is_read_as_kubectl_reads_it_yaml_1_1(tmp_path):
-    """Kubernetes reads kubeconfigs with go-yaml v2 (YAML 1.1): `yes` is true there, and so here."""
+def test_a_kubeconfig_is_read_as_kubectl_reads_it_field_by_field(tmp_path):
+    """Kubernetes decodes a kubeconfig by each field's type, with go-yaml v2 (YAML 1.1): a boolean field takes `yes`
+    and `off`; a name or a namespace `no` or `on` stays text."""
     from gpualign.kube.kubeconfig import read_file
 
-    text = CONFIG.format(ca="insecure-skip-tls-verify: yes")
+    text = CONFIG.format(ca="insecure-skip-tls-verify: yes, disable-compression: off").replace(
+        "contexts: [{name: x, context: {cluster: c, user: u}}]",
+        "contexts: [{name: no, context: {cluster: c, user: u, namespace: on}}]")
     data = read_file(write(tmp_path, "kc.yaml", text))
-    assert data["clusters"][0]["cluster"]["insecure-skip-tls-verify"] is True
+    cluster = data["clusters"][0]["cluster"]
+    assert cluster["insecure-skip-tls-verify"] is True and cluster["disable-compression"] is False
+    assert data["contexts"][0]["name"] == "no" and data["contexts"][0]["context"]["namespace"] == "on"
+    bad = write(tmp_path, "bad.yaml", CONFIG.format(ca="insecure-skip-tls-verify: maybe"))
+    with pytest.raises(BadInput, match="insecure-skip-tls-verify: 'maybe' is not a boolean"):
+        read_file(bad)

@@ -47,15 +47,16 @@ def read(path: Path, *, as_kubectl: bool = False) -> Any:
 
 
 def parse_as_kubectl(text: str, where: str) -> Any:
-    """One YAML document read as kubectl reads a kubeconfig: YAML 1.1 (Kubernetes' YAML reader is go-yaml v2's, so
-    `yes` and `on` are true there), by libyaml. Kubeconfigs are read by every command that talks to a cluster, and
-    can be large (certificates inline, many contexts): libyaml parses one in well under a millisecond, where
-    ruamel.yaml's pure-Python parser took ~6 ms for a small one (docs/benchmarks.md, start-up)."""
+    """One YAML document read as kubectl reads a kubeconfig, by libyaml: every scalar that is not a number or null
+    stays text (`on`, `no`, `true` included), because Kubernetes decodes each field by its type; the kubeconfig's
+    reader turns its boolean fields into booleans by YAML 1.1's words, as kubectl does (kube.kubeconfig). Every
+    command that talks to a cluster reads one, and one can be large (certificates inline, many contexts): libyaml
+    parses it in well under a millisecond, where ruamel.yaml's pure-Python parser took ~6 ms for a small one
+    (docs/benchmarks.md, "check and why on an API server that is not busy")."""
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # without libyaml: PyYAML's own, the same YAML
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+        return yaml.load(text, Loader=_text_loader())  # noqa: S506 - a safe loader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"{where}:{mark.line + 1}" if mark else where
@@ -63,6 +64,23 @@ def parse_as_kubectl(text: str, where: str) -> Any:
         if "another document" in problem:
             raise BadInput(f"{at}: holds more than one YAML document, where one is expected") from None
         raise BadInput(f"{at}: invalid YAML: {problem}") from None
+
+
+_LOADER: list[Any] = []
+
+
+def _text_loader() -> Any:
+    """libyaml's safe loader (PyYAML's own without libyaml) that resolves no implicit booleans."""
+    if not _LOADER:
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loader: Any = type("TextLoader", (base,), {})
+        loader.yaml_implicit_resolvers = {
+            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+            for first, resolvers in base.yaml_implicit_resolvers.items()}
+        _LOADER.append(loader)
+    return _LOADER[0]
 
 
 def parse_cached(text: str, where: str, cache: Path) -> Any:

@@ -78,7 +78,29 @@ def read_file(path: Path) -> dict[str, Any]:
             raise BadInput(f"kubeconfig {path}: {key} must be a list of entries with a name")
         if not all(isinstance(e.get(inner, {}), dict) for e in entries):
             raise BadInput(f"kubeconfig {path}: each of {key} must hold a '{inner}' mapping")
+    for entry in data.get("clusters") or []:
+        cluster = entry.get("cluster") or {}
+        for key in BOOLEANS:
+            if key in cluster:
+                cluster[key] = _boolean(cluster[key], path, key)
     return data
+
+
+BOOLEANS = ("insecure-skip-tls-verify", "disable-compression")  # a cluster's boolean fields gpualign reads
+YAML_11_TRUE, YAML_11_FALSE = ("true", "yes", "on", "y"), ("false", "no", "off", "n")
+
+
+def _boolean(value: Any, path: Path, key: str) -> bool:
+    """A boolean field as Kubernetes' YAML reader (go-yaml v2, YAML 1.1) takes it: `yes`/`on` true, `no`/`off`
+    false; anything else is named in one line, as kubectl refuses it."""
+    if isinstance(value, bool):
+        return value
+    word = str(value).lower() if isinstance(value, str) else None
+    if word in YAML_11_TRUE:
+        return True
+    if word in YAML_11_FALSE:
+        return False
+    raise BadInput(f"kubeconfig {path}: {key}: {value!r} is not a boolean (true or false)")
 
 
 def _absolutize(data: dict[str, Any], base: Path) -> None:
