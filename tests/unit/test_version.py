@@ -33,8 +33,9 @@ def test_ordering_is_numeric(a, b):
 def test_the_rules_version_in_every_report_is_the_rules_files_own():
     from importlib import resources
 
+    from gpualign.base import yamlio
     from gpualign.model import data_versions
-    from gpualign.model.tags import _read_yaml
 
-    parsed = _read_yaml(None, resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
+    parsed = yamlio.parse(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text(),
+                          "driver_images.yaml")
     assert data_versions.rules_version() == parsed["operator_version"] != "unknown"

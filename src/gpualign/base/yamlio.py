@@ -3,6 +3,7 @@ multi-line report."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
@@ -66,21 +67,17 @@ def parse_as_kubectl(text: str, where: str) -> Any:
         raise BadInput(f"{at}: invalid YAML: {problem}") from None
 
 
-_LOADER: list[Any] = []
-
-
+@functools.cache
 def _text_loader() -> Any:
     """libyaml's safe loader (PyYAML's own without libyaml) that resolves no implicit booleans."""
-    if not _LOADER:
-        import yaml
+    import yaml
 
-        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        loader: Any = type("TextLoader", (base,), {})
-        loader.yaml_implicit_resolvers = {
-            first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-            for first, resolvers in base.yaml_implicit_resolvers.items()}
-        _LOADER.append(loader)
-    return _LOADER[0]
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader: Any = type("TextLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in base.yaml_implicit_resolvers.items()}
+    return loader
 
 
 def parse_cached(text: str, where: str, cache: Path) -> Any:

@@ -109,10 +109,10 @@ class Steps:
         from gpualign.ensure import debian, shared
 
         spec, opts, out, archive = self.spec, self.opts, self.out, self.archive
-        pulled = self._pull_shared() if opts.share_pull and not compiled_before(spec, opts) else None
+        if opts.share_pull and not compiled_before(spec, opts):
+            self._pull_shared()  # into the module cache, where compile_modules finds them
         built = debian.compile_modules(archive, spec.kernel, opts.flavour, jobs=opts.jobs, progress=self.say,
-                                       together=opts.together,
-                                       on_compile=lambda version: prepare_image_inputs(archive, version))
+                                       together=opts.together, on_compile=self._inputs_beside_compile)
         out.seconds["compile"] = built.compile_seconds
         out.seconds["compile_cpu"] = built.compile_cpu_seconds
         if not built.cached:
@@ -120,13 +120,18 @@ class Steps:
                      f"({built.compile_cpu_seconds:.0f} CPU-s)")
         origin = shared.pulled_from(built.directory)
         out.modules = "compiled" if not built.cached else "shared" if origin else "cache"
-        if pulled is not None and origin is not None and self.early is None:
-            prepare_image_inputs(archive, built.driver_version)  # no compile to hide them behind: start them now
         return Modules(built.modules, built.modules, built.driver_version, out.modules)
 
-    def _pull_shared(self) -> list[Path] | None:
+    def _inputs_beside_compile(self, driver_version: str) -> None:
+        """As a compile starts: the image's base and user space made beside it, unless the user space's layer is
+        already being got (`early`, started with the shared modules' pull)."""
+        if self.early is None:
+            prepare_image_inputs(self.archive, driver_version)
+
+    def _pull_shared(self) -> None:
         """Another build's modules for this kernel, from the registry into the module cache (checked against their
-        artifact; the kernel's checks follow as for a compile), or None: none shared, or refused (said)."""
+        artifact; the kernel's checks follow as for a compile); none shared, or refused, is said. The user space's
+        layer is got beside them."""
         from gpualign.base.errors import Unreachable
         from gpualign.ensure import buildroot, debian, shared
 
@@ -134,7 +139,7 @@ class Steps:
         t0 = time.monotonic()
         version = self.archive.target_version(buildroot.FLAVOURS[opts.flavour][0])
         if version is None:
-            return None  # the build says it, naming the archive
+            return  # the build says it, naming the archive
         key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
         if self.early is None:
             self._start_userspace(key.version)
@@ -143,15 +148,14 @@ class Steps:
         except (shared.SharedRefused, Unreachable) as err:
             out.shared = f"refused: {err.message}"
             self.say(f"shared modules: {err.message}: compiling instead")
-            return None
+            return
         out.seconds["shared_pull"] = time.monotonic() - t0
         if got is None:
             self.say(f"shared modules: none at {shared.where(opts.target, key)}")
-            return None
+            return
         out.shared = "pulled"
         self.say(f"shared modules: {len(got)} pulled from {shared.where(opts.target, key)} in "
                  f"{out.seconds['shared_pull']:.1f}s (compiled by another build; checked here as if compiled)")
-        return got
 
     # -- signing and the kernel's checks -------------------------------------------------------------------------
     def sign(self, made: Modules) -> Modules:

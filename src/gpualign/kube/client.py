@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
 from gpualign.kube import reads as wire
-from gpualign.kube.refusals import refused
+from gpualign.kube.refusals import Response, refused
 from gpualign.kube.refusals import status_message as _status_message
 
 if TYPE_CHECKING:
@@ -45,18 +45,6 @@ PAGE_MIN, PAGE_MAX = 50, 5000
 RETRIES_ON_CONNECT = 3
 RETRIES_ON_RESET = 10
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-
-
-class Response(Protocol):
-    """What callers read of an answer, from either transport."""
-
-    @property
-    def status_code(self) -> int: ...
-    @property
-    def content(self) -> bytes: ...
-    @property
-    def text(self) -> str: ...
-    def json(self) -> Any: ...
 
 
 def _check_tls_files(picked: Picked) -> None:
@@ -349,7 +337,7 @@ class Kube:
                  "json": "application/json-patch+json"}[kind]
         resp = self.request("PATCH", path, body=patch, content_type=ctype)
         if resp.status_code == 409:
-            raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}", status=409)
+            raise Conflict(f"PATCH {path}: conflict: {_status_message(resp)}")
         if resp.status_code >= 400:
             raise refused("PATCH", path, self.server, resp)
         return resp.json()  # type: ignore[no-any-return]

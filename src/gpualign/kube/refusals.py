@@ -15,15 +15,15 @@ from gpualign.base.errors import ApiError, Forbidden, api_error
 ROLES = "deploy/cli/"  # the ClusterRoles shipped for each command
 
 
-class Answer(Protocol):
-    """A response, as the standard library's reads and httpx2's writes both give it."""
+class Response(Protocol):
+    """What callers read of an answer, from either transport (the standard library's reads, httpx2's writes)."""
 
     @property
     def status_code(self) -> int: ...
-
+    @property
+    def content(self) -> bytes: ...
     @property
     def text(self) -> str: ...
-
     def json(self) -> Any: ...
 
 
@@ -53,7 +53,7 @@ def rbac_rule(method: str, path: str, params: Mapping[str, Any] | None = None) -
     return f'apiGroups: ["{group}"], resources: ["{resource}"], verbs: ["{verb}"]{named}, {scope}'
 
 
-def refused(verb: str, path: str, server: str, resp: Answer, params: Mapping[str, Any] | None = None) -> ApiError:
+def refused(verb: str, path: str, server: str, resp: Response, params: Mapping[str, Any] | None = None) -> ApiError:
     """`verb path on server` answered with an error: Forbidden (403) naming the rule that allows it, else the
     ApiError of its status."""
     if resp.status_code == 403:
@@ -62,7 +62,7 @@ def refused(verb: str, path: str, server: str, resp: Answer, params: Mapping[str
     return api_error(resp.status_code, f"{verb} {path} on {server}: HTTP {resp.status_code}: {status_message(resp)}")
 
 
-def status_message(resp: Answer) -> str:
+def status_message(resp: Response) -> str:
     """The message of a Kubernetes Status body, else the body's start."""
     try:
         data = resp.json()

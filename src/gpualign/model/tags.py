@@ -81,10 +81,10 @@ def for_operator(rules: Rules, version: str | None) -> tuple[Rules, str | None]:
     return replace(rules, major_version_only=era.major_version_only, operator_version=version), None
 
 
-def _read_yaml(path: Path | None, text: str | None = None) -> Any:
+def _read_yaml(path: Path) -> Any:
     from gpualign.base import yamlio
 
-    return yamlio.parse(text, str(path)) if text is not None else yamlio.read(path)  # type: ignore[arg-type]
+    return yamlio.read(path)
 
 
 KNOWN_SECTIONS = ("schema", "operator_version", "os_tag", "precompiled", "branches", "default_branch", "debian")
