@@ -146,7 +146,7 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
-    from gpualign.cli import fleet as clusters
+    from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import (
         branch_policy,
@@ -163,10 +163,10 @@ def check(
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
     module_type_flag(kernel_module_type)
-    timeout = clusters.parse_timeout(request_timeout)
+    timeout = fleet.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = clusters.contexts(kubeconfig, context, all_contexts)
+    names = fleet.contexts(kubeconfig, context, all_contexts)
     policy_given = branch_policy_file is not None or old_policy is not None
     flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository or
                        kernel_module_type)
@@ -223,10 +223,10 @@ def check(
     from gpualign.model.fleet_report import merge_check
 
     assert names is not None
-    fleet = clusters.read_fleet(names, one, timeout, merge_check)
-    reads, merged = fleet.reads, fleet.merged
+    several = fleet.read_fleet(names, one, timeout, merge_check)
+    reads, merged = several.reads, several.merged
     if output in (Output.json, Output.yaml):
-        fleet.emit("FleetCheckReport", kubeconfig, setup.ledger, output)
+        several.emit("FleetCheckReport", kubeconfig, setup.ledger, output)
     else:
         text = render_check(merged["nodes"], merged["missing"], wide, no_headers, fleet=True) + "\n"
         for r in reads:
@@ -237,8 +237,8 @@ def check(
         unreadable = merged["summary"]["unreadable"]
         sys.stdout.write(text + (f"; {len(unreadable)} of {len(reads)} clusters unreadable" if unreadable else "")
                          + "\n")
-    if fleet.code:
-        raise typer.Exit(fleet.code)
+    if several.code:
+        raise typer.Exit(several.code)
 
 
 def register(app: typer.Typer) -> None:

@@ -77,7 +77,7 @@ def plan(
     \b
         gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
     """
-    from gpualign.cli import fleet as clusters
+    from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
     from gpualign.model.needed_images import Change
@@ -93,16 +93,16 @@ def plan(
             raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
                            "single cluster's GPU Operator objects can stand in for it")
         ledger, derived_pools, repository = from_operator(kubeconfig, context[0] if context else None,
-                                                          repository, clusters.parse_timeout(request_timeout), warn)
+                                                          repository, fleet.parse_timeout(request_timeout), warn)
     if not (kernel or os_ or driver_branch or kernel_module_type):
         raise BadInput("nothing to plan: pass --kernel, --os, --driver-branch and/or --kernel-module-type")
     module_type_flag(kernel_module_type)
     if build_matrix and output is not Output.table:
         raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
-    timeout = clusters.parse_timeout(request_timeout)
+    timeout = fleet.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = clusters.contexts(kubeconfig, context, all_contexts)
+    names = fleet.contexts(kubeconfig, context, all_contexts)
     os_id = os_version = None
     if os_:
         named = parse_os(os_)
@@ -162,22 +162,22 @@ def plan(
         body, clean, source = plan_of(name, announce=False)
         return body, clean, source["cluster"]["server"]
 
-    fleet = clusters.read_fleet(names, one, timeout, merge_plan)
-    reads, merged = fleet.reads, fleet.merged
+    several = fleet.read_fleet(names, one, timeout, merge_plan)
+    reads, merged = several.reads, several.merged
     merged["repository"] = repo
     if build_matrix:
         sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
                                                  if not n["in_ledger"]]}, indent=2) + "\n")
     elif output in (Output.json, Output.yaml):
-        fleet.emit("FleetPlanReport", kubeconfig, list(available.sources), output)
+        several.emit("FleetPlanReport", kubeconfig, list(available.sources), output)
     else:
         text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
         for r in reads:
             if not r.readable:
                 text += f"{r.name}: unreadable: {r.error}\n"
         sys.stdout.write(text)
-    if fleet.code:
-        raise typer.Exit(fleet.code)
+    if several.code:
+        raise typer.Exit(several.code)
 
 
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:

@@ -157,12 +157,12 @@ def status(
 
     Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck); for several clusters, 4 when
     some cluster could not be read (5 with failures elsewhere)."""
-    from gpualign.cli import fleet as clusters
+    from gpualign.cli import fleet
     from gpualign.cli.common import say_tty, warn
     from gpualign.usecases.ledgers import load_ledger
 
-    timeout = clusters.parse_timeout(request_timeout)
-    names = clusters.contexts(kubeconfig, context, all_contexts)
+    timeout = fleet.parse_timeout(request_timeout)
+    names = fleet.contexts(kubeconfig, context, all_contexts)
     from gpualign.model.tags import load_rules
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
@@ -187,10 +187,10 @@ def status(
                 bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
                 return data, not bad, cluster["server"]
 
-            fleet = clusters.read_fleet(names, one, timeout, merge_status)
-            reads, merged, code = fleet.reads, fleet.merged, fleet.code
+            several = fleet.read_fleet(names, one, timeout, merge_status)
+            reads, merged, code = several.reads, several.merged, several.code
             if output in (Output.json, Output.yaml):
-                fleet.emit("FleetUpgradeStatus", kubeconfig, ledger or [], output)
+                several.emit("FleetUpgradeStatus", kubeconfig, ledger or [], output)
                 text = None
             else:
                 text = _status_table(merged["nodes"], no_headers, fleet=True, wide=output is Output.wide) + "\n"
