@@ -111,7 +111,12 @@ class Fleet:
     names: list[str]
     reads: list[ClusterRead]
     merged: dict[str, Any]
-    code: int
+
+    @property
+    def code(self) -> int:
+        from gpualign.model.fleet_report import exit_code
+
+        return exit_code(self.reads)
 
     def emit(self, kind: str, kubeconfig: str | None, ledger: list[str], output: Output) -> None:
         """The merged report as JSON or YAML, in gpualign's envelope, naming the kubeconfig and contexts read."""
@@ -125,9 +130,8 @@ def read_fleet(names: list[str], one: Callable[[str], tuple[dict[str, Any], bool
                timeout: float | None, merge: Callable[[list[ClusterRead]], dict[str, Any]]) -> Fleet:
     """What check, plan and status do over several clusters: `one(context)` for each at once (a cluster's failure
     is its line, not the report's), each outcome said on stderr, the reports merged."""
-    from gpualign.model.fleet_report import exit_code
     from gpualign.usecases.read_clusters import read_all
 
     reads = read_all(names, one, timeout)
     say_outcomes(reads)
-    return Fleet(names, reads, merge(reads), exit_code(reads))
+    return Fleet(names, reads, merge(reads))
