@@ -1,4 +1,6 @@
-"""Wire the controller together: watches, the check worker, the ledger refresher, leader election, HTTP."""
+"""Wire the controller together, by construction: the caches its watches feed, the findings and who listens to
+them (metrics, the build trigger), the ledger, the alarm's publisher and the gate's writer, the reconciler's
+workers, the refresher, leader election and HTTP."""
 
 from __future__ import annotations
 
@@ -10,12 +12,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from prometheus_client import Gauge
+
 from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
+from gpualign.controller.board import board_view, fleet_view
 from gpualign.controller.builder import Builder, BuildOptions
+from gpualign.controller.caches import Caches
+from gpualign.controller.findings import Findings, OnMissing
+from gpualign.controller.gate_writer import GateWriter
+from gpualign.controller.ledger_view import Judge, LedgerView
 from gpualign.controller.metrics import Metrics
+from gpualign.controller.publisher import Publisher
+from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
-from gpualign.controller.state import ClusterState
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector
 from gpualign.kube.watch import Watcher
@@ -48,29 +58,22 @@ class Options:
 def run(kube: Kube, rules: Rules, policy: BranchPolicy,
         load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers], opts: Options,
         stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
-        follow_operator: bool = False,
-        judge_image: Callable[[str, str, str | None], str | None] | None = None) -> None:
+        follow_operator: bool = False, judge_image: Judge | None = None) -> None:
     stop = stop or threading.Event()
     identity = opts.identity or socket.gethostname()
+    work = WorkQueue()
+    caches = Caches(requeue=work.put)
     elector: LeaseElector | None = None
-    state = ClusterState(kube, rules, policy, opts.repository, load_ledger, operator=operator,
-                  follow_operator=follow_operator, gate=opts.gate and operator is not None,
-                  gate_warn_after=opts.gate_warn_after)
-    if judge_image is not None:
-        state.judge_image = judge_image
-
-    def on_leader(leader: bool) -> None:
-        if leader:  # a new leader re-checks everything, so alarms raised while it stood by are published
-            for name in list(state.nodes):
-                state.queue.put(name)
-
     if opts.leader_elect:
+        # a new leader re-checks everything, so alarms raised while it stood by are published
         elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, identity,
                                lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
-                               retry_seconds=opts.retry_seconds, stop=stop, on_change=on_leader)
-        state.is_leader = lambda: elector.leader
+                               retry_seconds=opts.retry_seconds, stop=stop,
+                               on_change=lambda leader: caches.requeue(caches.names()) if leader else None)
         elector.check_writable()  # a missing namespace or forbidden Lease: exit 2 now, not a silent standby
-    is_leader = state.is_leader
+
+    def is_leader() -> bool:
+        return elector.leader if elector is not None else True
 
     def election_problem() -> str | None:
         return elector.problem if elector is not None else None
@@ -81,116 +84,57 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             return f"not ready: {elector.problem}"
         return None
 
-    metrics = Metrics(lambda: state.view(is_leader(), with_nodes=False), election_problem)
-    state.on_checked = metrics.check_duration.observe
+    metrics = Metrics(lambda: fleet_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader()),
+                      election_problem)
+    wake_builds = threading.Event()  # a node began to wait for a tag: the build trigger decides now
+    wakes = [_wake(wake_builds)] if opts.builds is not None else []
 
-    def on_missing(node: str, old: str | None, new: str | None) -> None:
-        if old:
-            metrics.image_missing.remove(node, old)
-        if new:
-            metrics.image_missing.labels(node, new).set(1)
-            log.warning("node %s needs driver image %s, missing from the ledger", node, new)
+    def say_missing(node: str, tag: str) -> None:
+        log.warning("node %s needs driver image %s, missing from the ledger", node, tag)
 
-    state.on_missing = on_missing
+    def say_ahead_missing(node: str, tag: str) -> None:
+        ahead = findings.ahead_snapshot().get(node) or {}
+        nxt = f"kernel {ahead.get('kernel')}" + (f" on {ahead['os']}" if ahead.get("os") else "")
+        log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, tag)
 
-    def on_ahead_missing(node: str, old: str | None, new: str | None) -> None:
-        if old:
-            metrics.next_kernel_missing.remove(node, old)
-        if new:
-            metrics.next_kernel_missing.labels(node, new).set(1)
-            ahead = state.ahead.get(node) or {}
-            nxt = f"kernel {ahead.get('kernel')}" + (f" on {ahead['os']}" if ahead.get("os") else "")
-            log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, new)
-
-    state.on_ahead_missing = on_ahead_missing
-    extra: dict[str, Callable[[], object]] = {}  # parts of the board that only some controllers have (builds)
+    findings = Findings(on_missing=[_missing_gauge(metrics.image_missing, say_missing), *wakes],
+                        on_ahead_missing=[_missing_gauge(metrics.next_kernel_missing, say_ahead_missing), *wakes])
+    ledger = LedgerView(load_ledger, judge_image or (lambda _i, _a, _m: None))
+    reconciler = Reconciler(
+        kube, rules, policy, opts.repository, work, caches, findings, ledger,
+        Publisher(kube, retry=work.put_one),
+        GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after),
+        operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
+        is_leader=is_leader, on_checked=metrics.check_duration.observe)
+    try:
+        reconciler.refresh_ledger()
+    except GpualignError as err:
+        log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
+    builder: Builder | None = None  # the ledger's name, in its Events, is known once it was read
+    if opts.builds is not None:
+        builder = Builder(kube, opts.builds, findings.snapshot, is_leader=is_leader,
+                          on_started=lambda _tag: metrics.builds_started.inc(),
+                          on_finished=metrics.build_finished, ahead=findings.ahead_snapshot,
+                          listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources), wake=wake_builds)
+        metrics.builds_view = builder.view
 
     def board() -> dict[str, object]:
-        return {**state.view(is_leader()), **{name: part() for name, part in extra.items()}}
+        view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),
+                          updated=reconciler.updated, ledger_sources=ledger.ledger.sources, cluster=kube.server)
+        return {**view, **({"builds": builder.view()} if builder is not None else {})}
 
     server = serve(opts.listen, metrics.registry, board, unready)
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
-    try:
-        state.refresh_ledger()
-    except GpualignError as err:
-        log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
 
-    watchers = [
-        Watcher(kube, "/api/v1/nodes", label_selector=f"{L.GPU_PRESENT}=true", metadata_only=True,
-                on_sync=state.sync_nodes, on_event=state.node_event, stop=stop, name="watch-nodes"),
-        Watcher(kube, "/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}",
-                metadata_only=False, on_sync=state.sync_pods, on_event=state.pod_event, stop=stop,
-                name="watch-driver-pods"),
-        Watcher(kube, "/apis/apps/v1/daemonsets",
-                label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}", metadata_only=False,
-                on_sync=state.sync_pools, on_event=state.pool_event, stop=stop, name="watch-driver-daemonsets"),
-    ]
-    if operator is not None:
-        # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
-        # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.
-        def operator_changed(*_: object) -> None:
-            try:
-                state.refresh_operator()
-            except GpualignError as err:
-                log.error("operator configuration: %s", err.message)
-
-        for path, name in (("/apis/nvidia.com/v1/clusterpolicies", "watch-clusterpolicies"),
-                           ("/apis/nvidia.com/v1alpha1/nvidiadrivers", "watch-nvidiadrivers")):
-            watchers.append(Watcher(kube, path, label_selector=None, metadata_only=False,
-                                    on_sync=lambda _items: operator_changed(), on_event=lambda *_: operator_changed(),
-                                    stop=stop, name=name))
-    for w in watchers:
+    for w in _watchers(kube, caches, reconciler, stop, operator is not None):
         w.start()
     if elector:
         elector.start()
     for i in range(opts.workers):  # writes are round trips: a burst of new nodes is alarmed in parallel
-        threading.Thread(target=state.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
-
-    def refresher() -> None:
-        while not stop.wait(opts.ledger_refresh):
-            if state.gate:
-                for name in state.overdue_holds():
-                    state.queue.put(name)
-            try:
-                if state.refresh_ledger():
-                    log.info("ledger changed: re-checking every node")
-            except GpualignError as err:
-                log.error("ledger: %s", err.message)
-            try:
-                if state.refresh_operator():
-                    log.info("the GPU Operator's driver configuration changed: re-checking every node")
-            except GpualignError as err:
-                log.error("operator configuration: %s", err.message)
-
-    threading.Thread(target=refresher, name="ledger", daemon=True).start()
-    if opts.builds is not None:
-        def listed(image: str) -> bool:
-            """After a Job says it pushed: the ledger read anew (its nodes re-checked when it changed)."""
-            state.refresh_ledger()
-            return state._in_ledger(image)
-
-        builder = Builder(kube, opts.builds, lambda: dict(state.findings), is_leader=is_leader,
-                          on_started=lambda _tag: metrics.builds_started.inc(),
-                          on_finished=metrics.build_finished, ahead=lambda: dict(state.ahead), listed=listed,
-                          ledger_name=", ".join(state.ledger.sources))
-        previous = state.on_missing
-
-        def on_missing_and_build(node: str, old: str | None, new: str | None) -> None:
-            previous(node, old, new)
-            if new:
-                builder.wake.set()  # a node began to wait: decide now, not at the next pass
-
-        state.on_missing = on_missing_and_build
-        previous_ahead = state.on_ahead_missing
-
-        def on_ahead_missing_and_build(node: str, old: str | None, new: str | None) -> None:
-            previous_ahead(node, old, new)
-            if new:
-                builder.wake.set()
-
-        state.on_ahead_missing = on_ahead_missing_and_build
-        metrics.builds_view = builder.view
-        extra["builds"] = builder.view
+        threading.Thread(target=reconciler.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
+    threading.Thread(target=_refresher, args=(reconciler, opts.ledger_refresh, stop), name="ledger",
+                     daemon=True).start()
+    if builder is not None:
         threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()
 
     if threading.current_thread() is threading.main_thread():
@@ -200,3 +144,66 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
     if elector:
         elector.release()
     server.shutdown()
+
+
+def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threading.Event,
+              with_operator: bool) -> list[Watcher]:
+    driver = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
+    watchers = [
+        Watcher(kube, "/api/v1/nodes", label_selector=f"{L.GPU_PRESENT}=true", metadata_only=True,
+                on_sync=caches.sync_nodes, on_event=caches.node_event, stop=stop, name="watch-nodes"),
+        Watcher(kube, "/api/v1/pods", label_selector=driver, metadata_only=False, on_sync=caches.sync_pods,
+                on_event=caches.pod_event, stop=stop, name="watch-driver-pods"),
+        Watcher(kube, "/apis/apps/v1/daemonsets", label_selector=driver, metadata_only=False,
+                on_sync=caches.sync_pools, on_event=caches.pool_event, stop=stop, name="watch-driver-daemonsets"),
+    ]
+    if with_operator:
+        # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
+        # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.
+        def operator_changed(*_: object) -> None:
+            try:
+                reconciler.refresh_operator()
+            except GpualignError as err:
+                log.error("operator configuration: %s", err.message)
+
+        for path, name in (("/apis/nvidia.com/v1/clusterpolicies", "watch-clusterpolicies"),
+                           ("/apis/nvidia.com/v1alpha1/nvidiadrivers", "watch-nvidiadrivers")):
+            watchers.append(Watcher(kube, path, label_selector=None, metadata_only=False,
+                                    on_sync=lambda _items: operator_changed(), on_event=lambda *_: operator_changed(),
+                                    stop=stop, name=name))
+    return watchers
+
+
+def _refresher(reconciler: Reconciler, every: float, stop: threading.Event) -> None:
+    """The ledger and the operator's objects read again every `every` seconds; old holds looked at again."""
+    while not stop.wait(every):
+        if reconciler.gating:
+            reconciler.work.put(reconciler.gate.overdue(reconciler.caches.node_list()))
+        try:
+            if reconciler.refresh_ledger():
+                log.info("ledger changed: re-checking every node")
+        except GpualignError as err:
+            log.error("ledger: %s", err.message)
+        try:
+            if reconciler.refresh_operator():
+                log.info("the GPU Operator's driver configuration changed: re-checking every node")
+        except GpualignError as err:
+            log.error("operator configuration: %s", err.message)
+
+
+def _missing_gauge(gauge: Gauge, say: Callable[[str, str], None]) -> OnMissing:
+    """A missing-tag listener: the gauge's series for (node, tag) set while the node waits, and one log line."""
+    def listener(node: str, old: str | None, new: str | None) -> None:
+        if old:
+            gauge.remove(node, old)
+        if new:
+            gauge.labels(node, new).set(1)
+            say(node, new)
+    return listener
+
+
+def _wake(event: threading.Event) -> OnMissing:
+    def listener(_node: str, _old: str | None, new: str | None) -> None:
+        if new:
+            event.set()
+    return listener

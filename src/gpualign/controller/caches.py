@@ -1,0 +1,167 @@
+"""The controller's caches, fed by its watches: GPU nodes, their driver pods and the driver DaemonSets.
+
+Each update says which nodes to re-check (the `requeue` given at construction); a node that is gone is re-checked
+too, and the check, finding nothing, forgets it.
+
+The caches also remember the controller's own writes to a node until the node's watch shows them: until then the
+cached node predates the write, and a decision made from it would only write the same thing again (the expectations
+of Kubernetes' own controllers).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign.base import labels as L
+from gpualign.model.audit import DriverPod
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.upgrade import states as S
+
+JSON = dict[str, Any]
+
+# The labels whose change can change a node's finding or the gate's decision: only these re-check a node.
+WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER,
+                  L.DRIVER_CURRENT_FULL,
+                  *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
+# How long an own write may stay unseen by the node's watch before the cache is trusted again anyway (a watch that
+# lost the event resumes or lists again well within this).
+WRITE_SEEN_WITHIN = 60.0
+
+
+@dataclass
+class Caches:
+    requeue: Callable[[Iterable[str]], None]  # these nodes need a re-check
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    pods: dict[str, DriverPod] = field(default_factory=dict)  # node -> its driver pod
+    pools: dict[str, JSON] = field(default_factory=dict)  # driver DaemonSets by namespace/name
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # node -> (the resourceVersion the controller's own write made, when to stop waiting for the watch to show it)
+    unseen_writes: dict[str, tuple[str, float]] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+
+    # -- nodes ------------------------------------------------------------------------------------------------------
+    def sync_nodes(self, items: list[JSON]) -> None:
+        fresh = {f.name: f for f in map(node_facts, items) if f.gpu}
+        with self.lock:
+            gone = set(self.nodes) - set(fresh)
+            self.nodes = fresh
+            self.unseen_writes.clear()  # a list is the present: every write made before it is in it
+        self.requeue([*fresh, *gone])
+
+    def node_event(self, kind: str, obj: JSON) -> None:
+        facts = node_facts(obj)
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        with self.lock:
+            old = self.nodes.get(facts.name)
+            seen = self.unseen_writes.get(facts.name, ("", 0.0))[0] == version and version is not None
+            if seen:
+                del self.unseen_writes[facts.name]
+            if kind == "DELETED" or not facts.gpu:
+                self.nodes.pop(facts.name, None)
+                self.unseen_writes.pop(facts.name, None)
+            else:
+                self.nodes[facts.name] = facts
+        if kind == "DELETED" or not facts.gpu:
+            self.requeue([facts.name])
+            return
+        relevant = old is None or any(old.labels.get(k) != facts.labels.get(k) for k in WATCHED_LABELS)
+        if relevant or seen:  # a decision deferred while the write was unseen is made now
+            self.requeue([facts.name])
+
+    def wrote(self, node: JSON) -> None:
+        """The controller wrote this node (`node` as the API answered): its cached copy is stale until the watch
+        shows that version."""
+        meta = node.get("metadata") or {}
+        if meta.get("name") and meta.get("resourceVersion"):
+            with self.lock:
+                self.unseen_writes[meta["name"]] = (meta["resourceVersion"], self.clock() + WRITE_SEEN_WITHIN)
+
+    def current(self, name: str) -> bool:
+        """Whether the cached node shows every write the controller made to it (or waited long enough)."""
+        with self.lock:
+            unseen = self.unseen_writes.get(name)
+            if unseen is None:
+                return True
+            if self.clock() >= unseen[1]:
+                del self.unseen_writes[name]
+                return True
+            return False
+
+    def node(self, name: str) -> tuple[NodeFacts | None, DriverPod | None]:
+        with self.lock:
+            return self.nodes.get(name), self.pods.get(name)
+
+    def snapshot(self) -> dict[str, NodeFacts]:
+        with self.lock:
+            return dict(self.nodes)
+
+    def node_list(self) -> list[NodeFacts]:
+        with self.lock:
+            return list(self.nodes.values())
+
+    def names(self) -> list[str]:
+        with self.lock:
+            return list(self.nodes)
+
+    # -- driver pods ------------------------------------------------------------------------------------------------
+    def sync_pods(self, items: list[JSON]) -> None:
+        with self.lock:
+            self.pods = {}
+            for pod in items:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and not pod["metadata"].get("deletionTimestamp"):
+                    self.pods[node] = DriverPod.from_pod(pod)
+        self.requeue(self.names())
+
+    def pod_event(self, kind: str, pod: JSON) -> None:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            return
+        with self.lock:
+            current = self.pods.get(node)
+            name = f"{pod['metadata'].get('namespace')}/{pod['metadata'].get('name')}"
+            if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                if current and current.name == name:
+                    self.pods.pop(node, None)
+            else:
+                self.pods[node] = DriverPod.from_pod(pod)
+        self.requeue([node])
+
+    # -- driver DaemonSets ------------------------------------------------------------------------------------------
+    def sync_pools(self, items: list[JSON]) -> None:
+        with self.lock:
+            self.pools = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d for d in items}
+        self.requeue(self.names())
+
+    def pool_event(self, kind: str, ds: JSON) -> None:
+        key = f"{ds['metadata']['namespace']}/{ds['metadata']['name']}"
+        with self.lock:
+            old = self.pools.pop(key, None) if kind == "DELETED" else self.pools.get(key)
+            if kind != "DELETED":
+                self.pools[key] = ds
+
+        def template(d: JSON | None) -> Any:
+            return ((d or {}).get("spec") or {}).get("template")
+
+        if kind == "DELETED" or template(old) != template(ds):  # status-only updates change nothing here
+            self.requeue(self.names())
+
+    def pool_list(self) -> list[JSON]:
+        with self.lock:
+            return list(self.pools.values())
+
+    def pool_branch(self, facts: NodeFacts) -> str | None:
+        """The branch the node's driver DaemonSet deploys: known before its pod exists (a brand-new node)."""
+        for ds in self.pool_list():
+            template = (ds.get("spec") or {}).get("template") or {}
+            selector = (template.get("spec") or {}).get("nodeSelector") or {}
+            if selector and all(facts.labels.get(k) == v for k, v in selector.items()):
+                image = ((template.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
+                tag = image.rsplit("/", 1)[-1].partition(":")[2]
+                head = tag.split("-", 1)[0].split(".")[0]
+                return head if head.isdigit() else None
+        return None

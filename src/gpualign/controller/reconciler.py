@@ -1,0 +1,216 @@
+"""The reconciler: a queue of nodes to re-check and the workers that check them. One check audits the node against
+the ledger (its current kernel, then its next), records the finding, and, when this replica leads, publishes the
+alarm and applies the gate. Several workers run checks; one node is never checked by two at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpualign.base import labels as L
+from gpualign.controller.caches import Caches
+from gpualign.controller.findings import Findings
+from gpualign.controller.gate_writer import GateWriter
+from gpualign.controller.ledger_view import LedgerView
+from gpualign.controller.publisher import Publisher
+from gpualign.kube.client import Kube
+from gpualign.model.audit import AuditInput, DriverPod, Status, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.expect import from_operator
+from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.operator_config import OperatorConfig, daemonset_image
+from gpualign.model.tags import Rules, parse_os
+from gpualign.upgrade import states as S
+
+log = logging.getLogger("gpualign.controller")
+JSON = dict[str, Any]
+
+
+class WorkQueue:
+    """Nodes to re-check, each in the queue at most once however often it is asked for (a node asked for while it is
+    being checked is queued again: the check may have read it before the change)."""
+
+    def __init__(self) -> None:
+        self.queue: queue.Queue[str] = queue.Queue()
+        self.queued: set[str] = set()
+        self.lock = threading.Lock()
+
+    def put(self, names: Iterable[str]) -> None:
+        for name in names:
+            self.put_one(name)
+
+    def put_one(self, name: str) -> None:
+        with self.lock:
+            if name in self.queued:
+                return
+            self.queued.add(name)
+        self.queue.put(name)
+
+    def get(self, timeout: float) -> str | None:
+        try:
+            name = self.queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        with self.lock:
+            self.queued.discard(name)
+        return name
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    rules: Rules
+    policy: BranchPolicy
+    repository: str
+    work: WorkQueue
+    caches: Caches
+    findings: Findings
+    ledger: LedgerView
+    publisher: Publisher
+    gate: GateWriter
+    operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
+    follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
+    gating: bool = False  # --gate-operator-upgrades, with an operator to gate
+    is_leader: Callable[[], bool] = lambda: True
+    on_checked: Callable[[float], None] = lambda _s: None
+    updated: str = ""
+    node_locks: dict[str, threading.Lock] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def recheck_all(self) -> None:
+        self.work.put(self.caches.names())
+
+    def forget(self, name: str) -> None:
+        """A GPU node is gone: nothing of it is kept (its metrics are removed through the findings' listeners)."""
+        self.publisher.forget(name)
+        self.findings.forget(name)
+        with self.lock:
+            self.node_locks.pop(name, None)
+
+    # -- the ledger and the operator's objects ----------------------------------------------------------------------
+    def refresh_ledger(self, operator: OperatorConfig | None = None) -> bool:
+        """Read the ledger again (for `operator`, the operator's objects as they are about to be used; default:
+        the current ones); re-check every node on a change."""
+        changed = self.ledger.refresh(operator or self.operator)
+        if changed:
+            self.recheck_all()
+        return changed
+
+    def refresh_operator(self) -> bool:
+        """Re-read the operator's ClusterPolicy/NVIDIADrivers (when it runs here); re-check all on a change."""
+        if self.operator is None:
+            return False
+        from gpualign.kube.inventory import read_operator_config
+
+        config, notes = read_operator_config(self.kube, tuple(self.caches.node_list()))
+        for note in notes:
+            log.warning("%s", note)
+        if config is None or config == self.operator:
+            return False
+        if _repositories(config) != _repositories(self.operator):
+            # A repository named for the first time is read before any node is checked against it: until then
+            # its images would all look missing (a false alarm, and a false gate hold).
+            self.refresh_ledger(config)
+        self.operator = config
+        self.recheck_all()
+        return True
+
+    def in_ledger(self, image: str) -> bool:
+        """After a build Job says it pushed: the ledger read anew (its nodes re-checked when it changed)."""
+        self.refresh_ledger()
+        return self.ledger.has(image)
+
+    # -- the check --------------------------------------------------------------------------------------------------
+    def worker(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            name = self.work.get(timeout=0.5)
+            if name is None:
+                continue
+            try:
+                self.check(name)
+            except Exception:  # noqa: BLE001 - one bad node must not stop the loop
+                log.exception("checking node %s", name)
+
+    def check(self, name: str) -> None:
+        """Re-check one node. Several workers run checks; one node is never checked by two at once."""
+        with self.lock:
+            node_lock = self.node_locks.setdefault(name, threading.Lock())
+        with node_lock:
+            self._check(name)
+
+    def _check(self, name: str) -> None:
+        started = time.perf_counter()
+        facts, pod = self.caches.node(name)
+        if facts is None:  # gone, or no longer a GPU node
+            self.forget(name)
+            return
+        policy = self.policy
+        if not policy.branch_for(facts.labels) and pod is None:
+            hint = self.caches.pool_branch(facts)
+            if hint:
+                policy = BranchPolicy(default=hint)
+        operator = self.operator
+        planned = None
+        if operator is not None:
+            found = daemonset_image(facts.labels, self.caches.pool_list())
+            planned = {name: found} if found else {}
+        expect = from_operator(operator) if operator is not None and self.follow_operator else None
+        finding = self._finding(facts, pod, policy, planned, expect)
+        self.findings.record(name, finding)
+        self._look_ahead(facts, policy, expect)
+        if self.is_leader():
+            self.publisher.publish(facts, finding)
+            if self.gating and operator is not None:
+                self.gate.apply(facts, finding, planned.get(name) if planned else None)
+            else:
+                self.gate.release_if_held(facts)
+        self.on_checked(time.perf_counter() - started)
+        self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+    def _finding(self, facts: NodeFacts, pod: DriverPod | None, policy: BranchPolicy,
+                 planned: dict[str, tuple[str, str]] | None, expect: Any) -> JSON:
+        def judged(wrong: dict[str, str] | None = None) -> Any:
+            return audit(AuditInput([facts], self.ledger.ledger, self.rules, policy, repository=self.repository,
+                                    pods={facts.name: pod} if pod else {}, planned=planned, expect=expect,
+                                    wrong=wrong))
+
+        first = judged().findings[0]
+        if first.status == Status.PRESENT and first.image and \
+                (why := self.ledger.wrong(first.image, facts.arch, first.module_type)):
+            first = judged({first.image: why}).findings[0]
+        finding: JSON = first.as_dict()
+        finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
+        finding["pod_state"] = pod.state if pod else None
+        return finding
+
+    def _look_ahead(self, facts: NodeFacts, policy: BranchPolicy, expect: Any) -> None:
+        """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its
+        current one is: the same expectation with only those changed, so it can be made before the node reboots
+        into them."""
+        labels = dict(facts.labels)
+        kernel_next = labels.get(L.KERNEL_NEXT)
+        if kernel_next:
+            labels[L.KERNEL] = kernel_next
+        os_next = parse_os(labels.get(L.OS_NEXT))
+        if os_next is not None:
+            labels[L.OS_ID], labels[L.OS_VERSION] = os_next
+        finding = None
+        if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
+                                                                   os_next != (facts.os_id, facts.os_version)):
+            future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
+            result = audit(AuditInput([future], self.ledger.ledger, self.rules, policy, repository=self.repository,
+                                      expect=expect))
+            finding = {**result.findings[0].as_dict(), "kernel": future.kernel}
+            if os_next is not None:
+                finding["os"] = "-".join(os_next)
+        self.findings.record_ahead(facts.name, finding)
+
+
+def _repositories(config: OperatorConfig | None) -> frozenset[str]:
+    return frozenset(s.repository for s in (config.sources if config else ()) if s.repository and not s.problem)
