@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from gpualign.controller import build_job as J
-from gpualign.controller.builds import job_name
+from gpualign.controller.build_trigger import job as J
+from gpualign.controller.build_trigger.decisions import job_name
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import add_node
 from tests.support.cli import run_cli

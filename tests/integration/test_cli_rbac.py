@@ -97,7 +97,7 @@ def test_the_upgrader_roles_walk_a_node_end_to_end(rbac):
 def test_build_state_is_unknown_without_the_builds_role_and_read_with_it(rbac):
     """The review's #9: with the reader role alone, status and why dropped the build line and told the user to run
     `gpualign ensure` by hand, racing the controller's Job; and no role covered `build list`."""
-    from gpualign.controller import build_job as J
+    from gpualign.controller.build_trigger import job as J
 
     lab, files = rbac
     ledger = f"registry://{lab.registry}/nvidia/driver"

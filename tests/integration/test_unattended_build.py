@@ -28,7 +28,7 @@ from collections.abc import Iterator
 import pytest
 from ruamel.yaml import YAML
 
-from gpualign.controller import build_job as J
+from gpualign.controller.build_trigger import job as J
 from gpualign.ensure import debian, shared
 from gpualign.ensure.archive import Archive
 from gpualign.lab import realnode, versions

@@ -1,14 +1,14 @@
-"""The build trigger's decisions (controller/builds.py): one Job per tag, a cap, the join order, backoff for
-transient failures, permanent ones held until something changes."""
+"""The build trigger's decisions (controller/build_trigger/decisions.py): one Job per tag, a cap, the join order,
+backoff for transient failures, permanent ones held until something changes."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.controller import builds as B
-from gpualign.controller.builds import BuildFailure as Failure
-from gpualign.controller.builds import BuildPhase as Phase
+from gpualign.controller.build_trigger import decisions as B
+from gpualign.controller.build_trigger.decisions import BuildFailure as Failure
+from gpualign.controller.build_trigger.decisions import BuildPhase as Phase
 
 RECIPE = "gpualign 0.1.0"
 

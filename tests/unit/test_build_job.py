@@ -1,11 +1,11 @@
-"""The build Job a tag gets, and how a Job and its pod read back (controller/build_job.py)."""
+"""The build Job a tag gets, and how a Job and its pod read back (controller/build_trigger/job.py)."""
 
 from __future__ import annotations
 
 import json
 
-from gpualign.controller import build_job as J
-from gpualign.controller import builds as B
+from gpualign.controller.build_trigger import decisions as B
+from gpualign.controller.build_trigger import job as J
 
 TAG = "535-6.1.0-50-amd64-debian12"
 SETTINGS = J.BuildSettings(image="registry.local/gpualign:0.1.0", ledger="registry://registry.local/nvidia/driver",
@@ -98,16 +98,16 @@ def test_a_build_in_one_line_says_where_it_is_for_how_long_and_what_happens_next
 
 
 def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
-    from gpualign.controller.builder import Builder, BuildOptions
+    from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
 
     tag = "535-6.1.0-50-amd64-debian12"
     findings = {"gpu-1": {"status": "wrong-image", "action": "replace", "tag": tag},
                 "gpu-2": {"status": "missing", "action": "build", "tag": "535-6.1.0-47-amd64-debian12"}}
     settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
-    off = Builder(kube=None, options=BuildOptions(settings), findings=lambda: findings)  # type: ignore[arg-type]
+    off = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings)  # type: ignore[arg-type]
     assert [w.tag for w in off.wanted(0.0)] == ["535-6.1.0-47-amd64-debian12"]  # alarmed only, never rebuilt
-    on = Builder(kube=None, options=BuildOptions(settings, replace_wrong=True),  # type: ignore[arg-type]
-                 findings=lambda: findings)
+    on = BuildTrigger(kube=None, options=BuildOptions(settings, replace_wrong=True),  # type: ignore[arg-type]
+                      findings=lambda: findings)
     wanted = {w.tag: w for w in on.wanted(0.0)}
     assert wanted[tag].action == "replace" and wanted[tag].nodes == ("gpu-1",)
     job = J.build_job(tag, 1, ["gpu-1"], settings, "gpualign 1", replace_wrong=True)
@@ -174,9 +174,30 @@ def test_builds_go_only_to_a_registry_that_is_yours():
 
 
 def test_a_namespace_under_baseline_refuses_the_privileged_build_pod_and_says_which_label_allows_it():
-    from gpualign.controller.build_preflight import pod_security_problem
+    from gpualign.controller.build_trigger.preflight import pod_security_problem
 
     assert pod_security_problem({}, "b") is None
     assert pod_security_problem({"pod-security.kubernetes.io/enforce": "privileged"}, "b") is None
     why = pod_security_problem({"pod-security.kubernetes.io/enforce": "baseline"}, "b")
     assert why and "enforces Pod Security 'baseline'" in why and "enforce=privileged" in why
+
+
+def test_only_the_leader_collects_the_jobs_the_last_pass_found_stale():
+    from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
+
+    class Jobs:
+        deleted: list[str] = []
+
+        def delete(self, name: str) -> None:
+            self.deleted.append(name)
+
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
+    leader = [False]
+    trigger = BuildTrigger(kube=None, options=BuildOptions(settings), findings=dict,  # type: ignore[arg-type]
+                           is_leader=lambda: leader[0])
+    trigger.api = Jobs()  # type: ignore[assignment]
+    trigger.last = B.Decision(stale=("gpualign-build-a-1", "gpualign-build-b-2"))
+    assert trigger.garbage_collect() == [] and Jobs.deleted == []
+    leader[0] = True
+    assert trigger.garbage_collect() == ["gpualign-build-a-1", "gpualign-build-b-2"] == Jobs.deleted
+    assert trigger.status()["running"] == []

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.controller.build_job import BuildSettings, build_job
+from gpualign.controller.build_trigger.job import BuildSettings, build_job
 from gpualign.ensure.inputs import flavours_from_report
 from gpualign.ledger.sources import Ledger
 from gpualign.model import flavours

@@ -40,7 +40,7 @@ def list_builds(
 ) -> None:
     """The build Jobs, one a tag: its phase, attempt, and for a failed one its kind and reason."""
     from gpualign.cli.table import render
-    from gpualign.controller.build_job import BUILD_LABEL, read_job
+    from gpualign.controller.build_trigger.job import BUILD_LABEL, read_job
     from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context)
@@ -51,7 +51,7 @@ def list_builds(
         source = {"cluster": kube.describe()}
     finally:
         kube.close()
-    from gpualign.controller.builds import latest
+    from gpualign.controller.build_trigger.decisions import latest
 
     read = list(latest(read_job(j, pods.get(j["metadata"]["name"])) for j in jobs).values())  # a row a tag
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
@@ -71,7 +71,7 @@ def _attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, dict[str,
     """The build Jobs of TAG in the namespace with their attempt, newest first; a one-line error when there is
     none."""
     from gpualign.base.errors import BadInput
-    from gpualign.controller.build_job import TAG_HASH_LABEL, read_job, tag_hash
+    from gpualign.controller.build_trigger.job import TAG_HASH_LABEL, read_job, tag_hash
 
     jobs = [(read, j) for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
                                              label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
@@ -97,7 +97,7 @@ def logs(
     import sys
 
     from gpualign.base.errors import BadInput, Refused
-    from gpualign.controller.build_job import read_job
+    from gpualign.controller.build_trigger.job import read_job
     from gpualign.kube.client import Kube
     from gpualign.kube.refusals import refused
 
@@ -144,7 +144,7 @@ def retry(
 ) -> None:
     """Ask the controller to build TAG again, even after a permanent failure: its latest Job is stamped with the
     time asked, and the controller's next pass makes the next attempt (the failed one stays, with its log)."""
-    from gpualign.controller.build_job import RETRY_ANNOTATION
+    from gpualign.controller.build_trigger.job import RETRY_ANNOTATION
     from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")

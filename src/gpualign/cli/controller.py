@@ -25,7 +25,7 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from gpualign.controller.builder import BuildOptions
+    from gpualign.controller.build_trigger.trigger import BuildOptions
     from gpualign.model.operator_config import OperatorConfig
 
 
@@ -151,7 +151,7 @@ def controller(
         builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
                                build_pod_settings, target, build_retry_after)
         builds.replace_wrong = build_replace_wrong
-        from gpualign.controller import build_preflight
+        from gpualign.controller.build_trigger import preflight as build_preflight
 
         try:
             for line in build_preflight.check(kube, builds.settings):
@@ -242,8 +242,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
     """--build's settings, checked before the controller starts (one line and exit 2 otherwise)."""
     from gpualign import __version__
     from gpualign.base import yamlio
-    from gpualign.controller.build_job import BuildSettings
-    from gpualign.controller.builder import BuildOptions
+    from gpualign.controller.build_trigger.job import BuildSettings
+    from gpualign.controller.build_trigger.trigger import BuildOptions
 
     if not image:
         raise BadInput("--build: name the image build Jobs run (--build-image IMAGE or $GPUALIGN_IMAGE): gpualign's "

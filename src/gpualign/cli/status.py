@@ -60,7 +60,7 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
                                                 for ns in snap.nodes.values())
         builds: dict[str, str] = {}
         if missing or (builds_always and available is None):  # the build Jobs' reader loads only when read
-            from gpualign.controller.build_job import read_cluster
+            from gpualign.controller.build_trigger.jobs_api import read_cluster
 
             builds = read_cluster(kube)
         return snap, derive(kube, snap), kube.describe(), builds

@@ -86,7 +86,8 @@ class BuildsCollector(Collector):
 
 class Metrics:
     def __init__(self, snapshot: Callable[[], dict[str, Any]],
-                 election_problem: Callable[[], str | None] = lambda: None) -> None:
+                 election_problem: Callable[[], str | None] = lambda: None,
+                 builds: Callable[[], dict[str, Any]] = lambda: {"running": []}) -> None:
         self.registry = CollectorRegistry()
         failing = Gauge("gpualign_leader_election_failing",
                         "1 while this replica cannot read or write its Lease (so it can never lead)",
@@ -106,7 +107,7 @@ class Metrics:
                                         registry=self.registry)
         self.registry.register(FleetCollector(snapshot))
         # the build trigger (--build)
-        self.builds_view: Callable[[], dict[str, Any]] = lambda: {"running": []}
+        self.builds_view = builds
         self.registry.register(BuildsCollector(lambda: self.builds_view()))
         running = Gauge("gpualign_builds_running", "Build Jobs running now (--build)", registry=self.registry)
         running.set_function(lambda: float(len(self.builds_view().get("running") or [])))

@@ -17,7 +17,7 @@ from prometheus_client import Gauge
 from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
 from gpualign.controller.board import board_view, fleet_view
-from gpualign.controller.builder import Builder, BuildOptions
+from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
 from gpualign.controller.caches import Caches
 from gpualign.controller.findings import Findings, OnMissing
 from gpualign.controller.gate_writer import GateWriter
@@ -84,8 +84,9 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
             return f"not ready: {elector.problem}"
         return None
 
+    builder: BuildTrigger | None = None  # made below, once the ledger (its Events name it) was read
     metrics = Metrics(lambda: fleet_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader()),
-                      election_problem)
+                      election_problem, builds=lambda: builder.status() if builder is not None else {"running": []})
     wake_builds = threading.Event()  # a node began to wait for a tag: the build trigger decides now
     wakes = [_wake(wake_builds)] if opts.builds is not None else []
 
@@ -110,18 +111,16 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
         reconciler.refresh_ledger()
     except GpualignError as err:
         log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
-    builder: Builder | None = None  # the ledger's name, in its Events, is known once it was read
     if opts.builds is not None:
-        builder = Builder(kube, opts.builds, findings.snapshot, is_leader=is_leader,
+        builder = BuildTrigger(kube, opts.builds, findings.snapshot, is_leader=is_leader,
                           on_started=lambda _tag: metrics.builds_started.inc(),
                           on_finished=metrics.build_finished, ahead=findings.ahead_snapshot,
                           listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources), wake=wake_builds)
-        metrics.builds_view = builder.view
 
     def board() -> dict[str, object]:
         view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),
                           updated=reconciler.updated, ledger_sources=ledger.ledger.sources, cluster=kube.server)
-        return {**view, **({"builds": builder.view()} if builder is not None else {})}
+        return {**view, **({"builds": builder.status()} if builder is not None else {})}
 
     server = serve(opts.listen, metrics.registry, board, unready)
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])

@@ -65,7 +65,7 @@ def cordoned_by(ns: NodeState) -> str:
     return "someone-else"
 
 
-# builds' key when the build Jobs could not be read: what is known of every tag's build (controller/build_job.py)
+# builds' key when the build Jobs could not be read: what is known of every tag's build (build_trigger/jobs_api.py)
 ANY_TAG = "*"
 
 

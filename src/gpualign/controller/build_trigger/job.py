@@ -1,5 +1,6 @@
 """The build Job for one tag: gpualign's own image running `gpualign ensure TAG --ledger …`, so the build is exactly
-the verified build the CLI does. Pure.
+the verified build the CLI does, and what a Job's object says of its build. Pure: the API calls are in
+jobs_api.py.
 
 Privileges, and why: the build runs as root in a privileged container. mmdebstrap unpacks the build root and the
 compile runs in it under chroot (CAP_SYS_CHROOT, and root to own the unpacked files); buildah mounts the image's
@@ -13,9 +14,9 @@ whatever the architecture the Job builds for: an arm64 kernel's modules are cros
 own programs checked under qemu-user (docs/ensure.md). A builder image of another architecture is placed by the
 chart's `builds.nodeSelector` naming `kubernetes.io/arch`; ensure then compiles natively for its own.
 
-`backoffLimit: 0`: Kubernetes never retries the pod; the controller decides (controller/builds.py). A failed pod is
-kept with its log until the Job's `ttlSecondsAfterFinished` removes it; the failure's kind is in the pod's
-termination message (`GPUALIGN_TERMINATION_LOG`, the last lines of its log when the process left none).
+`backoffLimit: 0`: Kubernetes never retries the pod; the controller decides (decisions.py). A failed pod is kept with
+its log until the Job's `ttlSecondsAfterFinished` removes it; the failure's kind is in the pod's termination message
+(`GPUALIGN_TERMINATION_LOG`, the last lines of its log when the process left none).
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
-from gpualign.controller.builds import BuildFailure, BuildJob, BuildPhase, job_name
-from gpualign.upgrade.report import ANY_TAG
+from gpualign.controller.build_trigger.decisions import BuildFailure, BuildJob, BuildPhase, job_name
 
 JSON = dict[str, Any]
 BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
@@ -236,46 +236,6 @@ def cannot_create_hint(message: str, namespace: str) -> str:
 def _duration(seconds: float) -> str:
     s = int(max(0, seconds))
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
-    """tag -> its build in one line, from the build Jobs the cluster has (every namespace unless one is named).
-    When the Jobs cannot be listed, every tag's build is unknown: `{ANY_TAG: "build state unknown (…)"}`, so that
-    status and why never tell a user to build by hand what the controller may be building."""
-    import time
-
-    from gpualign.base.errors import Forbidden, GpualignError
-
-    path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
-    try:
-        jobs = kube.list_raw(path, label_selector=f"{BUILD_LABEL}=true")
-    except Forbidden:
-        if namespace is None:  # a role bound in the chart's default build namespace only (deploy/cli/builds.yaml)
-            return read_cluster(kube, DEFAULT_NAMESPACE)
-        return {ANY_TAG: f"build state unknown (no permission to list jobs in {namespace}: bind "
-                         "deploy/cli/builds.yaml's role there)"}
-    except GpualignError as err:
-        return {ANY_TAG: f"build state unknown (the jobs could not be listed: {err.message})"}
-    pods: dict[tuple[str, str], JSON] = {}
-    if any(is_failed(j) for j in jobs):
-        try:
-            for pod in kube.list_raw(path.replace("/apis/batch/v1", "/api/v1").replace("/jobs", "/pods"),
-                                     label_selector=f"{BUILD_LABEL}=true"):
-                meta = pod.get("metadata") or {}
-                if (owner := (meta.get("labels") or {}).get("job-name")):
-                    pods[(str(meta.get("namespace")), owner)] = pod
-        except GpualignError:
-            pass  # the reason is then the Job's own condition
-    now = time.time()
-    from gpualign.controller.builds import latest
-
-    where: dict[str, str] = {}  # Job name -> its namespace
-    reads = []
-    for j in jobs:
-        meta = j.get("metadata") or {}
-        where[str(meta.get("name"))] = ns = str(meta.get("namespace", namespace or ""))
-        reads.append(read_job(j, pods.get((ns, str(meta.get("name"))))))
-    return {tag: describe(read, where[read.name], now) for tag, read in latest(reads).items()}
 
 
 def is_done(job: JSON) -> bool:

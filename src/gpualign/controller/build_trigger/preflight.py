@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.controller.build_job import BuildSettings
+from gpualign.controller.build_trigger.job import BuildSettings
 from gpualign.kube.client import Kube
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"

@@ -4,10 +4,10 @@ run gpualign's own `ensure`, with nobody typing.
 Each pass reads the controller's findings (the same audit `check` runs: a missing tag and who makes it,
 gpualign.model.makers), lists the build Jobs by label (so a restarted or newly elected leader adopts the ones that
 exist), reads each failed Job's pod for its reason and each pod-less Job's FailedCreate Event, checks each success
-against a fresh read of the ledger, asks controller/builds.py what to do, and does it: creates the new Jobs (a
-retry is a Job of its own, so the failed attempt's pod and log stay), deletes the finished ones past keeping, and
-posts an Event on every waiting node when a build starts, fails, cannot start, lands, or lands nowhere the ledger
-can see. A tag gpualign cannot build (`render`, `none`) gets no Job:
+against a fresh read of the ledger, asks decisions.py what to do, and does it: creates the new Jobs (a retry is a Job
+of its own, so the failed attempt's pod and log stay), deletes the finished ones past keeping, and posts an Event on
+every waiting node when a build starts, fails, cannot start, lands, or lands nowhere the ledger can see.
+A tag gpualign cannot build (`render`, `none`) gets no Job:
 an Event on its nodes says so and names the command, and a metric counts it.
 Only the leader writes. A Job's name is its tag's and attempt's, so a second create of the same attempt is a 409 and
 adopts it.
@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base.errors import GpualignError
-from gpualign.controller import build_job as J
-from gpualign.controller import builds as B
+from gpualign.controller.build_trigger import decisions as B
+from gpualign.controller.build_trigger import job as J
+from gpualign.controller.build_trigger.jobs_api import BuildJobs
 from gpualign.kube.client import Kube
 from gpualign.model.makers import JOB_MAKERS, Maker
 
@@ -52,7 +53,10 @@ class BuildOptions:
 
 
 @dataclass
-class Builder:
+class BuildTrigger:
+    """The build trigger behind three verbs: `sync` (decide, and create what is decided), `garbage_collect` (delete
+    finished Jobs past keeping) and `status` (each tag's build as last read, for the board and the metrics)."""
+
     kube: Kube
     options: BuildOptions
     findings: Callable[[], dict[str, JSON]]  # node -> its finding (the controller's cache)
@@ -77,6 +81,10 @@ class Builder:
     # tag -> (who makes it, why, its nodes): missing images gpualign does not build (no Job is made for them)
     refused: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
     refused_told: set[tuple[str, str]] = field(default_factory=set)  # (node, tag) told by an Event
+    api: BuildJobs = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.api = BuildJobs(self.kube, self.options.settings.namespace, self.is_leader)
 
     # -- what nodes wait for ---------------------------------------------------------------------------------------
     def wanted(self, now: float) -> list[B.Wanted]:
@@ -114,43 +122,6 @@ class Builder:
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------
-    def read_jobs(self) -> list[B.BuildJob]:
-        ns = self.options.settings.namespace
-        items = self.kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{J.BUILD_LABEL}=true")
-        podless = [j for j in items if not J.is_failed(j) and not J.is_done(j) and
-                   not (j.get("status") or {}).get("active") and not (j.get("status") or {}).get("ready")]
-        pods: dict[str, JSON] = {}
-        if podless or any(J.is_failed(j) for j in items):
-            for pod in self.kube.pods(ns, label_selector=f"{J.BUILD_LABEL}=true"):
-                owner = ((pod.get("metadata") or {}).get("labels") or {}).get("job-name")
-                if owner:
-                    pods[owner] = pod
-        cannot = self._cannot_create(ns, [j for j in podless if j["metadata"]["name"] not in pods])
-        return [J.read_job(j, pods.get(j["metadata"]["name"]), cannot.get(j["metadata"]["name"])) for j in items]
-
-    def _cannot_create(self, ns: str, jobs: list[JSON]) -> dict[str, str]:
-        """Job name -> why its pod cannot be created (its FailedCreate Event, with what would allow it), for Jobs
-        with no pod. The reason is kept on the Job too (Events expire), so its end after the deadline is known."""
-        if not jobs:
-            return {}
-        names = {j["metadata"]["name"] for j in jobs}
-        out: dict[str, str] = {}
-        for ev in self.kube.list_raw(f"/api/v1/namespaces/{ns}/events",
-                                     field_selector="involvedObject.kind=Job,reason=FailedCreate"):
-            name = str((ev.get("involvedObject") or {}).get("name") or "")
-            if name in names:
-                out[name] = J.cannot_create_hint(" ".join(str(ev.get("message") or "").split())[:600], ns)
-        for j in jobs:
-            name = j["metadata"]["name"]
-            kept = ((j.get("metadata") or {}).get("annotations") or {}).get(J.BLOCKED_ANNOTATION)
-            if name in out and kept != out[name] and self.is_leader():
-                try:
-                    self.kube.patch(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
-                                    {"metadata": {"annotations": {J.BLOCKED_ANNOTATION: out[name]}}})
-                except GpualignError as err:
-                    log.warning("build Job %s: keeping why its pod cannot be created: %s", name, err.message)
-        return out
-
     def _confirm(self, jobs: list[B.BuildJob], wanted: list[B.Wanted]) -> list[B.BuildJob]:
         """Each succeeded Job whose tag nodes still wait for, checked once against a fresh read of the ledger:
         not listed there, it is `unlisted` (a Warning, and a retry after the backoff, its attempt counted)."""
@@ -177,10 +148,13 @@ class Builder:
             del self.confirmed[key]
         return out
 
-    def step(self, now: float | None = None) -> B.Decision:
+    # -- the interface: sync, garbage-collect, status ---------------------------------------------------------------
+    def sync(self, now: float | None = None) -> B.Decision:
+        """One pass: what nodes wait for, the Jobs as they are, the decision; as the leader, the Events of what
+        changed and the Jobs the decision creates."""
         now = time.time() if now is None else now
         wanted = self.wanted(now)
-        every = [j for j in self.read_jobs() if j.tag]
+        every = [j for j in self.api.read() if j.tag]
         newest = B.latest(every)
         earlier = [j for j in every if newest[j.tag] is not j]  # kept with their logs, until stale
         jobs = self._confirm(list(newest.values()), wanted)
@@ -196,32 +170,33 @@ class Builder:
         self._report(jobs)
         self._tell_refused()
         ns = self.options.settings.namespace
-        for name in decision.stale:
-            self._delete(name)
         for w, attempt in decision.create:
             job = J.build_job(w.tag, attempt, w.nodes, self.options.settings, self.options.recipe,
                               replace_wrong=w.action == REPLACE, arch=w.arch, flavour=w.flavour)
-            resp = self.kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", body=job)
-            if resp.status_code == 409:
-                log.info("build Job %s for %s exists: adopted", job["metadata"]["name"], w.tag)
-                continue
-            if resp.status_code >= 400:
-                log.error("creating build Job for %s: HTTP %d: %s", w.tag, resp.status_code, resp.text[:300])
+            if not self.api.create(job, w.tag):
                 continue
             log.info("build Job %s for %s (attempt %d), for %s", job["metadata"]["name"], w.tag, attempt,
                      ", ".join(w.nodes))
             self.on_started(w.tag)
-            self._event_on(w.nodes, w.tag, attempt, EVENT_CREATED,
-                           f"building driver image {w.tag}: Job {ns}/{job['metadata']['name']} (attempt {attempt})",
-                           warning=False)
+            self.api.tell(w.nodes, w.tag, attempt, EVENT_CREATED,
+                          f"building driver image {w.tag}: Job {ns}/{job['metadata']['name']} (attempt {attempt})",
+                          warning=False)
             self.reported[w.tag] = (B.BuildPhase.RUNNING, attempt)
         return decision
 
-    def _delete(self, name: str) -> None:
-        """Delete a finished Job that is past keeping (its pod and log go with it)."""
-        path = f"/apis/batch/v1/namespaces/{self.options.settings.namespace}/jobs/{name}"
-        self.kube.request("DELETE", path, body={"kind": "DeleteOptions", "apiVersion": "v1",
-                                                "propagationPolicy": "Background"})
+    def garbage_collect(self) -> list[str]:
+        """Delete the finished Jobs the last pass found past keeping (their pods and logs go with them), as the
+        leader; the names deleted."""
+        if not self.is_leader():
+            return []
+        for name in self.last.stale:
+            self.api.delete(name)
+        return list(self.last.stale)
+
+    def step(self, now: float | None = None) -> B.Decision:
+        decision = self.sync(now)
+        self.garbage_collect()
+        return decision
 
     def _report(self, jobs: Iterable[B.BuildJob]) -> None:
         """An Event on each node that waited (those the Job was made for, and those seen waiting since) when a Job
@@ -233,14 +208,14 @@ class Builder:
             first = job.tag not in self.reported
             self.reported[job.tag] = (phase, job.attempt)
             if job.phase == B.BuildPhase.BLOCKED:
-                self._event_on(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
+                self.api.tell(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
                                EVENT_BLOCKED, f"driver image {job.tag} cannot be built: Job "
                                f"{self.options.settings.namespace}/{job.name} cannot create its pod: {job.reason}",
                                warning=True)
                 log.error("build Job %s for %s cannot create its pod: %s", job.name, job.tag, job.reason)
                 continue
             if job.unlisted:
-                self._event_on(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
+                self.api.tell(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
                                EVENT_UNLISTED, f"Job {self.options.settings.namespace}/{job.name} reported pushing "
                                f"{self.options.settings.ledger.removeprefix('registry://')}:{job.tag}, but the "
                                f"ledger {self.ledger_name or self.options.settings.ledger} does not list "
@@ -255,10 +230,10 @@ class Builder:
             if job.phase == B.BuildPhase.FAILED:
                 kind = "will not be retried until something changes (gpualign build retry " + job.tag + ")" \
                     if job.failure == B.BuildFailure.PERMANENT else "retried after a backoff"
-                self._event_on(nodes, job.tag, job.attempt, EVENT_FAILED,
+                self.api.tell(nodes, job.tag, job.attempt, EVENT_FAILED,
                                f"driver image {job.tag} failed to build ({kind}): {job.reason}", warning=True)
             else:
-                self._event_on(nodes, job.tag, job.attempt, EVENT_SUCCEEDED,
+                self.api.tell(nodes, job.tag, job.attempt, EVENT_SUCCEEDED,
                                f"driver image {job.tag} built and pushed by Job {job.name}", warning=False)
             if not first:  # seen running by this process: its whole life is known
                 self.on_finished(job.tag, job.phase, seconds)
@@ -271,23 +246,13 @@ class Builder:
                 continue
             how = (f"render its recipe with `gpualign ensure {tag} --render DIR` and build it where the "
                    "distribution's archive is reachable" if action == Maker.RENDER else "make it by hand")
-            self._event_on(fresh, tag, 0, EVENT_NOT_BUILDABLE,
+            self.api.tell(fresh, tag, 0, EVENT_NOT_BUILDABLE,
                            f"driver image {tag} is missing and gpualign does not build it ({why}): {how}, then push "
                            "it to the ledger; no build Job is made", warning=True)
             log.warning("driver image %s is missing and gpualign does not build it (%s): no build Job", tag, why)
             self.refused_told.update((n, tag) for n in fresh)
         live = {(n, t) for t, (_, _, nodes) in self.refused.items() for n in nodes}
         self.refused_told &= live
-
-    def _event_on(self, nodes: Iterable[str], tag: str, attempt: int, reason: str, message: str, *,
-                  warning: bool) -> None:
-        suffix = f"{J.tag_hash(tag)[:10]}-{attempt}-{reason.lower()[-7:]}"
-        for node in nodes:
-            try:
-                self.kube.event({"metadata": {"name": node}}, reason, message, warning=warning,
-                                name=f"{node}.build-{suffix}")
-            except GpualignError as err:
-                log.warning("event on node %s: %s", node, err.message)
 
     # -- the loop ------------------------------------------------------------------------------------------------
     def run(self, stop: threading.Event) -> None:
@@ -299,7 +264,7 @@ class Builder:
             self.wake.wait(self.options.interval)
             self.wake.clear()
 
-    def view(self) -> dict[str, Any]:
+    def status(self) -> dict[str, Any]:
         """For the board and metrics: each tag's build as last read, and in one line as `status` says it."""
         now = time.time()
         ns = self.options.settings.namespace

@@ -1,0 +1,141 @@
+"""The build trigger's API calls, in one place: the build Jobs and their pods read (and why a pod-less Job has no pod),
+a Job created or deleted, an Event told on the nodes that wait. Also `read_cluster`, the one-line state of every
+tag's build that `status` and `why` show."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpualign.base.errors import Forbidden, GpualignError
+from gpualign.controller.build_trigger.decisions import BuildJob, latest
+from gpualign.controller.build_trigger.job import (
+    BLOCKED_ANNOTATION,
+    BUILD_LABEL,
+    DEFAULT_NAMESPACE,
+    cannot_create_hint,
+    describe,
+    is_done,
+    is_failed,
+    read_job,
+    tag_hash,
+)
+from gpualign.kube.client import Kube
+from gpualign.upgrade.report import ANY_TAG
+
+log = logging.getLogger("gpualign.controller")
+JSON = dict[str, Any]
+
+
+@dataclass
+class BuildJobs:
+    """The build Jobs of one namespace, as the trigger reads and writes them."""
+
+    kube: Kube
+    namespace: str
+    is_leader: Callable[[], bool] = lambda: True
+
+    def read(self) -> list[BuildJob]:
+        """Every build Job, each with its pod's word when it failed, and why its pod cannot be created when it has
+        none."""
+        ns = self.namespace
+        items = self.kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{BUILD_LABEL}=true")
+        podless = [j for j in items if not is_failed(j) and not is_done(j) and
+                   not (j.get("status") or {}).get("active") and not (j.get("status") or {}).get("ready")]
+        pods: dict[str, JSON] = {}
+        if podless or any(is_failed(j) for j in items):
+            for pod in self.kube.pods(ns, label_selector=f"{BUILD_LABEL}=true"):
+                owner = ((pod.get("metadata") or {}).get("labels") or {}).get("job-name")
+                if owner:
+                    pods[owner] = pod
+        cannot = self._cannot_create([j for j in podless if j["metadata"]["name"] not in pods])
+        return [read_job(j, pods.get(j["metadata"]["name"]), cannot.get(j["metadata"]["name"])) for j in items]
+
+    def _cannot_create(self, jobs: list[JSON]) -> dict[str, str]:
+        """Job name -> why its pod cannot be created (its FailedCreate Event, with what would allow it), for Jobs
+        with no pod. The reason is kept on the Job too (Events expire), so its end after the deadline is known."""
+        if not jobs:
+            return {}
+        ns = self.namespace
+        names = {j["metadata"]["name"] for j in jobs}
+        out: dict[str, str] = {}
+        for ev in self.kube.list_raw(f"/api/v1/namespaces/{ns}/events",
+                                     field_selector="involvedObject.kind=Job,reason=FailedCreate"):
+            name = str((ev.get("involvedObject") or {}).get("name") or "")
+            if name in names:
+                out[name] = cannot_create_hint(" ".join(str(ev.get("message") or "").split())[:600], ns)
+        for j in jobs:
+            name = j["metadata"]["name"]
+            kept = ((j.get("metadata") or {}).get("annotations") or {}).get(BLOCKED_ANNOTATION)
+            if name in out and kept != out[name] and self.is_leader():
+                try:
+                    self.kube.patch(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
+                                    {"metadata": {"annotations": {BLOCKED_ANNOTATION: out[name]}}})
+                except GpualignError as err:
+                    log.warning("build Job %s: keeping why its pod cannot be created: %s", name, err.message)
+        return out
+
+    def create(self, job: JSON, tag: str) -> bool:
+        """Create the Job; True when this call made it (a 409 adopts the one that exists: False)."""
+        resp = self.kube.request("POST", f"/apis/batch/v1/namespaces/{self.namespace}/jobs", body=job)
+        if resp.status_code == 409:
+            log.info("build Job %s for %s exists: adopted", job["metadata"]["name"], tag)
+            return False
+        if resp.status_code >= 400:
+            log.error("creating build Job for %s: HTTP %d: %s", tag, resp.status_code, resp.text[:300])
+            return False
+        return True
+
+    def delete(self, name: str) -> None:
+        """Delete a finished Job that is past keeping (its pod and log go with it)."""
+        self.kube.request("DELETE", f"/apis/batch/v1/namespaces/{self.namespace}/jobs/{name}",
+                          body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"})
+
+    def tell(self, nodes: Iterable[str], tag: str, attempt: int, reason: str, message: str, *, warning: bool) -> None:
+        """One Event on each node, named by the tag, attempt and reason: a retried tell is the same Event."""
+        suffix = f"{tag_hash(tag)[:10]}-{attempt}-{reason.lower()[-7:]}"
+        for node in nodes:
+            try:
+                self.kube.event({"metadata": {"name": node}}, reason, message, warning=warning,
+                                name=f"{node}.build-{suffix}")
+            except GpualignError as err:
+                log.warning("event on node %s: %s", node, err.message)
+
+
+def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
+    """tag -> its build in one line, from the build Jobs the cluster has (every namespace unless one is named).
+    When the Jobs cannot be listed, every tag's build is unknown: `{ANY_TAG: "build state unknown (…)"}`, so that
+    status and why never tell a user to build by hand what the controller may be building."""
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs" if namespace else "/apis/batch/v1/jobs"
+    try:
+        jobs = kube.list_raw(path, label_selector=f"{BUILD_LABEL}=true")
+    except Forbidden:
+        if namespace is None:  # a role bound in the chart's default build namespace only (deploy/cli/builds.yaml)
+            return read_cluster(kube, DEFAULT_NAMESPACE)
+        return {ANY_TAG: f"build state unknown (no permission to list jobs in {namespace}: bind "
+                         "deploy/cli/builds.yaml's role there)"}
+    except GpualignError as err:
+        return {ANY_TAG: f"build state unknown (the jobs could not be listed: {err.message})"}
+    pods: dict[tuple[str, str], JSON] = {}
+    if any(is_failed(j) for j in jobs):
+        try:
+            for pod in kube.list_raw(path.replace("/apis/batch/v1", "/api/v1").replace("/jobs", "/pods"),
+                                     label_selector=f"{BUILD_LABEL}=true"):
+                meta = pod.get("metadata") or {}
+                if (owner := (meta.get("labels") or {}).get("job-name")):
+                    pods[(str(meta.get("namespace")), owner)] = pod
+        except GpualignError:
+            pass  # the reason is then the Job's own condition
+    now = time.time()
+    where: dict[str, str] = {}  # Job name -> its namespace
+    reads = []
+    for j in jobs:
+        meta = j.get("metadata") or {}
+        where[str(meta.get("name"))] = ns = str(meta.get("namespace", namespace or ""))
+        reads.append(read_job(j, pods.get((ns, str(meta.get("name"))))))
+    return {tag: describe(read, where[read.name], now) for tag, read in latest(reads).items()}
+
+
