@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from gpualign.controller import build_job as J  # noqa: E402
+from gpualign.controller.build_trigger import job as J  # noqa: E402
 from gpualign.ensure import debian, shared  # noqa: E402
 from gpualign.ensure.archive import Archive  # noqa: E402
 from gpualign.kube.client import Kube  # noqa: E402

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,6 +27,7 @@ from gpualign.cli.options import (
 
 if TYPE_CHECKING:
     from gpualign.ensure.lease import Leases
+    from gpualign.ensure.run import Outcome
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.tagspec import TagSpec
     from gpualign.model.tags import Rules
@@ -137,85 +139,175 @@ def ensure(
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
 ) -> None:
-    from gpualign.ensure import run, tagspec
+    if len(ledger or []) > 1:
+        raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
+    flags = EnsureFlags(ledger[0] if ledger else None, list(tags or []), upstream, dry_run, jobs, flavour,
+                        modules_from, from_report, render, cuda_version, verify_modules, replace_wrong,
+                        shared_modules, lease, kubeconfig, context, output, docker_config)
+    flags.refuse_bad_input()
+    signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
+    asked = _asked(flags)
+    if asked is None:
+        return
+    failed = Failed()
+    specs = _specs(asked, failed)
+    if flags.render is not None:
+        _render(specs, flags.render, flags.ledger, flags.cuda_version, flags.flavour or "proprietary", flags.output)
+        return
+    if flags.ledger is None:
+        raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
+                       "--render DIR to write the recipes instead")
+    outcomes = _make(flags, specs, asked, signing, failed)
+    _finish(flags, outcomes, failed)
+
+
+@dataclass(frozen=True)
+class EnsureFlags:
+    """`ensure`'s flags, as given (signing and --insecure-registry are read where they are declared)."""
+
+    ledger: str | None
+    tags: list[str]
+    upstream: str | None
+    dry_run: bool
+    jobs: int
+    flavour: str | None
+    modules_from: Path | None
+    from_report: Path | None
+    render: Path | None
+    cuda_version: str
+    verify_modules: bool
+    replace_wrong: bool
+    shared_modules: bool
+    lease: str | None
+    kubeconfig: str | None
+    context: str | None
+    output: Output
+    docker_config: Path | None
+
+    def refuse_bad_input(self) -> None:
+        if self.render is not None and self.dry_run:
+            raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
+        if self.output is Output.wide:
+            raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
+        if self.flavour is not None and self.flavour not in ("proprietary", "open"):
+            raise BadInput(f"--flavour {self.flavour!r}: expected proprietary or open")
+        if self.modules_from is not None and not self.modules_from.is_dir():
+            raise BadInput(f"--modules-from {self.modules_from}: not a directory")
+
+
+@dataclass
+class Asked:
+    """The tags to ensure: those named, then those a --from report lists."""
+
+    tags: list[str]
+    reported: set[str] = field(default_factory=set)  # a report's tag gpualign cannot make fails; it is not bad input
+    flavours: dict[str, str] = field(default_factory=dict)  # tag -> the modules its nodes load, as the report says
+
+
+@dataclass
+class Failed:
+    """The images not made: each error, and each tag's reason (for the report)."""
+
+    errors: list[GpualignError] = field(default_factory=list)
+    why: dict[str, str] = field(default_factory=dict)
+
+    def add(self, tag: str, err: GpualignError) -> None:
+        self.errors.append(err)
+        self.why[tag] = err.message
+
+    def cannot_make(self, tag: str, err: GpualignError) -> None:
+        """A tag from --from's report that gpualign cannot make: listed under `failed`, the others still made, and
+        the run exits 1 (in a mixed fleet, one unsupported node must not stop the runbook's fix for every other)."""
+        from gpualign.base.errors import Refused
+
+        message = err.message if err.message.startswith(tag) else f"{tag}: {err.message}"
+        self.add(tag, Refused(message))
+        progress(f"{tag}: not made: {message.removeprefix(tag + ': ')}")
+
+    def first(self) -> GpualignError:
+        """The error the run exits with: bad input wins (2), and it counts the others."""
+        first = self.errors[max(range(len(self.errors)), key=lambda i: self.errors[i].exit_code)]
+        if len(self.errors) > 1:
+            first.message += f" (and {len(self.errors) - 1} more images failed)"
+        return first
+
+
+def _asked(flags: EnsureFlags) -> Asked | None:
+    """The tags named and those the --from report lists; None when a report lists none (said so)."""
+    asked = Asked(list(flags.tags))
+    if flags.from_report is not None:
+        from gpualign.base import yamlio
+        from gpualign.ensure.inputs import flavours_from_report, tags_from_report
+
+        where = "stdin" if str(flags.from_report) == "-" else str(flags.from_report)
+        stdin = str(flags.from_report) == "-"
+        data = yamlio.parse(sys.stdin.read(), where) if stdin else yamlio.read(flags.from_report)
+        asked.reported = set(tags_from_report(data, where)) - set(asked.tags)
+        asked.flavours = flavours_from_report(data)
+        asked.tags += sorted(asked.reported)
+    if not asked.tags:
+        if flags.from_report is not None:
+            stdout.print("nothing to ensure: the report lists no missing image")
+            return None
+        raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
+    return asked
+
+
+def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
+    """Each tag read; a bad tag named is bad input, a report's is a failure and the others go on."""
+    from gpualign.ensure import tagspec
+
+    specs = []
+    for t in dict.fromkeys(asked.tags):
+        try:
+            specs.append(tagspec.parse(t))
+        except GpualignError as err:
+            if t not in asked.reported:
+                raise
+            failed.cannot_make(t, err)
+    return specs
+
+
+def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
+          failed: Failed) -> list[Outcome]:
+    """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
+    from gpualign.ensure import run
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
     from gpualign.model.makers import SUITES, debian_suite
 
-    if len(ledger or []) > 1:
-        raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
-    target_ledger = ledger[0] if ledger else None
-    if render is not None and dry_run:
-        raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
-    if output is Output.wide:
-        raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
-    if flavour is not None and flavour not in ("proprietary", "open"):
-        raise BadInput(f"--flavour {flavour!r}: expected proprietary or open")
-    if modules_from is not None and not modules_from.is_dir():
-        raise BadInput(f"--modules-from {modules_from}: not a directory")
-    signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
-    wanted = list(tags or [])
-    reported: set[str] = set()  # tags a report asked for: one gpualign cannot make is a failure, not bad input
-    report_flavours: dict[str, str] = {}  # tag -> the modules its nodes load, as the report says
-    if from_report is not None:
-        from gpualign.base import yamlio
-        from gpualign.ensure.inputs import flavours_from_report, tags_from_report
-
-        where = "stdin" if str(from_report) == "-" else str(from_report)
-        data = yamlio.parse(sys.stdin.read(), where) if str(from_report) == "-" else yamlio.read(from_report)
-        reported = set(tags_from_report(data, where)) - set(wanted)
-        report_flavours = flavours_from_report(data)
-        wanted += sorted(reported)
-    if not wanted:
-        if from_report is not None:
-            stdout.print("nothing to ensure: the report lists no missing image")
-            return
-        raise BadInput("no TAG given: name the tags, or pass --from with a check or plan report")
-    outcomes: list[run.Outcome] = []
-    failures: list[GpualignError] = []
-    failed: dict[str, str] = {}  # tag -> why it was not made
-    specs = []
-    for t in dict.fromkeys(wanted):
-        try:
-            specs.append(tagspec.parse(t))
-        except GpualignError as err:
-            if t not in reported:
-                raise
-            _cannot_make(t, err, failures, failed)
-    if render is not None:
-        _render(specs, render, target_ledger, cuda_version, flavour or "proprietary", output)
-        return
-    if target_ledger is None:
-        raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
-                       "--render DIR to write the recipes instead")
-    target = connect(target_ledger, docker_config=docker_config, timeout=30.0)
+    assert flags.ledger is not None
+    upstream = flags.upstream
+    target = connect(flags.ledger, docker_config=flags.docker_config, timeout=30.0)
     explicit = upstream is not None and upstream != "none"
     try:
-        up = connect(upstream if explicit and upstream else NVIDIA, docker_config=docker_config, timeout=30.0) \
-            if upstream != "none" else None
+        up = connect(upstream if explicit and upstream else NVIDIA, docker_config=flags.docker_config,
+                     timeout=30.0) if upstream != "none" else None
     except BadInput as err:
         target.close()
         raise BadInput(f"--upstream {upstream!r}: {err.message.split(': ', 1)[-1]}") from None
-    authfile = str(docker_config) if docker_config else None
+    authfile = str(flags.docker_config) if flags.docker_config else None
 
     def say(tag: str, message: str) -> None:
-        if output is Output.table:
+        if flags.output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
+    outcomes: list[Outcome] = []
     leases = None
     try:
-        in_flight = max(1, min(jobs, len(specs))) if not dry_run else 1
-        leases = _leases(lease, kubeconfig, context, say) if lease and not dry_run else None
+        in_flight = max(1, min(flags.jobs, len(specs))) if not flags.dry_run else 1
+        leases = _leases(flags.lease, flags.kubeconfig, flags.context, say) if flags.lease and not flags.dry_run \
+            else None
         # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
         # nvcr.io for a tag it never had); an upstream named with --upstream is asked for every tag
-        options = {spec.tag: run.Options(target, up if explicit or _nvidia_publishes(spec) else None, dry_run,
-                                         jobs=max(1, jobs // in_flight),
-                                         flavour=flavour or report_flavours.get(spec.tag, "proprietary"),
-                                         modules_from=modules_from,
+        options = {spec.tag: run.Options(target, up if explicit or _nvidia_publishes(spec) else None, flags.dry_run,
+                                         jobs=max(1, flags.jobs // in_flight),
+                                         flavour=flags.flavour or asked.flavours.get(spec.tag, "proprietary"),
+                                         modules_from=flags.modules_from,
                                          signing=signing, leases=leases, authfile=authfile,
-                                         check_present=STRICT if verify_modules else OFF,
-                                         replace_wrong=replace_wrong, share_pull=shared_modules,
-                                         share_push=shared_modules,
+                                         check_present=STRICT if flags.verify_modules else OFF,
+                                         replace_wrong=flags.replace_wrong, share_pull=flags.shared_modules,
+                                         share_push=flags.shared_modules,
                                          together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
@@ -224,19 +316,18 @@ def ensure(
             try:
                 planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
             except GpualignError as err:
-                if spec.tag not in reported:
+                if spec.tag not in asked.reported:
                     raise
-                _cannot_make(spec.tag, err, failures, failed)
+                failed.cannot_make(spec.tag, err)
         specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == run.TagAction.BUILD for p in planned.values()) and not dry_run:
+        if any(p.action == run.TagAction.BUILD for p in planned.values()) and not flags.dry_run:
             run.require_tools()
         if in_flight == 1 or all(p.action == run.TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
                     outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
                 except GpualignError as err:
-                    failures.append(err)
-                    failed[spec.tag] = err.message
+                    failed.add(spec.tag, err)
         else:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -247,33 +338,37 @@ def ensure(
                     try:
                         outcomes.append(future.result())
                     except GpualignError as err:
-                        failures.append(err)
-                        failed[spec.tag] = err.message
+                        failed.add(spec.tag, err)
     finally:
         target.close()
         if up is not None:
             up.close()
         if leases is not None:
             leases.kube.close()
-    if output in (Output.json, Output.yaml):  # the report of what was made, failures included, before exiting
-        emit_data(report("EnsureReport", {"ledger": target_ledger, "upstream": upstream or NVIDIA},
-                         {"dry_run": dry_run, "images": [o.as_dict() for o in outcomes],
-                          "failed": [{"tag": t, "error": m} for t, m in failed.items()]}), output)
-    if failures:  # the images that were made are in the ledger; name them, then fail on the first error
+    return outcomes
+
+
+def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:
+    """The report (failures included, before exiting), then the first failure; else one line per image."""
+    from gpualign.ensure.run import TagAction
+
+    upstream, output = flags.upstream, flags.output
+    if output in (Output.json, Output.yaml):
+        emit_data(report("EnsureReport", {"ledger": flags.ledger, "upstream": upstream or NVIDIA},
+                         {"dry_run": flags.dry_run, "images": [o.as_dict() for o in outcomes],
+                          "failed": [{"tag": t, "error": m} for t, m in failed.why.items()]}), output)
+    if failed.errors:  # the images that were made are in the ledger; name them, then fail on the first error
         if output is Output.table:
             for o in outcomes:
                 progress(f"{o.tag}: {o.action} done ({o.digest})")
-        first = failures[max(range(len(failures)), key=lambda i: failures[i].exit_code)]  # bad input wins (2)
-        if len(failures) > 1:
-            first.message += f" (and {len(failures) - 1} more images failed)"
-        raise first
+        raise failed.first()
     if output in (Output.json, Output.yaml):
         return
     for o in outcomes:
-        if o.action == run.TagAction.PRESENT:
+        if o.action == TagAction.PRESENT:
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
-            source = f" from {upstream or NVIDIA}" if o.action == run.TagAction.MIRROR else ""
+            source = f" from {upstream or NVIDIA}" if o.action == TagAction.MIRROR else ""
             stdout.print(f"{o.tag}: would {o.action}{source}")
         else:
             figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
@@ -281,7 +376,7 @@ def ensure(
                               if m.get("signer")})
             if signers:
                 figures += ", signed by " + "; ".join(f"{s} (key {k})" for s, k in signers)
-            done = "built" if o.action == run.TagAction.BUILD else "mirrored"
+            done = "built" if o.action == TagAction.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
 
@@ -297,17 +392,6 @@ def _rules() -> Rules:
     from gpualign.model.tags import load_rules
 
     return load_rules()
-
-
-def _cannot_make(tag: str, err: GpualignError, failures: list[GpualignError], failed: dict[str, str]) -> None:
-    """A tag from --from's report that gpualign cannot make: listed under `failed`, the others still made, and the
-    run exits 1 (in a mixed fleet, one unsupported node must not stop the runbook's fix for every other)."""
-    from gpualign.base.errors import Refused
-
-    message = err.message if err.message.startswith(tag) else f"{tag}: {err.message}"
-    failures.append(Refused(message))
-    failed[tag] = message
-    progress(f"{tag}: not made: {message.removeprefix(tag + ': ')}")
 
 
 def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, flavour: str, output: Output) -> None:
