@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.budget import Budget, demands
-from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, plan
+from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, next_actions
 from tests.support.walks import node_views_with, policies, unique
 
 PDBS = ("ml/a", "ml/b", "web/c")
@@ -37,7 +37,7 @@ def started(actions):
 
 @given(fleets, policies, budgets)
 def test_pdb_aware_admission_never_exceeds_the_limits(views, policy, budget):
-    actions = plan(views, policy, budget)
+    actions = next_actions(views, policy, budget)
     begun = started(actions)
     holds_slot = {v.name for v in views if v.state in S.IN_PROGRESS
                   and (v.state != S.FAILED or policy.failed_nodes_hold_slots)}
@@ -55,7 +55,7 @@ def test_each_admitted_node_finds_a_disruption_nobody_in_the_walk_spoke_for(view
     the walk and on nodes admitted before it, the PDB has at least one disruption free, so the node's own
     evictions can go one after another; and never a PDB that can never allow one."""
     by_name = {v.name: v for v in views}
-    begun = sorted(started(plan(views, policy, budget)))
+    begun = sorted(started(next_actions(views, policy, budget)))
     for pdb, b in budget.items():
         left = b.allowed - sum(need for v in views if v.state in BEFORE_EVICTION
                                for p, need in v.pdb_demand if p == pdb)
@@ -80,7 +80,7 @@ def test_a_node_a_sequential_drain_could_empty_is_not_held_forever(views, policy
 
 @given(fleets, policies, budgets)
 def test_a_node_no_pdb_guards_is_never_held_back_by_one(views, policy, budget):
-    for action in plan(views, policy, budget):
+    for action in next_actions(views, policy, budget):
         if action.reason.startswith(PDB_HOLD):
             view = next(v for v in views if v.name == action.node)
             assert view.pdb_demand, action
@@ -89,7 +89,7 @@ def test_a_node_no_pdb_guards_is_never_held_back_by_one(views, policy, budget):
 @given(fleets, policies, budgets)
 def test_the_operator_order_ignores_budgets(views, policy, budget):
     operator = pol.UpgradePolicy(**{**policy.__dict__, "admission": pol.OPERATOR_ORDER})
-    assert plan(views, operator, budget) == plan(views, operator)
+    assert next_actions(views, operator, budget) == next_actions(views, operator)
 
 
 def test_the_issue_story_saturated_pdb_holds_its_nodes_and_the_rest_start():
@@ -99,11 +99,11 @@ def test_the_issue_story_saturated_pdb_holds_its_nodes_and_the_rest_start():
              *(NodeView(f"gpu-{x}", S.REQUIRED, False) for x in ("b1", "c1", "d1", "e1"))]
     policy = pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%")
     saturated = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 2, 2)}
-    actions = {a.node: a for a in plan(views, policy, saturated)}
+    actions = {a.node: a for a in next_actions(views, policy, saturated)}
     assert started(actions.values()) == {"gpu-b1", "gpu-c1"}
     assert actions["gpu-a1"].reason == ("waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions "
                                         "(2 healthy, 2 required), and never will: it requires 2 of its 2 pods")
-    operator = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%",
+    operator = next_actions(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%",
                                              admission=pol.OPERATOR_ORDER), saturated)
     assert started(operator) == {"gpu-a1", "gpu-a2"}  # what the issue saw: both cordoned, nothing moves
     rounds, held = admission_order(views, policy, saturated)
@@ -123,7 +123,7 @@ def test_several_replicas_per_node_under_max_unavailable_one_go_node_after_node(
     views = [NodeView(f"gpu-{i}", S.REQUIRED, False, pdb_demand=infer) for i in range(4)]
     policy = pol.UpgradePolicy(max_parallel_upgrades=3, max_unavailable="100%")
     full = {"kx/infer-pdb": Budget("kx/infer-pdb", 1, 8, 7, 8)}
-    actions = {a.node: a for a in plan(views, policy, full)}
+    actions = {a.node: a for a in next_actions(views, policy, full)}
     assert started(actions.values()) == {"gpu-0"}
     assert actions["gpu-1"].reason == ("waiting before cordon: PDB kx/infer-pdb allows 1 disruption (8 healthy, "
                                        "7 required); nodes already in the walk have 2 of its pods still to evict; "
@@ -133,16 +133,16 @@ def test_several_replicas_per_node_under_max_unavailable_one_go_node_after_node(
     # while gpu-0 still has a pod to evict, the PDB's one disruption is spoken for
     walking = [NodeView("gpu-0", S.POD_DELETION, True, initial_unschedulable="false",
                         pdb_demand=(("kx/infer-pdb", 1),)), *views[1:]]
-    assert started(plan(walking, policy, {"kx/infer-pdb": Budget("kx/infer-pdb", 0, 7, 7, 8)})) == set()
+    assert started(next_actions(walking, policy, {"kx/infer-pdb": Budget("kx/infer-pdb", 0, 7, 7, 8)})) == set()
     # its pods gone and their replacements healthy again: the next node goes
     done = [NodeView("gpu-0", S.POD_DELETION, True, initial_unschedulable="false"), *views[1:]]
-    assert started(plan(done, policy, full)) == {"gpu-1"}
+    assert started(next_actions(done, policy, full)) == {"gpu-1"}
 
 
 def test_evictions_ahead_in_the_walk_are_spoken_for():
     views = [NodeView("a", S.POD_DELETION, True, initial_unschedulable="false", pdb_demand=(("ml/p", 1),)),
              NodeView("b", S.REQUIRED, False, pdb_demand=(("ml/p", 1),))]
-    actions = plan(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%"),
+    actions = next_actions(views, pol.UpgradePolicy(max_parallel_upgrades=2, max_unavailable="100%"),
                    {"ml/p": Budget("ml/p", 1, 3, 2)})
     (hold,) = [a for a in actions if a.node == "b"]
     assert hold.kind == "hold" and "nodes already in the walk have 1 of its pods still to evict" in hold.reason

@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 from gpualign.base.errors import BadInput
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
-from gpualign.upgrade.planner import NodeView, plan
+from gpualign.upgrade.planner import NodeView, next_actions
 from tests.support.walks import node_views, policies, unique
 
 
 @given(st.lists(node_views, max_size=12).map(unique), policies)
 def test_admission_never_exceeds_the_limits(views, policy):
-    actions = plan(views, policy)
+    actions = next_actions(views, policy)
     started = {a.node for a in actions if a.kind == "start"}
     holds_slot = {v.name for v in views if v.state in S.IN_PROGRESS
                   and (v.state != S.FAILED or policy.failed_nodes_hold_slots)}
@@ -33,7 +33,7 @@ def test_admission_never_exceeds_the_limits(views, policy):
 @given(st.lists(node_views, max_size=12).map(unique), policies)
 def test_no_node_without_its_image_is_started_and_admin_cordons_are_kept(views, policy):
     by_name = {v.name: v for v in views}
-    for action in plan(views, policy):
+    for action in next_actions(views, policy):
         view = by_name[action.node]
         if action.kind == "start":
             assert view.image_present and view.needs_upgrade and not view.skip and not view.unmovable
@@ -42,16 +42,16 @@ def test_no_node_without_its_image_is_started_and_admin_cordons_are_kept(views, 
 
 
 def test_image_missing_holds_with_the_tag():
-    (action,) = plan([NodeView("n", S.REQUIRED, False, image_present=False, target_tag="595-x")],
+    (action,) = next_actions([NodeView("n", S.REQUIRED, False, image_present=False, target_tag="595-x")],
                      pol.UpgradePolicy())
     assert (action.kind, action.reason) == ("hold", "image missing: 595-x")
 
 
 def test_one_failure_halts_the_fleet_unless_failed_nodes_free_their_slot():
     views = [NodeView("a", S.FAILED, True), NodeView("b", S.REQUIRED, False)]
-    assert [a.kind for a in plan(views, pol.UpgradePolicy())] == ["hold", "hold"]
+    assert [a.kind for a in next_actions(views, pol.UpgradePolicy())] == ["hold", "hold"]
     freed = pol.UpgradePolicy(failed_nodes_hold_slots=False, max_unavailable="100%")
-    assert [a.kind for a in plan(views, freed)] == ["hold", "start"]
+    assert [a.kind for a in next_actions(views, freed)] == ["hold", "start"]
 
 
 def test_policy_defaults_and_file(tmp_path: Path):

@@ -17,7 +17,7 @@ from gpualign.model.branches import BranchPolicy
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
-from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, plan
+from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, next_actions
 from tests.fake_registry import FakeRegistry
 from tests.support.facts import REPO, RULES, gpu
 
@@ -73,7 +73,7 @@ def test_unmovable_follows_the_policy_and_the_drain_fallback():
 def test_a_node_with_an_unmovable_pod_is_held_before_cordon_and_its_slot_goes_to_the_next():
     views = [NodeView("a", S.REQUIRED, False, target_tag=TAG, unmovable=("ml/gpujob has no controller: …",)),
              NodeView("b", S.REQUIRED, False, target_tag=TAG)]
-    actions = {a.node: a for a in plan(views, pol.UpgradePolicy(max_parallel_upgrades=1))}
+    actions = {a.node: a for a in next_actions(views, pol.UpgradePolicy(max_parallel_upgrades=1))}
     assert actions["a"].kind == "hold" and actions["a"].reason.startswith(f"{UNMOVABLE_HOLD}: ml/gpujob")
     assert actions["b"].kind == "start"
 
@@ -82,7 +82,7 @@ def test_an_unverified_image_holds_with_the_way_out():
     held = image_hold(TAG, UNVERIFIED + "it holds no kernel modules under /opt/lib/modules")
     assert held.startswith(f"image not verified: {TAG}: it holds no kernel modules") and "--no-verify-modules" in held
     assert image_hold(TAG, "its label says 6.1.0-47") == f"image present but wrong: {TAG}: its label says 6.1.0-47"
-    (action,) = plan([NodeView("n", S.REQUIRED, False, image_present=False, target_tag=TAG,
+    (action,) = next_actions([NodeView("n", S.REQUIRED, False, image_present=False, target_tag=TAG,
                                image_problem=UNVERIFIED + "x")], pol.UpgradePolicy())
     assert action.kind == "hold" and action.reason.startswith("image not verified")
 

@@ -174,19 +174,19 @@ def check(
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)"
                        + ("" if nodes_file else "; flags such as --driver-branch override the GPU Operator's objects, "
                           "and with them the repository they name, so the ledger must be named too"))
-    pools = branch_policy(driver_branch, branch_policy_file, old_policy)  # a wrong flag never starts a read
+    branches = branch_policy(driver_branch, branch_policy_file, old_policy)  # a wrong flag never starts a read
     if kernel_module_type:
         import dataclasses
 
-        pools = dataclasses.replace(pools, default_module_type=kernel_module_type)
+        branches = dataclasses.replace(branches, default_module_type=kernel_module_type)
     # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
     reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
                       timeout=timeout, say=say_tty, warn=warn) if names is None else None
     if reading is not None:
         reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     rule_set = load_rules(rules)
-    check_known_branches(pools, rule_set)
-    setup = Setup(pools, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
+    check_known_branches(branches, rule_set)
+    setup = Setup(branches, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
                   list(ledger or []), flags_given, policy_given, repository, not no_precompiled, driver_version,
                   operator_version, docker_config, verify_modules, warn=warn)
     wide = output is Output.wide

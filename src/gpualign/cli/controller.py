@@ -132,7 +132,7 @@ def controller(
     if build:  # the flags alone first: a bad value is refused before anything is read
         build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds, build_pod_settings,
                       repo, build_retry_after)
-    pools = branch_policy(driver_branch, branch_policy_file, old_policy)
+    branches = branch_policy(driver_branch, branch_policy_file, old_policy)
     rule_set = load_rules(rules)
     if ledger:
         sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
@@ -187,7 +187,7 @@ def controller(
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
     try:
-        run(kube, rule_set, pools, load_ledger, opts, operator=config, follow_operator=follow,
+        run(kube, rule_set, branches, load_ledger, opts, operator=config, follow_operator=follow,
             judge_image=lambda image, arch, module_type: judge(
                 {image: ()}, docker_config=docker_config, archs={image: (arch,)}).wrong_for(image, arch, module_type))
     finally:

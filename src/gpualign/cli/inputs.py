@@ -14,28 +14,28 @@ if TYPE_CHECKING:
     from gpualign.model.tags import Rules
 
 
-def branch_policy(branch: str | None, policy: Path | None, old_policy: Path | None = None) -> BranchPolicy:
+def branch_policy(branch: str | None, policy_file: Path | None, old_policy: Path | None = None) -> BranchPolicy:
     """--driver-branch, or --branch-policy FILE (--policy is its deprecated spelling)."""
     from gpualign.model.branches import BranchPolicy, load_policy
     from gpualign.model.tags import normalize_branch
 
     if old_policy is not None:
         warn("--policy is deprecated for this command: use --branch-policy (the same file)")
-        if policy is not None:
+        if policy_file is not None:
             raise BadInput("--policy and --branch-policy name the same file: pass --branch-policy only")
-        policy = old_policy
-    if branch and policy:
+        policy_file = old_policy
+    if branch and policy_file:
         raise BadInput("--driver-branch and --branch-policy are exclusive: use one")
-    if policy:
-        return load_policy(policy)
+    if policy_file:
+        return load_policy(policy_file)
     return BranchPolicy(default=normalize_branch(branch) if branch else None)
 
 
-def check_known_branches(policy: BranchPolicy, rules: Rules) -> None:
+def check_known_branches(branches: BranchPolicy, rules: Rules) -> None:
     """A warning for a branch the rules do not know (nothing would be published for it, nor pinned)."""
     # the rules' branches, and those gpualign builds from a Debian release's archive (Debian 13's 550)
     known = sorted(rules.published_branches | set(rules.branches) | rules.debian.branches, key=int)
-    for branch in sorted(policy.branches):
+    for branch in sorted(branches.branches):
         if branch not in known:
             warn(f"driver branch {branch} is not one the rules know ({', '.join(known)}): every image for it "
                  "counts as in-house")

@@ -87,12 +87,12 @@ def plan(
     from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
 
     stdin_once(ledger, nodes_file)
-    derived_pools = None
+    derived_branches = None
     if not ledger:  # as check does: beside the GPU Operator, its objects name the repository and the branches
         if nodes_file or all_contexts or len(set(context or [])) > 1:
             raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
                            "single cluster's GPU Operator objects can stand in for it")
-        ledger, derived_pools, repository = from_operator(kubeconfig, context[0] if context else None,
+        ledger, derived_branches, repository = from_operator(kubeconfig, context[0] if context else None,
                                                           repository, fleet.parse_timeout(request_timeout), warn)
     if not (kernel or os_ or driver_branch or kernel_module_type):
         raise BadInput("nothing to plan: pass --kernel, --os, --driver-branch and/or --kernel-module-type")
@@ -115,14 +115,14 @@ def plan(
     change = Change(kernel=kernel, os_id=os_id, os_version=os_version,
                     branch=normalize_branch(driver_branch) if driver_branch else None, module_type=kernel_module_type)
     rule_set = load_rules(rules)
-    pools = branch_policy(None, branch_policy_file, old_policy)
-    if derived_pools is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
+    branches = branch_policy(None, branch_policy_file, old_policy)
+    if derived_branches is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
             names is None and len(set(context or [])) <= 1:
         # --ledger given: the branches still come from where check takes them, the GPU Operator's objects
-        derived_pools = operator_branches(kubeconfig, context[0] if context else None, timeout, warn)
-    if derived_pools is not None and not (branch_policy_file or old_policy):
-        pools = derived_pools
-    check_known_branches(pools, rule_set)
+        derived_branches = operator_branches(kubeconfig, context[0] if context else None, timeout, warn)
+    if derived_branches is not None and not (branch_policy_file or old_policy):
+        branches = derived_branches
+    check_known_branches(branches, rule_set)
     if change.branch:
         from gpualign.model.branches import BranchPolicy
 
@@ -130,11 +130,11 @@ def plan(
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
     repo = repository_for(repository, ledger, warn)
 
-    setup = PlanSetup(change, available, repo, rule_set, pools, docker_config, warn)
+    setup = PlanSetup(change, available, repo, rule_set, branches, docker_config, warn)
 
     # with no branch named by a flag, a policy or the operator's objects, each node keeps the branch its driver pod
     # is deployed with, as check infers it: only then are the driver pods read
-    infer = not (change.branch or pools.default or pools.rules)
+    infer = not (change.branch or branches.default or branches.rules)
 
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
         read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=infer, timeout=timeout,

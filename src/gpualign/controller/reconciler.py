@@ -66,7 +66,7 @@ class WorkQueue:
 class Reconciler:
     kube: Kube
     rules: Rules
-    policy: BranchPolicy
+    branches: BranchPolicy
     repository: str
     work: WorkQueue
     caches: Caches
@@ -150,20 +150,20 @@ class Reconciler:
         if facts is None:  # gone, or no longer a GPU node
             self.forget(name)
             return
-        policy = self.policy
-        if not policy.branch_for(facts.labels) and pod is None:
+        branches = self.branches
+        if not branches.branch_for(facts.labels) and pod is None:
             hint = self.caches.pool_branch(facts)
             if hint:
-                policy = BranchPolicy(default=hint)
+                branches = BranchPolicy(default=hint)
         operator = self.operator
         planned = None
         if operator is not None:
             found = daemonset_image(facts.labels, self.caches.pool_list())
             planned = {name: found} if found else {}
         expect = from_operator(operator) if operator is not None and self.follow_operator else None
-        finding = self._finding(facts, pod, policy, planned, expect)
+        finding = self._finding(facts, pod, branches, planned, expect)
         self.findings.record(name, finding)
-        self._look_ahead(facts, policy, expect)
+        self._look_ahead(facts, branches, expect)
         if self.is_leader():
             self.publisher.publish(facts, finding)
             if self.gating and operator is not None:
@@ -173,10 +173,10 @@ class Reconciler:
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
-    def _finding(self, facts: NodeFacts, pod: DriverPod | None, policy: BranchPolicy,
+    def _finding(self, facts: NodeFacts, pod: DriverPod | None, branches: BranchPolicy,
                  planned: dict[str, tuple[str, str]] | None, expect: Any) -> JSON:
         def judged(wrong: dict[str, str] | None = None) -> Any:
-            return audit(AuditInput([facts], self.ledger.ledger, self.rules, policy, repository=self.repository,
+            return audit(AuditInput([facts], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                     pods={facts.name: pod} if pod else {}, planned=planned, expect=expect,
                                     wrong=wrong))
 
@@ -189,7 +189,7 @@ class Reconciler:
         finding["pod_state"] = pod.state if pod else None
         return finding
 
-    def _look_ahead(self, facts: NodeFacts, policy: BranchPolicy, expect: Any) -> None:
+    def _look_ahead(self, facts: NodeFacts, branches: BranchPolicy, expect: Any) -> None:
         """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its
         current one is: the same expectation with only those changed, so it can be made before the node reboots
         into them."""
@@ -204,7 +204,7 @@ class Reconciler:
         if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
                                                                    os_next != (facts.os_id, facts.os_version)):
             future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
-            result = audit(AuditInput([future], self.ledger.ledger, self.rules, policy, repository=self.repository,
+            result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                       expect=expect))
             finding = {**result.findings[0].as_dict(), "kernel": future.kernel}
             if os_next is not None:

@@ -55,7 +55,7 @@ class Options:
     builds: BuildOptions | None = None  # --build: the build trigger
 
 
-def run(kube: Kube, rules: Rules, policy: BranchPolicy,
+def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         load_ledger: Callable[[OperatorConfig | None], Ledger | RepoLedgers], opts: Options,
         stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
         follow_operator: bool = False, judge_image: Judge | None = None) -> None:
@@ -102,7 +102,7 @@ def run(kube: Kube, rules: Rules, policy: BranchPolicy,
                         on_ahead_missing=[_missing_gauge(metrics.next_kernel_missing, say_ahead_missing), *wakes])
     ledger = LedgerView(load_ledger, judge_image or (lambda _i, _a, _m: None))
     reconciler = Reconciler(
-        kube, rules, policy, opts.repository, work, caches, findings, ledger,
+        kube, rules, branches, opts.repository, work, caches, findings, ledger,
         Publisher(kube, retry=work.put_one),
         GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after),
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,

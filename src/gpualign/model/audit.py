@@ -163,7 +163,7 @@ def _built_for(image: str, kernel: str | None, ostag: str | None, precompiled: b
 @dataclass(frozen=True)
 class AuditInput:
     """What the audit decides from. nodes, ledger (one, or one per image repository) and rules; what each node should
-    run: `expect`, else the flags given as policy, repository, precompiled and driver_version. Then what was read:
+    run: `expect`, else the flags given as branches, repository, precompiled and driver_version. Then what was read:
     - pods: driver pod per node name when a cluster was read (None for a nodes dump: pods unknown);
     - planned: node -> (DaemonSet, image) the operator would deploy, given when the operator's configuration was
       read (operator_image and the mismatch check then apply); daemonsets_read: the operator's driver DaemonSets
@@ -177,7 +177,7 @@ class AuditInput:
     nodes: Iterable[NodeFacts]
     ledger: Ledger | RepoLedgers
     rules: Rules
-    policy: BranchPolicy | None = None
+    branches: BranchPolicy | None = None
     _: KW_ONLY
     repository: str | None = None
     precompiled: bool = True
@@ -198,7 +198,7 @@ def audit(given: AuditInput) -> Audit:
     nodes, ledger, rules, pods, expect = given.nodes, given.ledger, given.rules, given.pods, given.expect
     planned, wrong, unverified, verified = given.planned, given.wrong, given.unverified, given.verified
     platforms, flavours, daemonsets_read = given.platforms, given.flavours, given.daemonsets_read
-    resolve = expect or from_flags(given.policy or BranchPolicy(), repository=given.repository,
+    resolve = expect or from_flags(given.branches or BranchPolicy(), repository=given.repository,
                                    precompiled=given.precompiled, driver_version=given.driver_version)
     operator_mode = planned is not None
     findings: list[Finding] = []

@@ -40,21 +40,21 @@ def inferred_branch(facts: NodeFacts, pod: DriverPod | None) -> str | None:
     return facts.driver.branch if facts.driver else None
 
 
-def from_flags(policy: BranchPolicy, *, repository: str | None, precompiled: bool = True,
+def from_flags(branches: BranchPolicy, *, repository: str | None, precompiled: bool = True,
                driver_version: str | None = None, policy_file: bool = False) -> Resolver:
     """--driver-branch / --branch-policy first; else the branch of the node's driver pod, else of its loaded driver."""
     repo = repository or DEFAULT_REPOSITORY
 
     def resolve(facts: NodeFacts, pod: DriverPod | None) -> Expectation:
-        rule = policy.rule_for(facts.labels)
-        chosen = rule.branch if rule else policy.default
+        rule = branches.rule_for(facts.labels)
+        chosen = rule.branch if rule else branches.default
         if chosen:
             origin = "policy-file" if policy_file else "flags"
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
         pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
         return Expectation(origin, repo, chosen, pool_precompiled, driver_version,
-                           module_type=policy.module_type_of(rule) or "auto")
+                           module_type=branches.module_type_of(rule) or "auto")
 
     return resolve
 

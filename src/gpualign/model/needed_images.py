@@ -132,7 +132,7 @@ class NeededImages:
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
 
-def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, policy: BranchPolicy,
+def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, rules: Rules, branches: BranchPolicy,
          wrong: Mapping[str, str] | None = None, *, pods: Mapping[str, DriverPod] | None = None) -> NeededImages:
     """Each node as it will be after `change`; the ledger answers for the repository the images go to.
     wrong: tag -> why the image under it is present but wrong (it counts as work to do, like a missing one).
@@ -159,8 +159,8 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
         if unfit:
             unknown.append((facts.name, unfit))
             continue
-        rule = policy.rule_for(facts.labels)
-        branch = change.branch or (rule.branch if rule else policy.default) or \
+        rule = branches.rule_for(facts.labels)
+        branch = change.branch or (rule.branch if rule else branches.default) or \
             inferred_branch(facts, pods.get(facts.name) if pods else None)
         precompiled = rule.precompiled if rule and rule.precompiled is not None else True
         req = required_image(changed, branch, rules, precompiled=precompiled)
@@ -169,7 +169,7 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
             continue
         groups.setdefault(req.tag, []).append(facts.name)
         archs.setdefault(req.tag, set()).add(facts.arch)
-        module_type = change.module_type or policy.module_type_of(rule)
+        module_type = change.module_type or branches.module_type_of(rule)
         flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),

@@ -20,7 +20,7 @@ from gpualign.kube.client import Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import now_iso, since
-from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, plan
+from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, next_actions
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
@@ -108,7 +108,7 @@ class Executor:
         again, so its slot goes to the next node. One LIST of pods per node about to start, never all pods."""
         looked: set[str] = set()
         while True:
-            actions = plan([n.view for n in snap.nodes.values()], self.policy, snap.budgets)
+            actions = next_actions([n.view for n in snap.nodes.values()], self.policy, snap.budgets)
             starting = [a.node for a in actions if a.kind == "start" and a.node not in looked]
             if not starting:
                 return actions

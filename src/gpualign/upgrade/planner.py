@@ -77,7 +77,7 @@ def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budg
     return None
 
 
-def plan(nodes: Iterable[NodeView], policy: UpgradePolicy,
+def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
          budgets: Mapping[str, Budget] | None = None) -> list[Action]:
     """budgets: the PDBs' current budgets (by namespace/name), given when admission is PDB-aware; then a node is
     started only if every PDB guarding its pods has a disruption free after the evictions still ahead on nodes
@@ -160,7 +160,7 @@ def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,
                     budgets: Mapping[str, Budget] | None = None) -> tuple[list[list[str]], dict[str, str]]:
     """What --dry-run shows: the rounds in which the nodes not yet in the walk would be started, supposing the nodes
     already in it and each started round finish, and the PDBs' budgets stay as they are now; and why each other
-    node waits. Pure: it replays `plan` on the views."""
+    node waits. Pure: it replays `next_actions` on the views."""
     def finished(n: NodeView) -> NodeView:
         cordoned = n.initial_unschedulable == "true" if n.state in S.IN_PROGRESS else n.unschedulable
         return replace(n, state=S.DONE, needs_upgrade=False, unschedulable=cordoned, pdb_demand=())
@@ -168,7 +168,7 @@ def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,
     views = {n.name: (finished(n) if n.state in S.IN_PROGRESS - {S.FAILED} else n) for n in nodes}
     rounds: list[list[str]] = []
     while True:
-        actions = plan(views.values(), policy, budgets)
+        actions = next_actions(views.values(), policy, budgets)
         promoted = [a.node for a in actions if a.kind == "mark-required"]
         begun = [a.node for a in actions if a.kind == "start"]
         for name in promoted:  # marking is not starting: replay with the node at upgrade-required

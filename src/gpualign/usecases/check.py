@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class Setup:
     """What every cluster of one check shares: the flags, as read and checked once."""
 
-    pools: BranchPolicy
+    branches: BranchPolicy
     rules: Rules
     available: Ledger | None  # --ledger, read once; None: each cluster's operator objects name the repositories
     ledger: list[str]
@@ -78,7 +78,7 @@ def _checked(read: Read, setup: Setup) -> Checked:
     if version_note:
         warnings.append(version_note)
     if setup.flags_given or config is None:
-        expect = from_flags(setup.pools, repository=repository_for(setup.repository, setup.ledger, setup.warn),
+        expect = from_flags(setup.branches, repository=repository_for(setup.repository, setup.ledger, setup.warn),
                             precompiled=setup.precompiled, driver_version=setup.driver_version,
                             policy_file=setup.policy_given)
     else:

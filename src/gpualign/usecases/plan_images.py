@@ -26,7 +26,7 @@ class PlanSetup:
     available: Ledger
     repository: str
     rules: Rules
-    pools: BranchPolicy
+    branches: BranchPolicy
     docker_config: Path | None = None
     warn: Say = quiet
 
@@ -39,10 +39,10 @@ def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> t
     nodes = read.inventory.nodes
     ledger = setup.available.for_repository(setup.repository)
     pods = read.inventory.pods
-    result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, pods=pods)
+    result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, pods=pods)
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
-        result = images_needed(nodes, setup.change, ledger, setup.rules, setup.pools, wrong, pods=pods)
+        result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, wrong, pods=pods)
     body = {**result.as_dict(), "repository": setup.repository}
     return body, not (result.to_build or result.unknown or (selector and not nodes))
 
