@@ -58,11 +58,13 @@ def warn(message: str) -> None:
 
 
 def emit_data(data: Any, fmt: Output) -> None:
-    """JSON or YAML on stdout; YAML is plain block style with no anchors or aliases."""
+    """JSON or YAML on stdout; YAML is plain block style with no anchors or aliases. gpualign's vocabulary (StrEnum)
+    is written as its value, as a key too."""
     if fmt is Output.json:
         import orjson
 
-        sys.stdout.buffer.write(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        options = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS
+        sys.stdout.buffer.write(orjson.dumps(data, option=options))
         sys.stdout.flush()
         return
     import enum

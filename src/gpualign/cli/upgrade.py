@@ -269,7 +269,7 @@ def _board(snap: Snapshot) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold", title="gpualign upgrade", title_justify="left")
     for col in ("NODE", "STATE", "FOR", "CORDONED", "DRIVER", "BLOCKER"):
         table.add_column(col, no_wrap=col != "BLOCKER", overflow="fold")
-    style = {S.DONE: "green", S.FAILED: "bold red", S.REQUIRED: "dim"}
+    style: dict[str, str] = {S.DONE: "green", S.FAILED: "bold red", S.REQUIRED: "dim"}
     for _, ns in sorted(snap.nodes.items()):
         st = node_status(ns, ledger_known=True)
         table.add_row(st.name, f"[{style.get(st.state, 'yellow')}]{st.state}[/]",

@@ -141,8 +141,9 @@ class Executor:
         elif action.kind == "finish":
             self.finish(ns, unschedulable=None, why=action.reason)
         elif action.kind == "handle":
-            handler = {S.CORDON: self.cordon, S.WAIT_FOR_JOBS: self.wait_for_jobs, S.POD_DELETION: self.pod_deletion,
-                       S.DRAIN: self.drain, S.POD_RESTART: self.pod_restart, S.VALIDATION: self.validation}
+            handler: dict[str, Callable[[NodeState], None]] = {
+                S.CORDON: self.cordon, S.WAIT_FOR_JOBS: self.wait_for_jobs, S.POD_DELETION: self.pod_deletion,
+                S.DRAIN: self.drain, S.POD_RESTART: self.pod_restart, S.VALIDATION: self.validation}
             if ns.view.state in handler:
                 handler[ns.view.state](ns)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
 POD_DRAIN_SKIP = "nvidia.com/gpu-driver-upgrade-drain.skip"
@@ -21,17 +23,34 @@ TARGET = "gpualign.io/upgrade-target"
 DELETION_START = "gpualign.io/upgrade-pod-deletion-start-time"
 RESTART_START = "gpualign.io/upgrade-pod-restart-start-time"
 
-UNKNOWN = ""
-REQUIRED = "upgrade-required"
-CORDON = "cordon-required"
-WAIT_FOR_JOBS = "wait-for-jobs-required"
-POD_DELETION = "pod-deletion-required"
-DRAIN = "drain-required"
-POD_RESTART = "pod-restart-required"
-VALIDATION = "validation-required"
-UNCORDON = "uncordon-required"
-DONE = "upgrade-done"
-FAILED = "upgrade-failed"
+
+class UpgradeState(StrEnum):
+    """The values of STATE_LABEL, as the GPU Operator's upgrade controller writes them (UNKNOWN: no label)."""
+
+    UNKNOWN = ""
+    REQUIRED = "upgrade-required"
+    CORDON = "cordon-required"
+    WAIT_FOR_JOBS = "wait-for-jobs-required"
+    POD_DELETION = "pod-deletion-required"
+    DRAIN = "drain-required"
+    POD_RESTART = "pod-restart-required"
+    VALIDATION = "validation-required"
+    UNCORDON = "uncordon-required"
+    DONE = "upgrade-done"
+    FAILED = "upgrade-failed"
+
+
+UNKNOWN = UpgradeState.UNKNOWN
+REQUIRED = UpgradeState.REQUIRED
+CORDON = UpgradeState.CORDON
+WAIT_FOR_JOBS = UpgradeState.WAIT_FOR_JOBS
+POD_DELETION = UpgradeState.POD_DELETION
+DRAIN = UpgradeState.DRAIN
+POD_RESTART = UpgradeState.POD_RESTART
+VALIDATION = UpgradeState.VALIDATION
+UNCORDON = UpgradeState.UNCORDON
+DONE = UpgradeState.DONE
+FAILED = UpgradeState.FAILED
 
 ORDER = (REQUIRED, CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, DONE)
 ALL = (*ORDER, FAILED)
