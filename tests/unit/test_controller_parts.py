@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gpualign.base import labels as L
 from gpualign.controller import alarm, gate
 from gpualign.controller.board import board_view, fleet_view
 from gpualign.controller.caches import WRITE_SEEN_WITHIN, Caches
@@ -18,6 +17,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import Status
 from gpualign.model.facts import node_facts
 from gpualign.upgrade import states as S
+from tests.support import builders
 
 REPO = "registry.example/nvidia/driver"
 TAG = "595-6.8.0-1015-aws-ubuntu22.04"
@@ -65,8 +65,8 @@ def test_a_long_node_name_still_makes_a_valid_event_name():
 
 # -- the caches and the gate's writer --------------------------------------------------------------------------------
 def node(name: str, rv: str, labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None) -> dict:
-    return {"metadata": {"name": name, "resourceVersion": rv, "annotations": annotations or {},
-                         "labels": {L.GPU_PRESENT: "true", L.KERNEL: "6.8.0-1015-aws", **(labels or {})}}}
+    return builders.node(name, kernel="6.8.0-1015-aws", annotations=annotations or {}, resource_version=rv,
+                         **(labels or {}))
 
 
 class RecordingKube:

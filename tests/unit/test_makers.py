@@ -12,22 +12,18 @@ from gpualign.ensure import tagspec
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
-from gpualign.model.facts import from_labels
+from gpualign.model.facts import node_facts
 from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import load_rules, os_tag, required_image
+from tests.support import builders
 
 RULES = load_rules(archive_reading=False)  # the rules' copy of Debian's archives: the same on every machine
 DEBIAN = RULES.debian
 
 
 def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = None):
-    labels = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/kernel-version.full": kernel,
-              "feature.node.kubernetes.io/system-os_release.ID": os_id,
-              "feature.node.kubernetes.io/system-os_release.VERSION_ID": version}
-    if arch:
-        labels["kubernetes.io/arch"] = arch
-    return from_labels(name, labels, {})
+    return node_facts(builders.node(name, kernel=kernel, os_id=os_id, os_version=version, arch=arch))
 
 
 @pytest.mark.parametrize(("os_tag_", "branch", "kernel", "arch", "maker", "words"), [

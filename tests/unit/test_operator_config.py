@@ -14,6 +14,7 @@ from gpualign.model import operator_config as oc
 from gpualign.model.expect import from_operator
 from gpualign.model.facts import node_facts
 from gpualign.model.tags import for_operator, load_rules, os_tag
+from tests.support import builders
 
 
 def cp(driver: dict[str, Any] | None, *, api: str = "nvidia.com/v1", version: str | None = None) -> dict[str, Any]:
@@ -33,10 +34,7 @@ def nd(name: str, selector: dict[str, str] | None, **spec: Any) -> dict[str, Any
 
 
 def node(name: str = "n1", **labels: str) -> Any:
-    base = {"nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/kernel-version.full": "5.15.0-124-generic",
-            "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
-            "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04"}
-    return node_facts({"metadata": {"name": name, "labels": {**base, **labels}}})
+    return node_facts(builders.node(name, **labels))
 
 
 PRECOMPILED = {"usePrecompiled": True, "repository": "reg/nvidia", "image": "driver", "version": "580"}

@@ -13,6 +13,7 @@ from gpualign.model import operator_config as oc
 from gpualign.upgrade import states as S
 from gpualign.upgrade.observe import blocker
 from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+from tests.support.builders import pod
 
 
 def test_the_gate_sets_the_skip_label_with_its_mark_and_lifts_only_its_own():
@@ -35,12 +36,6 @@ def test_the_gate_never_removes_a_skip_label_it_did_not_set(skip, ours, missing)
     patch = decide(labels, annotations, image_missing=missing, target="t")
     if patch and patch["labels"].get(S.SKIP_LABEL, "keep") is None:
         assert ours
-
-
-def pod(name, *, gpu=True, labels=None):
-    res = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {}
-    return {"metadata": {"name": name, "namespace": "ml", "labels": labels or {}},
-            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": res}]}, "status": {"phase": "Running"}}
 
 
 def test_blockers_read_from_the_cluster_for_the_operators_walk():

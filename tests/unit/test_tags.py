@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -19,14 +20,12 @@ from gpualign.model.tags import (
     required_image,
     sanitize_kernel,
 )
+from tests.support import builders
 
 RULES = load_rules()
 
 
-def node(name="n1", **labels: str) -> dict:
-    base = {L.GPU_PRESENT: "true", L.KERNEL: "5.15.0-69-generic", L.OS_ID: "ubuntu", L.OS_VERSION: "22.04"}
-    base.update(labels)
-    return {"metadata": {"name": name, "labels": {k: v for k, v in base.items() if v is not None}}}
+node = functools.partial(builders.node, kernel="5.15.0-69-generic")
 
 
 def test_precompiled_tag_matches_nvidias_example():

@@ -9,6 +9,7 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, next_actions
+from tests.support.builders import pod
 from tests.support.walks import node_views_with, policies, unique
 
 PDBS = ("ml/a", "ml/b", "web/c")
@@ -148,18 +149,13 @@ def test_evictions_ahead_in_the_walk_are_spoken_for():
     assert hold.kind == "hold" and "nodes already in the walk have 1 of its pods still to evict" in hold.reason
 
 
-def pod(name, node, labels, gpu=True, phase="Running"):
-    res = {"limits": {"nvidia.com/gpu": "1"}} if gpu else {}
-    return {"metadata": {"name": name, "namespace": "ml", "labels": labels},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "resources": res}]}, "status": {"phase": phase}}
-
-
 def test_demand_counts_only_the_pods_pod_deletion_evicts():
     pdb = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {"selector": {"matchLabels": {"app": "t"}}},
            "status": {"disruptionsAllowed": 0, "currentHealthy": 2, "desiredHealthy": 2}}
-    pods = [pod("t1", "n1", {"app": "t"}), pod("t2", "n1", {"app": "t"}), pod("t3", "n2", {"app": "t"}),
-            pod("cpu", "n3", {"app": "t"}, gpu=False), pod("done", "n4", {"app": "t"}, phase="Succeeded"),
-            pod("other", "n5", {"app": "x"})]
+    t = {"app": "t"}
+    pods = [pod("t1", node="n1", labels=t), pod("t2", node="n1", labels=t), pod("t3", node="n2", labels=t),
+            pod("cpu", node="n3", labels=t, gpu=None), pod("done", node="n4", labels=t, phase="Succeeded"),
+            pod("other", node="n5", labels={"app": "x"})]
     assert demands([pdb], pods) == {"n1": {"ml/p": 2}, "n2": {"ml/p": 1}}
     assert Budget.from_pdb(pdb).numbers() == "allows 0 disruptions (2 healthy, 2 required)"
 

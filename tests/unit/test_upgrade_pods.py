@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 from gpualign.upgrade import pods as P
+from tests.support import builders
 
-
-def pod(name, *, gpu=None, runtime=None, labels=None, owner=None, phase="Running", claims=False):
-    spec = {"containers": [{"name": "c", "resources": {"limits": {gpu: "1"}} if gpu else {}}]}
-    if runtime:
-        spec["runtimeClassName"] = runtime
-    if claims:
-        spec["resourceClaims"] = [{"name": "gpu"}]
-    meta = {"name": name, "namespace": "ml", "labels": labels or {}}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner}]
-    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+pod = functools.partial(builders.pod, gpu=None)
 
 
 def test_gpu_pods_include_runtime_class_and_dra_users():

@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 
 from gpualign.upgrade.waker import MIN_GAP, Waker
+from tests.support import builders
 
 
 def node(name: str, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": labels}}
+    return builders.node(name, base=False, **labels)
 
 
 def woke(w: Waker) -> bool:

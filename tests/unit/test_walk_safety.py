@@ -5,6 +5,7 @@ check's audit, one kernel order for the first refused symbol, and a mistyped reg
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 
@@ -19,19 +20,13 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
 from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, next_actions
 from tests.fake_registry import FakeRegistry
+from tests.support import builders
 from tests.support.facts import REPO, RULES, gpu
 
 TAG = "580-5.15.0-124-generic-ubuntu22.04"
 
 
-def pod(name: str, *, owner: str | None = "ReplicaSet", empty_dir: bool = False) -> dict:
-    meta: dict = {"name": name, "namespace": "ml"}
-    if owner:
-        meta["ownerReferences"] = [{"kind": owner, "name": "x", "controller": True}]
-    spec: dict = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
-    if empty_dir:
-        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
-    return {"metadata": meta, "spec": spec, "status": {"phase": "Running"}}
+pod = functools.partial(builders.pod, owner="ReplicaSet")
 
 
 def test_a_bare_pod_is_refused_without_force_naming_it_as_kubectl_drain_does():
