@@ -197,11 +197,10 @@ def check(
         checked = check_cluster(read, setup)
         for w in checked.warnings:
             warn(w)
+        body = checked.as_dict()
         if output in (Output.json, Output.yaml):
-            emit_data(report("CheckReport", {**read.source, "ledger": checked.body["ledger"]}, checked.body),
-                      output)
+            emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
         else:
-            body = checked.body
             # as kubectl says it, rather than a header over nothing
             text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False) if body["nodes"] \
                 else "No resources found"
@@ -215,10 +214,11 @@ def check(
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
         read = read_nodes(None, kubeconfig, name, selector, with_operator=True, timeout=timeout)
         checked = check_cluster(read, setup)
+        body = checked.as_dict()
         if not read.inventory.nodes:
-            checked.body["warnings"].append(no_gpu_nodes(selector))
+            body["warnings"].append(no_gpu_nodes(selector))
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
-        return checked.body, clean, read.source["cluster"]["server"]
+        return body, clean, read.source["cluster"]["server"]
 
     from gpualign.model.fleet_report import merge_check
 

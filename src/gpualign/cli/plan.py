@@ -139,8 +139,8 @@ def plan(
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
         read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=infer, timeout=timeout,
                           say=say_tty if announce else quiet, warn=warn if announce else quiet)
-        body, clean = plan_cluster(read, setup, selector)
-        return body, clean, read.source
+        planned = plan_cluster(read, setup, selector)
+        return planned.as_dict(), planned.clean, read.source
 
     if names is None:
         body, clean, source = plan_of(context[0] if context else None)

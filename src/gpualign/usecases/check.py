@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
     from gpualign.model.audit import Audit
     from gpualign.model.branches import BranchPolicy
+    from gpualign.model.operator_config import OperatorConfig
     from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read
 
@@ -47,9 +48,27 @@ class Setup:
 
 @dataclass
 class Checked:
+    """One cluster's check: the audit, what the GPU Operator's objects said, and what to warn of."""
+
     audit: Audit
-    body: dict[str, Any]  # the JSON report's body (nodes, missing, summary, operator, rules, ledger, warnings)
+    config: OperatorConfig | None  # the operator's driver configuration, when the cluster has one
+    rules: Rules  # the rules as they were applied (for the operator's version)
+    ledger_sources: tuple[str, ...]
+    notes: list[str]  # what could not be read (RBAC, an unknown version)
     warnings: list[str]  # to say on stderr (the read's own notes are said as soon as it is read)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON report's body: nodes, missing, summary, operator, rules, ledger, warnings."""
+        body = self.audit.as_dict()
+        config = self.config
+        body["operator"] = None if config is None else {
+            "cluster_policy": config.cluster_policy, "version": config.version,
+            "mode": "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy",
+            "sources": [s.origin for s in config.sources]}
+        body["rules"] = {"source": self.rules.source, "operator_version": self.rules.operator_version}
+        body["ledger"] = list(self.ledger_sources)
+        body["warnings"] = self.notes + self.warnings
+        return body
 
 
 def check_cluster(read: Read, setup: Setup) -> Checked:
@@ -127,15 +146,7 @@ def _checked(read: Read, setup: Setup) -> Checked:
             warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
                             f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
                             "others get images built for another OS (use one NVIDIADriver per OS pool)")
-    body = result.as_dict()
-    body["operator"] = None if config is None else {
-        "cluster_policy": config.cluster_policy, "version": config.version,
-        "mode": "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy",
-        "sources": [s.origin for s in config.sources]}
-    body["rules"] = {"source": rule_set.source, "operator_version": rule_set.operator_version}
-    body["ledger"] = list(ledger.sources)
-    body["warnings"] = notes + warnings
-    return Checked(result, body, warnings)
+    return Checked(result, config, rule_set, tuple(ledger.sources), notes, warnings)
 
 
 def off_platform(result: Audit, platforms: dict[str, tuple[str, ...]]) -> bool:

@@ -31,9 +31,22 @@ class PlanSetup:
     warn: Say = quiet
 
 
-def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> tuple[dict[str, Any], bool]:
-    """One cluster's (or dump's) plan: (the report body, clean). Present but wrong images (their labels name another
-    build) count as work to do, as check and the walk judge them: they must be made again."""
+@dataclass(frozen=True)
+class Planned:
+    """One cluster's (or dump's) plan: the images needed, for which repository, and whether nothing is to do."""
+
+    needed: NeededImages
+    repository: str
+    clean: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON report's body."""
+        return {**self.needed.as_dict(), "repository": self.repository}
+
+
+def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> Planned:
+    """One cluster's (or dump's) plan. Present but wrong images (their labels name another build) count as work to
+    do, as check and the walk judge them: they must be made again."""
     from gpualign.model.needed_images import images_needed
 
     nodes = read.inventory.nodes
@@ -43,8 +56,7 @@ def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> t
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
         result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, wrong, pods=pods)
-    body = {**result.as_dict(), "repository": setup.repository}
-    return body, not (result.to_build or result.unknown or (selector and not nodes))
+    return Planned(result, setup.repository, not (result.to_build or result.unknown or (selector and not nodes)))
 
 
 def from_operator(kubeconfig: str | None, context: str | None, repository: str | None,
