@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -381,13 +382,7 @@ def upgrade(
     \b
         gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
-    from gpualign.cli.common import say_tty
-    from gpualign.kube.client import Kube
-    from gpualign.model.tags import load_rules, normalize_branch
-    from gpualign.upgrade import snapshot
-    from gpualign.upgrade.preflight import preflight
-    from gpualign.upgrade.run import walk
-    from gpualign.usecases.ledgers import load_ledger
+    from gpualign.model.tags import normalize_branch
 
     if timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected seconds >= 0 (0: never)")
@@ -403,72 +398,134 @@ def upgrade(
         raise BadInput("--sign-key/--sign-cert/--sign-secret sign the images --ensure builds: add --ensure")
     from gpualign.cli.ensure import signing_key
     from gpualign.ensure.judge import AUTO, OFF, STRICT
+    from gpualign.model.tags import load_rules
 
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
-    modules = AUTO if verify_modules is None else STRICT if verify_modules else OFF
-    rule_set = load_rules(rules)
+    flags = UpgradeFlags(selector, branch, list(ledger or []), pol, dry_run, ensure_images, signing,
+                         AUTO if verify_modules is None else STRICT if verify_modules else OFF, yes, timeout,
+                         lock_namespace, load_rules(rules), docker_config, output)
     from gpualign.cli.fleet import parse_timeout
+    from gpualign.kube.client import Kube
 
     per_request = parse_timeout(request_timeout)
     kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
                                                                           else {}))
     try:
-        if not ledger:  # as check does: beside the GPU Operator, its objects name the repositories
-            ledger = _ledger_from_operator(kube, selector, rule_set, branch)
-        available = load_ledger(ledger, docker_config, missing_ok=ensure_images, say=say_tty, warn=warn)
-        snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
+        ready = _prepared(kube, flags)
+        if flags.dry_run:
+            _dry_run(kube, flags, ready)
+            return
+        outcome = _walked(kube, flags, ready)
+    finally:
+        kube.close()
+    _summary(outcome)
+
+
+@dataclass(frozen=True)
+class UpgradeFlags:
+    """`upgrade`'s flags, read and checked: the branch normalized, the upgrade policy built, the signing key read."""
+
+    selector: str | None
+    branch: str | None
+    ledger: list[str]  # as given (empty: the GPU Operator's objects name it)
+    policy: UpgradePolicy
+    dry_run: bool
+    ensure_images: bool
+    signing: SigningKey | None
+    modules: str  # how target images' modules are checked (ensure.judge: AUTO, STRICT, OFF)
+    yes: bool
+    timeout: float
+    lock_namespace: str
+    rules: Rules
+    docker_config: Path | None
+    output: Output
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the walk starts from: the ledger named and read, the cluster's snapshot, the preflight's verdict."""
+
+    ledger: list[str]
+    available: Ledger
+    snap: Snapshot
+    pre: Preflight
+
+
+def _prepared(kube: Kube, flags: UpgradeFlags) -> Prepared:
+    """The ledger, the snapshot and the preflight; with --ensure, the missing images made first (and all read
+    again). Refused beside the GPU Operator's own walk, before any write."""
+    from gpualign.base.errors import Refused
+    from gpualign.cli.common import say_tty
+    from gpualign.kube.inventory import read_operator_config
+    from gpualign.upgrade import snapshot
+    from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+    from gpualign.upgrade.preflight import preflight
+    from gpualign.usecases.ledgers import load_ledger
+
+    selector, branch, pol = flags.selector, flags.branch, flags.policy
+    # as check does: beside the GPU Operator, its objects name the repositories
+    ledger = flags.ledger or _ledger_from_operator(kube, selector, flags.rules, branch)
+
+    def read() -> tuple[Ledger, Snapshot]:
+        available = load_ledger(ledger, flags.docker_config, missing_ok=flags.ensure_images, say=say_tty, warn=warn)
+        snap = snapshot.take(kube, selector, ledger=available, rules=flags.rules, to_branch=branch,
                              budgets=pol.admission == "pdb-aware")
         if not snap.nodes:
             raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
-        available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol, docker_config,
-                                  modules)
-        from gpualign.base.errors import Refused
-        from gpualign.kube.inventory import read_operator_config
-        from gpualign.upgrade.operator_walk import refusal, walked_by_operator
+        return _judged(kube, selector, ledger, available, snap, flags.rules, branch, pol, flags.docker_config,
+                       flags.modules)
 
-        config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
-        walked = walked_by_operator(config, snap)
-        if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
-            raise Refused(refusal(config, walked))
-        pre = preflight(kube, snap, pol)
-        to_make = sorted({t for n, t in pre.missing_images if not snap.nodes[n].view.image_problem})
-        if ensure_images and to_make:
-            _ensure_missing(ledger, to_make, dry_run, docker_config, signing, _secure_boot_nodes(snap, to_make))
-            if not dry_run:  # read again: the walk starts at "image ensured"
-                available = load_ledger(ledger, docker_config, missing_ok=True, say=say_tty, warn=warn)
-                snap = snapshot.take(kube, selector, ledger=available, rules=rule_set, to_branch=branch,
-                                     budgets=pol.admission == "pdb-aware")
-                available, snap = _judged(kube, selector, ledger, available, snap, rule_set, branch, pol,
-                                          docker_config, modules)
-                pre = preflight(kube, snap, pol)
-        pdb_aware = pol.admission == "pdb-aware"
-        if dry_run:
-            if output in (Output.json, Output.yaml):
-                rounds, held = _admission(snap, pol)
-                emit_data(report("UpgradePlan", {"cluster": kube.describe(), "ledger": list(available.sources)},
-                                 {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds,
-                                                                 "held": held}}), output)
-            else:
-                _print_preflight(pre, snap, pdb_aware)
-                _print_order(snap, pol)
-            if not pre.clean:
-                raise typer.Exit(EXIT_FINDINGS)
-            return
-        _print_preflight(pre, snap, pdb_aware)
-        if not yes:
-            if not sys.stdin.isatty():
-                raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
-            typer.confirm("start the upgrade?", abort=True)
-        from gpualign.upgrade.lock import hold
+    available, snap = read()
+    config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
+    walked = walked_by_operator(config, snap)
+    if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
+        raise Refused(refusal(config, walked))
+    pre = preflight(kube, snap, pol)
+    to_make = sorted({t for n, t in pre.missing_images if not snap.nodes[n].view.image_problem})
+    if flags.ensure_images and to_make:
+        _ensure_missing(ledger, to_make, flags.dry_run, flags.docker_config, flags.signing,
+                        _secure_boot_nodes(snap, to_make))
+        if not flags.dry_run:  # read again: the walk starts at "image ensured"
+            available, snap = read()
+            pre = preflight(kube, snap, pol)
+    return Prepared(ledger, available, snap, pre)
 
-        with hold(kube, lock_namespace):
-            if sys.stderr.isatty():
-                outcome = _walk_live(kube, selector, pol, available, rule_set, branch, timeout)
-            else:
-                outcome = walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch,
-                               report=_reporter, timeout=timeout)
-    finally:
-        kube.close()
+
+def _dry_run(kube: Kube, flags: UpgradeFlags, ready: Prepared) -> None:
+    """The preflight and the order the walk would take (exit 1 when the preflight is not clean)."""
+    pol, snap, pre = flags.policy, ready.snap, ready.pre
+    if flags.output in (Output.json, Output.yaml):
+        rounds, held = _admission(snap, pol)
+        emit_data(report("UpgradePlan", {"cluster": kube.describe(), "ledger": list(ready.available.sources)},
+                         {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}}),
+                  flags.output)
+    else:
+        _print_preflight(pre, snap, pol.admission == "pdb-aware")
+        _print_order(snap, pol)
+    if not pre.clean:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _walked(kube: Kube, flags: UpgradeFlags, ready: Prepared) -> Outcome:
+    """Asked (unless --yes), then the walk, under the Lease that keeps two walks from running at once."""
+    from gpualign.upgrade.lock import hold
+    from gpualign.upgrade.run import walk
+
+    _print_preflight(ready.pre, ready.snap, flags.policy.admission == "pdb-aware")
+    if not flags.yes:
+        if not sys.stdin.isatty():
+            raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
+        typer.confirm("start the upgrade?", abort=True)
+    with hold(kube, flags.lock_namespace):
+        if sys.stderr.isatty():
+            return _walk_live(kube, flags.selector, flags.policy, ready.available, flags.rules, flags.branch,
+                              flags.timeout)
+        return walk(kube, flags.selector, flags.policy, ledger=ready.available, rules=flags.rules,
+                    to_branch=flags.branch, report=_reporter, timeout=flags.timeout)
+
+
+def _summary(outcome: Outcome) -> None:
+    """Each state's count, each node held and why; exit 1 unless every node is done."""
     counts: dict[str, int] = {}
     for state in outcome.states.values():
         counts[state or "(none)"] = counts.get(state or "(none)", 0) + 1
