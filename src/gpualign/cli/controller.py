@@ -25,7 +25,10 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpualign.controller.build_trigger.trigger import BuildOptions
+    from gpualign.kube.client import Kube
     from gpualign.model.operator_config import OperatorConfig
 
 
@@ -151,11 +154,8 @@ def controller(
         builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
                                build_pod_settings, target, build_retry_after)
         builds.replace_wrong = build_replace_wrong
-        from gpualign.controller.build_trigger import preflight as build_preflight
-
         try:
-            for line in build_preflight.check(kube, builds.settings):
-                warn(line)
+            _build_preflight(kube, builds, warn)
         except BadInput:
             kube.close()
             raise
@@ -172,15 +172,12 @@ def controller(
         return sources.load_repositories([s.repository for s in named.sources if s.repository and not s.problem],
                                          docker_config=docker_config)
 
-    if gate_operator_upgrades and config is None:
-        kube.close()
-        raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
-    if gate_operator_upgrades and config is not None and not config.auto_upgrade:
-        warn(f"ClusterPolicy {config.cluster_policy} "
-              + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
-                 else "has spec.driver.upgradePolicy.autoUpgrade off")
-              + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
-                "autoUpgrade is turned on")
+    if gate_operator_upgrades:
+        try:
+            _gate_possible(config, warn)
+        except BadInput:
+            kube.close()
+            raise
     opts = Options(repository=repo, ledger_refresh=ledger_refresh, builds=builds,
                    gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
@@ -192,6 +189,26 @@ def controller(
                 {image: ()}, docker_config=docker_config, archs={image: (arch,)}).wrong_for(image, arch, module_type))
     finally:
         kube.close()
+
+
+def _gate_possible(config: OperatorConfig | None, warn: Callable[[str], None]) -> None:
+    """--gate-operator-upgrades needs the GPU Operator's ClusterPolicy; with its autoUpgrade off, it says so."""
+    if config is None:
+        raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
+    if not config.auto_upgrade:
+        warn(f"ClusterPolicy {config.cluster_policy} "
+             + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
+                else "has spec.driver.upgradePolicy.autoUpgrade off")
+             + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
+               "autoUpgrade is turned on")
+
+
+def _build_preflight(kube: Kube, builds: BuildOptions, warn: Callable[[str], None]) -> None:
+    """What --build needs of the cluster, checked before the controller starts (a refusal is bad input)."""
+    from gpualign.controller.build_trigger import preflight
+
+    for line in preflight.check(kube, builds.settings):
+        warn(line)
 
 
 def register(app: typer.Typer) -> None:
