@@ -40,20 +40,15 @@ def list_builds(
 ) -> None:
     """The build Jobs, one a tag: its phase, attempt, and for a failed one its kind and reason."""
     from gpualign.cli.table import render
-    from gpualign.controller.build_trigger.job import BUILD_LABEL, read_job
+    from gpualign.controller.build_trigger.jobs_api import read_builds
     from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context)
     try:
-        jobs = kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs", label_selector=f"{BUILD_LABEL}=true")
-        pods = {((p.get("metadata") or {}).get("labels") or {}).get("job-name"): p
-                for p in kube.pods(namespace, label_selector=f"{BUILD_LABEL}=true")}
+        read = read_builds(kube, namespace)  # a row a tag
         source = {"cluster": kube.describe()}
     finally:
         kube.close()
-    from gpualign.controller.build_trigger.decisions import latest
-
-    read = list(latest(read_job(j, pods.get(j["metadata"]["name"])) for j in jobs).values())  # a row a tag
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
              "reason": b.reason} for b in sorted(read, key=lambda b: b.tag)]
     if output in (Output.json, Output.yaml):
@@ -71,15 +66,13 @@ def _attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, dict[str,
     """The build Jobs of TAG in the namespace with their attempt, newest first; a one-line error when there is
     none."""
     from gpualign.base.errors import BadInput
-    from gpualign.controller.build_trigger.job import TAG_HASH_LABEL, read_job, tag_hash
+    from gpualign.controller.build_trigger.jobs_api import attempts
 
-    jobs = [(read, j) for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
-                                             label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
-            if (read := read_job(j, None)).tag == tag]
+    jobs = attempts(kube, namespace, tag)
     if not jobs:
         raise BadInput(f"no build Job for {tag} in {namespace}: the controller makes one when a node waits for the "
                        "image (gpualign build list shows the tags it built)")
-    return sorted(((read.attempt, j) for read, j in jobs), key=lambda aj: aj[0], reverse=True)
+    return jobs
 
 
 @app.command("logs")
@@ -98,8 +91,8 @@ def logs(
 
     from gpualign.base.errors import BadInput, Refused
     from gpualign.controller.build_trigger.job import read_job
+    from gpualign.controller.build_trigger.jobs_api import build_log, pods_of
     from gpualign.kube.client import Kube
-    from gpualign.kube.refusals import refused
 
     kube = Kube(kubeconfig, context)
     try:
@@ -109,8 +102,7 @@ def logs(
                            f"{', '.join(map(str, sorted(jobs)))})")
         job = jobs[attempt if attempt is not None else max(jobs)]
         name = job["metadata"]["name"]
-        pods = sorted(kube.pods(namespace, label_selector=f"job-name={name}"),
-                      key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        pods = pods_of(kube, namespace, name)
         read = read_job(job, pods[-1] if pods else None)
         print(f"# {namespace}/{name}: {tag}, attempt {read.attempt}, {read.phase}"
               + (f": {read.reason}" if read.reason else ""), file=sys.stderr)
@@ -123,12 +115,9 @@ def logs(
             why = next((str(c.get("message") or c.get("reason") or "") for c in status.get("conditions") or []
                         if c.get("status") == "False" and (c.get("message") or c.get("reason"))), "")
             raise Refused(f"pod {namespace}/{pod} has no log yet: it is Pending" + (f" ({why})" if why else ""))
-        resp = kube.request("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", params={"container": "build"},
-                            accept="*/*")
+        resp = build_log(kube, namespace, pod)
         if resp.status_code == 400:  # the container has not started: the API says why
             raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
-        if resp.status_code >= 400:
-            raise refused("GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", kube.server, resp)
     finally:
         kube.close()
     sys.stdout.write(resp.text)
@@ -144,15 +133,14 @@ def retry(
 ) -> None:
     """Ask the controller to build TAG again, even after a permanent failure: its latest Job is stamped with the
     time asked, and the controller's next pass makes the next attempt (the failed one stays, with its log)."""
-    from gpualign.controller.build_trigger.job import RETRY_ANNOTATION
+    from gpualign.controller.build_trigger.jobs_api import ask_retry
     from gpualign.kube.client import Kube
 
     kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")
     try:
         name = _attempts(kube, namespace, tag)[0][1]["metadata"]["name"]
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        kube.patch(f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}",
-                   {"metadata": {"annotations": {RETRY_ANNOTATION: stamp}}})
+        ask_retry(kube, namespace, name, stamp)
     finally:
         kube.close()
     stdout.print(f"asked the controller to build {tag} again (Job {namespace}/{name}, {stamp})")

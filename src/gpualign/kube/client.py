@@ -1,7 +1,7 @@
 """The one door to the Kubernetes API server. Nothing else imports lightkube.
 
 Objects cross this door as plain dicts, the same shape `kubectl get -o json` prints, so the core reads a live
-cluster and a `--nodes-file` dump the same way. Reads go over `wire` (the standard library's HTTP client);
+cluster and a `--nodes-file` dump the same way. Reads go over `reads` (the standard library's HTTP client);
 writes, server-side apply and watches through lightkube, which is imported only when one is first made.
 """
 
@@ -21,7 +21,7 @@ import orjson
 
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
-from gpualign.kube import reads as wire
+from gpualign.kube import reads
 from gpualign.kube.refusals import Response, refused
 from gpualign.kube.refusals import status_message as _status_message
 
@@ -66,20 +66,20 @@ def _check_tls_files(picked: Picked) -> None:
             raise BadInput(f"kubeconfig {picked.where}: {what} {file} is not PEM")
 
 
-def _httpx_failure(err: Exception) -> wire.Failure:
-    """An httpx2 error as the same Failure the reads' wire raises."""
+def _httpx_failure(err: Exception) -> reads.Failure:
+    """An httpx2 error as the same Failure the reads raise."""
     import httpx2
 
     detail = str(err) or err.__class__.__name__
     if isinstance(err, httpx2.TimeoutException):
         step = "connecting" if isinstance(err, httpx2.ConnectTimeout) else \
             "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer"
-        return wire.Failure(wire.FailureKind.TIMEOUT, detail, step)
+        return reads.Failure(reads.FailureKind.TIMEOUT, detail, step)
     if isinstance(err, httpx2.ConnectError):
-        return wire.Failure(wire.FailureKind.CONNECT, detail)
+        return reads.Failure(reads.FailureKind.CONNECT, detail)
     if isinstance(err, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
-        return wire.Failure(wire.FailureKind.CUT, detail)
-    return wire.Failure(wire.FailureKind.OTHER, detail)
+        return reads.Failure(reads.FailureKind.CUT, detail)
+    return reads.Failure(reads.FailureKind.OTHER, detail)
 
 
 @dataclass
@@ -131,7 +131,7 @@ class Kube:
         self.timeout = timeout
         _check_tls_files(picked)
         try:
-            tls = wire.tls_context(picked.cluster, picked.user) if self.server.startswith("https:") else None
+            tls = reads.tls_context(picked.cluster, picked.user) if self.server.startswith("https:") else None
         except (ssl.SSLError, OSError, ValueError) as err:
             raise BadInput(f"kubeconfig {picked.where}: its TLS material is unusable: {err}") from None
         # Our requests are recognisable in the API server's audit log (the tests check every pod removal there).
@@ -142,12 +142,12 @@ class Kube:
             else "gzip"
         self._client: Client | None = None
         self._client_lock = threading.Lock()
-        self._reads: wire.Wire | None = None
+        self._reads: reads.Reader | None = None
         if picked.needs_plugin:  # credentials from a program: every request goes through lightkube, made now
             self._lightkube()
         else:
             try:
-                self._reads = wire.Wire(self.server, tls, picked.user, timeout=timeout, headers=self._headers)
+                self._reads = reads.Reader(self.server, tls, picked.user, timeout=timeout, headers=self._headers)
             except ValueError as err:
                 raise BadInput(f"kubeconfig {picked.where}: {err}") from None
 
@@ -181,10 +181,10 @@ class Kube:
             self._client = client
             return client
 
-    def failed(self, err: wire.Failure) -> str:
+    def failed(self, err: reads.Failure) -> str:
         """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
         anything else one that could not be reached."""
-        if err.kind == wire.FailureKind.TIMEOUT:
+        if err.kind == reads.FailureKind.TIMEOUT:
             return f"API server {self.server} did not answer within {self.timeout:g}s ({err.step})"
         return f"API server {self.server} unreachable: {err.detail}"
 
@@ -216,17 +216,17 @@ class Kube:
                 content_type: str = "application/json", accept: str = "application/json") -> Response:
         # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again, as
         # client-go retries GETs on a connection reset; writes are not replayed here: their callers decide.
-        reads = method in ("GET", "HEAD")
+        is_read = method in ("GET", "HEAD")
         attempt = 0
         while True:
             try:
-                if reads and self._reads is not None:
+                if is_read and self._reads is not None:
                     return self._reads.get(path, params=params, accept=accept, method=method)
                 return self._send(method, path, params, body, content_type, accept)
-            except wire.Failure as err:
-                limit = {wire.FailureKind.CONNECT: RETRIES_ON_CONNECT,
-                         wire.FailureKind.CUT: RETRIES_ON_RESET}.get(err.kind, 0)
-                if reads and attempt < limit:
+            except reads.Failure as err:
+                limit = {reads.FailureKind.CONNECT: RETRIES_ON_CONNECT,
+                         reads.FailureKind.CUT: RETRIES_ON_RESET}.get(err.kind, 0)
+                if is_read and attempt < limit:
                     time.sleep(min(1.0, 0.1 * 2 ** attempt))
                     attempt += 1
                     continue

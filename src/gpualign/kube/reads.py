@@ -131,7 +131,7 @@ class _Credentials:
             return self._header
 
 
-class Wire:
+class Reader:
     """GETs to one API server. Thread-safe: a request takes an idle connection (or opens one) and gives it back
     when its answer is read; at most IDLE are kept open between requests."""
 

@@ -205,7 +205,7 @@ def audit(given: AuditInput) -> Audit:
     absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)
     # A fleet has few distinct (kernel, OS, expectation) triples: each one's image is derived, and looked up in its
     # ledger, once. The cached RequiredImage names the first node it was derived for; only its image parts are read.
-    derived: dict[tuple[Any, ...], tuple[RequiredImage, str | None, bool]] = {}
+    derived: dict[tuple[Any, ...], tuple[RequiredImage, str | None, bool, str | None, Making | None]] = {}
     for facts in sorted((n for n in nodes if n.gpu), key=lambda n: n.name):
         pod = pods.get(facts.name) if pods is not None else None
         driver = _text(facts.driver) if facts.driver else None
@@ -229,13 +229,14 @@ def audit(given: AuditInput) -> Audit:
                 req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled,
                                      driver_version=exp.driver_version)
             image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None
+            modules = resolve_flavour(exp.module_type, req.branch) if req.tag else None
+            making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
+                               debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
+                if req.tag else None
             derived[key] = (req, image,
-                            bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)))
-        req, image, in_ledger = derived[key]
-        modules = resolve_flavour(exp.module_type, req.branch) if req.tag else None
-        making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
-                           debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
-            if req.tag else None
+                            bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)),
+                            modules, making)
+        req, image, in_ledger, modules, making = derived[key]
         off_platform = platform_problem(image, arch, platforms) if image and platforms else None
         off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch,
                                        making.why if making and making.maker is Maker.NONE else None) \

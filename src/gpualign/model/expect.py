@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import NodeFacts
-from gpualign.model.operator_config import OperatorConfig
+from gpualign.model.operator_config import DriverSource, OperatorConfig
 
 DEFAULT_REPOSITORY = "nvcr.io/nvidia/driver"
 
@@ -29,7 +29,17 @@ class Expectation:
     one_os_tag: bool = False  # the operator's ClusterPolicy mode: one OS tag for every kernel
     module_type: str = "auto"  # kernelModuleType the driver pod is given (gpualign.model.flavours)
 
+    def __hash__(self) -> int:
+        # Hashed once per node by the audit (its cache key): the fields' hash, computed once per object.
+        try:
+            return self.__dict__["_hash"]  # type: ignore[no-any-return]
+        except KeyError:
+            value = hash(tuple(getattr(self, f) for f in _FIELDS))
+            self.__dict__["_hash"] = value
+            return value
 
+
+_FIELDS = tuple(Expectation.__dataclass_fields__)
 Resolver = Callable[[NodeFacts, "DriverPod | None"], Expectation]
 
 
@@ -45,6 +55,8 @@ def from_flags(branches: BranchPolicy, *, repository: str | None, precompiled: b
     """--driver-branch / --branch-policy first; else the branch of the node's driver pod, else of its loaded driver."""
     repo = repository or DEFAULT_REPOSITORY
 
+    made: dict[tuple[int, str | None, str], Expectation] = {}  # a fleet has few: one object each
+
     def resolve(facts: NodeFacts, pod: DriverPod | None) -> Expectation:
         rule = branches.rule_for(facts.labels)
         chosen = rule.branch if rule else branches.default
@@ -52,9 +64,12 @@ def from_flags(branches: BranchPolicy, *, repository: str | None, precompiled: b
             origin = "policy-file" if policy_file else "flags"
         else:
             chosen, origin = inferred_branch(facts, pod), "inferred"
-        pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
-        return Expectation(origin, repo, chosen, pool_precompiled, driver_version,
-                           module_type=branches.module_type_of(rule) or "auto")
+        key = (id(rule), chosen, origin)
+        if key not in made:
+            pool_precompiled = rule.precompiled if rule and rule.precompiled is not None else precompiled
+            made[key] = Expectation(origin, repo, chosen, pool_precompiled, driver_version,
+                                    module_type=branches.module_type_of(rule) or "auto")
+        return made[key]
 
     return resolve
 
@@ -62,8 +77,16 @@ def from_flags(branches: BranchPolicy, *, repository: str | None, precompiled: b
 def from_operator(config: OperatorConfig) -> Resolver:
     """As the operator decides: the NVIDIADriver whose nodeSelector picks the node, else the ClusterPolicy."""
 
-    def resolve(facts: NodeFacts, _pod: DriverPod | None) -> Expectation:
+    made: dict[tuple[int, str | None], Expectation] = {}  # a fleet has few: one object each
+
+    def resolve(facts: NodeFacts, pod: DriverPod | None) -> Expectation:
         source, why = config.source_for(facts.labels)
+        key = (id(source), why)
+        if key not in made:
+            made[key] = _of_source(source, why)
+        return made[key]
+
+    def _of_source(source: DriverSource | None, why: str | None) -> Expectation:
         if source is None:
             kind = "nvidiadriver" if config.nvidiadriver_mode else "clusterpolicy"
             return Expectation(f"{kind}/-", None, None, problem=why)

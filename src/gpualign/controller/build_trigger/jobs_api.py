@@ -1,6 +1,7 @@
 """The build trigger's API calls, in one place: the build Jobs and their pods read (and why a pod-less Job has no pod),
-a Job created or deleted, an Event told on the nodes that wait. Also `read_cluster`, the one-line state of every
-tag's build that `status` and `why` show."""
+a Job created or deleted, an Event told on the nodes that wait. Also what `gpualign build` and `status` read and
+write: every tag's build (`read_builds`, `read_cluster`), one tag's attempts, a build pod's log, a retry asked
+for."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from gpualign.controller.build_trigger.job import (
     BLOCKED_ANNOTATION,
     BUILD_LABEL,
     DEFAULT_NAMESPACE,
+    RETRY_ANNOTATION,
+    TAG_HASH_LABEL,
     cannot_create_hint,
     describe,
     is_done,
@@ -24,6 +27,7 @@ from gpualign.controller.build_trigger.job import (
     tag_hash,
 )
 from gpualign.kube.client import Kube
+from gpualign.kube.refusals import Response, refused
 from gpualign.upgrade.report import ANY_TAG
 
 log = logging.getLogger("gpualign.controller")
@@ -139,3 +143,40 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
     return {tag: describe(read, where[read.name], now) for tag, read in latest(reads).items()}
 
 
+
+
+def read_builds(kube: Kube, namespace: str) -> list[BuildJob]:
+    """Each tag's latest build Job in the namespace, with its pod's word."""
+    jobs = kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs", label_selector=f"{BUILD_LABEL}=true")
+    pods = {((p.get("metadata") or {}).get("labels") or {}).get("job-name"): p
+            for p in kube.pods(namespace, label_selector=f"{BUILD_LABEL}=true")}
+    return list(latest(read_job(j, pods.get(j["metadata"]["name"])) for j in jobs).values())
+
+
+def attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, JSON]]:
+    """The build Jobs of the tag in the namespace with their attempt, newest first (none: empty)."""
+    jobs = [(read, j) for j in kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs",
+                                             label_selector=f"{TAG_HASH_LABEL}={tag_hash(tag)}")
+            if (read := read_job(j, None)).tag == tag]
+    return sorted(((read.attempt, j) for read, j in jobs), key=lambda aj: aj[0], reverse=True)
+
+
+def pods_of(kube: Kube, namespace: str, job: str) -> list[JSON]:
+    """The Job's pods, oldest first."""
+    return sorted(kube.pods(namespace, label_selector=f"job-name={job}"),
+                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def build_log(kube: Kube, namespace: str, pod: str) -> Response:
+    """The build container's log (the answer as it came: a 400 says why there is none yet)."""
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/log"
+    resp = kube.request("GET", path, params={"container": "build"}, accept="*/*")
+    if resp.status_code > 400:
+        raise refused("GET", path, kube.server, resp)
+    return resp
+
+
+def ask_retry(kube: Kube, namespace: str, job: str, stamp: str) -> None:
+    """Stamp the Job with the time a retry was asked: the controller's next pass makes the next attempt."""
+    kube.patch(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job}", {"metadata": {"annotations": {
+        RETRY_ANNOTATION: stamp}}})

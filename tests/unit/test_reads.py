@@ -14,20 +14,20 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from gpualign.base.errors import Forbidden, Unreachable
-from gpualign.kube import reads as wire
+from gpualign.kube import reads
 from gpualign.kube.client import Kube
 from tests.support.loopback_http import loopback_kubeconfig, send
 
 
-def a_wire(url: str, user: dict | None = None, timeout: float = 5.0) -> wire.Wire:
-    return wire.Wire(url, None, user or {}, timeout=timeout, headers={"User-Agent": "gpualign/test",
+def a_reader(url: str, user: dict | None = None, timeout: float = 5.0) -> reads.Reader:
+    return reads.Reader(url, None, user or {}, timeout=timeout, headers={"User-Agent": "gpualign/test",
                                                                       "Accept-Encoding": "gzip"})
 
 
 def test_a_gzip_answer_is_decoded_and_the_connection_is_kept_between_reads(serve):
     srv = serve(lambda h: send(h, gzip.compress(b'{"kind":"NodeList","items":[]}'),
                                headers={"Content-Encoding": "gzip"}))
-    w = a_wire(srv.url)
+    w = a_reader(srv.url)
     try:
         first = w.get("/api/v1/nodes", params={"limit": 500, "labelSelector": "a=b,c"})
         second = w.get("/api/v1/nodes")
@@ -41,11 +41,11 @@ def test_a_gzip_answer_is_decoded_and_the_connection_is_kept_between_reads(serve
 
 def test_threads_that_come_and_go_share_the_idle_connections_and_leave_none_behind(serve):
     """A walk or the controller reads from new threads every pass: their requests reuse the connections kept idle,
-    and closing the wire closes them."""
+    and closing the reader closes them."""
     import threading
 
     srv = serve(lambda h: send(h, b"{}"))
-    w = a_wire(srv.url)
+    w = a_reader(srv.url)
     for _ in range(20):
         t = threading.Thread(target=w.get, args=("/x",))
         t.start()
@@ -70,7 +70,7 @@ def test_a_chunked_answer_is_read_whole(serve):
             h.wfile.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
         h.wfile.write(b"0\r\n\r\n")
 
-    w = a_wire(serve(chunked).url)
+    w = a_reader(serve(chunked).url)
     try:
         assert w.get("/x").json() == {"items": [{"a": 1}]}
     finally:
@@ -83,7 +83,7 @@ def test_a_kept_alive_connection_the_server_closed_is_opened_again_without_a_fai
         h.close_connection = True  # closed after the answer, which said nothing of it
 
     srv = serve(once_then_close)
-    w = a_wire(srv.url)
+    w = a_reader(srv.url)
     try:
         assert w.get("/a").json() == {}
         time.sleep(0.1)
@@ -98,8 +98,8 @@ def test_an_answer_cut_short_is_a_cut_and_says_how_much_arrived(serve):
         send(h, b'{"items":', length=100)
         h.close_connection = True
 
-    w = a_wire(serve(short).url)
-    with pytest.raises(wire.Failure) as err:
+    w = a_reader(serve(short).url)
+    with pytest.raises(reads.Failure) as err:
         w.get("/x")
     w.close()
     assert err.value.kind == "cut" and err.value.detail == "the connection closed after 9 bytes of the answer"
@@ -110,14 +110,14 @@ def test_a_refused_connection_is_a_connect_failure():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    with pytest.raises(wire.Failure) as err:
-        a_wire(f"http://127.0.0.1:{port}").get("/x")
+    with pytest.raises(reads.Failure) as err:
+        a_reader(f"http://127.0.0.1:{port}").get("/x")
     assert err.value.kind == "connect" and "Connection refused" in err.value.detail
 
 
 def test_a_server_that_never_answers_is_a_timeout_while_waiting_for_its_answer(serve):
-    w = a_wire(serve(lambda h: time.sleep(2)).url, timeout=0.3)
-    with pytest.raises(wire.Failure) as err:
+    w = a_reader(serve(lambda h: time.sleep(2)).url, timeout=0.3)
+    with pytest.raises(reads.Failure) as err:
         w.get("/x")
     w.close()
     assert (err.value.kind, err.value.step) == ("timeout", "waiting for its answer")
@@ -127,7 +127,7 @@ def test_a_token_file_is_read_again_when_kubelet_rotates_it(serve, tmp_path):
     token = tmp_path / "token"
     token.write_text("first\n")
     srv = serve(lambda h: send(h, b"{}"))
-    w = a_wire(srv.url, {"tokenFile": str(token), "token": "ignored"})
+    w = a_reader(srv.url, {"tokenFile": str(token), "token": "ignored"})
     try:
         w.get("/a")
         token.write_text("second-and-longer\n")
@@ -138,14 +138,14 @@ def test_a_token_file_is_read_again_when_kubelet_rotates_it(serve, tmp_path):
 
 
 def test_a_missing_token_file_is_named(tmp_path):
-    w = a_wire("http://127.0.0.1:9", {"tokenFile": str(tmp_path / "gone")})
-    with pytest.raises(wire.Failure, match=f"token file {tmp_path}/gone: No such file or directory"):
+    w = a_reader("http://127.0.0.1:9", {"tokenFile": str(tmp_path / "gone")})
+    with pytest.raises(reads.Failure, match=f"token file {tmp_path}/gone: No such file or directory"):
         w.get("/x")
 
 
 def test_a_servers_path_prefix_is_kept_and_basic_auth_is_sent(serve):
     srv = serve(lambda h: send(h, b"{}"))
-    w = a_wire(srv.url + "/k8s/clusters/c-1/", {"username": "ann", "password": "pw"})
+    w = a_reader(srv.url + "/k8s/clusters/c-1/", {"username": "ann", "password": "pw"})
     try:
         w.get("/api/v1/nodes", params={"limit": 1})
     finally:
@@ -233,14 +233,14 @@ def test_inline_client_certificates_and_cas_make_the_same_tls_as_files(tmp_path)
     made = pki.create(tmp_path / "pki")
     b64 = {n: base64.b64encode(p.read_bytes()).decode() for n, p in
            (("ca", made.ca_cert), ("cert", made.dir / "admin.crt"), ("key", made.dir / "admin.key"))}
-    inline = wire.tls_context({"certificate-authority-data": b64["ca"]},
+    inline = reads.tls_context({"certificate-authority-data": b64["ca"]},
                               {"client-certificate-data": b64["cert"], "client-key-data": b64["key"]})
-    files = wire.tls_context({"certificate-authority": str(made.ca_cert)},
+    files = reads.tls_context({"certificate-authority": str(made.ca_cert)},
                              {"client-certificate": str(made.dir / "admin.crt"),
                               "client-key": str(made.dir / "admin.key")})
     assert inline.get_ca_certs() == files.get_ca_certs() and inline.verify_mode == ssl.CERT_REQUIRED
     combined = base64.b64encode((made.dir / "admin.crt").read_bytes() + (made.dir / "admin.key").read_bytes())
-    wire.tls_context({}, {"client-certificate-data": combined.decode()})  # the key inside the certificate's PEM
+    reads.tls_context({}, {"client-certificate-data": combined.decode()})  # the key inside the certificate's PEM
     with pytest.raises(ssl.SSLError):
-        wire.tls_context({}, {"client-certificate-data": b64["cert"]})  # no key anywhere
-    assert wire.tls_context({"insecure-skip-tls-verify": True}, {}).verify_mode == ssl.CERT_NONE
+        reads.tls_context({}, {"client-certificate-data": b64["cert"]})  # no key anywhere
+    assert reads.tls_context({"insecure-skip-tls-verify": True}, {}).verify_mode == ssl.CERT_NONE
