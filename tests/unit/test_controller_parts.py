@@ -122,6 +122,21 @@ def test_the_gate_never_writes_twice_from_a_node_that_predates_its_write():
     assert len(kube.patches) == 1  # held already: nothing to write
 
 
+def test_a_write_the_watch_showed_before_its_answer_came_is_not_awaited():
+    """The watch can deliver the write's event before the writer reads the answer; and a write that changed nothing
+    has the version the watch showed already. Neither may hold the gate's decisions back."""
+    caches = Caches(requeue=lambda _n: None)
+    caches.node_event("ADDED", node("gpu-c1", "10"))
+    caches.node_event("MODIFIED", node("gpu-c1", "12", {S.SKIP_LABEL: "true"}))  # our write, shown first
+    caches.node_event("MODIFIED", node("gpu-c1", "13", {S.SKIP_LABEL: "true"}))  # and another writer's after it
+    caches.wrote(node("gpu-c1", "12", {S.SKIP_LABEL: "true"}))  # then its answer
+    assert caches.current("gpu-c1")
+    caches.wrote(node("gpu-c1", "13", {S.SKIP_LABEL: "true"}))  # a write that changed nothing
+    assert caches.current("gpu-c1")
+    caches.wrote(node("gpu-c1", "14"))  # a write not shown yet: awaited
+    assert not caches.current("gpu-c1")
+
+
 def test_the_gate_releases_once_the_image_is_in_the_ledger():
     kube = RecordingKube(node("gpu-c1", "20", {S.SKIP_LABEL: "true"}, {gate.GATED: "target image x missing"}))
     caches = Caches(requeue=lambda _n: None)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,12 @@ JSON = dict[str, Any]
 WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER,
                   L.DRIVER_CURRENT_FULL,
                   *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values(), S.STATE_LABEL, S.SKIP_LABEL)
-# How long an own write may stay unseen by the node's watch before the cache is trusted again anyway (a watch that
-# lost the event resumes or lists again well within this).
-WRITE_SEEN_WITHIN = 60.0
+# How long an own write may stay unseen by the node's watch before the cache is trusted again anyway: a safety net
+# (a watch shows a write within milliseconds, and one that lost its connection lists again).
+WRITE_SEEN_WITHIN = 10.0
+# The resourceVersions a node's watch showed last: a write's answer can come after the watch has shown it (and a
+# write that changed nothing has the version already shown), so a write is awaited only when not among them.
+RECENT_VERSIONS = 16
 
 
 @dataclass
@@ -41,6 +45,7 @@ class Caches:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # node -> (the resourceVersion the controller's own write made, when to stop waiting for the watch to show it)
     unseen_writes: dict[str, tuple[str, float]] = field(default_factory=dict)
+    shown: dict[str, deque[str]] = field(default_factory=dict)  # node -> the versions its watch showed last
     clock: Callable[[], float] = time.monotonic
 
     # -- nodes ------------------------------------------------------------------------------------------------------
@@ -50,6 +55,9 @@ class Caches:
             gone = set(self.nodes) - set(fresh)
             self.nodes = fresh
             self.unseen_writes.clear()  # a list is the present: every write made before it is in it
+            self.shown = {}
+            for item in items:
+                self._show(item)
         self.requeue([*fresh, *gone])
 
     def node_event(self, kind: str, obj: JSON) -> None:
@@ -63,8 +71,10 @@ class Caches:
             if kind == "DELETED" or not facts.gpu:
                 self.nodes.pop(facts.name, None)
                 self.unseen_writes.pop(facts.name, None)
+                self.shown.pop(facts.name, None)
             else:
                 self.nodes[facts.name] = facts
+                self._show(obj)
         if kind == "DELETED" or not facts.gpu:
             self.requeue([facts.name])
             return
@@ -76,9 +86,17 @@ class Caches:
         """The controller wrote this node (`node` as the API answered): its cached copy is stale until the watch
         shows that version."""
         meta = node.get("metadata") or {}
-        if meta.get("name") and meta.get("resourceVersion"):
+        name, version = meta.get("name"), meta.get("resourceVersion")
+        if name and version:
             with self.lock:
-                self.unseen_writes[meta["name"]] = (meta["resourceVersion"], self.clock() + WRITE_SEEN_WITHIN)
+                if version not in self.shown.get(name, ()):  # else the watch has shown it already
+                    self.unseen_writes[name] = (version, self.clock() + WRITE_SEEN_WITHIN)
+
+    def _show(self, obj: JSON) -> None:
+        meta = obj.get("metadata") or {}
+        name, version = meta.get("name"), meta.get("resourceVersion")
+        if name and version:
+            self.shown.setdefault(name, deque(maxlen=RECENT_VERSIONS)).append(version)
 
     def current(self, name: str) -> bool:
         """Whether the cached node shows every write the controller made to it (or waited long enough)."""
