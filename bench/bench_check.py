@@ -207,6 +207,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.out = args.out or Path("bench/results/check-idle.json" if args.idle else "bench/results/check.json")
+    # Each tree runs from bytecode, as an installed copy does (pip compiles a wheel's modules as it installs them):
+    # with PYTHONDONTWRITEBYTECODE set, a checkout would compile every module it imports from source on every run.
+    for tree in (Path(__file__).resolve().parent.parent / "src", *([args.before] if args.before else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True)
 
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-"))
     state_dir = work / "lab"

@@ -16,10 +16,10 @@ import typer
 from gpualign.base.errors import BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import warn
-from gpualign.model.fleet_report import ClusterRead
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the fleet's report is read only in fleet mode: one cluster never imports it
     from gpualign.cli.options import Output
+    from gpualign.model.fleet_report import ClusterRead
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
     "--context", metavar="NAME", autocompletion=complete.contexts,
