@@ -84,7 +84,7 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
             return f"not ready: {elector.problem}"
         return None
 
-    builder: BuildTrigger | None = None  # made below, once the ledger (its Events name it) was read
+    builder: BuildTrigger | None = None  # made below, once the ledger (its Events name it) was first read
     metrics = Metrics(lambda: fleet_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader()),
                       election_problem, builds=lambda: builder.status() if builder is not None else {"running": []})
     wake_builds = threading.Event()  # a node began to wait for a tag: the build trigger decides now
@@ -107,23 +107,24 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after),
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
         is_leader=is_leader, on_checked=metrics.check_duration.observe)
-    try:
-        reconciler.refresh_ledger()
-    except GpualignError as err:
-        log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
-    if opts.builds is not None:
-        builder = BuildTrigger(kube, opts.builds, findings.snapshot, is_leader=is_leader,
-                          on_started=lambda _tag: metrics.builds_started.inc(),
-                          on_finished=metrics.build_finished, ahead=findings.ahead_snapshot,
-                          listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources), wake=wake_builds)
 
     def board() -> dict[str, object]:
         view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),
                           updated=reconciler.updated, ledger_sources=ledger.ledger.sources, cluster=kube.server)
         return {**view, **({"builds": builder.status()} if builder is not None else {})}
 
-    server = serve(opts.listen, metrics.registry, board, unready)
+    server = serve(opts.listen, metrics.registry, board, unready)  # serving before the first (slow) ledger read
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
+    try:
+        reconciler.refresh_ledger()
+    except GpualignError as err:
+        log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
+    if opts.builds is not None:
+        builder = BuildTrigger(kube, opts.builds, findings.snapshot, is_leader=is_leader,
+                               on_started=lambda _tag: metrics.builds_started.inc(),
+                               on_finished=metrics.build_finished, ahead=findings.ahead_snapshot,
+                               listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources),
+                               wake=wake_builds)
 
     for w in _watchers(kube, caches, reconciler, stop, operator is not None):
         w.start()
