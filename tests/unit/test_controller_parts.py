@@ -160,6 +160,10 @@ def test_an_unseen_write_is_trusted_again_after_a_while_and_a_list_is_the_presen
     caches.wrote(node("gpu-a", "6"))
     caches.sync_nodes([node("gpu-a", "9")])
     assert caches.current("gpu-a")
+    caches.wrote(node("gpu-a", "10"))
+    assert caches.unseen_too_long() == []
+    now[0] += WRITE_SEEN_WITHIN  # never shown (an event lost): checked again by the refresher, and trusted
+    assert caches.unseen_too_long() == ["gpu-a"] and caches.current("gpu-a")
 
 
 def test_a_gone_node_is_checked_again_so_that_it_is_forgotten():

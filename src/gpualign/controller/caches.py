@@ -109,6 +109,16 @@ class Caches:
                 return True
             return False
 
+    def unseen_too_long(self) -> list[str]:
+        """The nodes whose write the watch has not shown within WRITE_SEEN_WITHIN: trusted again, and to be checked
+        again (a decision deferred for them is made then, though no event came)."""
+        now = self.clock()
+        with self.lock:
+            late = [name for name, (_, deadline) in self.unseen_writes.items() if now >= deadline]
+            for name in late:
+                del self.unseen_writes[name]
+        return late
+
     def node(self, name: str) -> tuple[NodeFacts | None, DriverPod | None]:
         with self.lock:
             return self.nodes.get(name), self.pods.get(name)

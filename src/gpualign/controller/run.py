@@ -175,8 +175,10 @@ def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threadin
 
 
 def _refresher(reconciler: Reconciler, every: float, stop: threading.Event) -> None:
-    """The ledger and the operator's objects read again every `every` seconds; old holds looked at again."""
+    """The ledger and the operator's objects read again every `every` seconds; old holds, and nodes whose last write
+    the watch never showed, looked at again."""
     while not stop.wait(every):
+        reconciler.work.put(reconciler.caches.unseen_too_long())
         if reconciler.gating:
             reconciler.work.put(reconciler.gate.overdue(reconciler.caches.node_list()))
         try:
