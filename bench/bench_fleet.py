@@ -56,6 +56,10 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     args.out = args.out or Path("bench/results/fleet-idle.json" if args.idle else "bench/results/fleet.json")
+    # Each tree runs from bytecode, as an installed copy does (PYTHONDONTWRITEBYTECODE would otherwise have a
+    # checkout compile every module it imports on every run).
+    for tree in (Path(__file__).resolve().parent.parent / "src", *([args.before] if args.before else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree)], check=True)
 
     work = Path(tempfile.mkdtemp(prefix="gpualign-bench-fleet-"))
     labs = {name: work / name for name in args.clusters}

@@ -58,6 +58,10 @@ def main() -> int:
         return 2
     gpualign = str(Path(sys.executable).parent / "gpualign")
     kubectl = shutil.which("kubectl") or "kubectl"
+    # gpualign runs from bytecode, as an installed copy does (pip compiles a wheel's modules as it installs them):
+    # with PYTHONDONTWRITEBYTECODE set, a checkout would compile every module it imports from source on every run.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).resolve().parent.parent / "src")],
+                   check=True)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         write_dump(work / "nodes10.json", 10)
