@@ -29,17 +29,7 @@ class Expectation:
     one_os_tag: bool = False  # the operator's ClusterPolicy mode: one OS tag for every kernel
     module_type: str = "auto"  # kernelModuleType the driver pod is given (gpualign.model.flavours)
 
-    def __hash__(self) -> int:
-        # Hashed once per node by the audit (its cache key): the fields' hash, computed once per object.
-        try:
-            return self.__dict__["_hash"]  # type: ignore[no-any-return]
-        except KeyError:
-            value = hash(tuple(getattr(self, f) for f in _FIELDS))
-            self.__dict__["_hash"] = value
-            return value
 
-
-_FIELDS = tuple(Expectation.__dataclass_fields__)
 Resolver = Callable[[NodeFacts, "DriverPod | None"], Expectation]
 
 
