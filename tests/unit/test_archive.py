@@ -50,3 +50,37 @@ def test_the_package_cache_lives_beside_the_lists(calls):
     opts = calls[0]
     assert any(o.startswith("Dir::Cache::pkgcache=") and o.endswith("cache/pkgcache.bin") for o in opts)
     assert "Dir::Cache::pkgcache=" not in opts  # never empty, whatever the host's apt.conf says
+
+
+
+def test_the_private_state_reads_the_lists_with_the_list_options(calls):
+    Archive().version_of("libcuda1")
+    given = {o for c in calls for i, o in enumerate(c) if i and c[i - 1] == "-o"}
+    assert set(archive_mod.LIST_OPTIONS) <= given
+
+
+def _apt_dump(conf: Path, options: list[str]) -> dict[str, str]:
+    """apt-config's view of the list options, the host's configuration left out."""
+    env = {"PATH": "/usr/bin:/bin", "APT_CONFIG": str(conf)}
+    out = subprocess.run(["apt-config", *options, "dump"], capture_output=True, text=True, env=env, check=True).stdout
+    wanted = ("Acquire::CompressionTypes::Order", "Acquire::GzipIndexes", "Acquire::Languages",
+              "Acquire::IndexTargets::deb::DEP-11")
+    return dict(line.split(" ", 1) for line in out.splitlines() if line.startswith(wanted))
+
+
+def test_mmdebstrap_is_given_the_same_list_options_as_apt_config_lines(tmp_path):
+    """gzip preferred, lists kept uncompressed, no translations nor AppStream metadata: the same settings whether
+    given to apt-get (-o) or written as mmdebstrap's apt.conf lines (--aptopt)."""
+    (tmp_path / "parts").mkdir()  # the host's apt.conf.d left out too, as mmdebstrap leaves it out
+    alone = f'Dir::Etc::Parts "{tmp_path / "parts"}";\n'
+    empty, conf = tmp_path / "empty.conf", tmp_path / "apt.conf"
+    empty.write_text(alone)
+    conf.write_text(alone + "".join(o.removeprefix("--aptopt=") + ";\n"
+                                    for o in archive_mod.mmdebstrap_list_options()))
+    as_options = _apt_dump(empty, [a for o in archive_mod.LIST_OPTIONS for a in ("-o", o)])
+    assert _apt_dump(conf, []) == as_options
+    assert as_options["Acquire::CompressionTypes::Order::"] == '"gz";'
+    assert as_options["Acquire::GzipIndexes"] == '"false";'
+    assert as_options["Acquire::Languages::"] == '"none";'
+    assert all(as_options[f"Acquire::IndexTargets::deb::{t}::DefaultEnabled"] == '"false";'
+               for t in ("DEP-11", "DEP-11-icons-small", "DEP-11-icons", "DEP-11-icons-hidpi"))

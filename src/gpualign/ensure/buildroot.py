@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock
+from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock, mmdebstrap_list_options
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
             "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
@@ -193,7 +193,7 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
         log = Path(tmp) / "mmdebstrap.log"
         hook = ('for deb in "$1"/var/cache/apt/archives/*.deb; do '
                 "dpkg-deb --show --showformat='${Package}\\t${Version}\\n' \"$deb\"; done > \"$GPUALIGN_LISTING\"")
-        cmd = ["mmdebstrap", "--quiet", "--variant=extract",
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract", *mmdebstrap_list_options(),
                "--components=main,contrib,non-free,non-free-firmware", f"--include={','.join(packages)}",
                f"--extract-hook={hook}", archive.suite, str(staging / "rootfs"),
                *archive.source_lines(native=True)]
