@@ -65,9 +65,11 @@ def tag(kernel: str) -> str:
 
 
 class Bench:
-    def __init__(self, state: Path) -> None:
-        self.env = {**os.environ, "GPUALIGN_LAB_DIR": str(state)}
+    def __init__(self, state: Path, pull_backoff: str = "kubelet", restart: bool = True) -> None:
+        # the lab's driver pods retry a failed pull as a kubelet does (10 s, doubling up to 5 minutes)
+        self.env = {**os.environ, "GPUALIGN_LAB_DIR": str(state), "GPUALIGN_LAB_PULL_BACKOFF": pull_backoff}
         self.state = state
+        self.restart = restart  # the controller's --restart-waiting-driver-pods (the chart's default)
         self.lab: cluster.LabState | None = None
 
     def cli(self, *args: str, timeout: float = 600) -> str:
@@ -95,6 +97,7 @@ class Bench:
         subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", NS, "--create-namespace",
                         "-f", str(values), "--set", "builds.enabled=true", "--set", f"builds.maxConcurrent={cap}",
                         "--set", "ledgerRefreshSeconds=2", "--wait", "--timeout", "180s",
+                        "--set", f"restartWaitingDriverPods.enabled={'true' if self.restart else 'false'}",
                         "--kubeconfig", str(self.lab.kubeconfig)],  # type: ignore[union-attr]
                        check=True, capture_output=True)
 
@@ -267,7 +270,9 @@ def shared_case(b: Bench, repeat: int, kernel: str = SHARED_KERNEL) -> dict[str,
         b.leave(f"shared-{i}")  # no node waits for the image the next run deletes (the controller would rebuild it)
         print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
     return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 12, "job_steps": steps,
-            "timeline_s": marks, "pushed": sent, "note": "the first run also pulls the builder image onto the node"}
+            "timeline_s": marks, "pushed": sent, "pull_backoff": b.env["GPUALIGN_LAB_PULL_BACKOFF"],
+            "restart_waiting_driver_pods": b.restart,
+            "note": "the first run also pulls the builder image onto the node"}
 
 
 def ahead_case(b: Bench) -> dict[str, object]:
@@ -338,6 +343,12 @@ def main() -> int:
     ap.add_argument("--os", default="debian12", help="the nodes' OS tag [default: %(default)s]")
     ap.add_argument("--branch", default="535", help="the driver branch their pool runs [default: %(default)s]")
     ap.add_argument("--arch", default="amd64", help="their architecture (kubernetes.io/arch) [default: %(default)s]")
+    ap.add_argument("--pull-backoff", choices=("kubelet", "fast"), default="kubelet",
+                    help="how the lab's driver pods retry a failed pull: as a kubelet does (10 s, doubling up to 5 "
+                         "minutes), or every 2 s [default: %(default)s]")
+    ap.add_argument("--no-restart", action="store_true",
+                    help="the controller leaves a waiting driver pod to the kubelet's back-off (the chart's "
+                         "restartWaitingDriverPods.enabled=false)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "kernel-to-gpu.json")
     args = ap.parse_args()
     TARGET.update(os=args.os, branch=args.branch, arch=args.arch)
@@ -348,7 +359,7 @@ def main() -> int:
     results: dict[str, object] = json.loads(args.out.read_text()) if args.out.exists() else {}
     results["cores"] = cores
     with tempfile.TemporaryDirectory(prefix="gpualign-k2g-") as tmp:
-        b = Bench(Path(tmp) / "state")
+        b = Bench(Path(tmp) / "state", args.pull_backoff, restart=not args.no_restart)
         try:
             b.up()
             b.install(cap=1)

@@ -225,3 +225,45 @@ def test_a_lease_it_cannot_write_is_an_error_a_metric_and_unreadiness_never_sile
         ctl.stop()
     shutdown = Path(ctl.log.name).read_text().rsplit("became the leader", 1)[-1]  # after the last election
     assert "gone-replica: released the lease" in shutdown and "lost the lease" not in shutdown, shutdown
+
+
+def test_a_driver_pod_waiting_for_its_image_pulls_as_soon_as_the_image_is_there(tmp_path):
+    """Pulls retried as a kubelet retries them (10 s, then 20 s, ...): the pod of a node whose image is pushed
+    after two failed pulls would wait ~19 s more; the controller restarts it, and it is Ready within seconds."""
+    lab = start_lab(tmp_path / "state", env={"GPUALIGN_LAB_PULL_BACKOFF": "kubelet"})
+    kube = lab.kube()
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+    ctl = Controller(lab, "--ledger-refresh", "2", "--restart-waiting-driver-pods")
+    tag = "580-5.15.0-131-generic-ubuntu22.04"
+
+    def driver_pod() -> dict | None:
+        pods = [p for p in kube.list_raw("/api/v1/namespaces/gpu-operator/pods")
+                if p["spec"].get("nodeName") == "gpu-late" and not p["metadata"].get("deletionTimestamp")]
+        return pods[0] if pods else None
+
+    def waiting() -> bool:
+        pod = driver_pod()
+        return bool(pod) and "ImagePullBackOff" in str(pod.get("status"))
+
+    try:
+        new_node(lab, "gpu-late", "5.15.0-131-generic")
+        wait_for(waiting, timeout=30, what="the driver pod in ImagePullBackOff")
+        first = driver_pod()
+        assert first is not None
+        time.sleep(11)  # the second pull failed too: the next is 20 s after it
+        assert clab_push(lab, tag)
+        pushed = time.monotonic()
+        wait_for(lambda: (p := driver_pod()) is not None and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions") or []),
+            timeout=30, interval=0.2, what="the driver pod Ready")
+        took = time.monotonic() - pushed
+        assert took < 8, f"Ready {took:.1f}s after the push: the kubelet's back-off was waited out"
+        assert driver_pod()["metadata"]["uid"] != first["metadata"]["uid"]  # its DaemonSet's new pod
+        assert events(kube, "gpu-late", "DriverPodRestarted")
+    finally:
+        ctl.stop()
+        run_cli("lab", "down", env=lab.env)
+
+
+def clab_push(lab, tag: str) -> bool:
+    return lab.cli("lab", "push-image", tag).code == 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,12 @@ def docs(text: str) -> list[dict]:
     return [d for d in YAML(typ="safe").load_all(text) if d]
 
 
-def by_kind(objs: list[dict]) -> dict[str, dict]:
-    return {o["kind"]: o for o in objs}
+RESTART = "-restart-driver-pods"  # the driver namespace's Role and binding (restartWaitingDriverPods)
+
+
+def by_kind(objs: Iterable[dict]) -> dict[str, dict]:
+    """One object of each kind: the release's own (the driver namespace's Role and binding left out)."""
+    return {o["kind"]: o for o in objs if not o["metadata"]["name"].endswith(RESTART)}
 
 
 def test_lint_strict_with_default_and_non_default_values():
@@ -49,9 +54,17 @@ def test_lint_strict_with_default_and_non_default_values():
 
 
 def test_template_defaults_are_the_hardened_controller_without_monitoring():
-    objs = by_kind(docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE).stdout))
+    rendered = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE).stdout)
+    objs = by_kind(rendered)
     assert set(objs) == {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
                          "Deployment", "PodDisruptionBudget"}  # no monitoring CRDs served: no ServiceMonitor, …
+    # a driver pod waiting for an image now there is restarted: get and delete pods, in the driver's namespace only
+    restart = {o["kind"]: o for o in rendered if o["metadata"]["name"] == "gpualign-controller-restart-driver-pods"}
+    assert set(restart) == {"Role", "RoleBinding"}
+    assert restart["Role"]["metadata"]["namespace"] == "gpu-operator"
+    assert restart["Role"]["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "delete"]}]
+    assert restart["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": "gpualign-controller",
+                                                   "namespace": "gpualign-system"}]
     dep = objs["Deployment"]["spec"]
     pod = dep["template"]["spec"]
     c = pod["containers"][0]
@@ -60,7 +73,7 @@ def test_template_defaults_are_the_hardened_controller_without_monitoring():
                                     "capabilities": {"drop": ["ALL"]}}
     assert c["image"] == "registry.local/gpualign:0.1.0" and c["resources"]["requests"]
     assert c["args"] == ["controller", "--ledger-refresh=60", "--listen=0.0.0.0:8080",
-                         "--lease-name=gpualign-controller"]  # follows the operator
+                         "--lease-name=gpualign-controller", "--restart-waiting-driver-pods"]  # follows the operator
     # kept off GPU nodes (their driver upgrades drain them), allowed on the control plane, evicted late
     assert pod["priorityClassName"] == "system-cluster-critical"
     assert pod["tolerations"] == [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
@@ -168,7 +181,7 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
 
 def test_the_chart_and_deploy_grant_exactly_the_same_rbac_and_alerts():
     objs = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE, *MONITORING).stdout)
-    chart = {o["kind"]: o for o in objs}
+    chart = by_kind(objs)
     base = {p.stem: YAML(typ="safe").load(p.read_text()) for p in (ROOT / "deploy" / "base").glob("*.yaml")}
     assert chart["ClusterRole"]["rules"] == base["clusterrole"]["rules"]
     assert chart["Role"]["rules"] == base["role"]["rules"]

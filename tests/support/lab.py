@@ -40,11 +40,13 @@ class Lab:
         return proc
 
 
-def start_lab(state_dir: Path, scenario: str = "default", *, real_node: bool = False) -> Lab:
+def start_lab(state_dir: Path, scenario: str = "default", *, real_node: bool = False,
+              env: dict[str, str] | None = None) -> Lab:
+    """env: more of `lab up`'s environment (GPUALIGN_LAB_PULL_BACKOFF=kubelet: pulls retried as a kubelet does)."""
     from gpualign.lab import cluster, versions
 
     res = run_cli("lab", "up", "--scenario", scenario, *(["--real-node"] if real_node else []),
-                  env={"GPUALIGN_LAB_DIR": str(state_dir)}, timeout=300)
+                  env={"GPUALIGN_LAB_DIR": str(state_dir), **(env or {})}, timeout=300)
     if res.code != 0:
         raise RuntimeError(f"lab up failed ({res.code}):\n{res.err}")
     state = cluster.LabState.load(state_dir)

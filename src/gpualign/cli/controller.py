@@ -53,6 +53,12 @@ def controller(
         metavar="SECONDS", help="a node the gate has held longer than this gets a warning Event "
                                 "(DriverUpgradeGatedLong, once per hold); gpualign_gate_held_seconds shows every "
                                 "hold's age")] = 86400,
+    restart_waiting_driver_pods: Annotated[bool, typer.Option(
+        "--restart-waiting-driver-pods",
+        help="when the ledger has the image a node's driver pod waits to pull (ImagePullBackOff, ErrImagePull), "
+             "delete that pod so its DaemonSet makes it again and it pulls at once, instead of after the kubelet's "
+             "back-off (up to 5 minutes); only a pod that never started, once each (needs get and delete on pods "
+             "in the driver's namespace)")] = False,
     build: Annotated[bool, typer.Option(
         "--build", help="make the images GPU nodes wait for, with nobody typing: one Kubernetes Job per missing tag "
                         "gpualign can make (mirror or build, as check's ACTION says), running `gpualign ensure TAG` "
@@ -180,6 +186,7 @@ def controller(
             raise
     opts = Options(repository=repo, ledger_refresh=ledger_refresh, builds=builds,
                    gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
+                   restart_waiting_pods=restart_waiting_driver_pods,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)

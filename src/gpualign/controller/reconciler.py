@@ -19,6 +19,7 @@ from gpualign.controller.findings import Findings
 from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import LedgerView
 from gpualign.controller.publisher import Publisher
+from gpualign.controller.pull_restart import PullRestarter
 from gpualign.kube.client import Kube
 from gpualign.model.audit import AuditInput, DriverPod, Status, audit
 from gpualign.model.branches import BranchPolicy
@@ -79,6 +80,7 @@ class Reconciler:
     gating: bool = False  # --gate-operator-upgrades, with an operator to gate
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
+    restarter: PullRestarter | None = None  # restarts a driver pod that waits for an image the ledger now has
     updated: str = ""
     node_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -170,6 +172,8 @@ class Reconciler:
                 self.gate.apply(facts, finding, planned.get(name) if planned else None)
             else:
                 self.gate.release_if_held(facts)
+            if self.restarter is not None:
+                self.restarter.apply(facts, finding)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 

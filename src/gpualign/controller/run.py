@@ -24,6 +24,7 @@ from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import Judge, LedgerView
 from gpualign.controller.metrics import Metrics
 from gpualign.controller.publisher import Publisher
+from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
 from gpualign.kube.client import Kube
@@ -53,6 +54,7 @@ class Options:
     gate: bool = False
     gate_warn_after: float = 86400.0
     builds: BuildOptions | None = None  # --build: the build trigger
+    restart_waiting_pods: bool = False  # --restart-waiting-driver-pods: a driver pod waiting for an image now there
 
 
 def run(kube: Kube, rules: Rules, branches: BranchPolicy,
@@ -106,7 +108,8 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         Publisher(kube, retry=work.put_one),
         GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after),
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
-        is_leader=is_leader, on_checked=metrics.check_duration.observe)
+        is_leader=is_leader, on_checked=metrics.check_duration.observe,
+        restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
 
     def board() -> dict[str, object]:
         view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),

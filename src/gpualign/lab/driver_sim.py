@@ -4,7 +4,9 @@ kwok leaves driver pods (app.kubernetes.io/component=nvidia-driver) alone; this 
 real node would:
 - the pod's image tag exists in the lab registry: the pod becomes Running/Ready, and the node's GFD driver labels
   change to the DRIVER_VERSION in that image's config ("the new driver is loaded");
-- it does not: the container waits in ImagePullBackOff, and the pull is retried every few seconds.
+- it does not: the container waits in ImagePullBackOff, and the pull is retried every 2 s; or, with
+  `--pull-backoff kubelet` (GPUALIGN_LAB_PULL_BACKOFF=kubelet in `lab up`'s environment), as a kubelet retries it:
+  after 10 s, doubling up to 5 minutes (pkg/kubelet's imageBackOffPeriod and MaxImageBackOff), anew for a new pod.
 - the node's kernel has headers in Debian's archive (Debian 12's 6.1.0-N-amd64 and flavours) and the image holds
   kernel modules: the modules are checked as that kernel would at insmod (version magic, every symbol CRC against
   its Module.symvers; lab/kernel_load.py); refused, the pod crash-loops with the kernel's message in its status and
@@ -25,6 +27,7 @@ import argparse
 import contextlib
 import datetime as dt
 import logging
+import os
 import sys
 import threading
 import time
@@ -41,12 +44,14 @@ from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
 
 SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
 RETRY_SECONDS = 2.0
+KUBELET_PULL_BACKOFF = (10.0, 300.0)  # a kubelet's image pull back-off: 10 s, doubling, capped at 5 minutes
 CRASH_BACKOFF = (10.0, 300.0)  # a kubelet's restart back-off: 10 s, doubling, capped at 5 minutes
 
 
-def crash_backoff(restarts: int) -> float:
-    """Seconds before the next restart of a container that has crashed `restarts` times, as a kubelet waits."""
-    first, cap = CRASH_BACKOFF
+def crash_backoff(restarts: int, schedule: tuple[float, float] = CRASH_BACKOFF) -> float:
+    """Seconds before the next restart of a container that has crashed `restarts` times, as a kubelet waits (or
+    before the next pull of an image that failed `restarts` times, with the pull back-off's schedule)."""
+    first, cap = schedule
     return float(min(cap, first * 2.0 ** max(0, restarts - 1)))
 LOAD_DELAY = "driver-sim.gpualign.io/load-delay"
 log = logging.getLogger("driver-sim")
@@ -82,9 +87,10 @@ def split_image(image: str) -> tuple[str, str, str]:
 
 
 class Simulator:
-    def __init__(self, kube: Kube, registry: str) -> None:
+    def __init__(self, kube: Kube, registry: str, pull_backoff: str = "fast") -> None:
         self.kube = kube
         self.registry = registry
+        self.pull_backoff = pull_backoff  # "fast": every RETRY_SECONDS; "kubelet": KUBELET_PULL_BACKOFF
         self.decided: dict[str, tuple[Any, ...]] = {}  # pod uid+image -> (outcome, when[, restarts])
         self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
         self.archs: dict[str, str] = {}  # node -> its kubernetes.io/arch
@@ -130,7 +136,8 @@ class Simulator:
         key = f"{meta['uid']}|{image}"
         outcome = self.decided.get(key)
         wait = crash_backoff(int(outcome[2])) if outcome and outcome[0] == "crash" and len(outcome) > 2 \
-            else RETRY_SECONDS
+            else crash_backoff(int(outcome[2]), KUBELET_PULL_BACKOFF) \
+            if outcome and outcome[0] == "backoff" and self.pull_backoff == "kubelet" else RETRY_SECONDS
         if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < wait):
             return  # a crash-looping pod is restarted after its back-off: a fixed image pushed under its tag loads
         version, why, image_env = self.lookup(image, self.arch_of(node))
@@ -165,7 +172,8 @@ class Simulator:
             self._patch(path, status)
             if not outcome:
                 log.info("%s/%s on %s: ImagePullBackOff (%s)", ns, name, node, why)
-            self.decided[key] = ("backoff", time.monotonic())
+            failures = int(outcome[2]) + 1 if outcome and outcome[0] == "backoff" else 1
+            self.decided[key] = ("backoff", time.monotonic(), failures)
             return
         delay = load_delay(pod)
         if delay:
@@ -319,9 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True)
     parser.add_argument("--registry", required=True, help="the lab registry, HOST:PORT")
     parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--pull-backoff", choices=("fast", "kubelet"),
+                        default=os.environ.get("GPUALIGN_LAB_PULL_BACKOFF", "fast"),
+                        help="retry a failed pull every 2 s (fast), or after 10 s doubling up to 5 minutes, as a "
+                             "kubelet does [default: $GPUALIGN_LAB_PULL_BACKOFF, else fast]")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    sim = Simulator(Kube(args.kubeconfig, field_manager="gpualign-lab-driver-sim"), args.registry)
+    sim = Simulator(Kube(args.kubeconfig, field_manager="gpualign-lab-driver-sim"), args.registry,
+                    pull_backoff=args.pull_backoff)
     try:
         sim.run(args.ready_file)
     except KeyboardInterrupt:

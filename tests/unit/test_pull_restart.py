@@ -1,0 +1,107 @@
+"""A driver pod waiting to pull an image the ledger now has is deleted once, read again first and with preconditions;
+any other pod is left alone, and a refusal is said once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpualign.controller import pull_restart
+from gpualign.controller.pull_restart import PullRestarter
+from gpualign.model.audit import Status
+from gpualign.model.facts import node_facts
+from tests.support import builders
+
+IMAGE = "registry.example/nvidia/driver:535-6.1.0-50-amd64-debian12"
+POD = "gpu-operator/nvidia-driver-daemonset-abcde"
+
+
+def finding(status: str = Status.PRESENT, state: str = "ImagePullBackOff", image: str = IMAGE) -> dict[str, Any]:
+    return {"status": status, "image": IMAGE, "tag": IMAGE.rsplit(":", 1)[1],
+            "driver_pod": {"name": POD, "image": image, "tag": image.rsplit(":", 1)[1], "state": state,
+                           "ready": False, "crash": ""}}
+
+
+def pod(reason: str = "ImagePullBackOff", image: str = IMAGE, started: bool = False, uid: str = "u1") -> dict:
+    return {"metadata": {"name": POD.split("/")[1], "namespace": "gpu-operator", "uid": uid,
+                         "resourceVersion": "42"},
+            "spec": {"containers": [{"name": "nvidia-driver-ctr", "image": image}]},
+            "status": {"containerStatuses": [{"name": "nvidia-driver-ctr", "started": started,
+                                              "state": {"waiting": {"reason": reason}}}]}}
+
+
+@dataclass
+class Answer:
+    status_code: int
+
+
+class ApiServer:
+    """Answers GET and DELETE of one pod as the API server would, and records the DELETEs' bodies."""
+
+    def __init__(self, current: dict | None, delete_status: int = 200) -> None:
+        self.current, self.delete_status = current, delete_status
+        self.deletes: list[dict] = []
+        self.events: list[str] = []
+
+    def get(self, path: str) -> dict | None:
+        if path.startswith("/api/v1/nodes/"):
+            return builders.node("gpu-1", kernel="6.1.0-50-amd64")
+        return self.current
+
+    def request(self, method: str, path: str, body: Any = None) -> Answer:
+        assert method == "DELETE" and path == f"/api/v1/namespaces/{POD.replace('/', '/pods/')}"
+        self.deletes.append(body)
+        return Answer(self.delete_status)
+
+    def event(self, node: dict, reason: str, message: str, **_: Any) -> None:
+        self.events.append(reason)
+
+
+FACTS = node_facts(builders.node("gpu-1", kernel="6.1.0-50-amd64"))
+
+
+def test_only_a_pod_waiting_for_the_image_now_present_is_chosen():
+    assert pull_restart.waits_for_present_image(finding()) == POD
+    assert pull_restart.waits_for_present_image(finding(state="ErrImagePull")) == POD
+    assert pull_restart.waits_for_present_image(finding(status=Status.MISSING)) is None  # still missing
+    assert pull_restart.waits_for_present_image(finding(state="CrashLoopBackOff")) is None  # pulled; it crashes
+    assert pull_restart.waits_for_present_image(finding(state="Running")) is None
+    assert pull_restart.waits_for_present_image(finding(image=IMAGE + "-other")) is None  # waits for another image
+    assert pull_restart.waits_for_present_image({**finding(), "driver_pod": None}) is None
+
+
+def test_the_waiting_pod_is_deleted_once_with_preconditions_and_an_event():
+    api = ApiServer(pod())
+    restarter = PullRestarter(api)  # type: ignore[arg-type]
+    assert restarter.apply(FACTS, finding()) is True
+    assert api.deletes == [{"kind": "DeleteOptions", "apiVersion": "v1",
+                            "preconditions": {"uid": "u1", "resourceVersion": "42"}}]
+    assert api.events == [pull_restart.REASON]
+    assert restarter.apply(FACTS, finding()) is False  # the same pod (its watch may lag): never twice
+    assert len(api.deletes) == 1
+    api.current = pod(uid="u2")  # its DaemonSet's new pod, waiting again (the kubelet's back-off anew): once more
+    assert restarter.apply(FACTS, finding()) is True
+
+
+def test_a_pod_that_changed_since_the_cache_saw_it_is_left_alone():
+    for current in (pod(reason="ContainerCreating"), pod(started=True), pod(image=IMAGE + "-other"),
+                    {**pod(), "metadata": {**pod()["metadata"], "deletionTimestamp": "2026-12-03T00:00:00Z"}}, None):
+        api = ApiServer(current)
+        assert PullRestarter(api).apply(FACTS, finding()) is False  # type: ignore[arg-type]
+        assert api.deletes == []
+
+
+def test_a_refusal_is_said_once_and_nothing_more_is_tried(caplog):
+    api = ApiServer(pod(), delete_status=403)
+    restarter = PullRestarter(api)  # type: ignore[arg-type]
+    assert restarter.apply(FACTS, finding()) is False
+    api.current = pod(uid="u2")
+    assert restarter.apply(FACTS, finding()) is False
+    assert len(api.deletes) == 1 and api.events == []
+    assert sum("not allowed" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_pod_changed_between_the_read_and_the_delete_is_not_restarted():
+    api = ApiServer(pod(), delete_status=409)  # the preconditions failed: it changed meanwhile
+    assert PullRestarter(api).apply(FACTS, finding()) is False  # type: ignore[arg-type]
+    assert api.events == []
