@@ -78,8 +78,14 @@ def test_the_waiting_pod_is_deleted_once_with_preconditions_and_an_event():
                             "preconditions": {"uid": "u1", "resourceVersion": "42"}}]
     assert api.events == [pull_restart.REASON]
     assert restarter.apply(FACTS, finding()) is False  # the same pod (its watch may lag): never twice
+    api.current = pod(uid="u2")  # its DaemonSet's new pod cannot pull it either (credentials, say): no loop
+    assert restarter.apply(FACTS, finding()) is False
     assert len(api.deletes) == 1
-    api.current = pod(uid="u2")  # its DaemonSet's new pod, waiting again (the kubelet's back-off anew): once more
+    other = IMAGE.replace("6.1.0-50", "6.1.0-51")  # the node's next kernel, its image waited for and pushed
+    api.current = pod(uid="u3", image=other)
+    assert restarter.apply(FACTS, {**finding(image=other), "image": other}) is True
+    restarter.forget(FACTS.name)  # the node is gone: a node of that name later starts afresh
+    api.current = pod(uid="u4")
     assert restarter.apply(FACTS, finding()) is True
 
 
@@ -101,7 +107,10 @@ def test_a_refusal_is_said_once_and_nothing_more_is_tried(caplog):
     assert sum("not allowed" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_a_pod_changed_between_the_read_and_the_delete_is_not_restarted():
+def test_a_pod_changed_between_the_read_and_the_delete_is_not_restarted_but_a_later_one_may_be():
     api = ApiServer(pod(), delete_status=409)  # the preconditions failed: it changed meanwhile
-    assert PullRestarter(api).apply(FACTS, finding()) is False  # type: ignore[arg-type]
+    restarter = PullRestarter(api)  # type: ignore[arg-type]
+    assert restarter.apply(FACTS, finding()) is False
     assert api.events == []
+    api.current, api.delete_status = pod(uid="u2"), 200  # its replacement, still waiting
+    assert restarter.apply(FACTS, finding()) is True

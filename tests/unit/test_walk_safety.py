@@ -177,3 +177,12 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
     found = judge(needs)
     assert found.unverified == {f"r.local/d:{tag}": NO_LABELS} and found.wrong == {}
     assert judge(needs, unlabelled=False).unverified == {}  # the walk: its module check, or the opt-out, decides
+
+
+def test_the_lab_retries_a_failed_pull_as_a_kubelet_does_when_asked():
+    from gpualign.lab.driver_sim import Simulator
+
+    kubelet, fast = Simulator(None, "r", pull_backoff="kubelet"), Simulator(None, "r")  # type: ignore[arg-type]
+    assert [kubelet.wait_after(("backoff", 0.0, n)) for n in (1, 2, 3, 4, 5, 6, 7)] == [10, 20, 40, 80, 160, 300, 300]
+    assert [fast.wait_after(("backoff", 0.0, n)) for n in (1, 2, 7)] == [2, 2, 2]
+    assert kubelet.wait_after(("crash", 0.0, 2)) == fast.wait_after(("crash", 0.0, 2)) == 20  # restarts: the same

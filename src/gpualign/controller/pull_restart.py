@@ -8,8 +8,9 @@ pod, as a person would: its DaemonSet makes it again at once, and the new pod pu
 
 Only such a pod is deleted: read again first, and deleted with preconditions on its uid and resourceVersion, so a
 pod that has changed since (pulled, running, replaced) is left alone. A pod that never started holds nothing on the
-node. Each pod is restarted once; a refusal (no RBAC right to delete pods) is said once and the kubelet's back-off
-left to run.
+node. A node's pod is restarted once per image: if the new pod cannot pull it either (the node lacks the registry's
+credentials, say), the kubelet's back-off runs and the node's finding shows the failing pod; nothing loops. A
+refusal (no RBAC right to delete pods) is said once and the kubelet's back-off left to run.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def still_waiting(pod: Mapping[str, Any], image: str) -> bool:
 @dataclass
 class PullRestarter:
     kube: Kube
-    restarted: set[str] = field(default_factory=set)  # uids of the pods deleted (each once)
+    restarted: dict[str, str] = field(default_factory=dict)  # node -> the image its driver pod was restarted for
     refused: bool = False  # the right to delete pods is missing: said once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -67,22 +68,27 @@ class PullRestarter:
         name = waits_for_present_image(finding)
         if name is None or self.refused:
             return False
+        image = str(finding["image"])
+        with self.lock:
+            if self.restarted.get(facts.name) == image:
+                return False  # once per node and image: a pod that cannot pull it after a restart is not looped on
         namespace, _, pod_name = name.partition("/")
         path = f"/api/v1/namespaces/{namespace}/pods/{pod_name}"
-        image = str(finding["image"])
         try:
             pod = self.kube.get(path)
             if pod is None or not still_waiting(pod, image):
                 return False
             uid, version = pod["metadata"]["uid"], pod["metadata"]["resourceVersion"]
             with self.lock:
-                if uid in self.restarted:
-                    return False
-                self.restarted.add(uid)
+                if self.restarted.get(facts.name) == image:
+                    return False  # another worker's check of the node did it meanwhile
+                self.restarted[facts.name] = image
             body = {"kind": "DeleteOptions", "apiVersion": "v1",
                     "preconditions": {"uid": uid, "resourceVersion": version}}
             resp = self.kube.request("DELETE", path, body=body)
             if resp.status_code in (404, 409):
+                with self.lock:
+                    self.restarted.pop(facts.name, None)  # not deleted: a later pod still waiting may be
                 return False  # gone, or changed since it was read: nothing to do
             if resp.status_code == 403:
                 with self.lock:
@@ -94,7 +100,7 @@ class PullRestarter:
             if resp.status_code >= 400:
                 log.warning("deleting driver pod %s: HTTP %s", name, resp.status_code)
                 with self.lock:
-                    self.restarted.discard(uid)  # tried again at the node's next check
+                    self.restarted.pop(facts.name, None)  # tried again at the node's next check
                 return False
             log.info("node %s: driver pod %s restarted: %s is in the ledger", facts.name, name, image)
             node = self.kube.get(f"/api/v1/nodes/{facts.name}")
@@ -106,3 +112,8 @@ class PullRestarter:
         except GpualignError as err:
             log.warning("node %s: restarting driver pod %s: %s", facts.name, name, err.message)
             return False
+
+    def forget(self, node: str) -> None:
+        """The node is gone."""
+        with self.lock:
+            self.restarted.pop(node, None)

@@ -92,6 +92,8 @@ class Reconciler:
         """A GPU node is gone: nothing of it is kept (its metrics are removed through the findings' listeners)."""
         self.publisher.forget(name)
         self.findings.forget(name)
+        if self.restarter is not None:
+            self.restarter.forget(name)
         with self.lock:
             self.node_locks.pop(name, None)
 

@@ -48,11 +48,16 @@ KUBELET_PULL_BACKOFF = (10.0, 300.0)  # a kubelet's image pull back-off: 10 s, d
 CRASH_BACKOFF = (10.0, 300.0)  # a kubelet's restart back-off: 10 s, doubling, capped at 5 minutes
 
 
-def crash_backoff(restarts: int, schedule: tuple[float, float] = CRASH_BACKOFF) -> float:
-    """Seconds before the next restart of a container that has crashed `restarts` times, as a kubelet waits (or
-    before the next pull of an image that failed `restarts` times, with the pull back-off's schedule)."""
+def backoff(failures: int, schedule: tuple[float, float]) -> float:
+    """Seconds a kubelet waits after `failures` failures in a row: the schedule's first wait, doubled at each
+    failure, capped."""
     first, cap = schedule
-    return float(min(cap, first * 2.0 ** max(0, restarts - 1)))
+    return float(min(cap, first * 2.0 ** max(0, failures - 1)))
+
+
+def crash_backoff(restarts: int) -> float:
+    """Seconds before the next restart of a container that has crashed `restarts` times, as a kubelet waits."""
+    return backoff(restarts, CRASH_BACKOFF)
 LOAD_DELAY = "driver-sim.gpualign.io/load-delay"
 log = logging.getLogger("driver-sim")
 
@@ -95,6 +100,15 @@ class Simulator:
         self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
         self.archs: dict[str, str] = {}  # node -> its kubernetes.io/arch
 
+    def wait_after(self, outcome: tuple[Any, ...]) -> float:
+        """Seconds before a pod is tried again after its last outcome (kind, when, failures): a crash-looping
+        container's restart back-off; a failed pull's, as a kubelet's (kubelet) or every RETRY_SECONDS (fast)."""
+        if outcome[0] == "crash" and len(outcome) > 2:
+            return crash_backoff(int(outcome[2]))
+        if outcome[0] == "backoff" and self.pull_backoff == "kubelet":
+            return backoff(int(outcome[2]), KUBELET_PULL_BACKOFF)
+        return RETRY_SECONDS
+
     def arch_of(self, node: str) -> str:
         """The node's CPU architecture, as its kubelet labels it (read once per node)."""
         if node not in self.archs:
@@ -135,10 +149,7 @@ class Simulator:
         image = containers[0]["image"] if containers else ""
         key = f"{meta['uid']}|{image}"
         outcome = self.decided.get(key)
-        wait = crash_backoff(int(outcome[2])) if outcome and outcome[0] == "crash" and len(outcome) > 2 \
-            else crash_backoff(int(outcome[2]), KUBELET_PULL_BACKOFF) \
-            if outcome and outcome[0] == "backoff" and self.pull_backoff == "kubelet" else RETRY_SECONDS
-        if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < wait):
+        if outcome and (outcome[0] == "ready" or time.monotonic() - outcome[1] < self.wait_after(outcome)):
             return  # a crash-looping pod is restarted after its back-off: a fixed image pushed under its tag loads
         version, why, image_env = self.lookup(image, self.arch_of(node))
         ns, name = meta["namespace"], meta["name"]
