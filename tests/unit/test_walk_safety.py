@@ -97,6 +97,18 @@ def test_a_present_image_whose_driver_pod_crash_loops_is_not_clean():
     assert row["action"] is None and row["driver_pod_failing"] is False  # a present image has nothing to do
 
 
+def test_a_driver_pod_waiting_for_an_image_now_present_is_told_how_to_pull_it_now():
+    ledger = Ledger(frozenset({TAG}), ("t",))
+    waiting = DriverPod("gpu-operator/p", f"{REPO}:{TAG}", TAG, "ImagePullBackOff", False)
+    other = DriverPod("gpu-operator/q", f"{REPO}:other", "other", "ImagePullBackOff", False)
+    result = audit(AuditInput([gpu("a"), gpu("b")], ledger, RULES, BranchPolicy(default="580"), repository=REPO,
+                              pods={"a": waiting, "b": other}))
+    a, b = result.findings
+    assert a.status == "present" and a.driver_pod_failing
+    assert "the image is there now" in a.reason and "kubectl delete pod -n gpu-operator p" in a.reason
+    assert "the image is there now" not in b.reason  # it waits for another image than the node needs
+
+
 def test_an_image_that_could_not_be_verified_says_so():
     ledger = Ledger(frozenset({TAG}), ("t",))
     image = f"{REPO}:{TAG}"

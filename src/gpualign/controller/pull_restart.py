@@ -23,10 +23,10 @@ from typing import Any
 
 from gpualign.base.errors import GpualignError
 from gpualign.kube.client import Kube
+from gpualign.model.driver_pod_status import WAITING_FOR_IMAGE
 from gpualign.model.facts import NodeFacts
 
 log = logging.getLogger("gpualign.controller")
-WAITING_FOR_IMAGE = frozenset({"ImagePullBackOff", "ErrImagePull"})
 REASON = "DriverPodRestarted"
 
 

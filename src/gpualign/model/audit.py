@@ -294,6 +294,8 @@ def audit(given: AuditInput) -> Audit:
                        "an OS and kernel the operator serves")
         if pod is not None and pod.failing and status not in (Status.MISSING, Status.OPERATOR_MISMATCH):
             reason += f"; but {pod.trouble()}"
+            if status == Status.PRESENT and image and pod.waits_for(image):
+                reason += f"; {pod.restart_hint()}"
         checked = None
         if status == Status.PRESENT and image and (unverified or verified):
             checked = False if unverified and image in unverified else True if verified and image in verified \

@@ -9,6 +9,8 @@ from typing import Any
 # Waiting or ended states of a driver container that mean the node has no driver now, whatever the ledger holds.
 FAILING = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
                      "CreateContainerError", "CreateContainerConfigError", "RunContainerError", "Error", "Failed"})
+# A pull that failed: the kubelet tries again after its back-off (10 s, doubling up to 5 minutes).
+WAITING_FOR_IMAGE = frozenset({"ImagePullBackOff", "ErrImagePull"})
 _CRASH_CHARS = 300  # a termination message may be 4 KiB; a status line keeps its start, where insmod names the cause
 
 
@@ -27,6 +29,17 @@ class DriverPod:
     def failing(self) -> bool:
         """The driver is not coming up: its container crash-loops, cannot be pulled or started, or the pod failed."""
         return self.state in FAILING
+
+    def waits_for(self, image: str) -> bool:
+        """It waits to pull exactly this image (after a failed pull)."""
+        return self.state in WAITING_FOR_IMAGE and self.image == image
+
+    def restart_hint(self) -> str:
+        """What a pod waiting for an image that is there now needs: a restart, or the kubelet's next retry."""
+        namespace, _, name = self.name.partition("/")
+        return ("the image is there now: the kubelet pulls it at its next retry (up to 5 minutes after the last), "
+                f"or at once if the pod is restarted (kubectl delete pod -n {namespace} {name}; the controller "
+                "does it with --restart-waiting-driver-pods)")
 
     def trouble(self) -> str:
         """'driver pod NS/NAME is STATE: image IMAGE', plus, when it crash-loops, what it said when it exited."""
