@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -245,3 +247,59 @@ def test_a_new_root_never_replaces_one_a_compile_holds_even_with_the_same_packag
     with buildroot.held(archive, "6.1.0-47-amd64", "proprietary") as again:  # type: ignore[arg-type]
         assert again.path == root.path  # the new root serves the next compile; nothing is made
     assert len(made) == 1
+
+
+def test_two_builds_of_one_kernel_at_once_compile_it_once(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two compiles of one kernel's flavour would share one directory of the build root (and remove each other's
+    files): the second waits for the first, then takes its modules from the cache."""
+    import contextlib
+
+    from gpualign.ensure import debian
+
+    compiles: list[str] = []
+    started, finish = threading.Event(), threading.Event()
+
+    class Root:
+        def version(self, _package: str) -> str:
+            return "535.309.01-0+deb12u1"
+
+    @contextlib.contextmanager
+    def held(*_a: object, **_k: object) -> Iterator[Root]:
+        yield Root()
+
+    def compile_(_root: object, kernel: str, flavour: str, version: str, *_a: object) -> debian.Built:
+        compiles.append(kernel)
+        started.set()
+        finish.wait(10)
+        out = debian.modules_dir(kernel, flavour, version, None)
+        out.mkdir(parents=True)
+        (out / "nvidia.ko").write_bytes(b"\x7fELF")
+        (out / ".complete").write_text("1\n")
+        return debian.Built(kernel, flavour, version, out, 1.0, False)
+
+    monkeypatch.setattr(debian.buildroot, "held", held)
+    monkeypatch.setattr(debian.buildroot, "roots", lambda _archive: [])
+    monkeypatch.setattr(debian.buildroot, "cross_prefix", lambda _archive: "")
+    monkeypatch.setattr(debian, "_compile", compile_)
+
+    class Archive:
+        suite = key = "bookworm"
+
+    said: list[str] = []
+    results: list[debian.Built] = []
+    first = threading.Thread(target=lambda: results.append(
+        debian.compile_modules(Archive(), "6.1.0-50-amd64")))  # type: ignore[arg-type]
+    first.start()
+    assert started.wait(10)
+    second = threading.Thread(target=lambda: results.append(
+        debian.compile_modules(Archive(), "6.1.0-50-amd64", progress=said.append)))  # type: ignore[arg-type]
+    second.start()
+    deadline = time.monotonic() + 10
+    while not any("waiting for another build" in s for s in said) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert any("waiting for another build of 6.1.0-50-amd64's proprietary modules" in s for s in said)
+    finish.set()
+    first.join(10)
+    second.join(10)
+    assert compiles == ["6.1.0-50-amd64"]  # compiled once
+    assert sorted(r.cached for r in results) == [False, True]  # the second took the first's modules

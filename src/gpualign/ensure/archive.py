@@ -20,7 +20,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,13 +70,19 @@ def cache_root() -> Path:
 
 
 @contextmanager
-def file_lock(name: str) -> Iterator[None]:
+def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """An exclusive lock shared by every process on this machine using the same cache (a tag's build, the apt
-    state, the image base), so that runs and the images of one run (--jobs) never do the same work at once."""
+    state, the image base, one kernel's compile), so that runs and the images of one run (--jobs) never do the
+    same work at once. on_wait: called once when another process holds it (to say what is awaited)."""
     path = cache_root() / "locks" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure import buildroot
-from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.archive import Archive, cache_root, file_lock
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
 
 Progress = Callable[[str], None]
@@ -93,13 +93,20 @@ def compile_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
     cached = cached_modules(archive, kernel, flavour, progress)
     if cached is not None:
         return cached
-    with buildroot.held(archive, kernel, flavour, together=together, progress=progress) as root:
-        version = root.version(package)
-        cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
+    # One compile of a kernel's flavour at a time on this machine: two would share one directory of the one build
+    # root (and each remove the other's files). A second waits, then takes the first's modules from the cache.
+    with file_lock(f"compile-{archive.key}-{kernel}-{flavour}.lock",
+                   on_wait=lambda: progress(f"compile: waiting for another build of {kernel}'s {flavour} modules")):
+        cached = cached_modules(archive, kernel, flavour, progress)
         if cached is not None:
             return cached
-        on_compile(version)
-        return _compile(root, kernel, flavour, version, jobs, progress, buildroot.cross_prefix(archive))
+        with buildroot.held(archive, kernel, flavour, together=together, progress=progress) as root:
+            version = root.version(package)
+            cached = _cached(kernel, flavour, version, progress)  # a root made before the archive moved on
+            if cached is not None:
+                return cached
+            on_compile(version)
+            return _compile(root, kernel, flavour, version, jobs, progress, buildroot.cross_prefix(archive))
 
 
 def cached_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
