@@ -37,12 +37,13 @@ COMPONENTS = "main contrib non-free non-free-firmware"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 REFRESH_SECONDS = 6 * 3600
 
-# How Debian's lists are read, wherever gpualign reads them (its private apt state, mmdebstrap's roots), whatever the
-# host's apt.conf says: gzip before xz (the same lists, ~1 s less CPU on an empty disk: xz decompresses ~4x slower),
-# kept uncompressed (apt then parses them without decompressing them again; a container image's apt.conf often says
-# otherwise), no translations, and none of the AppStream metadata (DEP-11, ~7 MB for bookworm's main) that a host
-# with appstream installed would fetch and gpualign never reads. gzip is a preference: a mirror without it is read
-# in whatever it publishes.
+# How Debian's lists are read by gpualign's private apt state and the build roots' mmdebstrap (not the driver
+# image's base: mmdebstrap leaves its apt options in the tree it makes), whatever the host's apt.conf says: gzip
+# before xz (the same lists, ~1 s less CPU on an empty disk: xz decompresses ~4x slower), kept uncompressed (apt
+# then parses them without decompressing them again; a container image's apt.conf often says otherwise), no
+# translations, and none of the AppStream metadata (DEP-11, ~7 MB for bookworm's main) that a host with appstream
+# installed would fetch and gpualign never reads. gzip is a preference: a mirror without it is read in whatever it
+# publishes.
 LIST_OPTIONS = ("Acquire::CompressionTypes::Order::=gz", "Acquire::GzipIndexes=false", "Acquire::Languages=none",
                 *(f"Acquire::IndexTargets::deb::{t}::DefaultEnabled=false"
                   for t in ("DEP-11", "DEP-11-icons-small", "DEP-11-icons", "DEP-11-icons-hidpi")))

@@ -36,7 +36,7 @@ from pathlib import Path
 from gpualign import __version__
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import userspace
-from gpualign.ensure.archive import cache_root, file_lock, mmdebstrap_list_options
+from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
@@ -163,7 +163,7 @@ def _ensure_base(suite: str, arch: str) -> str:
         return base
     with tempfile.TemporaryDirectory(prefix="gpualign-driver-base-") as tmp:
         tar = Path(tmp) / "rootfs.tar"
-        cmd = ["mmdebstrap", "--quiet", "--variant=extract", *mmdebstrap_list_options(), f"--architectures={arch}",
+        cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--architectures={arch}",
                f"--include={','.join(base_packages(suite))}",
                f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
