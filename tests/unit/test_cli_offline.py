@@ -69,3 +69,11 @@ def test_kubectl_plugin_entry_point_exists():
     import sys
 
     assert shutil.which("kubectl-gpualign", path=str(Path(sys.executable).parent))
+
+
+def test_a_lab_pull_back_off_it_does_not_know_is_said_before_anything_starts(tmp_path):
+    res = run_cli("lab", "up", "--state-dir", str(tmp_path / "lab"),
+                  env={"GPUALIGN_LAB_PULL_BACKOFF": "slow"})
+    assert res.code == 2 and res.err == ("gpualign: error: GPUALIGN_LAB_PULL_BACKOFF='slow': the driver simulator's "
+                                         "pull back-off is fast or kubelet\n"), res.err
+    assert not (tmp_path / "lab").exists()

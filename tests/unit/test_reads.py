@@ -112,7 +112,101 @@ def test_a_refused_connection_is_a_connect_failure():
     s.close()
     with pytest.raises(reads.Failure) as err:
         a_reader(f"http://127.0.0.1:{port}").get("/x")
-    assert err.value.kind == "connect" and "Connection refused" in err.value.detail
+    assert err.value.kind == "connect" and "Connection refused" in err.value.detail and err.value.refused
+
+
+@pytest.fixture
+def resets_every_connection():
+    """A TCP server that takes each connection and resets it (RST) at once: an HTTPS client's handshake breaks."""
+    import struct
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    srv.settimeout(0.05)
+    stop = threading.Event()
+
+    def reset_all() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except TimeoutError:
+                continue
+            conn.recv(1024)  # the ClientHello, so that the reset comes in the handshake
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    t = threading.Thread(target=reset_all, daemon=True)
+    t.start()
+    yield f"https://127.0.0.1:{srv.getsockname()[1]}"
+    stop.set()
+    t.join()
+    srv.close()
+
+
+def test_a_connection_reset_in_its_handshake_is_a_connect_failure_of_a_link_not_of_a_server_that_is_not_there(
+        resets_every_connection):
+    import httpx2
+
+    from gpualign.kube.client import _httpx_failure
+
+    w = reads.Reader(resets_every_connection, reads.tls_context({"insecure-skip-tls-verify": True}, {}), {},
+                     timeout=5, headers={})
+    with pytest.raises(reads.Failure) as err:
+        w.get("/x")
+    assert err.value.kind == "connect" and not err.value.refused, err.value.detail
+    with httpx2.Client(verify=False) as client, pytest.raises(httpx2.ConnectError) as sent:
+        client.post(resets_every_connection + "/x", content=b"{}")
+    said = _httpx_failure(sent.value)  # how the writes' HTTP stack says the same
+    assert said.kind == "connect" and not said.refused, said.detail
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with httpx2.Client() as client, pytest.raises(httpx2.ConnectError) as refused:
+        client.post(f"http://127.0.0.1:{port}/x", content=b"{}")
+    assert _httpx_failure(refused.value).refused
+
+
+def test_any_request_never_sent_is_sent_again_and_a_write_cut_once_sent_is_left_to_its_caller(serve, tmp_path,
+                                                                                              monkeypatch):
+    """A link that resets new connections in their handshake (a fifth of them, say) breaks writes as often as
+    reads: a POST whose connection was never made was never sent, and is sent again; one cut after it was sent
+    may have taken effect, and is not replayed here."""
+    import types
+
+    from gpualign.kube import client as kube_module
+
+    waits: list[float] = []
+    monkeypatch.setattr(kube_module, "time", types.SimpleNamespace(sleep=waits.append))
+    kube = Kube(str(loopback_kubeconfig(tmp_path, serve(lambda h: send(h, b"{}")).url)))
+    outcomes: list[object] = []
+    sent: list[str] = []
+
+    def send_next(method, path, *_args):  # noqa: ANN001, ANN202 - Kube._send's shape
+        sent.append(method)
+        step = outcomes.pop(0)
+        if isinstance(step, reads.Failure):
+            raise step
+        return reads.Answer(201, b"{}")
+
+    monkeypatch.setattr(kube, "_send", send_next)
+    handshake = reads.Failure(reads.FailureKind.CONNECT, "[Errno 104] Connection reset by peer")
+    try:
+        outcomes[:] = [handshake] * 5 + [None]
+        assert kube.request("POST", "/api/v1/namespaces/default/events", body={}).status_code == 201
+        assert sent == ["POST"] * 6 and waits == [0.1, 0.2, 0.4, 0.8, 1.0]
+        sent.clear(), waits.clear()
+        outcomes[:] = [reads.Failure(reads.FailureKind.CUT, "[Errno 104] Connection reset by peer")]
+        with pytest.raises(Unreachable, match="Connection reset by peer"):
+            kube.request("POST", "/api/v1/namespaces/default/events", body={})
+        assert sent == ["POST"] and waits == []
+        sent.clear()
+        outcomes[:] = [reads.Failure(reads.FailureKind.CONNECT, "[Errno 111] Connection refused", refused=True)] * 4
+        with pytest.raises(Unreachable, match="Connection refused"):
+            kube.request("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/y", body={})
+        assert len(sent) == 4 and waits == [0.1, 0.2, 0.4]  # a server that is not there is said so within a second
+    finally:
+        kube.close()
 
 
 def test_a_server_that_never_answers_is_a_timeout_while_waiting_for_its_answer(serve):

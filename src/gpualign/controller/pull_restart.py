@@ -23,7 +23,7 @@ from typing import Any
 
 from gpualign.base.errors import GpualignError
 from gpualign.kube.client import Kube
-from gpualign.model.driver_pod_status import WAITING_FOR_IMAGE
+from gpualign.model.driver_pod_status import WAITING_FOR_IMAGE, DriverPod
 from gpualign.model.facts import NodeFacts
 
 log = logging.getLogger("gpualign.controller")
@@ -42,18 +42,14 @@ def waits_for_present_image(finding: Mapping[str, Any]) -> str | None:
 
 
 def still_waiting(pod: Mapping[str, Any], image: str) -> bool:
-    """The pod as the API server has it now: not being deleted, its first container never started and waiting to
+    """The pod as the API server has it now: not being deleted, none of its containers ever started, and waiting to
     pull `image`."""
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-    if meta.get("deletionTimestamp"):
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    containers = spec.get("containers") or [{}]
-    if containers[0].get("image") != image:
-        return False
-    statuses = status.get("containerStatuses") or []
-    return bool(statuses) and all(
-        ((s.get("state") or {}).get("waiting") or {}).get("reason") in WAITING_FOR_IMAGE and not s.get("started")
-        for s in statuses)
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    never_started = bool(statuses) and not any(s.get("started") for s in statuses) and all(
+        ((s.get("state") or {}).get("waiting") or {}).get("reason") in WAITING_FOR_IMAGE for s in statuses)
+    return never_started and DriverPod.from_pod(pod).waits_for(image)
 
 
 @dataclass

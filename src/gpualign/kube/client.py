@@ -38,10 +38,13 @@ PAGE = 500  # the first page of a LIST, as kubectl's chunks
 # it. Between PAGE_MIN and PAGE_MAX objects.
 PAGE_BYTES = 8 << 20
 PAGE_MIN, PAGE_MAX = 50, 5000
-# A GET whose connection could not be made is tried again this many times (0.1, 0.2, 0.4 s apart): an API server
-# that refuses connections is said so within a second. One cut once it was made (a reset, a body cut short) is tried
-# again up to ten times, as client-go retries a GET on a reset connection, 0.1 s doubling up to 1 s apart (about
-# 7.5 s in all): on a link that cuts a third of the large answers, one cut in four tries was not rare.
+# A request whose connection nothing answered (refused, no such name, no route) is tried again this many times (0.1,
+# 0.2, 0.4 s apart): an API server that is not there is said so within a second. Any request, write or read, whose
+# connection broke while it was being made (reset in its TLS handshake) was never sent, and a GET cut once it was
+# (a reset, a body cut short) is a read: both are tried again up to ten times, as client-go retries a GET on a reset
+# connection, 0.1 s doubling up to 1 s apart (about 7.5 s in all): on a link that resets a fifth of new connections
+# and cuts a third of the large answers, three quick tries were not always enough. A write cut once sent is not
+# replayed here: whether it took effect is for its caller to find out.
 RETRIES_ON_CONNECT = 3
 RETRIES_ON_RESET = 10
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
@@ -76,10 +79,20 @@ def _httpx_failure(err: Exception) -> reads.Failure:
             "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer"
         return reads.Failure(reads.FailureKind.TIMEOUT, detail, step)
     if isinstance(err, httpx2.ConnectError):
-        return reads.Failure(reads.FailureKind.CONNECT, detail)
+        return reads.Failure(reads.FailureKind.CONNECT, detail, refused=reads.nobody_there(err))
     if isinstance(err, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
         return reads.Failure(reads.FailureKind.CUT, detail)
     return reads.Failure(reads.FailureKind.OTHER, detail)
+
+
+def retries(err: reads.Failure, is_read: bool) -> int:
+    """How many times a request that failed so is tried again in all: a connection nothing answered a few times,
+    one that broke before the request was sent (for any request) or a read cut on its way (never a write)."""
+    if err.kind == reads.FailureKind.CONNECT:
+        return RETRIES_ON_CONNECT if err.refused else RETRIES_ON_RESET
+    if err.kind == reads.FailureKind.CUT and is_read:
+        return RETRIES_ON_RESET
+    return 0
 
 
 @dataclass
@@ -214,8 +227,9 @@ class Kube:
 
     def request(self, method: str, path: str, *, params: dict[str, Any] | None = None, body: Any = None,
                 content_type: str = "application/json", accept: str = "application/json") -> Response:
-        # A read cut by a reset connection (a load balancer dropping it, a flaky link) is tried again, as
-        # client-go retries GETs on a connection reset; writes are not replayed here: their callers decide.
+        # A request never sent (its connection not made) is tried again, and so is a read cut by a reset connection
+        # (a load balancer dropping it, a flaky link), as client-go retries GETs on a connection reset; a write cut
+        # once sent is not replayed here: its caller decides.
         is_read = method in ("GET", "HEAD")
         attempt = 0
         while True:
@@ -224,9 +238,7 @@ class Kube:
                     return self._reads.get(path, params=params, accept=accept, method=method)
                 return self._send(method, path, params, body, content_type, accept)
             except reads.Failure as err:
-                limit = {reads.FailureKind.CONNECT: RETRIES_ON_CONNECT,
-                         reads.FailureKind.CUT: RETRIES_ON_RESET}.get(err.kind, 0)
-                if is_read and attempt < limit:
+                if attempt < retries(err, is_read):
                     time.sleep(min(1.0, 0.1 * 2 ** attempt))
                     attempt += 1
                     continue

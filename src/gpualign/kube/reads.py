@@ -14,8 +14,10 @@ was made), CUT (a connection broke during the exchange), TIMEOUT (with the step 
 from __future__ import annotations
 
 import base64
+import errno
 import http.client
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -32,20 +34,35 @@ import orjson
 class FailureKind(StrEnum):
     """What a transport failure leaves the caller to do."""
 
-    CONNECT = "connect"  # no connection was made: trying again is safe, for any request
+    CONNECT = "connect"  # no connection was made (refused, or broken in its handshake): no request was sent, so
+    # trying again is safe for any request
     CUT = "cut"  # a connection broke during the exchange: a read may be tried again
     TIMEOUT = "timeout"  # nothing came within the time allowed (the failure's step says where it waited)
     OTHER = "other"
 
 
 class Failure(Exception):
-    """A transport failure: its kind (FailureKind); step says where a timeout waited."""
+    """A transport failure: its kind (FailureKind); step says where a timeout waited; refused, for a CONNECT, that
+    nothing answered at all (a refused connection, a name that does not resolve, no route), not a link that broke
+    while the connection was being made."""
 
-    def __init__(self, kind: FailureKind, detail: str, step: str = "") -> None:
+    def __init__(self, kind: FailureKind, detail: str, step: str = "", *, refused: bool = False) -> None:
         super().__init__(detail)
         self.kind = kind
         self.detail = detail
         self.step = step
+        self.refused = refused
+
+
+def nobody_there(err: BaseException | None) -> bool:
+    """Whether a failure to connect (or what caused it, as an HTTP library wraps it) says that nothing answered: a
+    refused connection, a name that does not resolve, no route to the host."""
+    while err is not None:
+        if isinstance(err, (ConnectionRefusedError, socket.gaierror)) or \
+                getattr(err, "errno", None) in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
 
 
 @dataclass(slots=True)
@@ -211,7 +228,7 @@ class Reader:
             raise Failure(FailureKind.TIMEOUT, "timed out", waited) from None
         except (http.client.HTTPException, OSError) as err:  # resets, refusals, TLS errors, short bodies
             if step == "connecting":
-                raise Failure(FailureKind.CONNECT, _said(err)) from None
+                raise Failure(FailureKind.CONNECT, _said(err), refused=nobody_there(err)) from None
             raise Failure(FailureKind.CUT, _said(err), "reading the answer" if step == "reading the answer" else
                           "before the answer") from None
         found = {k.lower(): v for k, v in resp.getheaders()}

@@ -141,6 +141,10 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
 
     real_node: True starts the real node (kubelet, containerd) or fails saying why it cannot; None starts it when
     this machine can (root, the Debian packages, no other lab holding it) and says so when not; False never."""
+    backoff = os.environ.get("GPUALIGN_LAB_PULL_BACKOFF", "fast")
+    if backoff not in ("fast", "kubelet"):  # the driver simulator reads it; said here, before anything starts
+        raise LabError(f"GPUALIGN_LAB_PULL_BACKOFF={backoff!r}: the driver simulator's pull back-off is fast or "
+                       "kubelet")
     existing = LabState.load(state_dir)
     if existing and existing.procs and all(existing.running().values()):
         progress(f"lab already running (api {existing.apiserver})")
