@@ -51,6 +51,18 @@ def client(address: str) -> RegistryClient:
     return RegistryClient(RegistryRef(host=address, repo="nvidia/driver", scheme="http"), timeout=30.0)
 
 
+def pulled_tree(address: str, where: Path) -> Path:
+    """The image TAG pulled by buildah into a store of its own (which checks each blob's digest and each layer's
+    diff_id) and mounted: its tree, as a container would see it."""
+    store = ["buildah", "--root", str(where / "storage"), "--runroot", str(where / "run"), "--storage-driver", "vfs"]
+
+    def run(*args: str) -> str:
+        return subprocess.run([*store, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    run("pull", "--quiet", "--tls-verify=false", f"docker://{address}/nvidia/driver:{TAG}")
+    return Path(run("mount", run("from", "--pull-never", f"{address}/nvidia/driver:{TAG}")))
+
+
 def key_of(built: debian.Built) -> shared.Key:
     return shared.Key(built.driver_version, KERNEL, "proprietary")
 
@@ -108,8 +120,8 @@ def test_a_build_shares_its_verified_modules_and_a_build_elsewhere_pulls_them_in
 def test_a_build_on_an_empty_disk_pulls_the_shared_user_space_and_pushes_only_its_modules_layer(
         compiled, registry, tmp_path):
     """The user space is shared as the modules are: a build whose disk has no image storage and no user space
-    pulls `<repo>-userspace`, checks the assembled image's user space as always, and its image shares every layer
-    but the modules' with the shared one."""
+    fetches `<repo>-userspace`, checks its user space in its tree as always, and composes the image over it in the
+    registry: the image shares every layer but the modules' with the shared one, and a runtime pulls it whole."""
     address, _data = registry
     ledger = f"registry://{address}/nvidia/driver"
     maker, mine = tmp_path / "maker", tmp_path / "empty"
@@ -131,17 +143,27 @@ def test_a_build_on_an_empty_disk_pulls_the_shared_user_space_and_pushes_only_it
         assert code == 0, err
         (image,) = report["images"]
         assert image["modules"] == "shared" and image["verification"]["ok"], image
-        assert image["seconds"]["userspace_pull"] > 0, image  # pulled
+        assert image["seconds"].get("userspace_pull", 0) > 0, err  # fetched
         assert not (mine / "ensure" / "userspace").exists()  # nothing of the user space fetched from Debian
+        assert not (mine / "containers").exists()  # composed in the registry: no local image store at all
         labels = (reg.image_config(TAG) or {})["config"]["Labels"]
         checked = json.loads(labels["io.gpualign.verified"])["userspace"]
         assert checked["nvidia_smi"] == compiled.driver_version  # its user space checked all the same
         layers = [x["digest"] for x in (reg.manifest(TAG) or {})["layers"]]
         base = [x["digest"] for x in (reg.manifest(shared_tag, "nvidia/driver-userspace") or {})["layers"]]
         assert layers[:-1] == base and len(layers) == len(base) + 1  # the modules' layer alone is the image's own
+        tree = pulled_tree(address, tmp_path / "pulled")  # as a runtime takes it: every digest and diff_id checked
+        video = tree / "lib" / "modules" / KERNEL / "kernel" / "drivers" / "video"
+        assert sorted(p.name for p in video.glob("*.ko")) == sorted(p.name for p in compiled.modules)
+        assert "nvidia.ko" in (tree / "lib" / "modules" / KERNEL / "modules.dep").read_text()
+        assert (tree / "usr" / "bin" / "nvidia-smi").is_file() and (tree / "usr/local/bin/nvidia-driver").is_file()
     finally:
         shutil.rmtree(maker, ignore_errors=True)
         shutil.rmtree(mine, ignore_errors=True)
+        if (tmp_path / "pulled").exists():
+            subprocess.run(["buildah", "--root", str(tmp_path / "pulled" / "storage"), "--runroot",
+                            str(tmp_path / "pulled" / "run"), "--storage-driver", "vfs", "rm", "--all"],
+                           capture_output=True)
     reg.close()
 
 

@@ -28,6 +28,7 @@ from gpualign.ensure.run import (
 )
 
 if TYPE_CHECKING:
+    from gpualign.ensure import compose as compose_mod
     from gpualign.ensure import image as image_mod
     from gpualign.ensure import tagspec
     from gpualign.ensure.verify import Verification
@@ -232,9 +233,10 @@ class Steps:
         self.say(f"shared modules: pushed to {where} for later builds ({out.seconds['shared_push']:.1f}s)")
 
     # -- the image -----------------------------------------------------------------------------------------------
-    def image(self, made: Modules, checked: Verification) -> str:
-        """The local image: assembled before from the same modules, or now, over the user space."""
-        from gpualign.ensure import image
+    def image(self, made: Modules, checked: Verification) -> str | compose_mod.Composed:
+        """The local image (assembled before from the same modules, or now, over the user space), or the image
+        composed over the registry's user space, to push."""
+        from gpualign.ensure import compose, image
 
         spec, opts = self.spec, self.opts
         t0 = time.monotonic()
@@ -249,6 +251,13 @@ class Steps:
             self.say(f"image: {local}, assembled before from the same modules")
         else:
             layer = self._layer(made.driver_version)
+            if layer.remote is not None:
+                composed = compose.compose(spec, layer.remote, layer.packages, made.files, made.driver_version,
+                                           record, key)
+                self.out.seconds["image"] = time.monotonic() - t0
+                self.say(f"image: composed over {layer.remote.reference}: its modules' layer "
+                         f"{len(composed.layer.data) / 1e6:.1f} MB, the user space's layers mounted")
+                return composed
             local = image.assemble(spec, made.files, made.driver_version, record, key, variant, layer)
             self.say(f"user space: {', '.join(layer.packages)} at NVIDIA {made.driver_version}: sonames, "
                      "ld.so.cache and nvidia-smi's version checked")
@@ -293,17 +302,20 @@ class Steps:
                 self._share_userspace(name, where)
             return image.UserSpaceLayer(name, packages, arch)
         if opts.share_pull:
+            from gpualign.ensure import compose
+
             t0 = time.monotonic()
             try:
-                if shared_userspace.has(opts.target, tag):
-                    image.pull_userspace(where, name, tls_verify=opts.target.ref.scheme != "http",
-                                         authfile=opts.authfile)
+                remote = compose.fetch(opts.target, shared_userspace.repository(opts.target.ref.repo), tag, arch,
+                                       driver_version)
+                if remote is not None:
                     self.out.seconds["userspace_pull"] = time.monotonic() - t0
-                    self.say(f"user space: pulled {where} in {self.out.seconds['userspace_pull']:.1f}s (made by "
-                             "another build; checked here as if made here)")
-                    return image.UserSpaceLayer(name, packages, arch)
+                    self.say(f"user space: {where} fetched and checked in its tree in "
+                             f"{self.out.seconds['userspace_pull']:.1f}s (made by another build; the image is "
+                             "composed over it in the registry)")
+                    return image.UserSpaceLayer("", packages, arch, remote)
             except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
-                self.say(f"user space: {where} not pulled ({err.message}): making it from Debian")
+                self.say(f"user space: {where} not used ({err.message}): making it from Debian")
         user = userspace.fetch(self.archive, driver_version, progress=self.say)
         made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
         if opts.share_push:
@@ -327,14 +339,23 @@ class Steps:
             self.say(f"user space not shared ({err.message}): later builds make it again")
 
     # -- the push ------------------------------------------------------------------------------------------------
-    def push(self, local: str) -> Outcome:
+    def push(self, made: str | compose_mod.Composed) -> Outcome:
+        from gpualign.base.errors import Unreachable
         from gpualign.ensure import image
 
         spec, opts, out = self.spec, self.opts, self.out
         t0 = time.monotonic()
         self.say(f"push: {out.reference}")
-        image.push(local, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile,
-                   arch=image.arch_of(spec))
+        if isinstance(made, str):
+            image.push(made, out.reference, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile,
+                       arch=image.arch_of(spec))
+        else:
+            try:
+                made.push(opts.target, spec.tag)
+            except Unreachable as err:  # a 401 or 403 is a refusal, as buildah's push says it
+                raise image.refusal(err.message, "the registry refused the push") or err from None
+            finally:
+                made.userspace.close()
         out.digest = opts.target.digest(spec.tag)
         out.seconds["push"] = time.monotonic() - t0
         if out.digest is None:

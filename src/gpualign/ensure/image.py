@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpualign import __version__
 from gpualign.base.errors import BadInput, GpualignError
@@ -40,6 +41,9 @@ from gpualign.ensure.archive import cache_root, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
+
+if TYPE_CHECKING:
+    from gpualign.ensure.compose import RemoteUserSpace
 
 # The base: what nvidia-driver runs (sh, uname, sleep, grep, modprobe, flock, mount, findmnt), ldconfig for the
 # image's ld.so.cache, nvidia-persistenced's libtirpc; unpacked, not installed (mmdebstrap's extract
@@ -94,8 +98,10 @@ def suite_of(spec: TagSpec) -> str:
 BASE = base_name("bookworm")
 # The image's layout: an image assembled before under another is assembled again. The digest covers the
 # nvidia-driver script and the user-space recipe.
-RUN_CONFIG = ("--entrypoint", '["nvidia-driver", "init"]', "--cmd", "", "--workingdir", "/drivers",
-              "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+ENTRYPOINT = ["nvidia-driver", "init"]
+WORKDIR = "/drivers"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+RUN_CONFIG = ("--entrypoint", json.dumps(ENTRYPOINT), "--cmd", "", "--workingdir", WORKDIR, "--env", PATH_ENV)
 LAYOUT = "dropin-" + hashlib.sha256(Path(__file__).with_name("nvidia-driver.sh").read_bytes()
                                     + repr((BASE_KEY, RUN_CONFIG, userspace.LIBS, userspace.TOOLS,
                                             userspace.OWN_VERSION)).encode()).hexdigest()[:12]
@@ -214,6 +220,35 @@ def labels(spec: TagSpec, driver_version: str, verified: dict[str, object], flav
     }
 
 
+def image_env(spec: TagSpec, driver_version: str, flavour: str | None) -> list[str]:
+    """The image's environment beyond PATH: what NVIDIA's images set, and what `nvidia-driver init` compares."""
+    env = [f"DRIVER_VERSION={driver_version}", f"DRIVER_BRANCH={spec.branch}", f"GPUALIGN_KERNEL={spec.kernel}",
+           f"KERNEL_VERSION={spec.kernel}"]
+    return env + ([f"GPUALIGN_KERNEL_MODULE_TYPE={flavour}"] if flavour else [])
+
+
+def image_labels(spec: TagSpec, driver_version: str, verified: dict[str, object], flavour: str | None,
+                 key: str | None) -> dict[str, str]:
+    """labels(), and with the modules' key what a later build on the same disk reuses the image by."""
+    found = labels(spec, driver_version, verified, flavour)
+    if key:
+        found |= {"io.gpualign.modules-sha256": key, "io.gpualign.base": base_name(suite_of(spec), arch_of(spec)),
+                  "io.gpualign.layout": LAYOUT}
+    return found
+
+
+def flavour_of(modules: list[Path]) -> str | None:
+    """The modules' flavour (proprietary or open), read from nvidia.ko's license."""
+    from gpualign.ensure import kmod
+
+    return next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
+
+
+def modules_dir(kernel: str) -> Path:
+    """Where in the image modprobe finds the modules."""
+    return Path("lib") / "modules" / kernel / "kernel" / "drivers" / "video"
+
+
 def modules_key(modules: list[Path]) -> str:
     """What the image's content depends on besides the tag: the modules' bytes (SHA-256 over name and content).
     For modules in gpualign's cache it is remembered beside them with each file's size, mtime and inode, as git's
@@ -252,6 +287,8 @@ def local_image(spec: TagSpec, key: str, variant: str = "") -> str | None:
     """The image assembled before from the same modules (a warm run pushes it again instead of rebuilding), or
     None."""
     local = local_name(spec, variant)
+    if not store_exists():
+        return None
     try:
         found = buildah("inspect", "--type", "image", "--format",
                         '{{index .OCIv1.Config.Labels "io.gpualign.modules-sha256"}} '
@@ -272,12 +309,14 @@ def _layout(local: str) -> str:
 
 @dataclass(frozen=True)
 class UserSpaceLayer:
-    """The local image a driver image is its modules' layer over: the base with NVIDIA's user space (made here by
-    userspace_image, or pulled: ensure.shared_userspace), and what it holds."""
+    """The image a driver image is its modules' layer over: the base with NVIDIA's user space (made here by
+    userspace_image, a local image), or the registry's shared one (ensure.shared_userspace), fetched and checked
+    (`remote`); and what it holds."""
 
     name: str
     packages: dict[str, str]  # Debian package -> version
     arch: str = "amd64"
+    remote: RemoteUserSpace | None = None  # in the registry only: the image is composed there (ensure.compose)
 
 
 def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: dict[str, object],
@@ -286,11 +325,8 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     flavour (read from nvidia.ko's license) is labelled and set as GPUALIGN_KERNEL_MODULE_TYPE, which
     `nvidia-driver init` compares with the pod's KERNEL_MODULE_TYPE. The assembled tree's user space is checked
     (userspace.check) whichever way its layer came."""
-    from gpualign.ensure import kmod
-
-    flavour = next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
+    flavour = flavour_of(modules)
     arch = arch_of(spec)
-    base = base_name(suite_of(spec), arch)
     local = local_name(spec, variant)
     if layer is None:
         raise BuildError(f"{spec.tag}: no user space to assemble")
@@ -299,7 +335,7 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
     ctr = buildah("from", "--pull-never", layer.name)
     try:
         root = Path(buildah("mount", ctr))
-        dest = root / "lib" / "modules" / spec.kernel / "kernel" / "drivers" / "video"
+        dest = root / modules_dir(spec.kernel)
         dest.mkdir(parents=True)
         for ko in modules:
             shutil.copy2(ko, dest / ko.name)
@@ -309,15 +345,11 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
         checked = userspace.check(root, driver_version, arch)  # as every image is checked: its own assembled tree
         verified = {**verified, "userspace": checked, "userspace_packages": layer.packages}
         buildah("umount", ctr)
-        config = [*RUN_CONFIG, "--env", f"DRIVER_VERSION={driver_version}", "--env", f"DRIVER_BRANCH={spec.branch}",
-                  "--env", f"GPUALIGN_KERNEL={spec.kernel}", "--env", f"KERNEL_VERSION={spec.kernel}"]
-        if flavour:
-            config += ["--env", f"GPUALIGN_KERNEL_MODULE_TYPE={flavour}"]
-        for name, value in labels(spec, driver_version, verified, flavour).items():
+        config = list(RUN_CONFIG)
+        for env in image_env(spec, driver_version, flavour):
+            config += ["--env", env]
+        for name, value in image_labels(spec, driver_version, verified, flavour, key).items():
             config += ["--label", f"{name}={value}"]
-        if key:
-            config += ["--label", f"io.gpualign.modules-sha256={key}", "--label", f"io.gpualign.base={base}",
-                       "--label", f"io.gpualign.layout={LAYOUT}"]
         buildah("config", *config, ctr)
         replaced = _image_id(local)
         made = buildah("commit", "--quiet", "--format", "oci", ctr, local)
@@ -377,15 +409,6 @@ def userspace_image(suite: str, base: str, user: userspace.UserSpace) -> str:
     return name
 
 
-def pull_userspace(reference: str, name: str, *, tls_verify: bool, authfile: str | None = None) -> None:
-    """A shared user-space image pulled from the registry into local storage, under its local name."""
-    args = ["pull", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
-    if authfile and os.path.exists(authfile):
-        args += ["--authfile", authfile]
-    pulled = buildah(*args, f"docker://{reference}").splitlines()[-1]
-    buildah("tag", pulled, name)
-
-
 def push_userspace(name: str, reference: str, *, tls_verify: bool, authfile: str | None = None) -> None:
     args = ["push", "--quiet", f"--tls-verify={'true' if tls_verify else 'false'}"]
     if authfile and os.path.exists(authfile):
@@ -412,7 +435,15 @@ def _prune_signed(spec: TagSpec, keep: str) -> None:
                 buildah("rmi", name)
 
 
+def store_exists() -> bool:
+    """Whether this disk has gpualign's local image store: a build Job's empty disk has none, and asking buildah
+    would make one."""
+    return (storage() / "storage").exists()
+
+
 def _image_id(name: str) -> str | None:
+    if not store_exists():
+        return None
     try:
         return buildah("inspect", "--type", "image", "--format", "{{.FromImageID}}", name) or None
     except BuildError:

@@ -8,6 +8,7 @@ credentials from a docker config.json), Basic challenges, and NGC's proxy_auth r
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -432,6 +433,28 @@ class RegistryClient:
         if put.status_code != 201:
             raise Unreachable(f"registry {self.ref.host}: blob upload failed: HTTP {put.status_code}")
         return digest
+
+    def mount_blob(self, digest: str, from_repo: str, repo: str | None = None) -> bool:
+        """Make a blob of another repository of this registry one of `repo`'s too, without its bytes (a
+        cross-repository mount); True when `repo` has it now. False when the registry would rather take an upload
+        (it may not mount, or the credentials may not read `from_repo`): the caller uploads it."""
+        repo = repo or self.ref.repo
+        scope = f"repository:{repo}:pull,push"
+        head = self._send("HEAD", f"{self.ref.base}/v2/{repo}/blobs/{digest}", scope=scope)
+        if head.status_code == 200:
+            return True
+        resp = self._send("POST", f"{self.ref.base}/v2/{repo}/blobs/uploads/?mount={digest}&from={from_repo}",
+                          scope=scope)
+        if resp.status_code == 201:
+            return True
+        if resp.status_code == 202:  # an upload was started instead: given up, so that none is left open
+            if "Location" in resp.headers:
+                location = urljoin(self.ref.base + "/", resp.headers["Location"])
+                with contextlib.suppress(Unreachable):
+                    self._send("DELETE", location, scope=scope)
+            return False
+        raise Unreachable(f"registry {self.ref.host}: mounting blob {digest[:19]}… from {from_repo}: HTTP "
+                          f"{resp.status_code}")
 
     def push_manifest(self, tag: str, manifest: dict[str, Any], repo: str | None = None) -> None:
         repo = repo or self.ref.repo
