@@ -270,7 +270,8 @@ def _gzip(data: bytes) -> bytes:
     """gzip at level 1 in GZIP_PARTS members compressed at once (zlib lets go of the interpreter's lock): a gzip
     stream of several members is one stream to every reader (RFC 1952; Go's, as containerd reads layers)."""
     step = -(-len(data) // GZIP_PARTS) or 1
-    parts = [data[i:i + step] for i in range(0, len(data), step)] or [b""]
+    whole = memoryview(data)  # parts without copies
+    parts = [whole[i:i + step] for i in range(0, len(data), step)] or [whole]
     out: list[bytes] = [b""] * len(parts)
 
     def one(i: int) -> None:

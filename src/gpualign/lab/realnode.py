@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -139,9 +140,28 @@ def why_not(state_dir: Path) -> str:
     if holder and Path(holder) != state_dir:
         return f"the lab in {holder} runs this machine's real node (one per machine: kubelet's device-plugin " \
                "socket and iptables chains are host-wide)"
-    if holder is None and (DEVICE_PLUGINS / "kubelet.sock").exists():
-        return f"another kubelet runs on this machine ({DEVICE_PLUGINS}/kubelet.sock exists)"
+    if holder is None and kubelet_listening():
+        return f"another kubelet runs on this machine ({DEVICE_PLUGINS}/kubelet.sock answers)"
     return ""
+
+
+def kubelet_listening(sock: Path = DEVICE_PLUGINS / "kubelet.sock") -> bool:
+    """Whether a kubelet answers on its device-plugin socket. A socket file nothing listens on is a dead kubelet's
+    (killed before it could remove it): it is removed, and holds nothing back."""
+    if not sock.exists():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(str(sock))
+    except (ConnectionRefusedError, FileNotFoundError):
+        sock.unlink(missing_ok=True)
+        return False
+    except OSError:
+        return True  # it exists and may be someone's: not ours to take
+    finally:
+        probe.close()
+    return True
 
 
 def claim_holder() -> str | None:
@@ -453,6 +473,8 @@ def cleanup(state_dir: Path, record: dict[str, Any]) -> None:
             shutil.rmtree(DEVICE_PLUGINS, ignore_errors=True)
             with contextlib.suppress(OSError):
                 DEVICE_PLUGINS.parent.rmdir()
+        else:  # the directory was there before; the socket in it is this lab's kubelet's, stopped above
+            (DEVICE_PLUGINS / "kubelet.sock").unlink(missing_ok=True)
         CLAIM.unlink(missing_ok=True)
     for link in _log_links(p.root):
         link.unlink(missing_ok=True)
