@@ -165,6 +165,13 @@ class Bench:
         return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", NS,  # type: ignore
                                pods[0]["metadata"]["name"]], capture_output=True, text=True).stdout
 
+    def controller_log(self) -> str:
+        """The controller's log (every replica's), to see when it heard of the image and what it did then."""
+        kubectl = str(versions.default_bin_dir() / "kubectl")
+        return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", NS,  # type: ignore
+                               "-l", "app=gpualign-controller", "--tail", "-1", "--prefix"],
+                              capture_output=True, text=True).stdout
+
     def job_steps(self, kernel: str) -> dict[str, int]:
         """Where a Job's time went, from its log's clock (seconds, to the second, from its first line): the
         headers read, the modules pulled, verified, the user space ready, pushed."""
@@ -267,6 +274,7 @@ def shared_case(b: Bench, repeat: int, kernel: str = SHARED_KERNEL) -> dict[str,
         if os.environ.get("BENCH_JOB_LOGS"):  # the whole log of each run's Job, to see where its seconds went
             Path(os.environ["BENCH_JOB_LOGS"]).mkdir(parents=True, exist_ok=True)
             (Path(os.environ["BENCH_JOB_LOGS"]) / f"shared-{i}.log").write_text(b.job_log(kernel))
+            (Path(os.environ["BENCH_JOB_LOGS"]) / f"shared-{i}-controller.log").write_text(b.controller_log())
         b.leave(f"shared-{i}")  # no node waits for the image the next run deletes (the controller would rebuild it)
         print(f"shared {i + 1}/{repeat}: {runs[-1]}s", file=sys.stderr, flush=True)
     return {"runs_s": runs, "median_s": statistics.median(runs), "goal_s": 12, "job_steps": steps,

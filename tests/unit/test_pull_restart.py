@@ -89,6 +89,20 @@ def test_the_waiting_pod_is_deleted_once_with_preconditions_and_an_event():
     assert restarter.apply(FACTS, finding()) is True
 
 
+def test_an_image_that_left_the_ledger_and_came_back_allows_one_more_restart():
+    """A ledger read a moment stale said present for an image just deleted: the waiting pod was restarted for
+    nothing. Once the ledger says missing and the image is built and pushed, the pod waiting for it is restarted
+    again (once)."""
+    api = ApiServer(pod())
+    restarter = PullRestarter(api)  # type: ignore[arg-type]
+    assert restarter.apply(FACTS, finding()) is True
+    api.current = pod(uid="u2")
+    assert restarter.apply(FACTS, finding(status=Status.MISSING)) is False
+    assert restarter.apply(FACTS, finding()) is True  # pushed again
+    api.current = pod(uid="u3")
+    assert restarter.apply(FACTS, finding()) is False and len(api.deletes) == 2
+
+
 def test_a_pod_that_changed_since_the_cache_saw_it_is_left_alone():
     for current in (pod(reason="ContainerCreating"), pod(started=True), pod(image=IMAGE + "-other"),
                     {**pod(), "metadata": {**pod()["metadata"], "deletionTimestamp": "2026-12-03T00:00:00Z"}}, None):

@@ -9,7 +9,9 @@ pod, as a person would: its DaemonSet makes it again at once, and the new pod pu
 Only such a pod is deleted: read again first, and deleted with preconditions on its uid and resourceVersion, so a
 pod that has changed since (pulled, running, replaced) is left alone. A pod that never started holds nothing on the
 node. A node's pod is restarted once per image: if the new pod cannot pull it either (the node lacks the registry's
-credentials, say), the kubelet's back-off runs and the node's finding shows the failing pod; nothing loops. A
+credentials, say), the kubelet's back-off runs and the node's finding shows the failing pod; nothing loops. An
+image that leaves the ledger and is pushed again (rebuilt) is a new image for this: its pod may be restarted once
+more (a ledger read a moment stale once took the node's one restart before the image was built). A
 refusal (no RBAC right to delete pods) is said once and the kubelet's back-off left to run.
 """
 
@@ -61,6 +63,10 @@ class PullRestarter:
 
     def apply(self, facts: NodeFacts, finding: Mapping[str, Any]) -> bool:
         """Restart the node's driver pod if it waits for an image the ledger has; True when it was deleted."""
+        if finding.get("status") == "missing":  # gone from the ledger: once it is pushed again, one more restart
+            with self.lock:
+                self.restarted.pop(facts.name, None)
+            return False
         name = waits_for_present_image(finding)
         if name is None or self.refused:
             return False
