@@ -58,6 +58,16 @@ def test_a_layer_is_unpacked_when_its_bytes_are_its_diff_id_and_refused_when_not
     blob.write_bytes(deleting)
     with pytest.raises(compose.LayerRefused, match="deletes 'etc/.wh.os-release'"):
         compose.unpack(blob, root, diff_id, "reg/us:t")
+    escaping, diff_id = tar_gz((member("../escaped"), b"x"))
+    blob.write_bytes(escaping)
+    with pytest.raises(compose.LayerRefused, match="outside the image's tree"):
+        compose.unpack(blob, root, diff_id, "reg/us:t")
+    escaping, diff_id = tar_gz((member("out", tarfile.SYMTYPE, linkname=str(tmp_path)), None),
+                               (member("out/escaped"), b"x"))
+    blob.write_bytes(escaping)
+    with pytest.raises(compose.LayerRefused, match="through a link"):
+        compose.unpack(blob, root, diff_id, "reg/us:t")
+    assert not (tmp_path / "escaped").exists()
     blob.write_bytes(b"not gzip")
     with pytest.raises(compose.LayerRefused, match="does not unpack"):
         compose.unpack(blob, root, diff_id, "reg/us:t")
