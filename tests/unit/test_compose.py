@@ -174,8 +174,10 @@ class BlobRegistry:
         path, params = request.url.path, request.url.params
         self.requests.append(f"{request.method} {path}" + (f"?{request.url.query.decode()}" if params else ""))
         if m := re.fullmatch(r"/v2/(.+)/blobs/(sha256:[0-9a-f]+)", path):
-            found = m.group(2) in self.blobs.get(m.group(1), {})
-            return httpx2.Response(200 if found else 404)
+            found = self.blobs.get(m.group(1), {}).get(m.group(2))
+            if found is None:
+                return httpx2.Response(404)
+            return httpx2.Response(200, stream=httpx2.ByteStream(found if request.method == "GET" else b""))
         if m := re.fullmatch(r"/v2/(.+)/blobs/uploads/", path):
             repo, digest, source = m.group(1), params.get("mount"), params.get("from")
             if self.mounts and digest and digest in self.blobs.get(source or "", {}):
@@ -189,6 +191,12 @@ class BlobRegistry:
             assert params["digest"] == f"sha256:{hashlib.sha256(data).hexdigest()}"
             self.blobs.setdefault(m.group(1), {})[params["digest"]] = data
             return httpx2.Response(201)
+        if (m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path)) and request.method in ("GET", "HEAD"):
+            body = self.manifests.get((m.group(1), m.group(2)))
+            if body is None:
+                return httpx2.Response(404)
+            return httpx2.Response(200, content=body if request.method == "GET" else b"", headers={
+                "Docker-Content-Digest": f"sha256:{hashlib.sha256(body).hexdigest()}"})
         if m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path):
             layers = json.loads(request.read()).get("layers") or []
             missing = [d["digest"] for d in layers if d["digest"] not in self.blobs.get(m.group(1), {})]
@@ -226,3 +234,31 @@ def test_the_push_mounts_the_user_spaces_layers_uploads_only_when_it_must_and_pu
         (entry,) = tagged["manifests"]
         assert entry["platform"] == {"architecture": "arm64", "os": "linux"}
         assert json.loads(fake.manifests[("nvidia/driver", entry["digest"])]) == made.manifest
+
+
+def test_a_shared_user_space_whose_config_or_layer_changed_in_the_registrys_storage_is_refused(tmp_path,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path / "cache"))
+    layer, diff_id = tar_gz((member("etc/os-release"), b"x\n"))
+    config = json.dumps({"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers",
+                                                                             "diff_ids": [diff_id]}}).encode()
+    digest = {name: f"sha256:{hashlib.sha256(data).hexdigest()}" for name, data in (("layer", layer),
+                                                                                     ("config", config))}
+    fake = BlobRegistry()
+    repo = "nvidia/driver-userspace"
+    fake.blobs[repo] = {digest["layer"]: layer, digest["config"]: config}
+    fake.manifests[(repo, "bookworm-x")] = json.dumps({
+        "schemaVersion": 2, "mediaType": compose.OCI_MANIFEST,
+        "config": {"mediaType": compose.OCI_CONFIG, "digest": digest["config"], "size": len(config)},
+        "layers": [{"mediaType": compose.GZIP_LAYER, "digest": digest["layer"], "size": len(layer)}]}).encode()
+    client = RegistryClient(RegistryRef("reg.io", "nvidia/driver", "https"),
+                            transport=httpx2.MockTransport(fake.handler))
+    assert compose.fetch(client, repo, "absent", "amd64", "535.309.01") is None
+    fake.blobs[repo][digest["config"]] = config.replace(b"amd64", b"arm64")
+    with pytest.raises(compose.LayerRefused, match="its config is not the blob its manifest names"):
+        compose.fetch(client, repo, "bookworm-x", "amd64", "535.309.01")
+    fake.blobs[repo][digest["config"]] = config
+    fake.blobs[repo][digest["layer"]] = layer[:-1] + bytes([layer[-1] ^ 1])
+    with pytest.raises(compose.LayerRefused, match="is not what its manifest names"):
+        compose.fetch(client, repo, "bookworm-x", "amd64", "535.309.01")
+    assert not any((tmp_path / "cache").rglob("root"))  # no scratch tree left behind

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from gpualign import __version__
 from gpualign.ensure.archive import cache_root
 from gpualign.ensure.buildroot import BuildError
+from gpualign.ledger.registry import BlobMismatch
 
 if TYPE_CHECKING:
     from gpualign.ensure.tagspec import TagSpec
@@ -104,8 +105,11 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
             not isinstance(d, dict) or d.get("mediaType") not in GZIP_LAYERS or not isinstance(d.get("size"), int)
             or not 0 < d["size"] <= MAX_LAYER for d in layers):
         raise LayerRefused(f"{where}: not an image of gzip'd layers gpualign can compose over")
+    raw_config = client.blob(str(config_desc["digest"]), repo)
+    if f"sha256:{hashlib.sha256(raw_config).hexdigest()}" != config_desc.get("digest"):
+        raise LayerRefused(f"{where}: its config is not the blob its manifest names")
     try:
-        config = json.loads(client.blob(str(config_desc["digest"]), repo))
+        config = json.loads(raw_config)
     except ValueError:
         raise LayerRefused(f"{where}: its config is not JSON") from None
     diff_ids = ((config.get("rootfs") or {}).get("diff_ids") or []) if isinstance(config, dict) else []
@@ -118,7 +122,10 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
         found_space.root.mkdir()
         for desc, diff_id in zip(layers, diff_ids, strict=True):
             blob = Path(scratch.name) / str(desc["digest"]).replace(":", "-")
-            client.blob_to_file(str(desc["digest"]), int(desc["size"]), blob, repo)
+            try:
+                client.blob_to_file(str(desc["digest"]), int(desc["size"]), blob, repo)
+            except BlobMismatch as err:
+                raise LayerRefused(f"{where}: {err.message}") from None
             found_space.blobs[str(desc["digest"])] = blob
             unpack(blob, found_space.root, str(diff_id), where)
         found_space.checked = userspace.check(found_space.root, driver_version, arch)
