@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import io
 import json
-import re
 import tarfile
 from pathlib import Path, PurePosixPath
 
@@ -20,6 +19,7 @@ import pytest
 from gpualign.ensure import compose, image
 from gpualign.ensure.tagspec import parse
 from gpualign.ledger.registry import RegistryClient, RegistryRef
+from tests.support.blob_registry import BlobRegistry
 
 
 def tar_gz(*members: tuple[tarfile.TarInfo, bytes | None]) -> tuple[bytes, str]:
@@ -158,52 +158,6 @@ def test_the_config_is_the_user_spaces_with_what_assembly_sets_and_the_modules_l
     assert [d["digest"] for d in made.manifest["layers"]] == [*(d["digest"] for d in us.layers), made.layer.digest]
     assert made.manifest["annotations"]["org.opencontainers.image.base.digest"] == us.digest
     assert "Labels" in us.config["config"] and "Env" not in us.config["config"]  # the user space's own: untouched
-
-
-class BlobRegistry:
-    """Just enough of the distribution API for a push: blobs per repository (HEAD, monolithic upload, a
-    cross-repository mount when `mounts`), manifests by tag or digest. Records every request."""
-
-    def __init__(self, mounts: bool = True) -> None:
-        self.mounts = mounts
-        self.blobs: dict[str, dict[str, bytes]] = {}
-        self.manifests: dict[tuple[str, str], bytes] = {}
-        self.requests: list[str] = []
-
-    def handler(self, request: httpx2.Request) -> httpx2.Response:
-        path, params = request.url.path, request.url.params
-        self.requests.append(f"{request.method} {path}" + (f"?{request.url.query.decode()}" if params else ""))
-        if m := re.fullmatch(r"/v2/(.+)/blobs/(sha256:[0-9a-f]+)", path):
-            found = self.blobs.get(m.group(1), {}).get(m.group(2))
-            if found is None:
-                return httpx2.Response(404)
-            return httpx2.Response(200, stream=httpx2.ByteStream(found if request.method == "GET" else b""))
-        if m := re.fullmatch(r"/v2/(.+)/blobs/uploads/", path):
-            repo, digest, source = m.group(1), params.get("mount"), params.get("from")
-            if self.mounts and digest and digest in self.blobs.get(source or "", {}):
-                self.blobs.setdefault(repo, {})[digest] = self.blobs[source or ""][digest]
-                return httpx2.Response(201)
-            return httpx2.Response(202, headers={"Location": f"/v2/{repo}/blobs/uploads/1"})
-        if m := re.fullmatch(r"/v2/(.+)/blobs/uploads/1", path):
-            if request.method == "DELETE":
-                return httpx2.Response(204)
-            data = request.read()
-            assert params["digest"] == f"sha256:{hashlib.sha256(data).hexdigest()}"
-            self.blobs.setdefault(m.group(1), {})[params["digest"]] = data
-            return httpx2.Response(201)
-        if (m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path)) and request.method in ("GET", "HEAD"):
-            body = self.manifests.get((m.group(1), m.group(2)))
-            if body is None:
-                return httpx2.Response(404)
-            return httpx2.Response(200, content=body if request.method == "GET" else b"", headers={
-                "Docker-Content-Digest": f"sha256:{hashlib.sha256(body).hexdigest()}"})
-        if m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path):
-            layers = json.loads(request.read()).get("layers") or []
-            missing = [d["digest"] for d in layers if d["digest"] not in self.blobs.get(m.group(1), {})]
-            assert not missing, missing  # a manifest only once its blobs are in
-            self.manifests[(m.group(1), m.group(2))] = request.read()
-            return httpx2.Response(201)
-        return httpx2.Response(404)
 
 
 @pytest.mark.parametrize(("arch", "mounts"), [("amd64", True), ("arm64", False)])

@@ -127,3 +127,15 @@ def test_a_modules_cpu_is_read_from_its_elf_header_and_the_kernel_refuses_anothe
     refused = verify([x86], ARM64, table, "535.309.01")
     assert not refused.ok
     assert refused.first_refusal() == f"nvidia: Invalid architecture in ELF header (amd64 module, {ARM64} is arm64)"
+
+
+def test_a_version_is_asked_of_apt_once_until_the_lists_are_read_again(apt):
+    arm64 = Archive(arch="arm64")
+    for _ in range(3):
+        assert arm64.target_version("linux-headers-6.1.0-50-arm64") == "6.1.176-1"
+    assert len([c for c in apt if c[0] == "apt-cache"]) == 1
+    stamp = arm64.state / "updated"
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.touch()  # the lists read again: what apt said before may have changed
+    assert arm64.target_version("linux-headers-6.1.0-50-arm64") == "6.1.176-1"
+    assert len([c for c in apt if c[0] == "apt-cache"]) == 2

@@ -294,6 +294,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
 
     outcomes: list[Outcome] = []
     leases = None
+    options: dict[str, run.Options] = {}
     try:
         in_flight = max(1, min(flags.jobs, len(specs))) if not flags.dry_run else 1
         leases = _leases(flags.lease, flags.kubeconfig, flags.context, say) if flags.lease and not flags.dry_run \
@@ -311,6 +312,14 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
                                          together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
+        for spec in specs:  # what an empty disk's build will take from the registry, fetched while the archive is read
+            if run.worth_fetching_ahead(spec, options[spec.tag]):
+                from gpualign.ensure.ahead import Ahead
+
+                options[spec.tag].ahead = Ahead.start(spec, target, options[spec.tag].flavour,
+                                                      options[spec.tag].archive.for_tag_kernel(spec.os_tag,
+                                                                                               spec.kernel),
+                                                      functools.partial(say, spec.tag))
         planned: dict[str, run.TagPlan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
             try:
@@ -340,6 +349,9 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
                     except GpualignError as err:
                         failed.add(spec.tag, err)
     finally:
+        for opts in options.values():
+            if opts.ahead is not None:
+                opts.ahead.close()
         target.close()
         if up is not None:
             up.close()

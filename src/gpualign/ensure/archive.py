@@ -19,6 +19,7 @@ import re
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -101,6 +102,10 @@ def host_arch() -> str:
 
     machine = platform.machine()
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(machine, machine)
+
+
+_known_versions: dict[tuple[str, int], dict[str, str]] = {}  # (apt state, its lists' read time) -> versions
+_known_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,21 @@ class Archive:
 
     def _versions(self, packages: list[str]) -> dict[str, str]:
         """package -> candidate version, for those the lists know, in one apt-cache call (it names the others on
-        stderr and exits 0). Under a lock: apt-cache may write its package cache."""
+        stderr and exits 0), remembered in this process until the lists are read again (a build asks for its
+        module source's and headers' versions several times, ~0.25 s a call). Under a lock: apt-cache may write its
+        package cache."""
+        stamp = self.state / "updated"
+        lists = (str(self.state), stamp.stat().st_mtime_ns if stamp.exists() else 0)
+        with _known_lock:
+            known = _known_versions.setdefault(lists, {})
+            if all(p in known for p in packages):
+                return {p: known[p] for p in packages}
+        found = self._ask_versions(packages)
+        with _known_lock:
+            known.update(found)
+        return found
+
+    def _ask_versions(self, packages: list[str]) -> dict[str, str]:
         with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", *packages],
                                  capture_output=True, text=True, timeout=60)
@@ -343,6 +362,12 @@ class Archive:
         out = cache_root() / "symvers" / kernel / "Module.symvers"
         if out.exists():
             return out
+        with file_lock(f"symvers-{kernel}.lock"):  # one download, when a build's threads ask at once
+            if not out.exists():
+                self._read_symvers(kernel, out)
+        return out
+
+    def _read_symvers(self, kernel: str, out: Path) -> None:
         package = self.require_headers(kernel)
         with tempfile.TemporaryDirectory(prefix="gpualign-headers-") as tmp:
             res = self._apt("download", self.target(package), cwd=Path(tmp))
@@ -367,4 +392,3 @@ class Archive:
         with os.fdopen(fd, "wb") as handle:
             handle.write(content)
         os.replace(partial, out)
-        return out

@@ -144,8 +144,16 @@ class Steps:
         key = shared.Key(buildroot.upstream(version), spec.kernel, opts.flavour)
         if self.early is None:
             self._start_userspace(key.version)
+        into = debian.modules_dir(spec.kernel, opts.flavour, key.version, None)
+        ahead = opts.ahead.take_modules(key, into) if opts.ahead is not None else None
+        if ahead is not None:
+            out.shared, out.seconds["shared_pull"] = "pulled", time.monotonic() - t0
+            self.say(f"shared modules: {len(ahead)} pulled from {shared.where(opts.target, key)} while Debian's "
+                     f"archive was read ({out.seconds['shared_pull']:.1f}s more; compiled by another build; checked "
+                     "here as if compiled)")
+            return
         try:
-            got = shared.pull(opts.target, key, debian.modules_dir(spec.kernel, opts.flavour, key.version, None))
+            got = shared.pull(opts.target, key, into)
         except (shared.SharedRefused, Unreachable) as err:
             out.shared = f"refused: {err.message}"
             self.say(f"shared modules: {err.message}: compiling instead")
@@ -305,6 +313,12 @@ class Steps:
             from gpualign.ensure import compose
 
             t0 = time.monotonic()
+            if opts.ahead is not None and (remote := opts.ahead.take_userspace(tag)) is not None:
+                self.out.seconds["userspace_pull"] = time.monotonic() - t0
+                self.say(f"user space: {where} fetched and checked in its tree while Debian's archive was read "
+                         f"({self.out.seconds['userspace_pull']:.1f}s more; made by another build; the image is "
+                         "composed over it in the registry)")
+                return image.UserSpaceLayer("", packages, arch, remote)
             try:
                 remote = compose.fetch(opts.target, shared_userspace.repository(opts.target.ref.repo), tag, arch,
                                        driver_version)

@@ -26,6 +26,7 @@ from gpualign.model.makers import open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
+    from gpualign.ensure.ahead import Ahead
     from gpualign.ensure.lease import Leases
     from gpualign.ensure.verify import Verification
     from gpualign.ledger.registry import RegistryClient
@@ -93,6 +94,7 @@ class Options:
     replace_wrong: bool = False  # a present tag that fails the check is made again and pushed over it
     share_pull: bool = True  # take modules another build compiled from the registry (ensure.shared), verified
     share_push: bool = True  # share the modules this build compiled, once verified
+    ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
 
 
 UNVERIFIED_PREFIX = "unverified: "  # a present image's problem that is not "wrong": nothing vouches for it
@@ -156,6 +158,17 @@ def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
     except Unreachable as err:
         raise Unreachable(f"{err.message} (asking the upstream for {tag}: pass --upstream REGISTRY to mirror from "
                           "a registry you can reach, or --upstream none to build without asking)") from None
+
+
+def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:
+    """A build that will read Debian's archive and may take the registry's shared modules and user space: a Debian
+    tag missing from the ledger, with no cached modules (ensure.ahead fetches them while the archive is read)."""
+    from gpualign.ensure import buildroot
+    from gpualign.model.makers import SUITES
+
+    return (not opts.dry_run and opts.share_pull and opts.modules_from is None and opts.upstream is None
+            and spec.os_tag in SUITES and opts.flavour in buildroot.FLAVOURS
+            and opts.target.digest(spec.tag) is None and not compiled_before(spec, opts))
 
 
 def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
