@@ -3,7 +3,9 @@ and that a build takes only what is exactly what it would have fetched."""
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 
 import httpx2
@@ -112,11 +114,16 @@ def test_what_is_not_taken_is_dropped_and_a_registry_that_cannot_be_listed_makes
     monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path / "cache"))
     fake, client = registry_with(tmp_path, ["535.309.01"])
     fake.manifests[("nvidia/driver-userspace", "bookworm-amd64-535.309.01-30dde16da770")] = b"{}"
+    killed, running = (tmp_path / "cache" / "ensure" / "ahead" / name for name in ("build-killed", "build-running"))
+    for left in (killed, running):
+        (left / "modules").mkdir(parents=True)
+    os.utime(killed, (time.time() - ahead.STALE_SECONDS - 60,) * 2)
     guess = ahead.Ahead.start(SPEC, client, "proprietary", Archive(), lambda _m: None)  # type: ignore[arg-type]
     guess._threads["userspace"].join()
     remote = guess.userspace
     guess.close()
     assert isinstance(remote, Remote) and remote.closed  # fetched, never taken: dropped
+    assert not killed.exists() and running.exists()  # what a killed run left a day ago, and no other run's
 
     fake.listing_fails = True
     said: list[str] = []

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
 
 Say = Callable[[str], None]
+STALE_SECONDS = 86400.0  # a scratch directory this old was left by a run that was killed
 
 
 def version_order(version: str) -> tuple[int, ...]:
@@ -88,8 +89,13 @@ class Ahead:
 
     @classmethod
     def start(cls, spec: TagSpec, target: RegistryClient, flavour: str, archive: Archive, say: Say) -> Ahead:
-        (cache_root() / "ahead").mkdir(parents=True, exist_ok=True)
-        ahead = cls(spec, target, flavour, say, Path(tempfile.mkdtemp(prefix="build-", dir=cache_root() / "ahead")))
+        parent = cache_root() / "ahead"
+        parent.mkdir(parents=True, exist_ok=True)
+        for left in parent.glob("build-*"):  # a run killed before it closed (a build takes minutes, not a day)
+            with contextlib.suppress(OSError):
+                if time.time() - left.stat().st_mtime > STALE_SECONDS:
+                    shutil.rmtree(left, ignore_errors=True)
+        ahead = cls(spec, target, flavour, say, Path(tempfile.mkdtemp(prefix="build-", dir=parent)))
         ahead._run(ahead._guess_and_pull, "modules")
         ahead._run(ahead._fetch_userspace, "userspace")
         ahead._run(lambda: archive.symvers(spec.kernel), "symvers")  # Archive.symvers: one download, whoever asks
