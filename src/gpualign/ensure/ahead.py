@@ -83,6 +83,7 @@ class Ahead:
     modules_seconds: float = 0.0
     userspace_tag: str | None = None
     userspace: RemoteUserSpace | None = None
+    userspace_seconds: float = 0.0
     _threads: dict[str, threading.Thread] = field(default_factory=dict)
     _guessed: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -139,11 +140,13 @@ class Ahead:
         if not candidates:
             return
         tag = max(candidates, key=lambda t: str((self.target.image_config(t, repo) or {}).get("created", "")))
+        t0 = time.monotonic()
         remote = compose.fetch(self.target, repo, tag, arch, self.modules_key.version)
         if remote is None:
             return
         with self._lock:
             self.userspace_tag, self.userspace = tag, remote
+            self.userspace_seconds = time.monotonic() - t0
 
     def take_modules(self, key: Key, into: Path) -> list[Path] | None:
         """The modules pulled ahead, moved into `into` (the module cache dir), when they are `key`'s; else None."""

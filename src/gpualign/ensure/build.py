@@ -147,10 +147,12 @@ class Steps:
         into = debian.modules_dir(spec.kernel, opts.flavour, key.version, None)
         ahead = opts.ahead.take_modules(key, into) if opts.ahead is not None else None
         if ahead is not None:
-            out.shared, out.seconds["shared_pull"] = "pulled", time.monotonic() - t0
-            self.say(f"shared modules: {len(ahead)} pulled from {shared.where(opts.target, key)} while Debian's "
-                     f"archive was read ({out.seconds['shared_pull']:.1f}s more; compiled by another build; checked "
-                     "here as if compiled)")
+            assert opts.ahead is not None
+            out.shared, out.seconds["shared_pull"] = "pulled", opts.ahead.modules_seconds
+            out.ahead.append("modules")
+            self.say(f"shared modules: {len(ahead)} pulled from {shared.where(opts.target, key)} in "
+                     f"{opts.ahead.modules_seconds:.1f}s while Debian's archive was read (waited "
+                     f"{time.monotonic() - t0:.1f}s; compiled by another build; checked here as if compiled)")
             return
         try:
             got = shared.pull(opts.target, key, into)
@@ -314,10 +316,11 @@ class Steps:
 
             t0 = time.monotonic()
             if opts.ahead is not None and (remote := opts.ahead.take_userspace(tag)) is not None:
-                self.out.seconds["userspace_pull"] = time.monotonic() - t0
-                self.say(f"user space: {where} fetched and checked in its tree while Debian's archive was read "
-                         f"({self.out.seconds['userspace_pull']:.1f}s more; made by another build; the image is "
-                         "composed over it in the registry)")
+                self.out.seconds["userspace_pull"] = opts.ahead.userspace_seconds
+                self.out.ahead.append("userspace")
+                self.say(f"user space: {where} fetched and checked in its tree in {opts.ahead.userspace_seconds:.1f}s "
+                         f"while Debian's archive was read (waited {time.monotonic() - t0:.1f}s; made by another "
+                         "build; the image is composed over it in the registry)")
                 return image.UserSpaceLayer("", packages, arch, remote)
             try:
                 remote = compose.fetch(opts.target, shared_userspace.repository(opts.target.ref.repo), tag, arch,

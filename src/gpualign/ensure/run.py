@@ -70,11 +70,13 @@ class Outcome:
     reference: str = ""
     modules: str = ""  # where a build's modules came from: compiled | cache | shared (pulled) | given
     shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
+    ahead: list[str] = field(default_factory=list)  # what the build took of what was fetched ahead (ensure.ahead)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
                 "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
-                "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None}
+                "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None,
+                "fetched_ahead": self.ahead or None}
 
 
 @dataclass
