@@ -312,7 +312,10 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
                                          together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                         debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
                    for spec in specs}
-        for spec in specs:  # what an empty disk's build will take from the registry, fetched while the archive is read
+        # What an empty disk's first builds will take from the registry, fetched while the archive is read: for the
+        # tags that start at once only (each guess holds a user space's unpacked tree; later tags start after the
+        # archive is read, with nothing left to overlap).
+        for spec in specs[:in_flight]:
             if run.worth_fetching_ahead(spec, options[spec.tag]):
                 from gpualign.ensure.ahead import Ahead
 
