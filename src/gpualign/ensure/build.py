@@ -145,12 +145,11 @@ class Steps:
         if self.early is None:
             self._start_userspace(key.version)
         into = debian.modules_dir(spec.kernel, opts.flavour, key.version, None)
-        ahead = opts.ahead.take_modules(key, into) if opts.ahead is not None else None
-        if ahead is not None:
-            assert opts.ahead is not None
+        taken = opts.ahead.take_modules(key, into) if opts.ahead is not None else None
+        if taken is not None and opts.ahead is not None:
             out.shared, out.seconds["shared_pull"] = "pulled", opts.ahead.modules_seconds
             out.ahead.append("modules")
-            self.say(f"shared modules: {len(ahead)} pulled from {shared.where(opts.target, key)} in "
+            self.say(f"shared modules: {len(taken)} pulled from {shared.where(opts.target, key)} in "
                      f"{opts.ahead.modules_seconds:.1f}s while Debian's archive was read (waited "
                      f"{time.monotonic() - t0:.1f}s; compiled by another build; checked here as if compiled)")
             return
