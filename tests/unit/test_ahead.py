@@ -3,6 +3,7 @@ and that a build takes only what is exactly what it would have fetched."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -98,8 +99,8 @@ def test_a_build_takes_what_was_fetched_ahead_only_when_it_is_what_the_archive_n
     assert [p.read_bytes() for p in got or []] == [b"nvidia 535.309.01"]
     key = shared.Key("535.309.01", KERNEL, "proprietary")
     assert shared.pulled_from(into) == f"{shared.where(client, key)}@{client.digest(key.tag, 'nvidia/driver-modules')}"
-    assert fetched == [("bookworm-amd64-535.309.01-30dde16da770", "535.309.01")]  # only the guessed version's
     assert guess.take_userspace("bookworm-amd64-535.309.01-bbbbbbbbbbbb") is None  # another package set
+    assert fetched == [("bookworm-amd64-535.309.01-30dde16da770", "535.309.01")]  # only the guessed version's
     remote = guess.take_userspace("bookworm-amd64-535.309.01-30dde16da770")
     assert isinstance(remote, Remote) and not remote.closed
     assert guess.take_userspace("bookworm-amd64-535.309.01-30dde16da770") is None  # taken once
@@ -134,3 +135,21 @@ def test_what_is_not_taken_is_dropped_and_a_registry_that_cannot_be_listed_makes
     guess.close()
     assert said == [] and not into.exists()
     assert [t for t in threading.enumerate() if t.name.startswith("ensure-ahead-")] == []
+
+
+def test_a_guess_the_artifacts_checks_refuse_is_no_guess_and_leaves_no_partial_directory(tmp_path, monkeypatch,
+                                                                                        fetched):
+    monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path / "cache"))
+    fake, client = registry_with(tmp_path, ["535.309.01"])
+    blobs = fake.blobs["nvidia/driver-modules"]
+    key = shared.Key("535.309.01", KERNEL, "proprietary")
+    (layer,) = (d["digest"] for d in json.loads(fake.manifests[("nvidia/driver-modules", key.tag)])["layers"])
+    blobs[layer] = blobs[layer][:-1] + bytes([blobs[layer][-1] ^ 1])  # one bit changed in the registry's storage
+    guess = ahead.Ahead.start(SPEC, client, "proprietary", Archive(), lambda _m: None)  # type: ignore[arg-type]
+    into = tmp_path / "cache" / "ensure" / "modules" / "535.309.01" / KERNEL / "proprietary" / "unsigned"
+    assert guess.take_modules(shared.Key("535.309.01", KERNEL, "proprietary"), into) is None
+    assert not into.exists() and list(guess.scratch.iterdir()) == []  # no half-made directory anywhere
+    guess.close()
+    with pytest.raises(shared.SharedRefused, match="is not what its manifest names|digest"):
+        shared.pull(client, shared.Key("535.309.01", KERNEL, "proprietary"), into)  # the build's own pull says why
+    assert not into.exists() and list(into.parent.iterdir()) == []

@@ -156,17 +156,11 @@ class Ahead:
         self._threads["modules"].join()
         if self.modules is None:
             return None
-        into.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.ahead.", dir=into.parent))
-        try:
+        from gpualign.ensure import shared
+
+        with shared.staged(into, "ahead") as staging:
             for entry in (self.scratch / "modules").iterdir():
                 os.link(entry, staging / entry.name)
-            if into.exists():
-                shutil.rmtree(into)
-            os.replace(staging, into)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
         return sorted(into.glob("*.ko"))
 
     def take_userspace(self, tag: str) -> RemoteUserSpace | None:

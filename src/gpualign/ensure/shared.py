@@ -34,6 +34,8 @@ import re
 import shutil
 import tarfile
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -140,9 +142,7 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
     sums = config.get("modules")
     if not isinstance(sums, dict) or not sums or not all(_plain_ko(n) and isinstance(v, str) for n, v in sums.items()):
         raise SharedRefused(f"{source}: its config names no modules, or names something other than *.ko files")
-    into.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.pull.", dir=into.parent))
-    try:
+    with staged(into, "pull") as staging:
         layer = staging / ".layer"
         try:
             client.blob_to_file(layer_desc["digest"], int(layer_desc["size"]), layer, repo)
@@ -157,13 +157,23 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
                 raise SharedRefused(f"{source}: {name} is not the module its config names (sha256 differs)")
         (staging / SHARED_MARK).write_text(f"{source}@{client.digest(key.tag, repo)}\n")
         (staging / ".complete").write_text("0\n")
+    return sorted(into.glob("*.ko"))
+
+
+@contextmanager
+def staged(into: Path, what: str) -> Iterator[Path]:
+    """A directory beside the module cache dir `into`, to make it whole in: put in its place (replacing what was
+    there) when the block ends, removed when the block fails."""
+    into.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{into.name}.{what}.", dir=into.parent))
+    try:
+        yield staging
         if into.exists():
             shutil.rmtree(into)
         os.replace(staging, into)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return sorted(into.glob("*.ko"))
 
 
 def pulled_from(directory: Path) -> str | None:
