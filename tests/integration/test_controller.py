@@ -250,7 +250,10 @@ def test_a_driver_pod_waiting_for_its_image_pulls_as_soon_as_the_image_is_there(
         wait_for(waiting, timeout=30, what="the driver pod in ImagePullBackOff")
         first = driver_pod()
         assert first is not None
-        time.sleep(11)  # the second pull failed too: the next is 20 s after it
+        failed_at = failed_pull_time(first)
+        wait_for(lambda: (p := driver_pod()) is not None and p["metadata"]["uid"] == first["metadata"]["uid"]
+                 and failed_pull_time(p) not in ("", failed_at),
+                 timeout=25, interval=0.2, what="the second failed pull")  # the next is 20 s after it
         assert clab_push(lab, tag)
         pushed = time.monotonic()
         wait_for(lambda: (p := driver_pod()) is not None and any(
@@ -263,6 +266,12 @@ def test_a_driver_pod_waiting_for_its_image_pulls_as_soon_as_the_image_is_there(
     finally:
         ctl.stop()
         run_cli("lab", "down", env=lab.env)
+
+
+def failed_pull_time(pod: dict) -> str:
+    """When the pod's last pull failed, as its Ready condition records it ('' when none)."""
+    return next((c.get("lastTransitionTime", "") for c in (pod.get("status") or {}).get("conditions") or []
+                 if c["type"] == "Ready" and c["status"] == "False"), "")
 
 
 def clab_push(lab, tag: str) -> bool:
