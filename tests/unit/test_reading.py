@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def test_wait_connected_returns_when_the_read_fails_before_connecting(tmp_path: 
 
 def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_finalizing_under_it(serve,
                                                                                                tmp_path: Path) -> None:
-    """The registry is unreachable while the API server still holds the LISTs: the command says so in one line and
+    """The registry fails while the API server still holds the LISTs: the command says so in one line and
     exits 2 at once, without tearing the interpreter down under the read's thread (which may be importing, or inside
     OpenSSL: a crash after the message). An exit hook of the process shows whether it was finalized."""
     import subprocess
@@ -87,20 +88,29 @@ def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_final
         release.wait(30)
         send(h, b'{"kind":"List","metadata":{},"items":[]}')
 
+    def failing_once_the_read_is_on_the_wire(h) -> None:
+        for _ in range(200):
+            if any(p.startswith("/api/v1/nodes?") for p, _, _ in srv.seen):
+                break
+            time.sleep(0.05)
+        send(h, b"down", status=503)
+
     srv = serve(held)
+    registry = serve(failing_once_the_read_is_on_the_wire)
+    host = registry.url.removeprefix("http://")
     kubeconfig = loopback_kubeconfig(tmp_path, srv.url)
     script = ("import atexit, sys; atexit.register(print, 'finalized'); "
               "sys.argv = ['gpualign', *sys.argv[1:]]; from gpualign.cli.app import main; main()")
     try:
         proc = subprocess.run([sys.executable, "-c", script, "check", "--kubeconfig", str(kubeconfig),
-                               "--ledger", "registry://127.0.0.1:1/nvidia/driver"],
+                               "--ledger", f"registry://{host}/nvidia/driver"],
                               capture_output=True, text=True, timeout=25)
         assert any(p.startswith("/api/v1/nodes?") for p, _, _ in srv.seen)  # the read was on the wire
     finally:
         release.set()
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr.startswith("gpualign: error: registry 127.0.0.1:1 unreachable") and \
-        len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith(f"gpualign: error: registry {host}: listing tags of nvidia/driver: HTTP 503") \
+        and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "finalized" not in proc.stdout
 
 

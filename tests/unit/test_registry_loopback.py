@@ -186,4 +186,4 @@ def test_nothing_listens_is_one_line():
     c = RegistryClient(RegistryRef(f"127.0.0.1:{port}", "nvidia/driver", "http"), timeout=1.0)
     with pytest.raises(Unreachable) as err:
         c.tags()
-    assert "unreachable: ConnectError" in err.value.message
+    assert err.value.message == f"registry 127.0.0.1:{port} unreachable: [Errno 111] Connection refused"

@@ -17,13 +17,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-from urllib.parse import urljoin, urlsplit
-
-import httpx2
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from gpualign.base.errors import BadInput, GpualignError, Unreachable
-from gpualign.ledger.transport import LazyTLSTransport
+from gpualign.ledger.exchange import ExchangeError, Exchanges, Headers, Reply
+
+if TYPE_CHECKING:
+    import httpx2
 
 MANIFEST_TYPES = ", ".join([
     "application/vnd.oci.image.index.v1+json",
@@ -143,13 +144,20 @@ class RegistryClient:
     credentials: tuple[str, str] | None = None
     timeout: float = 10.0
     max_pages: int = DEFAULT_MAX_PAGES
-    transport: httpx2.BaseTransport | None = None
+    transport: httpx2.BaseTransport | None = None  # given: every exchange goes through httpx and it (tests' fakes)
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _http: httpx2.Client | None = field(default=None, repr=False)
+    _exchanges: Exchanges | None = field(default=None, repr=False)
 
     @property
     def http(self) -> httpx2.Client:
+        """An httpx client (imported on first use): the blobs streamed into files go through it, and every exchange
+        when a transport was given."""
         if self._http is None:
+            import httpx2
+
+            from gpualign.ledger.transport import LazyTLSTransport
+
             self._http = httpx2.Client(timeout=self.timeout, transport=self.transport or LazyTLSTransport(),
                                        follow_redirects=True)
         return self._http
@@ -157,6 +165,8 @@ class RegistryClient:
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
+        if self._exchanges is not None:
+            self._exchanges.close()
 
     # -- auth ---------------------------------------------------------------------------------------------------
     def _token(self, challenge: dict[str, str], scope: str) -> str:
@@ -166,11 +176,12 @@ class RegistryClient:
         params = {"scope": challenge.get("scope") or scope}
         if challenge.get("service"):  # NGC's proxy_auth sends none, and wants none
             params["service"] = challenge["service"]
-        auth = httpx2.BasicAuth(*self.credentials) if self.credentials else None
+        auth = {"Authorization": _basic(self.credentials)} if self.credentials else {}
         try:
-            resp = self._bounded("GET", str(httpx2.URL(realm, params=params)), {}, None, auth=auth)
-        except (httpx2.InvalidURL, UnicodeError, ValueError):
+            url = _with_params(realm, params)
+        except (UnicodeError, ValueError):
             raise Unreachable(f"{self.ref.host}: Bearer challenge names an unusable realm") from None
+        resp = self._bounded("GET", url, auth, None)
         if resp.status_code in (401, 403):
             raise Unreachable(f"{self.ref.host}: token service refused "
                               f"{'the configured credentials' if self.credentials else 'anonymous access'} "
@@ -187,7 +198,7 @@ class RegistryClient:
         return token
 
     def _send(self, method: str, url: str, *, scope: str, headers: dict[str, str] | None = None,
-              content: bytes | None = None) -> httpx2.Response:
+              content: bytes | None = None) -> Reply:
         """One request, answering at most one auth challenge (a second 401 is an error, never a loop)."""
         hdrs = dict(headers or {})
         if scope in self._tokens:
@@ -200,7 +211,7 @@ class RegistryClient:
             if kind == "bearer":
                 value = f"Bearer {self._token(challenge, scope)}"
             elif kind == "basic" and self.credentials:
-                value = "Basic " + base64.b64encode(":".join(self.credentials).encode()).decode()
+                value = _basic(self.credentials)
             else:
                 break
             self._tokens[scope] = value
@@ -209,24 +220,48 @@ class RegistryClient:
             raise Unreachable(f"registry {self.ref.host} refused access to {self.ref.repo} (HTTP 401)")
         return resp
 
-    def _bounded(self, method: str, url: str, headers: dict[str, str], content: bytes | None,
-                 auth: httpx2.Auth | None = None) -> httpx2.Response:
+    def _bounded(self, method: str, url: str, headers: dict[str, str], content: bytes | None) -> Reply:
         """One HTTP exchange within a whole-request deadline (self.timeout) and MAX_BODY bytes.
 
-        httpx's own timeouts bound each read, so a server dripping a byte at a time would hold us forever, and a
-        huge body would be read into memory whole; both are cut here, with one line saying which.
+        A timeout that bounds each read would let a server dripping a byte at a time hold us forever, and a huge
+        body would be read into memory whole; both are cut here, with one line saying which.
         """
         deadline = time.monotonic() + self.timeout
         where = urlsplit(url).path
+        too_large = f"registry {self.ref.host}: response to {where} is larger than {MAX_BODY >> 20} MiB; refusing it"
+        if self.transport is None:
+            if self._exchanges is None:
+                self._exchanges = Exchanges(self.timeout)
+            try:
+                return self._exchanges.exchange(method, url, headers, content, deadline=deadline,
+                                                max_body=MAX_BODY, too_large=too_large)
+            except ExchangeError as err:
+                raise self._unreachable(err, where) from None
+        return self._bounded_httpx(method, url, headers, content, deadline, where, too_large)
+
+    def _unreachable(self, err: ExchangeError, where: str) -> Unreachable:
+        if err.kind == "large":
+            return Unreachable(err.detail)
+        if err.kind == "slow":
+            return Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s "
+                               f"(response to {where} still arriving)")
+        if err.kind == "timeout":
+            return Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s")
+        if err.kind == "cut":
+            return Unreachable(f"registry {self.ref.host}: response to {where} was cut short")
+        return Unreachable(f"registry {self.ref.host} unreachable: {err.detail}")
+
+    def _bounded_httpx(self, method: str, url: str, headers: dict[str, str], content: bytes | None,
+                       deadline: float, where: str, too_large: str) -> Reply:
+        import httpx2
+
         try:
-            with self.http.stream(method, url, headers=headers, content=content,
-                                  auth=auth if auth is not None else httpx2.USE_CLIENT_DEFAULT) as resp:
+            with self.http.stream(method, url, headers=headers, content=content) as resp:
                 body = bytearray()
                 for chunk in resp.iter_bytes():
                     body += chunk
                     if len(body) > MAX_BODY:
-                        raise Unreachable(f"registry {self.ref.host}: response to {where} is larger than "
-                                          f"{MAX_BODY >> 20} MiB; refusing it")
+                        raise Unreachable(too_large)
                     if time.monotonic() > deadline:
                         raise Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s "
                                           f"(response to {where} still arriving)")
@@ -238,9 +273,12 @@ class RegistryClient:
             why = " ".join(str(err).split())[:200]  # e.g. [SSL: CERTIFICATE_VERIFY_FAILED] …: the reason, one line
             raise Unreachable(f"registry {self.ref.host} unreachable: {err.__class__.__name__}"
                               + (f": {why}" if why else "")) from None
-        plain = [(k, v) for k, v in resp.headers.raw
-                 if k.lower() not in (b"content-encoding", b"content-length", b"transfer-encoding")]
-        return httpx2.Response(resp.status_code, headers=plain, content=bytes(body), request=resp.request)
+        headers_read = Headers()
+        for name, value in resp.headers.multi_items():
+            name = name.lower()
+            if name not in ("content-encoding", "content-length", "transfer-encoding"):
+                headers_read[name] = f"{headers_read[name]}, {value}" if name in headers_read else value
+        return Reply(resp.status_code, bytes(body), headers_read)
 
     # -- reads --------------------------------------------------------------------------------------------------
     def tags(self, repo: str | None = None, *, missing_ok: bool = True) -> list[str]:
@@ -308,7 +346,7 @@ class RegistryClient:
         body = self._manifest_request("GET", reference, repo)
         return "sha256:" + hashlib.sha256(body.content if body is not None else b"").hexdigest()
 
-    def _manifest_request(self, method: str, reference: str, repo: str) -> httpx2.Response | None:
+    def _manifest_request(self, method: str, reference: str, repo: str) -> Reply | None:
         """GET or HEAD a manifest: the answer, None when the registry does not have it, Unreachable otherwise."""
         resp = self._send(method, f"{self.ref.base}/v2/{repo}/manifests/{reference}",
                           scope=f"repository:{repo}:pull", headers={"Accept": MANIFEST_TYPES})
@@ -356,7 +394,7 @@ class RegistryClient:
                                           f"{timeout:g}s")
                     hasher.update(chunk)
                     out.write(chunk)
-        except httpx2.HTTPError as err:
+        except httpx_errors() as err:
             partial.unlink(missing_ok=True)
             raise Unreachable(f"registry {self.ref.host}: reading blob {digest[:19]}…: "
                               f"{err.__class__.__name__}") from None
@@ -513,6 +551,27 @@ class RegistryClient:
                             "platform": {"architecture": arch, "os": "linux"}})
         self.push_manifest(tag, {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
                                  "manifests": entries}, repo)
+
+
+def httpx_errors() -> type[Exception]:
+    import httpx2
+
+    return httpx2.HTTPError
+
+
+def _basic(credentials: tuple[str, str]) -> str:
+    return "Basic " + base64.b64encode(":".join(credentials).encode()).decode()
+
+
+def _with_params(url: str, params: dict[str, str]) -> str:
+    """url with params set in its query (a realm may carry a query of its own). ValueError when url is not an
+    http(s) URL with a host."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(url)
+    parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    query = dict(parse_qsl(parts.query, keep_blank_values=True)) | params
+    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def config_env(config: dict[str, Any]) -> dict[str, str]:
