@@ -18,8 +18,6 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-import httpx2
-
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import tagspec
 from gpualign.ledger.registry import RegistryClient
@@ -113,6 +111,8 @@ def modules_of(client: RegistryClient, tag: str, cache: Path, arch: str = "amd64
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     paths: set[str] = set()
     libraries: set[tuple[str, str]] = set()
+    import httpx2  # here, not at import: check reads images' labels through the registry client alone
+
     try:
         for layer in manifest.get("layers") or []:
             url = f"{client.ref.base}/v2/{client.ref.repo}/blobs/{layer['digest']}"
