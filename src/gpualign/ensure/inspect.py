@@ -12,9 +12,6 @@ import io
 import json
 import os
 import re
-import shutil
-import tarfile
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -107,12 +104,16 @@ def modules_of(client: RegistryClient, tag: str, cache: Path, arch: str = "amd64
     out = cache / read.replace(":", "-")
     if (out / ".complete").exists() and (out / CONTENTS).exists():  # read before by a gpualign that records both
         return (digest, out) if list(out.glob("*.ko")) else None
+    import shutil  # here, not at import: check judges images by their labels through the registry client alone
+    import tarfile
+    import tempfile
+
+    import httpx2
+
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
     paths: set[str] = set()
     libraries: set[tuple[str, str]] = set()
-    import httpx2  # here, not at import: check reads images' labels through the registry client alone
-
     try:
         for layer in manifest.get("layers") or []:
             url = f"{client.ref.base}/v2/{client.ref.repo}/blobs/{layer['digest']}"

@@ -78,9 +78,9 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     from gpualign.ledger.registry import connect
 
     if cache is None:
-        from gpualign.ensure.archive import cache_root
+        from gpualign.model.archive_reading import cache_root  # not ensure.archive's: that loads tarfile and more
 
-        cache = cache_root() / "images"
+        cache = cache_root() / "ensure" / "images"
     out = Judgement()
     by_repo: dict[str, list[str]] = {}
     for image in sorted(needs):

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 from ruamel.yaml import YAML
 
+from gpualign import rules as data_files
 from gpualign.base import labels as L
 from gpualign.base.errors import BadInput
 from gpualign.model.version import DriverVersion
@@ -39,7 +39,7 @@ def _floor(text: str) -> DriverVersion:
 
 @cache
 def table() -> CudaTable:
-    data = YAML(typ="safe").load(resources.files("gpualign.rules").joinpath("cuda.yaml").read_text())
+    data = YAML(typ="safe").load(data_files.text("cuda.yaml"))
     updates = {str(k): {int(u.lstrip("U")): DriverVersion.parse(str(v)) for u, v in ups.items()}
                for k, ups in (data.get("updates") or {}).items()}
     return CudaTable(

@@ -4,7 +4,8 @@ naming rules (as of which GPU Operator release) and the CUDA minimum-driver tabl
 from __future__ import annotations
 
 from functools import cache
-from importlib import resources
+
+from gpualign import rules as data_files
 
 
 @cache
@@ -13,7 +14,7 @@ def rules_version() -> str:
     import re
 
     # the top-level key, read without parsing the whole rules file (every report's envelope names it)
-    text = resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text()
+    text = data_files.text("driver_images.yaml")
     found = re.search(r"^operator_version:\s*[\"']?([^\s\"'#]+)", text, re.M)
     return found.group(1) if found else "unknown"
 

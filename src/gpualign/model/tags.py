@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from gpualign import rules as data_files
 from gpualign.base.errors import BadInput
 from gpualign.model.facts import NodeFacts
 from gpualign.model.makers import DebianRelease, DebianTable, sources_from
@@ -95,7 +95,7 @@ def merged_rules(override: Path | None = None) -> dict[str, Any]:
     from gpualign.base import yamlio
     from gpualign.model.archive_reading import cache_root
 
-    base = yamlio.parse_cached(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text(),
+    base = yamlio.parse_cached(data_files.text("driver_images.yaml"),
                                "driver_images.yaml", cache_root() / "rules")
     if override is None:
         return dict(base)
