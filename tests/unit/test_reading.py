@@ -114,7 +114,7 @@ def test_a_command_that_fails_while_its_read_is_on_the_wire_leaves_without_final
     assert "finalized" not in proc.stdout
 
 
-def test_a_wrong_flag_ends_the_command_before_any_read_and_it_is_finalized_as_usual(tmp_path: Path) -> None:
+def test_a_wrong_flag_ends_the_command_before_any_read(tmp_path: Path) -> None:
     import subprocess
     import sys
 
@@ -125,4 +125,53 @@ def test_a_wrong_flag_ends_the_command_before_any_read_and_it_is_finalized_as_us
                           capture_output=True, text=True, timeout=25)
     assert proc.returncode == 2 and "expected a major driver number" in proc.stderr, proc.stderr
     assert "does not exist" not in proc.stderr  # the kubeconfig was never opened
+    # a one-shot read leaves its memory to the OS whole: the interpreter is not finalized
+    assert proc.stdout == ""
+
+
+def test_a_command_that_is_not_a_one_shot_read_is_finalized_as_usual() -> None:
+    import subprocess
+    import sys
+
+    script = ("import atexit, sys; atexit.register(print, 'finalized'); "
+              "sys.argv = ['gpualign', *sys.argv[1:]]; from gpualign.cli.app import main; main()")
+    proc = subprocess.run([sys.executable, "-c", script, "cuda", "affinity", "--cuda", "twelve"],
+                          capture_output=True, text=True, timeout=25)
+    assert proc.returncode == 2, proc.stderr
     assert proc.stdout.strip() == "finalized"
+
+
+def test_a_one_shot_read_leaves_its_whole_report_written(tmp_path: Path) -> None:
+    """Leaving without finalizing must not cut a large report short."""
+    import os
+    import subprocess
+    import sys
+
+    from ruamel.yaml import YAML
+
+    nodes = {"items": [{"metadata": {"name": f"gpu-{i:05d}", "labels": {
+        "nvidia.com/gpu.present": "true", "feature.node.kubernetes.io/kernel-version.full": "6.1.0-41-amd64",
+        "feature.node.kubernetes.io/system-os_release.ID": "debian",
+        "feature.node.kubernetes.io/system-os_release.VERSION_ID": "12"}}} for i in range(1000)]}
+    dump = tmp_path / "nodes.json"
+    dump.write_text(json.dumps(nodes))
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("580-6.1.0-40-amd64-debian12\n")  # another kernel's: every node's image is missing
+    for output in ("json", "yaml", "table"):  # the table and YAML are written through Python's buffered stdout
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        proc = subprocess.run([sys.executable, "-m", "gpualign", "check", "--nodes-file", str(dump), "--ledger",
+                               str(ledger), "--driver-branch", "580", "-o", output],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 1, proc.stderr
+        if output == "table":
+            lines = proc.stdout.splitlines()
+            assert sum(1 for line in lines if line.startswith("gpu-")) == 1000, lines[-2:]
+            assert lines[-1].startswith("1000 GPU nodes: 0 present, 1000 missing"), lines[-1]
+        else:
+            report = json.loads(proc.stdout) if output == "json" else YAML(typ="safe").load(proc.stdout)
+            assert len(report["nodes"]) == 1000 and report["summary"]["missing"] == 1000
+    one = tmp_path / "one.json"  # a report smaller than stdout's buffer is still in it when the command ends
+    one.write_text(json.dumps({"items": nodes["items"][:1]}))
+    proc = subprocess.run([sys.executable, "-m", "gpualign", "check", "--nodes-file", str(one), "--ledger",
+                           str(ledger), "--driver-branch", "580"], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 1 and proc.stdout.splitlines()[-1].startswith("1 GPU nodes"), (proc.stdout, proc.stderr)

@@ -41,8 +41,29 @@ def held_off() -> Iterator[None]:
 ONE_SHOT_READS = frozenset({"check", "status", "why", "plan"})
 
 
+_one_shot = False
+_kept: list[object] = []
+
+
 def for_command(args: list[str]) -> None:
     """Turn the collector back on unless `args` name a one-shot read (main() starts with it off)."""
+    global _one_shot
     first = next((a for a in args if not a.startswith("-")), None)
     if first not in ONE_SHOT_READS or "--watch" in args or "-w" in args:
         gc.enable()
+    else:
+        _one_shot = True
+
+
+def one_shot() -> bool:
+    """Whether this process runs a one-shot read: it ends by handing its memory back to the OS whole (the process
+    leaves without finalizing the interpreter), never by freeing its objects one by one."""
+    return _one_shot
+
+
+def keep(*objects: object) -> None:
+    """In a one-shot read, hold `objects` (a report, the nodes read) to the end of the process: freeing 5,000 nodes'
+    findings and report dictionaries one by one as the command returned was ~15-20 ms of a check, for memory the OS
+    takes back at once."""
+    if _one_shot:
+        _kept.extend(objects)

@@ -162,12 +162,11 @@ def _leave(code: Any) -> None:
     fetched) leaves without finalizing the interpreter: the thread may be importing a module or inside OpenSSL, and
     tearing the interpreter down under it can crash the process (SIGSEGV) after its message was printed. What was
     written is flushed first; every file the command writes is renamed into place or removed by the command itself,
-    so nothing else is pending at that point."""
-    threading = sys.modules.get("threading")
-    if threading is None:
-        return
-    main_thread = threading.main_thread()
-    if not any(t is not main_thread and t.daemon and t.is_alive() for t in threading.enumerate()):
+    so nothing else is pending at that point. A one-shot read (check, status, why, plan) always leaves so: tearing
+    down its modules and the objects it read is work for memory the OS takes back whole (collector.one_shot)."""
+    from gpualign.base.collector import one_shot
+
+    if not one_shot() and not _busy_threads():
         return
     status = code if isinstance(code, int) else (0 if code is None else 1)
     if not isinstance(code, int) and code is not None:
@@ -178,6 +177,15 @@ def _leave(code: Any) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more can be said
             stream.flush()
     os._exit(status)
+
+
+def _busy_threads() -> bool:
+    """Whether a background thread is still at work."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return False
+    main_thread = threading.main_thread()
+    return any(t is not main_thread and t.daemon and t.is_alive() for t in threading.enumerate())
 
 
 def _command(args: list[str]) -> Any:

@@ -146,6 +146,7 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
+    from gpualign.base.collector import keep
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import (
@@ -156,7 +157,7 @@ def check(
         stdin_once,
     )
     from gpualign.model.tags import load_rules
-    from gpualign.usecases.check import Setup, check_cluster
+    from gpualign.usecases.check import Setup, check_cluster, load_deciders
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
 
@@ -191,6 +192,7 @@ def check(
                   operator_version, docker_config, verify_modules, warn=warn)
     wide = output is Output.wide
     if reading is not None:  # one cluster, or a dump
+        load_deciders(setup)  # while its LISTs are on the wire
         read = reading.result()
         for note in read.view.notes if read.view else ():
             warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
@@ -207,6 +209,7 @@ def check(
             hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
                 "  (-o wide for the reasons)"
             sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
+        keep(reading, read, checked, body)  # freed by the OS at exit, not one by one as check returns
         if not checked.audit.clean or (selector and not read.inventory.nodes):
             raise typer.Exit(EXIT_FINDINGS)
         return
