@@ -106,7 +106,9 @@ def tls_context(cluster: Mapping[str, Any], user: Mapping[str, Any]) -> ssl.SSLC
     elif cluster.get("certificate-authority-data"):
         ctx = ssl.create_default_context(cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
     else:
-        ctx = ssl.create_default_context()
+        from gpualign.base.trust import system_context
+
+        ctx = system_context()
         if cluster.get("insecure-skip-tls-verify") is True:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE

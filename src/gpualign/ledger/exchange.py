@@ -85,7 +85,9 @@ class Exchanges:
     def _context(self) -> ssl.SSLContext:
         with self._lock:
             if self._tls is None:
-                self._tls = ssl.create_default_context()  # the system's CAs; SSL_CERT_FILE / SSL_CERT_DIR honoured
+                from gpualign.base.trust import system_context
+
+                self._tls = system_context()  # the system's CAs; SSL_CERT_FILE / SSL_CERT_DIR honoured
             return self._tls
 
     def _connection(self, scheme: str, host: str, port: int) -> http.client.HTTPConnection:
