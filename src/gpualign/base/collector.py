@@ -4,6 +4,9 @@ Parsing a LIST page makes tens of thousands of small dicts and strings, none of 
 objects start a collector pass, and each pass walks the older generations too: reading 5,000 nodes spent most of
 its parsing time in those passes (a 1.8 MB page: 55-85 ms with the collector, 17 ms without). While any read holds
 it off, no pass runs; when the last one ends, the collector is as it was. Reads in several threads share the hold.
+
+A one-shot read (check, status, why, plan) also ends without freeing what it made: `keep` holds its report to the
+end, and the process leaves without tearing the interpreter down (cli.app), the OS taking its memory back at once.
 """
 
 from __future__ import annotations

@@ -9,10 +9,12 @@ httpx's default context does."""
 from __future__ import annotations
 
 import os
+import re
 import ssl
 
 BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
            "/etc/ssl/cert.pem", "/etc/pki/tls/cert.pem", "/etc/ssl/ca-bundle.pem")
+_HASHED = re.compile(r"[0-9a-fA-F]{8}\.\d+")  # a CA certificate named by its subject hash (c_rehash's 1a2b3c4d.0)
 
 
 def system_context(bundles: tuple[str, ...] = BUNDLES) -> ssl.SSLContext:
@@ -30,10 +32,10 @@ def system_context(bundles: tuple[str, ...] = BUNDLES) -> ssl.SSLContext:
 
 
 def _hashed_dir(path: str) -> bool:
-    """A directory of CA certificates named by their subject hash (c_rehash's 1a2b3c4d.0), as OpenSSL reads one."""
+    """A directory of CA certificates named by their subject hash, as OpenSSL reads one."""
     try:
         names = os.listdir(path)
     except OSError:
         return False
-    return any(len(n) >= 10 and n[8] == "." and n[9:].isdigit() and all(c in "0123456789abcdef" for c in n[:8].lower())
-               for n in names)
+    return any(_HASHED.fullmatch(n) for n in names)
+

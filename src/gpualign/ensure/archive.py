@@ -68,7 +68,7 @@ class ArchiveError(GpualignError):
 def cache_root() -> Path:
     from gpualign.model import archive_reading
 
-    return archive_reading.cache_root() / "ensure"
+    return archive_reading.ensure_root()
 
 
 @contextmanager

@@ -78,9 +78,9 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     from gpualign.ledger.registry import connect
 
     if cache is None:
-        from gpualign.model.archive_reading import cache_root  # not ensure.archive's: that loads tarfile and more
+        from gpualign.model.archive_reading import ensure_root  # not ensure.archive: that loads tarfile and more
 
-        cache = cache_root() / "ensure" / "images"
+        cache = ensure_root() / "images"
     out = Judgement()
     by_repo: dict[str, list[str]] = {}
     for image in sorted(needs):

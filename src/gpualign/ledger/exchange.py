@@ -54,6 +54,12 @@ class Headers(dict[str, str]):
     def get(self, name: str, default: Any = None) -> Any:
         return super().get(name.lower(), default)
 
+    def add(self, name: str, value: str) -> None:
+        """One header line as read: a repeated name's values are joined, as HTTP allows."""
+        name = name.lower()
+        previous = super().get(name)
+        self[name] = value if previous is None else f"{previous}, {value}"
+
 
 @dataclass(slots=True)
 class Reply:
@@ -163,8 +169,7 @@ class Exchanges:
             raise _failure(err, sent) from None
         reply = Reply(resp.status, body, Headers())
         for name, value in resp.getheaders():
-            name = name.lower()
-            reply.headers[name] = f"{reply.headers[name]}, {value}" if name in reply.headers else value
+            reply.headers.add(name, value)
         if resp.will_close:
             conn.close()
         else:

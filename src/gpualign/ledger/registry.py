@@ -147,7 +147,10 @@ class RegistryClient:
     transport: httpx2.BaseTransport | None = None  # given: every exchange goes through httpx and it (tests' fakes)
     _tokens: dict[str, str] = field(default_factory=dict, repr=False)
     _http: httpx2.Client | None = field(default=None, repr=False)
-    _exchanges: Exchanges | None = field(default=None, repr=False)
+    _exchanges: Exchanges = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._exchanges = Exchanges(self.timeout)  # no connection or TLS until the first exchange asks for one
 
     @property
     def http(self) -> httpx2.Client:
@@ -165,8 +168,7 @@ class RegistryClient:
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
-        if self._exchanges is not None:
-            self._exchanges.close()
+        self._exchanges.close()
 
     # -- auth ---------------------------------------------------------------------------------------------------
     def _token(self, challenge: dict[str, str], scope: str) -> str:
@@ -230,8 +232,6 @@ class RegistryClient:
         where = urlsplit(url).path
         too_large = f"registry {self.ref.host}: response to {where} is larger than {MAX_BODY >> 20} MiB; refusing it"
         if self.transport is None:
-            if self._exchanges is None:
-                self._exchanges = Exchanges(self.timeout)
             try:
                 return self._exchanges.exchange(method, url, headers, content, deadline=deadline,
                                                 max_body=MAX_BODY, too_large=too_large)
@@ -275,9 +275,8 @@ class RegistryClient:
                               + (f": {why}" if why else "")) from None
         headers_read = Headers()
         for name, value in resp.headers.multi_items():
-            name = name.lower()
-            if name not in ("content-encoding", "content-length", "transfer-encoding"):
-                headers_read[name] = f"{headers_read[name]}, {value}" if name in headers_read else value
+            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding"):
+                headers_read.add(name, value)
         return Reply(resp.status_code, bytes(body), headers_read)
 
     # -- reads --------------------------------------------------------------------------------------------------

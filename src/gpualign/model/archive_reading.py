@@ -21,8 +21,13 @@ def cache_root() -> Path:
     return Path(base)
 
 
+def ensure_root() -> Path:
+    """Where `gpualign ensure` keeps what it reads and makes (apt lists, modules, images' contents)."""
+    return cache_root() / "ensure"
+
+
 def path(suite: str) -> Path:
-    return cache_root() / "ensure" / "apt" / suite / "sources.json"
+    return ensure_root() / "apt" / suite / "sources.json"
 
 
 def write(suite: str, packages: Mapping[str, str]) -> None:

@@ -16,7 +16,7 @@ from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
     from gpualign.ensure.judge import Judgement
-    from gpualign.ledger.sources import Ledger
+    from gpualign.ledger.sources import Ledger, RepoLedgers
     from gpualign.model.audit import Audit
     from gpualign.model.branches import BranchPolicy
     from gpualign.model.operator_config import OperatorConfig
@@ -77,16 +77,16 @@ def load_deciders(setup: Setup) -> None:
     import gpualign.model.audit
     import gpualign.model.expect  # noqa: F401
 
-    if setup.available is None or any(sources_of(setup.available)):
+    if setup.available is None or reads_registry(setup.available):
         import gpualign.ensure.inspect
         import gpualign.ensure.judge  # noqa: F401
 
 
-def sources_of(ledger: Ledger) -> list[str]:
-    """A ledger's registry sources."""
+def reads_registry(ledger: Ledger | RepoLedgers) -> bool:
+    """Whether a ledger reads a registry (whose present images are then judged), not only files."""
     from gpualign.ledger import sources
 
-    return [s for s in ledger.sources if sources.is_registry(s)]
+    return any(sources.is_registry(s) for s in ledger.sources)
 
 
 def check_cluster(read: Read, setup: Setup) -> Checked:
@@ -142,7 +142,7 @@ def _checked(read: Read, setup: Setup) -> Checked:
     given = AuditInput(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
                        planned=view.planned if view and config else None, daemonsets_read=ds_read)
     result = audit(given)
-    if any(sources.is_registry(s) for s in ledger.sources):
+    if reads_registry(ledger):
         from gpualign.base import labels as L
 
         secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
