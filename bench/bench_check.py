@@ -103,6 +103,8 @@ def _tls(kubeconfig: Path) -> tuple[str, str, str, str]:
 
 
 def _curl(kubeconfig: Path) -> tuple[list[str], str]:
+    """curl and its options for one URL; after `--next`, pass `curl[1:]` (the options alone: curl would read a
+    second "curl" as a URL to fetch)."""
     ca, cert, key, server = _tls(kubeconfig)
     return ["curl", "-sS", "--fail", "--cacert", ca, "--cert", cert, "--key", key, "-o", "/dev/null"], server
 
@@ -139,7 +141,8 @@ def floor_command(kubeconfig: Path) -> list[str]:
 
     curl, server = _curl(kubeconfig)
     return [*curl, "-H", f"Accept: {METADATA_ONLY}", f"{server}/api/v1/nodes?labelSelector={L.GPU_PRESENT}%3Dtrue",
-            "--next", *curl, f"{server}/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
+            "--next", *curl[1:],
+            f"{server}/api/v1/pods?labelSelector={L.DRIVER_COMPONENT}%3D{L.DRIVER_COMPONENT_VALUE}"]
 
 
 def status_floor_command(kubeconfig: Path) -> list[str]:
@@ -151,8 +154,8 @@ def status_floor_command(kubeconfig: Path) -> list[str]:
 
     curl, server = _curl(kubeconfig)
     return [*curl, f"{server}/api/v1/nodes?labelSelector={quote(target_selector(None))}",
-            "--next", *curl, f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
-            "--next", *curl, f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
+            "--next", *curl[1:], f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
+            "--next", *curl[1:], f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
 
 
 def why_floor_command(kubeconfig: Path, node: str) -> list[str]:
@@ -164,8 +167,8 @@ def why_floor_command(kubeconfig: Path, node: str) -> list[str]:
 
     curl, server = _curl(kubeconfig)
     return [*curl, f"{server}/api/v1/nodes?labelSelector={quote(target_selector(f'kubernetes.io/hostname={node}'))}",
-            "--next", *curl, f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
-            "--next", *curl, f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
+            "--next", *curl[1:], f"{server}/api/v1/pods?labelSelector={quote(DRIVER_SELECTOR)}",
+            "--next", *curl[1:], f"{server}/apis/apps/v1/daemonsets?labelSelector={quote(DRIVER_SELECTOR)}"]
 
 
 def dump_floor_command(dump: Path) -> list[str]:

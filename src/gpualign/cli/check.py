@@ -157,7 +157,7 @@ def check(
         stdin_once,
     )
     from gpualign.model.tags import load_rules
-    from gpualign.usecases.check import Setup, check_cluster, load_deciders
+    from gpualign.usecases.check import Setup, check_cluster, load_deciders, stream
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
 
@@ -182,7 +182,7 @@ def check(
         branches = dataclasses.replace(branches, default_module_type=kernel_module_type)
     # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
     reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
-                      timeout=timeout, say=say_tty, warn=warn) if names is None else None
+                      timeout=timeout, say=say_tty, warn=warn, stream=nodes_file is None) if names is None else None
     if reading is not None:
         reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     rule_set = load_rules(rules)
@@ -193,10 +193,11 @@ def check(
     wide = output is Output.wide
     if reading is not None:  # one cluster, or a dump
         load_deciders(setup)  # while its LISTs are on the wire
+        streamed = stream(reading, setup) if nodes_file is None else None  # each page decided as it arrives
         read = reading.result()
         for note in read.view.notes if read.view else ():
             warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
-        checked = check_cluster(read, setup)
+        checked = check_cluster(read, setup, streamed)
         for w in checked.warnings:
             warn(w)
         body = checked.as_dict()

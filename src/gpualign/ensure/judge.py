@@ -62,16 +62,62 @@ def _split(image: str) -> tuple[str, str]:
     return repo, tag
 
 
+Read = tuple[dict[str, Any], tuple[str, ...]]  # an image's config and the CPU architectures it holds
+
+
+class Ahead:
+    """Images' configs read before judge() is asked (a check reads those of the images its first pages need while
+    the API server makes the next pages): judge() then takes them as read, for the same architectures, instead of
+    asking the registry again. Labels only: a module check always pulls for itself. close() when judged."""
+
+    def __init__(self, docker_config: Path | None = None) -> None:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        self._docker_config = docker_config
+        self._clients: dict[str, RegistryClient | None] = {}
+        self._reads: dict[tuple[str, tuple[str, ...]], Future[Read | GpualignError]] = {}
+        self._pool = ThreadPoolExecutor(4, thread_name_prefix="gpualign-ahead")
+
+    def want(self, image: str, archs: Iterable[str]) -> None:
+        """Start reading an image's config (for the first of `archs` it holds), unless it is read or being read."""
+        key = (image, tuple(archs))
+        if key in self._reads:
+            return
+        repo, tag = _split(image)
+        if repo not in self._clients:
+            from gpualign.ledger.registry import connect
+
+            try:
+                self._clients[repo] = connect(f"registry://{repo}", docker_config=self._docker_config)
+            except GpualignError:
+                self._clients[repo] = None  # judge() skips what it cannot read, and says so
+        client = self._clients[repo]
+        if client is not None:
+            self._reads[key] = self._pool.submit(_read_config, client, tag, list(key[1]))
+
+    def taken(self, image: str, archs: list[str]) -> Read | GpualignError | None:
+        """The config read ahead for these architectures (or its error), else None."""
+        read = self._reads.get((image, tuple(archs)))
+        return None if read is None else read.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        for client in self._clients.values():
+            if client is not None:
+                client.close()
+
+
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
           modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = (),
-          archs: Mapping[str, Iterable[str]] | None = None, unlabelled: bool = True) -> Judgement:
+          archs: Mapping[str, Iterable[str]] | None = None, unlabelled: bool = True,
+          ahead: Ahead | None = None) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
     headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
     built unsigned (its labels), or whose modules carry no signature, is wrong for them. unlabelled: an image under a
     precompiled tag whose config has no labels at all, needed by a kernel whose modules could be checked here (as
     the walk checks them by default), is unverified when they were not checked (the walk passes False: its own
-    module check, or the user's explicit opt-out, decides)."""
+    module check, or the user's explicit opt-out, decides). ahead: configs already read (labels only)."""
     secure = set(secure_boot)
     from gpualign.ensure.inspect import by_labels, checkable
     from gpualign.ensure.tagspec import try_parse
@@ -94,7 +140,7 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         try:
             # Labels only: every image's config at once (a manifest, then its config blob, for each).
             wants = {t: sorted(set((archs or {}).get(f"{repo}:{t}", ())) or ["amd64"]) for t in tags}
-            fetched = _configs(client, tags, wants) if modules == OFF else {}
+            fetched = _configs(client, tags, wants, repo, ahead) if modules == OFF else {}
             for tag in tags:
                 image = f"{repo}:{tag}"
                 if modules != OFF:  # the modules first: the kernel's own verdict names module and symbol
@@ -138,21 +184,29 @@ def _config(client: RegistryClient, tag: str, archs: list[str]) -> tuple[dict[st
     return config or {}, platforms
 
 
-def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[str]]) \
-        -> dict[str, tuple[dict[str, Any], tuple[str, ...]] | GpualignError]:
-    """Each tag's config and platforms (`_config`), or the error reading it, read side by side."""
-    def one(tag: str) -> tuple[dict[str, Any], tuple[str, ...]] | GpualignError:
-        try:
-            return _config(client, tag, archs[tag])
-        except GpualignError as err:
-            return err
+def _read_config(client: RegistryClient, tag: str, archs: list[str]) -> Read | GpualignError:
+    """`_config`, or the error reading it."""
+    try:
+        return _config(client, tag, archs)
+    except GpualignError as err:
+        return err
 
-    if len(tags) < 2:
-        return {t: one(t) for t in tags}
+
+def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[str]], repo: str = "",
+             ahead: Ahead | None = None) -> dict[str, Read | GpualignError]:
+    """Each tag's config and platforms (`_config`), or the error reading it: those read ahead as they were, the
+    others side by side."""
+    out: dict[str, Read | GpualignError] = {}
+    for tag in tags:
+        if ahead is not None and (read := ahead.taken(f"{repo}:{tag}", archs[tag])) is not None:
+            out[tag] = read
+    rest = [t for t in tags if t not in out]
+    if len(rest) < 2:
+        return {**out, **{t: _read_config(client, t, archs[t]) for t in rest}}
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(min(8, len(tags)), thread_name_prefix="gpualign-judge") as pool:
-        return dict(zip(tags, pool.map(one, tags), strict=True))
+    with ThreadPoolExecutor(min(8, len(rest)), thread_name_prefix="gpualign-judge") as pool:
+        return {**out, **dict(zip(rest, pool.map(lambda t: _read_config(client, t, archs[t]), rest), strict=True))}
 
 
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,

@@ -37,6 +37,9 @@ PAGE = 500  # the first page of a LIST, as kubectl's chunks
 # three requests, not ten (each costs the API server a round of its own), and no page of large objects grows past
 # it. Between PAGE_MIN and PAGE_MAX objects.
 PAGE_BYTES = 8 << 20
+# Pages a caller decides as each arrives (check's GPU nodes) are smaller: deciding one page (~25 us a node) then
+# overlaps the API server making the next, and the last page, decided after the LIST ends, is short.
+DECIDED_PAGE_BYTES = 2 << 20
 PAGE_MIN, PAGE_MAX = 50, 5000
 # A request whose connection nothing answered (refused, no such name, no route) is tried again this many times (0.1,
 # 0.2, 0.4 s apart): an API server that is not there is said so within a second. Any request, write or read, whose

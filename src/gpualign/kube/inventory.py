@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -130,28 +131,54 @@ def _metadata_facts(body: bytes) -> list[NodeFacts]:
     return [from_labels(i.metadata.name or "<unnamed>", i.metadata.labels, i.metadata.annotations) for i in items]
 
 
-def gpu_node_facts(kube: Any, selector: str | None) -> tuple[NodeFacts, ...]:
+def gpu_node_facts(kube: Any, selector: str | None,
+                   each_page: Callable[[list[NodeFacts]], None] | None = None) -> tuple[NodeFacts, ...]:
     """One metadata-only LIST of GPU nodes (labels are all the facts need), read into facts page by page: no page
-    is kept once read, and no field the facts do not read is built, so the LIST is never in memory twice."""
+    is kept once read, and no field the facts do not read is built, so the LIST is never in memory twice.
+    each_page: handed each page's facts as it is read (a caller deciding nodes while the rest are on the wire)."""
+    from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
+
     facts: list[NodeFacts] = []
     with held_off():
         for page in kube.list_pages("/api/v1/nodes", label_selector=_gpu_selector(selector), metadata_only=True,
-                                    decode=_metadata_facts):
+                                    decode=_metadata_facts,
+                                    page_bytes=PAGE_BYTES if each_page is None else DECIDED_PAGE_BYTES):
             facts.extend(page)
+            if each_page is not None:
+                each_page(page)
     return tuple(facts)
 
 
-def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True) -> Inventory:
-    """The GPU nodes' facts and, with_pods, the driver pods: the two LISTs side by side."""
+def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
+                 each_page: Callable[[list[NodeFacts]], None] | None = None,
+                 pods_read: Callable[[dict[str, DriverPod]], None] | None = None) -> Inventory:
+    """The GPU nodes' facts and, with_pods, the driver pods: the two LISTs side by side. each_page: as
+    gpu_node_facts; pods_read: handed the driver pods as soon as they are read."""
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
     if not with_pods:
-        return Inventory(gpu_node_facts(kube, selector), None, kube.server)
-    from concurrent.futures import ThreadPoolExecutor
+        return Inventory(gpu_node_facts(kube, selector, each_page), None, kube.server)
+    from threading import Thread
 
-    with ThreadPoolExecutor(1, thread_name_prefix="gpualign-pods") as pool:
-        pods = pool.submit(driver_pods, kube)
-        nodes = gpu_node_facts(kube, selector)
-        return Inventory(nodes, pods.result(), kube.server)
+    got: list[dict[str, DriverPod] | BaseException] = []
+
+    def read_pods() -> None:
+        try:
+            got.append(driver_pods(kube))
+        except BaseException as err:  # noqa: BLE001 - raised in the caller's thread below
+            got.append(err)
+            return
+        if pods_read is not None:
+            pods_read(got[0])  # type: ignore[arg-type]
+
+    reader = Thread(target=read_pods, name="gpualign-pods", daemon=True)
+    reader.start()
+    try:
+        nodes = gpu_node_facts(kube, selector, each_page)
+    finally:
+        reader.join()
+    if isinstance(got[0], BaseException):
+        raise got[0]
+    return Inventory(nodes, got[0], kube.server)
 
 
 @dataclass(frozen=True)
@@ -241,12 +268,17 @@ def operator_view_of(objects: OperatorObjects, nodes: tuple[NodeFacts, ...]) -> 
     config, notes_read = operator_config_of(objects, nodes)
     if config is None:
         return OperatorView(None, {}, notes_read)
-    planned: dict[str, tuple[str, str]] = {}
     if objects.daemonsets is None:
-        return OperatorView(config, planned, (objects.ds_note,) if objects.ds_note else ())
+        return OperatorView(config, {}, (objects.ds_note,) if objects.ds_note else ())
+    return OperatorView(config, planned_of(objects.daemonsets, nodes), (), daemonsets_read=True)
+
+
+def planned_of(daemonsets: list[dict[str, Any]], nodes: Iterable[NodeFacts]) -> dict[str, tuple[str, str]]:
+    """node -> (namespace/DaemonSet, driver image) the operator's driver DaemonSets deploy there next."""
+    planned: dict[str, tuple[str, str]] = {}
     for n in nodes:
-        found = operator_config.daemonset_image(n.labels, objects.daemonsets)
+        found = operator_config.daemonset_image(n.labels, daemonsets)
         if found:
             planned[n.name] = found
-    return OperatorView(config, planned, (), daemonsets_read=True)
+    return planned
 

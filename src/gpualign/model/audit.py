@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import KW_ONLY, asdict, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any
 
 from gpualign.base import labels as L
@@ -130,8 +131,10 @@ class Audit:
         flavour)."""
         return next((f.modules for f in self.findings if f.image == image and f.modules), None)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"nodes": [f.as_dict() for f in self.findings],
+    def as_dict(self, nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The report's body. nodes: the findings' own dicts, in the findings' order, when already made (a check
+        makes each page's while the next is read)."""
+        return {"nodes": [f.as_dict() for f in self.findings] if nodes is None else nodes,
                 "missing": [{"tag": t, "image": i, "nodes": list(n), "action": a, "modules": self.modules_of(i)}
                             for t, i, n, a in self.missing_actions()],
                 "wrong": self.wrong_images(),
@@ -204,6 +207,17 @@ class AuditInput:
 
 def audit(given: AuditInput) -> Audit:
     """Each GPU node's finding: the image it needs, whether the ledger holds it, and why (AuditInput)."""
+    return assemble(*findings_of(given))
+
+
+Derived = dict[tuple[Any, ...], tuple[RequiredImage, str | None, bool, str | None, Making | None]]
+
+
+def findings_of(given: AuditInput, derived: Derived | None = None) -> tuple[list[Finding], list[Finding]]:
+    """The findings of `given.nodes`, in name order, and those of them whose image the ledger lacks (the missing
+    images' nodes). Nodes are independent of each other: a fleet read page by page is decided page by page, and
+    `assemble` makes one audit of the pages' findings. derived: each distinct (kernel, OS, expectation)'s image,
+    kept across the calls of one audit (a fleet has few)."""
     nodes, ledger, rules, pods, expect = given.nodes, given.ledger, given.rules, given.pods, given.expect
     planned, wrong, unverified, verified = given.planned, given.wrong, given.unverified, given.verified
     platforms, flavours, daemonsets_read = given.platforms, given.flavours, given.daemonsets_read
@@ -214,7 +228,7 @@ def audit(given: AuditInput) -> Audit:
     absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)
     # A fleet has few distinct (kernel, OS, expectation) triples: each one's image is derived, and looked up in its
     # ledger, once. The cached RequiredImage names the first node it was derived for; only its image parts are read.
-    derived: dict[tuple[Any, ...], tuple[RequiredImage, str | None, bool, str | None, Making | None]] = {}
+    derived = {} if derived is None else derived
     for facts in sorted((n for n in nodes if n.gpu), key=lambda n: n.name):
         pod = pods.get(facts.name) if pods is not None else None
         driver = _text(facts.driver) if facts.driver else None
@@ -315,6 +329,15 @@ def audit(given: AuditInput) -> Audit:
         findings.append(finding)
         if image and not in_ledger and status in (Status.MISSING, Status.OPERATOR_MISMATCH):
             absent.append(finding)
+    return findings, absent
+
+
+def assemble(findings: list[Finding], absent: list[Finding]) -> Audit:
+    """One audit of findings (findings_of's, of one call or of several concatenated): in name order, and each missing
+    image once with its nodes."""
+    by_name = attrgetter("name")
+    findings.sort(key=by_name)  # pages of a LIST come in name order: a pass that moves nothing
+    absent.sort(key=by_name)
     groups: dict[str, tuple[str, list[str]]] = {}
     for f in absent:
         groups.setdefault(f.image or "", (f.tag or "", []))[1].append(f.name)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,13 +17,15 @@ from gpualign.base.errors import BadInput
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
-    from gpualign.ensure.judge import Judgement
+    from collections.abc import Iterable, Iterator
+
+    from gpualign.ensure.judge import Ahead, Judgement
     from gpualign.ledger.sources import Ledger, RepoLedgers
-    from gpualign.model.audit import Audit
+    from gpualign.model.audit import Audit, AuditInput
     from gpualign.model.branches import BranchPolicy
     from gpualign.model.operator_config import OperatorConfig
     from gpualign.model.tags import Rules
-    from gpualign.usecases.nodes import Read
+    from gpualign.usecases.nodes import Read, Reading
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,11 @@ class Checked:
     ledger_sources: tuple[str, ...]
     notes: list[str]  # what could not be read (RBAC, an unknown version)
     warnings: list[str]  # to say on stderr (the read's own notes are said as soon as it is read)
+    node_dicts: list[dict[str, Any]] | None = None  # the findings' dicts, in their order, when made as pages came
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON report's body: nodes, missing, summary, operator, rules, ledger, warnings."""
-        body = self.audit.as_dict()
+        body = self.audit.as_dict(self.node_dicts)
         config = self.config
         body["operator"] = None if config is None else {
             "cluster_policy": config.cluster_policy, "version": config.version,
@@ -89,82 +94,189 @@ def reads_registry(ledger: Ledger | RepoLedgers) -> bool:
     return any(sources.is_registry(s) for s in ledger.sources)
 
 
-def check_cluster(read: Read, setup: Setup) -> Checked:
-    """One cluster's (or dump's) check, from what was read and the shared flags."""
+def check_cluster(read: Read, setup: Setup, streamed: Streamed | None = None) -> Checked:
+    """One cluster's (or dump's) check, from what was read and the shared flags. streamed: its nodes already
+    decided page by page as they were read (`stream`), from the same read."""
     from gpualign.base.collector import held_off
 
     with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
-        return _checked(read, setup)
+        if streamed is not None:
+            try:
+                return streamed.decider.finish(read, streamed.findings, streamed.absent, streamed.dicts,
+                                               streamed.ahead)
+            finally:
+                if streamed.ahead is not None:
+                    streamed.ahead.close()
+        config = read.view.config if read.view else None
+        return Decider(setup, config).finish(read)
 
 
-def _checked(read: Read, setup: Setup) -> Checked:
-    from gpualign.ledger import sources
-    from gpualign.model.audit import AuditInput, audit
-    from gpualign.model.expect import from_flags, from_operator
-    from gpualign.model.tags import for_operator
-    from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
+@dataclass
+class Streamed:
+    """A cluster's nodes decided page by page while its LIST was read: the findings so far, and how."""
 
-    inv, view = read.inventory, read.view
-    config = view.config if view else None
-    notes = list(view.notes) if view else []  # what could not be read (RBAC, an unknown version)
-    warnings: list[str] = []
-    if not setup.ledger and config is None:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
-                       "check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
-    rule_set, version_note = for_operator(setup.rules, setup.operator_version or (config.version if config else None))
-    if version_note:
-        warnings.append(version_note)
-    if setup.flags_given or config is None:
-        expect = from_flags(setup.branches, repository=repository_for(setup.repository, setup.ledger, setup.warn),
-                            precompiled=setup.precompiled, driver_version=setup.driver_version,
-                            policy_file=setup.policy_given)
-    else:
-        expect = from_operator(config)
-    ledger: sources.Ledger | sources.RepoLedgers
-    if setup.available is None:
-        assert config is not None
-        with setup.repositories_lock:
-            ledger = sources.load_repositories(
-                [s.repository for s in config.sources if s.repository and not s.problem],
-                docker_config=setup.docker_config, read=setup.repositories_read)
-    else:
-        ledger = setup.available
-    if config:
-        warnings.extend(config.warnings)
-        if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
-            known = sorted(rule_set.published_branches | set(rule_set.branches) | rule_set.debian.branches, key=int)
-            for src in config.sources:
-                version = src.version or ""
-                if src.precompiled and version.isdigit() and version not in known:
-                    warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
-                                    f"({', '.join(known)}): every image for it counts as in-house")
-    ds_read = bool(view and config and view.daemonsets_read)  # the operator's DaemonSets read: what it made is known
-    given = AuditInput(inv.nodes, ledger, rule_set, expect=expect, pods=inv.pods,
-                       planned=view.planned if view and config else None, daemonsets_read=ds_read)
-    result = audit(given)
-    if reads_registry(ledger):
-        from gpualign.base import labels as L
+    decider: Decider
+    findings: list[Any]
+    absent: list[Any]
+    dicts: list[dict[str, Any]]  # each finding's report, made with it
+    ahead: Ahead | None  # the present images' configs, read as the pages that need them came
 
-        secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
-        found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure)
-        if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms) or \
-                off_flavour(result, found.flavours):
-            # the same audit, told what the images really are
-            result = audit(dataclasses.replace(given, wrong=found.wrong, unverified=found.unverified,
-                                               verified=found.verified, platforms=found.platforms,
-                                               flavours=found.flavours))
-    if (setup.flags_given or config is None) and \
-            repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
-            any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
-        warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
-                        "cannot push to: pass --repository with your registry's repository (or a registry ledger)")
-    if config and not config.nvidiadriver_mode and not setup.flags_given:
-        ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
-        if len(ostags) > 1:
-            warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
-                            f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
-                            "others get images built for another OS (use one NVIDIADriver per OS pool)")
-    return Checked(result, config, rule_set, tuple(ledger.sources), notes, warnings)
+
+def stream(reading: Reading, setup: Setup) -> Streamed | None:
+    """Decide each page of a cluster's GPU nodes as it arrives, while the next is on the wire: a 5,000-node check's
+    audit then overlaps the API server's answer instead of following it. None when the read cannot be decided early
+    (a dump, a read that failed, no ledger to decide against): check_cluster then decides the whole read, and says
+    why. The findings are those the whole read's audit makes: each node is decided from the same driver pods and
+    operator objects, and the pages in name order are the whole fleet's."""
+    from gpualign.base.collector import held_off
+    from gpualign.kube.inventory import operator_config_of, planned_of
+
+    so_far = reading.so_far()
+    if so_far is None:
+        return None
+    pods, objects = so_far
+    config = operator_config_of(objects, ())[0] if objects is not None else None
+    try:
+        decider = Decider(setup, config)
+    except BadInput:
+        return None  # said by check_cluster, after the read's own notes
+    daemonsets = objects.daemonsets if objects is not None and config is not None else None
+    findings: list[Any] = []
+    absent: list[Any] = []
+    dicts: list[dict[str, Any]] = []
+    ahead = None
+    if reads_registry(decider.ledger) and not setup.verify_modules:
+        from gpualign.ensure.judge import Ahead
+
+        ahead = Ahead(setup.docker_config)
+    archs: dict[str, set[str]] = {}  # a present image -> the CPU architectures of its nodes so far
+    with held_off(), _closed_on_error(ahead):
+        for page in reading.pages():
+            planned = None if config is None else planned_of(daemonsets, page) if daemonsets is not None else {}
+            found, lacking = decider.decide(page, pods, planned, daemonsets is not None)
+            findings += found
+            absent += lacking
+            dicts += [f.as_dict() for f in found]
+            if ahead is not None:
+                for image, its in present_archs(found).items():
+                    if not its <= archs.setdefault(image, set()):
+                        archs[image] |= its
+                        ahead.want(image, sorted(archs[image]))
+    return Streamed(decider, findings, absent, dicts, ahead)
+
+
+@contextmanager
+def _closed_on_error(ahead: Ahead | None) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        if ahead is not None:
+            ahead.close()
+        raise
+
+
+class Decider:
+    """How one cluster's nodes are decided: the rules for its operator's version, what each node should run (the
+    flags, or the operator's objects) and the ledger to look in. Made before the nodes are read (it needs none of
+    them), then asked page by page (`decide`) or once (`finish` alone)."""
+
+    def __init__(self, setup: Setup, config: OperatorConfig | None) -> None:
+        from gpualign.ledger import sources
+        from gpualign.model.expect import from_flags, from_operator
+        from gpualign.model.tags import for_operator
+        from gpualign.usecases.ledgers import repository_for
+
+        if not setup.ledger and config is None:
+            raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without "
+                           "one, check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
+        self.setup = setup
+        self.rule_set, self.version_note = for_operator(
+            setup.rules, setup.operator_version or (config.version if config else None))
+        if setup.flags_given or config is None:
+            self.expect = from_flags(setup.branches,
+                                     repository=repository_for(setup.repository, setup.ledger, setup.warn),
+                                     precompiled=setup.precompiled, driver_version=setup.driver_version,
+                                     policy_file=setup.policy_given)
+        else:
+            self.expect = from_operator(config)
+        self.ledger: sources.Ledger | sources.RepoLedgers
+        if setup.available is None:
+            assert config is not None
+            with setup.repositories_lock:
+                self.ledger = sources.load_repositories(
+                    [s.repository for s in config.sources if s.repository and not s.problem],
+                    docker_config=setup.docker_config, read=setup.repositories_read)
+        else:
+            self.ledger = setup.available
+        self.derived: dict[Any, Any] = {}  # each distinct (kernel, OS, expectation)'s image, across pages
+
+    def given(self, nodes: Any, pods: Any, planned: Any, daemonsets_read: bool) -> AuditInput:
+        from gpualign.model.audit import AuditInput
+
+        return AuditInput(nodes, self.ledger, self.rule_set, expect=self.expect, pods=pods, planned=planned,
+                          daemonsets_read=daemonsets_read)
+
+    def decide(self, nodes: Any, pods: Any, planned: Any, daemonsets_read: bool) -> tuple[list[Any], list[Any]]:
+        """Some nodes' findings, and those of them whose image the ledger lacks (model.audit.findings_of)."""
+        from gpualign.model.audit import findings_of
+
+        return findings_of(self.given(nodes, pods, planned, daemonsets_read), self.derived)
+
+    def finish(self, read: Read, findings: list[Any] | None = None, absent: list[Any] | None = None,
+               dicts: list[dict[str, Any]] | None = None, ahead: Ahead | None = None) -> Checked:
+        """The check of the whole read: its nodes' findings (decided here when not given, with their dicts when
+        made), the present images judged, and what to warn of."""
+        from gpualign.model.audit import assemble, audit
+        from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
+
+        setup, rule_set, ledger = self.setup, self.rule_set, self.ledger
+        inv, view = read.inventory, read.view
+        config = view.config if view else None
+        notes = list(view.notes) if view else []  # what could not be read (RBAC, an unknown version)
+        warnings: list[str] = [self.version_note] if self.version_note else []
+        if config:
+            warnings.extend(config.warnings)
+            if not setup.flags_given:  # an unknown branch in the operator's objects warns as it does from a flag
+                known = sorted(rule_set.published_branches | set(rule_set.branches) | rule_set.debian.branches,
+                               key=int)
+                for src in config.sources:
+                    version = src.version or ""
+                    if src.precompiled and version.isdigit() and version not in known:
+                        warnings.append(f"{src.origin}: driver branch {version} is not one the rules know "
+                                        f"({', '.join(known)}): every image for it counts as in-house")
+        # the operator's DaemonSets read: what it made is known
+        ds_read = bool(view and config and view.daemonsets_read)
+        given = self.given(inv.nodes, inv.pods, view.planned if view and config else None, ds_read)
+        if findings is None or absent is None:
+            findings, absent, dicts = *self.decide(inv.nodes, inv.pods, given.planned, ds_read), None
+        result = assemble(findings, absent)
+        if dicts is not None:
+            dicts.sort(key=itemgetter("name"))  # in the findings' order (assemble sorts them by name)
+        if reads_registry(ledger):
+            from gpualign.base import labels as L
+
+            secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
+            found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure, ahead)
+            if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms) or \
+                    off_flavour(result, found.flavours):
+                # the same audit, told what the images really are
+                result = audit(dataclasses.replace(given, wrong=found.wrong, unverified=found.unverified,
+                                                   verified=found.verified, platforms=found.platforms,
+                                                   flavours=found.flavours))
+                dicts = None  # other findings
+        if (setup.flags_given or config is None) and \
+                repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
+                any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
+            warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
+                            "cannot push to: pass --repository with your registry's repository (or a registry "
+                            "ledger)")
+        if config and not config.nvidiadriver_mode and not setup.flags_given:
+            ostags = sorted({f.os_tag for f in result.findings if f.os_tag})
+            if len(ostags) > 1:
+                warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
+                                f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
+                                "others get images built for another OS (use one NVIDIADriver per OS pool)")
+        return Checked(result, config, rule_set, tuple(ledger.sources), notes, warnings, dicts)
 
 
 def off_platform(result: Audit, platforms: dict[str, tuple[str, ...]]) -> bool:
@@ -179,11 +291,22 @@ def off_flavour(result: Audit, flavours: dict[str, str]) -> bool:
                if f.image)
 
 
+def present_archs(findings: Iterable[Any]) -> dict[str, set[str]]:
+    """Each present image -> the CPU architectures of the nodes that need it (amd64 when a node names none)."""
+    from gpualign.model.audit import Status
+
+    archs: dict[str, set[str]] = {}
+    for f in findings:
+        if f.status == Status.PRESENT and f.image:
+            archs.setdefault(f.image, set()).add(f.arch or "amd64")
+    return archs
+
+
 def judge_present(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
-           secure_boot: frozenset[str] = frozenset()) -> Judgement:
+           secure_boot: frozenset[str] = frozenset(), ahead: Ahead | None = None) -> Judgement:
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
-    against is left unverified, and says so)."""
+    against is left unverified, and says so). ahead: configs read while the nodes were."""
     from gpualign.ensure.judge import OFF, STRICT, judge
     from gpualign.model.audit import Status
 
@@ -191,12 +314,9 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     for f in result.findings:
         if f.status == Status.PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
-    archs: dict[str, set[str]] = {}
-    for f in result.findings:
-        if f.status == Status.PRESENT and f.image:
-            archs.setdefault(f.image, set()).add(f.arch or "amd64")
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF,
-                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot}, archs=archs)
+                  secure_boot={f.image for f in result.findings if f.image and f.name in secure_boot},
+                  archs=present_archs(result.findings), ahead=ahead)
     warnings.extend(found.warnings)
     return found
 

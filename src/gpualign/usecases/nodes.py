@@ -3,7 +3,7 @@ cuda check, with the record every JSON report carries."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from gpualign.base.errors import BadInput
 
 if TYPE_CHECKING:
-    from gpualign.kube.inventory import Inventory, OperatorView
+    from gpualign.kube.inventory import Inventory, OperatorObjects, OperatorView
+    from gpualign.model.driver_pod_status import DriverPod
+    from gpualign.model.facts import NodeFacts
 
 Say = Callable[[str], None]
 
@@ -27,13 +29,25 @@ class Read:
     source: dict[str, Any] = field(default_factory=dict)  # {"cluster": {context, server, kubeconfig}} or {"file": …}
 
 
+@dataclass
+class Early:
+    """What a cluster's read hands on before its last page of nodes (Reading(stream=True)): the driver pods and the
+    GPU Operator's objects as soon as each is read, then each page of GPU nodes as it is read."""
+
+    pods: Callable[[dict[str, DriverPod]], None] | None = None
+    objects: Callable[[OperatorObjects], None] | None = None
+    page: Callable[[list[NodeFacts]], None] | None = None
+
+
 def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
                with_pods: bool = True, with_operator: bool = False, timeout: float | None = None,
-               say: Say = quiet, warn: Say = quiet, connected: Callable[[], None] | None = None) -> Read:
+               say: Say = quiet, warn: Say = quiet, connected: Callable[[], None] | None = None,
+               early: Early | None = None) -> Read:
     """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster.
     timeout bounds each request (kubectl's --request-timeout). say: which file or cluster was read, and how many GPU
     nodes it has; warn: that it has none. connected: called once the cluster's connection is set up (its
-    kubeconfig read, its TLS made), as its LISTs are about to go out."""
+    kubeconfig read, its TLS made), as its LISTs are about to go out. early: told what a cluster's read has read
+    so far (a dump tells it nothing)."""
     from gpualign.kube import inventory
 
     if nodes_file:
@@ -48,17 +62,23 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
         kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
         if connected is not None:
             connected()
+        told = early or Early()
         try:
             if with_operator:  # the operator's objects need no node to be read: they are read beside the nodes
                 from concurrent.futures import ThreadPoolExecutor
 
                 with ThreadPoolExecutor(1, thread_name_prefix="gpualign-operator") as pool:
                     objects = pool.submit(inventory.read_operator_objects, kube, daemonsets=True)
-                    inv = inventory.from_cluster(kube, selector, with_pods=with_pods)
+                    if told.objects is not None:
+                        tell = told.objects
+                        objects.add_done_callback(lambda done: done.exception() is None and tell(done.result()))
+                    inv = inventory.from_cluster(kube, selector, with_pods=with_pods, each_page=told.page,
+                                                 pods_read=told.pods)
                     say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
                     view: inventory.OperatorView | None = inventory.operator_view_of(objects.result(), inv.nodes)
             else:
-                inv, view = inventory.from_cluster(kube, selector, with_pods=with_pods), None
+                inv, view = inventory.from_cluster(kube, selector, with_pods=with_pods, each_page=told.page,
+                                                   pods_read=told.pods), None
                 say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
         finally:
             kube.close()
@@ -74,9 +94,15 @@ class Reading:
     the read would say is kept, and said by result(), in the caller's thread and order.
 
     The caller should wait_connected() before its own loading: until then both threads would be importing and
-    parsing, and with one interpreter lock between them the LISTs would go out later, for no gain."""
+    parsing, and with one interpreter lock between them the LISTs would go out later, for no gain.
 
-    def __init__(self, *args: Any, say: Say = quiet, warn: Say = quiet, **kwargs: Any) -> None:
+    stream: the caller may also take the driver pods and the operator's objects as soon as they are read
+    (`so_far`), then each page of GPU nodes as it arrives (`pages`), and decide them while the next page is on
+    the wire. result() is the whole read all the same."""
+
+    def __init__(self, *args: Any, say: Say = quiet, warn: Say = quiet, stream: bool = False,
+                 **kwargs: Any) -> None:
+        import queue
         import threading
 
         self._say, self._warn = say, warn
@@ -85,19 +111,53 @@ class Reading:
         self._error: BaseException | None = None
         self._done = threading.Event()
         self._connected = threading.Event()
+        self._pages: queue.SimpleQueue[list[NodeFacts] | None] = queue.SimpleQueue()
+        self._pods: list[dict[str, DriverPod]] = []
+        self._objects: list[OperatorObjects] = []
+        self._wanted = (kwargs.get("with_pods", True), kwargs.get("with_operator", False))
+        self._early = threading.Condition()
+
+        def got(into: list[Any]) -> Callable[[Any], None]:
+            def keep(value: Any) -> None:
+                with self._early:
+                    into.append(value)
+                    self._early.notify_all()
+            return keep
+
+        told = Early(got(self._pods), got(self._objects), self._pages.put) if stream else None
 
         def run() -> None:
             try:
                 self._read = read_nodes(*args, say=lambda m: self._said.append((False, m)),
                                         warn=lambda m: self._said.append((True, m)), connected=self._connected.set,
-                                        **kwargs)
+                                        early=told, **kwargs)
             except BaseException as err:  # noqa: BLE001 - handed to the caller's thread, which raises it
                 self._error = err
             finally:
                 self._connected.set()
-                self._done.set()
+                self._pages.put(None)
+                with self._early:
+                    self._done.set()
+                    self._early.notify_all()
 
         threading.Thread(target=run, name="gpualign-read", daemon=True).start()
+
+    def so_far(self) -> tuple[dict[str, DriverPod] | None, OperatorObjects | None] | None:
+        """(driver pods, the operator's objects), each None when not asked for, once both asked for are read; None
+        when the read ended without them (it failed, or read a dump): then only result() says what was read.
+        Only with stream=True."""
+        pods, objects = self._wanted
+        with self._early:
+            self._early.wait_for(lambda: self._done.is_set() or
+                                 ((not pods or bool(self._pods)) and (not objects or bool(self._objects))))
+            if (pods and not self._pods) or (objects and not self._objects):
+                return None
+            return self._pods[0] if pods else None, self._objects[0] if objects else None
+
+    def pages(self) -> Iterator[list[NodeFacts]]:
+        """Each page of GPU nodes as it is read, until the read ends (however it ends). Only with stream=True."""
+        while (page := self._pages.get()) is not None:
+            yield page
 
     def wait_connected(self, timeout: float = 5.0) -> None:
         """Until the cluster's connection is set up (or the read has ended, or `timeout`: it never holds the caller
