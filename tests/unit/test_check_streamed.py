@@ -204,3 +204,25 @@ def test_configs_read_ahead_are_judged_as_the_registry_gives_them(serve) -> None
     assert (taken.wrong, taken.platforms, taken.unverified) == (alone.wrong, alone.platforms, alone.unverified)
     # three reads ahead, a manifest and a config each, and none by judge() itself
     assert len(srv.seen) - asked == 3 * 2, srv.seen[asked:]
+
+
+def test_what_stops_the_decider_early_is_raised_after_the_read(serve, tmp_path: Path) -> None:
+    """No ledger and no ClusterPolicy to name one: found before the last page, raised by check_cluster (after the
+    read's own notes are said), as the whole read's check raises it."""
+    from gpualign.base.errors import BadInput
+
+    nodes = fleet(600)
+    first_decided = threading.Event()
+    first_decided.set()
+    srv = serve(api_server(nodes, [], None, first_decided))
+    setup = Setup(branch_policy(None, None, None), load_rules(None), None, [], False, False, None, True, None, None,
+                  None)
+    reading = Reading(None, str(loopback_kubeconfig(tmp_path, srv.url)), None, None, with_operator=True,
+                      stream=True)
+    streamed = stream(reading, setup)
+    read = reading.result()
+    assert streamed is not None and isinstance(streamed.error, BadInput)
+    with pytest.raises(BadInput, match="no ledger"):
+        check_cluster(read, setup, streamed)
+    with pytest.raises(BadInput, match="no ledger"):
+        check_cluster(read, setup)

@@ -159,7 +159,7 @@ def check(
     from gpualign.model.tags import load_rules
     from gpualign.usecases.check import Setup, check_cluster, load_deciders, stream
     from gpualign.usecases.ledgers import load_ledger
-    from gpualign.usecases.nodes import Reading, no_gpu_nodes, read_nodes
+    from gpualign.usecases.nodes import Reading, no_gpu_nodes
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
@@ -216,8 +216,10 @@ def check(
         return
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
-        read = read_nodes(None, kubeconfig, name, selector, with_operator=True, timeout=timeout)
-        checked = check_cluster(read, setup)
+        reading = Reading(None, kubeconfig, name, selector, with_operator=True, timeout=timeout, stream=True)
+        streamed = stream(reading, setup)  # each page decided as it arrives, in this cluster's own thread
+        read = reading.result()
+        checked = check_cluster(read, setup, streamed)
         body = checked.as_dict()
         if not read.inventory.nodes:
             body["warnings"].append(no_gpu_nodes(selector))

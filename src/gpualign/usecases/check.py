@@ -13,7 +13,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.base.errors import BadInput
+from gpualign.base.errors import BadInput, GpualignError
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
@@ -101,6 +101,9 @@ def check_cluster(read: Read, setup: Setup, streamed: Streamed | None = None) ->
 
     with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
         if streamed is not None:
+            if streamed.error is not None or streamed.decider is None:
+                # the decider's error, met before the last page: raised now, after the read's own notes were said
+                raise streamed.error or AssertionError("streamed without a decider")
             try:
                 return streamed.decider.finish(read, streamed.findings, streamed.absent, streamed.dicts,
                                                streamed.ahead)
@@ -113,21 +116,23 @@ def check_cluster(read: Read, setup: Setup, streamed: Streamed | None = None) ->
 
 @dataclass
 class Streamed:
-    """A cluster's nodes decided page by page while its LIST was read: the findings so far, and how."""
+    """A cluster's nodes decided page by page while its LIST was read: the findings so far, and how; or why they
+    could not be (no ledger, a registry the operator names that cannot be read), to be raised by check_cluster."""
 
-    decider: Decider
-    findings: list[Any]
-    absent: list[Any]
-    dicts: list[dict[str, Any]]  # each finding's report, made with it
-    ahead: Ahead | None  # the present images' configs, read as the pages that need them came
+    decider: Decider | None
+    findings: list[Any] = field(default_factory=list)
+    absent: list[Any] = field(default_factory=list)
+    dicts: list[dict[str, Any]] = field(default_factory=list)  # each finding's report, made with it
+    ahead: Ahead | None = None  # the present images' configs, read as the pages that need them came
+    error: GpualignError | None = None
 
 
 def stream(reading: Reading, setup: Setup) -> Streamed | None:
     """Decide each page of a cluster's GPU nodes as it arrives, while the next is on the wire: a 5,000-node check's
     audit then overlaps the API server's answer instead of following it. None when the read cannot be decided early
-    (a dump, a read that failed, no ledger to decide against): check_cluster then decides the whole read, and says
-    why. The findings are those the whole read's audit makes: each node is decided from the same driver pods and
-    operator objects, and the pages in name order are the whole fleet's."""
+    (a dump, a read that failed): check_cluster then decides the whole read. The findings are those the whole
+    read's audit makes: each node is decided from the same driver pods and operator objects, and the pages in name
+    order are the whole fleet's."""
     from gpualign.base.collector import held_off
     from gpualign.kube.inventory import operator_config_of, planned_of
 
@@ -138,8 +143,8 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
     config = operator_config_of(objects, ())[0] if objects is not None else None
     try:
         decider = Decider(setup, config)
-    except BadInput:
-        return None  # said by check_cluster, after the read's own notes
+    except GpualignError as err:
+        return Streamed(None, error=err)
     daemonsets = objects.daemonsets if objects is not None and config is not None else None
     findings: list[Any] = []
     absent: list[Any] = []
