@@ -156,6 +156,22 @@ def test_a_dump_or_a_failed_read_is_decided_whole(serve, tmp_path: Path) -> None
     with pytest.raises(GpualignError, match="403"):
         reading.result()
 
+    # a LIST cut short after its first page: what was decided of it is dropped, and the read's error raised
+    nodes, first_decided = fleet(800), threading.Event()
+    whole = api_server(nodes, [], None, first_decided)
+
+    def gone_after_the_first_page(h) -> None:
+        if "continue=" in h.path:
+            send(h, b'{"kind":"Status","code":410,"reason":"Expired"}', status=410)
+        else:
+            whole(h)
+
+    srv = serve(gone_after_the_first_page)
+    reading = Reading(None, str(loopback_kubeconfig(tmp_path, srv.url)), None, None, with_operator=True, stream=True)
+    assert stream(reading, setup) is None
+    with pytest.raises(GpualignError, match="410"):
+        reading.result()
+
 
 def test_configs_read_ahead_are_judged_as_the_registry_gives_them(serve) -> None:
     """An image's config read while later pages were on the wire is what judge() reads: the same judgement, and

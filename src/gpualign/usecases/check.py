@@ -129,10 +129,10 @@ class Streamed:
 
 def stream(reading: Reading, setup: Setup) -> Streamed | None:
     """Decide each page of a cluster's GPU nodes as it arrives, while the next is on the wire: a 5,000-node check's
-    audit then overlaps the API server's answer instead of following it. None when the read cannot be decided early
-    (a dump, a read that failed): check_cluster then decides the whole read. The findings are those the whole
-    read's audit makes: each node is decided from the same driver pods and operator objects, and the pages in name
-    order are the whole fleet's."""
+    audit then overlaps the API server's answer instead of following it. None when the read is not decided early
+    (a dump: check_cluster then decides the whole read) or has failed (reading.result() raises why). The findings
+    are those the whole read's audit makes: each node is decided from the same driver pods and operator objects,
+    and the pages in name order are the whole fleet's."""
     from gpualign.base.collector import held_off
     from gpualign.kube.inventory import operator_config_of, planned_of
 
@@ -167,6 +167,10 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
                     if not its <= archs.setdefault(image, set()):
                         archs[image] |= its
                         ahead.want(image, sorted(archs[image]))
+    if reading.failed():  # result() raises its error: nothing will be judged
+        if ahead is not None:
+            ahead.close()
+        return None
     return Streamed(decider, findings, absent, dicts, ahead)
 
 

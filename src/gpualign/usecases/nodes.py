@@ -135,10 +135,10 @@ class Reading:
                 self._error = err
             finally:
                 self._connected.set()
-                self._pages.put(None)
                 with self._early:
                     self._done.set()
                     self._early.notify_all()
+                self._pages.put(None)  # after done: whoever reads the last page knows how the read ended
 
         threading.Thread(target=run, name="gpualign-read", daemon=True).start()
 
@@ -155,9 +155,14 @@ class Reading:
             return self._pods[0] if pods else None, self._objects[0] if objects else None
 
     def pages(self) -> Iterator[list[NodeFacts]]:
-        """Each page of GPU nodes as it is read, until the read ends (however it ends). Only with stream=True."""
+        """Each page of GPU nodes as it is read, until the read ends (however it ends: failed() says). Only with
+        stream=True."""
         while (page := self._pages.get()) is not None:
             yield page
+
+    def failed(self) -> bool:
+        """Whether the read has ended in an error (result() raises it)."""
+        return self._done.is_set() and self._error is not None
 
     def wait_connected(self, timeout: float = 5.0) -> None:
         """Until the cluster's connection is set up (or the read has ended, or `timeout`: it never holds the caller
