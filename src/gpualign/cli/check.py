@@ -193,7 +193,7 @@ def check(
     wide = output is Output.wide
     if reading is not None:  # one cluster, or a dump
         load_deciders(setup)  # while its LISTs are on the wire
-        streamed = stream(reading, setup) if nodes_file is None else None  # each page decided as it arrives
+        streamed = stream(reading, setup)  # each page decided as it arrives (None for a dump)
         read = reading.result()
         for note in read.view.notes if read.view else ():
             warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"

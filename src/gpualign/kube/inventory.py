@@ -157,28 +157,15 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
     if not with_pods:
         return Inventory(gpu_node_facts(kube, selector, each_page), None, kube.server)
-    from threading import Thread
+    from concurrent.futures import ThreadPoolExecutor
 
-    got: list[dict[str, DriverPod] | BaseException] = []
-
-    def read_pods() -> None:
-        try:
-            got.append(driver_pods(kube))
-        except BaseException as err:  # noqa: BLE001 - raised in the caller's thread below
-            got.append(err)
-            return
+    with ThreadPoolExecutor(1, thread_name_prefix="gpualign-pods") as pool:
+        pods = pool.submit(driver_pods, kube)
         if pods_read is not None:
-            pods_read(got[0])  # type: ignore[arg-type]
-
-    reader = Thread(target=read_pods, name="gpualign-pods", daemon=True)
-    reader.start()
-    try:
+            tell = pods_read
+            pods.add_done_callback(lambda done: done.exception() is None and tell(done.result()))
         nodes = gpu_node_facts(kube, selector, each_page)
-    finally:
-        reader.join()
-    if isinstance(got[0], BaseException):
-        raise got[0]
-    return Inventory(nodes, got[0], kube.server)
+        return Inventory(nodes, pods.result(), kube.server)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
@@ -17,12 +16,14 @@ from gpualign.base.errors import BadInput, GpualignError
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Mapping
 
     from gpualign.ensure.judge import Ahead, Judgement
     from gpualign.ledger.sources import Ledger, RepoLedgers
-    from gpualign.model.audit import Audit, AuditInput
+    from gpualign.model.audit import Audit, AuditInput, Derived, Finding
     from gpualign.model.branches import BranchPolicy
+    from gpualign.model.driver_pod_status import DriverPod
+    from gpualign.model.facts import NodeFacts
     from gpualign.model.operator_config import OperatorConfig
     from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read, Reading
@@ -101,9 +102,9 @@ def check_cluster(read: Read, setup: Setup, streamed: Streamed | None = None) ->
 
     with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
         if streamed is not None:
-            if streamed.error is not None or streamed.decider is None:
-                # the decider's error, met before the last page: raised now, after the read's own notes were said
-                raise streamed.error or AssertionError("streamed without a decider")
+            if streamed.error is not None:  # the decider's, met early: raised now, after the read's notes were said
+                raise streamed.error
+            assert streamed.decider is not None
             try:
                 return streamed.decider.finish(read, streamed.findings, streamed.absent, streamed.dicts,
                                                streamed.ahead)
@@ -120,8 +121,8 @@ class Streamed:
     could not be (no ledger, a registry the operator names that cannot be read), to be raised by check_cluster."""
 
     decider: Decider | None
-    findings: list[Any] = field(default_factory=list)
-    absent: list[Any] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    absent: list[Finding] = field(default_factory=list)
     dicts: list[dict[str, Any]] = field(default_factory=list)  # each finding's report, made with it
     ahead: Ahead | None = None  # the present images' configs, read as the pages that need them came
     error: GpualignError | None = None
@@ -146,8 +147,8 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
     except GpualignError as err:
         return Streamed(None, error=err)
     daemonsets = objects.daemonsets if objects is not None and config is not None else None
-    findings: list[Any] = []
-    absent: list[Any] = []
+    findings: list[Finding] = []
+    absent: list[Finding] = []
     dicts: list[dict[str, Any]] = []
     ahead = None
     if reads_registry(decider.ledger) and not setup.verify_modules:
@@ -155,33 +156,28 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
 
         ahead = Ahead(setup.docker_config)
     archs: dict[str, set[str]] = {}  # a present image -> the CPU architectures of its nodes so far
-    with held_off(), _closed_on_error(ahead):
-        for page in reading.pages():
-            planned = None if config is None else planned_of(daemonsets, page) if daemonsets is not None else {}
-            found, lacking = decider.decide(page, pods, planned, daemonsets is not None)
-            findings += found
-            absent += lacking
-            dicts += [f.as_dict() for f in found]
-            if ahead is not None:
-                for image, its in present_archs(found).items():
-                    if not its <= archs.setdefault(image, set()):
-                        archs[image] |= its
-                        ahead.want(image, sorted(archs[image]))
+    try:
+        with held_off():
+            for page in reading.pages():
+                planned = None if config is None else planned_of(daemonsets, page) if daemonsets is not None else {}
+                found, lacking = decider.decide(page, pods, planned, daemonsets is not None)
+                findings += found
+                absent += lacking
+                dicts += [f.as_dict() for f in found]
+                if ahead is not None:
+                    for image, its in present_archs(found).items():
+                        if not its <= archs.setdefault(image, set()):
+                            archs[image] |= its
+                            ahead.want(image, sorted(archs[image]))
+    except BaseException:
+        if ahead is not None:
+            ahead.close()
+        raise
     if reading.failed():  # result() raises its error: nothing will be judged
         if ahead is not None:
             ahead.close()
         return None
     return Streamed(decider, findings, absent, dicts, ahead)
-
-
-@contextmanager
-def _closed_on_error(ahead: Ahead | None) -> Iterator[None]:
-    try:
-        yield
-    except BaseException:
-        if ahead is not None:
-            ahead.close()
-        raise
 
 
 class Decider:
@@ -217,21 +213,24 @@ class Decider:
                     docker_config=setup.docker_config, read=setup.repositories_read)
         else:
             self.ledger = setup.available
-        self.derived: dict[Any, Any] = {}  # each distinct (kernel, OS, expectation)'s image, across pages
+        self.derived: Derived = {}  # each distinct (kernel, OS, expectation)'s image, across pages
 
-    def given(self, nodes: Any, pods: Any, planned: Any, daemonsets_read: bool) -> AuditInput:
+    def given(self, nodes: Iterable[NodeFacts], pods: Mapping[str, DriverPod] | None,
+              planned: Mapping[str, tuple[str, str]] | None, daemonsets_read: bool) -> AuditInput:
         from gpualign.model.audit import AuditInput
 
         return AuditInput(nodes, self.ledger, self.rule_set, expect=self.expect, pods=pods, planned=planned,
                           daemonsets_read=daemonsets_read)
 
-    def decide(self, nodes: Any, pods: Any, planned: Any, daemonsets_read: bool) -> tuple[list[Any], list[Any]]:
+    def decide(self, nodes: Iterable[NodeFacts], pods: Mapping[str, DriverPod] | None,
+               planned: Mapping[str, tuple[str, str]] | None,
+               daemonsets_read: bool) -> tuple[list[Finding], list[Finding]]:
         """Some nodes' findings, and those of them whose image the ledger lacks (model.audit.findings_of)."""
         from gpualign.model.audit import findings_of
 
         return findings_of(self.given(nodes, pods, planned, daemonsets_read), self.derived)
 
-    def finish(self, read: Read, findings: list[Any] | None = None, absent: list[Any] | None = None,
+    def finish(self, read: Read, findings: list[Finding] | None = None, absent: list[Finding] | None = None,
                dicts: list[dict[str, Any]] | None = None, ahead: Ahead | None = None) -> Checked:
         """The check of the whole read: its nodes' findings (decided here when not given, with their dicts when
         made), the present images judged, and what to warn of."""

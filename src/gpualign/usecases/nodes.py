@@ -32,10 +32,11 @@ class Read:
 @dataclass
 class Early:
     """What a cluster's read hands on before its last page of nodes (Reading(stream=True)): the driver pods and the
-    GPU Operator's objects as soon as each is read, then each page of GPU nodes as it is read."""
+    GPU Operator's objects as soon as each is read (None at once when it is not to be read), then each page of GPU
+    nodes as it is read."""
 
-    pods: Callable[[dict[str, DriverPod]], None] | None = None
-    objects: Callable[[OperatorObjects], None] | None = None
+    pods: Callable[[dict[str, DriverPod] | None], None] | None = None
+    objects: Callable[[OperatorObjects | None], None] | None = None
     page: Callable[[list[NodeFacts]], None] | None = None
 
 
@@ -63,6 +64,10 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
         if connected is not None:
             connected()
         told = early or Early()
+        if not with_pods and told.pods is not None:
+            told.pods(None)
+        if not with_operator and told.objects is not None:
+            told.objects(None)
         try:
             if with_operator:  # the operator's objects need no node to be read: they are read beside the nodes
                 from concurrent.futures import ThreadPoolExecutor
@@ -112,9 +117,8 @@ class Reading:
         self._done = threading.Event()
         self._connected = threading.Event()
         self._pages: queue.SimpleQueue[list[NodeFacts] | None] = queue.SimpleQueue()
-        self._pods: list[dict[str, DriverPod]] = []
-        self._objects: list[OperatorObjects] = []
-        self._wanted = (kwargs.get("with_pods", True), kwargs.get("with_operator", False))
+        self._pods: list[dict[str, DriverPod] | None] = []  # told once: the driver pods, or None (not read)
+        self._objects: list[OperatorObjects | None] = []  # told once: the operator's objects, or None (not read)
         self._early = threading.Condition()
 
         def got(into: list[Any]) -> Callable[[Any], None]:
@@ -143,20 +147,18 @@ class Reading:
         threading.Thread(target=run, name="gpualign-read", daemon=True).start()
 
     def so_far(self) -> tuple[dict[str, DriverPod] | None, OperatorObjects | None] | None:
-        """(driver pods, the operator's objects), each None when not asked for, once both asked for are read; None
-        when the read ended without them (it failed, or read a dump): then only result() says what was read.
-        Only with stream=True."""
-        pods, objects = self._wanted
+        """(driver pods, the operator's objects), each None when not asked for, once both are told; None when the
+        read ended without telling them (it failed, it read a dump, or the Reading does not stream): then only
+        result() says what was read."""
         with self._early:
-            self._early.wait_for(lambda: self._done.is_set() or
-                                 ((not pods or bool(self._pods)) and (not objects or bool(self._objects))))
-            if (pods and not self._pods) or (objects and not self._objects):
+            self._early.wait_for(lambda: self._done.is_set() or bool(self._pods and self._objects))
+            if not (self._pods and self._objects):
                 return None
-            return self._pods[0] if pods else None, self._objects[0] if objects else None
+            return self._pods[0], self._objects[0]
 
     def pages(self) -> Iterator[list[NodeFacts]]:
-        """Each page of GPU nodes as it is read, until the read ends (however it ends: failed() says). Only with
-        stream=True."""
+        """Each page of GPU nodes as it is read, until the read ends (however it ends: failed() says); none unless
+        the Reading streams."""
         while (page := self._pages.get()) is not None:
             yield page
 
