@@ -44,23 +44,28 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
                                               "DRIVER POD"]
     if wide:
         cols += ["SOURCE", "ACTION", "DRIVER", "MODULES", "POD IMAGE TAG", "REASON"]
+    color = use_color()
     rows = []
     for n in nodes:
         pod = n["driver_pod"]
-        style = STATUS_STYLE.get(n["status"], "")
-        if n["status"] == "present" and (n.get("driver_pod_failing") or n.get("verified") is False):
-            style = "yellow"  # in the ledger, but its driver is not coming up, or its modules could not be checked
+        status = n["status"] + ("?" if n.get("verified") is False else "")
+        pod_state = pod["state"] if pod else "-"
+        if color:  # styled cells only where they are painted: plain rows are laid out in one join
+            style = STATUS_STYLE.get(n["status"], "")
+            if n["status"] == "present" and (n.get("driver_pod_failing") or n.get("verified") is False):
+                style = "yellow"  # in the ledger, but its driver is not coming up, or its modules could not be checked
+            status = Styled(status, style)
+            if pod:
+                pod_state = Styled(pod_state, "bold red" if n.get("driver_pod_failing") else "")
         row: list[str | Styled] = ([n["cluster"]] if fleet else []) + [
-            n["name"], n["os_tag"] or "-", n["kernel"] or "-", n["branch"] or "-", n["tag"] or "-",
-            Styled(n["status"] + ("?" if n.get("verified") is False else ""), style),
-            Styled(pod["state"], "bold red" if n.get("driver_pod_failing") else "") if pod else "-"]
+            n["name"], n["os_tag"] or "-", n["kernel"] or "-", n["branch"] or "-", n["tag"] or "-", status, pod_state]
         if wide:
             action = n["action"] or "-"
             row += [n["source"] or "-", action, n["driver"] or "-", n.get("modules") or "-",
                     pod["tag"] if pod and pod["tag"] else "-",
                     n["reason"]]
         rows.append(row)
-    text = render(cols, rows, color=use_color(), no_headers=no_headers)
+    text = render(cols, rows, color=color, no_headers=no_headers)
     if missing:
         where = [grouped(m["clusters"]) if fleet else ",".join(m["nodes"]) for m in missing]
         text += "\n" + render(["ACTION", "MISSING IMAGE", "NODES"],

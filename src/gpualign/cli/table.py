@@ -37,26 +37,29 @@ def use_color(stream: object = None) -> bool:
 
 def paint(text: str, style: str, color: bool) -> str:
     code = _ANSI.get(style)
-    return f"\x1b[{code}m{text}\x1b[0m" if color and code else text
+    return f"\x1b[{code}m{text}\x1b[0m" if color and code and text else text  # nothing to paint in an empty cell
 
 
 def render(headers: Sequence[str], rows: Iterable[Sequence[Cell]], *, color: bool = False,
            no_headers: bool = False) -> str:
-    """The table as text, one line per row, ending in a newline (nothing when there are no rows and no headers)."""
-    body = [list(r) for r in rows]
-    texts = [[c.text if isinstance(c, Styled) else c for c in r] for r in body]
+    """The table as text, one line per row, ending in a newline (nothing when there are no rows and no headers).
+    A row of plain strings is laid out in one join (a 5,000-node check has 35,000 cells); a styled cell is padded
+    after its colour codes, so that the codes do not count in the width."""
+    body = rows if isinstance(rows, list) else list(rows)
+    texts = [r if all(type(c) is str for c in r) else [c.text if isinstance(c, Styled) else c for c in r]
+             for r in body]
     lines_in = texts if no_headers else [list(headers), *texts]
     if not lines_in:
         return ""
-    widths = [max(len(r[i]) for r in lines_in) for i in range(len(headers))]
+    widths = [max(map(len, column)) for column in zip(*lines_in, strict=True)]
     out: list[str] = []
     if not no_headers:
-        out.append(GAP.join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
-    last = len(headers) - 1
+        out.append(GAP.join(map(str.ljust, headers, widths)).rstrip())
     for row, text in zip(body, texts, strict=True):
-        cells = []
-        for i, (cell, plain) in enumerate(zip(row, text, strict=True)):
-            pad = "" if i == last else " " * (widths[i] - len(plain))
-            cells.append((paint(plain, cell.style, color) if isinstance(cell, Styled) else plain) + pad)
-        out.append(GAP.join(cells).rstrip())
+        if row is text or not color:
+            out.append(GAP.join(map(str.ljust, text, widths)).rstrip())
+            continue
+        out.append(GAP.join((paint(plain, cell.style, True) + " " * (width - len(plain))
+                             if isinstance(cell, Styled) else plain.ljust(width))
+                            for cell, plain, width in zip(row, text, widths, strict=True)).rstrip())
     return "\n".join(out) + "\n"
