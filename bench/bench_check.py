@@ -55,14 +55,33 @@ def create_nodes(kube: Kube, start: int, count: int, *, managed: bool = True) ->
         list(pool.map(one, range(start, start + count)))
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int]:
-    """Wall seconds and exit code of one whole command."""
+SERVER_PIDS: list[int] = []  # the lab's API server and etcd, whose CPU each run is charged with
+
+
+def server_cpu() -> float:
+    """CPU seconds the API server and etcd have spent so far (user and system, from /proc: 10 ms ticks)."""
+    ticks = 0
+    for pid in SERVER_PIDS:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime: the stat line's 14th and 15th fields
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, float, float]:
+    """Wall seconds, exit code, CPU seconds (user and system, the command's whole tree) and the server's CPU
+    seconds meanwhile, of one whole command."""
+    import resource
+
+    before, server_before = resource.getrusage(resource.RUSAGE_CHILDREN), server_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     elapsed = time.perf_counter() - t0
+    after, server_after = resource.getrusage(resource.RUSAGE_CHILDREN), server_cpu()
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"{cmd[:4]} failed: {proc.stderr.decode()[-300:]}")
-    return elapsed, proc.returncode
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return elapsed, proc.returncode, cpu, server_after - server_before
 
 
 def peak_rss_kib(cmd: list[str], env: dict[str, str]) -> int:
@@ -76,19 +95,30 @@ def measure(label: str, pairs: dict[str, list[str]], env: dict[str, str], repeat
     """pairs: gpualign's command first, then what it is compared with: kubectl, the floor (curl), the Python
     floor; each ratio is gpualign's median over theirs."""
     times: dict[str, list[float]] = {k: [] for k in pairs}
+    cpus: dict[str, list[float]] = {k: [] for k in pairs}
+    servers: dict[str, list[float]] = {k: [] for k in pairs}
     for _ in range(repeat):  # alternate, so drift hits both sides alike
         for name, cmd in pairs.items():
-            times[name].append(timed(cmd, env)[0])
+            wall, _, cpu, server = timed(cmd, env)
+            times[name].append(wall)
+            cpus[name].append(cpu)
+            servers[name].append(server)
     med = {k: statistics.median(v) for k, v in times.items()}
     names = list(pairs)
     line = f"{label:<34} " + "  ".join(f"{k} {med[k]:.3f}s" for k in names)
-    result: dict[str, object] = {"case": label, "median_s": med, "runs": times}
-    for key, name in (("ratio", "kubectl"), ("over_floor", "floor"), ("over_python_floor", "python floor"),
-                      ("over_before", "gpualign before")):
+    cpu_med = {k: round(statistics.median(v), 3) for k, v in cpus.items()}
+    server_med = {k: round(statistics.median(v), 3) for k, v in servers.items()}
+    result: dict[str, object] = {"case": label, "median_s": med, "runs": times, "cpu_median_s": cpu_med,
+                                 "server_cpu_median_s": server_med}
+    for key, name, shown in (("ratio", "kubectl", "kubectl"), ("over_floor", "floor", "floor"),
+                             ("over_python_floor", "python floor (", "python floor"),
+                             ("over_cli_floor", "python floor with typer", "python floor with typer"),
+                             ("over_before", "gpualign before", "gpualign before")):
         other = next((k for k in names[1:] if k.startswith(name)), None)
         if other is not None:
             result[key] = round(med[names[0]] / med[other], 3)
-            line += f"  over {name} {result[key]:.2f}x"
+            line += f"  over {shown} {result[key]:.2f}x"
+    line += "  (CPU, client/server: " + ", ".join(f"{k} {cpu_med[k]:.2f}/{server_med[k]:.2f}s" for k in names) + ")"
     print(line, flush=True)
     return result
 
@@ -109,11 +139,13 @@ def _curl(kubeconfig: Path) -> tuple[list[str], str]:
     return ["curl", "-sS", "--fail", "--cacert", ca, "--cert", cert, "--key", key, "-o", "/dev/null"], server
 
 
-def python_floor(kubeconfig: Path, paths: list[str], accept: str | None = None) -> list[str]:
-    """bench/python_floor.py fetching the same URLs: the least a Python command can spend on them."""
+def python_floor(kubeconfig: Path, paths: list[str], accept: str | None = None, *, cli: bool = False) -> list[str]:
+    """bench/python_floor.py fetching the same URLs: the least a Python command can spend on them; with `cli`, the
+    least a command of gpualign's making can (its CLI framework imported, the nodes' labels decoded)."""
     ca, cert, key, server = _tls(kubeconfig)
-    return [sys.executable, "-S", str(Path(__file__).with_name("python_floor.py")), ca, cert, key,
-            *(f"{server}{path}" for path in paths), *(["--accept", accept] if accept else [])]
+    return [sys.executable, *([] if cli else ["-S"]), str(Path(__file__).with_name("python_floor.py")), ca, cert,
+            key, *(f"{server}{path}" for path in paths), *(["--accept", accept] if accept else []),
+            *(["--cli"] if cli else [])]
 
 
 def check_paths() -> list[str]:
@@ -203,7 +235,8 @@ def main() -> int:
     ap.add_argument("--no-kubectl", action="store_true",
                     help="leave kubectl out (at 20,000 nodes it takes ~45 s a run)")
     ap.add_argument("--cases", nargs="+", default=["check", "status", "why", "dump"],
-                    choices=["check", "status", "why", "dump"])
+                    choices=["check", "table", "status", "why", "dump"],
+                    help="check: -o json; table: check as a person runs it, its table printed (default: all but table)")
     ap.add_argument("--before", type=Path, metavar="SRC",
                     help="also time gpualign from another source tree (e.g. a worktree of an older commit's src/), "
                          "alternated with this one, for check and why")
@@ -231,6 +264,7 @@ def main() -> int:
         reg.close()
         ledger = f"registry://{state.registry}/nvidia/driver"
         kube = Kube(str(state.kubeconfig))
+        SERVER_PIDS[:] = [state.procs[name].pid for name in ("kube-apiserver", "etcd") if name in state.procs]
         if args.idle:
             print(f"paused: {', '.join(pause_writers(state))}", flush=True)
         have = 0
@@ -252,6 +286,16 @@ def main() -> int:
                     **({"gpualign before": [*before, *check[len(GPUALIGN):]]} if before else {}),
                     "floor (curl, 2 LISTs)": floor_command(kc),
                     "python floor (2 LISTs)": python_floor(kc, check_paths(), METADATA_ONLY),
+                }, env, args.repeat))
+            if "table" in args.cases:
+                table = [arg for arg in check if arg not in ("-o", "json")]
+                results.append(measure(f"check (table), cluster, {n} GPU nodes", {
+                    "gpualign": table,
+                    **({"gpualign before": [*before, *table[len(GPUALIGN):]]} if before else {}),
+                    "floor (curl, 2 LISTs)": floor_command(kc),
+                    "python floor (2 LISTs)": python_floor(kc, check_paths(), METADATA_ONLY),
+                    "python floor with typer, labels decoded": python_floor(kc, check_paths(), METADATA_ONLY,
+                                                                            cli=True),
                 }, env, args.repeat))
             if "status" in args.cases:
                 results.append(measure(f"status, cluster, {n} GPU nodes", {

