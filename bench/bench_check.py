@@ -68,6 +68,46 @@ def server_cpu() -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def create_driver_pods(kube: Kube, start: int, count: int, registry: str) -> None:
+    """A driver pod on each of these nodes, as the GPU Operator's DaemonSet makes them, bound to its node and
+    Running and Ready (its status written as a kubelet writes it): the driver pods' LIST is then a fleet's."""
+    from gpualign.base import labels as L
+
+    def one(i: int) -> None:
+        node, kernel = f"bench-{i:05d}", KERNELS[i % len(KERNELS)]
+        name = f"nvidia-driver-daemonset-{i:05d}"
+        image = f"{registry}/nvidia/driver:580-{kernel}-ubuntu22.04"
+        body = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": "default",
+                             "labels": {L.DRIVER_COMPONENT: L.DRIVER_COMPONENT_VALUE, "app": "nvidia-driver-daemonset",
+                                        "gpualign.io/bench": "true"}},
+                "spec": {"nodeName": node, "hostPID": True, "priorityClassName": "system-node-critical",
+                         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                         "containers": [{"name": "nvidia-driver-ctr", "image": image,
+                                         "securityContext": {"privileged": True},
+                                         "volumeMounts": [{"name": "run-nvidia", "mountPath": "/run/nvidia"}]}],
+                         "volumes": [{"name": "run-nvidia", "hostPath": {"path": "/run/nvidia"}}]}}
+        resp = kube.request("POST", "/api/v1/namespaces/default/pods", body=body)
+        if resp.status_code not in (201, 409):
+            raise RuntimeError(f"pod create failed: {resp.status_code} {resp.text[:200]}")
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {"status": {
+            "phase": "Running", "hostIP": "10.0.0.1", "podIP": "10.0.0.1", "startTime": now,
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
+                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "containerStatuses": [{"name": "nvidia-driver-ctr", "image": image, "imageID": f"{image}@sha256:{'0' * 64}",
+                                   "ready": True, "restartCount": 0, "started": True,
+                                   "containerID": f"containerd://{i:064d}",
+                                   "state": {"running": {"startedAt": now}}}]}}
+        resp = kube.request("PATCH", f"/api/v1/namespaces/default/pods/{name}/status", body=status,
+                            content_type="application/merge-patch+json")
+        if resp.status_code != 200:
+            raise RuntimeError(f"pod status failed: {resp.status_code} {resp.text[:200]}")
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(start, start + count)))
+
+
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, float, float]:
     """Wall seconds, exit code, CPU seconds (user and system, the command's whole tree) and the server's CPU
     seconds meanwhile, of one whole command."""
@@ -237,6 +277,9 @@ def main() -> int:
     ap.add_argument("--cases", nargs="+", default=["check", "status", "why", "dump"],
                     choices=["check", "table", "status", "why", "dump"],
                     help="check: -o json; table: check as a person runs it, its table printed (default: all but table)")
+    ap.add_argument("--driver-pods", action="store_true",
+                    help="a Running driver pod on every GPU node, as under the GPU Operator (the pods' LIST then "
+                         "grows with the fleet)")
     ap.add_argument("--before", type=Path, metavar="SRC",
                     help="also time gpualign from another source tree (e.g. a worktree of an older commit's src/), "
                          "alternated with this one, for check and why")
@@ -271,6 +314,8 @@ def main() -> int:
         for n in sorted(args.nodes):
             t0 = time.perf_counter()
             create_nodes(kube, have, n - have, managed=not args.idle)
+            if args.driver_pods:
+                create_driver_pods(kube, have, n - have, state.registry)
             print(f"created {n - have} nodes in {time.perf_counter() - t0:.1f}s (fleet: {n})", flush=True)
             if args.idle:
                 time.sleep(3)  # what the node's creation queued settles

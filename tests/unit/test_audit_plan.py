@@ -149,3 +149,14 @@ def test_a_kernel_change_a_node_could_never_take_is_not_planned():
     assert misfit("6.12.117+deb13-amd64", "6.1.0-50-amd64", "debian", "13").startswith(
         "debian 13 does not ship kernel series 6.1")
     assert misfit("5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64", "rhel", "9.4") is None  # not checked here
+
+
+def test_a_driver_pods_report_is_dataclasses_asdict_in_the_same_order():
+    import dataclasses
+
+    pod = DriverPod("gpu-operator/nvidia-driver-x", "reg/nvidia/driver:580-6.1.0-28-amd64-debian12",
+                    "580-6.1.0-28-amd64-debian12", "CrashLoopBackOff", False, crash="NVRM: API mismatch")
+    assert list(pod.as_dict().items()) == list(dataclasses.asdict(pod).items())
+    node = gpu("n1", "6.1.0-28-amd64", os_id="debian", os_version="12")
+    found = audit(AuditInput([node], Ledger(frozenset(), ("t",)), RULES, pods={"n1": pod})).findings[0]
+    assert found.as_dict()["driver_pod"] == dataclasses.asdict(pod)

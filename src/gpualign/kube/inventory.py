@@ -108,11 +108,29 @@ def _gpu_selector(selector: str | None) -> str:
 def driver_pods(kube: Any) -> dict[str, DriverPod]:
     """The GPU Operator's driver pods that are not going away, by node name."""
     pods: dict[str, DriverPod] = {}
-    for page in kube.list_pages("/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"):
-        for pod in page:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
-                pods[node] = DriverPod.from_pod(pod)
+    for page in kube.list_pages("/api/v1/pods", label_selector=f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}",
+                                decode=_driver_pods):
+        pods.update(page)
+    return pods
+
+
+def _driver_pods(body: bytes) -> list[tuple[str, DriverPod]]:
+    """A pod LIST page's body → (node, driver pod) for each pod bound to a node and not going away: decoded by
+    gpualign.kube.pod_meta (only the fields a DriverPod reads are built); a page of another shape is read as dicts."""
+    import msgspec
+    import orjson
+
+    from gpualign.kube.pod_meta import driver_pods as decoded
+
+    try:
+        return decoded(body)
+    except msgspec.ValidationError:
+        pass
+    pods = []
+    for pod in orjson.loads(body).get("items") or []:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node and not (pod.get("metadata") or {}).get("deletionTimestamp"):
+            pods.append((str(node), DriverPod.from_pod(pod)))
     return pods
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import KW_ONLY, asdict, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
 from operator import attrgetter
@@ -81,7 +81,7 @@ class Finding:
         # of a 5,000-node check, and a per-call dataclasses.fields() most of what remained.
         d = dict(self.__dict__)
         making = d.pop("making")
-        d["driver_pod"] = asdict(self.driver_pod) if self.driver_pod else None
+        d["driver_pod"] = self.driver_pod.as_dict() if self.driver_pod else None
         to_make = self.status in (Status.MISSING, Status.OPERATOR_MISMATCH)
         d["action"] = self.action if to_make else "replace" if self.status == Status.WRONG_IMAGE else None
         d["action_reason"] = making.why if to_make and making else None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,11 @@ class DriverPod:
     state: str
     ready: bool
     crash: str = ""  # a crash-looping container's last words (its last termination message): why it exits
+
+    def as_dict(self) -> dict[str, str | bool]:
+        """Its fields, in their order: dataclasses.asdict's deep copy would be 15 µs a pod, and a fleet's check
+        reports one on nearly every node (its fields are all plain values)."""
+        return dict(self.__dict__)
 
     @property
     def failing(self) -> bool:
@@ -50,15 +55,25 @@ class DriverPod:
     def from_pod(cls, pod: Mapping[str, Any]) -> DriverPod:
         meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
         containers = spec.get("containers") or [{}]
-        image = str(containers[0].get("image", ""))
-        last = image.rsplit("/", 1)[-1]
-        tag = last.split(":", 1)[1] if ":" in last else ""
-        state, crash = str(status.get("phase") or "Unknown"), ""
+        waits = []
         for cs in status.get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting")
             if waiting and waiting.get("reason"):
-                state = str(waiting["reason"])
                 terminated = (cs.get("lastState") or {}).get("terminated") or {}
-                crash = crash or " ".join(str(terminated.get("message") or "").split())[:_CRASH_CHARS]
+                waits.append((str(waiting["reason"]), str(terminated.get("message") or "")))
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        return cls(f"{meta.get('namespace')}/{meta.get('name')}", image, tag, state, ready, crash)
+        return cls.of(meta.get("namespace"), meta.get("name"), str(containers[0].get("image", "")),
+                      status.get("phase"), waits, ready)
+
+    @classmethod
+    def of(cls, namespace: object, name: object, image: str, phase: object, waits: Iterable[tuple[str, str]],
+           ready: bool) -> DriverPod:
+        """From a pod's parts (read from its dict, or decoded by gpualign.kube.pod_meta): waits, each container
+        waiting for a reason, and what it said when it last ended (its termination message)."""
+        last = image.rsplit("/", 1)[-1]
+        tag = last.split(":", 1)[1] if ":" in last else ""
+        state, crash = str(phase or "Unknown"), ""
+        for reason, message in waits:
+            state = reason
+            crash = crash or " ".join(message.split())[:_CRASH_CHARS]
+        return cls(f"{namespace}/{name}", image, tag, state, ready, crash)
