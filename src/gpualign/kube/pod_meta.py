@@ -77,10 +77,11 @@ def driver_pods(body: bytes) -> list[tuple[str, DriverPod]]:
         meta, spec, status = pod.metadata or Meta(), pod.spec or Spec(), pod.status or Status()
         if not spec.nodeName or meta.deletionTimestamp:
             continue
-        waits = [(cs.state.waiting.reason, (cs.lastState.terminated.message or "")
-                  if cs.lastState and cs.lastState.terminated else "")
-                 for cs in status.containerStatuses or ()
-                 if cs.state and cs.state.waiting and cs.state.waiting.reason]
+        waits = []
+        for cs in status.containerStatuses or ():
+            if cs.state and cs.state.waiting and cs.state.waiting.reason:
+                ended = cs.lastState.terminated if cs.lastState else None
+                waits.append((cs.state.waiting.reason, (ended.message or "") if ended else ""))
         ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or ())
         image = spec.containers[0].image if spec.containers else ""
         out.append((spec.nodeName, DriverPod.of(meta.namespace, meta.name, image, status.phase, waits, ready)))

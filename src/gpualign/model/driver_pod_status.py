@@ -66,8 +66,8 @@ class DriverPod:
                       status.get("phase"), waits, ready)
 
     @classmethod
-    def of(cls, namespace: object, name: object, image: str, phase: object, waits: Iterable[tuple[str, str]],
-           ready: bool) -> DriverPod:
+    def of(cls, namespace: str | None, name: str | None, image: str, phase: str | None,
+           waits: Iterable[tuple[str, str]], ready: bool) -> DriverPod:
         """From a pod's parts (read from its dict, or decoded by gpualign.kube.pod_meta): waits, each container
         waiting for a reason, and what it said when it last ended (its termination message)."""
         last = image.rsplit("/", 1)[-1]

@@ -319,14 +319,12 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     from gpualign.model.audit import Status
 
     needs: dict[str, set[str | None]] = {}
-    archs: dict[str, set[str]] = {}  # present_archs, in the same pass
     for f in result.findings:
         if f.status == Status.PRESENT and f.image:
             needs.setdefault(f.image, set()).add(f.kernel)
-            archs.setdefault(f.image, set()).add(f.arch or "amd64")
     secure = {f.image for f in result.findings if f.image and f.name in secure_boot} if secure_boot else set()
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF, secure_boot=secure,
-                  archs=archs, ahead=ahead)
+                  archs=present_archs(result.findings), ahead=ahead)
     warnings.extend(found.warnings)
     return found
 
