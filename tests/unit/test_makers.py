@@ -46,7 +46,7 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian12", "535", "6.12.117_deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
     ("debian12", "535", "6.12.117+deb12-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
     ("debian12", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "is Debian 13's, not debian12's"),
-    ("debian12", "535", "6.12.12_bpo-amd64", "amd64", Maker.NONE, "(6.12.12+bpo-amd64) is not built by gpualign yet"),
+    ("debian12", "535", "6.12.12_bpo-amd64", "amd64", Maker.NONE, "(6.12.12+bpo-amd64) is a backports kernel"),
     ("debian12", "535", "6.1.0-50-cloud-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
     ("ubuntu22.04", "580", "6.5.0-45-generic", "amd64", Maker.RENDER, "renders its recipe for amd64"),
     ("ubuntu22.04", "580", "6.8.0-1013-nvidia-64k", None, Maker.RENDER, "for arm64"),

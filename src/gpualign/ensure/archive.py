@@ -331,7 +331,8 @@ class Archive:
         versions = self._versions(names) if names else {}
         sources = sources_from(versions)
         if sources:
-            archive_reading.write(self.suite, {s_.package: versions[s_.package] for s_ in sources})
+            archive_reading.write(self.suite, {s_.package: versions[s_.package] for s_ in sources}, self.arch,
+                                  self.headers_releases(""))
         return sources
 
     def debian_table(self, os_tag: str) -> DebianTable:

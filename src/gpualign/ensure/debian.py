@@ -25,9 +25,17 @@ from gpualign.base.errors import BadInput
 from gpualign.ensure import buildroot
 from gpualign.ensure.archive import Archive, cache_root, file_lock
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
+from gpualign.ensure.compile_log import first_error
 
 Progress = Callable[[str], None]
 _KBUILD_ARCH = {"aarch64-linux-gnu-": "arm64", "x86_64-linux-gnu-": "x86_64"}  # ARCH for NVIDIA's own Makefile
+
+
+class CompileRefused(BuildError):
+    """The compile failed for a cause its log names (NVIDIA's sanity check, a compiler error): the same module source
+    and headers fail the same way, so a build Job is not retried until one of them changes."""
+
+    retryable = False
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,14 @@ def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs
     out.parent.mkdir(parents=True, exist_ok=True)
     log = out.parent / f"{out.name}.build.log"
     t0 = time.monotonic()
-    cpu = _run(["chroot", str(rootfs), "/bin/sh", "-c", script], f"compiling {flavour} modules for {kernel}", log)
+    what = f"compiling {flavour} modules for {kernel}"
+    try:
+        cpu = _run(["chroot", str(rootfs), "/bin/sh", "-c", script], what, log)
+    except BuildError as err:
+        cause = first_error(log.read_text(errors="replace").splitlines()) if log.exists() else None
+        if cause is None:
+            raise
+        raise (CompileRefused if cause.permanent else BuildError)(f"{what}: {cause.line}; log: {log}") from err
     took = time.monotonic() - t0
     staging = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=out.parent))
     for ko in (rootfs / work.lstrip("/") / "out").glob("*.ko"):

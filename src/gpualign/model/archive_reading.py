@@ -9,7 +9,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpualign.model.makers import DebianTable, sources_from
@@ -30,15 +30,23 @@ def path(suite: str) -> Path:
     return ensure_root() / "apt" / suite / "sources.json"
 
 
-def write(suite: str, packages: Mapping[str, str]) -> None:
-    """Keep a reading of the suite's NVIDIA module source packages (package -> Debian version), whole or not at
-    all."""
+def write(suite: str, packages: Mapping[str, str], arch: str | None = None,
+          headers: Iterable[str] | None = None) -> None:
+    """Keep a reading of the suite's NVIDIA module source packages (package -> Debian version) and, for one
+    architecture, the kernel releases whose headers it carries (the other architectures' kept as last read), whole
+    or not at all."""
     out = path(suite)
     out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kept = {str(a): [str(r) for r in rs] for a, rs in json.loads(out.read_text()).get("headers", {}).items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        kept = {}
+    if arch is not None and headers is not None:
+        kept[arch] = sorted(headers)
     fd, partial = tempfile.mkstemp(prefix=".sources.", dir=out.parent)
     with os.fdopen(fd, "w") as handle:
-        json.dump({"read": time.strftime("%Y-%m-%d", time.gmtime()), "packages": dict(sorted(packages.items()))},
-                  handle)
+        json.dump({"read": time.strftime("%Y-%m-%d", time.gmtime()), "packages": dict(sorted(packages.items())),
+                   "headers": kept}, handle)
     os.replace(partial, out)
 
 
@@ -57,4 +65,8 @@ def overlay(table: DebianTable) -> DebianTable:
         sources = sources_from(packages)
         if sources:
             table = table.with_sources(os_tag, sources, f"Debian's archive on {read}")
+        headers = data.get("headers")
+        if isinstance(headers, dict) and headers:
+            releases = frozenset(str(r) for rs in headers.values() if isinstance(rs, list) for r in rs)
+            table = table.with_headers(os_tag, releases, f"Debian's archive on {read}")
     return table

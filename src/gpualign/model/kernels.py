@@ -10,7 +10,8 @@ A node's kernel is named twice:
 
 Most kernels read the same both ways (`6.1.0-50-amd64`, `5.15.0-124-generic`; RHEL's `el9_4` has a real `_`).
 From a label alone the release is found where a distribution's naming says it: Debian's 6.12 kernels carry
-`+debNN` (`+deb12` in bookworm-security, `+deb13` in trixie) or `+bpo` (bookworm-backports). Where a node's
+`+debNN` (`+deb12` in bookworm-security, `+deb13` in trixie; `+deb13.1` for a point release's new ABI) or
+`+bpo` (older backports). Where a node's
 `status.nodeInfo.kernelVersion` is at hand, it is the release, and its label must be its spelling.
 """
 
@@ -21,8 +22,10 @@ from dataclasses import dataclass
 
 _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 # Debian's releases that hold `+`: 6.12.117+deb13-amd64, 6.12.12+bpo-cloud-amd64, 6.12.117+deb12-rt-arm64
-_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)|bpo)(?=-)")
-_DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+|bpo)(?P<rest>-[a-z0-9]+(?:-[a-z0-9]+)*)")
+# and a point release's ABI, 6.12.115+deb13.1-amd64
+_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)(?:\.\d+)?|bpo)(?=-)")
+_DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+(?:\.\d+)?|bpo)"
+                          r"(?P<rest>-[a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
 def label_of(release: str) -> str:

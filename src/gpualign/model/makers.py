@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 
-from gpualign.model.kernels import debian_release, release_of
+from gpualign.model import debian_kernels
+from gpualign.model.kernels import release_of
 
 
 class Maker(StrEnum):
@@ -72,6 +73,8 @@ class DebianRelease:
     series: tuple[str, ...]
     sources: tuple[Source, ...]
     read: str = "the rules"  # where `sources` were read: the rules, or Debian's archive (with the day)
+    headers: frozenset[str] | None = None  # the kernel releases whose headers the suites carry, where read
+    headers_read: str = ""  # when and where `headers` were read
 
     @property
     def branches(self) -> tuple[str, ...]:
@@ -120,6 +123,14 @@ class DebianTable:
         return DebianTable(tuple((t, dataclasses.replace(r, sources=sources, read=read) if t == os_tag else r)
                                  for t, r in self.releases))
 
+    def with_headers(self, os_tag: str, headers: frozenset[str], read: str) -> DebianTable:
+        """The table with the kernel releases whose headers an OS tag's suites carry, as read (`read`: where and
+        when)."""
+        import dataclasses
+
+        return DebianTable(tuple((t, dataclasses.replace(r, headers=headers, headers_read=read) if t == os_tag
+                                  else r) for t, r in self.releases))
+
 
 # Debian's suite for each release gpualign builds (a fact of Debian's, not of its archive's contents).
 SUITES = {"debian12": "bookworm", "debian13": "trixie"}
@@ -138,12 +149,6 @@ _KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), 
                 (re.compile(r".*-64k$"), "arm64"))
 
 
-# The shapes of Debian's kernel releases gpualign reads: 6.1.0-50-amd64 (bookworm's 6.1 ABI releases, also
-# -cloud-amd64, -rt-amd64) and 6.12.117+deb12-amd64 (bookworm-security's 6.12; NFD labels it 6.12.117_deb12-amd64,
-# gpualign.model.kernels reads it back). Backports (+bpo) are not in the suites a build reads.
-_DEBIAN_BUILT = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb\d+)-[a-z0-9]+(?:-[a-z0-9]+)*")
-
-
 def debian_suite(os_tag: str) -> str:
     """The suite whose archive builds an OS tag's images (debian13: trixie); bookworm for any other."""
     return SUITES.get(os_tag, "bookworm")
@@ -151,6 +156,9 @@ def debian_suite(os_tag: str) -> str:
 
 def kernel_arch(kernel: str) -> str | None:
     """The CPU architecture a kernel's release names (6.1.0-50-amd64 → amd64), or None when it names none."""
+    debian = debian_kernels.parse(release_of(kernel))
+    if debian is not None:
+        return debian.arch
     return next((arch for pattern, arch in _KERNEL_ARCH if pattern.fullmatch(kernel)), None)
 
 
@@ -159,12 +167,37 @@ def family(os_tag: str) -> str:
     return re.sub(r"[0-9.]+$", "", os_tag)
 
 
+class Reason(StrEnum):
+    """Why an image is made as it is, or not at all: what a program branches on. The sentence is `Making.why`."""
+
+    PUBLISHED = "published"  # NVIDIA publishes it: mirrored
+    BUILDS = "builds"  # gpualign builds it
+    RENDERS = "renders"  # gpualign writes its recipe
+    REGULAR_ONLY = "regular-only"  # the node runs NVIDIA's regular (not precompiled) driver image
+    ARCH = "arch"  # the kernel or the node is of an architecture gpualign does not build for
+    NOT_DEBIAN_KERNEL = "not-debian-kernel"  # the kernel's release is not one Debian names
+    OTHER_RELEASE = "other-release"  # the kernel is another Debian release's
+    SERIES = "series"  # a kernel line (backports') the release's suites do not carry
+    BACKPORTS = "backports"  # a +bpo kernel: backports are not among the suites a build reads
+    PREEMPT_RT = "preempt-rt"  # NVIDIA's driver refuses real-time kernels
+    PAGE_SIZE = "page-size"  # an arm64 kernel with 16K pages
+    NO_HEADERS = "no-headers"  # the archive carries no headers for the kernel
+    BRANCH = "branch"  # the release carries no module source of the branch gpualign builds from
+    OPEN_MODULES = "open-modules"  # the release's open modules cannot make an image of the branch
+    NO_RECIPE = "no-recipe"  # no recipe for the OS
+
+
 @dataclass(frozen=True)
 class Making:
-    """Who makes one image, and why, in one line a user reads."""
+    """Who makes one image, and why: the reason a program reads, and the line a user reads."""
 
     maker: Maker
     why: str
+    reason: Reason = Reason.NO_RECIPE
+
+
+def _none(reason: Reason, why: str) -> Making:
+    return Making(Maker.NONE, why, reason)
 
 
 @lru_cache(maxsize=1024)
@@ -176,50 +209,86 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
     the rules' copy). `flavour`: the kernel modules the node's driver pod loads (gpualign.model.flavours)."""
     arch = arch or kernel_arch(kernel) or "amd64"
     if published:
-        return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)")
+        return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)", Reason.PUBLISHED)
     if not precompiled:
-        return Making(Maker.NONE, f"NVIDIA's regular driver image for {os_tag} is not published for this version: "
-                                  "gpualign builds precompiled images only")
+        return _none(Reason.REGULAR_ONLY, f"NVIDIA's regular driver image for {os_tag} is not published for this "
+                                          "version: gpualign builds precompiled images only")
     named = kernel_arch(kernel)
     if named is not None and named != arch:
-        return Making(Maker.NONE, f"kernel {kernel} is an {named} kernel, but the node is {arch}")
+        return _none(Reason.ARCH, f"kernel {kernel} is an {named} kernel, but the node is {arch}")
     release = debian.get(os_tag)
     if release is not None:
-        if arch not in release.archs:
-            return Making(Maker.NONE, f"gpualign builds {os_tag} images for {', '.join(release.archs)}, not {arch}")
-        if named is None:
-            return Making(Maker.NONE, f"kernel {kernel} is not a Debian kernel release (such as 6.1.0-50-amd64)")
-        release_ = release_of(kernel)
-        series = ".".join(release_.split(".")[:2])
-        built_for = debian_release(release_)
-        if built_for is not None and f"debian{built_for}" != os_tag:
-            return Making(Maker.NONE, f"kernel {kernel} is Debian {built_for}'s, not {os_tag}'s: a node "
-                                      "cannot run it")
-        if not _DEBIAN_BUILT.fullmatch(release_) or series not in release.series:
-            spelled = f" ({release_})" if release_ != kernel else ""
-            return Making(Maker.NONE, f"kernel {kernel}{spelled} is not built by gpualign yet: it builds Debian "
-                                      f"{release.suite}'s kernel series {', '.join(release.series)}")
-        if branch not in release.branches:
-            return Making(Maker.NONE, _not_built(release, branch))
-        if flavour == "open":
-            if (why := open_problem(release, branch)) is not None:
-                return Making(Maker.NONE, why)
-            return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch}, open "
-                                       "kernel modules (gpualign ensure --flavour open, or the controller's build "
-                                       "Job)")
-        return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch} "
-                                   "(gpualign ensure, or the controller's build Job)")
+        return _debian_making(release, os_tag, branch, kernel, arch, flavour)
     fam = family(os_tag)
     if fam in RENDERED:
         releases = RENDERED_RELEASES[fam]
         if not any(os_tag == r or os_tag.startswith(r + ".") for r in releases):
-            return Making(Maker.NONE, f"no recipe for {os_tag}: gpualign renders {' and '.join(releases)}")
+            return _none(Reason.NO_RECIPE, f"no recipe for {os_tag}: gpualign renders {' and '.join(releases)}")
         return Making(Maker.RENDER, f"gpualign renders its recipe for {arch} (gpualign ensure TAG --render DIR): "
-                                    "build it where the distribution's archive is reachable")
+                                    "build it where the distribution's archive is reachable", Reason.RENDERS)
     if fam == "debian":
-        return Making(Maker.NONE, f"gpualign does not build {os_tag} yet: it builds "
-                                  f"{', '.join(debian.os_tags)}")
-    return Making(Maker.NONE, f"gpualign has no recipe for {os_tag}: make the image by hand")
+        return _none(Reason.NO_RECIPE, f"gpualign does not build {os_tag} yet: it builds "
+                                       f"{', '.join(debian.os_tags)}")
+    return _none(Reason.NO_RECIPE, f"gpualign has no recipe for {os_tag}: make the image by hand")
+
+
+def _debian_making(release: DebianRelease, os_tag: str, branch: str, kernel: str, arch: str,
+                   flavour: str) -> Making:
+    """who_makes for a Debian release gpualign builds: the kernel first (every node of it is refused alike,
+    whatever its branch), then the branch and its module source."""
+    if arch not in release.archs:
+        return _none(Reason.ARCH, f"gpualign builds {os_tag} images for {', '.join(release.archs)}, not {arch}")
+    real = release_of(kernel)
+    spelled = f" ({real})" if real != kernel else ""
+    parsed = debian_kernels.parse(real)
+    if parsed is None:
+        return _none(Reason.NOT_DEBIAN_KERNEL, f"kernel {kernel} is not a Debian kernel release (such as "
+                                               "6.1.0-57-amd64 or 6.12.118+deb13-amd64)")
+    if parsed.built_for is not None and f"debian{parsed.built_for}" != os_tag:
+        return _none(Reason.OTHER_RELEASE, f"kernel {kernel} is Debian {parsed.built_for}'s, not {os_tag}'s: a "
+                                           "node cannot run it")
+    if parsed.backports:
+        return _none(Reason.BACKPORTS, f"kernel {kernel}{spelled} is a backports kernel: gpualign builds from "
+                                       f"Debian {release.suite} and its -updates and -security suites")
+    if parsed.series not in release.series:
+        return _none(Reason.SERIES, f"kernel {kernel}{spelled} is of the {parsed.series} line, which Debian "
+                                    f"{release.suite} and its -updates and -security suites do not carry (a "
+                                    f"backports kernel?): gpualign builds {release.suite}'s "
+                                    f"{', '.join(release.series)}")
+    if parsed.preempt_rt:
+        plain = real.replace("-rt-", "-", 1)
+        return _none(Reason.PREEMPT_RT, f"kernel {kernel}{spelled} is a PREEMPT_RT kernel, and NVIDIA's driver "
+                                        "refuses real-time kernels (its build stops at the PREEMPT_RT sanity "
+                                        f"check): run GPU nodes on {plain}")
+    if parsed.pages:
+        return _none(Reason.PAGE_SIZE, f"kernel {kernel}{spelled} uses {parsed.pages.upper()} pages: NVIDIA's "
+                                       "driver supports arm64 kernels with 4K or 64K pages (run GPU nodes on "
+                                       f"{real.removesuffix('-' + parsed.pages)})")
+    if (gone := _headers_gone(release, parsed)) is not None:
+        return _none(Reason.NO_HEADERS, f"kernel {kernel}{spelled}: no linux-headers-{real} in Debian "
+                                        f"{release.suite}, -updates or -security ({gone}): an ABI that has left "
+                                        "the archive (snapshot.debian.org keeps it), or one from backports")
+    if branch not in release.branches:
+        return _none(Reason.BRANCH, _not_built(release, branch))
+    if flavour == "open":
+        if (why := open_problem(release, branch)) is not None:
+            return _none(Reason.OPEN_MODULES, why)
+        return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch}, open "
+                                   "kernel modules (gpualign ensure --flavour open, or the controller's build "
+                                   "Job)", Reason.BUILDS)
+    return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch} "
+                               "(gpualign ensure, or the controller's build Job)", Reason.BUILDS)
+
+
+def _headers_gone(release: DebianRelease, kernel: debian_kernels.DebianKernel) -> str | None:
+    """Where the archive was read and has no headers for the kernel, though it has a later ABI of the same line
+    (series, variant, architecture): when it was read. A kernel later than every one read may have been published
+    since: None (ensure reads the archive again before it builds)."""
+    if release.headers is None or kernel.release in release.headers:
+        return None
+    later = [k for k in map(debian_kernels.parse, release.headers)
+             if k is not None and k.line == kernel.line and k.abi > kernel.abi]
+    return f"read {release.headers_read}" if later else None
 
 
 def open_problem(release: DebianRelease, branch: str) -> str | None:

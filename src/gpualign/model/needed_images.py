@@ -10,13 +10,14 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
+from gpualign.model import debian_kernels
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.expect import inferred_branch
 from gpualign.model.facts import NodeFacts, node_facts
 from gpualign.model.flavours import PROPRIETARY
 from gpualign.model.flavours import resolve as resolve_flavour
-from gpualign.model.kernels import debian_release, label_of
+from gpualign.model.kernels import debian_release, label_of, release_of
 from gpualign.model.makers import DebianTable, Maker, Making, who_makes
 from gpualign.model.tags import Rules, kernel_flavour, required_image
 
@@ -70,6 +71,11 @@ def kernel_change_misfit(old: str | None, new: str, os_id: str | None, os_versio
     ships = _SHIPS.get((os_id or "", major or ""))
     if os_id == "debian" and (release := debian_release(new)) is not None and release != major:
         return f"kernel {new} is built for Debian {release}; this node runs Debian {major}"
+    if os_id == "debian" and (flavour := _debian_flavour_change(old, new)) is not None:
+        return flavour
+    if os_id == "debian" and ships and debian_kernels.parse(release_of(new)) is not None and \
+            _series_key(series) > min(map(_series_key, ships)):
+        return None  # a later line (backports'), its variant and its headers are who_makes' to judge, with why
     if ships is not None and series not in ships:
         return (f"{os_id} {os_version} does not ship kernel series {series} (it ships {', '.join(ships)}): "
                 "plan each OS pool with -l")
@@ -78,6 +84,27 @@ def kernel_change_misfit(old: str | None, new: str, os_id: str | None, os_versio
         return (f"kernel {new} is the {new_flavour} flavour; this node runs {old} ({old_flavour}): plan each "
                 "flavour's nodes with -l and their own kernel")
     return None
+
+
+def _series_key(series: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in series.split(".") if x.isdigit())
+
+
+def _debian_flavour_change(old: str | None, new: str) -> str | None:
+    """Why a Debian node on `old` cannot be planned on `new`: another variant (cloud, rt, generic), architecture or
+    page size is another kernel package, which apt never moves a node to."""
+    was = debian_kernels.parse(release_of(old)) if old else None
+    will = debian_kernels.parse(release_of(new))
+    if was is None or will is None:
+        return None
+    if (was.variant, was.arch, was.pages) == (will.variant, will.arch, will.pages):
+        return None
+    return (f"kernel {new} is the {_flavour_name(will)} flavour; this node runs {old} ({_flavour_name(was)}): plan "
+            "each flavour's nodes with -l and their own kernel")
+
+
+def _flavour_name(kernel: debian_kernels.DebianKernel) -> str:
+    return "-".join(p for p in (kernel.variant or "generic", kernel.arch, kernel.pages) if p)
 
 
 _REACH = (Maker.NONE, Maker.RENDER, Maker.BUILD, Maker.MIRROR, Maker.PRESENT)  # who can do least, first

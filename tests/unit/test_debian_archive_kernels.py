@@ -1,0 +1,201 @@
+"""Every kernel Debian's archive publishes, read as gpualign reads it: one decision per headers package, the same in
+check, plan, ensure and the build trigger.
+
+The kernels are the archive's own (tests/data/debian-kernels.tsv, recorded by scripts/record_debian_kernels.py from
+the main Packages index of bookworm and trixie with their -updates, -security and -backports suites, amd64 and
+arm64), not examples made up here. What each kernel should get is said from the listing's facts alone: the suite
+that carries it, its variant and its page size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpualign.base.errors import BadInput
+from gpualign.controller.build_trigger.trigger import BUILDABLE
+from gpualign.ensure import tagspec
+from gpualign.ledger.sources import Ledger
+from gpualign.model import debian_kernels
+from gpualign.model.audit import AuditInput, audit
+from gpualign.model.branches import BranchPolicy
+from gpualign.model.facts import node_facts
+from gpualign.model.kernels import label_of, release_of
+from gpualign.model.makers import Maker, Reason, kernel_arch, who_makes
+from gpualign.model.needed_images import Change, images_needed
+from gpualign.model.tags import load_rules
+from tests.support import builders
+
+LISTING = Path(__file__).resolve().parent.parent / "data" / "debian-kernels.tsv"
+OS_OF = {"bookworm": "debian12", "trixie": "debian13"}
+
+
+@cache
+def listing() -> tuple[tuple[str, str, str, str, str], ...]:
+    rows = []
+    for line in LISTING.read_text().splitlines():
+        if line.startswith("#") or line.startswith("suite\t"):
+            continue
+        suite, arch, package, version, depends = line.split("\t")
+        rows.append((suite, arch, package, version, depends))
+    return tuple(rows)
+
+
+def kernels() -> list[tuple[str, str, str]]:
+    """(suite, arch, release) of every kernel ABI whose headers the archive carries (not the -common packages, nor
+    the metapackages that name no ABI)."""
+    out = []
+    for suite, arch, package, _version, _ in listing():
+        release = package.removeprefix("linux-headers-")
+        if package.startswith("linux-headers-") and release[:1].isdigit() and "-common" not in release \
+                and not _is_meta(release):
+            out.append((suite, arch, release))
+    return out
+
+
+def _is_meta(release: str) -> bool:
+    """linux-headers-6.12-amd64: a metapackage naming a line, not an ABI."""
+    return release.split("-", 1)[0].count(".") == 1
+
+
+def read_suites(os_tag: str) -> tuple[str, ...]:
+    """The suites a build of os_tag reads (gpualign.ensure.archive.Archive.suites)."""
+    suite = {v: k for k, v in OS_OF.items()}[os_tag]
+    return suite, f"{suite}-updates", f"{suite}-security"
+
+
+@cache
+def table():
+    """The rules' Debian releases, with each release's headers as its read suites carry them in the listing."""
+    debian = load_rules(archive_reading=False).debian
+    for os_tag in debian.os_tags:
+        headers = frozenset(r for s, _a, r in kernels() if s in read_suites(os_tag))
+        debian = debian.with_headers(os_tag, headers, "the recorded listing")
+    return debian
+
+
+@cache
+def rules():
+    return dataclasses.replace(load_rules(archive_reading=False), debian=table())
+
+
+def expected(suite: str, release: str) -> Reason:
+    """What a kernel should get, from the listing's facts alone."""
+    os_tag = OS_OF[suite.split("-")[0]]
+    parsed = debian_kernels.parse(release)
+    assert parsed is not None
+    dt = table().get(os_tag)
+    assert dt is not None
+    if parsed.series not in dt.series:
+        return Reason.SERIES
+    if "-rt-" in release:
+        return Reason.PREEMPT_RT
+    if release.endswith("-16k"):
+        return Reason.PAGE_SIZE
+    carried = {r for s, _a, r in kernels() if s in read_suites(os_tag)}
+    if release not in carried:
+        return Reason.NO_HEADERS  # backports' only: an ABI the read suites do not carry, older than theirs
+    return Reason.BUILDS
+
+
+def test_the_listing_is_the_archives_and_covers_every_kind():
+    """Both releases and architectures, every variant, a point-release ABI and the page-size flavour are there."""
+    releases = {r for _s, _a, r in kernels()}
+    assert {s for s, _a, _r in kernels()} >= {"bookworm", "bookworm-security", "trixie", "trixie-security"}
+    assert {a for _s, a, _r in kernels()} == {"amd64", "arm64"}
+    assert any("+deb13.1-" in r for r in releases) and any(r.startswith("6.1.0-") for r in releases)
+    for part in ("-cloud-amd64", "-rt-amd64", "-cloud-arm64", "-rt-arm64", "-arm64-16k"):
+        assert any(r.endswith(part) for r in releases), part
+
+
+def test_every_kernel_debian_publishes_is_read_by_its_parts():
+    for suite, arch, release in kernels():
+        parsed = debian_kernels.parse(release)
+        assert parsed is not None, release
+        assert parsed.arch == arch and kernel_arch(release) == arch and kernel_arch(label_of(release)) == arch
+        assert release_of(label_of(release)) == release  # NFD's label reads back to the release
+        named = OS_OF[suite.split("-")[0]].removeprefix("debian")
+        assert parsed.built_for in (named, None)
+
+
+@pytest.mark.parametrize(("suite", "arch", "release"), kernels())
+def test_each_kernel_gets_one_decision_everywhere(suite, arch, release):
+    """check's ACTION, plan's action, ensure --dry-run and the build trigger agree, for every branch the release
+    builds and both module flavours."""
+    os_tag = OS_OF[suite.split("-")[0]]
+    want = expected(suite, release)
+    release_ = table().get(os_tag)
+    assert release_ is not None
+    label = label_of(release)
+    for branch in release_.branches:
+        making = who_makes(os_tag, branch, label, arch, False, debian=table())
+        assert making.reason is want, (release, making.why)
+        assert (making.maker is Maker.BUILD) == (want is Reason.BUILDS)
+        assert "\n" not in making.why and release in making.why or making.maker is Maker.BUILD
+        tag = f"{branch}-{label}-{os_tag}"
+        # ensure --dry-run: builds exactly what the decision builds, and refuses the rest with its reason
+        if want is Reason.BUILDS:
+            assert tagspec.buildable_here(tagspec.parse(tag), arch, debian=table()) == release_.suite
+        else:
+            with pytest.raises(BadInput, match="kernel"):
+                tagspec.buildable_here(tagspec.parse(tag), arch, debian=table())
+        # check: the node running it; the build trigger makes a Job for check's action
+        node = node_facts(builders.node("n", kernel=label, os_id="debian", os_version=os_tag[-2:], arch=arch))
+        (finding,) = audit(AuditInput([node], Ledger(frozenset(), ("t",)), rules(), BranchPolicy(default=branch),
+                                      repository="r/nvidia/driver")).findings
+        assert finding.tag == tag and finding.action == making.maker
+        assert (str(finding.action) in BUILDABLE) == (want is Reason.BUILDS)
+        # plan: a node of the same line planned onto it
+        planned = images_needed([node], Change(kernel=release), Ledger(frozenset(), ("t",)), rules(),
+                                BranchPolicy(default=branch))
+        if planned.unknown:  # plan refuses the change itself (a line the release does not ship), naming why
+            ((_, why),) = planned.unknown
+            assert want is not Reason.BUILDS and release in why
+            continue
+        (needed,) = planned.needed
+        assert needed.tag == tag and needed.action == making.maker and needed.making.reason is want
+
+
+@settings(max_examples=200)
+@given(st.sampled_from(kernels()), st.sampled_from(["535", "550", "580", "470"]), st.sampled_from(["open",
+                                                                                                   "proprietary"]))
+def test_a_kernel_refused_for_itself_is_refused_for_every_branch_and_flavour(row, branch, flavour):
+    """A kernel's own refusal (rt, page size, line, headers) comes first: the same reason whatever the branch."""
+    suite, arch, release = row
+    os_tag = OS_OF[suite.split("-")[0]]
+    want = expected(suite, release)
+    making = who_makes(os_tag, branch, label_of(release), arch, False, debian=table(), flavour=flavour)
+    if want is not Reason.BUILDS:
+        assert making.reason is want
+    else:
+        assert making.reason in (Reason.BUILDS, Reason.BRANCH, Reason.OPEN_MODULES)
+
+
+def test_a_kernel_later_than_the_reading_is_built_and_one_that_left_the_archive_is_refused():
+    """The archive is read when ensure last ran: a later ABI may have been published since, and ensure reads the
+    archive again before it builds; an earlier ABI absent from it has left the archive."""
+    later = who_makes("debian12", "535", "6.1.0-99-amd64", "amd64", False, debian=table())
+    assert later.maker is Maker.BUILD
+    gone = who_makes("debian12", "535", "6.1.0-44-amd64", "amd64", False, debian=table())
+    assert gone.reason is Reason.NO_HEADERS and "snapshot.debian.org" in gone.why
+    unread = who_makes("debian12", "535", "6.1.0-44-amd64", "amd64", False,
+                       debian=load_rules(archive_reading=False).debian)
+    assert unread.maker is Maker.BUILD  # nothing read: nothing claimed
+
+
+def test_the_review_kernels():
+    """The kernels review 5 named, by their labels."""
+    point = who_makes("debian13", "550", "6.12.115_deb13.1-amd64", "amd64", False, debian=table())
+    assert point.maker is Maker.BUILD
+    assert tagspec.parse("550-6.12.115_deb13.1-amd64-debian13").kernel == "6.12.115+deb13.1-amd64"
+    rt = who_makes("debian13", "550", "6.12.116_deb13-rt-amd64", "amd64", False, debian=table())
+    assert rt.reason is Reason.PREEMPT_RT and "run GPU nodes on 6.12.116+deb13-amd64" in rt.why
+    assert who_makes("debian12", "535", "6.1.0-57-rt-amd64", "amd64", False, debian=table()).reason \
+        is Reason.PREEMPT_RT
+    sixteen = who_makes("debian13", "550", "6.12.118_deb13-arm64-16k", "arm64", False, debian=table())
+    assert sixteen.reason is Reason.PAGE_SIZE
