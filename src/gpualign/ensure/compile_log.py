@@ -13,9 +13,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# NVIDIA's refusals, as conftest.sh prints them: "The NVIDIA driver does not support real-time kernels. ...",
-# "*** Failed PREEMPT_RT sanity check. Bailing out! ***"
-_REFUSAL = re.compile(r"The NVIDIA driver does not support .*|.*\bFailed \S+ sanity check\b.*")
+# NVIDIA's refusals, as conftest.sh prints them over several lines: "The NVIDIA driver does not support real-time
+# kernels. If you ...", then "*** Failed PREEMPT_RT sanity check. Bailing out! ***"
+_REFUSAL = re.compile(r"(?P<sentence>The NVIDIA driver does not support [^.]+)\..*")
+_CHECK = re.compile(r"\**\s*(?P<check>Failed \S+ sanity check)\b.*")
 _COMPILER = re.compile(r"(?:[^\s:]+:\d+(?::\d+)?: )?(?:fatal )?error: .+")
 _MAKE = re.compile(r"make(?:\[\d+\])?: .*")
 
@@ -28,11 +29,15 @@ class CompileFailure:
 
 def first_error(lines: Iterable[str]) -> CompileFailure | None:
     """The cause of a failed compile, from its log; None when the log names none."""
+    refusal: str | None = None
     compiler: str | None = None
     for raw in lines:
         line = raw.strip()
-        if _REFUSAL.fullmatch(line):
-            return CompileFailure(line.strip("* ").rstrip(), True)
-        if compiler is None and _COMPILER.fullmatch(line) and not _MAKE.fullmatch(line):
+        if refusal is None and (m := _REFUSAL.fullmatch(line)):
+            refusal = m.group("sentence")
+        elif (m := _CHECK.fullmatch(line)) is not None:
+            return CompileFailure(f"{refusal} ({m.group('check')})" if refusal else m.group("check"), True)
+        elif compiler is None and _COMPILER.fullmatch(line) and not _MAKE.fullmatch(line):
             compiler = line
-    return CompileFailure(compiler, True) if compiler is not None else None
+    found = refusal or compiler
+    return CompileFailure(found, True) if found is not None else None
