@@ -140,3 +140,29 @@ def test_a_list_read_page_by_page_with_the_next_page_in_flight_is_the_whole_list
                                           "items": []}).encode()) == ""
     finally:
         kube.close()
+
+
+def test_a_node_the_operator_calls_a_gpu_node_is_checked_without_gpu_present(fleet):
+    """Review 5's H1: in the operator's DRA mode no gpu-feature-discovery runs, so a GPU node carries NFD's NVIDIA
+    PCI label and no nvidia.com/gpu.present. Its driver pod cannot pull: check, status and why must see it (they
+    read 0 GPU nodes and exited 0)."""
+    kernel = "5.15.0-126-generic"
+    assert fleet.cli("lab", "add-node", "dra-2", "--kernel", kernel).code == 0
+    try:
+        fleet.kubectl("label", "node", "dra-2", "nvidia.com/gpu.present-", check=True)
+        res, data = wait_for(lambda: (r := check(fleet, "-l", "kubernetes.io/hostname=dra-2"))[1] and
+                             r[1]["nodes"] and r[1]["nodes"][0]["driver_pod"] and r, timeout=60,
+                             what="dra-2's driver pod, read by check")
+        assert res.code == 1, res.err
+        (node,) = data["nodes"]
+        assert node["name"] == "dra-2" and node["status"] == "missing"
+        assert data["summary"]["gpu_nodes"] == 1
+        why = fleet.cli("why", "dra-2")
+        assert "not a GPU node" not in why.out + why.err
+        status = fleet.cli("status", "-o", "json", "-l", "kubernetes.io/hostname=dra-2")
+        assert status.code in (0, 1), status.err
+        assert "dra-2" in status.out
+    finally:
+        fleet.kubectl("delete", "node", "dra-2", "--wait=false")
+    empty = check(fleet, "-l", "kubernetes.io/hostname=nobody")[1]
+    assert empty is not None and any("no GPU nodes" in w for w in empty["warnings"])  # JSON carries stderr's warning

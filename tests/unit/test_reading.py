@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpualign.base.errors import BadInput
-from gpualign.usecases.nodes import Reading
+from gpualign.usecases.nodes import Reading, no_gpu_nodes
 
 
 def dump(path: Path, gpu: bool) -> Path:
@@ -35,7 +35,7 @@ def test_what_the_read_says_is_said_by_result_in_the_callers_thread(tmp_path: Pa
     assert read.inventory.nodes == ()
     me = threading.current_thread().name
     assert said == [("say", f"nodes file {tmp_path / 'none.json'}: 0 GPU nodes", me),
-                    ("warn", "no GPU nodes (nodes labelled nvidia.com/gpu.present=true)", me)]
+                    ("warn", no_gpu_nodes(None), me)]
 
 
 def test_an_error_of_the_read_is_raised_by_result(tmp_path: Path) -> None:

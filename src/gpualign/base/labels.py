@@ -2,6 +2,10 @@
 
 GPU_PRESENT = "nvidia.com/gpu.present"
 PCI_NVIDIA = "feature.node.kubernetes.io/pci-10de.present"  # NFD: an NVIDIA PCI device; the operator keys on it
+# NFD's labels for NVIDIA's display and 3D controllers, where it labels devices by class and vendor (the GPU
+# Operator's state_manager reads these two as well)
+PCI_NVIDIA_BY_CLASS = ("feature.node.kubernetes.io/pci-0300_10de.present",
+                       "feature.node.kubernetes.io/pci-0302_10de.present")
 KERNEL = "feature.node.kubernetes.io/kernel-version.full"
 OS_ID = "feature.node.kubernetes.io/system-os_release.ID"
 OS_VERSION = "feature.node.kubernetes.io/system-os_release.VERSION_ID"

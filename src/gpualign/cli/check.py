@@ -206,6 +206,8 @@ def check(
         for w in checked.warnings:
             warn(w)
         body = checked.as_dict()
+        if not read.inventory.nodes:
+            body["warnings"].append(no_gpu_nodes(selector))  # said on stderr as it was read
         if output in (Output.json, Output.yaml):
             emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
         else:

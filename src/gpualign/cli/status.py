@@ -287,7 +287,8 @@ def _why_not_walked(node: str, kube: Kube) -> list[str]:
         raise BadInput(f"node {node!r} not found")
     facts = node_facts(obj)
     if not facts.gpu:
-        return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label): no driver upgrade applies to it."]
+        return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label, no NVIDIA PCI device labelled by NFD "
+                f"({L.PCI_NVIDIA}), and no GPU Operator driver pod): no driver upgrade applies to it."]
     driver = str(facts.driver) if facts.driver else "unknown"
     return [f"{node}'s driver is installed on the host ({L.DEPLOY_DRIVER}=false), version {driver}: the GPU "
             "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling."]

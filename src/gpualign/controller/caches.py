@@ -57,7 +57,8 @@ class Caches:
             self.unseen_writes.clear()  # a list is the present: every write made before it is in it
             self.shown = {}
             for item in items:
-                self._show(item)
+                if (item.get("metadata") or {}).get("name") in fresh:
+                    self._show(item)
         self.requeue([*fresh, *gone])
 
     def node_event(self, kind: str, obj: JSON) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
 from gpualign.controller import gate
 from gpualign.kube.client import Kube
@@ -23,9 +22,8 @@ class Released:
 
 def held(kube: Kube, selector: str | None = None) -> list[Released]:
     """The GPU nodes the gate holds now (its mark on them)."""
-    wanted = f"{L.GPU_PRESENT}=true" + (f",{selector}" if selector else "")
     out = []
-    for node in kube.nodes(wanted, metadata_only=True):
+    for node in kube.nodes(selector, metadata_only=True):  # the gate's mark is on GPU nodes only
         ann = node["metadata"].get("annotations") or {}
         if gate.GATED in ann:
             out.append(Released(node["metadata"]["name"], ann[gate.GATED], ann.get(gate.GATED_SINCE)))

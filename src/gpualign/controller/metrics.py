@@ -22,7 +22,8 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         data = self.snapshot()
-        yield GaugeMetricFamily("gpualign_gpu_nodes", "GPU nodes (nvidia.com/gpu.present=true) watched",
+        yield GaugeMetricFamily("gpualign_gpu_nodes",
+                                "GPU nodes (an NVIDIA PCI device, or nvidia.com/gpu.present=true) watched",
                                 value=len(data["nodes"]))
         states = GaugeMetricFamily("gpualign_upgrade_nodes",
                                    "GPU nodes per nvidia.com/gpu-driver-upgrade-state (none: no label)",

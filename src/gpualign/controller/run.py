@@ -153,7 +153,9 @@ def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threadin
               with_operator: bool) -> list[Watcher]:
     driver = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
     watchers = [
-        Watcher(kube, "/api/v1/nodes", label_selector=f"{L.GPU_PRESENT}=true", metadata_only=True,
+        # every node: a GPU node is one by any of its labels (gpualign.model.facts.GPU_LABELS), which no one
+        # label selector can ask for; the caches keep the GPU nodes
+        Watcher(kube, "/api/v1/nodes", label_selector=None, metadata_only=True,
                 on_sync=caches.sync_nodes, on_event=caches.node_event, stop=stop, name="watch-nodes"),
         Watcher(kube, "/api/v1/pods", label_selector=driver, metadata_only=False, on_sync=caches.sync_pods,
                 on_event=caches.pod_event, stop=stop, name="watch-driver-pods"),

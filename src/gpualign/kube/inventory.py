@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -100,11 +101,6 @@ def from_file(path: Path, selector: str | None) -> Inventory:
     return Inventory(tuple(f for f in facts if f.gpu and sel.matches(f.labels)), None, str(path))
 
 
-def _gpu_selector(selector: str | None) -> str:
-    base = f"{L.GPU_PRESENT}=true"
-    return f"{base},{selector}" if selector else base
-
-
 def driver_pods(kube: Any) -> dict[str, DriverPod]:
     """The GPU Operator's driver pods that are not going away, by node name."""
     pods: dict[str, DriverPod] = {}
@@ -150,28 +146,43 @@ def _metadata_facts(body: bytes) -> list[NodeFacts]:
 
 
 def gpu_node_facts(kube: Any, selector: str | None,
-                   each_page: Callable[[list[NodeFacts]], None] | None = None) -> tuple[NodeFacts, ...]:
-    """One metadata-only LIST of GPU nodes (labels are all the facts need), read into facts page by page: no page
-    is kept once read, and no field the facts do not read is built, so the LIST is never in memory twice.
-    each_page: handed each page's facts as it is read (a caller deciding nodes while the rest are on the wire)."""
+                   each_page: Callable[[list[NodeFacts]], None] | None = None,
+                   others: dict[str, NodeFacts] | None = None) -> tuple[NodeFacts, ...]:
+    """One metadata-only LIST of the nodes (labels are all the facts need), read into facts page by page: no page
+    is kept once read, and no field the facts do not read is built, so the LIST is never in memory twice. A GPU
+    node is found by its labels (gpualign.model.facts.GPU_LABELS: no label selector can ask for one label or
+    another, so the nodes are filtered here). each_page: handed each page's GPU nodes as it is read (a caller
+    deciding nodes while the rest are on the wire). others: given the other nodes' facts, by name (a node whose
+    driver pod says it is a GPU node after all)."""
     from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
 
     facts: list[NodeFacts] = []
     with held_off():
-        for page in kube.list_pages("/api/v1/nodes", label_selector=_gpu_selector(selector), metadata_only=True,
+        for page in kube.list_pages("/api/v1/nodes", label_selector=selector or None, metadata_only=True,
                                     decode=_metadata_facts,
                                     page_bytes=PAGE_BYTES if each_page is None else DECIDED_PAGE_BYTES):
-            facts.extend(page)
+            gpus = [f for f in page if f.gpu]
+            if others is not None and len(gpus) < len(page):
+                others.update((f.name, f) for f in page if not f.gpu)
+            facts.extend(gpus)
             if each_page is not None:
-                each_page(page)
+                each_page(gpus)
     return tuple(facts)
+
+
+def with_driver_pods(nodes: tuple[NodeFacts, ...], others: dict[str, NodeFacts],
+                     pods: dict[str, DriverPod]) -> tuple[NodeFacts, ...]:
+    """The nodes that carry no GPU label but run a GPU Operator driver pod: GPU nodes all the same (the operator's
+    DRA mode labels none; a node whose NFD labels went away)."""
+    return tuple(dataclasses.replace(others[name], gpu=True) for name in sorted(pods) if name in others)
 
 
 def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
                  each_page: Callable[[list[NodeFacts]], None] | None = None,
                  pods_read: Callable[[dict[str, DriverPod]], None] | None = None) -> Inventory:
     """The GPU nodes' facts and, with_pods, the driver pods: the two LISTs side by side. each_page: as
-    gpu_node_facts; pods_read: handed the driver pods as soon as they are read."""
+    gpu_node_facts (the nodes found by their driver pods come last, as a page of their own); pods_read: handed the
+    driver pods as soon as they are read."""
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
     if not with_pods:
         return Inventory(gpu_node_facts(kube, selector, each_page), None, kube.server)
@@ -182,8 +193,12 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
         if pods_read is not None:
             tell = pods_read
             pods.add_done_callback(lambda done: done.exception() is None and tell(done.result()))
-        nodes = gpu_node_facts(kube, selector, each_page)
-        return Inventory(nodes, pods.result(), kube.server)
+        others: dict[str, NodeFacts] = {}
+        nodes = gpu_node_facts(kube, selector, each_page, others)
+        found = with_driver_pods(nodes, others, pods.result())
+        if found and each_page is not None:
+            each_page(list(found))
+        return Inventory(nodes + found, pods.result(), kube.server)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,10 @@ _KERNEL = re.compile(r"[0-9][A-Za-z0-9._+~-]{0,62}")
 _OS_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _OS_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,62}")
 # The labels the facts are derived from, in the order _derive takes them.
+# A GPU node, as the GPU Operator finds one: an NVIDIA PCI device that NFD labels (the operator then adds
+# nvidia.com/gpu.present, unless its labelling is off, as in its DRA mode), or that label itself. A node with an
+# operator driver pod is one too (gpualign.kube.inventory adds it).
+GPU_LABELS = (L.GPU_PRESENT, L.PCI_NVIDIA, *L.PCI_NVIDIA_BY_CLASS)
 _READ = (L.KERNEL, L.OS_ID, L.OS_VERSION, L.DRIVER_CURRENT_FULL,
          L.DRIVER_CURRENT["major"], L.DRIVER_CURRENT["minor"], L.DRIVER_CURRENT["rev"],
          L.DRIVER_LEGACY["major"], L.DRIVER_LEGACY["minor"], L.DRIVER_LEGACY["rev"])
@@ -115,7 +119,7 @@ def from_labels(name: str, labels: dict[str, str], annotations: dict[str, str], 
     kernel, os_id, os_version, driver, problems = _derive(*map(get, _READ))
     return NodeFacts(
         name=name,
-        gpu=get(L.GPU_PRESENT) == "true",
+        gpu=any(get(key) == "true" for key in GPU_LABELS),
         kernel=kernel,
         os_id=os_id,
         os_version=os_version,

@@ -124,8 +124,16 @@ def _newest_hashes(kube: Kube, namespaces: set[str]) -> dict[str, str]:
 
 
 def target_selector(selector: str | None) -> str:
-    base = f"{L.GPU_PRESENT}=true,{L.DEPLOY_DRIVER}!=false"
+    """The nodes a walk may touch, as far as a label selector can say: not a host-managed driver. Whether a node is
+    a GPU node is decided on its labels and driver pod after the LIST (`is_walked`): no selector can ask for one
+    label or another."""
+    base = f"{L.DEPLOY_DRIVER}!=false"
     return f"{base},{selector}" if selector else base
+
+
+def is_walked(facts: NodeFacts, driver_pods: Mapping[str, Any]) -> bool:
+    """A GPU node (gpualign.model.facts.GPU_LABELS), or a node running a GPU Operator driver pod."""
+    return facts.gpu or facts.name in driver_pods
 
 
 def _driver_pods(kube: Kube) -> dict[str, JSON]:
@@ -175,6 +183,8 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     states: dict[str, NodeState] = {}
     for node in nodes:
         facts = node_facts(node)
+        if not is_walked(facts, pods):
+            continue
         pod = pods.get(facts.name)
         pool = next((p for p in pools if p.selects(facts.labels)), None)
         pod_tag = image_tag(pod["spec"]["containers"][0]["image"]) if pod else None

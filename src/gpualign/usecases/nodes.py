@@ -183,4 +183,5 @@ class Reading:
 
 def no_gpu_nodes(selector: str | None) -> str:
     where = f" match -l {selector!r}" if selector else ""
-    return f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true)"
+    return (f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true or with NFD's NVIDIA PCI label "
+            "feature.node.kubernetes.io/pci-10de.present=true, or running a GPU Operator driver pod)")

@@ -85,14 +85,13 @@ def operator_branches(kubeconfig: str | None, context: str | None, timeout: floa
 
 def _operator_sources(kubeconfig: str | None, context: str | None, timeout: float | None,
                       warn: Say) -> tuple[Any, list[Any]]:
-    from gpualign.base import labels as L
     from gpualign.kube.client import Kube
     from gpualign.kube.inventory import read_operator_config
     from gpualign.model.facts import node_facts
 
     kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
     try:
-        facts = tuple(node_facts(n) for n in kube.nodes(f"{L.GPU_PRESENT}=true"))
+        facts = tuple(f for f in (node_facts(n) for n in kube.nodes(None, metadata_only=True)) if f.gpu)
         config, notes = read_operator_config(kube, facts)
     finally:
         kube.close()
