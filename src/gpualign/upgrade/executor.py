@@ -324,7 +324,9 @@ class Executor:
         if fresh is None:
             return
         ann = (fresh["metadata"].get("annotations") or {})
-        if ann.get(S.INITIAL_UNSCHEDULABLE) != "false":
+        # k8s-operator-libs sets the initial state only when the node was cordoned before the walk ("true");
+        # gpualign writes "false" as well: absent or "false", the walk cordoned it
+        if ann.get(S.INITIAL_UNSCHEDULABLE) == "true":
             self.finish(ns, unschedulable=None, why="was cordoned before the upgrade: left cordoned")
             return
         ns.node = fresh

@@ -37,6 +37,11 @@ def blocker(state: str, *, pods: list[JSON], pdbs: list[JSON], driver_pod: JSON 
             validators: list[JSON], events: Iterable[JSON], node: str, drain: bool) -> str | None:
     """Why a node the operator walks is still in `state`, in the words gpualign uses for its own walk."""
     event = latest_warning(events, node)
+    if state == S.NODE_MAINTENANCE:
+        return ("the maintenance operator cordons and drains it (a NodeMaintenance of the GPU Operator's, "
+                "requestor mode); the walk goes on once it is Ready" + (f"; its last event: {event}" if event else ""))
+    if state == S.POST_MAINTENANCE:
+        return "maintenance done: the GPU Operator restarts its driver pod next"
     if state in (S.POD_DELETION, S.DRAIN):
         victims = P.to_move(pods, drain=state == S.DRAIN or drain)
         for pod in victims:

@@ -133,8 +133,12 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
                     if pdb in remaining:
                         remaining[pdb] -= need
             continue
+        if n.state in S.MAINTENANCE:
+            actions.append(Action(n.name, "hold", "the maintenance operator holds it (a NodeMaintenance, requestor "
+                                                  "mode): gpualign neither cordons nor drains behind it"))
+            continue
         if n.state == S.UNCORDON:
-            if n.initial_unschedulable == "false":
+            if n.initial_unschedulable != "true":  # k8s-operator-libs records only a cordon made before the walk
                 actions.append(Action(n.name, "uncordon"))
             else:
                 actions.append(Action(n.name, "finish", "was cordoned before the upgrade: left cordoned"))

@@ -165,6 +165,8 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
     if ledger_known and ns.target_tag and not ns.view.image_present:
         walked = st.state not in ("(none)", S.DONE)
         lines.append(f"image {ns.target_tag} missing from the ledger" + (
+            ": it is cordoned already, and its new driver cannot load until the image exists"
+            if walked and st.cordoned != "no" else
             ": it will not be cordoned until it exists" if walked else
             ": an upgrade would hold this node before cordon until it exists"))
         if st.building:

@@ -33,6 +33,11 @@ class UpgradeState(StrEnum):
     WAIT_FOR_JOBS = "wait-for-jobs-required"
     POD_DELETION = "pod-deletion-required"
     DRAIN = "drain-required"
+    # k8s-operator-libs' requestor mode: a NodeMaintenance (maintenance.nvidia.com/v1alpha1) asks the maintenance
+    # operator to cordon and drain the node; when it is Ready the walk goes on at pod-restart-required.
+    # post-maintenance-required is the name the libs keep for that step, not yet written by them.
+    NODE_MAINTENANCE = "node-maintenance-required"
+    POST_MAINTENANCE = "post-maintenance-required"
     POD_RESTART = "pod-restart-required"
     VALIDATION = "validation-required"
     UNCORDON = "uncordon-required"
@@ -46,15 +51,23 @@ CORDON = UpgradeState.CORDON
 WAIT_FOR_JOBS = UpgradeState.WAIT_FOR_JOBS
 POD_DELETION = UpgradeState.POD_DELETION
 DRAIN = UpgradeState.DRAIN
+NODE_MAINTENANCE = UpgradeState.NODE_MAINTENANCE
+POST_MAINTENANCE = UpgradeState.POST_MAINTENANCE
 POD_RESTART = UpgradeState.POD_RESTART
 VALIDATION = UpgradeState.VALIDATION
 UNCORDON = UpgradeState.UNCORDON
 DONE = UpgradeState.DONE
 FAILED = UpgradeState.FAILED
 
-ORDER = (REQUIRED, CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, DONE)
+# The walk's order: in requestor mode a node goes from upgrade-required to node-maintenance-required (the maintenance
+# operator cordons and drains it, in place of cordon-required .. drain-required), then on at pod-restart-required.
+ORDER = (REQUIRED, CORDON, NODE_MAINTENANCE, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POST_MAINTENANCE, POD_RESTART,
+         VALIDATION, UNCORDON, DONE)
 ALL = (*ORDER, FAILED)
 # Nodes in these states hold a parallelism slot (the operator: all − (unknown + done + upgrade-required)).
-IN_PROGRESS = frozenset({CORDON, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POD_RESTART, VALIDATION, UNCORDON, FAILED})
+IN_PROGRESS = frozenset({CORDON, NODE_MAINTENANCE, WAIT_FOR_JOBS, POD_DELETION, DRAIN, POST_MAINTENANCE, POD_RESTART,
+                         VALIDATION, UNCORDON, FAILED})
+# The states in which the maintenance operator, not the GPU Operator nor gpualign, moves the node's pods.
+MAINTENANCE = frozenset({NODE_MAINTENANCE, POST_MAINTENANCE})
 # gpualign's annotations, cleared when a node finishes.
 OURS = (BLOCKER, BLOCKED_SINCE, TARGET, DELETION_START, RESTART_START, WAIT_START, VALIDATION_START)
