@@ -187,3 +187,14 @@ def test_an_unplaceable_operator_version_keeps_the_newest_rules_and_says_so():
 def test_for_operator_is_total(version):
     rules, _ = for_operator(load_rules(), version)
     assert os_tag("rhel", "9.4", rules) in ("rhel9", "rhel9.4")
+
+
+def test_a_crd_mode_cluster_policy_without_driver_image_fields_still_hands_the_driver_to_its_nvidiadrivers():
+    """Review 5's M9: a ClusterPolicy written for the NVIDIADriver mode often names no repository, image or version
+    (the NVIDIADrivers do); it made every node unknown, and the NVIDIADrivers were never read."""
+    config = oc.read([cp({"useNvidiaDriverCRD": True})], [nd("pool", None)])
+    assert config is not None and config.nvidiadriver_mode
+    (source,) = config.sources
+    assert source.origin == "nvidiadriver/pool" and source.problem is None and source.version == "580"
+    expectation = from_operator(config)(node(), None)
+    assert expectation.problem is None and expectation.branch == "580"

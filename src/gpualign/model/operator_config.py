@@ -145,6 +145,10 @@ def from_cluster_policy(obj: Mapping[str, Any]) -> tuple[DriverSource, bool]:
     if driver.get("enabled") is False:
         return DriverSource(origin, host_managed=f"{origin} sets spec.driver.enabled: false (the driver is "
                                                  "installed on the host)"), False
+    if driver.get("useNvidiaDriverCRD") is True:
+        # the NVIDIADrivers name every image: the ClusterPolicy's repository, image and version are not read (a
+        # ClusterPolicy written for this mode often has none)
+        return DriverSource(origin, one_os_tag=False), True
     precompiled = driver.get("usePrecompiled") is True
     source = _image_parts(origin, driver, precompiled, "spec.driver.")
     module_type, problem = _module_type(origin, driver, "spec.driver.")
