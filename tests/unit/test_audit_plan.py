@@ -146,6 +146,14 @@ def test_a_kernel_change_a_node_could_never_take_is_not_planned():
         "kernel 6.12.117_deb13-amd64 is built for Debian 13; this node runs Debian 12")
     assert misfit("6.1.0-47-amd64", "6.12.117_deb12-amd64", "debian", "12") is None  # bookworm-security's 6.12
     assert misfit("6.1.0-47-amd64", "6.1.0-50-amd64", "debian", "12") is None
+    # review 5's M5: a Debian cloud or rt node is not planned onto the generic kernel (nor the other way round)
+    assert misfit("6.1.0-50-cloud-amd64", "6.1.0-57-amd64", "debian", "12") == (
+        "kernel 6.1.0-57-amd64 is the generic-amd64 flavour; this node runs 6.1.0-50-cloud-amd64 (cloud-amd64): plan "
+        "each flavour's nodes with -l and their own kernel")
+    assert misfit("6.1.0-50-rt-amd64", "6.1.0-57-amd64", "debian", "12") is not None
+    assert misfit("6.12.117_deb13-arm64", "6.12.118+deb13-arm64-16k", "debian", "13") is not None
+    assert misfit("6.1.0-50-cloud-amd64", "6.1.0-57-cloud-amd64", "debian", "12") is None
+    assert misfit("6.12.115_deb13-amd64", "6.12.115+deb13.1-amd64", "debian", "13") is None
     assert misfit("6.12.117+deb13-amd64", "6.1.0-50-amd64", "debian", "13").startswith(
         "debian 13 does not ship kernel series 6.1")
     assert misfit("5.14.0-427.el9.x86_64", "5.14.0-503.el9.x86_64", "rhel", "9.4") is None  # not checked here

@@ -159,6 +159,14 @@ def test_each_kernel_gets_one_decision_everywhere(suite, arch, release):
             continue
         (needed,) = planned.needed
         assert needed.tag == tag and needed.action == making.maker and needed.making.reason is want
+        report = planned.as_dict()  # plan -o json never contradicts itself
+        (entry,) = report["needed"]
+        if want is Reason.BUILDS:
+            assert report["to_build"] == [tag] and report["cannot_make"] == []
+        else:
+            assert report["to_build"] == [] and report["cannot_make"] == [
+                {"tag": tag, "reason": making.why, "kind": str(want)}]
+            assert "in-house" not in entry["reason"] and making.why in entry["reason"]
 
 
 @settings(max_examples=200)

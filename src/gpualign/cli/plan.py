@@ -145,7 +145,10 @@ def plan(
     if names is None:
         body, clean, source = plan_of(context[0] if context else None)
         if build_matrix:
-            to_build = [n for n in body["needed"] if not n["in_ledger"]]
+            to_build = [n for n in body["needed"] if not n["in_ledger"] and n["action"] != "none"]
+            for n in body["needed"]:
+                if not n["in_ledger"] and n["action"] == "none":  # a Job for it could only fail: said, not built
+                    warn(f"{n['tag']}: not in the matrix: {n['action_reason']}")
             sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in to_build]}, indent=2) + "\n")
         elif output in (Output.json, Output.yaml):
             emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), output)

@@ -152,11 +152,11 @@ class Audit:
         return [out[i] for i in sorted(out)]
 
 
-def _advice(reason: str, making: Making | None) -> str:
+def _advice(req: RequiredImage, making: Making | None) -> str:
     """The rules' reason, with who makes the image in place of their generic advice."""
     if making is None or making.maker is Maker.MIRROR:
-        return reason
-    return f"{reason.removesuffix(': build it in-house')}; {making.why}"
+        return req.told
+    return f"{req.reason}; {making.why}"
 
 
 @lru_cache(maxsize=256)
@@ -274,15 +274,14 @@ def findings_of(given: AuditInput, derived: Derived | None = None) -> tuple[list
             status, reason = Status.WRONG_IMAGE, f"present but wrong: {off_flavour}"
         elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
             status = Status.PRESENT
-            reason = "in the ledger; " + req.reason.removesuffix(": mirror it, after checking the tag on NGC") \
-                .removesuffix(": build it in-house")
+            reason = "in the ledger; " + req.reason
             if unverified and image in unverified:
                 reason += f"; modules not verified: {unverified[image]}"
             elif verified and image in verified:
                 reason += f"; modules verified ({verified[image]} symbol CRCs match kernel {facts.kernel})"
         else:
             status = Status.MISSING
-            reason = f"missing from the ledger; {_advice(req.reason, making)}"
+            reason = f"missing from the ledger; {_advice(req, making)}"
         matches = None
         if pod is not None and facts.kernel:
             matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not exp.precompiled

@@ -119,11 +119,12 @@ class Needed:
     published: bool
     in_ledger: bool
     nodes: tuple[str, ...]
-    reason: str = ""
+    reason: str = ""  # the facts: why NVIDIA does or does not publish it
     wrong: str | None = None  # in the ledger under the tag, but present but wrong (why): to be made again
     archs: tuple[str, ...] = ("amd64",)  # the CPU architectures of the nodes that will need it
     modules: str = PROPRIETARY  # the kernel modules its nodes' driver pods will load (gpualign.model.flavours)
     debian: DebianTable = field(default=DebianTable(()), compare=False, repr=False)  # the rules' (who_makes)
+    advice: str = ""  # the rules' generic advice, told only when NVIDIA publishes it (it is mirrored)
 
     @property
     def making(self) -> Making:
@@ -131,6 +132,14 @@ class Needed:
         makings = [who_makes(self.os_tag, self.branch, self.kernel, arch, self.published, debian=self.debian,
                              flavour=self.modules) for arch in self.archs]
         return min(makings, key=lambda m: _REACH.index(m.maker))
+
+    @property
+    def told(self) -> str:
+        """The reason a user reads: the facts, then who makes it (the same words check uses)."""
+        making = self.making
+        if making.maker is Maker.MIRROR:
+            return self.reason + self.advice
+        return f"{self.reason}; {making.why}"
 
     @property
     def action(self) -> str:
@@ -152,9 +161,12 @@ class NeededImages:
         return tuple(n for n in self.needed if not n.in_ledger)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"needed": [{**{k: v for k, v in dataclasses.asdict(n).items() if k != "debian"},
-                            "action": n.action, "action_reason": n.making.why} for n in self.needed],
-                "to_build": [n.tag for n in self.to_build],
+        return {"needed": [{**{k: v for k, v in dataclasses.asdict(n).items() if k not in ("debian", "advice")},
+                            "reason": n.told, "action": n.action, "action_reason": n.making.why}
+                           for n in self.needed],
+                "to_build": [n.tag for n in self.to_build if n.action != Maker.NONE],
+                "cannot_make": [{"tag": n.tag, "reason": n.making.why, "kind": str(n.making.reason)}
+                                for n in self.to_build if n.action == Maker.NONE],
                 "modules": {n.tag: n.modules for n in self.to_build},
                 "unknown": [{"node": n, "reason": r} for n, r in self.unknown]}
 
@@ -168,6 +180,7 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
     groups: dict[str, list[str]] = {}
     archs: dict[str, set[str]] = {}
     info: dict[str, tuple[str, str, str, bool, str]] = {}
+    advice: dict[str, str] = {}
     flavours: dict[str, str] = {}
     unknown: list[tuple[str, str]] = []
     for facts in sorted(nodes, key=lambda n: n.name):
@@ -199,8 +212,9 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
         module_type = change.module_type or branches.module_type_of(rule)
         flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
         info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
+        advice[req.tag] = req.advice
     needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
                           info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
-                          flavours[tag], rules.debian)
+                          flavours[tag], rules.debian, advice[tag])
                    for tag, names in sorted(groups.items()))
     return NeededImages(needed, tuple(unknown))

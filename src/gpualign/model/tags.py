@@ -213,7 +213,13 @@ class RequiredImage:
     kernel: str | None
     branch: str | None
     published: bool
-    reason: str
+    reason: str  # the facts: why it is or is not published
+    advice: str = ""  # the rules' generic advice on making it (": build it in-house"), said after the facts
+
+    @property
+    def told(self) -> str:
+        """The facts with the rules' advice, as told for a missing image nobody else makes."""
+        return self.reason + self.advice
 
 
 def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precompiled: bool = True,
@@ -232,20 +238,20 @@ def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precom
         series = ".".join(facts.kernel.split(".")[:2])
         if ostag not in rules.kernels:  # the OS first: NVIDIA publishes nothing precompiled for it at all
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"NVIDIA publishes no precompiled images for {ostag}: build it in-house")
+                                 f"NVIDIA publishes no precompiled images for {ostag}", ": build it in-house")
         if flavour is None or flavour not in rules.flavours:
             why = f"kernel flavour {flavour!r} is" if flavour else "this kernel's flavour is"
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"{why} not published precompiled by NVIDIA: build it in-house")
+                                 f"{why} not published precompiled by NVIDIA", ": build it in-house")
         if series not in rules.kernels[ostag]:
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"kernel series {series} is not in NVIDIA's {ostag} matrix: build it in-house")
+                                 f"kernel series {series} is not in NVIDIA's {ostag} matrix", ": build it in-house")
         if branch not in rules.published_branches:
             return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"branch {branch} is not published precompiled: build it in-house")
+                                 f"branch {branch} is not published precompiled", ": build it in-house")
         return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, True,
                              f"NVIDIA publishes {ostag} kernel series {series}, branch {branch} precompiled "
-                             f"({rules.describe()}): mirror it, after checking the tag on NGC")
+                             f"({rules.describe()})", ": mirror it, after checking the tag on NGC")
     version = driver_version or rules.branches.get(branch)
     if not version:
         return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False,

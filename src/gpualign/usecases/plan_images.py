@@ -129,6 +129,8 @@ def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_c
     for w in found.warnings:
         warn(w)
     wrong = {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
+    for image, unchecked in found.unverified.items():  # never checked is work to do, as check and the walk hold it
+        wrong.setdefault(image.rpartition(":")[2], f"modules not verified: {unchecked}")
     for n in present:  # an image that lacks the architecture of a node that will need it is wrong for that node
         for arch in n.archs:
             why = found.wrong_for(f"{repo}:{n.tag}", arch)
