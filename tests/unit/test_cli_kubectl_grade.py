@@ -305,7 +305,7 @@ def test_inject_writes_plain_yaml_reads_a_directory_and_warns_on_no_template(tmp
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: t}\nspec:\n  template:\n    spec:\n"
         "      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n"
         "            nodeSelectorTerms:\n            - matchExpressions:\n              - {key: pool, operator: In,"
-        " values: [train]}\n      containers: [{name: c, image: i}]\n")
+        " values: [train]}\n      containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]\n")
     (manifests / "b-svc.yaml").write_text("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
     (manifests / "notes.txt").write_text("not a manifest\n")
     res = run_cli("cuda", "inject", "--cuda", "12.4", "--labels", "both", "-f", str(manifests))
@@ -313,7 +313,7 @@ def test_inject_writes_plain_yaml_reads_a_directory_and_warns_on_no_template(tmp
     assert "&id" not in res.out and "*id" not in res.out
     terms = res.out.count("- matchExpressions:")
     assert terms > 1 and res.out.count("key: pool") == terms  # the existing term, ANDed into each floor term
-    assert f"gpualign: warning: {manifests / 'b-svc.yaml'}: no pod template" in res.err
+    assert f"gpualign: warning: {manifests / 'b-svc.yaml'}: no GPU pod template" in res.err
 
 
 def test_cuda_policy_exempts_the_operator_namespaces_people_use():

@@ -95,6 +95,9 @@ spec:
       containers:
       - name: train
         image: pytorch:25.01
+        resources:
+          limits:
+            nvidia.com/gpu: 1
 ---
 apiVersion: v1
 kind: Service
@@ -111,9 +114,48 @@ spec:
     spec:
       template:
         spec:
+          runtimeClassName: nvidia
           containers:
           - name: c
             image: x
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web  # a CPU workload: never pinned to GPU nodes
+spec:
+  template:
+    spec:
+      containers:
+      - name: nginx
+        image: nginx
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: one-gpu
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: dra-pod
+spec:
+  resourceClaims:
+  - name: gpu
+    resourceClaimTemplateName: one-gpu
+  containers:
+  - name: c
+    image: cuda
+    resources:
+      claims:
+      - name: gpu
 """
 
 
@@ -125,10 +167,16 @@ def _docs(text):
 
 def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
     terms = selector_terms(minimum_driver("12.4"), "current")
-    out, count = inject(MANIFEST, terms, "m.yaml")
+    out, count, left = inject(MANIFEST, terms, "m.yaml")
     assert count == 2
     assert "# training job, owned by team ml" in out and "# keep this name" in out
-    deploy, service, cron = _docs(out)
+    deploy, service, cron, web, claim_template, dra_pod = _docs(out)
+    before = _docs(MANIFEST)
+    assert (web, claim_template, dra_pod) == tuple(before[3:])  # a CPU workload, a claim template, a DRA pod: as is
+    told = {line.split(": ", 2)[1]: line for line in left}
+    assert set(told) == {"Deployment web", "ResourceClaimTemplate one-gpu", "Pod dra-pod"}
+    assert "asks for no NVIDIA GPU" in told["Deployment web"] and "passed through" in \
+        told["ResourceClaimTemplate one-gpu"] and "resource claims" in told["Pod dra-pod"]
     aff = deploy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     required = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(required) == 2 * 3
@@ -144,27 +192,33 @@ def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
 
 def test_inject_is_idempotent_and_replaces_an_older_floor():
     terms = selector_terms(minimum_driver("12.4"))
-    once, _ = inject(MANIFEST, terms, "m.yaml")
-    twice, _ = inject(once, terms, "m.yaml")
+    once, _, _ = inject(MANIFEST, terms, "m.yaml")
+    twice, _, _ = inject(once, terms, "m.yaml")
     assert once == twice
-    newer, _ = inject(once, selector_terms(minimum_driver("12.8")), "m.yaml")
-    fresh, _ = inject(MANIFEST, selector_terms(minimum_driver("12.8")), "m.yaml")
+    newer, _, _ = inject(once, selector_terms(minimum_driver("12.8")), "m.yaml")
+    fresh, _, _ = inject(MANIFEST, selector_terms(minimum_driver("12.8")), "m.yaml")
     assert newer == fresh
 
 
 def test_round_trip_keeps_untouched_documents_byte_for_byte():
     text = "apiVersion: v1\nkind: ConfigMap  # cfg\nmetadata:\n  name: a\ndata:\n  k: 'v'\n"
-    out, count = inject(text, selector_terms(minimum_driver("12.4")), "c.yaml")
-    assert (out, count) == (text, 0)
+    out, count, left = inject(text, selector_terms(minimum_driver("12.4")), "c.yaml")
+    assert (out, count, left) == (text, 0, [])
 
 
 @pytest.mark.parametrize("text,message", [
     ("kind: Deployment\nspec: [\n", r"m.yaml:\d+: invalid YAML"),
-    ("apiVersion: v1\nkind: ConfigMap\n---\napiVersion: x/v1\nkind: Deploymnet\nspec: {}\n",
-     r"m.yaml:4: unknown kind 'Deploymnet'"),
     ("kind: Deployment\nspec:\n  replicas: 1\n", r"m.yaml:2: Deployment has no spec.template.spec"),
     ("- just\n- a list\n", r"m.yaml:1: a document is not a Kubernetes object"),
 ])
 def test_bad_manifests_name_file_and_line(text, message):
     with pytest.raises(BadInput, match=message):
         inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
+
+
+def test_a_kind_gpualign_does_not_edit_passes_through_named():
+    text = "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: x/v1\nkind: Deploymnet\nspec: {}\n"
+    out, count, left = inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
+    assert (out, count) == (text, 0)
+    assert left == ["m.yaml:4: Deploymnet (unnamed): not a kind with a pod template gpualign edits: passed through "
+                    "as it is"]

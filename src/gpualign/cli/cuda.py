@@ -134,11 +134,12 @@ def inject(
     minor_compat: MinorOpt = False,
     labels: LabelsOpt = Labels.both,
 ) -> None:
-    """Add the CUDA driver floor to every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job,
-    CronJob), ANDed into existing required terms. Idempotent; comments and key order are kept.
+    """Add the CUDA driver floor to every GPU pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+    Job, CronJob asking for nvidia.com/gpu or MIG resources, or an nvidia runtimeClass: what `gpualign cuda policy`
+    calls a GPU pod), ANDed into existing required terms. Idempotent; comments and key order are kept.
 
-    Output is plain YAML (no anchors or aliases), ready for review and GitOps. A file with no pod template is
-    left as it is, with a warning.
+    Output is plain YAML (no anchors or aliases), ready for review and GitOps. A template that asks for no GPU, one
+    whose GPUs come from DRA resource claims, and every other kind are left as they are, each with a warning.
 
     Example:
 
@@ -165,12 +166,14 @@ def inject(
                 raise BadInput(f"{name}: cannot read: {err.strerror}") from None
             except UnicodeDecodeError:
                 raise BadInput(f"{name}: not UTF-8 text") from None
-        new, count = do_inject(text, terms, "<stdin>" if name == "-" else name)
+        new, count, left = do_inject(text, terms, "<stdin>" if name == "-" else name)
+        for why in left:
+            warn(why)
         if count == 0:
-            warn(f"{name}: no pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob): "
-                 "left as it is")
+            warn(f"{name}: no GPU pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob "
+                 "asking for NVIDIA GPUs): left as it is")
         else:
-            print(f"# {name}: {count} pod template(s) now require driver >= {minimum}", file=sys.stderr)
+            print(f"# {name}: {count} GPU pod template(s) now require driver >= {minimum}", file=sys.stderr)
         results.append((name, new))
     for name, new in results:
         if in_place:

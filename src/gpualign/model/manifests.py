@@ -1,4 +1,6 @@
-"""Add a CUDA driver floor to every pod template in a multi-document YAML, keeping comments and key order.
+"""Add a CUDA driver floor to every GPU pod template in a multi-document YAML, keeping comments and key order.
+A template that asks for no GPU is left as it is (pinned to GPU nodes it would take their capacity), and so is
+every kind without a pod template gpualign edits.
 
 The requirement is ANDed into every existing required nodeSelectorTerm (a cross product, since terms are ORed),
 preferred terms are kept, and terms gpualign wrote before are replaced, so injecting twice changes nothing.
@@ -77,7 +79,9 @@ def _load(text: str, source: str) -> tuple[YAML, list[Any]]:
     return _style_for(text), docs
 
 
-def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
+def _pod_specs(doc: Any, source: str, passed: list[str]) -> Iterator[tuple[str, CommentedMap]]:
+    """(what, pod spec) of each pod template in a document; a kind with none is passed through (named in `passed`
+    when it is not one of the plain kinds that often sit beside workloads)."""
     known = getattr(getattr(doc, "lc", None), "line", None)  # a scalar document ("=") has no line recorded
     line = known + 1 if isinstance(known, int) else "?"
     if not isinstance(doc, dict):
@@ -85,13 +89,15 @@ def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
     kind = doc.get("kind")
     if kind == "List":
         for item in doc.get("items") or []:
-            yield from _pod_specs(item, source)
+            yield from _pod_specs(item, source, passed)
         return
     if kind in NO_POD_TEMPLATE:
         return
+    name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+    what = f"{source}:{line}: {kind} {name or '(unnamed)'}"
     if kind not in POD_SPEC_PATHS:
-        raise BadInput(f"{source}:{line}: unknown kind {kind!r}: gpualign knows "
-                       f"{', '.join(sorted(POD_SPEC_PATHS))} (and passes {len(NO_POD_TEMPLATE)} plain kinds through)")
+        passed.append(f"{what}: not a kind with a pod template gpualign edits: passed through as it is")
+        return
     node: Any = doc
     at = line  # the line of the deepest key reached: where the missing part belongs
     for key in POD_SPEC_PATHS[kind]:
@@ -100,7 +106,30 @@ def _pod_specs(doc: Any, source: str) -> Iterator[CommentedMap]:
         if not isinstance(node, dict) or not isinstance(node.get(key), dict):
             raise BadInput(f"{source}:{at}: {kind} has no {'.'.join(POD_SPEC_PATHS[kind])}")
         node = node[key]
-    yield node
+    yield what, node
+
+
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")  # a resource name starting with one of these is a GPU
+
+
+def gpu_pod(spec: Any) -> str | None:
+    """How a pod spec asks for NVIDIA GPUs, as gpualign's admission policy reads it (gpualign.model.cuda_policy):
+    "resources" (a container's nvidia.com/gpu* or nvidia.com/mig-* limit or request), "runtime" (a runtimeClass
+    naming nvidia), "claims" (DRA resource claims, and neither of the others); None: not a GPU pod."""
+    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    for c in containers:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        if not isinstance(resources, dict):
+            continue
+        for part in ("limits", "requests"):
+            asked = resources.get(part)
+            if isinstance(asked, dict) and any(str(k).startswith(GPU_RESOURCES) for k in asked):
+                return "resources"
+    if "nvidia" in str(spec.get("runtimeClassName") or ""):
+        return "runtime"
+    if spec.get("resourceClaims"):
+        return "claims"
+    return None
 
 
 def _strip_ours(term: Any) -> CommentedMap:
@@ -137,14 +166,25 @@ def inject_into_spec(spec: CommentedMap, terms: list[dict[str, Any]]) -> None:
     required["nodeSelectorTerms"] = merge_required(required.get("nodeSelectorTerms") or [], terms)
 
 
-def inject(text: str, terms: list[dict[str, Any]], source: str) -> tuple[str, int]:
-    """Return the new text and how many pod templates got the requirement. Raises BadInput, writes nothing."""
+def inject(text: str, terms: list[dict[str, Any]], source: str) -> tuple[str, int, list[str]]:
+    """The new text, how many pod templates got the requirement, and what was left as it was, each with why (a
+    template that asks for no GPU, one whose GPUs come from DRA claims, a kind with no pod template gpualign edits).
+    Raises BadInput, writes nothing."""
     y, docs = _load(text, source)
     count = 0
-    specs = [spec for doc in docs if doc is not None for spec in _pod_specs(doc, source)]
-    for spec in specs:
-        inject_into_spec(spec, terms)
-        count += 1
+    left: list[str] = []
+    specs = [found for doc in docs if doc is not None for found in _pod_specs(doc, source, left)]
+    for what, spec in specs:
+        asks = gpu_pod(spec)
+        if asks is None:
+            left.append(f"{what}: asks for no NVIDIA GPU (nvidia.com/gpu or mig resources, an nvidia runtimeClass, "
+                        "resource claims): left as it is, free to run on any node")
+        elif asks == "claims":
+            left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: a "
+                        "nodeAffinity floor would leave it unschedulable; floor the claim's device selector instead")
+        else:
+            inject_into_spec(spec, terms)
+            count += 1
     out = io.StringIO()
     y.dump_all(docs, out)
-    return out.getvalue(), count
+    return out.getvalue(), count, left
