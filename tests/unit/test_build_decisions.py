@@ -169,3 +169,63 @@ def test_never_two_jobs_for_a_tag_nor_more_than_the_cap_and_attempts_only_grow(j
         old = by.get(w.tag)
         assert old is None or (old.phase not in (Phase.RUNNING, Phase.BLOCKED) and attempt == old.attempt + 1)
         assert old is None or B.job_name(w.tag, attempt) != old.name  # a Job of its own: the old one stays
+
+
+def test_a_pruned_image_is_made_again_at_once_and_a_never_pushed_one_keeps_its_backoff():
+    """Review 5: an image built by a Job, listed, then pruned by a retention policy was never built again while
+    the kept, Complete Job of attempt 1 stood beside the waiting node."""
+    import dataclasses
+
+    done = job("t", Phase.SUCCEEDED, finished=100.0, attempt=1)
+    pruned = dataclasses.replace(done, pruned=True)
+    d = B.decide([wanted("t", 1.0)], [pruned], cap=1, now=101, recipe=RECIPE, backoff=30)
+    assert [(w.tag, a) for w, a in d.create] == [("t", 2)] and d.backing_off == ()
+    queued = B.decide([wanted("u", 0.5), wanted("t", 1.0)], [pruned], cap=1, now=101, recipe=RECIPE, backoff=30)
+    assert [w.tag for w, _ in queued.create] == ["u"] and queued.queued == ("t",)  # the cap holds
+    never = dataclasses.replace(done, unlisted=True)
+    held = B.decide([wanted("t", 1.0)], [never], cap=1, now=101, recipe=RECIPE, backoff=30)
+    assert held.create == () and held.backing_off == (("t", 130.0),)
+
+
+def test_the_trigger_tells_a_prune_from_a_lagging_ledger_view_and_from_a_success_never_pushed():
+    """The interleaving that left a pruned image unbuilt: a success checked once against the ledger was trusted
+    for ever; after the prune, the node's finding said missing and nothing was made."""
+    from gpualign.controller.build_trigger import job as J
+    from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
+
+    tag = "535-6.1.0-57-amd64-debian12"
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
+    missing = {"n1": {"tag": tag, "status": "missing", "action": "build", "image": f"reg/nvidia/driver:{tag}"}}
+    findings: dict = {}
+    in_ledger = [True]
+    built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
+
+    class Jobs:
+        made: list[str] = []
+
+        def read(self):
+            return [built]
+
+        def create(self, manifest, _tag):
+            self.made.append(manifest["metadata"]["name"])
+            return True
+
+        def tell(self, *_a, **_k):
+            pass
+
+    trigger = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings,  # type: ignore
+                           listed=lambda _image: in_ledger[0])
+    trigger.api = Jobs()  # type: ignore[assignment]
+    findings.update(missing)  # the controller's view lags the push: the fresh read lists it
+    assert trigger.sync(now=101).create == () and Jobs.made == []
+    findings.clear()  # the view caught up: nobody waits
+    assert trigger.sync(now=102).create == ()
+    in_ledger[0] = False  # pruned; the view says missing again
+    findings.update(missing)
+    d = trigger.sync(now=103)
+    assert [(w.tag, a) for w, a in d.create] == [(tag, 2)] and Jobs.made == [B.job_name(tag, 2)]
+    # a success never listed keeps its backoff
+    fresh = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: missing,  # type: ignore
+                         listed=lambda _image: False)
+    fresh.api = Jobs()  # type: ignore[assignment]
+    assert fresh.sync(now=101).create == () and fresh.jobs[tag].unlisted

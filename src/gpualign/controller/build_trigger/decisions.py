@@ -18,7 +18,9 @@ The rules, against KMM's ("failed build pods are preserved and must be deleted m
   never deletes the attempt before it; a finished attempt, its pod and log with it, is kept for `keep_failed`
   seconds (the Jobs' own `ttlSecondsAfterFinished`), and at most `keep_attempts` of a tag at once;
 - a success is checked: a Job that succeeded while the controller's ledger, read after it, still lacks the tag
-  (`unlisted`) counts as a failed attempt, retried after the same doubling backoff, its attempts counted on;
+  (`unlisted`) counts as a failed attempt, retried after the same doubling backoff, its attempts counted on; a
+  success the ledger listed and has lost since (`pruned`: a retention policy, a hand's delete) is made again at
+  once, as the next attempt, whether a node runs its kernel now or announces it;
 - a Job whose pod cannot be created (`FailedCreate`: Pod Security, a missing ServiceAccount) is `blocked`: it is
   never shown as building, and no second Job is made beside it.
 """
@@ -80,6 +82,7 @@ class BuildJob:
     started: float | None = None  # when its pod started (the Job's startTime)
     nodes: tuple[str, ...] = ()  # the nodes waiting when it was made (its annotation)
     unlisted: bool = False  # succeeded, yet the ledger read after it does not list the tag
+    pruned: bool = False  # succeeded, listed in the ledger read after it, and gone from the ledger since
 
 
 @dataclass(frozen=True)
@@ -142,15 +145,17 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
             if job.phase in (BuildPhase.RUNNING, BuildPhase.BLOCKED):
                 continue
             if job.phase == BuildPhase.SUCCEEDED:
-                # built, and still missing: until a ledger read after it says the tag is not there, wait; then it
-                # counts as a failed attempt, retried after the doubling backoff
-                if not job.unlisted:
+                # built, listed, and gone since (a retention policy pruned it): made again at once, its attempt
+                # counted. Built and still missing: until a ledger read after it says the tag is not there, wait;
+                # then it counts as a failed attempt, retried after the doubling backoff
+                if not job.pruned and not job.unlisted:
                     continue
-                due = (job.finished or now) + backoff_for(job.attempt, backoff, max_backoff)
-                asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
-                if not asked and now < due:
-                    backing_off.append((w.tag, due))
-                    continue
+                if job.unlisted:
+                    due = (job.finished or now) + backoff_for(job.attempt, backoff, max_backoff)
+                    asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
+                    if not asked and now < due:
+                        backing_off.append((w.tag, due))
+                        continue
             elif job.phase == BuildPhase.FAILED:
                 asked = job.retry_asked is not None and (job.finished is None or job.retry_asked >= job.finished)
                 if job.failure == BuildFailure.PERMANENT and not asked and job.recipe == recipe:

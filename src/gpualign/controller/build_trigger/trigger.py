@@ -37,6 +37,7 @@ REPLACE = "replace"  # check's action for a present-but-wrong image: made again 
 EVENT_CREATED, EVENT_FAILED, EVENT_SUCCEEDED = "DriverImageBuildStarted", "DriverImageBuildFailed", \
     "DriverImageBuilt"
 EVENT_UNLISTED = "DriverImageBuiltNotListed"  # the Job succeeded; the ledger, read after it, lacks the tag
+EVENT_PRUNED = "DriverImagePruned"  # the Job succeeded, the ledger listed the tag, and has lost it since
 EVENT_BLOCKED = "DriverImageBuildCannotStart"  # the Job's pod cannot be created
 EVENT_NOT_BUILDABLE = "DriverImageNotBuildable"  # gpualign does not build it (render: its recipe; none)
 
@@ -123,8 +124,11 @@ class BuildTrigger:
 
     # -- one pass ------------------------------------------------------------------------------------------------
     def _confirm(self, jobs: list[B.BuildJob], wanted: list[B.Wanted]) -> list[B.BuildJob]:
-        """Each succeeded Job whose tag nodes still wait for, checked once against a fresh read of the ledger:
-        not listed there, it is `unlisted` (a Warning, and a retry after the backoff, its attempt counted)."""
+        """Each succeeded Job whose tag nodes still wait for, checked against a fresh read of the ledger: never
+        listed there, it is `unlisted` (a Warning, and a retry after the backoff, its attempt counted); listed once
+        and gone now, it is `pruned` (made again at once). A tag the ledger listed is read again on every pass its
+        nodes still wait for it: the controller's view of the ledger lags a push, and only a fresh read tells a lag
+        from a prune."""
         import dataclasses
 
         images = {w.tag: w.image for w in wanted}
@@ -132,15 +136,22 @@ class BuildTrigger:
         for job in jobs:
             if job.phase == B.BuildPhase.SUCCEEDED and job.tag in images:
                 key = (job.name, job.attempt)
-                if key not in self.confirmed:
+                was = self.confirmed.get(key)
+                if was is None or was:
                     try:
-                        self.confirmed[key] = self.listed(images[job.tag])
+                        listed = self.listed(images[job.tag])
                     except GpualignError as err:
                         log.warning("build Job %s succeeded; the ledger could not be read to check it: %s",
                                     job.name, err.message)
                         out.append(job)
                         continue
-                if not self.confirmed[key]:
+                    if was and not listed:
+                        log.warning("driver image %s, built by Job %s, has left the ledger since: building it "
+                                    "again", job.tag, job.name)
+                        job = dataclasses.replace(job, pruned=True)
+                    else:
+                        self.confirmed[key] = listed
+                if self.confirmed.get(key) is False:
                     job = dataclasses.replace(job, unlisted=True)
             out.append(job)
         live = {(j.name, j.attempt) for j in jobs}
@@ -202,7 +213,7 @@ class BuildTrigger:
         """An Event on each node that waited (those the Job was made for, and those seen waiting since) when a Job
         this controller has not yet spoken of has finished."""
         for job in jobs:
-            phase = "unlisted" if job.unlisted else job.phase
+            phase = "unlisted" if job.unlisted else "pruned" if job.pruned else job.phase
             if job.phase == B.BuildPhase.RUNNING or self.reported.get(job.tag) == (phase, job.attempt):
                 continue
             first = job.tag not in self.reported
@@ -213,6 +224,13 @@ class BuildTrigger:
                                f"{self.options.settings.namespace}/{job.name} cannot create its pod: {job.reason}",
                                warning=True)
                 log.error("build Job %s for %s cannot create its pod: %s", job.name, job.tag, job.reason)
+                continue
+            if job.pruned:
+                self.api.tell(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
+                               EVENT_PRUNED, f"driver image {job.tag}, built by Job "
+                               f"{self.options.settings.namespace}/{job.name}, has left the ledger "
+                               f"{self.ledger_name or self.options.settings.ledger} since: it is built again",
+                               warning=True)
                 continue
             if job.unlisted:
                 self.api.tell(sorted(self.waiters.get(job.tag, set()) | set(job.nodes)), job.tag, job.attempt,
