@@ -54,7 +54,7 @@ from gpualign.model.kernels import label_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUALIGN = [sys.executable, "-m", "gpualign"]
-NS = "gpualign-system"
+NS = "gpualign-builds"  # the chart's build namespace
 SHARED_KERNEL, OTHER_KERNEL = "6.1.0-50-amd64", "6.1.0-47-amd64"
 TARGET = {"os": "debian12", "branch": "535", "arch": "amd64"}  # the nodes' OS, driver branch and architecture
 

@@ -323,11 +323,11 @@ def unattended_story(ledger: str, kubectl: str, tag: str) -> None:
     gpualign("lab", "add-node", "deb-3", "--kernel", "6.1.0-50-amd64", "--os", "debian12", "--branch", "535")
 
     def job() -> str:
-        return run(kubectl, "get", "jobs", "-n", "gpualign-system", "-l", "gpualign.io/build=true", "-o",
+        return run(kubectl, "get", "jobs", "-n", "gpualign-builds", "-l", "gpualign.io/build=true", "-o",
                    "jsonpath={.items[*].metadata.name}", show=False, echo=False, expect=None).stdout.strip()
 
     wait("the build Job", job, timeout=60)
-    run(kubectl, "get", "jobs", "-n", "gpualign-system", "-l", "gpualign.io/build=true", "-o", "wide")
+    run(kubectl, "get", "jobs", "-n", "gpualign-builds", "-l", "gpualign.io/build=true", "-o", "wide")
     gpualign("why", "deb-3", "--ledger", ledger)
 
     def ready() -> bool:
@@ -337,10 +337,10 @@ def unattended_story(ledger: str, kubectl: str, tag: str) -> None:
 
     wait("deb-3's driver pod Ready", ready, timeout=600)
     took = time.monotonic() - started
-    gpualign("build", "list", "--namespace", "gpualign-system")
-    pod = run(kubectl, "get", "pods", "-n", "gpualign-system", "-l", f"job-name={job()}", "-o",
+    gpualign("build", "list")
+    pod = run(kubectl, "get", "pods", "-n", "gpualign-builds", "-l", f"job-name={job()}", "-o",
               "jsonpath={.items[0].metadata.name}", show=False, echo=False).stdout
-    log = run(kubectl, "logs", "-n", "gpualign-system", pod, show=False, echo=False).stdout.splitlines()
+    log = run(kubectl, "logs", "-n", "gpualign-builds", pod, show=False, echo=False).stdout.splitlines()
     print("\n".join(line for line in log if "shared modules" in line or "verified" in line or "pushed" in line),
           flush=True)
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-3", "-o", "wide")
@@ -485,7 +485,7 @@ def controller_pod_story() -> None:
     run(kubectl, "get", "lease", "-n", "gpualign-system", "gpualign-controller")
     wait("the controller's first pass", lambda: "missing" in run(
         kubectl, "logs", "-n", "gpualign-system", pod, show=False, echo=False, expect=None).stdout)
-    log = run(kubectl, "logs", "-n", "gpualign-system", pod, show=False).stdout.splitlines()
+    log = run(kubectl, "logs", "-n", "gpualign-builds", pod, show=False).stdout.splitlines()
     print("\n".join(line for line in log if "leader" in line or "missing" in line), flush=True)
     run(helm, "uninstall", "ga", "-n", "gpualign-system", "--wait", show=False)
     values.unlink()

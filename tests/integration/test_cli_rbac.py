@@ -29,6 +29,8 @@ def rbac(tmp_path_factory):
                 f"--serviceaccount={NS}:reader", f"--serviceaccount={NS}:upgrader", check=True)
     lab.kubectl("create", "clusterrolebinding", "t-upgrader", "--clusterrole", "gpualign-cli-upgrader",
                 f"--serviceaccount={NS}:upgrader", check=True)
+    lab.kubectl("create", "rolebinding", "t-driver", "-n", "gpu-operator", "--clusterrole",
+                "gpualign-cli-upgrade-driver", f"--serviceaccount={NS}:upgrader", check=True)
     lab.kubectl("create", "rolebinding", "t-lock", "-n", "kube-system", "--clusterrole",
                 "gpualign-cli-upgrade-lock", f"--serviceaccount={NS}:upgrader", check=True)
     files = {sa: token_kubeconfig(lab, NS, sa, work / f"{sa}.yaml", sa) for sa in ("reader", "upgrader")}

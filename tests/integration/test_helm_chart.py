@@ -131,21 +131,31 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
                      "--set", "builds.nodeSelector.pool=builders", "--set", "hostNetwork=true").stdout)
     named = {(o["kind"], o["metadata"]["name"]): o for o in objs}
     args = named[("Deployment", "gpualign-controller")]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-6:] == ["--build", "--build-image=registry.local/gpualign-builder:0.1.0", "--build-namespace=ops",
-                         "--max-concurrent-builds=2", "--build-retry-after=30",
+    assert args[-6:] == ["--build", "--build-image=registry.local/gpualign-builder:0.1.0",
+                         "--build-namespace=gpualign-builds", "--max-concurrent-builds=2", "--build-retry-after=30",
                          "--build-pod-settings=/etc/gpualign/builds/build-pods.yaml"]
     settings = YAML(typ="safe").load(named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"])
     assert settings == {"serviceAccountName": "gpualign-controller-builder", "hostNetwork": True,
                         "ttlSecondsAfterFinished": 86400, "activeDeadlineSeconds": 3600,
                         "nodeSelector": {"pool": "builders"}, "pushSecret": "creds",
                         "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "6Gi"}}}
+    # a namespace of their own, privileged; the controller's own (ops) holds nothing privileged
+    space = named[("Namespace", "gpualign-builds")]["metadata"]["labels"]
+    assert space["pod-security.kubernetes.io/enforce"] == "privileged"
+    in_builds = {(o["kind"], o["metadata"]["name"]) for o in objs if o["metadata"].get("namespace") == "gpualign-builds"}
+    assert in_builds == {("ServiceAccount", "gpualign-controller-builder"), ("Role", "gpualign-controller-builds"),
+                         ("RoleBinding", "gpualign-controller-builds")}
     assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is False
+    # the controller never reads the push credential: no Secret at all
     assert named[("Role", "gpualign-controller-builds")]["rules"] == [
         {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
         {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
         {"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": ["gpualign-controller-builder"],
-         "verbs": ["get"]},
-        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["creds"], "verbs": ["get"]}]
+         "verbs": ["get"]}]
+    # what the start-up check reads, and only that: the build namespace itself
+    assert named[("ClusterRole", "gpualign-controller-ops-build-namespace")]["rules"] == [
+        {"apiGroups": [""], "resources": ["namespaces"], "resourceNames": ["gpualign-builds"], "verbs": ["get"]}]
+    assert ("ValidatingAdmissionPolicy", "gpualign-controller-ops-builds") in named
     assert ("Role", "gpualign-controller-builder-signing") not in named
     # Jobs are read in the build namespace only: the ClusterRole names none
     assert not [r for r in named[("ClusterRole", "gpualign-controller-ops")]["rules"] if "jobs" in r["resources"]]
@@ -164,7 +174,7 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
     assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is True
     assert named[("Role", "gpualign-controller-builder-signing")]["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["module-signing"], "verbs": ["get"]}]
-    assert "signSecret: \"ops/module-signing\"" in named[("ConfigMap", "gpualign-controller-builds")]["data"][
+    assert "signSecret: \"gpualign-builds/module-signing\"" in named[("ConfigMap", "gpualign-controller-builds")]["data"][
         "build-pods.yaml"]
     # the production values the review could not set: a pull secret, affinity, priority class, pod labels
     prod = docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
@@ -330,3 +340,82 @@ def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rb
         if rbac.exists():
             kubectl(lab, "delete", "-f", str(rbac), "--wait=false")
         kubectl(lab, "delete", "namespace", ns, "--wait=false")
+
+
+def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_server(lab):
+    """Review 5's H5: the controller may create Jobs in the build namespace, whose pods are privileged; its
+    ValidatingAdmissionPolicy must refuse any other Job, so a stolen controller token starts no other privileged
+    pod. The policy as the chart renders it, judged by the lab's real API server (server-side dry runs)."""
+    import copy
+    import time
+
+    from gpualign.controller.build_trigger import job as J
+
+    ns = "vap-builds"
+    rendered = docs(helm("template", "ga", str(CHART), "-n", "gpualign-vap", *IMAGE, "--set", "builds.enabled=true",
+                         "--set", f"builds.namespace={ns}", "--set", "builds.pushSecret=push").stdout)
+    wanted = [o for o in rendered if o["kind"] in ("Namespace", "ValidatingAdmissionPolicy",
+                                                   "ValidatingAdmissionPolicyBinding")]
+    assert [o["kind"] for o in wanted] == ["Namespace", "ValidatingAdmissionPolicy",
+                                           "ValidatingAdmissionPolicyBinding"]
+    kube = lab.kube()
+    for obj in wanted:
+        kube.apply(obj)
+    settings = J.BuildSettings(image="registry.local/gpualign-builder:0.1.0",
+                               ledger="registry://registry.local/nvidia/driver", namespace=ns,
+                               service_account="gpualign-controller-builder", push_secret="push")
+    good = J.build_job("535-6.1.0-57-amd64-debian12", 1, ["n1"], settings, "0.1.0")
+
+    def dry_run(job: dict) -> tuple[int, str]:
+        resp = kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", params={"dryRun": "All"}, body=job)
+        return resp.status_code, resp.text
+
+    def broken(change) -> dict:  # noqa: ANN001 - a function of the pod spec
+        job = copy.deepcopy(good)
+        change(job["spec"]["template"]["spec"])
+        return job
+
+    other_image = broken(lambda s: s["containers"][0].update(image="registry.local/anything:1"))
+    other_command = broken(lambda s: s["containers"][0].update(command=["sh", "-c", "nsenter -t 1 -m sh"]))
+    host_path = broken(lambda s: (s["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
+                                  s["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})))
+    other_account = broken(lambda s: s.update(serviceAccountName="default"))
+    try:
+        # the binding takes effect within a few seconds of its creation: wait until the policy refuses something
+        deadline = time.monotonic() + 60
+        while dry_run(other_image)[0] < 400:
+            assert time.monotonic() < deadline, "the admission policy never took effect"
+            time.sleep(1)
+        code, text = dry_run(good)
+        assert code == 201, text
+        for job, words in ((other_image, "runs the builder image registry.local/gpualign-builder:0.1.0 only"),
+                           (other_command, "runs `gpualign ensure TAG` only"),
+                           (host_path, "no hostPath"),
+                           (other_account, "runs as the builder's ServiceAccount gpualign-controller-builder only")):
+            code, text = dry_run(job)
+            assert code in (403, 422) and words in text, (code, text)
+    finally:
+        for obj in reversed(wanted):
+            kind = {"Namespace": "namespace", "ValidatingAdmissionPolicy": "validatingadmissionpolicy",
+                    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybinding"}[obj["kind"]]
+            kubectl(lab, "delete", kind, obj["metadata"]["name"], "--wait=false")
+
+
+def test_the_charts_roles_grant_what_docs_security_says():
+    """Every Role and ClusterRole the chart renders, with builds and signing on, is in docs/security.md's table with
+    exactly its rights (deploy/'s are held to it by tests/unit/test_rbac_docs.py)."""
+    from tests.support.rbac_docs import rules_rights, table
+
+    rows = table()
+    rendered = docs(helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE, "--set", "builds.enabled=true",
+                         "--set", "builds.signSecret=module-signing", "--set", "gateOperatorUpgrades=true").stdout)
+    roles = [o for o in rendered if o["kind"] in ("Role", "ClusterRole")]
+    assert len(roles) == 7
+    for role in roles:
+        name = role["metadata"]["name"]
+        # the chart's controller roles carry their release's names; their rules are deploy/base's
+        name = {"gpualign-controller-gpualign-system": "gpualign-controller",
+                "gpualign-controller-leader-election": "gpualign-leader-election"}.get(name, name)
+        assert name in rows, f"{role['kind']} {name} is not in docs/security.md's table"
+        stated, _ = rows[name]
+        assert stated == rules_rights(role["rules"]), (name, stated ^ rules_rights(role["rules"]))

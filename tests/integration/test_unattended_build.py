@@ -40,6 +40,7 @@ from tests.support.waits import wait_for
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 CHART = ROOT / "charts" / "gpualign"
 NS = "gpualign-system"
+BUILDS = "gpualign-builds"  # the chart's build namespace: the Jobs and their pods run there
 KERNEL = "6.1.0-50-amd64"
 TAG = f"535-{KERNEL}-debian12"
 NO_HEADERS = "6.1.0-9999-amd64"  # a kernel Debian has never published
@@ -103,7 +104,7 @@ def controller(blab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 
 def jobs(lab: Lab, tag: str) -> list[dict]:
-    return [j for j in lab.kube().list_raw(f"/apis/batch/v1/namespaces/{NS}/jobs",
+    return [j for j in lab.kube().list_raw(f"/apis/batch/v1/namespaces/{BUILDS}/jobs",
                                            label_selector=f"{J.BUILD_LABEL}=true")
             if j["metadata"]["annotations"][J.TAG_ANNOTATION] == tag]
 
@@ -144,7 +145,7 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
     created = time.monotonic() - joined
     assert job["metadata"]["annotations"][J.NODES_ANNOTATION].startswith("deb-1")  # made as the first one joined
     uid = job["metadata"]["uid"]
-    pod = wait_for(lambda: next((p for p in lab.kube().pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+    pod = wait_for(lambda: next((p for p in lab.kube().pods(BUILDS, label_selector=f"job-name={job['metadata']['name']}")
                                  if (p.get("status") or {}).get("phase") == "Running"), None),
                    timeout=180, what="the build pod running")
     assert pod["spec"]["nodeName"] == realnode.NAME
@@ -153,7 +154,7 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
     done = wait_for(lambda: next((j for j in jobs(lab, TAG) if any(
         c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j.get("status", {}).get("conditions")
         or [])), None), timeout=900, interval=1.0, what="the build Job finished")
-    logs = lab.kubectl("logs", "-n", NS, pod["metadata"]["name"], timeout=60).stdout
+    logs = lab.kubectl("logs", "-n", BUILDS, pod["metadata"]["name"], timeout=60).stdout
     print(logs)
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in done["status"]["conditions"]), logs
     assert [j["metadata"]["uid"] for j in jobs(lab, TAG)] == [uid]  # one Job, adopted after the restart
@@ -191,9 +192,9 @@ def test_an_arm64_node_joins_and_its_image_is_built_across_on_the_amd64_builder_
     done = wait_for(lambda: next((j for j in jobs(lab, ARM64_TAG) if any(
         c["type"] in ("Complete", "Failed") and c["status"] == "True" for c in j.get("status", {}).get("conditions")
         or [])), None), timeout=800, interval=1.0, what="the arm64 build Job finished")
-    pods = lab.kube().pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+    pods = lab.kube().pods(BUILDS, label_selector=f"job-name={job['metadata']['name']}")
     assert pods and pods[0]["spec"]["nodeName"] == realnode.NAME
-    logs = lab.kubectl("logs", "-n", NS, pods[0]["metadata"]["name"], timeout=60).stdout
+    logs = lab.kubectl("logs", "-n", BUILDS, pods[0]["metadata"]["name"], timeout=60).stdout
     print(logs)
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in done["status"]["conditions"]), logs
     assert "shared modules: 5 pulled from" in logs and "compile:" not in logs
@@ -225,7 +226,7 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
     # with no flag at all (no ledger read), why still names the node's build, not only its pull failing
     plain = lab.cli("why", "deb-x")
     assert f"image build failed: gpualign: error: kernel {NO_HEADERS}: no headers package" in plain.out, plain.out
-    retry = lab.cli("build", "retry", tag, "--namespace", NS)
+    retry = lab.cli("build", "retry", tag, "--namespace", BUILDS)
     assert retry.code == 0, retry.err
     again = wait_for(lambda: next((j for j in jobs(lab, tag)
                                    if j["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == "2"), None),
@@ -233,13 +234,13 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
     assert again["metadata"]["uid"] != job["metadata"]["uid"]
     # the retry is a Job of its own: the failed attempt stays, and its log with it (it was deleted before)
     assert job["metadata"]["uid"] in {j["metadata"]["uid"] for j in jobs(lab, tag)}
-    first = lab.cli("build", "logs", tag, "--attempt", "1", "--namespace", NS)
+    first = lab.cli("build", "logs", tag, "--attempt", "1", "--namespace", BUILDS)
     assert first.code == 0, first.err
     assert f"no headers package linux-headers-{NO_HEADERS}" in first.out, first.out
     assert "attempt 1, failed" in first.err.splitlines()[0], first.err
-    latest = wait_for(lambda: (r := lab.cli("build", "logs", tag, "--namespace", NS)).code == 0 and r or None,
+    latest = wait_for(lambda: (r := lab.cli("build", "logs", tag, "--namespace", BUILDS)).code == 0 and r or None,
                       timeout=120, what="the second attempt's log")
     assert "attempt 2" in latest.err.splitlines()[0], latest.err
-    missing = lab.cli("build", "logs", tag, "--attempt", "7", "--namespace", NS)
+    missing = lab.cli("build", "logs", tag, "--attempt", "7", "--namespace", BUILDS)
     assert missing.code == 2 and missing.err.strip() == (
-        f"gpualign: error: --attempt 7: {tag} has no such attempt in {NS} (kept: 1, 2)"), missing.err
+        f"gpualign: error: --attempt 7: {tag} has no such attempt in {BUILDS} (kept: 1, 2)"), missing.err

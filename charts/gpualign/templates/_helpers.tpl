@@ -32,3 +32,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "gpualign.builderName" -}}
 {{- printf "%s-builder" (include "gpualign.name" .) | trunc 63 | trimSuffix "-" -}}
 {{- end }}
+
+{{- /* The namespace the build Jobs run in: one of their own, apart from the controller's (whose namespace can then
+enforce Pod Security `restricted`). */ -}}
+{{- define "gpualign.buildNamespace" -}}
+{{- .Values.builds.namespace | default "gpualign-builds" -}}
+{{- end }}

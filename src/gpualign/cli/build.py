@@ -11,6 +11,7 @@ import typer
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
+from gpualign.controller.build_trigger.job import DEFAULT_NAMESPACE as DEFAULT_BUILD_NAMESPACE
 
 if TYPE_CHECKING:
     from gpualign.kube.client import Kube
@@ -33,7 +34,7 @@ NamespaceOpt = Annotated[str, typer.Option(
 
 @app.command("list")
 def list_builds(
-    namespace: NamespaceOpt = "gpualign-system",
+    namespace: NamespaceOpt = DEFAULT_BUILD_NAMESPACE,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
@@ -81,7 +82,7 @@ def logs(
     attempt: Annotated[int | None, typer.Option(
         "--attempt", metavar="N", min=1, help="an earlier attempt (default: the latest; `build list` counts them)")]
     = None,
-    namespace: NamespaceOpt = "gpualign-system",
+    namespace: NamespaceOpt = DEFAULT_BUILD_NAMESPACE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:
@@ -127,7 +128,7 @@ def logs(
 @app.command("retry")
 def retry(
     tag: Annotated[str, typer.Argument(metavar="TAG", help="the image tag whose failed build to try again")],
-    namespace: NamespaceOpt = "gpualign-system",
+    namespace: NamespaceOpt = DEFAULT_BUILD_NAMESPACE,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
 ) -> None:

@@ -40,7 +40,7 @@ RETRY_ANNOTATION = "gpualign.io/build-retry"  # `gpualign build retry TAG` stamp
 # Why the Job's pod cannot be created (its FailedCreate Event, kept on the Job: Events expire within the hour)
 BLOCKED_ANNOTATION = "gpualign.io/build-blocked"
 ARCH_ANNOTATION = "gpualign.io/build-arch"
-DEFAULT_NAMESPACE = "gpualign-system"  # the chart's release namespace, where its build Jobs run
+DEFAULT_NAMESPACE = "gpualign-builds"  # the chart's build namespace (builds.namespace), apart from the controller's
 # Off GPU nodes: a build is minutes of CPU, and the node waiting for the image is the last place for it.
 OFF_GPU_NODES: JSON = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
     {"matchExpressions": [{"key": L.GPU_PRESENT, "operator": "NotIn", "values": ["true"]}]}]}}}

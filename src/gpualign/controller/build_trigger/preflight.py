@@ -2,10 +2,11 @@
 in one line at start-up rather than found later as a privileged pod that can only fail.
 
 - the build namespace exists, and its Pod Security level admits a privileged pod;
-- the builder ServiceAccount exists there;
-- the push Secret exists there (and holds a Docker config).
+- the builder ServiceAccount exists there.
 
-The controller reads these by name; it never reads a Secret's data beyond its key names.
+The controller reads these by name. It never reads the push Secret: the credential is mounted in the build pods
+alone, and a missing one is the build pod's own failure to start (its Event), not something the controller may look
+at.
 """
 
 from __future__ import annotations
@@ -60,12 +61,4 @@ def check(kube: Kube, settings: BuildSettings) -> list[str]:
         raise BadInput(f"--build: no ServiceAccount {settings.service_account} in {ns}: the build pods run as it "
                        "(the chart makes gpualign-builder; otherwise create it, or set serviceAccountName in "
                        "--build-pod-settings)")
-    if settings.push_secret:
-        secret = read(f"/api/v1/namespaces/{ns}/secrets/{settings.push_secret}", f"Secret {ns}/{settings.push_secret}")
-        if secret is None:
-            raise BadInput(f"--build: no push Secret {settings.push_secret} in {ns}: create it (kubectl create "
-                           f"secret docker-registry {settings.push_secret} -n {ns} …), or drop pushSecret")
-        if isinstance(secret, dict) and ".dockerconfigjson" not in (secret.get("data") or {}):
-            raise BadInput(f"--build: Secret {ns}/{settings.push_secret} has no .dockerconfigjson key: make it "
-                           "with kubectl create secret docker-registry")
     return warnings
