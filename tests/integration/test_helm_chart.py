@@ -142,7 +142,8 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
     # a namespace of their own, privileged; the controller's own (ops) holds nothing privileged
     space = named[("Namespace", "gpualign-builds")]["metadata"]["labels"]
     assert space["pod-security.kubernetes.io/enforce"] == "privileged"
-    in_builds = {(o["kind"], o["metadata"]["name"]) for o in objs if o["metadata"].get("namespace") == "gpualign-builds"}
+    in_builds = {(o["kind"], o["metadata"]["name"]) for o in objs
+                 if o["metadata"].get("namespace") == "gpualign-builds"}
     assert in_builds == {("ServiceAccount", "gpualign-controller-builder"), ("Role", "gpualign-controller-builds"),
                          ("RoleBinding", "gpualign-controller-builds")}
     assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is False
@@ -174,8 +175,8 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
     assert named[("ServiceAccount", "gpualign-controller-builder")]["automountServiceAccountToken"] is True
     assert named[("Role", "gpualign-controller-builder-signing")]["rules"] == [
         {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["module-signing"], "verbs": ["get"]}]
-    assert "signSecret: \"gpualign-builds/module-signing\"" in named[("ConfigMap", "gpualign-controller-builds")]["data"][
-        "build-pods.yaml"]
+    pods_settings = named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"]
+    assert "signSecret: \"gpualign-builds/module-signing\"" in pods_settings
     # the production values the review could not set: a pull secret, affinity, priority class, pod labels
     prod = docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
                      "--set", "builds.imagePullSecrets[0].name=harbor-pull", "--set", "builds.priorityClassName=batch",
