@@ -145,7 +145,8 @@ def test_nodes_join_on_an_unbuilt_kernel_and_their_gpus_come_up_with_nobody_typi
     created = time.monotonic() - joined
     assert job["metadata"]["annotations"][J.NODES_ANNOTATION].startswith("deb-1")  # made as the first one joined
     uid = job["metadata"]["uid"]
-    pod = wait_for(lambda: next((p for p in lab.kube().pods(BUILDS, label_selector=f"job-name={job['metadata']['name']}")
+    selector = f"job-name={job['metadata']['name']}"
+    pod = wait_for(lambda: next((p for p in lab.kube().pods(BUILDS, label_selector=selector)
                                  if (p.get("status") or {}).get("phase") == "Running"), None),
                    timeout=180, what="the build pod running")
     assert pod["spec"]["nodeName"] == realnode.NAME
