@@ -108,7 +108,7 @@ def ensure(
         "--render", metavar="DIR",
         help="write each tag's recipe (Containerfile, its verify step and entrypoint) to DIR/TAG, to build "
              "elsewhere with buildah bud or docker build; nothing is built or pushed. Ubuntu 22.04/24.04 and RHEL 9 "
-             "are rendered only; Debian 12 is the recipe ensure runs here")] = None,
+             "are rendered only; Debian 12 and 13 are the recipes ensure runs here")] = None,
     cuda_version: Annotated[str, typer.Option(
         "--cuda-version", metavar="VERSION", help="with --render: the CUDA base image version (nvcr.io/nvidia/cuda)")]
     = "12.9.1",
