@@ -31,7 +31,8 @@ HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
         "input (one line 'gpualign: error: …' on stderr says what and where); 3 an internal error (a bug: please "
         "report it); over several clusters (--context A --context B, --all-contexts) the codes are bits: 4 some "
         "cluster could not be read, 5 that and findings in another.\n\n"
-        "Global flags, accepted anywhere on the line: --debug (tracebacks for unexpected errors).")
+        "Global flags, accepted anywhere on the line: --debug (tracebacks for unexpected errors). `gpualign "
+        "--version` prints the version and those of the data it carries (the rules, the CUDA table).")
 _state = {"debug": False}
 
 

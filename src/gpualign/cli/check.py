@@ -211,12 +211,15 @@ def check(
         if output in (Output.json, Output.yaml):
             emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
         else:
-            # as kubectl says it, rather than a header over nothing
-            text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False) if body["nodes"] \
-                else "No resources found"
             hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
                 "  (-o wide for the reasons)"
-            sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
+            if body["nodes"]:
+                text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)
+                sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
+            else:  # as kubectl says it, on stderr, rather than a header over nothing
+                sys.stdout.flush()
+                print("No resources found", file=sys.stderr)
+                sys.stdout.write(summary_line(body["summary"]) + "\n")
         keep(reading, read, checked, body)  # freed by the OS at exit, not one by one as check returns
         if not checked.audit.clean or (selector and not read.inventory.nodes):
             raise typer.Exit(EXIT_FINDINGS)

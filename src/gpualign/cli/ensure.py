@@ -375,7 +375,12 @@ def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None
     if failed.errors:  # the images that were made are in the ledger; name them, then fail on the first error
         if output is Output.table:
             for o in outcomes:
-                progress(f"{o.tag}: {o.action} done ({o.digest})")
+                if o.action == TagAction.PRESENT:
+                    progress(f"{o.tag}: present ({o.digest})")
+                elif not o.done:  # a dry run: nothing was done
+                    progress(f"{o.tag}: would {o.action}")
+                else:
+                    progress(f"{o.tag}: {o.action} done ({o.digest})")
         raise failed.first()
     if output in (Output.json, Output.yaml):
         return

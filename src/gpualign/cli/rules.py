@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 
 from gpualign.cli.common import emit_data
-from gpualign.cli.options import Output, OutputOpt, RulesOpt
+from gpualign.cli.options import Output, RulesOpt
+
+DocumentOutputOpt = Annotated[Output, typer.Option(
+    "--output", "-o", metavar="FORMAT", help="yaml (the document, with its comments and sources) or json")]
 
 
-def rules_cmd(rules: RulesOpt = None, output: OutputOpt = Output.yaml) -> None:
+def rules_cmd(rules: RulesOpt = None, output: DocumentOutputOpt = Output.yaml) -> None:
     """Print the image naming rules check and plan follow: the built-in ones, or with --rules FILE, the result of
     overriding them (each section the file gives replaces the built-in section).
 
