@@ -74,8 +74,9 @@ def test_template_defaults_are_the_hardened_controller_without_monitoring():
     assert c["image"] == "registry.local/gpualign:0.1.0" and c["resources"]["requests"]
     assert c["args"] == ["controller", "--ledger-refresh=60", "--listen=0.0.0.0:8080",
                          "--lease-name=gpualign-controller", "--restart-waiting-driver-pods"]  # follows the operator
-    # kept off GPU nodes (their driver upgrades drain them), allowed on the control plane, evicted late
-    assert pod["priorityClassName"] == "system-cluster-critical"
+    # kept off GPU nodes (their driver upgrades drain them), allowed on the control plane; no priority class of
+    # Kubernetes' own core components taken by default
+    assert "priorityClassName" not in pod
     assert pod["tolerations"] == [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists",
                                    "effect": "NoSchedule"}]
     prefs = pod["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
@@ -101,6 +102,9 @@ def test_template_non_default_values_reach_every_object():
                                                                         "path": "config.json"}]}
     assert pod["tolerations"][0]["key"] == "node-role.kubernetes.io/control-plane"
     assert objs["ServiceMonitor"]["spec"]["endpoints"][0] == {"port": "http", "path": "/metrics", "interval": "15s"}
+    # the board and /metrics ask no caller who it is: the NetworkPolicy admits the named peers only
+    assert objs["NetworkPolicy"]["spec"]["ingress"] == [{"ports": [{"port": "http"}], "from": [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]}]
     bad = helm("template", "ga", str(CHART), *IMAGE, "--set", "driverBranch=580", "--set",
                "branchPolicy[0].selector=a=b", "--set", "branchPolicy[0].branch=580", check=False)
     assert bad.returncode != 0 and "driverBranch and branchPolicy are exclusive" in bad.stderr
@@ -315,15 +319,15 @@ def test_the_uninstall_hook_releases_only_the_gates_labels_with_its_own_least_rb
         helm("uninstall", "gate", "-n", ns, "--wait", kubeconfig=lab.kubeconfig)  # the hook Job ran and succeeded
         leftovers = kubectl(lab, "get", "job,serviceaccount", "-n", ns, "-l", "app.kubernetes.io/instance=gate",
                             "-o", "name").stdout.split()
-        assert leftovers == [] and not kubectl(lab, "get", "clusterrole", f"gpualign-gate-release-{ns}",
+        assert leftovers == [] and not kubectl(lab, "get", "clusterrole", f"gpualign-controller-gate-release-{ns}",
                                                "-o", "name").stdout.strip()  # cleaned up after success
 
         # the Job's command, as its ServiceAccount, with its rendered ClusterRole
         rbac.write_text(json.dumps({"apiVersion": "v1", "kind": "List",
                                     "items": [o for o in hook if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]}))
-        config = token_kubeconfig(lab, ns, "gpualign-gate-release", tmp_path / "hook-kubeconfig", "hook")
+        config = token_kubeconfig(lab, ns, "gpualign-controller-gate-release", tmp_path / "hook-kubeconfig", "hook")
         assert kubectl(lab, "apply", "-f", str(rbac)).returncode == 0
-        sa = f"system:serviceaccount:{ns}:gpualign-gate-release"
+        sa = f"system:serviceaccount:{ns}:gpualign-controller-gate-release"
         can = {what: kubectl(lab, "auth", "can-i", *a, "--as", sa).stdout.strip() for what, a in {
             "patch nodes": ["patch", "nodes"], "create events": ["create", "events", "-n", "default"],
             "delete nodes": ["delete", "nodes"], "evict pods": ["create", "pods", "--subresource=eviction"],

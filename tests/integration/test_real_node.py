@@ -164,7 +164,7 @@ def test_helm_uninstalls_hook_job_really_runs_and_releases_the_gates_labels(real
         assert skip not in a1["labels"] and gated not in (a1.get("annotations") or {})
         assert a2["labels"].get(skip) == "true"  # the admin's hold survives
         # The release was the hook's pod, on the real node, under the hook's ServiceAccount: the audit log says so.
-        sa = f"system:serviceaccount:{ns}:gpualign-gate-release"
+        sa = f"system:serviceaccount:{ns}:gpualign-controller-gate-release"
         patches = [json.loads(line) for line in (real_lab.state_dir / "logs" / "audit.log").read_text().splitlines()
                    if '"gpu-a1"' in line and sa in line]
         assert any(p["verb"] == "patch" and p["objectRef"]["resource"] == "nodes" for p in patches)

@@ -117,8 +117,8 @@ def check(
         "--verify-modules",
         help="also pull each present image's kernel modules and check them as the node's kernel would at load "
              "(version magic, every symbol CRC against its Module.symvers), for nodes whose kernel has headers in "
-             "Debian's archive (Debian 12 and 13); an image that would be refused is wrong-image, naming the module and "
-             "symbol")] = False,
+             "Debian's archive (Debian 12 and 13); an image that would be refused is wrong-image, naming the module "
+             "and symbol")] = False,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,

@@ -36,3 +36,17 @@ def scenarios(incomplete: str) -> list[str]:
     from gpualign.lab.scenarios import SCENARIOS
 
     return [n for n in SCENARIOS if n.startswith(incomplete)]
+
+
+def module_types(incomplete: str) -> list[str]:
+    return [t for t in ("auto", "open", "proprietary") if t.startswith(incomplete)]
+
+
+def flavours(incomplete: str) -> list[str]:
+    return [t for t in ("proprietary", "open") if t.startswith(incomplete)]
+
+
+def cuda_versions(incomplete: str) -> list[str]:
+    from gpualign.model.cuda import table
+
+    return [v for v in table().known if v.startswith(incomplete)]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
+from gpualign.cli import complete
 from gpualign.cli.common import emit_data, report, warn
 from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
@@ -46,7 +47,7 @@ class Labels(enum.StrEnum):
     both = "both"
 
 
-CudaOpt = Annotated[str | None, typer.Option("--cuda", metavar="VERSION",
+CudaOpt = Annotated[str | None, typer.Option("--cuda", metavar="VERSION", autocompletion=complete.cuda_versions,
                                              help="CUDA toolkit version, e.g. 12.4 or 12.4.1")]
 MinorOpt = Annotated[bool, typer.Option(
     "--minor-compat", help="use the minor-version-compatibility floor (e.g. 525.60.13 for any 12.x): a limited "

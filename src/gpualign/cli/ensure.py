@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpualign.base.errors import BadInput, GpualignError
+from gpualign.cli import complete
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.options import (
     ContextOpt,
@@ -93,10 +94,10 @@ def ensure(
         help="work on up to N images at once, with N compile jobs in all (each image's make -j gets its share); "
              "the CPU-bound compile of one image then overlaps another's downloads, image assembly and push")] = 2,
     flavour: Annotated[str | None, typer.Option(
-        "--flavour", metavar="FLAVOUR", help="the kernel modules to build: proprietary (nvidia-kernel-source) or "
-                                             "open (nvidia-open-kernel-source), as the GPU Operator's "
-                                             "kernelModuleType asks; default: what the --from report says its "
-                                             "nodes load (check's `modules`), else proprietary")] = None,
+        "--flavour", metavar="FLAVOUR", autocompletion=complete.flavours,
+        help="the kernel modules to build: proprietary (nvidia-kernel-source) or open (nvidia-open-kernel-source), "
+             "as the GPU Operator's kernelModuleType asks; default: what the --from report says its nodes load "
+             "(check's `modules`), else proprietary")] = None,
     modules_from: Annotated[Path | None, typer.Option(
         "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
                                               "(they must pass the same checks)")] = None,

@@ -48,7 +48,7 @@ BranchPolicyOpt = Annotated[Path | None, typer.Option(
     help="YAML file mapping node selectors to branches (pools: [{selector, branch, usePrecompiled, "
          "kernelModuleType}]); first match wins")]
 KernelModuleTypeOpt = Annotated[str | None, typer.Option(
-    "--kernel-module-type", metavar="TYPE",
+    "--kernel-module-type", metavar="TYPE", autocompletion=complete.module_types,
     help="the kernel modules the driver pods load, as the GPU Operator's kernelModuleType says it: auto (open from "
          "branch 560, proprietary before), open or proprietary [default: each pool's kernelModuleType in the GPU "
          "Operator's objects, else auto]")]

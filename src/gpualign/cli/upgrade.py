@@ -329,9 +329,9 @@ def upgrade(
         "--verify-modules/--no-verify-modules",
         help="check each target image's kernel modules as the node's kernel would load them (version magic, every "
              "symbol CRC against its Module.symvers) before any node is cordoned. Default: for nodes whose kernel "
-             "has headers in Debian's archive (Debian 12 and 13), about 2 s an image, cached by digest; a node whose image "
-             "would be refused, or cannot be checked, is held uncordoned. --verify-modules also holds nodes whose "
-             "kernel cannot be checked; --no-verify-modules trusts the image's labels alone")] = None,
+             "has headers in Debian's archive (Debian 12 and 13), about 2 s an image, cached by digest; a node whose "
+             "image would be refused, or cannot be checked, is held uncordoned. --verify-modules also holds nodes "
+             "whose kernel cannot be checked; --no-verify-modules trusts the image's labels alone")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="evict pods no controller recreates (they are lost for good), as kubectl drain --force and "
                         "the operator's podDeletion.force/drain.force; without it a node with such a pod is held "
