@@ -159,9 +159,11 @@ def test_a_node_the_operator_calls_a_gpu_node_is_checked_without_gpu_present(fle
         assert data["summary"]["gpu_nodes"] == 1
         why = fleet.cli("why", "dra-2")
         assert "not a GPU node" not in why.out + why.err
-        status = fleet.cli("status", "-o", "json", "-l", "kubernetes.io/hostname=dra-2")
-        assert status.code in (0, 1), status.err
-        assert "dra-2" in status.out
+        status = wait_for(lambda: (r := fleet.cli("status", "--fail-on-stuck", "-o", "json", "-l",
+                                                  "kubernetes.io/hostname=dra-2")).code == 1 and r, timeout=60,
+                          what="status --fail-on-stuck failing on dra-2's driver pod")
+        (row,) = json.loads(status.out)["nodes"]
+        assert row["name"] == "dra-2" and row["stuck"], row
     finally:
         fleet.kubectl("delete", "node", "dra-2", "--wait=false")
     empty = check(fleet, "-l", "kubernetes.io/hostname=nobody")[1]
