@@ -236,6 +236,7 @@ def why(
     from gpualign.model.tags import load_rules
 
     kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
+    cluster = kube.describe()
     try:
         snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available,
                                              to_branch, load_rules(rules), kubeconfig, context, timeout, kube=kube,
@@ -255,7 +256,7 @@ def why(
     finally:
         kube.close()
     if output in (Output.json, Output.yaml):
-        emit_data(report("Why", {"ledger": list(available.sources) if available else []},
+        emit_data(report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},
                          {"node": node, "explanation": lines, "status": status}), output)
         return
     for line in lines:
