@@ -424,3 +424,30 @@ def test_the_charts_roles_grant_what_docs_security_says():
         assert name in rows, f"{role['kind']} {name} is not in docs/security.md's table"
         stated, _ = rows[name]
         assert stated == rules_rights(role["rules"]), (name, stated ^ rules_rights(role["rules"]))
+
+
+def test_with_builds_on_the_controllers_namespace_can_enforce_pod_security_restricted(lab):
+    """The build pods are privileged, so they run in a namespace of their own: the release namespace enforcing
+    `restricted` still admits the controller's pods (the lab's API server runs Pod Security admission)."""
+    import time
+
+    ns = "gpualign-restricted"
+    kubectl(lab, "create", "namespace", ns)
+    kubectl(lab, "label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    try:
+        helm("install", "ga", str(CHART), "-n", ns, *IMAGE, "--set", "builds.enabled=true",
+             "--set", "builds.namespace=gpualign-restricted-builds", "--set", "ledgers={registry://127.0.0.1:1/x}",
+             "--wait=false", kubeconfig=lab.kubeconfig)
+        deadline = time.monotonic() + 60
+        while not kubectl(lab, "get", "pods", "-n", ns, "-l", "app=gpualign-controller", "-o", "name").stdout.strip():
+            events = kubectl(lab, "get", "events", "-n", ns, "--field-selector", "reason=FailedCreate",
+                             "-o", "jsonpath={.items[*].message}").stdout
+            assert "violates PodSecurity" not in events, events
+            assert time.monotonic() < deadline, "no controller pod was created"
+            time.sleep(1)
+        labels = json.loads(kubectl(lab, "get", "namespace", "gpualign-restricted-builds", "-o", "json").stdout)[
+            "metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    finally:
+        helm("uninstall", "ga", "-n", ns, "--wait", kubeconfig=lab.kubeconfig, check=False)
+        kubectl(lab, "delete", "namespace", ns, "--wait=false")

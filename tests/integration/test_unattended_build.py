@@ -245,3 +245,74 @@ def test_a_kernel_without_headers_fails_once_says_why_and_is_retried_only_when_a
     missing = lab.cli("build", "logs", tag, "--attempt", "7", "--namespace", BUILDS)
     assert missing.code == 2 and missing.err.strip() == (
         f"gpualign: error: --attempt 7: {tag} has no such attempt in {BUILDS} (kept: 1, 2)"), missing.err
+
+
+def prune(lab: Lab, tag: str) -> None:
+    """A retention policy's delete of one tag (its manifest, by digest) from the ledger."""
+    reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+    try:
+        digest = reg.digest(tag)
+        assert digest, f"{tag} is not in the ledger to prune"
+        reg.delete_manifest(digest)
+        assert reg.digest(tag) is None
+    finally:
+        reg.close()
+
+
+def attempt(lab: Lab, tag: str, n: int, timeout: float) -> dict:
+    """The tag's Job of attempt n, once it has finished, successfully."""
+    def finished() -> dict | None:
+        for j in jobs(lab, tag):
+            if j["metadata"]["annotations"][J.ATTEMPT_ANNOTATION] == str(n) and any(
+                    c["type"] in ("Complete", "Failed") and c["status"] == "True"
+                    for c in j.get("status", {}).get("conditions") or []):
+                return j
+        return None
+
+    done = wait_for(finished, timeout=timeout, interval=1.0, what=f"attempt {n} of {tag}'s build")
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in done["status"]["conditions"]), done
+    return done
+
+
+@pytest.mark.timeout(1500)
+def test_a_pruned_image_is_built_again_for_a_joining_node_and_then_for_an_announcing_one(blab, controller):
+    """Review 5: after a Job built an image and a retention policy pruned its tag, a node that joined sat in
+    ImagePullBackOff beside the kept, Complete Job of attempt 1, and a node announcing the kernel
+    (gpualign.io/kernel.next) got nothing built. Both orders, on the real node: the Job's success once listed, then
+    gone, is a new attempt at once."""
+    lab = blab
+    # the chart grants what the controller's start-up checks read: none of them was refused as installed
+    log = lab.kubectl("logs", "-n", NS, "deploy/gpualign-controller", timeout=60).stdout
+    assert "could not be read" not in log and "could not be checked" not in log, log[-3000:]
+    if not jobs(lab, TAG):  # this module's first test built it; alone, build it first the same way
+        assert lab.cli("lab", "add-node", "deb-1", "--kernel", KERNEL, "--os", "debian12", "--branch", "535").code == 0
+    first = attempt(lab, TAG, 1, timeout=900)
+    wait_for(lambda: ready(driver_pod(lab, "deb-1")) or None, timeout=180, what="deb-1's driver pod Ready")
+    # 1. pruned, then a node joins on the kernel: attempt 2, and the node's GPUs come up
+    prune(lab, TAG)
+    joined = time.monotonic()
+    assert lab.cli("lab", "add-node", "deb-4", "--kernel", KERNEL, "--os", "debian12", "--branch", "535").code == 0
+    second = attempt(lab, TAG, 2, timeout=600)
+    wait_for(lambda: ready(driver_pod(lab, "deb-4")) or None, timeout=180, what="deb-4's driver pod Ready")
+    print(f"pruned, a node joined: its image built again and its driver pod Ready in {time.monotonic() - joined:.1f}s")
+    assert first["metadata"]["uid"] in {j["metadata"]["uid"] for j in jobs(lab, TAG)}  # attempt 1 kept, with its log
+    assert wait_for(lambda: node_events(lab, "deb-4", "DriverImagePruned") or node_events(
+        lab, "deb-1", "DriverImagePruned") or None, timeout=60, what="the prune told on a waiting node")
+    # 2. no node runs the kernel any more; pruned again; a node on an older kernel announces it: attempt 3
+    for name in ("deb-1", "deb-2", "deb-3", "deb-4"):
+        lab.kubectl("delete", "node", name, "--wait=false")
+    prune(lab, TAG)
+    older = "6.1.0-47-amd64"
+    assert lab.cli("lab", "push-image", f"535-{older}-debian12").code == 0  # its current image is there
+    assert lab.cli("lab", "add-node", "next-1", "--kernel", older, "--os", "debian12", "--branch", "535").code == 0
+    wait_for(lambda: ready(driver_pod(lab, "next-1")) or None, timeout=180, what="next-1's driver pod Ready")
+    announced = time.monotonic()
+    lab.kubectl("label", "node", "next-1", f"gpualign.io/kernel.next={KERNEL}", check=True)
+    third = attempt(lab, TAG, 3, timeout=600)
+    print(f"pruned, a node announced the kernel: built again in {time.monotonic() - announced:.1f}s")
+    assert len({j["metadata"]["uid"] for j in (first, second, third)}) == 3
+    reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+    try:
+        assert reg.digest(TAG) is not None  # in the ledger before any node boots the kernel
+    finally:
+        reg.close()
