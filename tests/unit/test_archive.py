@@ -84,3 +84,24 @@ def test_mmdebstrap_is_given_the_same_list_options_as_apt_config_lines(tmp_path)
     assert as_options["Acquire::Languages::"] == '"none";'
     assert all(as_options[f"Acquire::IndexTargets::deb::{t}::DefaultEnabled"] == '"false";'
                for t in ("DEP-11", "DEP-11-icons-small", "DEP-11-icons", "DEP-11-icons-hidpi"))
+
+
+def test_an_air_gapped_fleets_mirror_is_read_by_builds_and_rendered_recipes(monkeypatch):
+    """Review 5's M6: Debian's archive was fixed at deb.debian.org in ensure and in the rendered recipes."""
+    from gpualign.ensure import archive, recipes
+    from gpualign.ensure.tagspec import parse
+
+    monkeypatch.delenv(archive.MIRROR_ENV, raising=False)
+    monkeypatch.delenv(archive.SECURITY_ENV, raising=False)
+    assert archive.Archive().mirror == "http://deb.debian.org/debian"
+    assert archive.Archive().security == "http://deb.debian.org/debian-security"
+    monkeypatch.setenv(archive.MIRROR_ENV, "http://apt.corp.local:3142/debian/")
+    arc = archive.Archive(suite="trixie", arch="amd64")
+    assert (arc.mirror, arc.security) == ("http://apt.corp.local:3142/debian", "http://apt.corp.local:3142/debian-security")
+    assert all("apt.corp.local:3142" in line and "deb.debian.org" not in line for line in arc.source_lines())
+    monkeypatch.setenv(archive.SECURITY_ENV, "http://sec.corp.local/debian-security")
+    assert archive.Archive().security == "http://sec.corp.local/debian-security"
+    recipe = recipes.render(parse("535-6.1.0-57-amd64-debian12"), "535.309.01")
+    text = recipe.files["Containerfile"]
+    assert "ARG DEBIAN_MIRROR=http://apt.corp.local:3142/debian" in text and "deb.debian.org" not in text
+    assert "ARG DEBIAN_SECURITY_MIRROR=http://sec.corp.local/debian-security" in text

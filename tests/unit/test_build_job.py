@@ -201,3 +201,12 @@ def test_only_the_leader_collects_the_jobs_the_last_pass_found_stale():
     leader[0] = True
     assert trigger.garbage_collect() == ["gpualign-build-a-1", "gpualign-build-b-2"] == Jobs.deleted
     assert trigger.status()["running"] == []
+
+
+def test_an_air_gapped_fleets_debian_mirror_reaches_the_build_pods():
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver",
+                               debian_mirror="http://apt-cache.infra:3142/debian")
+    job = J.build_job("535-6.1.0-57-amd64-debian12", 1, ["n1"], settings, "r")
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GPUALIGN_DEBIAN_MIRROR"] == "http://apt-cache.infra:3142/debian"
+    assert "GPUALIGN_DEBIAN_SECURITY_MIRROR" not in env  # the mirror's sibling, as ensure derives it

@@ -283,7 +283,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
             raise BadInput(f"--build-pod-settings {settings_file}: expected a mapping")
         known = {"nodeSelector", "tolerations", "resources", "serviceAccountName", "pushSecret", "signSecret",
                  "upstream", "hostNetwork", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "affinity",
-                 "imagePullSecrets", "priorityClassName", "podLabels", "podAnnotations"}
+                 "imagePullSecrets", "priorityClassName", "podLabels", "podAnnotations", "debianMirror",
+                 "debianSecurityMirror"}
         unknown = sorted(set(loaded) - known)
         if unknown:
             raise BadInput(f"--build-pod-settings {settings_file}: unknown key {unknown[0]!r} (known: "
@@ -298,6 +299,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
         push_secret=str(pod["pushSecret"]) if pod.get("pushSecret") else None,
         sign_secret=str(pod["signSecret"]) if pod.get("signSecret") else None,
         upstream=str(pod["upstream"]) if pod.get("upstream") else None,
+        debian_mirror=str(pod["debianMirror"]) if pod.get("debianMirror") else None,
+        debian_security_mirror=str(pod["debianSecurityMirror"]) if pod.get("debianSecurityMirror") else None,
         host_network=bool(pod.get("hostNetwork")),
         ttl_seconds=int(pod.get("ttlSecondsAfterFinished") or 86400),  # type: ignore[call-overload]
         deadline_seconds=int(pod.get("activeDeadlineSeconds") or 3600),  # type: ignore[call-overload]

@@ -34,6 +34,25 @@ if TYPE_CHECKING:
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SECURITY = "http://deb.debian.org/debian-security"
+# An air-gapped fleet's own Debian mirror (an internal mirror, apt-cacher-ng, a pull-through): the builds, their build
+# roots, their images' user space and rendered recipes all read it. The security suites may live elsewhere.
+MIRROR_ENV = "GPUALIGN_DEBIAN_MIRROR"
+SECURITY_ENV = "GPUALIGN_DEBIAN_SECURITY_MIRROR"
+
+
+def configured_mirror() -> str:
+    """Debian's archive as this machine reaches it: $GPUALIGN_DEBIAN_MIRROR, else deb.debian.org."""
+    return (os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR).rstrip("/")
+
+
+def configured_security() -> str:
+    """Debian's security archive: $GPUALIGN_DEBIAN_SECURITY_MIRROR, else the mirror's sibling when a mirror is set
+    (MIRROR/../debian-security, as deb.debian.org lays them out), else deb.debian.org's."""
+    if os.environ.get(SECURITY_ENV):
+        return os.environ[SECURITY_ENV].rstrip("/")
+    if os.environ.get(MIRROR_ENV):
+        return configured_mirror().rsplit("/", 1)[0] + "/debian-security"
+    return DEFAULT_SECURITY
 COMPONENTS = "main contrib non-free non-free-firmware"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 REFRESH_SECONDS = 6 * 3600
@@ -111,8 +130,8 @@ _known_lock = threading.Lock()
 @dataclass(frozen=True)
 class Archive:
     suite: str = "bookworm"
-    mirror: str = DEFAULT_MIRROR
-    security: str = DEFAULT_SECURITY
+    mirror: str = field(default_factory=configured_mirror)
+    security: str = field(default_factory=configured_security)
     arch: str = field(default_factory=host_arch)  # the target's: the kernels' and the image's
 
     @property

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from gpualign import __version__
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import userspace
-from gpualign.ensure.archive import cache_root, file_lock
+from gpualign.ensure.archive import MIRROR_ENV, cache_root, configured_mirror, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
@@ -171,7 +171,8 @@ def _ensure_base(suite: str, arch: str) -> str:
         tar = Path(tmp) / "rootfs.tar"
         cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--architectures={arch}",
                f"--include={','.join(base_packages(suite))}",
-               f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar)]
+               f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar),
+               *([configured_mirror()] if os.environ.get(MIRROR_ENV) else [])]  # mmdebstrap's own default else
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")

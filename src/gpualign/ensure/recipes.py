@@ -239,17 +239,23 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
 
 def debian(spec: TagSpec, driver_version: str, flavour: str, suite: str = "bookworm") -> Recipe:
     """The recipe gpualign runs here (mmdebstrap and chroot instead of these stages), for building elsewhere."""
+    from gpualign.ensure.archive import configured_mirror, configured_security
     from gpualign.ensure.buildroot import FLAVOURS
 
     package, tarball, subdir = FLAVOURS[flavour]
     k = spec.kernel
+    mirror, security = configured_mirror(), configured_security()  # $GPUALIGN_DEBIAN_MIRROR; --build-arg to change
     builder = f"""# Rendered by gpualign for {spec.tag}: the Debian ({suite}) recipe `gpualign ensure` runs on
 # its own machine (there with mmdebstrap and chroot), as container stages.
 ARG BUILDER_BASE=debian:{suite}
 ARG FINAL_BASE=debian:{suite}-slim
+ARG DEBIAN_MIRROR={mirror}
+ARG DEBIAN_SECURITY_MIRROR={security}
 FROM ${{BUILDER_BASE}} AS builder
-RUN echo "deb http://deb.debian.org/debian {suite} main contrib non-free non-free-firmware" > /etc/apt/sources.list \\
- && echo "deb http://deb.debian.org/debian-security {suite}-security main contrib non-free" >> /etc/apt/sources.list \\
+ARG DEBIAN_MIRROR
+ARG DEBIAN_SECURITY_MIRROR
+RUN echo "deb ${{DEBIAN_MIRROR}} {suite} main contrib non-free non-free-firmware" > /etc/apt/sources.list \\
+ && echo "deb ${{DEBIAN_SECURITY_MIRROR}} {suite}-security main contrib non-free" >> /etc/apt/sources.list \\
  && rm -f /etc/apt/sources.list.d/debian.sources \\
  && apt-get update && apt-get install -y --no-install-recommends gcc make libc6-dev kmod xz-utils binutils \\
       linux-headers-{k} {package} && rm -rf /var/lib/apt/lists/*
@@ -259,7 +265,7 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
 """
     verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
     # Debian's user space from non-free (maintainer scripts run here, so update-alternatives makes the links)
-    userspace = (f'RUN echo "deb http://deb.debian.org/debian {suite} main contrib non-free" \\\n'
+    userspace = (f'ARG DEBIAN_MIRROR\nRUN echo "deb ${{DEBIAN_MIRROR}} {suite} main contrib non-free" \\\n'
                  "    > /etc/apt/sources.list && rm -f /etc/apt/sources.list.d/debian.sources && apt-get update \\\n"
                  " && apt-get install -y --no-install-recommends kmod util-linux mount libcuda1 libnvidia-ml1 "
                  "libnvidia-ptxjitcompiler1 libnvidia-cfg1 nvidia-smi nvidia-persistenced \\\n"

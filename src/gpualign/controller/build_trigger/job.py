@@ -61,6 +61,8 @@ class BuildSettings:
     push_secret: str | None = None  # a Secret holding .dockerconfigjson, mounted as the Docker config
     sign_secret: str | None = None  # NAMESPACE/NAME, passed to `ensure --sign-secret`
     upstream: str | None = None  # `ensure --upstream` (default: NVIDIA's registry, for the tags NVIDIA publishes)
+    debian_mirror: str | None = None  # GPUALIGN_DEBIAN_MIRROR of the build pods: an air-gapped fleet's own mirror
+    debian_security_mirror: str | None = None  # GPUALIGN_DEBIAN_SECURITY_MIRROR
     ttl_seconds: int = 86400  # finished Jobs (and a failed pod's log) are kept this long
     deadline_seconds: int = 3600  # a build that runs longer is stopped (and counts as transient)
     host_network: bool = False  # for clusters whose API server and registry are reachable only from the node
@@ -95,6 +97,10 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
         args += ["--sign-secret", settings.sign_secret]
     env: list[JSON] = [{"name": "GPUALIGN_CACHE", "value": "/cache"},
                        {"name": "GPUALIGN_TERMINATION_LOG", "value": TERMINATION_LOG}]
+    if settings.debian_mirror:
+        env.append({"name": "GPUALIGN_DEBIAN_MIRROR", "value": settings.debian_mirror})
+    if settings.debian_security_mirror:
+        env.append({"name": "GPUALIGN_DEBIAN_SECURITY_MIRROR", "value": settings.debian_security_mirror})
     mounts: list[JSON] = [{"name": "cache", "mountPath": "/cache"}]
     volumes: list[JSON] = [{"name": "cache", "emptyDir": {}}]
     if settings.push_secret:
