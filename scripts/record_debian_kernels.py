@@ -23,24 +23,26 @@ from pathlib import Path
 SUITES = ("bookworm", "bookworm-updates", "bookworm-security", "bookworm-backports",
           "trixie", "trixie-updates", "trixie-security", "trixie-backports")
 ARCHS = ("amd64", "arm64")
-OUT = Path(__file__).resolve().parent.parent / "tests" / "data" / "debian-kernels.tsv"
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+OUT = DATA / "debian-kernels.tsv"
+# The kernel metapackages' own stanzas, verbatim, per suite and architecture (what apt reads to pick the next ABI),
+# and one small suite's signed InRelease with the Packages.xz it names (to verify as apt does, offline).
+STANZAS = DATA / "debian-packages"
+SIGNED = ("trixie-updates", "amd64")
 _ABI_NAMED = re.compile(r"linux-image-\d+\.\d+\.\d+")  # an ABI's own image package, not a metapackage
 
 
-def stanzas(text: str) -> list[dict[str, str]]:
-    out = []
-    for block in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        key = None
-        for line in block.splitlines():
-            if line[:1] in (" ", "\t") and key:
-                fields[key] += " " + line.strip()
-            elif ":" in line:
-                key, value = line.split(":", 1)
-                fields[key] = value.strip()
-        if "Package" in fields:
-            out.append(fields)
-    return out
+def fields_of(block: str) -> dict[str, str]:
+    """One stanza's fields (continuation lines joined)."""
+    fields: dict[str, str] = {}
+    key = None
+    for line in block.splitlines():
+        if line[:1] in (" ", "\t") and key:
+            fields[key] += " " + line.strip()
+        elif ":" in line:
+            key, value = line.split(":", 1)
+            fields[key] = value.strip()
+    return fields
 
 
 def kept(fields: dict[str, str]) -> tuple[str, str, str] | None:
@@ -67,11 +69,22 @@ def main() -> int:
             url = f"{base}/dists/{suite}/main/binary-{arch}/Packages.xz"
             with urllib.request.urlopen(url, timeout=120) as response:
                 text = lzma.decompress(response.read()).decode()
-            for fields in stanzas(text):
-                row = kept(fields)
+            meta = []
+            for block in text.split("\n\n"):
+                fields = fields_of(block)
+                row = kept(fields) if "Package" in fields else None
                 if row is not None:
                     rows.append((suite, arch, *row))
+                    if row[2]:  # a metapackage naming the ABI it installs
+                        meta.append(block.strip() + "\n")
+            STANZAS.mkdir(parents=True, exist_ok=True)
+            (STANZAS / f"{suite}_{arch}.Packages").write_text("\n".join(meta))
             print(f"{suite} {arch}: read", file=sys.stderr)
+    suite, arch = SIGNED
+    with urllib.request.urlopen(f"{args.mirror}/dists/{suite}/InRelease", timeout=120) as response:
+        (STANZAS / f"{suite}.InRelease").write_bytes(response.read())
+    with urllib.request.urlopen(f"{args.mirror}/dists/{suite}/main/binary-{arch}/Packages.xz", timeout=120) as response:
+        (STANZAS / f"{suite}_main_{arch}.Packages.xz").write_bytes(response.read())
     rows.sort()
     OUT.parent.mkdir(parents=True, exist_ok=True)
     header = f"# read from Debian's archive on {time.strftime('%Y-%m-%d', time.gmtime())} by {Path(__file__).name}\n"
