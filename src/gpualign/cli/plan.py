@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Annotated, Any
 
 import typer
@@ -30,10 +31,31 @@ from gpualign.cli.options import (
 )
 
 
+def _tonight(nodes: Any, say: Any) -> Any:
+    """What Debian's archive installs next on each pool of the nodes, said per pool."""
+    from gpualign.ensure.archive_index import ArchiveIndex
+    from gpualign.usecases import archive_next
+
+    index = ArchiveIndex()
+    tonight = archive_next.read(nodes, index, seen=index.cache / "first-seen.json")
+    for pool in tonight.pools:
+        nxt = pool.next
+        if nxt is None:
+            say(f"{pool.name} ({len(pool.nodes)} nodes): no metapackage of the suites read follows its line")
+            continue
+        since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(pool.since)) if pool.since else "now"
+        say(f"{pool.name} ({len(pool.nodes)} nodes): Debian's archive installs {nxt.release} next ({nxt.metapackage} "
+            f"{nxt.version}, {nxt.suite}; named since {since})")
+    return tonight
+
+
 def plan(
     ledger: LedgerOpt = None,
     kernel: Annotated[str | None, typer.Option(
-        "--kernel", metavar="KERNEL", help="the kernel the nodes will run, e.g. 5.15.0-125-generic")] = None,
+        "--kernel", metavar="KERNEL",
+        help="the kernel the nodes will run, e.g. 5.15.0-125-generic; or `next`: each Debian node's own next kernel, "
+             "the one its line's metapackage installs, as Debian's archive names it now (its InRelease verified "
+             "with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own)")] = None,
     os_: Annotated[str | None, typer.Option(
         "--os", metavar="OS", help="the OS they will run, e.g. ubuntu24.04 (an OS change brings its own kernel: "
                                    "pass --kernel with it)")] = None,
@@ -112,7 +134,10 @@ def plan(
         if not kernel:
             warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
                  "replaces; pass the kernel it ships with")
-    change = Change(kernel=kernel, os_id=os_id, os_version=os_version,
+    from_archive = kernel == "next"
+    if from_archive and os_:
+        raise BadInput("--kernel next plans each node onto its own release's next kernel: drop --os")
+    change = Change(kernel=None if from_archive else kernel, os_id=os_id, os_version=os_version,
                     branch=normalize_branch(driver_branch) if driver_branch else None, module_type=kernel_module_type)
     rule_set = load_rules(rules)
     branches = branch_policy(None, branch_policy_file, old_policy)
@@ -139,8 +164,21 @@ def plan(
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
         read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=infer, timeout=timeout,
                           say=say_tty if announce else quiet, warn=warn if announce else quiet)
-        planned = plan_cluster(read, setup, selector)
-        return planned.as_dict(), planned.clean, read.source
+        pools = None
+        using = setup
+        if from_archive:
+            import dataclasses
+
+            tonight = _tonight(read.inventory.nodes, say_tty if announce else quiet)
+            pools = [p.as_dict() for p in tonight.pools]
+            using = dataclasses.replace(setup, change=dataclasses.replace(
+                setup.change, kernels=tuple(sorted(tonight.kernels.items())),
+                unknown=tuple(sorted(tonight.unknown.items()))))
+        planned = plan_cluster(read, using, selector)
+        body = planned.as_dict()
+        if pools is not None:
+            body["archive"] = pools
+        return body, planned.clean, read.source
 
     if names is None:
         body, clean, source = plan_of(context[0] if context else None)

@@ -29,6 +29,15 @@ class Change:
     os_version: str | None = None
     branch: str | None = None
     module_type: str | None = None  # kernelModuleType the pools will run with (None: each pool's own)
+    # node -> its own next kernel (`plan --kernel next`: each pool's, as Debian's archive names it), in place of
+    # `kernel`; a node not named (no next kernel known) is unknown with `unknown`'s reason
+    kernels: tuple[tuple[str, str], ...] | None = None
+    unknown: tuple[tuple[str, str], ...] = ()
+
+    def kernel_for(self, node: str) -> str | None:
+        if self.kernels is None:
+            return self.kernel
+        return dict(self.kernels).get(node)
 
 
 _KERNEL_FAMILY = (("ubuntu", re.compile(r"\d+\.\d+\.\d+-\d+-[a-z][a-z0-9-]*")),
@@ -183,19 +192,24 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
     advice: dict[str, str] = {}
     flavours: dict[str, str] = {}
     unknown: list[tuple[str, str]] = []
+    why_unknown = dict(change.unknown)
     for facts in sorted(nodes, key=lambda n: n.name):
         # The node as it will be: its labels with the change applied, read by the same code as today's.
         labels = dict(facts.labels)
-        if change.kernel:
-            labels[L.KERNEL] = label_of(change.kernel)  # as NFD will label it (a release's `+` as `_`)
+        new_kernel = change.kernel_for(facts.name)
+        if change.kernels is not None and new_kernel is None:
+            unknown.append((facts.name, why_unknown.get(facts.name, "no next kernel known for it")))
+            continue
+        if new_kernel:
+            labels[L.KERNEL] = label_of(new_kernel)  # as NFD will label it (a release's `+` as `_`)
         if change.os_id and change.os_version:
             labels[L.OS_ID], labels[L.OS_VERSION] = change.os_id, change.os_version
         for key in (L.DRIVER_CURRENT_FULL, *L.DRIVER_CURRENT.values(), *L.DRIVER_LEGACY.values()):
             labels.pop(key, None)  # the loaded driver is about to change: its labels say nothing of the new image
         changed = node_facts({"metadata": {"name": facts.name, "labels": labels}})
         unfit = misfit(changed.kernel, changed.os_id) if changed.kernel else None
-        if not unfit and change.kernel:
-            unfit = kernel_change_misfit(facts.kernel, change.kernel, changed.os_id, changed.os_version)
+        if not unfit and new_kernel:
+            unfit = kernel_change_misfit(facts.kernel, new_kernel, changed.os_id, changed.os_version)
         if unfit:
             unknown.append((facts.name, unfit))
             continue

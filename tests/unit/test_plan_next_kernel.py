@@ -1,0 +1,86 @@
+"""`plan --kernel next`: each Debian pool planned onto the kernel Debian's archive will install next, read through
+the verified door from an archive laid out and signed as Debian's (the archive's own recorded metapackages, signed
+here with a key trusted as apt trusts a signed-by key), and since when it was named."""
+
+from __future__ import annotations
+
+import json
+
+from gpualign.usecases import archive_next
+from tests.support import builders
+from tests.support.cli import run_cli
+from tests.support.local_suite import DATA, LocalArchive, serve_directory
+
+
+class Recorded:
+    """The recorded stanzas, as the door would hand them over."""
+
+    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+        return (DATA / f"{suite}_{arch}.Packages").read_text()
+
+
+def debian(name: str, kernel: str, version: str, arch: str = "amd64") -> dict:
+    return builders.node(name, kernel=kernel, os_id="debian", os_version=version, arch=arch)
+
+
+def test_each_pool_gets_its_own_lines_next_kernel_and_the_first_sighting_is_kept(tmp_path):
+    from gpualign.model.facts import node_facts
+
+    nodes = [node_facts(n) for n in (debian("a", "6.12.115_deb13.1-amd64", "13"), debian("b", "6.1.0-50-amd64", "12"),
+                                     debian("c", "6.1.0-53-cloud-amd64", "12"),
+                                     debian("d", "6.12.111_deb12-arm64", "12", "arm64"),
+                                     debian("e", "7.2.11_deb13-amd64", "13"),
+                                     builders.node("u", kernel="5.15.0-124-generic"))]
+    seen = tmp_path / "first-seen.json"
+    tonight = archive_next.read(nodes, Recorded(), seen=seen, now=1000.0)
+    assert tonight.kernels == {"a": "6.12.118+deb13-amd64", "b": "6.1.0-57-amd64", "c": "6.1.0-57-cloud-amd64",
+                               "d": "6.12.118+deb12-arm64"}
+    assert set(tonight.unknown) == {"e", "u"} and "backports" in tonight.unknown["e"]
+    assert {p.name for p in tonight.pools} >= {"debian13 6.12 generic-amd64", "debian12 6.1 cloud-amd64"}
+    later = archive_next.read(nodes, Recorded(), seen=seen, now=5000.0)
+    assert {p.since for p in later.pools if p.next} == {1000.0}  # named since the first read, not the last
+
+
+def test_plan_kernel_next_reads_a_signed_archive_and_plans_every_pool_at_once(tmp_path, serve):
+    archive = LocalArchive(tmp_path / "archive")
+    archive.publish_recorded("trixie", "amd64")
+    archive.publish_recorded("bookworm", "amd64")
+    server = serve_directory(serve, archive.root)
+    nodes = tmp_path / "nodes.json"
+    nodes.write_text(json.dumps({"items": [debian("d13-a", "6.12.115_deb13.1-amd64", "13"),
+                                           debian("d13-b", "6.12.117_deb13-amd64", "13"),
+                                           debian("d12-cloud", "6.1.0-53-cloud-amd64", "12"),
+                                           debian("d12-rt", "6.1.0-53-rt-amd64", "12")]}))
+    ledger = tmp_path / "ledger.txt"
+    ledger.write_text("550-6.12.117_deb13-amd64-debian13\n")
+    env = {**archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")}
+    res = run_cli("plan", "--kernel", "next", "--nodes-file", str(nodes), "--ledger", str(ledger),
+                  "--branch-policy", str(_policy(tmp_path)), "-o", "json", env=env)
+    assert res.code == 1, res.err
+    body = json.loads(res.out)
+    pools = {p["pool"]: p for p in body["archive"]}
+    assert pools["debian13 6.12 generic-amd64"]["next"] == "6.12.118+deb13-amd64"
+    assert pools["debian13 6.12 generic-amd64"]["suite"] == "trixie-security"
+    assert pools["debian13 6.12 generic-amd64"]["nodes"] == ["d13-a", "d13-b"]
+    assert pools["debian12 6.1 rt-amd64"]["next"] == "6.1.0-57-rt-amd64"
+    needed = {n["tag"]: n for n in body["needed"]}
+    assert needed["550-6.12.118_deb13-amd64-debian13"]["action"] == "build"
+    assert needed["535-6.1.0-57-cloud-amd64-debian12"]["action"] == "build"
+    assert needed["535-6.1.0-57-rt-amd64-debian12"]["action"] == "none"
+    assert body["cannot_make"] == [{"tag": "535-6.1.0-57-rt-amd64-debian12", "kind": "preempt-rt",
+                                    "reason": needed["535-6.1.0-57-rt-amd64-debian12"]["action_reason"]}]
+    assert "Debian's archive installs 6.12.118+deb13-amd64 next" not in res.err  # said on a terminal only
+    # the same archive signed by another key is refused, in one line, naming the keyring
+    other = LocalArchive(tmp_path / "other")
+    bad = run_cli("plan", "--kernel", "next", "--nodes-file", str(nodes), "--ledger", str(ledger), "--driver-branch",
+                  "550", env={**env, "GPUALIGN_DEBIAN_KEYRING": str(other.keyring)})
+    assert bad.code == 1 and len(bad.err.strip().splitlines()) == 1, bad.err
+    assert "is not signed by a key of" in bad.err and str(other.keyring) in bad.err
+
+
+def _policy(tmp_path):  # noqa: ANN001, ANN202
+    path = tmp_path / "pools.yaml"
+    path.write_text('pools:\n  - selector: "feature.node.kubernetes.io/system-os_release.ID=debian,'
+                    'feature.node.kubernetes.io/system-os_release.VERSION_ID=13"\n    branch: "550"\n'
+                    '  - selector: ""\n    branch: "535"\n')
+    return path
