@@ -229,3 +229,17 @@ def test_the_trigger_tells_a_prune_from_a_lagging_ledger_view_and_from_a_success
                          listed=lambda _image: False)
     fresh.api = Jobs()  # type: ignore[assignment]
     assert fresh.sync(now=101).create == () and fresh.jobs[tag].unlisted
+
+
+@given(st.lists(st.tuples(st.sampled_from(["t1", "t2", "t3", "t4"]), st.floats(0, 100), st.booleans()),
+                min_size=1, max_size=4, unique_by=lambda x: x[0]), st.integers(1, 3))
+def test_a_node_waiting_now_always_goes_before_a_build_ahead(wants, cap):
+    """However long the archive (or a node's kernel.next) has named an ahead kernel, a tag a node runs now is
+    built first."""
+    wanted_ = [B.Wanted(t, "build", ("n-" + t,), since, ahead=ahead) for t, since, ahead in wants]
+    d = B.decide(wanted_, [], cap=cap, now=1000, recipe=RECIPE)
+    created = [w.ahead for w, _ in d.create]
+    queued_ahead = [next(w.ahead for w in wanted_ if w.tag == q) for q in d.queued]
+    assert created == sorted(created)  # the waiting ones first
+    if any(not a for a in queued_ahead):
+        assert all(not a for a in created)  # a waiting node queued: no ahead build took its slot

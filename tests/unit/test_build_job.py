@@ -210,3 +210,22 @@ def test_an_air_gapped_fleets_debian_mirror_reaches_the_build_pods():
     env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["GPUALIGN_DEBIAN_MIRROR"] == "http://apt-cache.infra:3142/debian"
     assert "GPUALIGN_DEBIAN_SECURITY_MIRROR" not in env  # the mirror's sibling, as ensure derives it
+
+
+def test_the_trigger_builds_the_archives_kernel_after_waiting_nodes_and_refuses_one_nobody_can_build():
+    from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
+
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
+    waiting = {"n1": {"tag": "535-6.1.0-57-amd64-debian12", "status": "missing", "action": "build"}}
+    announced = {
+        "archive/debian13 6.12 generic-amd64": {"tag": "550-6.12.118_deb13-amd64-debian13", "status": "missing",
+                                                "action": "build", "archive": {"nodes": ["d13-a"]}},
+        "archive/debian12 6.1 rt-amd64": {"tag": "535-6.1.0-57-rt-amd64-debian12", "status": "missing",
+                                          "action": "none", "action_reason": "a PREEMPT_RT kernel",
+                                          "archive": {"nodes": ["rt-1", "rt-2"]}}}
+    trigger = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: waiting,  # type: ignore
+                           ahead=lambda: announced)
+    wanted = {w.tag: w for w in trigger.wanted(now=5.0)}
+    assert not wanted["535-6.1.0-57-amd64-debian12"].ahead and wanted["550-6.12.118_deb13-amd64-debian13"].ahead
+    assert "535-6.1.0-57-rt-amd64-debian12" not in wanted  # no Job that can only fail
+    assert trigger.refused["535-6.1.0-57-rt-amd64-debian12"] == ("none", "a PREEMPT_RT kernel", ("rt-1", "rt-2"))

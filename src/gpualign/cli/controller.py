@@ -73,6 +73,15 @@ def controller(
     build_retry_after: Annotated[float, typer.Option(
         metavar="SECONDS", help="wait before retrying a build that failed for a passing reason; doubled at each "
                                 "failure, up to 30 minutes")] = 30.0,
+    archive_ahead: Annotated[bool, typer.Option(
+        "--build-ahead-from-archive/--no-build-ahead-from-archive",
+        help="with --build, read Debian's archive on a schedule and build, for each Debian pool, the image of the "
+             "kernel the archive will install next, before any node installs it (a node waiting now goes first); "
+             "$GPUALIGN_DEBIAN_MIRROR and $GPUALIGN_DEBIAN_KEYRING for a mirror of your own; needs gpgv and "
+             "Debian's keyring where the controller runs, and a writable $GPUALIGN_CACHE) [default: off]")] = False,
+    archive_every: Annotated[float, typer.Option(
+        "--archive-poll-seconds", metavar="SECONDS",
+        help="how often Debian's archive is read (each suite's InRelease asked whether it changed)")] = 900.0,
     build_replace_wrong: Annotated[bool, typer.Option(
         "--build-replace-wrong",
         help="with --build, also make again an image that is in the ledger but fails the check (present but wrong: "
@@ -187,6 +196,7 @@ def controller(
     opts = Options(repository=repo, ledger_refresh=ledger_refresh, builds=builds,
                    gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
                    restart_waiting_pods=restart_waiting_driver_pods,
+                   archive_every=archive_every if builds is not None and archive_ahead else None,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)

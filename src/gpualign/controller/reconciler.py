@@ -154,17 +154,12 @@ class Reconciler:
         if facts is None:  # gone, or no longer a GPU node
             self.forget(name)
             return
-        branches = self.branches
-        if not branches.branch_for(facts.labels) and pod is None:
-            hint = self.caches.pool_branch(facts)
-            if hint:
-                branches = BranchPolicy(default=hint)
+        branches, expect = self._expectations(facts, pod)
         operator = self.operator
         planned = None
         if operator is not None:
             found = daemonset_image(facts.labels, self.caches.pool_list())
             planned = {name: found} if found else {}
-        expect = from_operator(operator) if operator is not None and self.follow_operator else None
         finding = self._finding(facts, pod, branches, planned, expect)
         self.findings.record(name, finding)
         self._look_ahead(facts, branches, expect)
@@ -194,6 +189,26 @@ class Reconciler:
         finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
         finding["pod_state"] = pod.state if pod else None
         return finding
+
+    def _expectations(self, facts: NodeFacts, pod: DriverPod | None) -> tuple[BranchPolicy, Any]:
+        """The branches and the operator's expectation a node is judged by."""
+        branches = self.branches
+        if not branches.branch_for(facts.labels) and pod is None:
+            hint = self.caches.pool_branch(facts)
+            if hint:
+                branches = BranchPolicy(default=hint)
+        operator = self.operator
+        return branches, from_operator(operator) if operator is not None and self.follow_operator else None
+
+    def future(self, facts: NodeFacts, kernel_label: str) -> JSON:
+        """The finding of `facts`' node as it would be on another kernel (the one Debian's archive installs next on
+        its pool), judged as its current one is."""
+        branches, expect = self._expectations(facts, self.caches.node(facts.name)[1])
+        labels = {**facts.labels, L.KERNEL: kernel_label}
+        future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
+        result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
+                                  expect=expect))
+        return {**result.findings[0].as_dict(), "kernel": future.kernel}
 
     def _look_ahead(self, facts: NodeFacts, branches: BranchPolicy, expect: Any) -> None:
         """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its

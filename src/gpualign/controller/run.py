@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import Gauge
 
@@ -55,6 +56,7 @@ class Options:
     gate_warn_after: float = 86400.0
     builds: BuildOptions | None = None  # --build: the build trigger
     restart_waiting_pods: bool = False  # --restart-waiting-driver-pods: a driver pod waiting for an image now there
+    archive_every: float | None = None  # --build-ahead-from-archive: seconds between reads of Debian's archive
 
 
 def run(kube: Kube, rules: Rules, branches: BranchPolicy,
@@ -122,10 +124,22 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         reconciler.refresh_ledger()
     except GpualignError as err:
         log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
+    watch = None
+    if opts.builds is not None and opts.archive_every:
+        from gpualign.controller.archive_watch import ArchiveWatch
+        from gpualign.ensure.archive_index import ArchiveIndex
+
+        index = ArchiveIndex()
+        watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=index.cache / "first-seen.json",
+                             every=opts.archive_every, on_change=wake_builds.set)
+
+    def ahead() -> dict[str, Any]:
+        return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}
+
     if opts.builds is not None:
         builder = BuildTrigger(kube, opts.builds, findings.snapshot, is_leader=is_leader,
                                on_started=lambda _tag: metrics.builds_started.inc(),
-                               on_finished=metrics.build_finished, ahead=findings.ahead_snapshot,
+                               on_finished=metrics.build_finished, ahead=ahead,
                                listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources),
                                wake=wake_builds)
 
@@ -139,6 +153,8 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
                      daemon=True).start()
     if builder is not None:
         threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()
+    if watch is not None:
+        threading.Thread(target=watch.run, args=(stop,), name="archive", daemon=True).start()
 
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):

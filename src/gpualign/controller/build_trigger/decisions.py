@@ -8,7 +8,8 @@ failure until something changes.
 
 The rules, against KMM's ("failed build pods are preserved and must be deleted manually"):
 - one Job per tag, whatever the number of nodes waiting for it; never a second while one runs;
-- at most `cap` Jobs run at once; the rest queue, oldest wait first;
+- at most `cap` Jobs run at once; the rest queue, oldest wait first, and a tag some node waits for now before any
+  tag only built ahead (a node's next kernel, or the one Debian's archive announces), however long it was known;
 - a transient failure (a registry's 5xx, the archive unreachable) is retried after a backoff that doubles from
   `backoff` up to `max_backoff`;
 - a permanent one (no headers for that kernel, modules that fail verification, a refused push) is not retried until
@@ -64,6 +65,7 @@ class Wanted:
     arch: str = "amd64"  # the CPU architecture the image is for: its build runs on a node of it
     image: str = ""  # REPO:TAG, as the controller's ledger names it
     flavour: str = "proprietary"  # the kernel modules its nodes' driver pods load (gpualign.model.flavours)
+    ahead: bool = False  # no node runs it yet (a node's next kernel, or the one Debian's archive announces)
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
            keep_attempts: int = 3) -> Decision:
     jobs = list(jobs)
     by_tag = latest(jobs)
-    waiting = sorted(wanted, key=lambda w: (w.since, w.tag))
+    waiting = sorted(wanted, key=lambda w: (w.ahead, w.since, w.tag))  # a node waiting now before any ahead
     wanted_tags = {w.tag for w in waiting}
     running = [t for t, j in by_tag.items() if j.phase == BuildPhase.RUNNING]
     blocked = [t for t, j in by_tag.items() if j.phase == BuildPhase.BLOCKED]

@@ -102,6 +102,8 @@ class BuildJobs:
         """One Event on each node, named by the tag, attempt and reason: a retried tell is the same Event."""
         suffix = f"{tag_hash(tag)[:10]}-{attempt}-{reason.lower()[-7:]}"
         for node in nodes:
+            if "/" in node:  # not a node: a pool Debian's archive announces for (controller/archive_watch.py)
+                continue
             try:
                 self.kube.event({"metadata": {"name": node}}, reason, message, warning=warning,
                                 name=f"{node}.build-{suffix}")

@@ -96,15 +96,18 @@ class BuildTrigger:
         images: dict[str, str] = {}
         flavours: dict[str, str] = {}
         waiting: set[tuple[str, str]] = set()
+        now_running: set[str] = set()  # tags a node runs now (not only ahead)
         refused: dict[str, tuple[str, str, set[str]]] = {}
-        for source in (self.findings(), self.ahead()):
+        for current, source in ((True, self.findings()), (False, self.ahead())):
             for node, f in source.items():
                 if not f.get("tag"):
                     continue
                 wrong = self.options.replace_wrong and f.get("status") == "wrong-image" and \
                     f.get("action") == REPLACE
                 if f.get("status") == "missing" and f.get("action") in (Maker.RENDER, Maker.NONE):
-                    refused.setdefault(f["tag"], (f["action"], f.get("action_reason") or "", set()))[2].add(node)
+                    # a pool Debian's archive announces for: told on the pool's own nodes
+                    told = (f.get("archive") or {}).get("nodes") or [node]
+                    refused.setdefault(f["tag"], (f["action"], f.get("action_reason") or "", set()))[2].update(told)
                     continue
                 if wrong or f.get("status") == "missing" and f.get("action") in BUILDABLE:
                     by_tag.setdefault(f["tag"], set()).add(node)
@@ -114,12 +117,14 @@ class BuildTrigger:
                     images[f["tag"]] = f.get("image") or ""
                     flavours[f["tag"]] = f.get("modules") or "proprietary"
                     waiting.add((node, f["tag"]))
+                    if current:
+                        now_running.add(f["tag"])
                     self.waiting_since.setdefault((node, f["tag"]), now)
         for key in [k for k in self.waiting_since if k not in waiting]:
             del self.waiting_since[key]
         self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
         return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes),
-                         archs[tag], images[tag], flavours[tag])
+                         archs[tag], images[tag], flavours[tag], ahead=tag not in now_running)
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""The controller's read of Debian's archive (gpualign.controller.archive_watch): each pool's next kernel judged as
+its nodes would be on it, handed to the build trigger under the pool's key; a pool already on it, nothing."""
+
+from __future__ import annotations
+
+from gpualign.base.errors import GpualignError
+from gpualign.controller.archive_watch import PREFIX, ArchiveWatch
+from gpualign.model.facts import node_facts
+from tests.support import builders
+from tests.support.local_suite import DATA
+
+
+class Recorded:
+    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+        return (DATA / f"{suite}_{arch}.Packages").read_text()
+
+
+class Unreadable:
+    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+        raise GpualignError("http://mirror/debian/dists/trixie/InRelease: HTTP 503")
+
+
+def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
+    nodes = [node_facts(builders.node(n, kernel=k, os_id="debian", os_version=v)) for n, k, v in
+             (("a", "6.12.115_deb13.1-amd64", "13"), ("b", "6.12.115_deb13.1-amd64", "13"),
+              ("c", "6.1.0-57-amd64", "12"))]  # c is on its line's next kernel already
+    asked = []
+
+    def future(facts, label):  # noqa: ANN001, ANN202
+        asked.append((facts.name, label))
+        return {"tag": f"550-{label}-debian13", "status": "missing", "action": "build"}
+
+    woken = []
+    watch = ArchiveWatch(lambda: nodes, future, Recorded(), seen=tmp_path / "seen.json",
+                         on_change=lambda: woken.append(1))
+    watch.poll()
+    assert asked == [("a", "6.12.118_deb13-amd64")]  # one judgement a pool, on its first node
+    (key, finding), = watch.snapshot().items()
+    assert key == PREFIX + "debian13 6.12 generic-amd64" and "/" in key  # never a node's name
+    assert finding["archive"]["nodes"] == ["a", "b"] and finding["kernel"] == "6.12.118+deb13-amd64"
+    assert woken == [1]
+    watch.poll()
+    assert woken == [1]  # nothing changed: the trigger is not woken again
+
+
+def test_an_archive_that_cannot_be_read_is_said_once_and_hands_on_nothing(tmp_path, caplog):
+    nodes = [node_facts(builders.node("a", kernel="6.12.115_deb13.1-amd64", os_id="debian", os_version="13"))]
+    watch = ArchiveWatch(lambda: nodes, lambda f, k: {}, Unreadable(), seen=tmp_path / "seen.json")
+    watch.poll()
+    watch.poll()
+    assert watch.snapshot() == {} and watch.error and "HTTP 503" in watch.error
+    assert sum("Debian's archive" in r.getMessage() for r in caplog.records) == 1
