@@ -303,3 +303,37 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
         client.close()
     again = blab.cli("build", "gc", "--ledger", ledger)
     assert again.code == 0 and "nothing to sweep" in again.out, again.out
+
+
+def test_the_kernel_debians_archive_announces_gets_its_job_before_any_node_runs_it(blab, tmp_path, serve):
+    """Issue: the archive is the announcement. A pool of Debian 12 nodes on 6.1.0-53 (its image present); the lab's
+    own archive, signed by a key of its own and trusted as apt trusts a signed-by key, carries the archive's recorded
+    metapackages, which name 6.1.0-57 next: with nobody typing, the controller makes its Job, though no node runs it
+    or announces it. The pool's rt nodes' next kernel makes no Job, only a refusal on those nodes."""
+    from tests.support.local_suite import LocalArchive, serve_directory
+
+    archive = LocalArchive(tmp_path / "archive")
+    archive.publish_recorded("bookworm", "amd64")
+    server = serve_directory(serve, archive.root)
+    assert blab.cli("lab", "push-image", "535-6.1.0-53-amd64-debian12").code == 0
+    assert blab.cli("lab", "push-image", "535-6.1.0-53-rt-amd64-debian12").code == 0
+    add(blab, "arc-0", "6.1.0-53-amd64")
+    add(blab, "arc-rt", "6.1.0-53-rt-amd64")
+    ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:test",
+                     "--build-namespace", NS, "--build-pod-settings", settings_file(tmp_path),
+                     "--max-concurrent-builds", "9", "--build-ahead-from-archive", "--archive-poll-seconds", "2",
+                     identity="arc",
+                     env={**archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
+    try:
+        job = wait_for(lambda: next((j for j in build_jobs(blab) if j["metadata"]["annotations"][J.TAG_ANNOTATION]
+                                     == tag("6.1.0-57-amd64")), None), timeout=90, what="the announced kernel's Job")
+        assert job["spec"]["template"]["spec"]["containers"][0]["args"][:2] == ["ensure", tag("6.1.0-57-amd64")]
+        assert not [j for j in build_jobs(blab) if "rt-amd64" in j["metadata"]["annotations"][J.TAG_ANNOTATION]]
+        refused = wait_for(lambda: [e for e in events(blab.kube(), "arc-rt", "DriverImageNotBuildable")
+                                    if "6.1.0-57-rt-amd64" in e.get("message", "")] or None, timeout=60,
+                           what="the rt pool's refusal told on its node")
+        assert "PREEMPT_RT" in refused[0]["message"], refused[0]
+        # read through the door: each suite's signed InRelease, then its index by the hash it signs
+        assert "/debian-security/dists/bookworm-security/InRelease" in [path for path, _h, _p in server.seen]
+    finally:
+        ctl.stop()
