@@ -310,9 +310,15 @@ def test_the_kernel_debians_archive_announces_gets_its_job_before_any_node_runs_
     own archive, signed by a key of its own and trusted as apt trusts a signed-by key, carries the archive's recorded
     metapackages, which name 6.1.0-57 next: with nobody typing, the controller makes its Job, though no node runs it
     or announces it. The pool's rt nodes' next kernel makes no Job, only a refusal on those nodes."""
-    from tests.support.local_suite import LocalArchive, serve_directory
+    from tests.support.local_suite import LocalArchive
 
-    archive = LocalArchive(tmp_path / "archive")
+    with LocalArchive(tmp_path / "archive") as archive:
+        _announced(blab, tmp_path, serve, archive)
+
+
+def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
+    from tests.support.local_suite import serve_directory
+
     archive.publish_recorded("bookworm", "amd64")
     server = serve_directory(serve, archive.root)
     assert blab.cli("lab", "push-image", "535-6.1.0-53-amd64-debian12").code == 0

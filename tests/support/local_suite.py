@@ -25,9 +25,24 @@ class LocalArchive:
         self.root = root
         self.home = root / "gnupg"
         self.home.mkdir(parents=True, mode=0o700)
-        self._gpg("--quick-gen-key", "gpualign test archive <archive@gpualign.test>", "ed25519", "sign", "never")
-        self.keyring = root / "keyring.gpg"
-        self.keyring.write_bytes(self._gpg("--export"))
+        try:
+            self._gpg("--quick-gen-key", "gpualign test archive <archive@gpualign.test>", "ed25519", "sign", "never")
+            self.keyring = root / "keyring.gpg"
+            self.keyring.write_bytes(self._gpg("--export"))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the gpg-agent gpg started for this keyring's home (it would outlive the test)."""
+        subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True,
+                       timeout=30)
+
+    def __enter__(self) -> LocalArchive:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def _gpg(self, *args: str, stdin: bytes | None = None) -> bytes:
         proc = subprocess.run(["gpg", "--homedir", str(self.home), "--batch", "--yes", "--pinentry-mode", "loopback",

@@ -42,7 +42,11 @@ def test_each_pool_gets_its_own_lines_next_kernel_and_the_first_sighting_is_kept
 
 
 def test_plan_kernel_next_reads_a_signed_archive_and_plans_every_pool_at_once(tmp_path, serve):
-    archive = LocalArchive(tmp_path / "archive")
+    with LocalArchive(tmp_path / "archive") as archive, LocalArchive(tmp_path / "other") as other:
+        _plan_next(tmp_path, serve, archive, other)
+
+
+def _plan_next(tmp_path, serve, archive, other):  # noqa: ANN001, ANN202
     archive.publish_recorded("trixie", "amd64")
     archive.publish_recorded("bookworm", "amd64")
     server = serve_directory(serve, archive.root)
@@ -71,7 +75,6 @@ def test_plan_kernel_next_reads_a_signed_archive_and_plans_every_pool_at_once(tm
                                     "reason": needed["535-6.1.0-57-rt-amd64-debian12"]["action_reason"]}]
     assert "Debian's archive installs 6.12.118+deb13-amd64 next" not in res.err  # said on a terminal only
     # the same archive signed by another key is refused, in one line, naming the keyring
-    other = LocalArchive(tmp_path / "other")
     bad = run_cli("plan", "--kernel", "next", "--nodes-file", str(nodes), "--ledger", str(ledger), "--driver-branch",
                   "550", env={**env, "GPUALIGN_DEBIAN_KEYRING": str(other.keyring)})
     assert bad.code == 1 and len(bad.err.strip().splitlines()) == 1, bad.err
