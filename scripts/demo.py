@@ -485,7 +485,7 @@ def controller_pod_story() -> None:
     run(kubectl, "get", "lease", "-n", "gpualign-system", "gpualign-controller")
     wait("the controller's first pass", lambda: "missing" in run(
         kubectl, "logs", "-n", "gpualign-system", pod, show=False, echo=False, expect=None).stdout)
-    log = run(kubectl, "logs", "-n", "gpualign-builds", pod, show=False).stdout.splitlines()
+    log = run(kubectl, "logs", "-n", "gpualign-system", pod, show=False).stdout.splitlines()
     print("\n".join(line for line in log if "leader" in line or "missing" in line), flush=True)
     run(helm, "uninstall", "ga", "-n", "gpualign-system", "--wait", show=False)
     values.unlink()

@@ -109,6 +109,7 @@ def test_why_tells_a_host_driver_a_cpu_node_and_a_missing_node_apart(fleet):
                                                   "(nvidia.com/gpu.deploy.driver=false), version 535.309.01"), host.out
     assert fleet.cli("lab", "add-node", "cpu-x", "--no-gpu").code == 0
     cpu = fleet.cli("why", "cpu-x")
-    assert cpu.code == 0 and "cpu-x is not a GPU node (no nvidia.com/gpu.present=true label)" in cpu.out, cpu.out
+    assert cpu.code == 0 and cpu.out.startswith("cpu-x is not a GPU node (no nvidia.com/gpu.present=true label, no "
+                                              "NVIDIA PCI device labelled by NFD"), cpu.out
     gone = fleet.cli("why", "no-such-node")
     assert gone.code == 2 and gone.err == "gpualign: error: node 'no-such-node' not found\n"
