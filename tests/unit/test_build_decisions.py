@@ -243,3 +243,36 @@ def test_a_node_waiting_now_always_goes_before_a_build_ahead(wants, cap):
     assert created == sorted(created)  # the waiting ones first
     if any(not a for a in queued_ahead):
         assert all(not a for a in created)  # a waiting node queued: no ahead build took its slot
+
+
+def test_a_success_its_nodes_found_in_the_ledger_is_a_prune_when_it_goes_even_after_a_restart():
+    """On the real node: the controller that saw the Job land was SIGKILLed; its successor only ever saw the tag
+    present in its nodes' findings. A prune then must still be a prune (at once), not a push that never was."""
+    from gpualign.controller.build_trigger import job as J
+    from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
+
+    tag = "535-6.1.0-50-amd64-debian12"
+    settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
+    findings = {"n1": {"tag": tag, "status": "present", "action": None, "image": f"reg/nvidia/driver:{tag}"}}
+    built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
+
+    class Jobs:
+        made: list[str] = []
+
+        def read(self):
+            return [built]
+
+        def create(self, manifest, _tag):
+            self.made.append(manifest["metadata"]["name"])
+            return True
+
+        def tell(self, *_a, **_k):
+            pass
+
+    restarted = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings,  # type: ignore
+                             listed=lambda _image: False)
+    restarted.api = Jobs()  # type: ignore[assignment]
+    assert restarted.sync(now=101).create == ()
+    findings["n1"] = {**findings["n1"], "status": "missing", "action": "build"}  # pruned: the view says missing
+    d = restarted.sync(now=102)
+    assert [(w.tag, a) for w, a in d.create] == [(tag, 2)] and restarted.jobs[tag].pruned

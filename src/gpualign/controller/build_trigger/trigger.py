@@ -82,6 +82,7 @@ class BuildTrigger:
     # tag -> (who makes it, why, its nodes): missing images gpualign does not build (no Job is made for them)
     refused: dict[str, tuple[str, str, tuple[str, ...]]] = field(default_factory=dict)
     refused_told: set[tuple[str, str]] = field(default_factory=set)  # (node, tag) told by an Event
+    present: set[str] = field(default_factory=set)  # tags a node's finding found in the ledger, at the last pass
     api: BuildJobs = field(init=False)
 
     def __post_init__(self) -> None:
@@ -98,10 +99,13 @@ class BuildTrigger:
         waiting: set[tuple[str, str]] = set()
         now_running: set[str] = set()  # tags a node runs now (not only ahead)
         refused: dict[str, tuple[str, str, set[str]]] = {}
+        present: set[str] = set()
         for current, source in ((True, self.findings()), (False, self.ahead())):
             for node, f in source.items():
                 if not f.get("tag"):
                     continue
+                if f.get("status") == "present":
+                    present.add(f["tag"])
                 wrong = self.options.replace_wrong and f.get("status") == "wrong-image" and \
                     f.get("action") == REPLACE
                 if f.get("status") == "missing" and f.get("action") in (Maker.RENDER, Maker.NONE):
@@ -123,6 +127,7 @@ class BuildTrigger:
         for key in [k for k in self.waiting_since if k not in waiting]:
             del self.waiting_since[key]
         self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
+        self.present = present
         return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes),
                          archs[tag], images[tag], flavours[tag], ahead=tag not in now_running)
                 for tag, nodes in by_tag.items()]
@@ -139,6 +144,10 @@ class BuildTrigger:
         images = {w.tag: w.image for w in wanted}
         out = []
         for job in jobs:
+            if job.phase == B.BuildPhase.SUCCEEDED and job.tag in self.present and job.tag not in images:
+                # its nodes found it in the ledger (the view is a read of it): listed after the Job, whatever
+                # process watched it land; so a later absence is a prune, not a push that never happened
+                self.confirmed[(job.name, job.attempt)] = True
             if job.phase == B.BuildPhase.SUCCEEDED and job.tag in images:
                 key = (job.name, job.attempt)
                 was = self.confirmed.get(key)
