@@ -235,3 +235,23 @@ def test_the_board_names_stuck_gated_and_missing_nodes():
     assert [n["name"] for n in board["nodes"]] == ["gpu-a", "gpu-b", "gpu-c"] and board["leader"] == 0
     assert [n["stuck"] for n in board["nodes"]] == [True, False, True]
     assert board["nodes"][1]["gated"] == "target image x missing"
+
+
+def test_a_node_with_no_gpu_label_that_runs_a_driver_pod_is_a_gpu_node_while_it_runs_one():
+    """The operator's DRA mode labels no node nvidia.com/gpu.present: the controller watches every node and counts
+    one running a driver pod, as check, status and why do."""
+    from gpualign.controller.caches import Caches
+
+    requeued: list[str] = []
+    caches = Caches(requeue=lambda names: requeued.extend(names))
+    caches.sync_nodes([builders.node("gpu-1"), builders.node("dra-1", base=False, **{
+        "feature.node.kubernetes.io/kernel-version.full": "6.1.0-57-amd64"}), builders.node("cpu-1", base=False)])
+    assert caches.names() == ["gpu-1"] and caches.node("dra-1") == (None, None)
+    pod = {"metadata": {"name": "nvidia-driver-x", "namespace": "gpu-operator"}, "spec": {"nodeName": "dra-1",
+           "containers": [{"image": "r/driver:535-6.1.0-57-amd64-debian12"}]}, "status": {"phase": "Pending"}}
+    caches.pod_event("ADDED", pod)
+    facts, driver = caches.node("dra-1")
+    assert facts is not None and facts.gpu and driver is not None and "dra-1" in requeued
+    assert sorted(caches.names()) == ["dra-1", "gpu-1"] and "cpu-1" not in caches.names()
+    caches.pod_event("DELETED", pod)
+    assert caches.node("dra-1") == (None, None) and caches.names() == ["gpu-1"]

@@ -10,6 +10,7 @@ of Kubernetes' own controllers).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -40,6 +41,9 @@ RECENT_VERSIONS = 16
 class Caches:
     requeue: Callable[[Iterable[str]], None]  # these nodes need a re-check
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
+    # the nodes no GPU label marks: one that runs a GPU Operator driver pod is a GPU node all the same (the
+    # operator's DRA mode labels none), for as long as it runs one
+    others: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)  # node -> its driver pod
     pools: dict[str, JSON] = field(default_factory=dict)  # driver DaemonSets by namespace/name
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -50,10 +54,12 @@ class Caches:
 
     # -- nodes ------------------------------------------------------------------------------------------------------
     def sync_nodes(self, items: list[JSON]) -> None:
-        fresh = {f.name: f for f in map(node_facts, items) if f.gpu}
+        every = list(map(node_facts, items))
+        fresh = {f.name: f for f in every if f.gpu}
         with self.lock:
             gone = set(self.nodes) - set(fresh)
             self.nodes = fresh
+            self.others = {f.name: f for f in every if not f.gpu}
             self.unseen_writes.clear()  # a list is the present: every write made before it is in it
             self.shown = {}
             for item in items:
@@ -73,7 +79,12 @@ class Caches:
                 self.nodes.pop(facts.name, None)
                 self.unseen_writes.pop(facts.name, None)
                 self.shown.pop(facts.name, None)
+                if kind == "DELETED":
+                    self.others.pop(facts.name, None)
+                else:
+                    self.others[facts.name] = facts
             else:
+                self.others.pop(facts.name, None)
                 self.nodes[facts.name] = facts
                 self._show(obj)
         if kind == "DELETED" or not facts.gpu:
@@ -122,19 +133,29 @@ class Caches:
 
     def node(self, name: str) -> tuple[NodeFacts | None, DriverPod | None]:
         with self.lock:
-            return self.nodes.get(name), self.pods.get(name)
+            facts, pod = self.nodes.get(name), self.pods.get(name)
+            if facts is None and pod is not None and name in self.others:
+                facts = dataclasses.replace(self.others[name], gpu=True)
+            return facts, pod
+
+    def _gpu_nodes(self) -> dict[str, NodeFacts]:
+        """The GPU nodes: those a GPU label marks, and those running a driver pod (under the lock)."""
+        found = [n for n in self.pods if n in self.others and n not in self.nodes]
+        if not found:
+            return self.nodes
+        return {**self.nodes, **{n: dataclasses.replace(self.others[n], gpu=True) for n in found}}
 
     def snapshot(self) -> dict[str, NodeFacts]:
         with self.lock:
-            return dict(self.nodes)
+            return dict(self._gpu_nodes())
 
     def node_list(self) -> list[NodeFacts]:
         with self.lock:
-            return list(self.nodes.values())
+            return list(self._gpu_nodes().values())
 
     def names(self) -> list[str]:
         with self.lock:
-            return list(self.nodes)
+            return list(self._gpu_nodes())
 
     # -- driver pods ------------------------------------------------------------------------------------------------
     def sync_pods(self, items: list[JSON]) -> None:
