@@ -171,6 +171,24 @@ def test_never_two_jobs_for_a_tag_nor_more_than_the_cap_and_attempts_only_grow(j
         assert old is None or B.job_name(w.tag, attempt) != old.name  # a Job of its own: the old one stays
 
 
+class OneJob:
+    """The trigger's Jobs API over one build Job: reads it, records what it would create, tells nothing."""
+
+    def __init__(self, job: B.BuildJob) -> None:
+        self.job = job
+        self.made: list[str] = []
+
+    def read(self) -> list[B.BuildJob]:
+        return [self.job]
+
+    def create(self, manifest: dict, _tag: str) -> bool:
+        self.made.append(manifest["metadata"]["name"])
+        return True
+
+    def tell(self, *_a: object, **_k: object) -> None:
+        pass
+
+
 def test_a_pruned_image_is_made_again_at_once_and_a_never_pushed_one_keeps_its_backoff():
     """Review 5: an image built by a Job, listed, then pruned by a retention policy was never built again while
     the kept, Complete Job of attempt 1 stood beside the waiting node."""
@@ -200,34 +218,22 @@ def test_the_trigger_tells_a_prune_from_a_lagging_ledger_view_and_from_a_success
     in_ledger = [True]
     built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
 
-    class Jobs:
-        made: list[str] = []
-
-        def read(self):
-            return [built]
-
-        def create(self, manifest, _tag):
-            self.made.append(manifest["metadata"]["name"])
-            return True
-
-        def tell(self, *_a, **_k):
-            pass
-
     trigger = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings,  # type: ignore
                            listed=lambda _image: in_ledger[0])
-    trigger.api = Jobs()  # type: ignore[assignment]
+    jobs = OneJob(built)
+    trigger.api = jobs  # type: ignore[assignment]
     findings.update(missing)  # the controller's view lags the push: the fresh read lists it
-    assert trigger.sync(now=101).create == () and Jobs.made == []
+    assert trigger.sync(now=101).create == () and jobs.made == []
     findings.clear()  # the view caught up: nobody waits
     assert trigger.sync(now=102).create == ()
     in_ledger[0] = False  # pruned; the view says missing again
     findings.update(missing)
     d = trigger.sync(now=103)
-    assert [(w.tag, a) for w, a in d.create] == [(tag, 2)] and Jobs.made == [B.job_name(tag, 2)]
+    assert [(w.tag, a) for w, a in d.create] == [(tag, 2)] and jobs.made == [B.job_name(tag, 2)]
     # a success never listed keeps its backoff
     fresh = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: missing,  # type: ignore
                          listed=lambda _image: False)
-    fresh.api = Jobs()  # type: ignore[assignment]
+    fresh.api = OneJob(built)  # type: ignore[assignment]
     assert fresh.sync(now=101).create == () and fresh.jobs[tag].unlisted
 
 
@@ -256,22 +262,9 @@ def test_a_success_its_nodes_found_in_the_ledger_is_a_prune_when_it_goes_even_af
     findings = {"n1": {"tag": tag, "status": "present", "action": None, "image": f"reg/nvidia/driver:{tag}"}}
     built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
 
-    class Jobs:
-        made: list[str] = []
-
-        def read(self):
-            return [built]
-
-        def create(self, manifest, _tag):
-            self.made.append(manifest["metadata"]["name"])
-            return True
-
-        def tell(self, *_a, **_k):
-            pass
-
     restarted = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings,  # type: ignore
                              listed=lambda _image: False)
-    restarted.api = Jobs()  # type: ignore[assignment]
+    restarted.api = OneJob(built)  # type: ignore[assignment]
     assert restarted.sync(now=101).create == ()
     findings["n1"] = {**findings["n1"], "status": "missing", "action": "build"}  # pruned: the view says missing
     d = restarted.sync(now=102)
