@@ -23,7 +23,8 @@ class Unreadable:
 def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
     nodes = [node_facts(builders.node(n, kernel=k, os_id="debian", os_version=v)) for n, k, v in
              (("a", "6.12.115_deb13.1-amd64", "13"), ("b", "6.12.115_deb13.1-amd64", "13"),
-              ("c", "6.1.0-57-amd64", "12"))]  # c is on its line's next kernel already
+              ("c", "6.1.0-57-amd64", "12"),  # c and d are on their lines' next kernel already
+              ("d", "6.12.118_deb13-cloud-amd64", "13"))]
     asked = []
 
     def future(facts, label):  # noqa: ANN001, ANN202

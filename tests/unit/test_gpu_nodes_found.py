@@ -48,5 +48,5 @@ def test_a_node_with_only_the_pci_label_or_only_a_driver_pod_is_a_gpu_node():
     assert kube.asked == [None]  # no label selector can ask for one label or another: filtered here
     pod = DriverPod("gpu-operator/d", "r/driver:535-6.1.0-57-amd64-debian12", "535-6.1.0-57-amd64-debian12",
                     "ImagePullBackOff", False)
-    more = inventory.with_driver_pods(found, others, {"dra-2": pod, "gone": pod})
+    more = inventory.with_driver_pods(others, {"dra-2": pod, "gone": pod})
     assert [(f.name, f.gpu) for f in more] == [("dra-2", True)]

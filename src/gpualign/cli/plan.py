@@ -33,11 +33,9 @@ from gpualign.cli.options import (
 
 def _tonight(nodes: Any, say: Any) -> Any:
     """What Debian's archive installs next on each pool of the nodes, said per pool."""
-    from gpualign.ensure.archive_index import ArchiveIndex
     from gpualign.usecases import archive_next
 
-    index = ArchiveIndex()
-    tonight = archive_next.read(nodes, index, seen=index.cache / "first-seen.json")
+    tonight = archive_next.read(nodes, *archive_next.debian_archive())
     for pool in tonight.pools:
         nxt = pool.next
         if nxt is None:

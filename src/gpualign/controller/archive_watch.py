@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,9 +35,7 @@ class ArchiveWatch:
     every: float = 900.0
     on_change: Callable[[], None] = lambda: None  # wakes the build trigger
     ahead: dict[str, JSON] = field(default_factory=dict)  # "archive/POOL" -> its next kernel's finding
-    pools: list[JSON] = field(default_factory=list)  # each pool and its next kernel, as last read (the board)
-    read_at: float | None = None
-    error: str | None = None
+    error: str | None = None  # why the last read failed (said once per cause)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def snapshot(self) -> dict[str, JSON]:
@@ -63,7 +60,7 @@ class ArchiveWatch:
         ahead: dict[str, JSON] = {}
         for pool in tonight.pools:
             nxt = pool.next
-            if nxt is None or nxt.release in {r for r in pool.running}:
+            if nxt is None or label_of(nxt.release) in pool.running:  # the pool runs it already (NFD's spelling)
                 continue
             facts = by_name[pool.nodes[0]]
             finding = self.future(facts, label_of(nxt.release))
@@ -72,8 +69,7 @@ class ArchiveWatch:
         with self.lock:
             changed = ahead.keys() != self.ahead.keys() or any(
                 self.ahead[k].get("status") != f.get("status") for k, f in ahead.items())
-            self.ahead, self.pools = ahead, [p.as_dict() for p in tonight.pools]
-            self.read_at, self.error = time.time(), None
+            self.ahead, self.error = ahead, None
         for key, finding in ahead.items():
             log.info("Debian's archive installs %s next on %s: image %s %s", finding["kernel"],
                      key.removeprefix(PREFIX), finding.get("tag"), finding.get("status"))

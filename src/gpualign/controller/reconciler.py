@@ -204,8 +204,11 @@ class Reconciler:
         """The finding of `facts`' node as it would be on another kernel (the one Debian's archive installs next on
         its pool), judged as its current one is."""
         branches, expect = self._expectations(facts, self.caches.node(facts.name)[1])
-        labels = {**facts.labels, L.KERNEL: kernel_label}
-        future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
+        return self._judged_as(facts.name, {**facts.labels, L.KERNEL: kernel_label}, branches, expect)
+
+    def _judged_as(self, name: str, labels: dict[str, str], branches: BranchPolicy, expect: Any) -> JSON:
+        """The finding of a node with these labels (its kernel or OS changed), without its driver pod."""
+        future = node_facts({"metadata": {"name": name, "labels": labels}})
         result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                   expect=expect))
         return {**result.findings[0].as_dict(), "kernel": future.kernel}
@@ -224,10 +227,7 @@ class Reconciler:
         finding = None
         if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
                                                                    os_next != (facts.os_id, facts.os_version)):
-            future = node_facts({"metadata": {"name": facts.name, "labels": labels}})
-            result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
-                                      expect=expect))
-            finding = {**result.findings[0].as_dict(), "kernel": future.kernel}
+            finding = self._judged_as(facts.name, labels, branches, expect)
             if os_next is not None:
                 finding["os"] = "-".join(os_next)
         self.findings.record_ahead(facts.name, finding)

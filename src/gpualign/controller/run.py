@@ -127,11 +127,11 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
     watch = None
     if opts.builds is not None and opts.archive_every:
         from gpualign.controller.archive_watch import ArchiveWatch
-        from gpualign.ensure.archive_index import ArchiveIndex
+        from gpualign.usecases.archive_next import debian_archive
 
-        index = ArchiveIndex()
-        watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=index.cache / "first-seen.json",
-                             every=opts.archive_every, on_change=wake_builds.set)
+        index, seen = debian_archive()
+        watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=seen, every=opts.archive_every,
+                             on_change=wake_builds.set)
 
     def ahead() -> dict[str, Any]:
         return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}

@@ -170,8 +170,7 @@ def gpu_node_facts(kube: Any, selector: str | None,
     return tuple(facts)
 
 
-def with_driver_pods(nodes: tuple[NodeFacts, ...], others: dict[str, NodeFacts],
-                     pods: dict[str, DriverPod]) -> tuple[NodeFacts, ...]:
+def with_driver_pods(others: dict[str, NodeFacts], pods: dict[str, DriverPod]) -> tuple[NodeFacts, ...]:
     """The nodes that carry no GPU label but run a GPU Operator driver pod: GPU nodes all the same (the operator's
     DRA mode labels none; a node whose NFD labels went away)."""
     return tuple(dataclasses.replace(others[name], gpu=True) for name in sorted(pods) if name in others)
@@ -195,7 +194,7 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
             pods.add_done_callback(lambda done: done.exception() is None and tell(done.result()))
         others: dict[str, NodeFacts] = {}
         nodes = gpu_node_facts(kube, selector, each_page, others)
-        found = with_driver_pods(nodes, others, pods.result())
+        found = with_driver_pods(others, pods.result())
         if found and each_page is not None:
             each_page(list(found))
         return Inventory(nodes + found, pods.result(), kube.server)

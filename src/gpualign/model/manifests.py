@@ -19,6 +19,7 @@ from ruamel.yaml.error import YAMLError
 
 from gpualign.base.errors import BadInput
 from gpualign.model.cuda import DRIVER_KEYS
+from gpualign.model.gpu_pods import gpu_request
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -109,29 +110,6 @@ def _pod_specs(doc: Any, source: str, passed: list[str]) -> Iterator[tuple[str, 
     yield what, node
 
 
-GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-")  # a resource name starting with one of these is a GPU
-
-
-def gpu_pod(spec: Any) -> str | None:
-    """How a pod spec asks for NVIDIA GPUs, as gpualign's admission policy reads it (gpualign.model.cuda_policy):
-    "resources" (a container's nvidia.com/gpu* or nvidia.com/mig-* limit or request), "runtime" (a runtimeClass
-    naming nvidia), "claims" (DRA resource claims, and neither of the others); None: not a GPU pod."""
-    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-    for c in containers:
-        resources = c.get("resources") if isinstance(c, dict) else None
-        if not isinstance(resources, dict):
-            continue
-        for part in ("limits", "requests"):
-            asked = resources.get(part)
-            if isinstance(asked, dict) and any(str(k).startswith(GPU_RESOURCES) for k in asked):
-                return "resources"
-    if "nvidia" in str(spec.get("runtimeClassName") or ""):
-        return "runtime"
-    if spec.get("resourceClaims"):
-        return "claims"
-    return None
-
-
 def _strip_ours(term: Any) -> CommentedMap:
     kept = CommentedMap((k, v) for k, v in term.items() if k != "matchExpressions")
     exprs = [e for e in term.get("matchExpressions") or [] if e.get("key") not in DRIVER_KEYS]
@@ -175,7 +153,7 @@ def inject(text: str, terms: list[dict[str, Any]], source: str) -> tuple[str, in
     left: list[str] = []
     specs = [found for doc in docs if doc is not None for found in _pod_specs(doc, source, left)]
     for what, spec in specs:
-        asks = gpu_pod(spec)
+        asks = gpu_request(spec)
         if asks is None:
             left.append(f"{what}: asks for no NVIDIA GPU (nvidia.com/gpu or mig resources, an nvidia runtimeClass, "
                         "resource claims): left as it is, free to run on any node")

@@ -34,11 +34,6 @@ class Change:
     kernels: tuple[tuple[str, str], ...] | None = None
     unknown: tuple[tuple[str, str], ...] = ()
 
-    def kernel_for(self, node: str) -> str | None:
-        if self.kernels is None:
-            return self.kernel
-        return dict(self.kernels).get(node)
-
 
 _KERNEL_FAMILY = (("ubuntu", re.compile(r"\d+\.\d+\.\d+-\d+-[a-z][a-z0-9-]*")),
                   ("rhel", re.compile(r".*\.el\d+.*")),
@@ -193,11 +188,12 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
     flavours: dict[str, str] = {}
     unknown: list[tuple[str, str]] = []
     why_unknown = dict(change.unknown)
+    per_node = dict(change.kernels) if change.kernels is not None else None
     for facts in sorted(nodes, key=lambda n: n.name):
         # The node as it will be: its labels with the change applied, read by the same code as today's.
         labels = dict(facts.labels)
-        new_kernel = change.kernel_for(facts.name)
-        if change.kernels is not None and new_kernel is None:
+        new_kernel = change.kernel if per_node is None else per_node.get(facts.name)
+        if per_node is not None and new_kernel is None:
             unknown.append((facts.name, why_unknown.get(facts.name, "no next kernel known for it")))
             continue
         if new_kernel:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign.base import labels as L
 from gpualign.model import selectors
+from gpualign.model.gpu_pods import gpu_request
 from gpualign.upgrade import states as S
 
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
@@ -15,26 +16,11 @@ if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
 JSON = Mapping[str, Any]
 
 
-def _resources(container: JSON) -> Iterable[str]:
-    res = container.get("resources") or {}
-    for part in ("limits", "requests"):
-        yield from (res.get(part) or {}).keys()
-
-
 def is_gpu_pod(pod: JSON) -> bool:
-    """Requests nvidia.com/gpu* or nvidia.com/mig-*, holds a DRA claim, or runs with an nvidia runtime class.
-
-    The operator only looks at requests; runtimeClass users (and DaemonSets using the GPU that way) are then never
-    moved and the upgrade stalls (gpu-operator #2570).
-    """
-    spec = pod.get("spec") or {}
-    containers = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-    for name in (r for c in containers for r in _resources(c)):
-        if name.startswith(("nvidia.com/gpu", "nvidia.com/mig-")):
-            return True
-    if spec.get("resourceClaims"):
-        return True
-    return "nvidia" in str(spec.get("runtimeClassName") or "")
+    """Requests nvidia.com/gpu* or nvidia.com/mig-*, holds a DRA claim, or runs with an nvidia runtime class
+    (gpualign.model.gpu_pods). The operator only looks at requests; runtimeClass users (and DaemonSets using the GPU
+    that way) are then never moved and the upgrade stalls (gpu-operator #2570)."""
+    return gpu_request(pod.get("spec") or {}) is not None
 
 
 def is_driver_pod(pod: JSON) -> bool:

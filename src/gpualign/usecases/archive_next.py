@@ -34,7 +34,7 @@ class PoolNext:
     arch: str
     pages: str
     nodes: tuple[str, ...]
-    running: tuple[str, ...]  # the kernels its nodes run now
+    running: tuple[str, ...]  # the kernels its nodes run now, as NFD labels them
     next: next_kernels.Announced | None
     since: float | None  # when this machine first read the archive naming it
 
@@ -58,6 +58,15 @@ class Tonight:
     pools: list[PoolNext] = field(default_factory=list)
     kernels: dict[str, str] = field(default_factory=dict)  # node -> the release it installs next
     unknown: dict[str, str] = field(default_factory=dict)  # node -> why no next kernel is known for it
+
+
+def debian_archive() -> tuple[Indexes, Path]:
+    """The door to Debian's archive as this machine is set to reach it ($GPUALIGN_DEBIAN_MIRROR, its keyring), and
+    where first sightings are kept beside its cache."""
+    from gpualign.ensure.archive_index import ArchiveIndex
+
+    index = ArchiveIndex()
+    return index, index.cache / "first-seen.json"
 
 
 def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, now: float | None = None) -> Tonight:
