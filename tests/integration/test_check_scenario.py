@@ -159,6 +159,12 @@ def test_a_node_the_operator_calls_a_gpu_node_is_checked_without_gpu_present(fle
         assert data["summary"]["gpu_nodes"] == 1
         why = fleet.cli("why", "dra-2")
         assert "not a GPU node" not in why.out + why.err
+        wide = fleet.cli("why", "dra-2", "-o", "wide")  # the same lines, then the node's `status -o wide` row
+        assert wide.out.startswith(why.out + "\n"), wide.out
+        head, row = wide.out[len(why.out) + 1:].splitlines()
+        assert head.split() == ["NODE", "STATE", "FOR", "WALKER", "CORDONED", "DRIVER", "TARGET", "IMAGE",
+                                "BLOCKER", "RUNNING", "HOLD", "NO", "DRIVER", "BUILD"], head
+        assert row.split()[0] == "dra-2"
         status = wait_for(lambda: (r := fleet.cli("status", "--fail-on-stuck", "-o", "json", "-l",
                                                   "kubernetes.io/hostname=dra-2")).code == 1 and r, timeout=60,
                           what="status --fail-on-stuck failing on dra-2's driver pod")

@@ -88,6 +88,11 @@ def test_cuda_check_names_the_nodes_that_cannot_host(fleet):
     assert fleet.cli("cuda", "check", "--cuda", "12.2").code == 0
     table = fleet.cli("cuda", "check", "--cuda", "12.4")
     assert "1 cannot: gpu-535" in table.out
+    wide = fleet.cli("cuda", "check", "--cuda", "12.4", "-o", "wide")
+    head, *rows = wide.out.splitlines()[1:-1]
+    assert head.split() == ["NODE", "CAN", "HOST", "DRIVER", "KERNEL", "ARCH", "REASON"]
+    row = next(r for r in rows if r.startswith("gpu-535 "))
+    assert "amd64" in row and row.endswith("driver 535.309.01 is below 550.54.14"), row
 
 
 def test_cuda_check_reads_cuda_version_from_an_image_config(fleet):

@@ -238,16 +238,32 @@ def check_cmd(
     else:
         from gpualign.cli.table import Styled, render, use_color
 
-        rows: list[list[str | Styled]] = [[n.name, Styled("yes", "green"), str(n.driver)] for n in able]
-        rows += [[n.name, Styled("no", "bold red"), str(n.driver) if n.driver else "unknown (no GFD labels)"]
-                 for n in unable]
+        wide = output is Output.wide
+
+        def row(n: NodeFacts, can: bool) -> list[str | Styled]:
+            cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"),
+                                         str(n.driver) if n.driver else "unknown (no GFD labels)"]
+            if wide:
+                cells += [n.kernel or "-", n.arch, _why_not_host(n, minimum) if not can else "-"]
+            return cells
+
+        rows = [row(n, True) for n in able] + [row(n, False) for n in unable]
         text = f"CUDA {cuda} needs driver >= {minimum}; the fleet's lowest driver is {lowest or 'unknown'}\n"
-        text += render(["NODE", "CAN HOST", "DRIVER"], rows, color=use_color(), no_headers=no_headers)
+        text += render(["NODE", "CAN HOST", "DRIVER"] + (["KERNEL", "ARCH", "REASON"] if wide else []), rows,
+                       color=use_color(), no_headers=no_headers)
         text += (f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
                  + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else "") + "\n")
         sys.stdout.write(text)
     if unable or (selector and not inv.nodes):
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _why_not_host(node: NodeFacts, minimum: DriverVersion) -> str:
+    """Why a node's labels do not meet the floor, in one line (cuda check -o wide)."""
+    if node.driver is None:
+        return ("gpu-feature-discovery has not labelled its driver version (not running, or the operator's DRA "
+                "mode); nodeAffinity on these labels never matches it")
+    return f"driver {node.driver} is below {minimum}"
 
 
 def _cuda_of_image(ref: str, docker_config: Path | None) -> str:

@@ -223,8 +223,8 @@ def why(
     context: ContextOpt = None,
     request_timeout: RequestTimeoutOpt = None,
 ) -> None:
-    """Explain in plain words why a node is where it is in the driver upgrade (-o json: the same lines, with the
-    node's status as `status -o json` gives it)."""
+    """Explain in plain words why a node is where it is in the driver upgrade (-o wide: then its row of `status -o
+    wide`; -o json: the same lines, with the node's status as `status -o json` gives it)."""
     from gpualign.cli.fleet import parse_timeout
 
     timeout = parse_timeout(request_timeout)
@@ -261,6 +261,9 @@ def why(
         return
     for line in lines:
         stdout.print(line)
+    if output is Output.wide and status is not None:  # the node's row of `status -o wide`, every column
+        sys.stdout.write("\n" + _status_table([status], wide=True))
+        sys.stdout.flush()
 
 
 def _no_driver_pool(ns: Any, kube: Kube) -> str:
