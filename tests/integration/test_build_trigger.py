@@ -266,20 +266,22 @@ def test_a_job_whose_pod_the_namespace_refuses_is_reported_within_a_minute_never
 
 
 def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_them(blab):
-    """`gpualign build gc`: images and shared-module artifacts for kernels no node runs or announces."""
+    """`gpualign build gc`: images and shared-module artifacts for kernels no node runs, announces or falls back to,
+    and that are not the newest of their line."""
     from gpualign.ensure.shared import repository
     from gpualign.ledger.registry import connect
 
     repo = "sweep/driver"
-    in_use, announced, unused_a, unused_b = "6.1.0-81-amd64", "6.1.0-82-amd64", "6.1.0-30-amd64", "6.1.0-31-amd64"
+    in_use, announced, fallback = "6.1.0-81-amd64", "6.1.0-82-amd64", "6.1.0-80-amd64"
+    unused_a, unused_b = "6.1.0-30-amd64", "6.1.0-31-amd64"
     add(blab, "sw-0", in_use)
     blab.kube().patch("/api/v1/nodes/sw-0", {"metadata": {"labels": {"gpualign.io/kernel.next": announced}}})
     client = connect(f"registry://{blab.registry}/{repo}")
     try:  # each its own manifest (a registry deletes by digest: tags on one manifest go together)
-        for kernel in (in_use, announced, unused_a, unused_b):
+        for kernel in (in_use, announced, fallback, unused_a, unused_b):
             client.push_image(tag(kernel), {"KERNEL": kernel})
         client.push_image("latest", {"KERNEL": "none"})
-        for kernel in (in_use, unused_a):  # the shared modules' artifacts sit beside the ledger
+        for kernel in (in_use, fallback, unused_a):  # the shared modules' artifacts sit beside the ledger
             client.push_image(f"535.261.03-{kernel}-proprietary", {"KERNEL": kernel}, repository(repo))
     finally:
         client.close()
@@ -291,14 +293,19 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
     assert found["dry_run"] is True
     assert found["images"] == [tag(unused_a), tag(unused_b)]
     assert found["modules"] == [f"535.261.03-{unused_a}-proprietary"]
+    assert found["kept"] == [{"tag": tag(fallback), "why": "fallback"},
+                             {"tag": f"535.261.03-{fallback}-proprietary", "why": "fallback"}]
     assert found["kept_unknown"] == ["latest"]
+    table = blab.cli("build", "gc", "--ledger", ledger)
+    assert f"kept {tag(fallback)}: the kernel a node falls back to" in table.out, table.out
 
     swept = blab.cli("build", "gc", "--ledger", ledger, "--yes")
     assert swept.code == 0, swept.err
     client = connect(ledger)
     try:
-        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), "latest"])
-        assert client.tags(repository(repo)) == [f"535.261.03-{in_use}-proprietary"]
+        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), tag(fallback), "latest"])
+        assert sorted(client.tags(repository(repo))) == sorted([f"535.261.03-{k}-proprietary"
+                                                                for k in (in_use, fallback)])
     finally:
         client.close()
     again = blab.cli("build", "gc", "--ledger", ledger)

@@ -154,12 +154,22 @@ def gc(
     contexts: Annotated[list[str] | None, typer.Option(
         "--context", metavar="NAME", help="a cluster whose nodes' kernels to keep; repeat it for every cluster "
                                           "that pulls from this ledger (default: the current context)")] = None,
+    keep_previous: Annotated[int, typer.Option(
+        "--keep-previous", metavar="N", min=0,
+        help="keep the N kernels before each kernel in use, in its line: the one a node falls back to when its new "
+             "kernel fails to boot")] = 1,
     yes: Annotated[bool, typer.Option("--yes", help="delete them (without it: a dry run that lists what would "
                                                     "go)")] = False,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
-    """Driver images and shared-module artifacts for kernels no node runs or announces (gpualign.io/kernel.next).
+    """Driver images and shared-module artifacts for kernels no node needs: not run, not announced
+    (gpualign.io/kernel.next), not a fallback, not the newest of their line.
+
+    Kernels are grouped by line (Debian's 6.1 amd64 kernels, bookworm's 6.12 cloud kernels, Ubuntu's 5.15.0 generic
+    ones). Kept, besides every kernel in use: the --keep-previous kernels before each one in its line (where a node
+    falls back when its new kernel fails to boot), and the newest kernel of every line (a pool scaled to zero comes
+    back on it, and the kernel Debian's archive offers next is built ahead as the newest).
 
     A dry run unless --yes: it lists what would go. Every cluster that pulls from the ledger must be named with
     --context, or their kernels' images would be swept too; a cluster that cannot be read stops the sweep. Tags
@@ -192,7 +202,7 @@ def gc(
         modules_repo = repository(client.ref.repo)
         images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
         modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
-        found = unused(images, modules, kernels)
+        found = unused(images, modules, kernels, keep_previous)
         if not kernels and (found.images or found.modules):
             raise BadInput(f"no node in {', '.join(read)} runs or announces a kernel: refusing to sweep every image "
                            "(is this the cluster that pulls from the ledger?)")
@@ -214,6 +224,7 @@ def gc(
         client.close()
     body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
             "images": list(found.images), "modules": list(found.modules),
+            "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
     if output in (Output.json, Output.yaml):
         emit_data(report("LedgerSweep", {"ledger": ledger}, body), output)
@@ -223,14 +234,21 @@ def gc(
             print(f"{verb} {client.ref.host}/{client.ref.repo}:{tag}")
         for tag in found.modules:
             print(f"{verb} {client.ref.host}/{modules_repo}:{tag}")
+        for tag, why in found.kept:
+            print(f"kept {tag}: {_KEPT[why]}")
         for tag in found.shared_digest:
             print(f"kept {tag}: another kept tag names the same manifest")
         if not found.images and not found.modules:
-            print(f"nothing to sweep: every image's kernel runs or is announced in {', '.join(read)}")
+            print(f"nothing to sweep: every image's kernel runs, is announced, is a fallback or is its line's "
+                  f"newest in {', '.join(read)}")
         elif not yes:
             print("(a dry run: --yes deletes them)")
     if not yes and (found.images or found.modules):
         raise typer.Exit(1)
+
+
+_KEPT = {"fallback": "the kernel a node falls back to from one in use (--keep-previous)",
+         "newest of its line": "the newest kernel of its line (a pool scaled to zero, or the archive's next)"}
 
 
 def register(root: typer.Typer) -> None:

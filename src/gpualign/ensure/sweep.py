@@ -1,9 +1,19 @@
 """Which of a ledger's images and shared-module artifacts no node needs any more. Pure.
 
 An image or artifact is named by its kernel (`535-6.1.0-50-amd64-debian12`; `535.261.03-6.1.0-50-amd64-open` in
-`REPO-modules`). One goes when no node runs its kernel or announces it as the next (`gpualign.io/kernel.next`), in
-any cluster read. What gpualign cannot read a kernel from (`latest`, a tag of another shape) is never touched, nor
-is any digest that a kept tag also names: a registry deletes a manifest by digest, and with it every tag on it.
+`REPO-modules`). Kernels are grouped by their **line**, the kernels one package manager moves a node along
+(Debian's 6.1 amd64 kernels; bookworm's 6.12 cloud kernels; Ubuntu's 5.15.0 generic ones). An image stays when its
+kernel is:
+
+- **in use**: a node runs it, or announces it as its next (`gpualign.io/kernel.next`), in any cluster read;
+- **a fallback**: one of the `keep_previous` kernels just before a kernel in use, in its line. A node that fails to
+  boot its new kernel comes back on the one it ran before (GRUB's previous entry), and Debian may no longer carry
+  that kernel's headers, so its image could not be built again;
+- **the newest of its line**: a pool scaled to zero comes back on it, and the kernel Debian's archive offers next
+  is the newest its line has, so an image built ahead of it is never swept before a node boots it.
+
+What gpualign cannot read a kernel from (`latest`, a tag of another shape) is never touched, nor is any digest that
+a kept tag also names: a registry deletes a manifest by digest, and with it every tag on it.
 """
 
 from __future__ import annotations
@@ -12,9 +22,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.model.kernels import label_of
+from gpualign.model import debian_kernels
+from gpualign.model.kernels import label_of, release_of
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
+# Ubuntu's and most distributions' releases: 5.15.0-124-generic, 6.8.0-1017-aws (upstream, ABI, flavour)
+_ABI_FLAVOUR = re.compile(r"(?P<upstream>\d+\.\d+\.\d+)-(?P<abi>\d+)(?:\.\d+)?-(?P<flavour>[a-z0-9-]+)")
+
+Line = tuple[str, ...]
 
 
 def image_kernel(tag: str) -> str | None:
@@ -31,18 +46,56 @@ def modules_kernel(tag: str) -> str | None:
     return m.group("kernel") if m else None
 
 
+def line_of(kernel: str) -> tuple[Line, tuple[int, ...]] | None:
+    """A kernel's line and its place in it, in either spelling; None for a kernel of no known shape (its image is
+    kept only while in use)."""
+    release = release_of(label_of(kernel))
+    debian = debian_kernels.parse(release)
+    if debian is not None:
+        return ("debian", debian.built_for or "", *debian.line), debian.abi
+    m = _ABI_FLAVOUR.fullmatch(release)
+    if m is not None:
+        return ("abi", m.group("upstream"), m.group("flavour")), (int(m.group("abi")),)
+    return None
+
+
+def kept_kernels(kernels: Iterable[str], live: Iterable[str], keep_previous: int = 1) -> dict[str, str]:
+    """Of `kernels` (a ledger's, in either spelling), those to keep, as NFD labels them, and why: "in use",
+    "fallback" or "newest of its line"; the rest may go."""
+    labels = {label_of(k) for k in kernels}
+    live_labels = {label_of(k) for k in live}
+    by_line: dict[Line, list[tuple[tuple[int, ...], str]]] = {}
+    for label in labels:
+        found = line_of(label)
+        if found is not None:
+            by_line.setdefault(found[0], []).append((found[1], label))
+    kept = dict.fromkeys(labels & live_labels, "in use")
+    for members in by_line.values():
+        kept.setdefault(max(members)[1], "newest of its line")
+    for label in live_labels:  # whether or not the kernel in use has an image here, its fallbacks stay
+        found = line_of(label)
+        if found is None or keep_previous <= 0:
+            continue
+        line, place = found
+        older = sorted(m for m in by_line.get(line, ()) if m[0] < place)
+        for _, other in older[-keep_previous:]:
+            kept.setdefault(other, "fallback")
+    return kept
+
+
 @dataclass(frozen=True)
 class Unused:
     """What would go, what stays because another tag shares its digest, and what is not gpualign's to judge."""
 
-    images: tuple[str, ...]  # driver tags whose kernel no node runs or announces
+    images: tuple[str, ...]  # driver tags whose kernel no node runs or announces, nor falls back to
     modules: tuple[str, ...]  # shared-modules tags, likewise
     shared_digest: tuple[str, ...]  # unused tags kept: a kept tag names the same manifest
     unknown: tuple[str, ...]  # tags no kernel could be read from: kept
+    kept: tuple[tuple[str, str], ...] = ()  # (tag, why) for tags kept though no node runs or announces their kernel
 
 
 def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str, str | None],
-           kernels: Iterable[str]) -> Unused:
+           kernels: Iterable[str], keep_previous: int = 1) -> Unused:
     """image_digests / module_digests: tag -> its manifest digest (None when unknown); kernels: every kernel a node
     runs or announces, in either spelling."""
     live = {label_of(k) for k in kernels}  # compared as NFD labels them, and tags hold them
@@ -50,16 +103,21 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
     modules: list[str] = []
     shared: list[str] = []
     unknown: list[str] = []
+    kept_for: list[tuple[str, str]] = []
     for table, kernel_of, out in ((image_digests, image_kernel, images), (module_digests, modules_kernel, modules)):
+        of_tag = {tag: kernel_of(tag) for tag in table}
+        keep = kept_kernels((k for k in of_tag.values() if k), live, keep_previous)
         kept_digests: set[str | None] = set()
         gone: list[str] = []
         for tag in sorted(table):
-            kernel = kernel_of(tag)
+            kernel = of_tag[tag]
             if kernel is None:
                 unknown.append(tag)
                 kept_digests.add(table[tag])
-            elif label_of(kernel) in live:
+            elif label_of(kernel) in keep:
                 kept_digests.add(table[tag])
+                if keep[label_of(kernel)] != "in use":
+                    kept_for.append((tag, keep[label_of(kernel)]))
             else:
                 gone.append(tag)
         for tag in gone:
@@ -67,4 +125,4 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
                 shared.append(tag)
             else:
                 out.append(tag)
-    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown))
+    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown), tuple(kept_for))
