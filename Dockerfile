@@ -37,7 +37,9 @@ LABEL org.opencontainers.image.title="gpualign-builder" \
 ENTRYPOINT ["gpualign"]
 CMD ["ensure", "--help"]
 
-# The controller and the CLI (the default target): no build tools, non-root.
+# The controller and the CLI (the default target): no build tools, non-root. It verifies Debian's archive with gpgv
+# and Debian's keyring (building ahead of the next kernel): python:3.11-slim has both, as apt's dependencies; `make
+# image`'s base installs them.
 FROM ${BASE}
 COPY --from=build /opt/gpualign /opt/gpualign
 ENV PATH=/opt/gpualign/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

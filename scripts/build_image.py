@@ -33,10 +33,11 @@ BASE_IMAGE = "localhost/gpualign-base:bookworm"
 BUILDER_BASE_IMAGE = "localhost/gpualign-builder-base:bookworm"
 IMAGE = f"localhost/gpualign:{__version__}"
 BUILDER_IMAGE = f"localhost/gpualign-builder:{__version__}"
-PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# gpgv and Debian's keyring: the controller verifies Debian's archive as apt does (builds ahead of its next kernel)
+PACKAGES = ("python3", "python3-venv", "ca-certificates", "gpgv", "debian-archive-keyring")
 # what `ensure` runs besides Python (the Dockerfile's builder stage installs the same where it starts from python:)
-BUILDER_PACKAGES = (*PACKAGES, "buildah", "mmdebstrap", "kmod", "skopeo", "apt", "debian-archive-keyring", "gpgv",
-                    "xz-utils", "qemu-user-static")
+BUILDER_PACKAGES = ("python3", "python3-venv", "ca-certificates", "buildah", "mmdebstrap", "kmod", "skopeo", "apt",
+                    "debian-archive-keyring", "gpgv", "xz-utils", "qemu-user-static")
 EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 
 

@@ -62,7 +62,7 @@ def build_jobs(lab) -> list[dict]:
 
 def trigger(lab, tmp_path, *extra: str, identity: str = "ctl", **pod: object) -> Controller:
     return Controller(lab, "--driver-branch", "535", "--build", "--build-image", f"{lab.registry}/gpualign:test",
-                      "--build-namespace", NS,
+                      "--build-namespace", NS, "--no-build-ahead-from-archive",
                       "--build-pod-settings", settings_file(tmp_path, **pod), *extra, identity=identity)
 
 
@@ -175,7 +175,7 @@ def test_a_pools_move_to_debian_13_is_built_ahead_when_its_nodes_announce_it(bla
                                            L.OS_NEXT: "debian-13"}), branch="550", registry=blab.registry)
     ctl = Controller(blab, "--driver-branch", "550", "--build", "--build-image", f"{blab.registry}/gpualign:test",
                      "--build-namespace", NS, "--build-pod-settings", settings_file(tmp_path),
-                     "--max-concurrent-builds", "9", identity="mover")
+                     "--max-concurrent-builds", "9", "--no-build-ahead-from-archive", identity="mover")
     try:
         job = wait_for(lambda: next((j for j in build_jobs(blab)
                                      if j["metadata"]["annotations"][J.TAG_ANNOTATION] == future), None),
@@ -242,7 +242,7 @@ def test_a_job_whose_pod_the_namespace_refuses_is_reported_within_a_minute_never
     ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:test",
                      "--build-namespace", ns,
                      "--build-pod-settings", settings_file(tmp_path), "--max-concurrent-builds", "9",
-                     identity="ctl-late")
+                     "--no-build-ahead-from-archive", identity="ctl-late")
     try:
         kube.patch(f"/api/v1/namespaces/{ns}", {"metadata": {"labels": {
             "pod-security.kubernetes.io/enforce": "baseline"}}})
@@ -334,7 +334,7 @@ def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
     add(blab, "arc-rt", "6.1.0-53-rt-amd64")
     ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:test",
                      "--build-namespace", NS, "--build-pod-settings", settings_file(tmp_path),
-                     "--max-concurrent-builds", "9", "--build-ahead-from-archive", "--archive-poll-seconds", "2",
+                     "--max-concurrent-builds", "9", "--archive-poll-seconds", "2",  # on by default with --build
                      identity="arc",
                      env={**archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
     try:

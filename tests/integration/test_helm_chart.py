@@ -135,9 +135,29 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
                      "--set", "builds.nodeSelector.pool=builders", "--set", "hostNetwork=true").stdout)
     named = {(o["kind"], o["metadata"]["name"]): o for o in objs}
     args = named[("Deployment", "gpualign-controller")]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-6:] == ["--build", "--build-image=registry.local/gpualign-builder:0.1.0",
+    assert args[-7:] == ["--build", "--build-image=registry.local/gpualign-builder:0.1.0",
                          "--build-namespace=gpualign-builds", "--max-concurrent-builds=2", "--build-retry-after=30",
-                         "--build-pod-settings=/etc/gpualign/builds/build-pods.yaml"]
+                         "--build-pod-settings=/etc/gpualign/builds/build-pods.yaml", "--archive-poll-seconds=900"]
+    # the archive is read by default with builds: a writable cache (the root filesystem is read-only), Debian's
+    # keyring from the image, no mirror named
+    pod = named[("Deployment", "gpualign-controller")]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["GPUALIGN_CACHE"] == "/var/cache/gpualign" and "GPUALIGN_DEBIAN_MIRROR" not in env
+    assert {"name": "cache", "mountPath": "/var/cache/gpualign"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "cache", "emptyDir": {"sizeLimit": "64Mi"}} in pod["volumes"]
+    own = by_kind(docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
+                            "--set", "builds.debianMirror=http://apt.infra:3142/debian",
+                            "--set", "builds.archive.keyringConfigMap=infra-keyring").stdout))
+    pod = own["Deployment"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["GPUALIGN_DEBIAN_MIRROR"] == "http://apt.infra:3142/debian"  # the builds' mirror, read alike
+    assert env["GPUALIGN_DEBIAN_KEYRING"] == "/etc/gpualign/archive-keyring/keyring.gpg"
+    assert {"name": "archive-keyring", "configMap": {"name": "infra-keyring"}} in pod["volumes"]
+    off = by_kind(docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
+                            "--set", "builds.archive.enabled=false").stdout))
+    container = off["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][-1] == "--no-build-ahead-from-archive"
+    assert "GPUALIGN_CACHE" not in {e["name"] for e in container["env"]}
     settings = YAML(typ="safe").load(named[("ConfigMap", "gpualign-controller-builds")]["data"]["build-pods.yaml"])
     assert settings == {"serviceAccountName": "gpualign-controller-builder", "hostNetwork": True,
                         "ttlSecondsAfterFinished": 86400, "activeDeadlineSeconds": 3600,

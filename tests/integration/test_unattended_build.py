@@ -316,3 +316,100 @@ def test_a_pruned_image_is_built_again_for_a_joining_node_and_then_for_an_announ
         assert reg.digest(TAG) is not None  # in the ledger before any node boots the kernel
     finally:
         reg.close()
+
+
+BOOKWORM_NEXT = """Package: linux-image-amd64
+Source: linux-signed-amd64 (6.1.170+1)
+Version: 6.1.170-3
+Architecture: amd64
+Depends: linux-image-6.1.0-50-amd64 (= 6.1.170-3)
+Description: Linux for 64-bit PCs (meta-package)
+"""
+
+
+@pytest.mark.timeout(1500)
+def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots_it(blab, controller, tmp_path,
+                                                                                   serve):
+    """Issue: the archive is the announcement. The chart's controller, with builds on and the archive read by
+    default, reads an archive the lab serves as Debian's is served, signed by a key of its own that the chart is told
+    to trust (apt's signed-by). The archive names 6.1.0-50 as bookworm's next kernel while no node runs or announces
+    it: the image is built and in the ledger with nobody typing, the reboot gate's metric holds the pool's node until
+    then, and a node that then boots the kernel has its driver pod Ready with no failed pull."""
+    from tests.support.local_suite import LocalArchive, serve_directory
+
+    lab = blab
+    for name in ("deb-1", "deb-2", "deb-3", "deb-4", "next-1"):  # no node runs or announces the kernel
+        lab.kubectl("delete", "node", name, "--ignore-not-found", "--wait=false")
+    reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+    try:
+        if reg.digest(TAG) is not None:
+            prune(lab, TAG)
+    finally:
+        reg.close()
+    before = {j["metadata"]["uid"] for j in jobs(lab, TAG)}
+    older = "6.1.0-47-amd64"
+    assert lab.cli("lab", "push-image", f"535-{older}-debian12").code == 0
+    assert lab.cli("lab", "add-node", "pool-1", "--kernel", older, "--os", "debian12", "--branch", "535").code == 0
+    with LocalArchive(tmp_path / "archive") as archive:
+        archive.publish("bookworm", {"amd64": ""})
+        archive.publish("bookworm-updates", {"amd64": ""})
+        archive.publish("bookworm-security", {"amd64": BOOKWORM_NEXT})
+        server = serve_directory(serve, archive.root)
+        lab.kubectl("create", "configmap", "archive-keyring", "-n", NS, f"--from-file=keyring.gpg={archive.keyring}",
+                    check=True)
+        values = ["--set", "builds.archive.enabled=true", "--set", f"builds.archive.mirror={server.url}/debian",
+                  "--set", f"builds.archive.securityMirror={server.url}/debian-security",
+                  "--set", "builds.archive.keyringConfigMap=archive-keyring", "--set", "builds.archive.pollSeconds=5"]
+        announced = time.monotonic()
+        helm(lab, "upgrade", "ga", str(CHART), "-n", NS, "--reuse-values", *values, "--wait", "--timeout", "180s")
+        try:
+            metrics = f"http://127.0.0.1:{controller}/metrics"
+            held = wait_for(lambda: [m for m in scrape(metrics) if m.startswith(
+                "gpualign_archive_kernel_driver_image_missing{") and 'node="pool-1"' in m and TAG in m] or None,
+                timeout=120, what="the reboot gate holding pool-1 for the archive's next kernel")
+            assert held[0].endswith(" 1.0"), held
+            job = wait_for(lambda: next((j for j in jobs(lab, TAG) if j["metadata"]["uid"] not in before), None),
+                           timeout=180, what="the archive's kernel's build Job")
+            nodes = lab.kube().list_raw("/api/v1/nodes")
+            assert not [n["metadata"]["name"] for n in nodes if KERNEL in (
+                n["metadata"]["labels"].get("feature.node.kubernetes.io/kernel-version.full"),
+                n["metadata"]["labels"].get("gpualign.io/kernel.next"))]  # no node runs or announces it
+            attempt(lab, TAG, int(job["metadata"]["annotations"][J.ATTEMPT_ANNOTATION]), timeout=900)
+            reg = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"), timeout=30.0)
+            try:
+                assert reg.digest(TAG) is not None
+            finally:
+                reg.close()
+            print(f"the archive named {KERNEL}: its image in the ledger {time.monotonic() - announced:.1f}s after the "
+                  "controller was told where the archive is")
+            wait_for(lambda: not [m for m in scrape(metrics)
+                                  if m.startswith("gpualign_archive_kernel_driver_image_missing{")] or None,
+                     timeout=60, what="the reboot gate opening once the image is in the ledger")
+            landed = [m for m in scrape(metrics) if m.startswith("gpualign_archive_kernel_to_image_seconds_count")]
+            assert landed and landed[0].endswith(" 1.0"), landed
+            # the pool's node reboots into it: its driver pod pulls at once
+            lab.kubectl("delete", "node", "pool-1", "--wait=false")
+            assert lab.cli("lab", "add-node", "pool-1b", "--kernel", KERNEL, "--os", "debian12",
+                           "--branch", "535").code == 0
+            seen: list[str] = []
+
+            def up() -> bool | None:
+                pod = driver_pod(lab, "pool-1b")
+                for status in (pod or {}).get("status", {}).get("containerStatuses") or []:
+                    seen.append((status.get("state", {}).get("waiting") or {}).get("reason") or "")
+                return ready(pod) or None
+
+            wait_for(up, timeout=120, interval=0.2, what="pool-1b's driver pod Ready")
+            assert "ImagePullBackOff" not in seen and "ErrImagePull" not in seen, seen
+            assert "/debian-security/dists/bookworm-security/InRelease" in [p for p, _h, _q in server.seen]
+        finally:
+            helm(lab, "upgrade", "ga", str(CHART), "-n", NS, "--reuse-values", "--set", "builds.archive.enabled=false",
+                 "--wait", "--timeout", "180s")
+            lab.kubectl("delete", "configmap", "archive-keyring", "-n", NS, "--ignore-not-found")
+
+
+def scrape(url: str) -> list[str]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return [line for line in answer.read().decode().splitlines() if not line.startswith("#")]

@@ -51,3 +51,55 @@ def test_an_archive_that_cannot_be_read_is_said_once_and_hands_on_nothing(tmp_pa
     watch.poll()
     assert watch.snapshot() == {} and watch.error and "HTTP 503" in watch.error
     assert sum("Debian's archive" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_pool_waits_for_its_image_until_the_ledger_has_it_and_the_wait_is_measured_from_the_first_read(tmp_path):
+    """The reboot gate's input: each node of a pool whose next kernel has no image; a changed ledger re-judges the
+    pools without reading the archive again, and the seconds from the archive's first naming to the image are told."""
+    nodes = [node_facts(builders.node(n, kernel="6.12.115_deb13.1-amd64", os_id="debian", os_version="13"))
+             for n in ("a", "b")]
+    ledger: set[str] = set()
+
+    def future(facts, label):  # noqa: ANN001, ANN202
+        tag = f"550-{label}-debian13"
+        return {"tag": tag, "status": "present" if tag in ledger else "missing", "action": "build"}
+
+    clock = [1000.0]
+    landed: list[tuple[str, float]] = []
+    reads = Counting()
+    watch = ArchiveWatch(lambda: nodes, future, reads, seen=tmp_path / "seen.json", clock=lambda: clock[0],
+                         on_landed=lambda pool, s: landed.append((pool, s)))
+    watch.poll()
+    (pending,) = watch.pending()
+    assert pending.nodes == ("a", "b") and pending.tag == "550-6.12.118_deb13-amd64-debian13"
+    assert pending.buildable and pending.kernel == "6.12.118+deb13-amd64"
+    read_before = reads.count
+    clock[0] = 1150.0
+    ledger.add(pending.tag)
+    watch.rejudge()
+    assert reads.count == read_before  # the ledger's change alone: no archive read
+    assert watch.pending() == [] and landed == [("debian13 6.12 generic-amd64", 150.0)]
+    watch.rejudge()
+    assert len(landed) == 1  # told once
+
+
+def test_a_kernel_nobody_can_make_stays_pending_with_its_reason():
+    nodes = [node_facts(builders.node("r", kernel="6.12.115_deb13.1-rt-amd64", os_id="debian", os_version="13"))]
+
+    def future(facts, label):  # noqa: ANN001, ANN202
+        return {"tag": f"550-{label}-debian13", "status": "missing", "action": "none",
+                "action_reason": "NVIDIA's driver refuses PREEMPT_RT kernels"}
+
+    watch = ArchiveWatch(lambda: nodes, future, Recorded())
+    watch.poll()
+    (pending,) = watch.pending()
+    assert not pending.buildable and "PREEMPT_RT" in pending.why
+
+
+class Counting(Recorded):
+    def __init__(self) -> None:
+        self.count = 0
+
+    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+        self.count += 1
+        return super().packages(suite, arch, component)

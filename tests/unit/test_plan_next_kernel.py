@@ -41,6 +41,25 @@ def test_each_pool_gets_its_own_lines_next_kernel_and_the_first_sighting_is_kept
     assert {p.since for p in later.pools if p.next} == {1000.0}  # named since the first read, not the last
 
 
+def test_an_architecture_the_mirror_does_not_carry_leaves_only_its_pools_unknown(tmp_path, serve):
+    """A mirror of amd64 alone (an internal one, cut to what the fleet ran) still announces the amd64 pools' next
+    kernels; the arm64 pool is unknown, saying why."""
+    from gpualign.ensure.archive_index import ArchiveIndex
+    from gpualign.model.facts import node_facts
+
+    with LocalArchive(tmp_path / "archive") as archive:
+        archive.publish_recorded("bookworm", "amd64")
+        server = serve_directory(serve, archive.root)
+        index = ArchiveIndex(mirror=f"{server.url}/debian", security=f"{server.url}/debian-security",
+                             keyring=str(archive.keyring), cache=tmp_path / "cache")
+        nodes = [node_facts(n) for n in (debian("a", "6.1.0-50-amd64", "12"),
+                                         debian("g", "6.1.0-50-arm64", "12", "arm64"))]
+        tonight = archive_next.read(nodes, index)
+    assert tonight.kernels == {"a": "6.1.0-57-amd64"}
+    assert tonight.unknown == {"g": "the archive carries no arm64 index in bookworm, bookworm-updates or "
+                                    "bookworm-security"}
+
+
 def test_plan_kernel_next_reads_a_signed_archive_and_plans_every_pool_at_once(tmp_path, serve):
     with LocalArchive(tmp_path / "archive") as archive, LocalArchive(tmp_path / "other") as other:
         _plan_next(tmp_path, serve, archive, other)

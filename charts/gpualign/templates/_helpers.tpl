@@ -38,3 +38,8 @@ enforce Pod Security `restricted`). */ -}}
 {{- define "gpualign.buildNamespace" -}}
 {{- .Values.builds.namespace | default "gpualign-builds" -}}
 {{- end }}
+
+{{/* Whether the controller reads Debian's archive (builds ahead of the kernel it installs next): "true" or "". */}}
+{{- define "gpualign.readsArchive" -}}
+{{- if and .Values.builds.enabled .Values.builds.archive.enabled -}}true{{- end -}}
+{{- end -}}

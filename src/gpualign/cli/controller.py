@@ -78,7 +78,8 @@ def controller(
         help="with --build, read Debian's archive on a schedule and build, for each Debian pool, the image of the "
              "kernel the archive will install next, before any node installs it (a node waiting now goes first); "
              "$GPUALIGN_DEBIAN_MIRROR and $GPUALIGN_DEBIAN_KEYRING for a mirror of your own; needs gpgv and "
-             "Debian's keyring where the controller runs, and a writable $GPUALIGN_CACHE) [default: off]")] = False,
+             "Debian's keyring where the controller runs (the chart's image has both), and a writable "
+             "$GPUALIGN_CACHE")] = True,
     archive_every: Annotated[float, typer.Option(
         "--archive-poll-seconds", metavar="SECONDS",
         help="how often Debian's archive is read (each suite's InRelease asked whether it changed)")] = 900.0,
@@ -171,6 +172,12 @@ def controller(
         builds.replace_wrong = build_replace_wrong
         try:
             _build_preflight(kube, builds, warn)
+            if archive_ahead:
+                from gpualign.usecases.archive_next import cannot_verify
+
+                if why := cannot_verify():
+                    raise BadInput(f"--build-ahead-from-archive (on with --build): {why}; install it, or pass "
+                                   "--no-build-ahead-from-archive")
         except BadInput:
             kube.close()
             raise

@@ -1,8 +1,13 @@
-"""Debian's archive as the announcement (`gpualign controller --build --build-ahead-from-archive`): on a schedule,
-the kernel the archive will install next on each pool the fleet runs (gpualign.usecases.archive_next, through the
-verified door), judged as the pool's nodes would be on it, and handed to the build trigger as an image to build
-ahead, before any node installs it. A node waiting now always goes first (the trigger's order); a kernel that cannot
-be built makes no Job, only the trigger's refusal Event, on the pool's nodes.
+"""Debian's archive as the announcement (`gpualign controller --build`, unless --no-build-ahead-from-archive): on
+a schedule, the kernel the archive will install next on each pool the fleet runs (gpualign.usecases.archive_next,
+through the verified door), judged as the pool's nodes would be on it, and handed to the build trigger as an image
+to build ahead, before any node installs it. A node waiting now always goes first (the trigger's order); a kernel
+that cannot be built makes no Job, only the trigger's refusal Event, on the pool's nodes.
+
+What it knows is also the reboot gate's (every node of a pool whose next kernel has no image is one kured must not
+reboot: `gpualign_archive_kernel_driver_image_missing`), the board's, and the measure of how long an announced
+kernel waited for its image (`gpualign_archive_kernel_to_image_seconds`). A changed ledger re-judges the pools at
+once, without reading the archive again, so the gate opens when the image lands, not at the next poll.
 
 A poll costs each suite's InRelease asked with If-Modified-Since, and a Packages index only when the suite changed.
 """
@@ -11,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +32,18 @@ JSON = dict[str, Any]
 PREFIX = "archive/"  # the trigger's key of a pool the archive announces for (no node is named so: "/" is not in one)
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A pool whose next kernel's image is not in the ledger: its nodes must not reboot into it yet."""
+
+    pool: str
+    nodes: tuple[str, ...]
+    kernel: str
+    tag: str
+    buildable: bool
+    why: str  # one line: missing (and being built ahead), or why nobody can make it
+
+
 @dataclass
 class ArchiveWatch:
     nodes: Callable[[], list[NodeFacts]]  # the fleet's GPU nodes (the controller's cache)
@@ -34,19 +52,49 @@ class ArchiveWatch:
     seen: Path | None = None  # first sightings, kept across restarts where the cache is kept
     every: float = 900.0
     on_change: Callable[[], None] = lambda: None  # wakes the build trigger
+    on_landed: Callable[[str, float], None] = lambda _pool, _seconds: None  # an announced kernel's image arrived
+    clock: Callable[[], float] = time.time
     ahead: dict[str, JSON] = field(default_factory=dict)  # "archive/POOL" -> its next kernel's finding
     error: str | None = None  # why the last read failed (said once per cause)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    _pools: dict[str, tuple[archive_next.PoolNext, NodeFacts]] = field(default_factory=dict)
 
     def snapshot(self) -> dict[str, JSON]:
         with self.lock:
             return dict(self.ahead)
 
+    def pending(self) -> list[Pending]:
+        """Every pool whose next kernel has no image in the ledger yet (the reboot gate's, and the metrics')."""
+        out = []
+        for key, finding in sorted(self.snapshot().items()):
+            if finding.get("status") == "present" or not finding.get("tag"):
+                continue
+            archive = finding["archive"]
+            buildable = finding.get("action") in ("build", "mirror")
+            why = (finding.get("action_reason") or finding.get("reason") or "") if not buildable else \
+                f"missing from the ledger ({finding.get('action')} ahead)"
+            out.append(Pending(key.removeprefix(PREFIX), tuple(archive["nodes"]), finding["kernel"], finding["tag"],
+                               buildable, why))
+        return out
+
+    def board(self) -> JSON:
+        """Tonight, per pool: what the archive installs next, since when, its image and whether it exists."""
+        with self.lock:
+            ahead, error = dict(self.ahead), self.error
+        pools = []
+        for key, f in sorted(ahead.items()):
+            a = f["archive"]
+            pools.append({"pool": key.removeprefix(PREFIX), "nodes": a["nodes"], "running": a["running"],
+                          "next": f["kernel"], "suite": a["suite"], "since": a["since"], "tag": f.get("tag"),
+                          "status": f.get("status"), "action": f.get("action"),
+                          "reason": f.get("action_reason") if f.get("action") not in ("build", "mirror") else None})
+        return {"pools": pools, "error": error}
+
     def poll(self) -> None:
         """Read the archive once; the pools' next kernels whose image the fleet has not yet, handed on."""
         nodes = self.nodes()
         try:
-            tonight = archive_next.read(nodes, self.index, self.seen)
+            tonight = archive_next.read(nodes, self.index, self.seen, now=self.clock())
         except (GpualignError, OSError) as err:
             message = err.message if isinstance(err, GpualignError) else f"its cache: {err}"
             with self.lock:
@@ -57,22 +105,37 @@ class ArchiveWatch:
                           message)
             return
         by_name = {n.name: n for n in nodes}
-        ahead: dict[str, JSON] = {}
-        for pool in tonight.pools:
-            nxt = pool.next
-            if nxt is None or label_of(nxt.release) in pool.running:  # the pool runs it already (NFD's spelling)
-                continue
-            facts = by_name[pool.nodes[0]]
-            finding = self.future(facts, label_of(nxt.release))
-            finding.update({"archive": pool.as_dict(), "kernel": nxt.release})
-            ahead[PREFIX + pool.name] = finding
+        pools = {PREFIX + pool.name: (pool, by_name[pool.nodes[0]]) for pool in tonight.pools
+                 if pool.next is not None and label_of(pool.next.release) not in pool.running}  # NFD's spelling
         with self.lock:
-            changed = ahead.keys() != self.ahead.keys() or any(
-                self.ahead[k].get("status") != f.get("status") for k, f in ahead.items())
-            self.ahead, self.error = ahead, None
+            self._pools, self.error = pools, None
+        self.rejudge(read=True)
+
+    def rejudge(self, read: bool = False) -> None:
+        """Judge each pool's next kernel against the ledger as it is now (after a poll, or when the ledger changed:
+        no archive read)."""
+        with self.lock:
+            pools = dict(self._pools)
+        ahead: dict[str, JSON] = {}
+        for key, (pool, facts) in pools.items():
+            assert pool.next is not None
+            finding = self.future(facts, label_of(pool.next.release))
+            finding.update({"archive": pool.as_dict(), "kernel": pool.next.release})
+            ahead[key] = finding
+        now = self.clock()
+        with self.lock:
+            before, self.ahead = self.ahead, ahead
+        changed = ahead.keys() != before.keys() or any(
+            before[k].get("status") != f.get("status") for k, f in ahead.items())
         for key, finding in ahead.items():
-            log.info("Debian's archive installs %s next on %s: image %s %s", finding["kernel"],
-                     key.removeprefix(PREFIX), finding.get("tag"), finding.get("status"))
+            old = before.get(key)
+            if read or old is None or old.get("status") != finding.get("status"):
+                log.info("Debian's archive installs %s next on %s: image %s %s", finding["kernel"],
+                         key.removeprefix(PREFIX), finding.get("tag"), finding.get("status"))
+            since = pools[key][0].since
+            if old is not None and old.get("kernel") == finding["kernel"] and old.get("status") != "present" \
+                    and finding.get("status") == "present" and since is not None:
+                self.on_landed(key.removeprefix(PREFIX), max(0.0, now - since))
         if changed:
             self.on_change()
 

@@ -85,6 +85,32 @@ class BuildsCollector(Collector):
         yield attempts
 
 
+class ArchiveCollector(Collector):
+    """gpualign_archive_kernel_driver_image_missing{pool,node,tag,kernel} (each node of a pool whose next kernel, as
+    Debian's archive names it, has no image yet: hold its reboot) and gpualign_archive_kernel_not_buildable{pool,tag,
+    kernel} (a next kernel nobody can make, with no Job), from the archive watch's last judgement."""
+
+    def __init__(self, pending: Callable[[], list[Any]]) -> None:
+        self.pending = pending
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        missing = GaugeMetricFamily("gpualign_archive_kernel_driver_image_missing",
+                                    "1 for each GPU node of a pool whose next kernel, as Debian's archive names it "
+                                    "(the one unattended-upgrades installs), has no driver image in the ledger yet: "
+                                    "hold its reboot (kured)", labels=["pool", "node", "tag", "kernel"])
+        refused = GaugeMetricFamily("gpualign_archive_kernel_not_buildable",
+                                    "1 for a pool's next kernel (Debian's archive) that no one can make a driver "
+                                    "image for (NVIDIA refuses PREEMPT_RT kernels, no module source, ...): no Job "
+                                    "is made, and its nodes' reboots stay held", labels=["pool", "tag", "kernel"])
+        for p in self.pending():
+            for node in p.nodes:
+                missing.add_metric([p.pool, node, p.tag, p.kernel], 1)
+            if not p.buildable:
+                refused.add_metric([p.pool, p.tag, p.kernel], 1)
+        yield missing
+        yield refused
+
+
 class Metrics:
     def __init__(self, snapshot: Callable[[], dict[str, Any]],
                  election_problem: Callable[[], str | None] = lambda: None,
@@ -118,6 +144,15 @@ class Metrics:
                                     registry=self.registry)
         self.build_duration = Histogram("gpualign_build_duration_seconds", "A build Job's time from start to end",
                                         buckets=(30, 60, 120, 300, 600, 1200, 3600), registry=self.registry)
+
+    def watch_archive(self, pending: Callable[[], list[Any]]) -> None:
+        """The archive watch's gauges, and the seconds from its first naming a kernel to the kernel's image."""
+        self.registry.register(ArchiveCollector(pending))
+        self.archive_to_image = Histogram(
+            "gpualign_archive_kernel_to_image_seconds",
+            "Seconds from Debian's archive first naming a pool's next kernel (as this controller read it) to the "
+            "kernel's driver image being in the ledger", buckets=(60, 300, 900, 1800, 3600, 7200, 21600, 86400),
+            registry=self.registry)
 
     def build_finished(self, _tag: str, result: str, seconds: float | None) -> None:
         self.builds_total.labels(result).inc()

@@ -93,6 +93,26 @@ def render(data: dict[str, Any]) -> str:
             parts.append(f"<tr><td>{e(tag)}</td><td>queued: waiting for a build slot (--max-concurrent-builds)"
                          "</td></tr>")
         parts.append("</table>")
+    archive = data.get("archive")
+    if archive is not None and (archive["pools"] or archive["error"]):
+        parts.append("<h2>Tonight: the kernels Debian's archive installs next</h2>")
+        if archive["error"]:
+            parts.append(f"<div class='sub blocker'>the archive could not be read: {e(archive['error'])}</div>")
+        parts.append("<table><tr><th>pool</th><th>nodes</th><th>next kernel</th><th>named since</th>"
+                     "<th>image</th><th>status</th></tr>")
+        for p in archive["pools"]:
+            tag = p["tag"] or ""
+            job = ((builds or {}).get("jobs") or {}).get(tag)
+            if p["status"] == "present":
+                status, cls = "present", ""
+            elif p["reason"]:
+                status, cls = f"cannot be built: {p['reason']}", "blocker"
+            else:
+                status, cls = (job["line"] if job else f"missing: {p['action']} ahead"), "missing"
+            parts.append(f"<tr><td>{e(p['pool'])}</td><td>{len(p['nodes'])}</td><td>{e(p['next'])} "
+                         f"({e(p['suite'] or '')})</td><td>{e(p['since'] or '-')}</td><td>{e(tag or '-')}</td>"
+                         f"<td class='{cls}'>{e(status)}</td></tr>")
+        parts.append("</table>")
     if gated:
         parts.append("<h2>Gated: held off the GPU Operator's upgrade walk</h2><table><tr><th>node</th><th>why</th>"
                      "</tr>")

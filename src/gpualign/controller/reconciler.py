@@ -81,6 +81,7 @@ class Reconciler:
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
     restarter: PullRestarter | None = None  # restarts a driver pod that waits for an image the ledger now has
+    on_ledger_changed: list[Callable[[], None]] = field(default_factory=list)  # e.g. the archive's pools re-judged
     updated: str = ""
     node_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -104,6 +105,8 @@ class Reconciler:
         changed = self.ledger.refresh(operator or self.operator)
         if changed:
             self.recheck_all()
+            for hook in self.on_ledger_changed:
+                hook()
         return changed
 
     def refresh_operator(self) -> bool:

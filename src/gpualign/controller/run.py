@@ -113,10 +113,13 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         is_leader=is_leader, on_checked=metrics.check_duration.observe,
         restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
 
+    watch: Any = None  # the archive watch, made below once the ledger was first read
+
     def board() -> dict[str, object]:
         view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),
                           updated=reconciler.updated, ledger_sources=ledger.ledger.sources, cluster=kube.server)
-        return {**view, **({"builds": builder.status()} if builder is not None else {})}
+        return {**view, **({"builds": builder.status()} if builder is not None else {}),
+                **({"archive": watch.board()} if watch is not None else {})}
 
     server = serve(opts.listen, metrics.registry, board, unready)  # serving before the first (slow) ledger read
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
@@ -124,14 +127,16 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         reconciler.refresh_ledger()
     except GpualignError as err:
         log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
-    watch = None
     if opts.builds is not None and opts.archive_every:
         from gpualign.controller.archive_watch import ArchiveWatch
         from gpualign.usecases.archive_next import debian_archive
 
         index, seen = debian_archive()
         watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=seen, every=opts.archive_every,
-                             on_change=wake_builds.set)
+                             on_change=wake_builds.set,
+                             on_landed=lambda pool, seconds: metrics.archive_to_image.observe(seconds))
+        metrics.watch_archive(watch.pending)
+        reconciler.on_ledger_changed.append(watch.rejudge)
 
     def ahead() -> dict[str, Any]:
         return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}

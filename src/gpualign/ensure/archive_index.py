@@ -36,6 +36,10 @@ class IndexRefused(GpualignError):
     word = "refused"
 
 
+class IndexNotCarried(IndexRefused):
+    """The suite's signed Release names no index for that architecture (a mirror of one architecture only)."""
+
+
 class IndexUnreachable(GpualignError):
     """The archive did not answer (exit 2; a later poll may succeed)."""
 
@@ -116,7 +120,7 @@ class ArchiveIndex:
         release = self.release(suite)
         path = f"{component}/binary-{arch}/Packages.xz"
         if path not in release.sha256:
-            raise IndexRefused(f"{self.base(suite)}/InRelease names no {path}")
+            raise IndexNotCarried(f"{self.base(suite)}/InRelease names no {path}")
         digest, size = release.sha256[path]
         kept = self.cache / "by-hash" / digest
         if kept.exists() and hashlib.sha256(kept.read_bytes()).hexdigest() == digest:

@@ -44,7 +44,9 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
     - one replica: two on one node would share the host port;
     - the lab registry as image repository and ledger;
     - build Jobs (when `builds.enabled` is set) placed on the real node too, with no resource requests (the node
-      is the lab machine itself)."""
+      is the lab machine itself);
+    - no build ahead from Debian's archive: the lab's Debian nodes would each have their line's next kernel
+      compiled; a test that shows it serves an archive of its own and turns it on."""
     host, _, api_port = apiserver.removeprefix("https://").rpartition(":")
     return {
         "image": {"repository": f"{registry}/{REPOSITORY}", "tag": __version__},
@@ -60,5 +62,6 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
                        "nodeSelectorTerms": [{"matchExpressions": [
                            {"key": realnode.LABEL, "operator": "In", "values": ["true"]}]}]}}},
                    "tolerations": [{"key": realnode.LABEL, "operator": "Exists", "effect": "NoSchedule"}],
-                   "resources": None},  # null: Helm drops the default requests
+                   "resources": None,  # null: Helm drops the default requests
+                   "archive": {"enabled": False}},
     }

@@ -69,6 +69,23 @@ def debian_archive() -> tuple[Indexes, Path]:
     return index, index.cache / "first-seen.json"
 
 
+def cannot_verify() -> str | None:
+    """Why Debian's archive could not be verified here (gpgv missing, the keyring missing), or None."""
+    import os
+    import shutil
+
+    from gpualign.ensure.archive import KEYRING
+    from gpualign.ensure.archive_index import KEYRING_ENV
+
+    if shutil.which("gpgv") is None:
+        return "gpgv, the verifier apt uses, is not installed here (Debian's package gpgv)"
+    keyring = os.environ.get(KEYRING_ENV) or KEYRING
+    if not os.path.isfile(keyring):
+        return (f"the keyring {keyring} is missing" + (f" (${KEYRING_ENV})" if os.environ.get(KEYRING_ENV) else
+                                                       " (Debian's package debian-archive-keyring)"))
+    return None
+
+
 def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, now: float | None = None) -> Tonight:
     """Each Debian GPU node's next kernel, by pool. seen: where first sightings are kept (None: not kept)."""
     now = time.time() if now is None else now
@@ -86,17 +103,21 @@ def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, n
                                       "gpualign reads"
             continue
         pools.setdefault((os_tag, parsed.line), []).append(facts)
-    lines: dict[tuple[str, str], dict[next_kernels.Line, next_kernels.Announced]] = {}
+    lines: dict[tuple[str, str], dict[next_kernels.Line, next_kernels.Announced] | None] = {}
     firsts = _load(seen)
     for (os_tag, line), members in sorted(pools.items()):
         suite = SUITES[os_tag]
         arch = line[2]
         if (suite, arch) not in lines:
-            indexes = {s: index.packages(s, arch) for s in (suite, f"{suite}-updates", f"{suite}-security")}
-            lines[(suite, arch)] = next_kernels.by_line(next_kernels.candidates(indexes).values())
-        nxt = lines[(suite, arch)].get(line)
+            lines[(suite, arch)] = _lines(index, suite, arch)
+        read_lines = lines[(suite, arch)]
+        nxt = read_lines.get(line) if read_lines is not None else None
         since = None
-        if nxt is not None:
+        if read_lines is None:
+            for facts in members:
+                out.unknown[facts.name] = (f"the archive carries no {arch} index in {suite}, {suite}-updates or "
+                                           f"{suite}-security")
+        elif nxt is not None:
             key = f"{nxt.suite}/{arch}/{nxt.metapackage}/{nxt.release}"
             since = firsts.setdefault(key, now)
             for facts in members:
@@ -109,6 +130,20 @@ def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, n
                                   tuple(sorted({f.kernel or "" for f in members})), nxt, since))
     _keep(seen, firsts)
     return out
+
+
+def _lines(index: Indexes, suite: str, arch: str) -> dict[next_kernels.Line, next_kernels.Announced] | None:
+    """Each line's next kernel from the release's three suites, or None when none of them carries the architecture
+    (a mirror of one architecture only: its pools are unknown, the others still read)."""
+    from gpualign.ensure.archive_index import IndexNotCarried
+
+    indexes = {}
+    for name in (suite, f"{suite}-updates", f"{suite}-security"):
+        try:
+            indexes[name] = index.packages(name, arch)
+        except IndexNotCarried:
+            continue
+    return next_kernels.by_line(next_kernels.candidates(indexes).values()) if indexes else None
 
 
 def _load(path: Path | None) -> dict[str, float]:
