@@ -24,6 +24,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from ruamel.yaml import YAML
@@ -86,16 +87,20 @@ def helm(lab: Lab, *args: str) -> None:
     assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
 
 
+def chart_values(lab: Lab, folder: Path) -> tuple[list[str], int]:
+    """The chart's values for this module's controller (the lab's, with builds on), and its port."""
+    values = lab.cli("lab", "chart-values")
+    assert values.code == 0, values.err
+    path = folder / "values.yaml"
+    path.write_text(values.out)
+    return (["-f", str(path), "--set", "builds.enabled=true", "--set", "builds.retryAfterSeconds=5",
+             "--set", "ledgerRefreshSeconds=2"], YAML(typ="safe").load(values.out)["servicePort"])
+
+
 @pytest.fixture(scope="module")
 def controller(blab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    values = blab.cli("lab", "chart-values")
-    assert values.code == 0, values.err
-    path = tmp_path_factory.mktemp("values") / "values.yaml"
-    path.write_text(values.out)
-    port = YAML(typ="safe").load(values.out)["servicePort"]
-    helm(blab, "install", "ga", str(CHART), "-n", NS, "--create-namespace", "-f", str(path),
-         "--set", "builds.enabled=true", "--set", "builds.retryAfterSeconds=5", "--set", "ledgerRefreshSeconds=2",
-         "--wait", "--timeout", "180s")
+    values, port = chart_values(blab, tmp_path_factory.mktemp("values"))
+    helm(blab, "install", "ga", str(CHART), "-n", NS, "--create-namespace", *values, "--wait", "--timeout", "180s")
     try:
         yield port
     finally:
@@ -357,11 +362,13 @@ def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots
         server = serve_directory(serve, archive.root)
         lab.kubectl("create", "configmap", "archive-keyring", "-n", NS, f"--from-file=keyring.gpg={archive.keyring}",
                     check=True)
-        values = ["--set", "builds.archive.enabled=true", "--set", f"builds.archive.mirror={server.url}/debian",
+        installed, _ = chart_values(lab, tmp_path)
+        values = [*installed, "--set", "builds.archive.enabled=true",
+                  "--set", f"builds.archive.mirror={server.url}/debian",
                   "--set", f"builds.archive.securityMirror={server.url}/debian-security",
                   "--set", "builds.archive.keyringConfigMap=archive-keyring", "--set", "builds.archive.pollSeconds=5"]
         announced = time.monotonic()
-        helm(lab, "upgrade", "ga", str(CHART), "-n", NS, "--reuse-values", *values, "--wait", "--timeout", "180s")
+        helm(lab, "upgrade", "ga", str(CHART), "-n", NS, *values, "--wait", "--timeout", "180s")
         try:
             metrics = f"http://127.0.0.1:{controller}/metrics"
             held = wait_for(lambda: [m for m in scrape(metrics) if m.startswith(
@@ -403,8 +410,7 @@ def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots
             assert "ImagePullBackOff" not in seen and "ErrImagePull" not in seen, seen
             assert "/debian-security/dists/bookworm-security/InRelease" in [p for p, _h, _q in server.seen]
         finally:
-            helm(lab, "upgrade", "ga", str(CHART), "-n", NS, "--reuse-values", "--set", "builds.archive.enabled=false",
-                 "--wait", "--timeout", "180s")
+            helm(lab, "upgrade", "ga", str(CHART), "-n", NS, *installed, "--wait", "--timeout", "180s")
             lab.kubectl("delete", "configmap", "archive-keyring", "-n", NS, "--ignore-not-found")
 
 

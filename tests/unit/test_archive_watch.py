@@ -11,12 +11,12 @@ from tests.support.local_suite import DATA
 
 
 class Recorded:
-    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
         return (DATA / f"{suite}_{arch}.Packages").read_text()
 
 
 class Unreadable:
-    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
         raise GpualignError("http://mirror/debian/dists/trixie/InRelease: HTTP 503")
 
 
@@ -100,6 +100,6 @@ class Counting(Recorded):
     def __init__(self) -> None:
         self.count = 0
 
-    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
         self.count += 1
-        return super().packages(suite, arch, component)
+        return super().kernel_images(suite, arch, component)

@@ -15,7 +15,7 @@ from tests.support.local_suite import DATA, LocalArchive, serve_directory
 class Recorded:
     """The recorded stanzas, as the door would hand them over."""
 
-    def packages(self, suite: str, arch: str, component: str = "main") -> str:
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
         return (DATA / f"{suite}_{arch}.Packages").read_text()
 
 

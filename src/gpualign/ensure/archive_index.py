@@ -17,12 +17,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from gpualign.base.errors import GpualignError
 from gpualign.ensure.archive import KEYRING, configured_mirror, configured_security
-from gpualign.model import archive_release
+from gpualign.model import archive_release, next_kernels
 from gpualign.model.archive_reading import ensure_root
 
 KEYRING_ENV = "GPUALIGN_DEBIAN_KEYRING"  # the keyring a private mirror's suites are signed with (apt's signed-by)
@@ -74,9 +76,9 @@ class ArchiveIndex:
         """The suite's Release, verified (a copy kept from the last read when the archive says it has not changed,
         re-verified: a cache is no more trusted than the wire)."""
         kept = self.cache / "inrelease" / suite
-        stamp = kept.with_suffix(".last-modified")
-        headers = {"If-Modified-Since": stamp.read_text()} if kept.exists() and stamp.exists() else {}
-        body, last_modified = self._get(f"{self.base(suite)}/InRelease", headers)
+        stamp = kept.with_suffix(".validators")  # the answer's Last-Modified and ETag, asked back with the next poll
+        headers = _conditional(stamp.read_text()) if kept.exists() and stamp.exists() else {}
+        body, validators = self._get(f"{self.base(suite)}/InRelease", headers)
         fresh = body is not None
         if body is None:
             self.fetched.not_modified += 1
@@ -87,8 +89,8 @@ class ArchiveIndex:
             raise IndexRefused(f"{self.base(suite)}/InRelease: {why}")
         if fresh:  # kept only once verified
             _write(kept, body)
-            if last_modified:
-                _write(stamp, last_modified.encode())
+            if validators:
+                _write(stamp, validators.encode())
             else:
                 stamp.unlink(missing_ok=True)
         return release
@@ -115,45 +117,96 @@ class ArchiveIndex:
         return proc.stdout.decode("utf-8", errors="replace")
 
     # -- an index ---------------------------------------------------------------------------------------------------
-    def packages(self, suite: str, arch: str, component: str = "main") -> str:
-        """One Packages index of the suite, as its verified Release names it (xz), by its hash."""
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
+        """The kernel image stanzas (`linux-image-*`) of one Packages index of the suite, as its verified Release
+        names it (xz), fetched by its hash. The index is streamed to disk while it is hashed, trusted only at the
+        signed hash and size, and read in pieces: a release's main index (about 10 MB compressed, 56 MB of text) is
+        never held whole. What it yields is kept under the index's hash, so a poll whose suite did not change reads
+        a few kilobytes from this process's own cache."""
         release = self.release(suite)
         path = f"{component}/binary-{arch}/Packages.xz"
         if path not in release.sha256:
             raise IndexNotCarried(f"{self.base(suite)}/InRelease names no {path}")
         digest, size = release.sha256[path]
-        kept = self.cache / "by-hash" / digest
-        if kept.exists() and hashlib.sha256(kept.read_bytes()).hexdigest() == digest:
-            data = kept.read_bytes()
-        else:
-            url = f"{self.base(suite)}/{component}/binary-{arch}/by-hash/SHA256/{digest}" if release.by_hash \
-                else f"{self.base(suite)}/{path}"
-            body, _ = self._get(url, {})
-            assert body is not None
-            got = hashlib.sha256(body).hexdigest()
-            if got != digest or len(body) != size:
-                raise IndexRefused(f"{url}: {len(body)} bytes hashing to {got[:16]}…, not the {size} bytes "
+        kept = self.cache / "kernel-images" / digest
+        if kept.exists():
+            return kept.read_text()
+        url = f"{self.base(suite)}/{component}/binary-{arch}/by-hash/SHA256/{digest}" if release.by_hash \
+            else f"{self.base(suite)}/{path}"
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=self.cache) as raw:
+            got, length = self._download(url, raw)
+            if got != digest or length != size:
+                raise IndexRefused(f"{url}: {length} bytes hashing to {got[:16]}…, not the {size} bytes "
                                    f"hashing to {digest[:16]}… the signed InRelease names")
-            data = body
-            _write(kept, data)
-        return lzma.decompress(data).decode("utf-8", errors="replace")
+            raw.seek(0)
+            text = next_kernels.kernel_image_stanzas(_xz_pieces(raw))
+        _write(kept, text.encode())
+        return text
 
-    def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes | None, str | None]:
-        """(body, Last-Modified), or (None, None) for 304 Not Modified."""
+    def _download(self, url: str, into: BinaryIO) -> tuple[str, int]:
+        """The body written to `into` as it arrives: its SHA-256 and length."""
+        request = urllib.request.Request(url, headers={"User-Agent": "gpualign"})
+        self.fetched.requests += 1
+        digest = hashlib.sha256()
+        length = 0
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the mirror's URL
+                while piece := response.read(_PIECE):
+                    digest.update(piece)
+                    into.write(piece)
+                    length += len(piece)
+        except urllib.error.HTTPError as err:
+            raise IndexUnreachable(f"{url}: HTTP {err.code}") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise IndexUnreachable(f"{url}: {getattr(err, 'reason', err)}") from None
+        self.fetched.bytes += length
+        return digest.hexdigest(), length
+
+    def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes | None, str]:
+        """(body, its validators: Last-Modified and ETag, one a line, as `_conditional` reads them back), or
+        (None, "") for 304 Not Modified. A mirror that sends neither is asked for the whole file each time."""
         request = urllib.request.Request(url, headers={"User-Agent": "gpualign", **headers})
         self.fetched.requests += 1
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:  # noqa: S310 - the mirror's URL
                 body = response.read()
                 self.fetched.bytes += len(body)
-                return body, response.headers.get("Last-Modified")
+                validators = [f"{name}: {value}" for name in ("Last-Modified", "ETag")
+                              if (value := response.headers.get(name))]
+                return body, "\n".join(validators)
         except urllib.error.HTTPError as err:
             if err.code == 304:
-                return None, None
+                return None, ""
             raise IndexUnreachable(f"{url}: HTTP {err.code}") from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
             raise IndexUnreachable(f"{url}: {reason}") from None
+
+
+_PIECE = 1 << 16
+_ASKED_BACK = {"Last-Modified": "If-Modified-Since", "ETag": "If-None-Match"}
+
+
+def _conditional(validators: str) -> dict[str, str]:
+    """The request headers that ask whether a kept answer changed (its Last-Modified and ETag, one a line)."""
+    out = {}
+    for line in validators.splitlines():
+        name, _, value = line.partition(": ")
+        if name in _ASKED_BACK and value:
+            out[_ASKED_BACK[name]] = value
+    return out
+
+
+def _xz_pieces(raw: BinaryIO) -> Iterator[bytes]:
+    """An xz file decompressed piece by piece."""
+    unxz = lzma.LZMADecompressor()
+    while piece := raw.read(_PIECE):
+        out = unxz.decompress(piece)
+        if out:
+            yield out
+    if not unxz.eof:
+        raise IndexRefused("a Packages.xz index ends before its xz stream does")
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -42,6 +42,25 @@ class Announced:
         return parsed
 
 
+_KERNEL_IMAGE_STANZA = re.compile(rb"(?m)^Package: linux-image-")
+
+
+def kernel_image_stanzas(chunks: Iterable[bytes]) -> str:
+    """Of a Packages index arriving in pieces (decompressed), the stanzas of kernel image packages (`linux-image-*`),
+    which is all the next kernel is read from: a release's main index is about 56 MB of text for 65,000 packages, of
+    which about 100 stanzas are kernel images. Nothing larger than one stanza and one piece is held at once."""
+    kept: list[bytes] = []
+    rest = b""
+    for chunk in chunks:
+        rest += chunk
+        stanzas = rest.split(b"\n\n")
+        rest = stanzas.pop()
+        kept.extend(s for s in stanzas if _KERNEL_IMAGE_STANZA.search(s))
+    if rest.strip() and _KERNEL_IMAGE_STANZA.search(rest):
+        kept.append(rest.rstrip(b"\n"))
+    return "".join(s.strip(b"\n").decode("utf-8", errors="replace") + "\n\n" for s in kept)
+
+
 def metapackages(packages: str, suite: str) -> list[Announced]:
     """The kernel metapackages in one Packages index (text): each linux-image-* package, not an ABI's own, that
     depends on exactly one Debian kernel's image."""

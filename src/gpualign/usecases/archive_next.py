@@ -23,7 +23,7 @@ from gpualign.model.makers import SUITES
 
 
 class Indexes(Protocol):
-    def packages(self, suite: str, arch: str, component: str = "main") -> str: ...
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str: ...
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def _lines(index: Indexes, suite: str, arch: str) -> dict[next_kernels.Line, nex
     indexes = {}
     for name in (suite, f"{suite}-updates", f"{suite}-security"):
         try:
-            indexes[name] = index.packages(name, arch)
+            indexes[name] = index.kernel_images(name, arch)
         except IndexNotCarried:
             continue
     return next_kernels.by_line(next_kernels.candidates(indexes).values()) if indexes else None
