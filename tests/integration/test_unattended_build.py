@@ -84,7 +84,11 @@ def blab(tmp_path_factory: pytest.TempPathFactory, compiled: debian.Built,
 def helm(lab: Lab, *args: str) -> None:
     proc = subprocess.run([str(versions.helm_binary()), *args, "--kubeconfig", str(lab.kubeconfig)],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"helm {' '.join(args)}: {proc.stderr}"
+    if proc.returncode != 0:  # what the release's pods said, beside helm's words
+        pods = lab.kubectl("get", "pods", "-n", NS, "-o", "wide").stdout
+        logs = lab.kubectl("logs", "-n", NS, "-l", "app.kubernetes.io/name=gpualign", "--tail", "40",
+                           "--all-containers", "--prefix").stdout
+        raise AssertionError(f"helm {' '.join(args)}: {proc.stderr}\n{pods}\n{logs}")
 
 
 def chart_values(lab: Lab, folder: Path) -> tuple[list[str], int]:
