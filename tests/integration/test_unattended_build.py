@@ -86,19 +86,20 @@ def helm(lab: Lab, *args: str) -> None:
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:  # what the release's pods said, beside helm's words
         pods = lab.kubectl("get", "pods", "-n", NS, "-o", "wide").stdout
-        logs = lab.kubectl("logs", "-n", NS, "-l", "app.kubernetes.io/name=gpualign", "--tail", "40",
-                           "--all-containers", "--prefix").stdout
+        logs = controller_log(lab)
         raise AssertionError(f"helm {' '.join(args)}: {proc.stderr}\n{pods}\n{logs}")
 
 
-def chart_values(lab: Lab, folder: Path) -> tuple[list[str], int]:
-    """The chart's values for this module's controller (the lab's, with builds on), and its port."""
+def chart_values(lab: Lab, folder: Path, port: int | None = None) -> tuple[list[str], int]:
+    """The chart's values for this module's controller (the lab's, with builds on), and its port (a free one, or
+    `port`: an upgrade keeps the port the release was installed with)."""
     values = lab.cli("lab", "chart-values")
     assert values.code == 0, values.err
     path = folder / "values.yaml"
     path.write_text(values.out)
-    return (["-f", str(path), "--set", "builds.enabled=true", "--set", "builds.retryAfterSeconds=5",
-             "--set", "ledgerRefreshSeconds=2"], YAML(typ="safe").load(values.out)["servicePort"])
+    port = port or YAML(typ="safe").load(values.out)["servicePort"]
+    return (["-f", str(path), "--set", f"servicePort={port}", "--set", "builds.enabled=true",
+             "--set", "builds.retryAfterSeconds=5", "--set", "ledgerRefreshSeconds=2"], port)
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +367,7 @@ def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots
         server = serve_directory(serve, archive.root)
         lab.kubectl("create", "configmap", "archive-keyring", "-n", NS, f"--from-file=keyring.gpg={archive.keyring}",
                     check=True)
-        installed, _ = chart_values(lab, tmp_path)
+        installed, _ = chart_values(lab, tmp_path, port=controller)
         values = [*installed, "--set", "builds.archive.enabled=true",
                   "--set", f"builds.archive.mirror={server.url}/debian",
                   "--set", f"builds.archive.securityMirror={server.url}/debian-security",
@@ -374,10 +375,14 @@ def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots
         announced = time.monotonic()
         helm(lab, "upgrade", "ga", str(CHART), "-n", NS, *values, "--wait", "--timeout", "180s")
         try:
+            print(lab.kubectl("get", "pods", "-n", NS, "-o", "wide").stdout)
             metrics = f"http://127.0.0.1:{controller}/metrics"
-            held = wait_for(lambda: [m for m in scrape(metrics) if m.startswith(
-                "gpualign_archive_kernel_driver_image_missing{") and 'node="pool-1"' in m and TAG in m] or None,
-                timeout=120, what="the reboot gate holding pool-1 for the archive's next kernel")
+            try:
+                held = wait_for(lambda: [m for m in scrape(metrics) if m.startswith(
+                    "gpualign_archive_kernel_driver_image_missing{") and 'node="pool-1"' in m and TAG in m] or None,
+                    timeout=120, what="the reboot gate holding pool-1 for the archive's next kernel")
+            except AssertionError as err:
+                raise AssertionError(f"{err}\n{controller_log(lab)}") from None
             assert held[0].endswith(" 1.0"), held
             job = wait_for(lambda: next((j for j in jobs(lab, TAG) if j["metadata"]["uid"] not in before), None),
                            timeout=180, what="the archive's kernel's build Job")
@@ -418,8 +423,17 @@ def test_the_kernel_debians_archive_installs_next_is_built_before_any_node_boots
             lab.kubectl("delete", "configmap", "archive-keyring", "-n", NS, "--ignore-not-found")
 
 
+def controller_log(lab: Lab) -> str:
+    return lab.kubectl("logs", "-n", NS, "-l", "app.kubernetes.io/name=gpualign", "--tail", "60").stdout
+
+
 def scrape(url: str) -> list[str]:
+    """The metrics' samples, or none while the controller is not listening (a rollout's new pod)."""
+    import urllib.error
     import urllib.request
 
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return [line for line in answer.read().decode().splitlines() if not line.startswith("#")]
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return [line for line in answer.read().decode().splitlines() if not line.startswith("#")]
+    except urllib.error.URLError:
+        return []

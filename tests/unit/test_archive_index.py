@@ -139,3 +139,13 @@ def test_a_mirror_that_sends_only_an_etag_is_asked_by_it(serve, tmp_path):
     again = ArchiveIndex(mirror=f"{server.url}/debian", cache=tmp_path, now=SIGNED_ON + 120)
     again.release("trixie-updates")
     assert asked == [None, '"abc"'] and again.fetched.not_modified == 1 and again.fetched.bytes == 0
+
+
+def test_nothing_is_written_outside_the_cache(serve, tmp_path, monkeypatch):
+    """The chart's controller has a read-only root filesystem and no /tmp: only its cache is writable."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-tmp"))
+    server = mirror(serve)
+    index = ArchiveIndex(mirror=f"{server.url}/debian", cache=tmp_path / "cache", now=SIGNED_ON + 60)
+    assert index.kernel_images("trixie-updates", "amd64") == ""

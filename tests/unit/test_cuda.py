@@ -165,18 +165,25 @@ def _docs(text):
     return list(YAML(typ="safe").load_all(text))
 
 
+def _inject(text, terms, source, cuda="12.4", **kw):  # noqa: ANN001, ANN003, ANN202
+    return inject(text, terms, source, minimum_driver(cuda), **kw)
+
+
 def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
     terms = selector_terms(minimum_driver("12.4"), "current")
-    out, count, left = inject(MANIFEST, terms, "m.yaml")
-    assert count == 2
+    out, count, claims, left = _inject(MANIFEST, terms, "m.yaml")
+    assert (count, claims) == (2, 1)
     assert "# training job, owned by team ml" in out and "# keep this name" in out
     deploy, service, cron, web, claim_template, dra_pod = _docs(out)
     before = _docs(MANIFEST)
-    assert (web, claim_template, dra_pod) == tuple(before[3:])  # a CPU workload, a claim template, a DRA pod: as is
+    assert (web, dra_pod) == (before[3], before[5])  # a CPU workload, a DRA pod: as they are
+    (request,) = claim_template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["selectors"] == [{"cel": {"expression": "device.attributes['gpu.nvidia.com']"
+                                                                     ".driverVersion.compareTo(semver('550.54.14'))"
+                                                                     " >= 0"}}]
     told = {line.split(": ", 2)[1]: line for line in left}
-    assert set(told) == {"Deployment web", "ResourceClaimTemplate one-gpu", "Pod dra-pod"}
-    assert "asks for no NVIDIA GPU" in told["Deployment web"] and "passed through" in \
-        told["ResourceClaimTemplate one-gpu"] and "resource claims" in told["Pod dra-pod"]
+    assert set(told) == {"Deployment web", "Pod dra-pod"}
+    assert "asks for no NVIDIA GPU" in told["Deployment web"] and "no nodeAffinity is added" in told["Pod dra-pod"]
     aff = deploy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     required = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(required) == 2 * 3
@@ -192,18 +199,18 @@ def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
 
 def test_inject_is_idempotent_and_replaces_an_older_floor():
     terms = selector_terms(minimum_driver("12.4"))
-    once, _, _ = inject(MANIFEST, terms, "m.yaml")
-    twice, _, _ = inject(once, terms, "m.yaml")
+    once, _, _, _ = _inject(MANIFEST, terms, "m.yaml")
+    twice, _, _, _ = _inject(once, terms, "m.yaml")
     assert once == twice
-    newer, _, _ = inject(once, selector_terms(minimum_driver("12.8")), "m.yaml")
-    fresh, _, _ = inject(MANIFEST, selector_terms(minimum_driver("12.8")), "m.yaml")
-    assert newer == fresh
+    newer, _, _, _ = _inject(once, selector_terms(minimum_driver("12.8")), "m.yaml", "12.8")
+    fresh, _, _, _ = _inject(MANIFEST, selector_terms(minimum_driver("12.8")), "m.yaml", "12.8")
+    assert newer == fresh and "semver('570.26.0')" in newer and "550.54.14" not in newer
 
 
 def test_round_trip_keeps_untouched_documents_byte_for_byte():
     text = "apiVersion: v1\nkind: ConfigMap  # cfg\nmetadata:\n  name: a\ndata:\n  k: 'v'\n"
-    out, count, left = inject(text, selector_terms(minimum_driver("12.4")), "c.yaml")
-    assert (out, count, left) == (text, 0, [])
+    out, count, claims, left = _inject(text, selector_terms(minimum_driver("12.4")), "c.yaml")
+    assert (out, count, claims, left) == (text, 0, 0, [])
 
 
 @pytest.mark.parametrize("text,message", [
@@ -213,12 +220,12 @@ def test_round_trip_keeps_untouched_documents_byte_for_byte():
 ])
 def test_bad_manifests_name_file_and_line(text, message):
     with pytest.raises(BadInput, match=message):
-        inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
+        _inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
 
 
 def test_a_kind_gpualign_does_not_edit_passes_through_named():
     text = "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: x/v1\nkind: Deploymnet\nspec: {}\n"
-    out, count, left = inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
+    out, count, _claims, left = _inject(text, selector_terms(minimum_driver("12.4")), "m.yaml")
     assert (out, count) == (text, 0)
     assert left == ["m.yaml:4: Deploymnet (unnamed): not a kind with a pod template gpualign edits: passed through "
                     "as it is"]

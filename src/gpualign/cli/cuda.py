@@ -29,6 +29,7 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:  # imported lazily at run time
+    from gpualign.model.dra_devices import GpuDevice
     from gpualign.model.facts import NodeFacts
     from gpualign.model.version import DriverVersion
 
@@ -134,20 +135,32 @@ def inject(
     in_place: Annotated[bool, typer.Option("--in-place", "-i", help="rewrite the files instead of printing")] = False,
     minor_compat: MinorOpt = False,
     labels: LabelsOpt = Labels.both,
+    device_class: Annotated[list[str] | None, typer.Option(
+        "--device-class", metavar="NAME",
+        help="a DeviceClass of yours whose devices are NVIDIA GPUs (repeatable; gpu.nvidia.com, mig.nvidia.com and "
+             "the classes the input defines over NVIDIA's DRA driver are known)")] = None,
 ) -> None:
-    """Add the CUDA driver floor to every GPU pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
-    Job, CronJob asking for nvidia.com/gpu or MIG resources, or an nvidia runtimeClass: what `gpualign cuda policy`
-    calls a GPU pod), ANDed into existing required terms. Idempotent; comments and key order are kept.
+    """Add the CUDA driver floor to every GPU pod template and every DRA claim for NVIDIA GPUs. Idempotent;
+    comments and key order are kept.
 
-    Output is plain YAML (no anchors or aliases), ready for review and GitOps. A template that asks for no GPU, one
-    whose GPUs come from DRA resource claims, and every other kind are left as they are, each with a warning.
+    A GPU pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob asking for nvidia.com/gpu
+    or MIG resources, or an nvidia runtimeClass: what `gpualign cuda policy` calls a GPU pod) gets a nodeAffinity on
+    gpu-feature-discovery's driver labels, ANDed into existing required terms. A ResourceClaimTemplate or
+    ResourceClaim (resource.k8s.io/v1) whose requests name an NVIDIA device class gets a device selector on the
+    driverVersion NVIDIA's DRA driver publishes; a pod whose GPUs come from claims gets no nodeAffinity (its nodes
+    carry no GFD labels).
+
+    Output is plain YAML (no anchors or aliases), ready for review and GitOps. A template that asks for no GPU, a
+    claim for other devices and every other kind are left as they are, each with a warning.
 
     Example:
 
     \b
         gpualign cuda inject --cuda 12.8 -f train.yaml | kubectl apply -f -
     """
+    from gpualign.model import dra_floor
     from gpualign.model.cuda import selector_terms
+    from gpualign.model.manifests import device_classes
     from gpualign.model.manifests import inject as do_inject
 
     minimum = _minimum(cuda, minor_compat)
@@ -156,25 +169,32 @@ def inject(
     if in_place and "-" in filename:
         raise BadInput("--in-place cannot rewrite stdin")
     terms = selector_terms(minimum, labels.value)
-    results: list[tuple[str, str]] = []
-    for name in _expand(filename):  # everything is checked before anything is written
+    texts: list[tuple[str, str]] = []
+    for name in _expand(filename):  # everything is read and checked before anything is written
         if name == "-":
-            text = sys.stdin.read()
-        else:
-            try:
-                text = Path(name).read_text()
-            except OSError as err:
-                raise BadInput(f"{name}: cannot read: {err.strerror}") from None
-            except UnicodeDecodeError:
-                raise BadInput(f"{name}: not UTF-8 text") from None
-        new, count, left = do_inject(text, terms, "<stdin>" if name == "-" else name)
+            texts.append((name, sys.stdin.read()))
+            continue
+        try:
+            texts.append((name, Path(name).read_text()))
+        except OSError as err:
+            raise BadInput(f"{name}: cannot read: {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{name}: not UTF-8 text") from None
+    source = {name: "<stdin>" if name == "-" else name for name, _ in texts}
+    classes = dra_floor.nvidia_classes([dc for name, text in texts for dc in device_classes(text, source[name])],
+                                       device_class or ())
+    results: list[tuple[str, str]] = []
+    for name, text in texts:
+        new, count, claims, left = do_inject(text, terms, source[name], minimum, classes)
         for why in left:
             warn(why)
-        if count == 0:
+        if count == 0 and claims == 0:
             warn(f"{name}: no GPU pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob "
-                 "asking for NVIDIA GPUs): left as it is")
+                 "asking for NVIDIA GPUs) and no claim for NVIDIA GPUs: left as it is")
         else:
-            print(f"# {name}: {count} GPU pod template(s) now require driver >= {minimum}", file=sys.stderr)
+            done = [f"{count} GPU pod template(s)"] if count else []
+            done += [f"{claims} DRA claim request(s)"] if claims else []
+            print(f"# {name}: {' and '.join(done)} now require driver >= {minimum}", file=sys.stderr)
         results.append((name, new))
     for name, new in results:
         if in_place:
@@ -210,6 +230,7 @@ def check_cmd(
     """
     from gpualign.cli.common import say_tty
     from gpualign.model.cuda import node_affinity
+    from gpualign.model.dra_devices import highest_driver
     from gpualign.model.nodeaffinity import required_matches
     from gpualign.usecases.nodes import read_nodes
 
@@ -221,18 +242,31 @@ def check_cmd(
     from gpualign.cli.fleet import parse_timeout
 
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
-                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn)
+                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn, with_slices=True)
     inv = read.inventory
+    devices = read.devices or {}
     aff = node_affinity(minimum, "both")
     able: list[NodeFacts] = []
     unable: list[NodeFacts] = []
     for n in sorted(inv.nodes, key=lambda f: f.name):
-        (able if required_matches(aff, n.labels) else unable).append(n)
-    drivers = [n.driver for n in inv.nodes if n.driver]
+        if n.driver is None and n.name in devices:  # the operator's DRA mode: the driver is in its slices
+            dra = highest_driver(devices[n.name])
+            (able if dra is not None and dra >= minimum else unable).append(n)
+        else:
+            (able if required_matches(aff, n.labels) else unable).append(n)
+
+    def driver_of(n: NodeFacts) -> DriverVersion | None:
+        return n.driver or (highest_driver(devices[n.name]) if n.name in devices else None)
+
+    def entry(n: NodeFacts) -> dict[str, object]:
+        source = "gfd" if n.driver else "dra" if n.name in devices else None
+        return {"name": n.name, "driver": str(d) if (d := driver_of(n)) else None, "source": source,
+                **({"devices": [d.as_dict() for d in devices[n.name]]} if source == "dra" else {})}
+
+    drivers = [d for n in inv.nodes if (d := driver_of(n))]
     lowest = min(drivers) if drivers else None
     data = {"cuda": cuda, "minimum_driver": str(minimum), "lowest_driver": str(lowest) if lowest else None,
-            "able": [{"name": n.name, "driver": str(n.driver) if n.driver else None} for n in able],
-            "unable": [{"name": n.name, "driver": str(n.driver) if n.driver else None} for n in unable]}
+            "able": [entry(n) for n in able], "unable": [entry(n) for n in unable]}
     if output in (Output.json, Output.yaml):
         emit_data(report("CudaCheckReport", read.source, data, cuda=True), output)
     else:
@@ -241,10 +275,13 @@ def check_cmd(
         wide = output is Output.wide
 
         def row(n: NodeFacts, can: bool) -> list[str | Styled]:
-            cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"),
-                                         str(n.driver) if n.driver else "unknown (no GFD labels)"]
+            driver = driver_of(n)
+            shown = (f"{driver} (DRA)" if n.driver is None else str(driver)) if driver else \
+                "unknown (no GFD labels, no DRA devices)"
+            cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"), shown]
             if wide:
-                cells += [n.kernel or "-", n.arch, _why_not_host(n, minimum) if not can else "-"]
+                why = "-" if can else _why_not_host(n, minimum, devices.get(n.name))
+                cells += [n.kernel or "-", n.arch, why]
             return cells
 
         rows = [row(n, True) for n in able] + [row(n, False) for n in unable]
@@ -258,11 +295,14 @@ def check_cmd(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _why_not_host(node: NodeFacts, minimum: DriverVersion) -> str:
-    """Why a node's labels do not meet the floor, in one line (cuda check -o wide)."""
+def _why_not_host(node: NodeFacts, minimum: DriverVersion, devices: list[GpuDevice] | None) -> str:
+    """Why a node does not meet the floor, in one line (cuda check -o wide)."""
+    if node.driver is None and devices:
+        below = ", ".join(f"{d.name} {d.driver or 'no driverVersion'}" for d in devices)
+        return f"its DRA devices' drivers are below {minimum}: {below}"
     if node.driver is None:
-        return ("gpu-feature-discovery has not labelled its driver version (not running, or the operator's DRA "
-                "mode); nodeAffinity on these labels never matches it")
+        return ("gpu-feature-discovery has not labelled its driver version and NVIDIA's DRA driver publishes no "
+                "device for it; nodeAffinity on GFD labels never matches it")
     return f"driver {node.driver} is below {minimum}"
 
 
@@ -305,10 +345,17 @@ def policy_cmd(
     mode: Annotated[Mode, typer.Option("--mode", metavar="MODE",
                                        help="deny refuses; warn admits with a warning to the client; audit only "
                                             "annotates the audit log")] = Mode.deny,
+    device_class: Annotated[list[str] | None, typer.Option(
+        "--device-class", metavar="NAME",
+        help="a DeviceClass of yours whose devices are NVIDIA GPUs: its claims need a floor too (repeatable; "
+             "gpu.nvidia.com and mig.nvidia.com always do)")] = None,
 ) -> None:
-    """Print a ValidatingAdmissionPolicy and its binding (YAML, for kubectl apply -f -) that refuse GPU pods and
-    pod templates without a driver floor in their nodeAffinity. A workload annotated gpualign.io/cuda: "12.4" must
-    also have a floor of at least that version's minimum driver. CEL run by the API server; no webhook.
+    """Print two ValidatingAdmissionPolicies and their bindings (YAML, for kubectl apply -f -): one refuses GPU pods
+    and pod templates without a driver floor in their nodeAffinity, the other DRA claims (ResourceClaim,
+    ResourceClaimTemplate) for NVIDIA GPUs without a driverVersion floor in their device selectors. A workload or
+    claim annotated gpualign.io/cuda: "12.4" must also have a floor of at least that version's minimum driver. CEL
+    run by the API server; no webhook. A pod whose GPUs come from resource claims needs no nodeAffinity: its
+    claims carry the floor.
 
     GPU pods are told by their nvidia.com/gpu requests or a runtime class named like nvidia. The GPU Operator's own
     operands are such pods without a floor, so its namespace must be exempt: gpu-operator (Helm's default) and
@@ -321,7 +368,7 @@ def policy_cmd(
     """
     from ruamel.yaml import YAML
 
-    from gpualign.model.cuda_policy import EXEMPT_NAMESPACES, binding, policy
+    from gpualign.model.cuda_policy import CLAIMS_NAME, EXEMPT_NAMESPACES, binding, claims_policy, policy
     from gpualign.model.cuda_policy import namespace_selector as default_selector
     from gpualign.model.selectors import to_label_selector
 
@@ -334,7 +381,8 @@ def policy_cmd(
     yaml = YAML()
     yaml.width = 100000
     yaml.representer.ignore_aliases = lambda *_: True
-    yaml.dump_all([policy(), binding(mode.value, selector)], sys.stdout)
+    yaml.dump_all([policy(), binding(mode.value, selector), claims_policy(device_class or []),
+                   binding(mode.value, selector, CLAIMS_NAME)], sys.stdout)
 
 
 def register(root: typer.Typer) -> None:

@@ -100,7 +100,8 @@ class ArchiveIndex:
         if not Path(self.keyring).exists():
             raise IndexRefused(f"keyring {self.keyring} not found: install debian-archive-keyring, or set "
                                f"${KEYRING_ENV} to your mirror's signing keyring")
-        with tempfile.TemporaryDirectory(prefix="gpualign-inrelease-") as tmp:
+        self.cache.mkdir(parents=True, exist_ok=True)  # the only place written: a controller's root is read-only
+        with tempfile.TemporaryDirectory(prefix=".inrelease-", dir=self.cache) as tmp:
             path = Path(tmp) / "InRelease"
             path.write_bytes(signed)
             try:

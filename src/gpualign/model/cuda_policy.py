@@ -7,6 +7,11 @@ A pod has a driver floor when *every* required nodeSelectorTerm (terms are ORed)
 When it declares its CUDA version (annotation gpualign.io/cuda), each term's implied lower bound must reach that
 version's minimum driver. A term's bound per part is its strongest `Gt v` (v+1) or `In` (smallest value), and
 part-wise bounds give a lexicographic bound: (major, minor, rev) >= (lb_major, lb_minor, lb_rev).
+
+Under DRA the floor is in the claim, not the pod (a pod whose GPUs come from resource claims is not asked for a
+nodeAffinity): a second policy (`claims_policy`) refuses a ResourceClaim or ResourceClaimTemplate whose request for
+an NVIDIA device class has no driverVersion floor (gpualign.model.dra_floor), and, when the claim declares its
+CUDA version, a floor below that version's minimum driver.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from gpualign.base import labels as L
+from gpualign.model import dra_floor
 from gpualign.model.cuda import table
 
 ANNOTATION = "gpualign.io/cuda"
 NAME = "gpualign-cuda-driver-floor"
+CLAIMS_NAME = "gpualign-cuda-driver-floor-claims"
 Mode = Literal["deny", "warn", "audit"]
 ACTIONS = {"deny": ["Deny"], "warn": ["Warn"], "audit": ["Audit"]}
 # The GPU Operator's operands run with the nvidia runtime class and no driver floor: its namespace must be exempt.
@@ -137,10 +144,87 @@ def policy() -> dict[str, Any]:
     }
 
 
-def binding(mode: Mode, namespace_selector: dict[str, Any]) -> dict[str, Any]:
+def binding(mode: Mode, namespace_selector: dict[str, Any], name: str = NAME) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
-        "spec": {"policyName": NAME, "validationActions": ACTIONS[mode],
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
+        "spec": {"policyName": name, "validationActions": ACTIONS[mode],
                  "matchResources": {"namespaceSelector": namespace_selector}},
+    }
+
+
+def _floored(x: str) -> str:
+    """CEL: request (or alternative) x carries gpualign's driverVersion floor."""
+    return (f"(has({x}.selectors) && {x}.selectors.exists(s, has(s.cel) && "
+            f"s.cel.expression.startsWith(\"{dra_floor.PREFIX}\")))")
+
+
+def _reaches(x: str) -> str:
+    """CEL: x's floor is at least variables.minimum (its version read back from the expression)."""
+    part = ("int(s.cel.expression.split(\"semver('\")[1].split(\"'\")[0].split('.')[{i}])")
+    a, b, c = (part.format(i=i) for i in range(3))
+    m = "variables.minimum"
+    return (f"({x}.selectors.exists(s, has(s.cel) && s.cel.expression.startsWith(\"{dra_floor.PREFIX}\") && "
+            f"({a} > {m}[0] || ({a} == {m}[0] && ({b} > {m}[1] || ({b} == {m}[1] && {c} >= {m}[2]))))))")
+
+
+def _each_nvidia_request(test: str, classes: list[str]) -> str:
+    """CEL: every request of the claim for one of `classes` (exactly, or a firstAvailable alternative) passes
+    `test` (a format with {x} for the request)."""
+    c = _list(classes)
+    return ("variables.requests.all(r, "
+            f"(!has(r.exactly) || !(r.exactly.deviceClassName in {c}) || {test.format(x='r.exactly')}) && "
+            f"(!has(r.firstAvailable) || r.firstAvailable.all(a, !(a.deviceClassName in {c}) || "
+            f"{test.format(x='a')})))")
+
+
+def claims_policy(classes: list[str] | None = None) -> dict[str, Any]:
+    """The policy that refuses a DRA claim for NVIDIA GPUs without a driver floor. classes: the device classes
+    whose devices are NVIDIA GPUs (NVIDIA's own, and any of the platform team's)."""
+    names = sorted(set(classes or ()) | dra_floor.NVIDIA_CLASSES)
+    spec = "object.kind == 'ResourceClaim' ? object.spec : object.spec.spec"
+    meta = "object.kind == 'ResourceClaim' ? object.metadata : (has(object.spec.metadata) ? " \
+           "object.spec.metadata : object.metadata)"
+    annotation = (f"has(variables.cmeta.annotations) && '{ANNOTATION}' in variables.cmeta.annotations ? "
+                  f"variables.cmeta.annotations['{ANNOTATION}'] : "
+                  f"has(object.metadata.annotations) && '{ANNOTATION}' in object.metadata.annotations ? "
+                  f"object.metadata.annotations['{ANNOTATION}'] : ''")
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": CLAIMS_NAME, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                 "resources": ["resourceclaims", "resourceclaimtemplates"]},
+            ]},
+            "variables": [
+                {"name": "cspec", "expression": spec},
+                {"name": "cmeta", "expression": meta},
+                {"name": "requests", "expression": "has(variables.cspec.devices) && "
+                                                   "has(variables.cspec.devices.requests) ? "
+                                                   "variables.cspec.devices.requests : []"},
+                {"name": "cuda", "expression": annotation},
+                {"name": "table", "expression": cuda_map()},
+                {"name": "minimum", "expression": "variables.cuda in variables.table ? "
+                                                  "variables.table[variables.cuda] : [0, 0, 0]"},
+                {"name": "floored", "expression": _each_nvidia_request(_floored("{x}"), names)},
+            ],
+            "validations": [
+                {"expression": "variables.floored",
+                 "messageExpression": "object.kind + ' ' + object.metadata.name + ' asks for NVIDIA GPUs with no "
+                                      "driver floor: add a driverVersion selector (gpualign cuda inject --cuda X)'",
+                 "reason": "Invalid"},
+                {"expression": "variables.cuda == '' || variables.cuda in variables.table",
+                 "messageExpression": f"'{ANNOTATION}: unknown CUDA version ' + variables.cuda",
+                 "reason": "Invalid"},
+                {"expression": "variables.cuda == '' || !(variables.cuda in variables.table) || "
+                               "!variables.floored || " + _each_nvidia_request(_reaches("{x}"), names),
+                 "messageExpression": "object.kind + ' ' + object.metadata.name + ' declares CUDA ' + variables.cuda "
+                                      "+ ', which needs driver >= ' + string(variables.minimum[0]) + '.' + "
+                                      "string(variables.minimum[1]) + '.' + string(variables.minimum[2]) + ', but "
+                                      "its driver floor is lower: run gpualign cuda inject --cuda ' + variables.cuda",
+                 "reason": "Invalid"},
+            ],
+        },
     }

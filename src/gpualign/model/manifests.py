@@ -1,9 +1,11 @@
-"""Add a CUDA driver floor to every GPU pod template in a multi-document YAML, keeping comments and key order.
-A template that asks for no GPU is left as it is (pinned to GPU nodes it would take their capacity), and so is
-every kind without a pod template gpualign edits.
+"""Add a CUDA driver floor to every GPU pod template in a multi-document YAML, and to every DRA claim for NVIDIA
+GPUs, keeping comments and key order. A template that asks for no GPU is left as it is (pinned to GPU nodes it would
+take their capacity), and so is every kind without a pod template or claim gpualign edits.
 
-The requirement is ANDed into every existing required nodeSelectorTerm (a cross product, since terms are ORed),
-preferred terms are kept, and terms gpualign wrote before are replaced, so injecting twice changes nothing.
+In a pod template the requirement is ANDed into every existing required nodeSelectorTerm (a cross product, since
+terms are ORed), preferred terms are kept, and terms gpualign wrote before are replaced, so injecting twice changes
+nothing. A pod whose GPUs come from resource claims gets no nodeAffinity (its nodes carry no GFD labels): its
+ResourceClaimTemplates and ResourceClaims get the device selector of gpualign.model.dra_floor instead.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import YAMLError
 
 from gpualign.base.errors import BadInput
+from gpualign.model import dra_floor
 from gpualign.model.cuda import DRIVER_KEYS
 from gpualign.model.gpu_pods import gpu_request
+from gpualign.model.version import DriverVersion
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -37,8 +41,10 @@ NO_POD_TEMPLATE = frozenset({
     "Namespace", "Service", "ConfigMap", "Secret", "ServiceAccount", "PodDisruptionBudget", "Role", "RoleBinding",
     "ClusterRole", "ClusterRoleBinding", "PersistentVolumeClaim", "PersistentVolume", "Ingress", "NetworkPolicy",
     "HorizontalPodAutoscaler", "PriorityClass", "LimitRange", "ResourceQuota", "StorageClass", "RuntimeClass",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition", "DeviceClass",
 })
+# DRA claims, and where their spec is
+CLAIM_SPEC_PATHS: dict[str, tuple[str, ...]] = {"ResourceClaim": ("spec",), "ResourceClaimTemplate": ("spec", "spec")}
 
 
 def _yaml(offset: int) -> YAML:
@@ -144,25 +150,73 @@ def inject_into_spec(spec: CommentedMap, terms: list[dict[str, Any]]) -> None:
     required["nodeSelectorTerms"] = merge_required(required.get("nodeSelectorTerms") or [], terms)
 
 
-def inject(text: str, terms: list[dict[str, Any]], source: str) -> tuple[str, int, list[str]]:
-    """The new text, how many pod templates got the requirement, and what was left as it was, each with why (a
-    template that asks for no GPU, one whose GPUs come from DRA claims, a kind with no pod template gpualign edits).
-    Raises BadInput, writes nothing."""
+def _objects(doc: Any) -> Iterator[Any]:
+    """The objects of a document (a List's items)."""
+    if isinstance(doc, dict) and doc.get("kind") == "List":
+        for item in doc.get("items") or []:
+            yield from _objects(item)
+    elif doc is not None:
+        yield doc
+
+
+def device_classes(text: str, source: str) -> list[Any]:
+    """The DeviceClasses a manifest defines (a class over NVIDIA's driver makes its claims NVIDIA's). Raises
+    BadInput for text that is not YAML."""
+    _, docs = _load(text, source)
+    return [o for doc in docs for o in _objects(doc) if isinstance(o, dict) and o.get("kind") == "DeviceClass"]
+
+
+def _claim_spec(obj: Any, source: str) -> tuple[str, CommentedMap] | None:
+    """(what, the claim's spec) of a ResourceClaim or ResourceClaimTemplate, None for another kind."""
+    kind = obj.get("kind") if isinstance(obj, dict) else None
+    if kind not in CLAIM_SPEC_PATHS:
+        return None
+    known = getattr(getattr(obj, "lc", None), "line", None)
+    line = known + 1 if isinstance(known, int) else "?"
+    name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
+    node: Any = obj
+    for key in CLAIM_SPEC_PATHS[kind]:
+        if not isinstance(node, dict) or not isinstance(node.get(key), dict):
+            raise BadInput(f"{source}:{line}: {kind} has no {'.'.join(CLAIM_SPEC_PATHS[kind])}")
+        node = node[key]
+    return f"{source}:{line}: {kind} {name or '(unnamed)'}", node
+
+
+def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverVersion,
+           classes: frozenset[str] = dra_floor.NVIDIA_CLASSES) -> tuple[str, int, int, list[str]]:
+    """The new text, how many pod templates and how many DRA claim requests (for `classes`) got the floor, and what
+    was left as it was, each with why (a template that asks for no GPU, one whose GPUs come from DRA claims, a claim
+    for other devices, a kind gpualign does not edit). Raises BadInput, writes nothing."""
     y, docs = _load(text, source)
-    count = 0
+    count = claims = 0
     left: list[str] = []
-    specs = [found for doc in docs if doc is not None for found in _pod_specs(doc, source, left)]
+    specs: list[tuple[str, CommentedMap]] = []
+    for doc in docs:
+        for obj in _objects(doc):
+            claim = _claim_spec(obj, source)
+            if claim is None:
+                specs.extend(_pod_specs(obj, source, left))
+                continue
+            what, spec = claim
+            asked = dra_floor.nvidia_requests(spec, classes)
+            if not asked:
+                left.append(f"{what}: requests no device of an NVIDIA class ({', '.join(sorted(classes))}; "
+                            "--device-class names another): left as it is")
+            for request in asked:
+                dra_floor.set_floor(request, minimum, CommentedMap)
+                claims += 1
     for what, spec in specs:
         asks = gpu_request(spec)
         if asks is None:
             left.append(f"{what}: asks for no NVIDIA GPU (nvidia.com/gpu or mig resources, an nvidia runtimeClass, "
                         "resource claims): left as it is, free to run on any node")
         elif asks == "claims":
-            left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: a "
-                        "nodeAffinity floor would leave it unschedulable; floor the claim's device selector instead")
+            left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: no "
+                        "nodeAffinity is added; the floor belongs in its ResourceClaimTemplate or ResourceClaim "
+                        "(floored when given in the same input)")
         else:
             inject_into_spec(spec, terms)
             count += 1
     out = io.StringIO()
     y.dump_all(docs, out)
-    return out.getvalue(), count, left
+    return out.getvalue(), count, claims, left
