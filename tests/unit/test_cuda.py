@@ -182,8 +182,13 @@ def test_inject_ands_into_every_required_term_keeps_preferred_and_comments():
                                                                      ".driverVersion.compareTo(semver('550.54.14'))"
                                                                      " >= 0"}}]
     told = {line.split(": ", 2)[1]: line for line in left}
-    assert set(told) == {"Deployment web", "Pod dra-pod"}
-    assert "asks for no NVIDIA GPU" in told["Deployment web"] and "no nodeAffinity is added" in told["Pod dra-pod"]
+    assert set(told) == {"Deployment web"}  # the DRA pod's claim template is here, and floored: nothing to tell
+    assert "asks for no NVIDIA GPU" in told["Deployment web"]
+    alone = _inject(MANIFEST.split("---\napiVersion: resource.k8s.io/v1")[0] + "---\n" + MANIFEST.split("---\n")[-1],
+                    terms, "m.yaml")[3]
+    assert [line for line in alone if "dra-pod" in line] == [
+        "m.yaml:67: Pod dra-pod: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: no "
+        "nodeAffinity is added; the floor belongs in one-gpu, not in this input: inject them too"]
     aff = deploy["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     required = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert len(required) == 2 * 3

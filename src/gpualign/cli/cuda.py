@@ -298,8 +298,11 @@ def check_cmd(
 def _why_not_host(node: NodeFacts, minimum: DriverVersion, devices: list[GpuDevice] | None) -> str:
     """Why a node does not meet the floor, in one line (cuda check -o wide)."""
     if node.driver is None and devices:
-        below = ", ".join(f"{d.name} {d.driver or 'no driverVersion'}" for d in devices)
-        return f"its DRA devices' drivers are below {minimum}: {below}"
+        from collections import Counter
+
+        count = Counter(str(d.driver or "no driverVersion") for d in devices)
+        below = ", ".join(f"{n} on {driver}" for driver, n in sorted(count.items()))
+        return f"its DRA devices' drivers are below {minimum} ({below})"
     if node.driver is None:
         return ("gpu-feature-discovery has not labelled its driver version and NVIDIA's DRA driver publishes no "
                 "device for it; nodeAffinity on GFD labels never matches it")

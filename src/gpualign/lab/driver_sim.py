@@ -208,9 +208,25 @@ class Simulator:
         # while the pod still looks unready: it then waits for its 2-minute requeue.)
         self._patch(path, status)
         if version:
-            self.kube.patch_node_labels(node, driver_labels(version))
+            self._publish_driver(node, version)
         log.info("%s/%s on %s: Ready, driver %s loaded", ns, name, node, version or "?")
         self.decided[key] = ("ready", time.monotonic())
+
+    def _publish_driver(self, node: str, version: str) -> None:
+        """The loaded driver, where the cluster reads it: GFD's labels; in the operator's DRA mode (no GFD, the node
+        has no nvidia.com/gpu.present), the driverVersion NVIDIA's DRA driver republishes in the node's slice."""
+        from gpualign.lab import dra
+        from gpualign.lab.scenarios import NodeSpec
+
+        obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
+        if L.GPU_PRESENT in (obj.get("metadata", {}).get("labels") or {}):
+            self.kube.patch_node_labels(node, driver_labels(version))
+            return
+        path = f"/apis/resource.k8s.io/v1/resourceslices/{node}-{dra.DRIVER}"
+        current = self.kube.get(path)
+        if current is not None:
+            spec = NodeSpec(node, gpus=len(current["spec"].get("devices") or []), dra=True)
+            self.kube.apply_at(path, dra.resource_slice(spec, version))
 
     def kernel_refuses(self, image: str, node: str, version: str) -> str | None:
         """The kernel's refusal of the image's modules on this node, or None (loaded, or a tag-only image)."""

@@ -20,6 +20,7 @@ class NodeSpec:
     gpus: int = 8
     product: str = "NVIDIA-H100-80GB-HBM3"
     arch: str = "amd64"  # kubernetes.io/arch, as every kubelet labels it
+    dra: bool = False  # its GPUs published by NVIDIA's DRA driver (ResourceSlices): no GFD label, no nvidia.com/gpu
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -120,8 +121,21 @@ def _operator_debian() -> Scenario:
         pools=(DriverPool("debian", {"pool": "debian"}, "535"),))
 
 
+def _dra() -> Scenario:
+    """The GPU Operator's DRA mode: no gpu-feature-discovery, NVIDIA's DRA driver publishing the GPUs."""
+    return Scenario(
+        name="dra",
+        description="three GPU nodes whose GPUs NVIDIA's DRA driver publishes in ResourceSlices (no GFD labels), "
+                    "their drivers installed on the host: dra-550a and dra-550b on 550.163.01 (CUDA 12.4), dra-580 "
+                    "on 580.65.06 (CUDA 13.0); the DeviceClasses gpu.nvidia.com and mig.nvidia.com; no workloads",
+        branch="580", workloads=False,
+        nodes=tuple(NodeSpec(name, driver=driver, dra=True, labels={"nvidia.com/gpu.deploy.driver": "false"})
+                    for name, driver in (("dra-550a", "550.163.01"), ("dra-550b", "550.163.01"),
+                                         ("dra-580", "580.65.06"))))
+
+
 SCENARIOS = {s.name: s for s in (_default(), _empty(), _operator_clusterpolicy(), _operator_nvidiadriver(),
-                                 _operator_debian())}
+                                 _operator_debian(), _dra())}
 
 
 def get(name: str) -> Scenario:

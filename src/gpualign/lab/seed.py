@@ -45,14 +45,16 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     labels: dict[str, str] = {"kubernetes.io/hostname": spec.name, "kubernetes.io/os": "linux",
                               L.ARCH: spec.arch, "type": "kwok", LAB_LABEL: "true"}
     capacity = {"cpu": "96", "memory": "1536Gi", "pods": "110", "ephemeral-storage": "2Ti"}
-    if spec.gpu:
+    if spec.gpu and spec.dra:  # the operator's DRA mode: NFD's PCI label, no GFD label, no device plugin
+        labels.update({L.PCI_NVIDIA: "true", L.DEPLOY_DRIVER: "true"})
+    elif spec.gpu:
         labels.update({L.PCI_NVIDIA: "true", L.GPU_PRESENT: "true", L.GPU_PRODUCT: spec.product,
                        "nvidia.com/gpu.count": str(spec.gpus), L.DEPLOY_DRIVER: "true"})
         capacity["nvidia.com/gpu"] = str(spec.gpus)
     # as NFD labels the kernel (`+` cannot be in a label: `_`), and as the kubelet reports its release (`+`)
     labels.update({L.KERNEL: label_of(spec.kernel), L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
                    L.OS_VERSION_MAJOR: spec.os_version.split(".")[0]})
-    if spec.gpu and spec.driver:
+    if spec.gpu and spec.driver and not spec.dra:
         labels.update({k: v for k, v in driver_labels(spec.driver).items() if v is not None})
     labels.update(spec.labels)
     return {
@@ -160,6 +162,12 @@ def add_node(kube: Kube, spec: NodeSpec, *, branch: str, registry: str, driver_p
         raise LabError(f"creating node {spec.name}: HTTP {resp.status_code}: {resp.text[:200]}")
     if driver_pool and spec.gpu and node_manifest(spec)["metadata"]["labels"].get(L.DEPLOY_DRIVER) == "true":
         kube.apply(driver_daemonset(spec.kernel, spec.os_id, spec.os_version, branch, registry))
+    if spec.gpu and spec.dra and spec.driver:  # NVIDIA's DRA driver publishes the node's GPUs
+        from gpualign.lab import dra
+
+        for obj in [*dra.device_classes(), dra.resource_slice(spec, spec.driver)]:
+            plural = "deviceclasses" if obj["kind"] == "DeviceClass" else "resourceslices"
+            kube.apply_at(f"/apis/resource.k8s.io/v1/{plural}/{obj['metadata']['name']}", obj)
 
 
 def wait_nodes_ready(kube: Kube, names: list[str], *, timeout: float = 60.0) -> None:

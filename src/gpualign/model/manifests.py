@@ -191,6 +191,7 @@ def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverV
     count = claims = 0
     left: list[str] = []
     specs: list[tuple[str, CommentedMap]] = []
+    floored: set[str] = set()  # the claims and claim templates floored here, by name
     for doc in docs:
         for obj in _objects(doc):
             claim = _claim_spec(obj, source)
@@ -202,6 +203,8 @@ def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverV
             if not asked:
                 left.append(f"{what}: requests no device of an NVIDIA class ({', '.join(sorted(classes))}; "
                             "--device-class names another): left as it is")
+            else:
+                floored.add(str((obj.get("metadata") or {}).get("name")))
             for request in asked:
                 dra_floor.set_floor(request, minimum, CommentedMap)
                 claims += 1
@@ -211,9 +214,13 @@ def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverV
             left.append(f"{what}: asks for no NVIDIA GPU (nvidia.com/gpu or mig resources, an nvidia runtimeClass, "
                         "resource claims): left as it is, free to run on any node")
         elif asks == "claims":
-            left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: no "
-                        "nodeAffinity is added; the floor belongs in its ResourceClaimTemplate or ResourceClaim "
-                        "(floored when given in the same input)")
+            named = [str(c.get("resourceClaimTemplateName") or c.get("resourceClaimName") or "")
+                     for c in spec.get("resourceClaims") or [] if isinstance(c, dict)]
+            elsewhere = [n for n in named if n and n not in floored]
+            if elsewhere:
+                left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: "
+                            f"no nodeAffinity is added; the floor belongs in {', '.join(elsewhere)}, not in this "
+                            "input: inject them too")
         else:
             inject_into_spec(spec, terms)
             count += 1
