@@ -1,0 +1,142 @@
+"""The CUDA floor under Dynamic Resource Allocation, judged by the real kube-scheduler. The lab's `dra` scenario:
+three GPU nodes whose GPUs NVIDIA's DRA driver publishes in ResourceSlices (no GFD labels), two on driver 550.163.01
+(CUDA 12.4), one on 580.65.06 (CUDA 13.0), and NVIDIA's DeviceClasses. `cuda inject` floors a
+ResourceClaimTemplate; the scheduler allocates its pods only devices that meet the floor, or none (with its own
+reason); `cuda check` reads each node's driver from its slices; the admission policy refuses an unfloored claim on
+the lab's real API server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.support.cli import run_cli
+from tests.support.lab import start_lab
+from tests.support.waits import wait_for
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def dra(tmp_path_factory):
+    lab = start_lab(tmp_path_factory.mktemp("dra-lab") / "state", scenario="dra")
+    kube = lab.kube()
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}})
+    wait_for(lambda: kube.get("/api/v1/namespaces/ml/serviceaccounts/default"), what="default SA")
+    yield lab
+    run_cli("lab", "down", env=lab.env)
+
+
+def workload(name: str, cuda: str | None = None) -> str:
+    """A claim template for one NVIDIA GPU and a Deployment of three pods claiming from it."""
+    annotation = f"\n  annotations: {{gpualign.io/cuda: \"{cuda}\"}}" if cuda else ""
+    return f"""\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  name: {name}-gpu
+  namespace: ml{annotation}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.nvidia.com
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: ml
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {{app: {name}}}
+  template:
+    metadata:
+      labels: {{app: {name}}}
+    spec:
+      resourceClaims:
+      - name: gpu
+        resourceClaimTemplateName: {name}-gpu
+      containers:
+      - name: main
+        image: nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04
+        resources:
+          claims:
+          - name: gpu
+"""
+
+
+def kubectl_apply(lab, text: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(lab.bin_dir / "kubectl"), "--kubeconfig", str(lab.kubeconfig), "apply", "-f", "-",
+                           *extra], input=text, capture_output=True, text=True)
+
+
+def apply_injected(lab, name: str, cuda: str) -> None:
+    injected = lab.cli("cuda", "inject", "--cuda", cuda, "-f", "-", input=workload(name))
+    assert injected.code == 0, injected.err
+    assert "1 DRA claim request(s) now require driver" in injected.err and "nodeAffinity" not in injected.out
+    applied = kubectl_apply(lab, injected.out)
+    assert applied.returncode == 0, applied.stderr
+
+
+def test_cuda_12_8_claims_are_allocated_only_on_the_580_node(dra):
+    apply_injected(dra, "cuda128", "12.8")
+    kube = dra.kube()
+    pods = wait_for(lambda: (ps := kube.pods("ml", label_selector="app=cuda128")) and len(ps) == 3
+                    and all(p["spec"].get("nodeName") for p in ps) and ps, what="3 scheduled pods")
+    assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}
+    claims = kube.list_raw("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims")
+    allocated = [c["status"]["allocation"]["devices"]["results"][0] for c in claims
+                 if c["metadata"]["name"].startswith("cuda128-")]
+    assert len(allocated) == 3 and {r["pool"] for r in allocated} == {"dra-580"}
+
+
+def test_cuda_13_1_claims_stay_unscheduled_with_the_schedulers_reason(dra):
+    apply_injected(dra, "cuda131", "13.1")
+    kube = dra.kube()
+    events = wait_for(lambda: [e for e in kube.list_raw("/api/v1/namespaces/ml/events")
+                               if e["reason"] == "FailedScheduling"
+                               and e["involvedObject"]["name"].startswith("cuda131")], what="FailedScheduling")
+    assert "cannot allocate all claims" in events[0]["message"], events[0]["message"]
+    pods = kube.pods("ml", label_selector="app=cuda131")
+    assert pods and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName") for p in pods)
+
+
+def test_cuda_check_reads_each_nodes_driver_from_its_slices(dra):
+    res = dra.cli("cuda", "check", "--cuda", "12.8", "-o", "json")
+    assert res.code == 1, res.err
+    data = json.loads(res.out)
+    assert [(n["name"], n["driver"], n["source"]) for n in data["able"]] == [("dra-580", "580.65.06", "dra")]
+    assert sorted(n["name"] for n in data["unable"]) == ["dra-550a", "dra-550b"]
+    assert {d["cuda"] for d in data["unable"][0]["devices"]} == {"12.4.0"} and data["lowest_driver"] == "550.163.01"
+    table = dra.cli("cuda", "check", "--cuda", "12.4")
+    assert table.code == 0 and "unknown" not in table.out and "550.163.01 (DRA)" in table.out, table.out
+
+
+def test_the_admission_policy_refuses_a_claim_without_a_floor_or_below_its_declared_cuda(dra):
+    policy = dra.cli("cuda", "policy")
+    assert policy.code == 0, policy.err
+    applied = kubectl_apply(dra, policy.out)
+    assert applied.returncode == 0, applied.stderr
+    bare = workload("bare", cuda="12.8").split("---\n")[0]
+
+    def refused(text: str) -> str | None:  # admitted or not, as the API server decides (a server-side dry run)
+        res = kubectl_apply(dra, text, "--dry-run=server")
+        return res.stderr if res.returncode != 0 else None
+
+    # the policy takes effect once the API server has read it: a claim without a floor is refused
+    why = wait_for(lambda: refused(bare), what="the claims policy refusing an unfloored claim template")
+    assert "gpualign-cuda-driver-floor-claims" in why and "asks for NVIDIA GPUs with no driver floor" in why
+    low = dra.cli("cuda", "inject", "--cuda", "12.4", "-f", "-", input=bare).out
+    why = refused(low)
+    assert why and "declares CUDA 12.8, which needs driver >= 570.26.0" in why, why
+    good = dra.cli("cuda", "inject", "--cuda", "12.8", "-f", "-", input=bare).out
+    assert refused(good) is None and kubectl_apply(dra, good).returncode == 0
+    # a pod whose GPUs come from claims needs no nodeAffinity: its claims carry the floor
+    pod = workload("bare", cuda="12.8").split("---\n")[1]
+    assert refused(pod) is None
