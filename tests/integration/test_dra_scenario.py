@@ -140,3 +140,14 @@ def test_the_admission_policy_refuses_a_claim_without_a_floor_or_below_its_decla
     # a pod whose GPUs come from claims needs no nodeAffinity: its claims carry the floor
     pod = workload("bare", cuda="12.8").split("---\n")[1]
     assert refused(pod) is None
+
+
+def test_check_and_why_read_a_dra_nodes_driver_from_its_slices(dra):
+    """No GFD label names a driver here: the driver NVIDIA's DRA driver publishes is the node's, everywhere."""
+    checked = json.loads(dra.cli("check", "--driver-branch", "580", "--ledger",
+                                 f"registry://{dra.registry}/nvidia/driver", "-o", "json").out)
+    assert {n["name"]: (n["driver"], n["status"]) for n in checked["nodes"]} == {
+        "dra-550a": ("550.163.01", "host-managed"), "dra-550b": ("550.163.01", "host-managed"),
+        "dra-580": ("580.65.06", "host-managed")}
+    why = dra.cli("why", "dra-580")
+    assert why.code == 0 and "version 580.65.06" in why.out and "not a GPU node" not in why.out, why.out

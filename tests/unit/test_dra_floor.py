@@ -78,3 +78,16 @@ def test_a_nodes_devices_and_their_drivers_are_read_from_its_slices():
     assert list(found) == ["dra-1"] and [d.name for d in found["dra-1"]] == ["gpu-0", "gpu-1"]
     assert found["dra-1"][0].driver == DriverVersion(550, 163, 1) and found["dra-1"][0].cuda == "12.4.0"
     assert highest_driver(found["dra-1"]) == DriverVersion(580, 65, 6)
+
+
+def test_a_node_without_gfd_labels_takes_its_driver_from_its_slices_and_a_gfd_node_keeps_its_own():
+    from gpualign.model.facts import node_facts, with_dra_driver
+    from tests.support import builders
+
+    dra_node = node_facts(builders.node("dra-1", kernel="6.12.117_deb13-amd64", os_id="debian", os_version="13"))
+    assert dra_node.driver is None
+    drivers = {"dra-1": DriverVersion(580, 65, 6), "gfd-1": DriverVersion(590, 44, 1)}
+    found = with_dra_driver(dra_node, drivers)
+    assert found.driver == DriverVersion(580, 65, 6) and found.driver_from_dra and found.name == "dra-1"
+    gfd = node_facts(builders.node("gfd-1", **{"nvidia.com/cuda.driver-version.full": "580.95.05"}))
+    assert gfd.driver is not None and with_dra_driver(gfd, drivers) is gfd  # GFD's labels are the node's own word

@@ -230,7 +230,6 @@ def check_cmd(
     """
     from gpualign.cli.common import say_tty
     from gpualign.model.cuda import node_affinity
-    from gpualign.model.dra_devices import highest_driver
     from gpualign.model.nodeaffinity import required_matches
     from gpualign.usecases.nodes import read_nodes
 
@@ -242,28 +241,24 @@ def check_cmd(
     from gpualign.cli.fleet import parse_timeout
 
     read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
-                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn, with_slices=True)
+                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn)
     inv = read.inventory
     devices = read.devices or {}
     aff = node_affinity(minimum, "both")
     able: list[NodeFacts] = []
     unable: list[NodeFacts] = []
     for n in sorted(inv.nodes, key=lambda f: f.name):
-        if n.driver is None and n.name in devices:  # the operator's DRA mode: the driver is in its slices
-            dra = highest_driver(devices[n.name])
-            (able if dra is not None and dra >= minimum else unable).append(n)
+        if n.driver_from_dra:  # the operator's DRA mode: the driver its slices publish, a claim's floor selects on
+            (able if n.driver is not None and n.driver >= minimum else unable).append(n)
         else:
             (able if required_matches(aff, n.labels) else unable).append(n)
 
-    def driver_of(n: NodeFacts) -> DriverVersion | None:
-        return n.driver or (highest_driver(devices[n.name]) if n.name in devices else None)
-
     def entry(n: NodeFacts) -> dict[str, object]:
-        source = "gfd" if n.driver else "dra" if n.name in devices else None
-        return {"name": n.name, "driver": str(d) if (d := driver_of(n)) else None, "source": source,
-                **({"devices": [d.as_dict() for d in devices[n.name]]} if source == "dra" else {})}
+        source = "dra" if n.driver_from_dra else "gfd" if n.driver else None
+        return {"name": n.name, "driver": str(n.driver) if n.driver else None, "source": source,
+                **({"devices": [d.as_dict() for d in devices.get(n.name, [])]} if source == "dra" else {})}
 
-    drivers = [d for n in inv.nodes if (d := driver_of(n))]
+    drivers = [n.driver for n in inv.nodes if n.driver]
     lowest = min(drivers) if drivers else None
     data = {"cuda": cuda, "minimum_driver": str(minimum), "lowest_driver": str(lowest) if lowest else None,
             "able": [entry(n) for n in able], "unable": [entry(n) for n in unable]}
@@ -275,12 +270,11 @@ def check_cmd(
         wide = output is Output.wide
 
         def row(n: NodeFacts, can: bool) -> list[str | Styled]:
-            driver = driver_of(n)
-            shown = (f"{driver} (DRA)" if n.driver is None else str(driver)) if driver else \
+            shown = (f"{n.driver} (DRA)" if n.driver_from_dra else str(n.driver)) if n.driver else \
                 "unknown (no GFD labels, no DRA devices)"
             cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"), shown]
             if wide:
-                why = "-" if can else _why_not_host(n, minimum, devices.get(n.name))
+                why = "-" if can else _why_not_host(n, minimum, devices.get(n.name) if n.driver_from_dra else None)
                 cells += [n.kernel or "-", n.arch, why]
             return cells
 
@@ -297,7 +291,7 @@ def check_cmd(
 
 def _why_not_host(node: NodeFacts, minimum: DriverVersion, devices: list[GpuDevice] | None) -> str:
     """Why a node does not meet the floor, in one line (cuda check -o wide)."""
-    if node.driver is None and devices:
+    if devices:
         from collections import Counter
 
         count = Counter(str(d.driver or "no driverVersion") for d in devices)

@@ -284,12 +284,17 @@ def _why_not_walked(node: str, kube: Kube) -> list[str]:
     """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
     does not exist is an error (exit 2)."""
     from gpualign.base import labels as L
-    from gpualign.model.facts import node_facts
+    from gpualign.kube import dra_reads
+    from gpualign.model.dra_devices import highest_driver
+    from gpualign.model.facts import node_facts, with_dra_driver
 
     obj = kube.get(f"/api/v1/nodes/{node}")
     if obj is None:
         raise BadInput(f"node {node!r} not found")
     facts = node_facts(obj)
+    if facts.gpu and facts.driver is None:  # no GFD label names it: NVIDIA's DRA driver may publish it
+        found = highest_driver(dra_reads.read(kube).by_node.get(node, []))
+        facts = with_dra_driver(facts, {node: found} if found else {})
     if not facts.gpu:
         return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label, no NVIDIA PCI device labelled by NFD "
                 f"({L.PCI_NVIDIA}), and no GPU Operator driver pod): no driver upgrade applies to it."]

@@ -13,9 +13,11 @@ from typing import Any, cast
 from gpualign.base import labels as L
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput
+from gpualign.kube.dra_reads import DraDevices
 from gpualign.model import operator_config, selectors
+from gpualign.model.dra_devices import highest_driver
 from gpualign.model.driver_pod_status import DriverPod
-from gpualign.model.facts import NodeFacts, from_labels, node_facts
+from gpualign.model.facts import NodeFacts, from_labels, node_facts, with_dra_driver
 from gpualign.model.operator_config import OperatorConfig
 
 
@@ -24,6 +26,7 @@ class Inventory:
     nodes: tuple[NodeFacts, ...]
     pods: dict[str, DriverPod] | None  # None: not known (a dump has no pods)
     source: str
+    dra: DraDevices | None = None  # NVIDIA's DRA devices (None: not read, as from a dump)
 
 
 def _items(path: Path, data: Any) -> list[dict[str, Any]]:
@@ -183,21 +186,31 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
     gpu_node_facts (the nodes found by their driver pods come last, as a page of their own); pods_read: handed the
     driver pods as soon as they are read."""
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
-    if not with_pods:
-        return Inventory(gpu_node_facts(kube, selector, each_page), None, kube.server)
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(1, thread_name_prefix="gpualign-pods") as pool:
-        pods = pool.submit(driver_pods, kube)
-        if pods_read is not None:
+    from gpualign.kube import dra_reads
+
+    with ThreadPoolExecutor(2, thread_name_prefix="gpualign-pods") as pool:
+        slices = pool.submit(dra_reads.read, kube)  # a node without GFD labels has its driver there
+        pods = pool.submit(driver_pods, kube) if with_pods else None
+        if pods is not None and pods_read is not None:
             tell = pods_read
             pods.add_done_callback(lambda done: done.exception() is None and tell(done.result()))
+
+        def known(page: list[NodeFacts]) -> list[NodeFacts]:
+            if all(f.driver is not None for f in page):
+                return page
+            drivers = {n: d for n, devices in slices.result().by_node.items() if (d := highest_driver(devices))}
+            return [with_dra_driver(f, drivers) for f in page]
+
+        told = None if each_page is None else (lambda page: each_page(known(page)))
         others: dict[str, NodeFacts] = {}
-        nodes = gpu_node_facts(kube, selector, each_page, others)
-        found = with_driver_pods(others, pods.result())
+        nodes = known(list(gpu_node_facts(kube, selector, told, others)))
+        found = known(list(with_driver_pods(others, pods.result()))) if pods is not None else []
         if found and each_page is not None:
-            each_page(list(found))
-        return Inventory(nodes + found, pods.result(), kube.server)
+            each_page(found)
+        return Inventory(tuple(nodes) + tuple(found), pods.result() if pods is not None else None, kube.server,
+                         slices.result())
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ class NodeFacts:
     unschedulable: bool = False
     host_driver: bool = False
     problems: tuple[str, ...] = ()
+    driver_from_dra: bool = False  # the driver is what NVIDIA's DRA driver publishes (no GFD label names it)
     labels: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     annotations: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -131,3 +133,12 @@ def from_labels(name: str, labels: dict[str, str], annotations: dict[str, str], 
         labels=labels,
         annotations=annotations,
     )
+
+
+def with_dra_driver(facts: NodeFacts, drivers: Mapping[str, DriverVersion]) -> NodeFacts:
+    """The node's facts with the driver NVIDIA's DRA driver publishes for it, where no GFD label names one (the GPU
+    Operator's DRA mode runs no gpu-feature-discovery); as they were otherwise."""
+    found = drivers.get(facts.name) if facts.driver is None else None
+    if found is None:
+        return facts
+    return dataclasses.replace(facts, driver=found, driver_from_dra=True)

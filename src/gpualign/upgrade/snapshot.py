@@ -17,7 +17,8 @@ from gpualign.base import labels as L
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
-from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.dra_devices import highest_driver
+from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget, demands
@@ -174,15 +175,19 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     from concurrent.futures import ThreadPoolExecutor
 
     selectors.parse(selector)
-    with ThreadPoolExecutor(2, thread_name_prefix="gpualign-snapshot") as reads:
+    from gpualign.kube import dra_reads
+
+    with ThreadPoolExecutor(3, thread_name_prefix="gpualign-snapshot") as reads:
         driver_pods = reads.submit(_driver_pods, kube)
         driver_pools = reads.submit(_pools, kube)
+        slices = reads.submit(dra_reads.read, kube)  # a node without GFD labels has its driver there
         nodes = [n for page in kube.list_pages("/api/v1/nodes", label_selector=target_selector(selector),
                                                decode=_walk_nodes) for n in page]
         pods, pools = driver_pods.result(), driver_pools.result()
+        dra = {n: d for n, devices in slices.result().by_node.items() if (d := highest_driver(devices))}
     states: dict[str, NodeState] = {}
     for node in nodes:
-        facts = node_facts(node)
+        facts = with_dra_driver(node_facts(node), dra)
         if not is_walked(facts, pods):
             continue
         pod = pods.get(facts.name)

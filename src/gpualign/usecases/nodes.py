@@ -28,7 +28,7 @@ class Read:
     inventory: Inventory
     view: OperatorView | None
     source: dict[str, Any] = field(default_factory=dict)  # {"cluster": {context, server, kubeconfig}} or {"file": …}
-    devices: dict[str, list[GpuDevice]] | None = None  # node -> NVIDIA's DRA devices (with_slices; None: not read)
+    devices: dict[str, list[GpuDevice]] | None = None  # node -> NVIDIA's DRA devices (None: not read, a dump)
 
 
 @dataclass
@@ -45,12 +45,13 @@ class Early:
 def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | None, selector: str | None, *,
                with_pods: bool = True, with_operator: bool = False, timeout: float | None = None,
                say: Say = quiet, warn: Say = quiet, connected: Callable[[], None] | None = None,
-               early: Early | None = None, with_slices: bool = False) -> Read:
+               early: Early | None = None) -> Read:
     """The GPU nodes (and driver pods; and the operator's configuration when asked) from a dump or a cluster.
     timeout bounds each request (kubectl's --request-timeout). say: which file or cluster was read, and how many GPU
     nodes it has; warn: that it has none. connected: called once the cluster's connection is set up (its
     kubeconfig read, its TLS made), as its LISTs are about to go out. early: told what a cluster's read has read
-    so far (a dump tells it nothing). with_slices: also NVIDIA's DRA devices, from the cluster's ResourceSlices."""
+    so far (a dump tells it nothing). A cluster's NVIDIA DRA devices are read beside its nodes: a node without GFD
+    labels has its driver there."""
     from gpualign.kube import inventory
 
     if nodes_file:
@@ -87,30 +88,15 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
                 inv, view = inventory.from_cluster(kube, selector, with_pods=with_pods, each_page=told.page,
                                                    pods_read=told.pods), None
                 say(f"context {kube.context or '-'} ({kube.server}): {len(inv.nodes)} GPU nodes")
-            devices = _dra_devices(kube, warn) if with_slices else None
         finally:
             kube.close()
-        read = Read(inv, view, {"cluster": kube.describe()}, devices)
+        dra = inv.dra
+        if dra is not None and dra.note and any(n.driver is None for n in inv.nodes):
+            warn(dra.note)
+        read = Read(inv, view, {"cluster": kube.describe()}, dra.by_node if dra is not None else None)
     if not inv.nodes:
         warn(no_gpu_nodes(selector))
     return read
-
-
-def _dra_devices(kube: Any, warn: Say) -> dict[str, list[GpuDevice]] | None:
-    """NVIDIA's DRA devices per node, from the ResourceSlices its driver writes; None where the API is not served
-    (Kubernetes before 1.34) or not readable (said)."""
-    from gpualign.base.errors import Forbidden, NotFound
-    from gpualign.model.dra_devices import devices_by_node
-    from gpualign.model.dra_floor import DRIVER
-
-    try:
-        slices = kube.list_raw("/apis/resource.k8s.io/v1/resourceslices", field_selector=f"spec.driver={DRIVER}")
-    except NotFound:
-        return None
-    except Forbidden as err:
-        warn(f"NVIDIA's DRA devices not read: {err.message}")
-        return None
-    return devices_by_node(slices)
 
 
 class Reading:
