@@ -198,3 +198,56 @@ def test_a_crd_mode_cluster_policy_without_driver_image_fields_still_hands_the_d
     assert source.origin == "nvidiadriver/pool" and source.problem is None and source.version == "580"
     expectation = from_operator(config)(node(), None)
     assert expectation.problem is None and expectation.branch == "580"
+
+
+# GPU Operator v26 (read from its source, api/nvidia/v1alpha1/nvidiadriver_types.go and
+# controllers/nodelabeling_controller.go at v26.7.0): the CRD defaults `default: false` into every NVIDIADriver,
+# a `default: true` one has no nodeSelector and governs the GPU nodes no other selects, the operator labels each
+# node with its owner (`nvidia.com/gpu-operator.driver.owner`), and each object has its own upgradePolicy.
+CRD_MODE = {"enabled": True, "useNvidiaDriverCRD": True}
+
+
+def v26(name: str, selector: dict[str, str] | None, *, default: bool = False, **spec: Any) -> dict[str, Any]:
+    obj = nd(name, selector, **spec)
+    obj["spec"]["default"] = default  # the CRD's default, written into every object
+    return obj
+
+
+def test_v26_the_default_nvidiadriver_takes_the_gpu_nodes_no_other_selects():
+    config = oc.read([cp(CRD_MODE)], [v26("train", {"pool": "train"}, version="595"),
+                                      v26("fallback", None, default=True, version="580")])
+    assert config is not None
+    assert config.source_for(node(pool="train").labels)[0].origin == "nvidiadriver/train"
+    assert config.source_for(node(pool="infer").labels)[0].origin == "nvidiadriver/fallback"
+    pci_only = node_facts(builders.node("d1", **{"nvidia.com/gpu.present": None,
+                                                 "feature.node.kubernetes.io/pci-10de.present": "true"}))
+    assert config.source_for(pci_only.labels)[0].origin == "nvidiadriver/fallback"  # a DRA-mode GPU node too
+    cpu = node_facts(builders.node("c1", base=False))
+    assert config.source_for(cpu.labels)[0] is None
+    assert not config.warnings  # the default one overlaps nobody: it takes only what no other selects
+
+
+def test_v26_the_owner_label_the_operator_writes_is_the_answer():
+    config = oc.read([cp(CRD_MODE)], [v26("train", {"pool": "train"}), v26("fallback", None, default=True)])
+    assert config is not None
+    moved = node(pool="train", **{oc.OWNER_LABEL: "fallback"})  # the operator has not relabelled it yet
+    assert config.source_for(moved.labels)[0].origin == "nvidiadriver/fallback"
+    gone = node(pool="train", **{oc.OWNER_LABEL: "deleted-one"})  # an owner no longer there: selectors decide
+    assert config.source_for(gone.labels)[0].origin == "nvidiadriver/train"
+
+
+def test_v26_each_nvidiadriver_carries_its_own_upgrade_policy():
+    config = oc.read([cp({**CRD_MODE, "upgradePolicy": {"autoUpgrade": False}})],
+                     [v26("train", {"pool": "train"}, upgradePolicy={"autoUpgrade": False}),
+                      v26("infer", {"pool": "infer"}, upgradePolicy={"maxParallelUpgrades": 3}),
+                      v26("fallback", None, default=True)])
+    assert config is not None and config.per_driver_upgrades
+    walks = {s.name: config.operator_walks(s) for s in config.sources}
+    assert walks == {"fallback": True, "infer": True, "train": False}  # absent: on, as the operator defaults it
+    assert next(s for s in config.sources if s.name == "infer").upgrade_policy == oc.UpgradePolicy(True, 3, "25%")
+
+
+def test_before_v26_the_clusterpolicys_upgrade_policy_governs_every_nvidiadriver():
+    config = oc.read([cp({**CRD_MODE, "upgradePolicy": {"autoUpgrade": True}})], [nd("train", {"pool": "train"})])
+    assert config is not None and not config.per_driver_upgrades
+    assert config.operator_walks(config.sources[0]) is True

@@ -98,3 +98,22 @@ def test_gpualign_refuses_only_nodes_the_operator_walks_itself():
     message = refusal(on, ["n1"])
     assert "ClusterPolicy cluster-policy has spec.driver.upgradePolicy.autoUpgrade: true" in message
     assert "--gate-operator-upgrades" in message  # the message says what to do instead
+
+
+def test_v26_the_refusal_names_which_nvidiadrivers_the_operator_walks():
+    from gpualign.model import operator_config as oc
+    from gpualign.upgrade.operator_walk import refusal
+
+    def v26(name, selector, **spec):  # noqa: ANN001, ANN003, ANN202
+        return {"apiVersion": "nvidia.com/v1alpha1", "kind": "NVIDIADriver", "metadata": {"name": name},
+                "spec": {"driverType": "gpu", "usePrecompiled": True, "repository": "reg/nvidia", "image": "driver",
+                         "version": "580", "default": False, "nodeSelector": selector, **spec}}
+
+    config = oc.read([{"apiVersion": "nvidia.com/v1", "kind": "ClusterPolicy", "metadata": {"name": "cp"},
+                       "spec": {"driver": {"useNvidiaDriverCRD": True}}}],
+                     [v26("train", {"pool": "train"}), v26("infer", {"pool": "infer"},
+                                                         upgradePolicy={"autoUpgrade": False})])
+    assert config is not None
+    said = refusal(config, ["gpu-a1"])
+    assert "walks the nodes of nvidiadriver/train itself" in said
+    assert "deletes nvidia.com/gpu-driver-upgrade-state from the nodes of nvidiadriver/infer" in said

@@ -219,7 +219,11 @@ def _gate_possible(config: OperatorConfig | None, warn: Callable[[str], None]) -
     """--gate-operator-upgrades needs the GPU Operator's ClusterPolicy; with its autoUpgrade off, it says so."""
     if config is None:
         raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
-    if not config.auto_upgrade:
+    if config.per_driver_upgrades:
+        if not any(config.operator_walks(s) for s in config.sources):
+            warn("every NVIDIADriver has spec.upgradePolicy.autoUpgrade off: the operator walks no upgrade now; "
+                 "the gate labels nodes anyway, so it holds from the moment one turns it on")
+    elif not config.auto_upgrade:
         warn(f"ClusterPolicy {config.cluster_policy} "
              + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
                 else "has spec.driver.upgradePolicy.autoUpgrade off")

@@ -10,6 +10,11 @@ Sources (github.com/NVIDIA/gpu-operator at the lab's pin, and unchanged in v26.7
   nodes by spec.nodeSelector (default nvidia.com/gpu.present=true) and names images per OS+kernel pool
   (internal/state/nodepool.go), so mixed OS is right there. Two objects selecting one node are refused by the
   operator (internal/validator: ConflictingNodeSelector).
+- v26 (api/nvidia/v1alpha1/nvidiadriver_types.go, controllers/nodelabeling_controller.go, upgrade_controller.go):
+  an NVIDIADriver with `spec.default: true` (and no nodeSelector) governs every GPU node no other selects; the
+  operator writes the owner of each node as the label `nvidia.com/gpu-operator.driver.owner=<NVIDIADriver>`, which
+  its driver pools select on, so that label is the answer where it is set. Each NVIDIADriver carries its own
+  `spec.upgradePolicy` (absent: the defaults, autoUpgrade on), read per object instead of the ClusterPolicy's.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from gpualign.base import labels as L
 from gpualign.model.flavours import AUTO, MODULE_TYPES
 
 CP_API = "nvidia.com/v1"
+OWNER_LABEL = "nvidia.com/gpu-operator.driver.owner"  # v26: the NVIDIADriver that owns a node
 ND_API = "nvidia.com/v1alpha1"
 VERSION_LABEL = "app.kubernetes.io/version"  # the operator Helm chart's appVersion on the ClusterPolicy
 
@@ -41,9 +47,34 @@ class DriverSource:
     host_managed: str | None = None  # why the operator deploys no driver at all (driver.enabled false)
     one_os_tag: bool = False  # ClusterPolicy mode: the operator takes one OS tag for every kernel
     module_type: str = AUTO  # kernelModuleType: auto, open or proprietary (gpualign.model.flavours)
+    default: bool = False  # v26: spec.default, the NVIDIADriver for the GPU nodes no other selects
+    upgrade_policy: UpgradePolicy | None = None  # v26: the NVIDIADriver's own spec.upgradePolicy, with defaults
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+    @property
+    def name(self) -> str:
+        return self.origin.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
+class UpgradePolicy:
+    """An NVIDIADriver's spec.upgradePolicy as the v26 operator reads it (GetUpgradePolicyWithDefaults): absent,
+    autoUpgrade is on with one node at a time."""
+
+    auto_upgrade: bool = True
+    max_parallel: int = 1
+    max_unavailable: str = "25%"
+
+    @classmethod
+    def read(cls, raw: Any) -> UpgradePolicy:
+        if not isinstance(raw, Mapping):
+            return cls()
+        parallel = raw.get("maxParallelUpgrades")
+        return cls(auto_upgrade=raw.get("autoUpgrade", True) is not False,
+                   max_parallel=int(parallel) if isinstance(parallel, int) and parallel >= 0 else 1,
+                   max_unavailable=_str(raw.get("maxUnavailable")) or "25%")
 
 
 @dataclass(frozen=True)
@@ -58,11 +89,30 @@ class OperatorConfig:
     auto_upgrade: bool = False  # spec.driver.upgradePolicy.autoUpgrade: the operator's own upgrade walk is on
     upgrade_policy: bool = False  # whether the ClusterPolicy has spec.driver.upgradePolicy at all
 
+    @property
+    def per_driver_upgrades(self) -> bool:
+        """Whether the operator walks each NVIDIADriver's nodes by that object's own upgradePolicy (v26 in
+        NVIDIADriver mode) rather than by the ClusterPolicy's."""
+        return self.nvidiadriver_mode and any(s.upgrade_policy is not None for s in self.sources)
+
+    def operator_walks(self, source: DriverSource | None) -> bool:
+        """Whether the operator's own upgrade controller walks the nodes `source` governs."""
+        if self.per_driver_upgrades:
+            return source is not None and source.upgrade_policy is not None and source.upgrade_policy.auto_upgrade
+        return self.auto_upgrade
+
     def source_for(self, labels: Mapping[str, str]) -> tuple[DriverSource | None, str | None]:
         """(source, None), or (None, why no source governs the node)."""
         if not self.nvidiadriver_mode:
             return (self.sources[0], None) if self.sources else (None, "no ClusterPolicy")
-        chosen = [s for s in self.sources if s.selects(labels)]
+        owner = labels.get(OWNER_LABEL)
+        if owner:  # v26 writes which NVIDIADriver owns the node; its driver pools select on that label
+            named = next((s for s in self.sources if s.name == owner), None)
+            if named is not None:
+                return named, None
+        chosen = [s for s in self.sources if not s.default and s.selects(labels)]
+        if not chosen and any(labels.get(k) == "true" for k in (L.GPU_PRESENT, L.PCI_NVIDIA, *L.PCI_NVIDIA_BY_CLASS)):
+            chosen = [s for s in self.sources if s.default]  # the GPU nodes no other NVIDIADriver selects
         if len(chosen) > 1:
             names = " and ".join(s.origin for s in chosen)
             return None, (f"{names} both select this node: the operator refuses overlapping NVIDIADrivers "
@@ -171,23 +221,29 @@ def from_nvidia_driver(obj: Mapping[str, Any]) -> DriverSource:
     raw_spec = obj.get("spec")
     spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
     raw_selector = spec.get("nodeSelector")
+    default = spec.get("default") is True
     selector = {str(k): str(v) for k, v in raw_selector.items()} if isinstance(raw_selector, Mapping) \
-        else {L.GPU_PRESENT: "true"}
+        else {} if default else {L.GPU_PRESENT: "true"}
+    policy = UpgradePolicy.read(spec.get("upgradePolicy")) if "upgradePolicy" in spec or "default" in spec \
+        else None  # a field only a v26 NVIDIADriver has: the operator reads its policy per object
     if problem := _api_problem(obj, "NVIDIADriver", ND_API):
-        return DriverSource(origin, node_selector=selector, problem=problem)
+        return DriverSource(origin, node_selector=selector, problem=problem, default=default,
+                            upgrade_policy=policy)
     driver_type = _str(spec.get("driverType")) or "gpu"
     if driver_type != "gpu":
         return DriverSource(origin, node_selector=selector, problem=(
-            f"{origin} has driverType {driver_type}: gpualign derives images for driverType gpu only"))
+            f"{origin} has driverType {driver_type}: gpualign derives images for driverType gpu only"),
+            default=default, upgrade_policy=policy)
     source = _image_parts(origin, spec, spec.get("usePrecompiled") is True, "spec.")
     module_type, problem = _module_type(origin, spec, "spec.")
     return DriverSource(source.origin, source.precompiled, source.repository, source.version, selector,
-                        source.digest, source.problem or problem, module_type=module_type)
+                        source.digest, source.problem or problem, module_type=module_type, default=default,
+                        upgrade_policy=policy)
 
 
 def overlaps(sources: Iterable[DriverSource], nodes: Iterable[tuple[str, Mapping[str, str]]]) -> list[str]:
     """One line per pair of NVIDIADrivers that select a common node (naming one such node)."""
-    listed = list(sources)
+    listed = [s for s in sources if not s.default]  # the default one governs only what no other selects
     lines = []
     for i, a in enumerate(listed):
         for b in listed[i + 1:]:

@@ -31,6 +31,16 @@ def walked_by_operator(config: OperatorConfig | None, snap: Snapshot) -> list[st
 
 def refusal(config: OperatorConfig, nodes: list[str]) -> str:
     shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+    if config.per_driver_upgrades:  # v26: each NVIDIADriver's own upgradePolicy decides for its nodes
+        walking = [s.name for s in config.sources if config.operator_walks(s)]
+        still = [s.name for s in config.sources if not config.operator_walks(s)]
+        return (f"refusing to walk {shown}: their driver DaemonSets belong to the GPU Operator, which reads each "
+                "NVIDIADriver's own spec.upgradePolicy: it walks the nodes of "
+                + (", ".join(f"nvidiadriver/{n}" for n in walking) or "none")
+                + " itself (autoUpgrade on, the default), and deletes nvidia.com/gpu-driver-upgrade-state from the "
+                "nodes of " + (", ".join(f"nvidiadriver/{n}" for n in still) or "none")
+                + " (autoUpgrade off). Two walkers would fight over the same node labels: let the operator walk, "
+                "gated by `gpualign controller --gate-operator-upgrades`, and follow it with `gpualign status`")
     if config.auto_upgrade:
         return (f"refusing to walk {shown}: the GPU Operator walks their driver upgrade itself (ClusterPolicy "
                 f"{config.cluster_policy} has spec.driver.upgradePolicy.autoUpgrade: true), and two walkers would "
