@@ -151,3 +151,17 @@ def test_check_and_why_read_a_dra_nodes_driver_from_its_slices(dra):
         "dra-580": ("580.65.06", "host-managed")}
     why = dra.cli("why", "dra-580")
     assert why.code == 0 and "version 580.65.06" in why.out and "not a GPU node" not in why.out, why.out
+
+
+def test_a_deviceclass_per_floor_is_honoured_by_the_scheduler(dra):
+    """A platform team hands out a class per CUDA floor; a claim through it needs no selector of its own."""
+    made = dra.cli("cuda", "deviceclass", "--cuda", "12.8")
+    assert made.code == 0, made.err
+    assert kubectl_apply(dra, made.out).returncode == 0
+    claim = workload("byclass").replace("deviceClassName: gpu.nvidia.com", "deviceClassName: nvidia-gpu-cuda-12-8")
+    applied = kubectl_apply(dra, claim)
+    assert applied.returncode == 0, applied.stderr
+    kube = dra.kube()
+    pods = wait_for(lambda: (ps := kube.pods("ml", label_selector="app=byclass")) and len(ps) == 3
+                    and all(p["spec"].get("nodeName") for p in ps) and ps, what="3 scheduled pods")
+    assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}

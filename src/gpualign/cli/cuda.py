@@ -97,6 +97,35 @@ def affinity(cuda: CudaOpt = None, minor_compat: MinorOpt = False, labels: Label
     emit_data(node_affinity(minimum, labels.value), Output(output))
 
 
+@app.command("deviceclass")
+def device_class_cmd(
+    cuda: CudaOpt = None,
+    minor_compat: MinorOpt = False,
+    name: Annotated[str | None, typer.Option(
+        "--name", metavar="NAME", help="the DeviceClass's name [default: nvidia-gpu-cuda-MAJOR-MINOR]")] = None,
+    mig: Annotated[bool, typer.Option("--mig", help="MIG devices instead of whole GPUs")] = False,
+    output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="yaml or json")] = "yaml",
+) -> None:
+    """Print a DeviceClass (resource.k8s.io/v1) of NVIDIA GPUs whose driver is at least CUDA's minimum, for DRA:
+    a claim through it (deviceClassName) is allocated only such devices, with no selector of its own.
+
+    Example:
+
+    \b
+        gpualign cuda deviceclass --cuda 12.8 | kubectl apply -f -
+    """
+    if output not in ("yaml", "json"):
+        raise BadInput(f"--output {output!r}: cuda deviceclass prints yaml or json (an object, not a table)")
+    from gpualign.model.dra_floor import device_class
+
+    minimum = _minimum(cuda, minor_compat)
+    assert cuda is not None
+    kind = "mig" if mig else "gpu"
+    chosen = name or f"nvidia-{kind}-cuda-{'-'.join(cuda.strip().split('.')[:2])}"
+    print(f"# CUDA {cuda} needs driver >= {minimum}", file=sys.stderr)
+    emit_data(device_class(chosen, minimum, cuda, kind), Output(output))
+
+
 def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -102,3 +102,15 @@ def set_floor(request: MutableMapping[str, Any], minimum: DriverVersion, make_ma
     cel["expression"] = floor_expression(minimum)
     selector["cel"] = cel
     request["selectors"] = [*kept, selector]
+
+
+def device_class(name: str, minimum: DriverVersion, cuda: str, kind: str = "gpu") -> dict[str, Any]:
+    """A DeviceClass of NVIDIA's `kind` devices (gpu or mig) whose driver is at least `minimum`: a platform team
+    hands it out, and a claim through it needs no selector of its own."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpualign"},
+                         "annotations": {"gpualign.io/cuda": cuda}},
+            "spec": {"selectors": [
+                {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == "
+                                       f"'{kind}'"}},
+                {"cel": {"expression": floor_expression(minimum)}}]}}
