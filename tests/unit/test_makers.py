@@ -28,7 +28,9 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
 
 @pytest.mark.parametrize(("os_tag_", "branch", "kernel", "arch", "maker", "words"), [
     ("debian12", "535", "6.1.0-50-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
-    ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.NONE, "carries NVIDIA 470, 525, 535, not 580"),
+    ("debian12", "580", "6.1.0-50-amd64", "amd64", Maker.RENDER, "carries NVIDIA 470, 525, 535, not 580"),
+    ("debian13", "580", "6.12.118_deb13-arm64", "arm64", Maker.RENDER,
+     "from NVIDIA's own Debian 13 repository (https://developer.download.nvidia.com/compute/cuda/repos/debian13/sbsa/)"),
     ("debian12", "470", "6.1.0-50-amd64", "amd64", Maker.NONE,
      "carries NVIDIA 470 only as nvidia-tesla-470-kernel-source 470.256.02, which gpualign does not build from"),
     ("debian12", "535", "6.1.0-50-amd64", "arm64", Maker.NONE, "is an amd64 kernel, but the node is arm64"),
@@ -39,7 +41,8 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian13", "550", "6.12.117_deb13-amd64", "amd64", Maker.BUILD, "Debian trixie's NVIDIA 550"),
     ("debian13", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE,
      "Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source 535.274.02"),
-    ("debian13", "580", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "Debian trixie carries NVIDIA 535, 550, not 580"),
+    ("debian13", "580", "6.12.117_deb13-amd64", "amd64", Maker.RENDER,
+     "Debian trixie carries NVIDIA 535, 550, not 580"),
     ("debian13", "550", "6.12.117_deb12-amd64", "amd64", Maker.NONE, "is Debian 12's, not debian13's"),
     ("debian14", "550", "6.12.117_deb14-amd64", "amd64", Maker.NONE, "does not build debian14 yet"),
     # Debian 12's 6.12 kernels (bookworm-security, backports): never a build Job that can only fail at its headers

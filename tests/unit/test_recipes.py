@@ -109,3 +109,28 @@ def test_the_build_command_names_the_ledger_tag_and_arguments():
     assert arm.build_command("/ctx", "reg/d") == "buildah bud --layers --platform linux/arm64 -t " \
         "reg/d:535-6.1.0-50-arm64-debian12 /ctx"
     assert "linux-headers-6.1.0-50-arm64" in arm.files["Containerfile"]
+
+
+def test_a_branch_newer_than_debian_carries_is_rendered_from_nvidias_own_repository():
+    """Blackwell needs 570 or later; Debian carries at most 550: the recipe takes NVIDIA's own Debian repository
+    (x86_64, or sbsa for arm64 servers), pins its packages at the branch's version, compiles for Debian's headers,
+    verifies, and says it is rendered only."""
+    from gpualign.model.tags import load_rules
+
+    table = load_rules().debian
+    for tag, repo, dkms, flavour in (
+            ("580-6.12.118_deb13-amd64-debian13", "repos/debian13/x86_64/", "nvidia-kernel-dkms", "proprietary"),
+            ("595-6.1.0-57-arm64-debian12", "repos/debian12/sbsa/", "nvidia-kernel-open-dkms", "open")):
+        recipe = recipes.render(tagspec.parse(tag), "595.91.07", flavour=flavour, debian_table=table)
+        text = recipe.files["Containerfile"]
+        assert not recipe.runs_here and recipe.family == "debian" and recipe.build_args == {
+            "DRIVER_VERSION": "595.91.07"}
+        assert f"ARG NVIDIA_REPOSITORY=https://developer.download.nvidia.com/compute/cuda/{repo}" in text
+        assert f'"{dkms}=${{DRIVER_VERSION}}-*"' in text and "cuda-keyring_1.1-1_all.deb" in text
+        kernel = tagspec.parse(tag).kernel
+        assert f"linux-headers-{kernel}" in text and f"verify-modules {kernel} " in text
+        assert '"libcuda1=${DRIVER_VERSION}-*"' in text and "rendered, not built or verified here" in \
+            recipe.notes[0]
+    # a branch Debian carries is the recipe ensure runs here, from Debian's own source
+    here = recipes.render(tagspec.parse("550-6.12.118_deb13-amd64-debian13"), "550.163.01", debian_table=table)
+    assert here.runs_here and "developer.download.nvidia.com" not in here.files["Containerfile"]

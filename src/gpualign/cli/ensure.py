@@ -433,14 +433,19 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
         if spec.family == "debian":  # the release's archive says which branches it carries, at which version
             from gpualign.ensure.archive import Archive
             from gpualign.ensure.tagspec import buildable_here
+            from gpualign.model.makers import newer_than_carried
 
             table = Archive.for_os(spec.os_tag).debian_table(spec.os_tag)
-            buildable_here(spec, debian=table)
             release = table.get(spec.os_tag)
-            version = release.version(spec.branch, flavour) if release else None
-            if version is None:
-                raise BadInput(f"{spec.tag}: Debian {release.suite if release else spec.os_tag} carries no {flavour} "
-                               f"module source of NVIDIA {spec.branch}")
+            if release is not None and spec.branch not in release.branches and \
+                    newer_than_carried(release, spec.branch):  # NVIDIA's own repository's recipe, at the rules' version
+                version = branches.get(spec.branch)
+            else:
+                buildable_here(spec, debian=table)
+                version = release.version(spec.branch, flavour) if release else None
+                if version is None:
+                    raise BadInput(f"{spec.tag}: Debian {release.suite if release else spec.os_tag} carries no "
+                                   f"{flavour} module source of NVIDIA {spec.branch}")
         else:
             version = branches.get(spec.branch)
         if version is None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from gpualign.base.errors import BadInput
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.ensure.tagspec import TagSpec
-from gpualign.model.makers import DebianTable, kernel_arch
+from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -276,6 +276,69 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
     return Recipe(spec.tag, "debian", True, files, {}, ("Built and verified here by `gpualign ensure` itself.",))
 
 
+def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) -> Recipe:
+    """A Debian release's image of a branch newer than its archive carries (Blackwell's 570 and later), from NVIDIA's
+    own Debian repository: its dkms module source at the driver's version, compiled for the kernel's headers from
+    Debian's archive, and its user space at the same version. Rendered only: that repository is not reachable here,
+    and NVIDIA's packages are not what ensure builds from."""
+    from gpualign.ensure.archive import configured_mirror, configured_security
+    from gpualign.model.makers import nvidia_repository
+
+    k, release = spec.kernel, spec.os_tag.removeprefix("debian")
+    arch = kernel_arch(k) or "amd64"
+    repo = nvidia_repository(spec.os_tag, arch)
+    dkms = "nvidia-kernel-open-dkms" if flavour == "open" else "nvidia-kernel-dkms"
+    mirror, security = configured_mirror(), configured_security()
+    keyring = ('RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \\\n'
+               ' && curl -fsSLo /tmp/cuda-keyring.deb "${NVIDIA_REPOSITORY}cuda-keyring_1.1-1_all.deb" \\\n'
+               " && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb")
+    builder = f"""# Rendered by gpualign for {spec.tag}: Debian {suite} carries no NVIDIA {spec.branch}, so the module
+# source and user space come from NVIDIA's own Debian {release} repository, at {driver_version}; the kernel's headers
+# come from Debian's archive. Rendered only, not built or verified here: build it where NVIDIA's repository is
+# reachable. Its verify step refuses modules that do not fit the kernel.
+ARG BUILDER_BASE=debian:{suite}
+ARG FINAL_BASE=debian:{suite}-slim
+ARG DEBIAN_MIRROR={mirror}
+ARG DEBIAN_SECURITY_MIRROR={security}
+ARG NVIDIA_REPOSITORY={repo}
+ARG DRIVER_VERSION={driver_version}
+FROM ${{BUILDER_BASE}} AS builder
+ARG DEBIAN_MIRROR
+ARG DEBIAN_SECURITY_MIRROR
+ARG NVIDIA_REPOSITORY
+ARG DRIVER_VERSION
+ENV DEBIAN_FRONTEND=noninteractive
+RUN echo "deb ${{DEBIAN_MIRROR}} {suite} main contrib non-free non-free-firmware" > /etc/apt/sources.list \\
+ && echo "deb ${{DEBIAN_SECURITY_MIRROR}} {suite}-security main contrib non-free" >> /etc/apt/sources.list \\
+ && rm -f /etc/apt/sources.list.d/debian.sources
+{keyring}
+RUN apt-get update && apt-get install -y --no-install-recommends gcc make libc6-dev kmod xz-utils binutils \\
+      linux-headers-{k} dkms "{dkms}=${{DRIVER_VERSION}}-*" \\
+ && dkms build -m nvidia -v "${{DRIVER_VERSION}}" -k {k} \\
+ && mkdir -p /build/modules \\
+ && cp /var/lib/dkms/nvidia/"${{DRIVER_VERSION}}"/{k}/*/module/*.ko* /build/modules/ \\
+ && for z in /build/modules/*.ko.xz; do [ -e "$z" ] && xz -d "$z"; done; \\
+    for ko in /build/modules/*.ko; do strip --strip-debug "$ko"; done
+"""
+    verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
+    userspace = (f"ARG NVIDIA_REPOSITORY\nARG DRIVER_VERSION\n{keyring}\n"
+                 "RUN apt-get update && apt-get install -y --no-install-recommends kmod util-linux mount \\\n"
+                 '      "libcuda1=${DRIVER_VERSION}-*" "libnvidia-ml1=${DRIVER_VERSION}-*" '
+                 '"libnvidia-ptxjitcompiler1=${DRIVER_VERSION}-*" \\\n'
+                 '      "libnvidia-cfg1=${DRIVER_VERSION}-*" "nvidia-smi=${DRIVER_VERSION}-*" '
+                 '"nvidia-persistenced=${DRIVER_VERSION}-*" \\\n'
+                 " && rm -rf /var/lib/apt/lists/*")
+    final = _final(spec, driver_version, "${FINAL_BASE}", userspace)
+    files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY,
+             "nvidia-driver": NVIDIA_DRIVER.read_text()}
+    return Recipe(spec.tag, "debian", False, files, {"DRIVER_VERSION": driver_version},
+                  (f"Debian {suite} carries no NVIDIA {spec.branch}: this recipe takes it from NVIDIA's own Debian "
+                   f"{release} repository ({repo}), which is not reachable here; it is rendered, not built or "
+                   "verified here.",
+                   f"DRIVER_VERSION pins NVIDIA's packages ({driver_version}, the rules' version of {spec.branch}); "
+                   "its verify step refuses modules that do not fit the kernel."))
+
+
 def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flavour: str = "proprietary",
            debian_table: DebianTable | None = None) -> Recipe:
     """The recipe for a tag (BadInput for an OS family without one). `debian_table`: the Debian releases as their
@@ -295,6 +358,9 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
 
             debian_table = load_rules().debian
         table = debian_table
+        release = table.get(spec.os_tag)
+        if release is not None and spec.branch not in release.branches and newer_than_carried(release, spec.branch):
+            return nvidia_debian(spec, driver_version, flavour, release.suite)
         return debian(spec, driver_version, flavour, buildable_here(spec, debian=table))
     raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: gpualign has recipes for debian12 and debian13 "
                    f"(built here), ubuntu{' and ubuntu'.join(UBUNTU)} and rhel9 (rendered)")

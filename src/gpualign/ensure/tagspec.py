@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from gpualign.base.errors import BadInput
 from gpualign.model.kernels import release_of
-from gpualign.model.makers import DebianTable, Maker, who_makes
+from gpualign.model.makers import DebianTable, Maker, Reason, who_makes
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
 _TAG = re.compile(r"(?P<branch>\d{3,4})-(?P<kernel>.+)-(?P<os>[a-z]+[0-9.]+)")
@@ -59,6 +59,8 @@ def buildable_here(spec: TagSpec, arch: str | None = None, *, debian: DebianTabl
     release = debian.get(spec.os_tag)
     if making.maker is Maker.BUILD and release is not None:
         return release.suite
+    if making.maker is Maker.RENDER and making.reason is Reason.NVIDIA_REPOSITORY:
+        raise BadInput(f"{spec.tag}: {making.why}")
     if making.maker is Maker.RENDER:
         raise BadInput(f"{spec.tag}: {spec.os_tag} images are not built by gpualign: render the recipe with "
                        "`gpualign ensure --render DIR` and build it where the distribution's archive is reachable "

@@ -185,6 +185,7 @@ class Reason(StrEnum):
     BRANCH = "branch"  # the release carries no module source of the branch gpualign builds from
     OPEN_MODULES = "open-modules"  # the release's open modules cannot make an image of the branch
     NO_RECIPE = "no-recipe"  # no recipe for the OS
+    NVIDIA_REPOSITORY = "nvidia-repository"  # a branch newer than the release carries: NVIDIA's own repository's recipe
 
 
 @dataclass(frozen=True)
@@ -269,6 +270,12 @@ def _debian_making(release: DebianRelease, os_tag: str, branch: str, kernel: str
                                         f"{release.suite}, -updates or -security ({gone}): an ABI that has left "
                                         "the archive (snapshot.debian.org keeps it), or one from backports")
     if branch not in release.branches:
+        if newer_than_carried(release, branch):
+            return Making(Maker.RENDER, f"{_not_built(release, branch)}; gpualign renders a recipe that builds it "
+                                        f"from NVIDIA's own Debian {os_tag.removeprefix('debian')} repository "
+                                        f"({nvidia_repository(os_tag, arch)}) for {arch} (gpualign ensure TAG "
+                                        "--render DIR): build it where that repository is reachable",
+                          Reason.NVIDIA_REPOSITORY)
         return _none(Reason.BRANCH, _not_built(release, branch))
     if flavour == "open":
         if (why := open_problem(release, branch)) is not None:
@@ -303,6 +310,22 @@ def open_problem(release: DebianRelease, branch: str) -> str | None:
                 f"{user_space}: no image can hold both at one version (set kernelModuleType: proprietary for these "
                 "nodes)")
     return None
+
+
+NVIDIA_REPOSITORIES = "https://developer.download.nvidia.com/compute/cuda/repos"
+
+
+def nvidia_repository(os_tag: str, arch: str) -> str:
+    """NVIDIA's own apt repository of a Debian release (its CUDA repository: drivers of every current branch), for
+    amd64 (x86_64) or arm64 servers (sbsa)."""
+    return f"{NVIDIA_REPOSITORIES}/{os_tag}/{'sbsa' if arch == 'arm64' else 'x86_64'}/"
+
+
+def newer_than_carried(release: DebianRelease, branch: str) -> bool:
+    """A branch newer than every branch the release's archive carries (Blackwell's 570 and later on Debian, which
+    carries at most 550): NVIDIA's own repository has it."""
+    carried = [int(b) for b in release.carried if b.isdigit()]
+    return branch.isdigit() and bool(carried) and int(branch) > max(carried)
 
 
 def _not_built(release: DebianRelease, branch: str) -> str:
