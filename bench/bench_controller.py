@@ -119,8 +119,9 @@ def fleet_with_controller(prefix: str, nodes: int, archive_every: float | None =
         reg = registry_client(state.registry)
         for k in KERNELS:
             push_driver_image(reg, f"580-{k}-ubuntu22.04", "580.173.02")
-        for k, version in DEBIAN if archive_every else ():
-            push_driver_image(reg, f"550-{k}-debian{version}", "550.163.01")
+        for k, version in DEBIAN if archive_every else ():  # Debian 12 nodes on 535, Debian 13 on 550 (_branches)
+            branch = "535" if version == "12" else "550"
+            push_driver_image(reg, f"{branch}-{k}-debian{version}", f"{branch}.00.01")
         reg.close()
         fleet_kernels = [k for k, _ in DEBIAN] if archive_every else KERNELS
         t0 = time.perf_counter()
@@ -139,6 +140,9 @@ def fleet_with_controller(prefix: str, nodes: int, archive_every: float | None =
                                   ["--driver-branch", "580"]), *extra],
                                env=env, stdout=log, stderr=subprocess.STDOUT)
         while metric(port, "gpualign_gpu_nodes") != nodes:
+            if ctl.poll() is not None:
+                raise SystemExit(f"bench_controller: the controller exited ({ctl.returncode}): "
+                                 f"{(work / 'controller.log').read_text()[-800:]}")
             time.sleep(0.2)
         yield Fleet(state, kube, ctl, time.perf_counter() - started, port)
     finally:
@@ -150,10 +154,11 @@ def fleet_with_controller(prefix: str, nodes: int, archive_every: float | None =
 
 
 def _branches(work: Path) -> Path:
-    """Debian nodes on 550 (what both releases carry), every other node on 580."""
+    """Debian 12 nodes on 535 and Debian 13 nodes on 550 (what each release builds), every other node on 580."""
     path = work / "branches.yaml"
-    path.write_text("default: '580'\nrules:\n- selector: feature.node.kubernetes.io/system-os_release.ID=debian\n"
-                    "  branch: '550'\n")
+    path.write_text("pools:\n- selector: feature.node.kubernetes.io/system-os_release.VERSION_ID=12\n"
+                    "  branch: '535'\n- selector: feature.node.kubernetes.io/system-os_release.VERSION_ID=13\n"
+                    "  branch: '550'\n- selector: ''\n  branch: '580'\n")
     return path
 
 

@@ -72,3 +72,14 @@ TOXIPROXY_SUBDIR = f"toxiproxy-{TOXIPROXY}"
 
 def toxiproxy_binary(bin_dir: Path | None = None) -> Path:
     return (bin_dir or default_bin_dir()) / TOXIPROXY_SUBDIR / "toxiproxy-server"
+
+
+# cosign, the reference signer and verifier of the signing tests (served by the module proxy: v2.6.5, v3.1.3): own
+# module, like helm.
+COSIGN_MODULE = "github.com/sigstore/cosign/v2"
+COSIGN = "v2.6.5"
+COSIGN_SUBDIR = f"cosign-{COSIGN}"
+
+
+def cosign_binary(bin_dir: Path | None = None) -> Path:
+    return (bin_dir or default_bin_dir()) / COSIGN_SUBDIR / "cosign"

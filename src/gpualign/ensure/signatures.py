@@ -1,0 +1,134 @@
+"""Driver images signed as cosign signs them, and their signatures verified before an image is called present
+(gpualign.model.cosign for the format). The key is a PEM ECDSA P-256 key: a private one to sign (PKCS#8 or SEC1,
+unencrypted: `openssl ecparam -genkey -name prime256v1 -noout -out key.pem`), public ones to trust (what `cosign
+public-key` prints, or `openssl ec -in key.pem -pubout`). Keyless signing needs the internet and is not offered.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpualign.base.errors import BadInput
+from gpualign.model import cosign
+
+if TYPE_CHECKING:
+    from gpualign.ledger.registry import RegistryClient
+
+KEY_ENV = "GPUALIGN_COSIGN_KEY"  # the private key ensure and build Jobs sign with
+TRUSTED_ENV = "GPUALIGN_TRUSTED_KEYS"  # the public keys an image must be signed by, ':'-separated paths
+
+
+@dataclass(frozen=True)
+class TrustedKey:
+    path: str
+    key: ec.EllipticCurvePublicKey
+
+    @property
+    def name(self) -> str:
+        return Path(self.path).name
+
+
+def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the signing key: {err.strerror}") from None
+    except (ValueError, TypeError) as err:
+        raise BadInput(f"{path}: not an unencrypted PEM private key ({err}); make one with `openssl ecparam "
+                       "-genkey -name prime256v1 -noout -out key.pem`") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise BadInput(f"{path}: not an ECDSA key: cosign verifies ECDSA P-256 signatures")
+    return key
+
+
+def load_trusted(paths: Iterable[str]) -> tuple[TrustedKey, ...]:
+    out = []
+    for path in paths:
+        try:
+            key = serialization.load_pem_public_key(Path(path).read_bytes())
+        except OSError as err:
+            raise BadInput(f"{path}: cannot read the trusted key: {err.strerror}") from None
+        except ValueError as err:
+            raise BadInput(f"{path}: not a PEM public key ({err})") from None
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise BadInput(f"{path}: not an ECDSA public key: cosign signs with ECDSA P-256")
+        out.append(TrustedKey(path, key))
+    return tuple(out)
+
+
+def sign(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, repo: str | None = None) -> str:
+    """Sign the image under `tag` by its digest, beside any signature it has: the signature tag's name."""
+    repo = repo or client.ref.repo
+    digest = client.digest(tag, repo)
+    if digest is None:
+        raise BadInput(f"{client.ref.host}/{repo}:{tag} is not in the registry: nothing to sign")
+    where = cosign.signature_tag(digest)
+    data = cosign.payload(f"{client.ref.host}/{repo}", digest)
+    signature = base64.b64encode(key.sign(data, ec.ECDSA(hashes.SHA256()))).decode()
+    signatures: list[tuple[bytes, str]] = []
+    existing = client.manifest(where, repo)
+    if existing is not None:  # keep every signature it has; one of the same payload and key is replaced
+        for layer_digest, other in cosign.signature_layers(existing):
+            if layer_digest != "sha256:" + hashlib.sha256(data).hexdigest():
+                signatures.append((client.blob(layer_digest, repo), other))
+    signatures.append((data, signature))
+    manifest, config = cosign.signature_manifest(signatures)
+    for blob in {config, *(p for p, _ in signatures)}:
+        client.push_blob(blob, repo)
+    client.push_manifest(where, manifest, repo)
+    return where
+
+
+@dataclass(frozen=True)
+class Verdict:
+    signed_by: str | None  # the trusted key's name, when one signed this digest
+    why: str | None  # why not, in one line
+
+    @property
+    def ok(self) -> bool:
+        return self.signed_by is not None
+
+
+def verify(client: RegistryClient, digest: str, trusted: Sequence[TrustedKey], repo: str | None = None) -> Verdict:
+    """Whether a trusted key signed the image `digest`: a signature layer whose payload names this digest and
+    verifies with the key."""
+    repo = repo or client.ref.repo
+    manifest = client.manifest(cosign.signature_tag(digest), repo)
+    if manifest is None:
+        return Verdict(None, f"no signature ({cosign.signature_tag(digest)} is not in the registry)")
+    seen: list[str] = []
+    for layer_digest, signature in cosign.signature_layers(manifest):
+        data = client.blob(layer_digest, repo)
+        if "sha256:" + hashlib.sha256(data).hexdigest() != layer_digest:
+            seen.append("a signature payload whose bytes are not its digest")
+            continue
+        try:
+            signed = cosign.read_payload(data)
+        except ValueError as err:
+            seen.append(str(err))
+            continue
+        if signed.digest != digest:
+            seen.append(f"a signature of another image ({signed.digest[:19]}…)")
+            continue
+        try:
+            raw = base64.b64decode(signature, validate=True)
+        except ValueError:
+            seen.append("a signature that is not base64")
+            continue
+        for key in trusted:
+            try:
+                key.key.verify(raw, data, ec.ECDSA(hashes.SHA256()))
+            except InvalidSignature:
+                continue
+            return Verdict(key.name, None)
+        seen.append("a signature by a key not trusted here")
+    return Verdict(None, "; ".join(dict.fromkeys(seen)) or "no signature layer")

@@ -1,0 +1,94 @@
+"""Driver images signed as cosign signs them (gpualign.model.cosign, gpualign.ensure.signatures), on a registry of
+its own (Debian's docker-registry on 127.0.0.1): signed by digest, verified by a trusted key, and refused for a
+signature by another key, a signature over another digest, and an image re-pushed under the tag after signing.
+cosign's own `verify` reads these signatures in tests/integration/test_cosign.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpualign.base.errors import BadInput
+from gpualign.ensure import signatures
+from gpualign.lab import docker_registry, processes
+from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.model import cosign
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "cosign"
+
+
+def test_the_payload_is_the_simple_signing_document_cosign_marshals():
+    digest = "sha256:" + "ab" * 32
+    data = cosign.payload("registry.local:5000/nvidia/driver", digest)
+    assert data == (GOLDEN / "payload.json").read_bytes().rstrip(b"\n")
+    assert cosign.read_payload(data) == cosign.Signed("registry.local:5000/nvidia/driver", digest)
+    assert cosign.signature_tag(digest) == "sha256-" + "ab" * 32 + ".sig"
+    manifest, config = cosign.signature_manifest([(data, "c2ln")])
+    assert manifest == json.loads((GOLDEN / "signature-manifest.json").read_text())
+    assert json.loads(config)["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
+    with pytest.raises(ValueError, match="not a simple-signing payload"):
+        cosign.read_payload(b'{"critical": {}}')
+
+
+def _key(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / f"{name}.key", tmp_path / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    return private, public
+
+
+@pytest.fixture
+def registry(tmp_path):
+    proc = docker_registry.start(tmp_path / "registry")
+    client = RegistryClient(RegistryRef(host=proc.address, repo="nvidia/driver", scheme="http"), timeout=10.0)
+    try:
+        yield client
+    finally:
+        client.close()
+        processes.stop(proc)
+
+
+def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(registry, tmp_path):
+    ours, ours_pub = _key(tmp_path, "ours")
+    _, theirs_pub = _key(tmp_path, "theirs")
+    tag = "535-6.1.0-50-amd64-debian12"
+    registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
+    digest = registry.digest(tag)
+    assert digest is not None
+    trusted = signatures.load_trusted([str(ours_pub)])
+    assert signatures.verify(registry, digest, trusted).why.startswith("no signature")
+    where = signatures.sign(registry, tag, signatures.load_private_key(ours))
+    assert where == cosign.signature_tag(digest)
+    assert signatures.verify(registry, digest, trusted) == signatures.Verdict("ours.pub", None)
+    other = signatures.verify(registry, digest, signatures.load_trusted([str(theirs_pub)]))
+    assert not other.ok and "a key not trusted here" in other.why
+    # signing again with the same key replaces its layer; another key's signature is kept beside it
+    signatures.sign(registry, tag, signatures.load_private_key(ours))
+    manifest = registry.manifest(where)
+    assert manifest is not None and len(manifest["layers"]) == 1
+    # re-pushed under the tag after signing: another digest, with no signature of its own
+    registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64", "REPUSHED": "1"})
+    again = registry.digest(tag)
+    assert again != digest and signatures.verify(registry, again, trusted).why.startswith("no signature")
+    # a signature manifest copied onto another image's signature tag names the first digest: refused
+    registry.push_manifest(cosign.signature_tag(again), manifest)
+    moved = signatures.verify(registry, again, trusted)
+    assert not moved.ok and "a signature of another image" in moved.why
+
+
+def test_keys_that_cannot_sign_or_be_trusted_are_one_line_each(tmp_path):
+    text = tmp_path / "key.txt"
+    text.write_text("not a key")
+    with pytest.raises(BadInput, match="not an unencrypted PEM private key"):
+        signatures.load_private_key(text)
+    with pytest.raises(BadInput, match="not a PEM public key"):
+        signatures.load_trusted([str(text)])
+    with pytest.raises(BadInput, match="cannot read the trusted key"):
+        signatures.load_trusted([str(tmp_path / "absent.pub")])
