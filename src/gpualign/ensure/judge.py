@@ -110,15 +110,21 @@ class Ahead:
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
           modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = (),
           archs: Mapping[str, Iterable[str]] | None = None, unlabelled: bool = True,
-          ahead: Ahead | None = None) -> Judgement:
+          ahead: Ahead | None = None, trusted: tuple[Any, ...] | None = None) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
     headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
     built unsigned (its labels), or whose modules carry no signature, is wrong for them. unlabelled: an image under a
     precompiled tag whose config has no labels at all, needed by a kernel whose modules could be checked here (as
     the walk checks them by default), is unverified when they were not checked (the walk passes False: its own
-    module check, or the user's explicit opt-out, decides). ahead: configs already read (labels only)."""
+    module check, or the user's explicit opt-out, decides). ahead: configs already read (labels only). trusted: the
+    keys an image must be signed by (cosign's format; default $GPUALIGN_TRUSTED_KEYS; none: not checked): an image
+    without such a signature over its digest is wrong, never present."""
     secure = set(secure_boot)
+    if trusted is None:
+        from gpualign.ensure.signatures import configured_trusted
+
+        trusted = configured_trusted()
     from gpualign.ensure.inspect import by_labels, checkable
     from gpualign.ensure.tagspec import try_parse
     from gpualign.ledger.registry import connect
@@ -159,6 +165,8 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                         not labels.get("io.gpualign.signer"):
                     why = ("gpualign built it unsigned (no io.gpualign.signer label), and a node that needs it has "
                            "Secure Boot on: its kernel refuses unsigned modules")
+                if not why and trusted:
+                    why = _unsigned(client, tag, trusted)
                 if why:
                     out.wrong[image] = why
                     out.unverified.pop(image, None)
@@ -172,6 +180,17 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         finally:
             client.close()
     return out
+
+
+def _unsigned(client: RegistryClient, tag: str, trusted: tuple[Any, ...]) -> str | None:
+    """Why the image under `tag` is not signed by a trusted key (present but unsigned), or None."""
+    from gpualign.ensure.signatures import verify
+
+    digest = client.digest(tag)
+    if digest is None:
+        return None
+    verdict = verify(client, digest, trusted)
+    return None if verdict.ok else f"unsigned: no signature by a trusted key over its digest ({verdict.why})"
 
 
 def _config(client: RegistryClient, tag: str, archs: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -71,12 +71,13 @@ class Outcome:
     modules: str = ""  # where a build's modules came from: compiled | cache | shared (pulled) | given
     shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
     ahead: list[str] = field(default_factory=list)  # what the build took of what was fetched ahead (ensure.ahead)
+    signature: str | None = None  # the cosign signature's tag, when the image was signed ($GPUALIGN_COSIGN_KEY)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
                 "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
                 "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None,
-                "fetched_ahead": self.ahead or None}
+                "fetched_ahead": self.ahead or None, "signature": self.signature}
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Options:
     share_pull: bool = True  # take modules another build compiled from the registry (ensure.shared), verified
     share_push: bool = True  # share the modules this build compiled, once verified
     ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
+    cosign_key: Any = field(default_factory=lambda: _configured_key())  # signs what is pushed, as cosign signs
 
 
 UNVERIFIED_PREFIX = "unverified: "  # a present image's problem that is not "wrong": nothing vouches for it
@@ -248,10 +250,29 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None
                                         f"{source}")
             out.done = True
             say(spec.tag, f"mirrored: {out.digest}")
-            return out
+            return _signed(out, opts, say)
         from gpualign.ensure.build import build
 
-        return build(spec, opts, out, say)
+        return _signed(build(spec, opts, out, say), opts, say)
+
+
+def _configured_key() -> Any:
+    from gpualign.ensure.signatures import configured_key
+
+    return configured_key()
+
+
+def _signed(out: Outcome, opts: Options, say: Say) -> Outcome:
+    """The image just pushed, signed by its digest as cosign signs it, when a key is configured."""
+    if opts.cosign_key is None or not out.done or out.digest is None:
+        return out
+    from gpualign.ensure.signatures import sign
+
+    t0 = time.monotonic()
+    out.signature = sign(opts.target, out.tag, opts.cosign_key)
+    out.seconds["sign"] = time.monotonic() - t0
+    say(out.tag, f"signed: {out.signature}")
+    return out
 
 
 def compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:

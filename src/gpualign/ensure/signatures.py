@@ -132,3 +132,23 @@ def verify(client: RegistryClient, digest: str, trusted: Sequence[TrustedKey], r
             return Verdict(key.name, None)
         seen.append("a signature by a key not trusted here")
     return Verdict(None, "; ".join(dict.fromkeys(seen)) or "no signature layer")
+
+
+def configured_key() -> ec.EllipticCurvePrivateKey | None:
+    """The key ensure signs what it pushes with ($GPUALIGN_COSIGN_KEY), or None: nothing is signed."""
+    import os
+
+    path = os.environ.get(KEY_ENV)
+    return load_private_key(Path(path)) if path else None
+
+
+def configured_trusted() -> tuple[TrustedKey, ...]:
+    """The keys a present image must be signed by ($GPUALIGN_TRUSTED_KEYS, ':'-separated PEM files); none: signatures
+    are not checked."""
+    import os
+
+    return _trusted_from(os.environ.get(TRUSTED_ENV) or "")
+
+
+def _trusted_from(value: str) -> tuple[TrustedKey, ...]:
+    return load_trusted([p for p in value.split(":") if p])

@@ -1,0 +1,152 @@
+"""gpualign's driver image signatures against sigstore's cosign, built here from its Go module (v2.6.5), on a
+registry of its own: `cosign verify --key` accepts what gpualign signs, and gpualign accepts what `cosign sign
+--key` signs with the same key pair and refuses it under another key. Offline: no transparency log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from gpualign.ensure import signatures
+from gpualign.lab import docker_registry, processes, versions
+from gpualign.ledger.registry import RegistryClient, RegistryRef
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def cosign() -> Path:
+    binary = versions.cosign_binary()
+    assert os.access(binary, os.X_OK), f"{binary}: `gpualign lab build` builds it (make setup runs it)"
+    return binary
+
+
+@pytest.fixture
+def registry(tmp_path):
+    proc = docker_registry.start(tmp_path / "registry")
+    client = RegistryClient(RegistryRef(host=proc.address, repo="nvidia/driver", scheme="http"), timeout=10.0)
+    try:
+        yield client
+    finally:
+        client.close()
+        processes.stop(proc)
+
+
+def run(cosign: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cosign), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COSIGN_PASSWORD": "", "HOME": str(cwd)})
+
+
+def test_cosign_verifies_what_gpualign_signs(cosign, registry, tmp_path):
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ours.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    tag = "535-6.1.0-50-amd64-debian12"
+    registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
+    digest = registry.digest(tag)
+    image = f"{registry.ref.host}/nvidia/driver@{digest}"
+    before = run(cosign, tmp_path, "verify", "--key", "ours.pub", "--insecure-ignore-tlog=true",
+                 "--allow-http-registry", image)
+    assert before.returncode != 0  # nothing signed yet: cosign refuses too
+    signatures.sign(registry, tag, signatures.load_private_key(tmp_path / "ours.key"))
+    after = run(cosign, tmp_path, "verify", "--key", "ours.pub", "--insecure-ignore-tlog=true",
+                "--allow-http-registry", image)
+    assert after.returncode == 0, after.stderr
+    assert f'"docker-manifest-digest":"{digest}"' in after.stdout
+
+
+def test_gpualign_accepts_what_cosign_signs_with_its_key_and_refuses_another(cosign, registry, tmp_path):
+    made = run(cosign, tmp_path, "generate-key-pair")
+    assert made.returncode == 0, made.stderr
+    tag = "535-6.1.0-57-amd64-debian12"
+    registry.push_image(tag, {"KERNEL": "6.1.0-57-amd64"})
+    digest = registry.digest(tag)
+    assert digest is not None
+    signed = run(cosign, tmp_path, "sign", "--key", "cosign.key", "--tlog-upload=false", "--allow-http-registry",
+                 "--yes", f"{registry.ref.host}/nvidia/driver@{digest}")
+    assert signed.returncode == 0, signed.stderr
+    assert signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "cosign.pub")])).ok
+    other = ec.generate_private_key(ec.SECP256R1()).public_key()
+    (tmp_path / "other.pub").write_bytes(other.public_bytes(serialization.Encoding.PEM,
+                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    refused = signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "other.pub")]))
+    assert not refused.ok and "a key not trusted here" in refused.why
+
+
+def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_is(tmp_path):
+    """$GPUALIGN_TRUSTED_KEYS: check counts an image without a signature by that key over its digest as present but
+    unsigned (exit 1; the walk's preflight and the gate judge images the same way), and the same image signed as
+    present; an image re-pushed under the tag after signing is unsigned again. ensure with $GPUALIGN_COSIGN_KEY signs
+    what it pushes."""
+    import json
+
+    from tests.support.cli import run_cli
+    from tests.support.lab import start_lab
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ours.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                          serialization.PrivateFormat.PKCS8,
+                                                          serialization.NoEncryption()))
+    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    lab = start_lab(tmp_path / "state", "empty")
+    try:
+        kernel = "5.15.0-124-generic"
+        tag = f"580-{kernel}-ubuntu22.04"
+        assert lab.cli("lab", "add-node", "signed-1", "--kernel", kernel).code == 0
+        assert lab.cli("lab", "push-image", tag).code == 0
+        ledger = f"registry://{lab.registry}/nvidia/driver"
+        trusted = {**lab.env, "GPUALIGN_TRUSTED_KEYS": str(tmp_path / "ours.pub")}
+
+        def check() -> tuple[int, dict]:
+            res = run_cli("check", "--ledger", ledger, "--driver-branch", "580", "-o", "json", env=trusted)
+            return res.code, json.loads(res.out)
+
+        code, data = check()
+        (node,) = data["nodes"]
+        assert code == 1 and node["status"] == "wrong-image" and "unsigned: no signature by a trusted key" in \
+            node["reason"], node
+        plain = run_cli("check", "--ledger", ledger, "--driver-branch", "580", "-o", "json", env=lab.env)
+        assert json.loads(plain.out)["nodes"][0]["status"] == "present"  # no trusted key: signatures not checked
+        client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
+        try:
+            signatures.sign(client, tag, signatures.load_private_key(tmp_path / "ours.key"))
+            code, data = check()
+            assert data["nodes"][0]["status"] == "present", data["nodes"][0]
+            client.push_image(tag, {"DRIVER_VERSION": "580.173.02", "REPUSHED": "1"})  # over the signed one
+        finally:
+            client.close()
+        code, data = check()
+        assert code == 1 and "unsigned" in data["nodes"][0]["reason"]
+        # ensure signs what it pushes: a mirror from a registry of its own, signed by digest
+        upstream = docker_registry.start(tmp_path / "upstream")
+        try:
+            up = RegistryClient(RegistryRef(host=upstream.address, repo="nvidia/driver", scheme="http"))
+            other = "580-5.15.0-125-generic-ubuntu22.04"
+            up.push_image(other, {"DRIVER_VERSION": "580.173.02"})
+            up.close()
+            made = run_cli("ensure", other, "--ledger", ledger, "--upstream", f"registry://{upstream.address}/nvidia/driver",
+                           "-o", "json", env={**trusted, "GPUALIGN_COSIGN_KEY": str(tmp_path / "ours.key")},
+                           timeout=300)
+            assert made.code == 0, made.err
+            (row,) = json.loads(made.out)["images"]
+            assert row["signature"] and row["signature"].endswith(".sig"), row
+        finally:
+            processes.stop(upstream)
+        client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
+        try:
+            digest = client.digest(other)
+            trust = signatures.load_trusted([str(tmp_path / "ours.pub")])
+            assert digest and signatures.verify(client, digest, trust).ok
+        finally:
+            client.close()
+    finally:
+        run_cli("lab", "down", env=lab.env)
