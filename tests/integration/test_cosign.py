@@ -4,6 +4,7 @@ registry of its own: `cosign verify --key` accepts what gpualign signs, and gpua
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -86,8 +87,6 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
     unsigned (exit 1; the walk's preflight and the gate judge images the same way), and the same image signed as
     present; an image re-pushed under the tag after signing is unsigned again. ensure with $GPUALIGN_COSIGN_KEY signs
     what it pushes."""
-    import json
-
     from tests.support.cli import run_cli
     from tests.support.lab import start_lab
 
@@ -150,3 +149,36 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
             client.close()
     finally:
         run_cli("lab", "down", env=lab.env)
+
+
+def test_cosign_verifies_the_sbom_and_provenance_gpualign_attests_and_downloads_the_sbom(cosign, registry, tmp_path):
+    from gpualign.model.attestations import Evidence
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    tag = "535-6.1.0-50-amd64-debian12"
+    registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
+    digest = registry.digest(tag)
+    evidence = Evidence(tag, "6.1.0-50-amd64", "535", "535.309.01", "nvidia-kernel-source", "compiled",
+                        (("nvidia.ko", "ab" * 32), ("nvidia-uvm.ko", "cd" * 32)), ("libcuda1", "nvidia-smi"),
+                        "0.1.0", 773, "2026-12-05T07:00:00Z", "2026-12-05T07:02:00Z")
+    att, sbom = signatures.attest(registry, tag, key, evidence)
+    hexdigest = digest.removeprefix("sha256:")
+    assert (att, sbom) == (f"sha256-{hexdigest}.att", f"sha256-{hexdigest}.sbom")
+    image = f"{registry.ref.host}/nvidia/driver@{digest}"
+    for kind in ("spdxjson", "slsaprovenance1"):
+        verified = run(cosign, tmp_path, "verify-attestation", "--key", "ours.pub", "--type", kind,
+                       "--insecure-ignore-tlog=true", "--allow-http-registry", image)
+        assert verified.returncode == 0, (kind, verified.stderr)
+    downloaded = run(cosign, tmp_path, "download", "sbom", "--allow-http-registry", image)
+    assert downloaded.returncode == 0, downloaded.stderr
+    document = json.loads(downloaded.stdout)
+    assert document["spdxVersion"] == "SPDX-2.3" and {f["checksums"][0]["checksumValue"] for f in document["files"]} \
+        == {"ab" * 32, "cd" * 32}
+    other = ec.generate_private_key(ec.SECP256R1()).public_key()
+    (tmp_path / "other.pub").write_bytes(other.public_bytes(serialization.Encoding.PEM,
+                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    refused = run(cosign, tmp_path, "verify-attestation", "--key", "other.pub", "--type", "spdxjson",
+                  "--insecure-ignore-tlog=true", "--allow-http-registry", image)
+    assert refused.returncode != 0  # another key's: cosign refuses

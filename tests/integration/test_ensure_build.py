@@ -195,11 +195,36 @@ def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_c
     assert (missing["tag"], missing["action"]) == (tag, "build"), check.out
     (tmp_path / "check.json").write_text(check.out)
 
-    res = lab.cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700)
+    # with a signing key, what the build pushes is signed, and its SBOM and provenance attested (cosign's formats)
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from gpualign.ensure import signatures
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "cosign.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                            serialization.PrivateFormat.PKCS8,
+                                                            serialization.NoEncryption()))
+    (tmp_path / "cosign.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    res = run_cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700,
+                  env={**lab.env, "GPUALIGN_COSIGN_KEY": str(tmp_path / "cosign.key")})
     assert res.code == 0, res.out + res.err
     (image,) = json.loads(res.out)["images"]
     assert image["action"] == "build" and image["verification"]["ok"] and image["verification"]["kernel"] == release
     assert image["verification"]["symbols_checked"] > 500
+    reg = client(lab.registry)
+    try:
+        digest = reg.digest(tag)
+        assert digest == image["digest"] and image["signature"] == f"sha256-{digest.removeprefix('sha256:')}.sig"
+        assert signatures.verify(reg, digest, signatures.load_trusted([str(tmp_path / "cosign.pub")])).ok
+        sbom_manifest = reg.manifest(image["attestations"][1])
+        assert sbom_manifest is not None
+        sbom = json.loads(reg.blob(sbom_manifest["layers"][0]["digest"]))
+    finally:
+        reg.close()
+    assert {p["name"] for p in sbom["packages"]} >= {f"linux-headers-{release}", "nvidia-kernel-source", "libcuda1"}
+    assert len(sbom["files"]) >= 4 and all(len(f["checksums"][0]["checksumValue"]) == 64 for f in sbom["files"])
 
     # the lab loads its modules as the node's kernel would: against the release's Module.symvers
     wait_for(lambda: driver_ready(kube, "deb-612"), timeout=90, what="deb-612's driver pod Ready on the built image")

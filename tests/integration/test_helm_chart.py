@@ -382,7 +382,9 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
 
     ns = "vap-builds"
     rendered = docs(helm("template", "ga", str(CHART), "-n", "gpualign-vap", *IMAGE, "--set", "builds.enabled=true",
-                         "--set", f"builds.namespace={ns}", "--set", "builds.pushSecret=push").stdout)
+                         "--set", f"builds.namespace={ns}", "--set", "builds.pushSecret=push",
+                         "--set", "builds.cosignKeySecret=cosign-key",
+                         "--set-string", "signatures.trustedKeys=-----BEGIN PUBLIC KEY-----").stdout)
     wanted = [o for o in rendered if o["kind"] in ("Namespace", "ValidatingAdmissionPolicy",
                                                    "ValidatingAdmissionPolicyBinding")]
     assert [o["kind"] for o in wanted] == ["Namespace", "ValidatingAdmissionPolicy",
@@ -392,8 +394,12 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
         kube.apply(obj)
     settings = J.BuildSettings(image="registry.local/gpualign-builder:0.1.0",
                                ledger="registry://registry.local/nvidia/driver", namespace=ns,
-                               service_account="gpualign-controller-builder", push_secret="push")
+                               service_account="gpualign-controller-builder", push_secret="push",
+                               cosign_key_secret="cosign-key",
+                               trusted_keys_configmap="gpualign-controller-trusted-keys")
     good = J.build_job("535-6.1.0-57-amd64-debian12", 1, ["n1"], settings, "0.1.0")
+    assert {v["name"] for v in good["spec"]["template"]["spec"]["volumes"]} == {
+        "cache", "push-credentials", "cosign-key", "trusted-keys"}  # signing and trusting: admitted below
 
     def dry_run(job: dict) -> tuple[int, str]:
         resp = kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", params={"dryRun": "All"}, body=job)
@@ -409,6 +415,7 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
     host_path = broken(lambda s: (s["volumes"].append({"name": "root", "hostPath": {"path": "/"}}),
                                   s["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})))
     other_account = broken(lambda s: s.update(serviceAccountName="default"))
+    other_secret = broken(lambda s: s["volumes"][2]["secret"].update(secretName="someone-elses"))
     try:
         # the binding takes effect within a few seconds of its creation: wait until the policy refuses something
         deadline = time.monotonic() + 60
@@ -420,7 +427,8 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
         for job, words in ((other_image, "runs the builder image registry.local/gpualign-builder:0.1.0 only"),
                            (other_command, "runs `gpualign ensure TAG` only"),
                            (host_path, "no hostPath"),
-                           (other_account, "runs as the builder's ServiceAccount gpualign-controller-builder only")):
+                           (other_account, "runs as the builder's ServiceAccount gpualign-controller-builder only"),
+                           (other_secret, "no other Secret")):
             code, text = dry_run(job)
             assert code in (403, 422) and words in text, (code, text)
     finally:

@@ -305,7 +305,7 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
         known = {"nodeSelector", "tolerations", "resources", "serviceAccountName", "pushSecret", "signSecret",
                  "upstream", "hostNetwork", "ttlSecondsAfterFinished", "activeDeadlineSeconds", "affinity",
                  "imagePullSecrets", "priorityClassName", "podLabels", "podAnnotations", "debianMirror",
-                 "debianSecurityMirror"}
+                 "debianSecurityMirror", "cosignKeySecret", "trustedKeysConfigMap"}
         unknown = sorted(set(loaded) - known)
         if unknown:
             raise BadInput(f"--build-pod-settings {settings_file}: unknown key {unknown[0]!r} (known: "
@@ -322,6 +322,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
         upstream=str(pod["upstream"]) if pod.get("upstream") else None,
         debian_mirror=str(pod["debianMirror"]) if pod.get("debianMirror") else None,
         debian_security_mirror=str(pod["debianSecurityMirror"]) if pod.get("debianSecurityMirror") else None,
+        cosign_key_secret=str(pod["cosignKeySecret"]) if pod.get("cosignKeySecret") else None,
+        trusted_keys_configmap=str(pod["trustedKeysConfigMap"]) if pod.get("trustedKeysConfigMap") else None,
         host_network=bool(pod.get("hostNetwork")),
         ttl_seconds=int(pod.get("ttlSecondsAfterFinished") or 86400),  # type: ignore[call-overload]
         deadline_seconds=int(pod.get("activeDeadlineSeconds") or 3600),  # type: ignore[call-overload]

@@ -14,7 +14,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure.run import (
@@ -72,6 +72,7 @@ class Steps:
         self.archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # its release, its kernel's CPU
         self._say = say
         self.early = early  # the user space's layer, being got beside the modules
+        self.started = time.time()  # the build's start, as its provenance says it
 
     def say(self, message: str) -> None:
         self._say(self.spec.tag, message)
@@ -249,6 +250,8 @@ class Steps:
 
         spec, opts = self.spec, self.opts
         t0 = time.monotonic()
+        if opts.cosign_key is not None:  # what it is made of, for its SBOM and provenance
+            self.out.evidence = self._evidence(made, checked)
         record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
         if opts.signing is not None:
             record["signed"] = opts.signing.describe()
@@ -272,6 +275,25 @@ class Steps:
                      "ld.so.cache and nvidia-smi's version checked")
         self.out.seconds["image"] = time.monotonic() - t0
         return local
+
+    def _evidence(self, made: Modules, checked: Verification) -> Any:
+        import datetime as dt
+        import hashlib
+
+        from gpualign import __version__
+        from gpualign.ensure.buildroot import FLAVOURS
+        from gpualign.model.attestations import Evidence
+
+        spec, opts = self.spec, self.opts
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        started = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        from gpualign.ensure.userspace import LIBS, TOOLS
+
+        return Evidence(
+            spec.tag, spec.kernel, spec.branch, made.driver_version, FLAVOURS[opts.flavour][0], made.origin,
+            tuple((f.name, hashlib.sha256(f.read_bytes()).hexdigest()) for f in made.files),
+            (*LIBS, *TOOLS), __version__, checked.symbols_checked, started, now,
+            {"secureBootSigner": opts.signing.signer} if opts.signing is not None else {})
 
     def _start_userspace(self, driver_version: str) -> None:
         """The user space's layer got beside the modules (pulled, or made from Debian) when they may be shared: with

@@ -72,12 +72,15 @@ class Outcome:
     shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
     ahead: list[str] = field(default_factory=list)  # what the build took of what was fetched ahead (ensure.ahead)
     signature: str | None = None  # the cosign signature's tag, when the image was signed ($GPUALIGN_COSIGN_KEY)
+    attestations: tuple[str, ...] = ()  # its signed SBOM and provenance's tag, and the attached SBOM's
+    evidence: Any = None  # what a build made the image from (gpualign.model.attestations.Evidence)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
                 "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
                 "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None,
-                "fetched_ahead": self.ahead or None, "signature": self.signature}
+                "fetched_ahead": self.ahead or None, "signature": self.signature,
+                "attestations": list(self.attestations) or None}
 
 
 @dataclass
@@ -266,12 +269,17 @@ def _signed(out: Outcome, opts: Options, say: Say) -> Outcome:
     """The image just pushed, signed by its digest as cosign signs it, when a key is configured."""
     if opts.cosign_key is None or not out.done or out.digest is None:
         return out
-    from gpualign.ensure.signatures import sign
+    from gpualign.ensure.signatures import attest, sign
 
     t0 = time.monotonic()
     out.signature = sign(opts.target, out.tag, opts.cosign_key)
     out.seconds["sign"] = time.monotonic() - t0
     say(out.tag, f"signed: {out.signature}")
+    if out.evidence is not None:  # a build's: what it is made of and how, signed
+        t0 = time.monotonic()
+        out.attestations = attest(opts.target, out.tag, opts.cosign_key, out.evidence)
+        out.seconds["attest"] = time.monotonic() - t0
+        say(out.tag, f"attested: SBOM and provenance in {out.attestations[0]}, SBOM in {out.attestations[1]}")
     return out
 
 

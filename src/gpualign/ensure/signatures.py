@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -50,18 +51,26 @@ def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
+_PEM = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.S)
+
+
 def load_trusted(paths: Iterable[str]) -> tuple[TrustedKey, ...]:
+    """The public keys in each PEM file (one or several, as a bundle), each named by its file (and place)."""
     out = []
     for path in paths:
         try:
-            key = serialization.load_pem_public_key(Path(path).read_bytes())
+            text = Path(path).read_bytes()
         except OSError as err:
             raise BadInput(f"{path}: cannot read the trusted key: {err.strerror}") from None
-        except ValueError as err:
-            raise BadInput(f"{path}: not a PEM public key ({err})") from None
-        if not isinstance(key, ec.EllipticCurvePublicKey):
-            raise BadInput(f"{path}: not an ECDSA public key: cosign signs with ECDSA P-256")
-        out.append(TrustedKey(path, key))
+        blocks = _PEM.findall(text) or [text]
+        for i, block in enumerate(blocks):
+            try:
+                key = serialization.load_pem_public_key(block)
+            except ValueError as err:
+                raise BadInput(f"{path}: not a PEM public key ({err})") from None
+            if not isinstance(key, ec.EllipticCurvePublicKey):
+                raise BadInput(f"{path}: not an ECDSA public key: cosign signs with ECDSA P-256")
+            out.append(TrustedKey(path if len(blocks) == 1 else f"{path}#{i + 1}", key))
     return tuple(out)
 
 
@@ -152,3 +161,38 @@ def configured_trusted() -> tuple[TrustedKey, ...]:
 
 def _trusted_from(value: str) -> tuple[TrustedKey, ...]:
     return load_trusted([p for p in value.split(":") if p])
+
+
+def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, evidence: Any,
+           repo: str | None = None) -> tuple[str, str]:
+    """The image's SBOM and provenance, signed as in-toto attestations (`sha256-<hex>.att`, what `cosign
+    verify-attestation` reads), and the SBOM attached as is (`sha256-<hex>.sbom`, what `cosign download sbom`
+    reads): the two tags."""
+    import datetime as dt
+    import json
+
+    from gpualign.model import attestations
+
+    repo = repo or client.ref.repo
+    digest = client.digest(tag, repo)
+    if digest is None:
+        raise BadInput(f"{client.ref.host}/{repo}:{tag} is not in the registry: nothing to attest")
+    name = f"{client.ref.host}/{repo}"
+    created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sbom = attestations.spdx(name, digest, evidence, created)
+    layers: list[tuple[bytes, str, dict[str, str]]] = []
+    for predicate_type, predicate in ((cosign.SPDX, sbom), (cosign.SLSA_PROVENANCE, attestations.provenance(evidence))):
+        body = cosign.statement(name, digest, predicate_type, predicate)
+        signature = base64.b64encode(key.sign(cosign.pae(cosign.IN_TOTO, body), ec.ECDSA(hashes.SHA256())))
+        layers.append((cosign.envelope(body, signature.decode()), cosign.DSSE,
+                       {cosign.SIGNATURE_ANNOTATION: "", "predicateType": predicate_type}))
+    tags = []
+    attached: list[tuple[bytes, str, dict[str, str]]] = [(json.dumps(sbom, indent=1).encode(), cosign.SPDX_JSON, {})]
+    for suffix, content in (("att", layers), ("sbom", attached)):
+        manifest, config = cosign.artifact_manifest(content)
+        for blob in {config, *(data for data, _, _ in content)}:
+            client.push_blob(blob, repo)
+        where = cosign.signature_tag(digest, suffix)
+        client.push_manifest(where, manifest, repo)
+        tags.append(where)
+    return tags[0], tags[1]

@@ -63,6 +63,8 @@ class BuildSettings:
     upstream: str | None = None  # `ensure --upstream` (default: NVIDIA's registry, for the tags NVIDIA publishes)
     debian_mirror: str | None = None  # GPUALIGN_DEBIAN_MIRROR of the build pods: an air-gapped fleet's own mirror
     debian_security_mirror: str | None = None  # GPUALIGN_DEBIAN_SECURITY_MIRROR
+    cosign_key_secret: str | None = None  # a Secret whose `cosign.key` signs what the Job pushes (cosign's format)
+    trusted_keys_configmap: str | None = None  # a ConfigMap whose `trusted.pub` holds the keys images must be signed by
     ttl_seconds: int = 86400  # finished Jobs (and a failed pod's log) are kept this long
     deadline_seconds: int = 3600  # a build that runs longer is stopped (and counts as transient)
     host_network: bool = False  # for clusters whose API server and registry are reachable only from the node
@@ -73,6 +75,8 @@ class BuildSettings:
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
 
 
+COSIGN_DIR = "/etc/gpualign/cosign"
+TRUSTED_DIR = "/etc/gpualign/trusted"
 BUILDER_ARCH = "amd64"  # gpualign's builder image's architecture: where its pods can run
 
 
@@ -108,6 +112,16 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
         mounts.append({"name": "push-credentials", "mountPath": "/etc/gpualign/docker", "readOnly": True})
         volumes.append({"name": "push-credentials", "secret": {
             "secretName": settings.push_secret, "items": [{"key": ".dockerconfigjson", "path": "config.json"}]}})
+    if settings.cosign_key_secret:  # sign what is pushed, as cosign signs
+        env.append({"name": "GPUALIGN_COSIGN_KEY", "value": f"{COSIGN_DIR}/cosign.key"})
+        mounts.append({"name": "cosign-key", "mountPath": COSIGN_DIR, "readOnly": True})
+        volumes.append({"name": "cosign-key", "secret": {
+            "secretName": settings.cosign_key_secret, "items": [{"key": "cosign.key", "path": "cosign.key"}]}})
+    if settings.trusted_keys_configmap:  # take no present image, shared modules or user space unsigned
+        env.append({"name": "GPUALIGN_TRUSTED_KEYS", "value": f"{TRUSTED_DIR}/trusted.pub"})
+        mounts.append({"name": "trusted-keys", "mountPath": TRUSTED_DIR, "readOnly": True})
+        volumes.append({"name": "trusted-keys", "configMap": {
+            "name": settings.trusted_keys_configmap, "items": [{"key": "trusted.pub", "path": "trusted.pub"}]}})
     container: JSON = {
         "name": "build", "image": settings.image, "args": args, "env": env, "volumeMounts": mounts,
         "securityContext": {"privileged": True, "runAsUser": 0},
