@@ -92,3 +92,25 @@ def test_keys_that_cannot_sign_or_be_trusted_are_one_line_each(tmp_path):
         signatures.load_trusted([str(text)])
     with pytest.raises(BadInput, match="cannot read the trusted key"):
         signatures.load_trusted([str(tmp_path / "absent.pub")])
+
+
+def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(registry, tmp_path, monkeypatch):
+    """Anyone who can write to the registry could swap in shared modules that pass the kernel's checks: with a trusted
+    key, a build takes only what that key signed, and compiles otherwise (SharedRefused). A builder with a signing
+    key signs what it shares."""
+    from gpualign.ensure import shared
+
+    ours, ours_pub = _key(tmp_path, "ours")
+    module = tmp_path / "built" / "nvidia.ko"
+    module.parent.mkdir()
+    module.write_bytes(b"\x7fELF not really a module")
+    key = shared.Key("535.261.03", "6.1.0-50-amd64", "proprietary")
+    shared.push(registry, key, [module])  # no signing key: shared unsigned
+    monkeypatch.setenv(signatures.TRUSTED_ENV, str(ours_pub))
+    with pytest.raises(shared.SharedRefused, match="not signed by a trusted key"):
+        shared.pull(registry, key, tmp_path / "cache-a")
+    assert not (tmp_path / "cache-a").exists() or not any((tmp_path / "cache-a").glob("*.ko"))  # nothing taken
+    monkeypatch.setenv(signatures.KEY_ENV, str(ours))
+    shared.push(registry, key, [module])  # a builder with the key shares it signed
+    pulled = shared.pull(registry, key, tmp_path / "cache-b")
+    assert pulled is not None and [p.name for p in pulled] == ["nvidia.ko"]

@@ -372,7 +372,12 @@ class Steps:
             if shared_userspace.has(opts.target, where.rsplit(":", 1)[1]):
                 return
             image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
-            self.say(f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)")
+            from gpualign.ensure.signatures import sign_shared
+
+            signed = sign_shared(opts.target, where.rsplit(":", 1)[1],
+                                 shared_userspace.repository(opts.target.ref.repo))
+            self.say(f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)"
+                     + (", signed" if signed else ""))
         except (Unreachable, image.PushRefused, buildroot.BuildError) as err:
             self.say(f"user space not shared ({err.message}): later builds make it again")
 

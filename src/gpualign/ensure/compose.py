@@ -87,12 +87,15 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
     checked there at `driver_version`; None when the registry has no such image. LayerRefused when it is not what
     it says, UserSpaceMismatch when its user space is not the driver's."""
     from gpualign.ensure import userspace
+    from gpualign.ensure.signatures import unsigned
 
     where = f"{client.ref.host}/{repo}:{tag}"
     manifest = client.manifest(tag, repo)
     if manifest is None:
         return None
     digest = client.digest(tag, repo) or ""
+    if (why := unsigned(client, tag, repo)) is not None:
+        raise LayerRefused(f"{where}: {why}")
     if manifest.get("mediaType") == OCI_INDEX or "manifests" in manifest:
         entry = next((m for m in manifest.get("manifests") or [] if isinstance(m, dict)
                       and (m.get("platform") or {}).get("architecture") == arch), None)

@@ -116,6 +116,9 @@ def push(client: RegistryClient, key: Key, modules: list[Path]) -> str:
         "annotations": {"io.gpualign.module-source": key.version, "io.gpualign.kernel": key.kernel,
                         "io.gpualign.flavour": key.flavour},
     }, repo)
+    from gpualign.ensure.signatures import sign_shared
+
+    sign_shared(client, key.tag, repo)  # with a signing key, as cosign signs: other builds trust it by that key
     return where(client, key)
 
 
@@ -123,11 +126,15 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
     """The shared modules for `key`, checked against their artifact and written into `into` (a module cache dir,
     made whole or not at all, marked as pulled); None when the registry has none. SharedRefused when the artifact
     is not what it says."""
+    from gpualign.ensure.signatures import unsigned
+
     repo = repository(client.ref.repo)
     manifest = client.manifest(key.tag, repo)
     if manifest is None:
         return None
     source = where(client, key)
+    if (why := unsigned(client, key.tag, repo)) is not None:
+        raise SharedRefused(f"{source}: {why}")
     config_desc, layer_desc = _descriptors(manifest, source)
     try:
         config = json.loads(client.blob(config_desc["digest"], repo))

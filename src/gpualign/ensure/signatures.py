@@ -196,3 +196,22 @@ def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, ev
         client.push_manifest(where, manifest, repo)
         tags.append(where)
     return tags[0], tags[1]
+
+
+def unsigned(client: RegistryClient, reference: str, repo: str) -> str | None:
+    """Why `repo:reference` (an artifact another build shared: modules, a user space) may not be taken: not signed
+    by a key of $GPUALIGN_TRUSTED_KEYS; None when it is, or when no key is trusted here."""
+    trusted = configured_trusted()
+    if not trusted:
+        return None
+    digest = client.digest(reference, repo)
+    if digest is None:
+        return None
+    verdict = verify(client, digest, trusted, repo)
+    return None if verdict.ok else f"not signed by a trusted key ({verdict.why})"
+
+
+def sign_shared(client: RegistryClient, reference: str, repo: str) -> str | None:
+    """Sign what a build shares (modules, a user space) with $GPUALIGN_COSIGN_KEY, when one is set."""
+    key = configured_key()
+    return sign(client, reference, key, repo) if key is not None else None
