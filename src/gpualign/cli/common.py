@@ -90,4 +90,16 @@ def report(kind: str, source: dict[str, Any], body: dict[str, Any], *, cuda: boo
 
     data = {"cuda_table": data_versions.cuda_table_version()} if cuda else {
         "rules": data_versions.rules_version()}
-    return {"apiVersion": API_VERSION, "kind": kind, "source": {**source, "builtin": data}, **body}
+    return {"apiVersion": API_VERSION, "kind": kind, "source": {**source, "builtin": data,
+                                                                **({} if cuda else {"signatures": _signatures()})},
+            **body}
+
+
+def _signatures() -> dict[str, Any]:
+    """Whether present images' signatures were checked, and against which keys ($GPUALIGN_TRUSTED_KEYS)."""
+    import os
+
+    from gpualign.ensure.signatures import TRUSTED_ENV
+
+    keys = [k for k in (os.environ.get(TRUSTED_ENV) or "").split(":") if k]
+    return {"checked": bool(keys), "trusted_keys": keys}

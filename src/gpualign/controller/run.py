@@ -121,6 +121,15 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         return {**view, **({"builds": builder.status()} if builder is not None else {}),
                 **({"archive": watch.board()} if watch is not None else {})}
 
+    from gpualign.ensure.signatures import configured_trusted
+
+    trusted = configured_trusted()  # a bad key file: exit 2 now, before anything is served
+    if trusted:
+        log.info("driver images must be signed by %s (cosign's format): an unsigned one is never present",
+                 ", ".join(k.name for k in trusted))
+    else:
+        log.info("driver image signatures are not checked: set $GPUALIGN_TRUSTED_KEYS (the chart's "
+                 "signatures.trustedKeys) to count an image present only when a trusted key signed it")
     server = serve(opts.listen, metrics.registry, board, unready)  # serving before the first (slow) ledger read
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
