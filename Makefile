@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin image test test-unit demo lint docs bench clean
+.PHONY: setup deps venv lab-bin image test test-unit demo lint docs bench chart clean
 
 # The lab binaries (Go, CPU-bound) and the images (mmdebstrap and buildah: mostly downloading and unpacking) are
 # made side by side.
@@ -51,6 +51,15 @@ bench: setup  # every benchmark, each on its own lab; about an hour here. Result
 	$(BIN)/python bench/bench_upgrade.py --nodes 50 --pods-per-node 10 --parallel 1 5 10
 	$(BIN)/python bench/bench_controller.py --nodes 5000 --single 100 --burst 500
 	$(BIN)/python bench/bench_lab.py --nodes 5000 --repeat 3
+
+# The chart as a package, with its provenance file when a key is named: helm package --sign (an OpenPGP key in a
+# keyring file, e.g. `gpg --export-secret-keys > secring.gpg`); `helm verify --keyring pubring.gpg` checks it.
+HELM ?= helm
+CHART_OUT ?= dist
+CHART_KEY ?=
+CHART_KEYRING ?=
+chart:
+	$(HELM) package charts/gpualign -d $(CHART_OUT) $(if $(CHART_KEY),--sign --key "$(CHART_KEY)" --keyring $(CHART_KEYRING))
 
 docs: venv  # the docs site, checked as `make test` checks it (a broken link or anchor fails), into build/site
 	$(BIN)/mkdocs build --strict
