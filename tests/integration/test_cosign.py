@@ -10,12 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpualign.ensure import signatures
-from gpualign.lab import docker_registry, processes, versions
+from gpualign.lab import versions
 from gpualign.ledger.registry import RegistryClient, RegistryRef
+from tests.support.cosign_keys import key_pair, own_registry
 
 pytestmark = pytest.mark.lab
 
@@ -29,13 +28,8 @@ def cosign() -> Path:
 
 @pytest.fixture
 def registry(tmp_path):
-    proc = docker_registry.start(tmp_path / "registry")
-    client = RegistryClient(RegistryRef(host=proc.address, repo="nvidia/driver", scheme="http"), timeout=10.0)
-    try:
+    with own_registry(tmp_path / "registry") as client:
         yield client
-    finally:
-        client.close()
-        processes.stop(proc)
 
 
 def run(cosign: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,12 +38,7 @@ def run(cosign: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_cosign_verifies_what_gpualign_signs(cosign, registry, tmp_path):
-    key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "ours.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                          serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_pair(tmp_path, "ours")
     tag = "535-6.1.0-50-amd64-debian12"
     registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
     digest = registry.digest(tag)
@@ -75,9 +64,7 @@ def test_gpualign_accepts_what_cosign_signs_with_its_key_and_refuses_another(cos
                  "--yes", f"{registry.ref.host}/nvidia/driver@{digest}")
     assert signed.returncode == 0, signed.stderr
     assert signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "cosign.pub")])).ok
-    other = ec.generate_private_key(ec.SECP256R1()).public_key()
-    (tmp_path / "other.pub").write_bytes(other.public_bytes(serialization.Encoding.PEM,
-                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_pair(tmp_path, "other")
     refused = signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "other.pub")]))
     assert not refused.ok and "a key not trusted here" in refused.why
 
@@ -90,12 +77,7 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
     from tests.support.cli import run_cli
     from tests.support.lab import start_lab
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "ours.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                          serialization.PrivateFormat.PKCS8,
-                                                          serialization.NoEncryption()))
-    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_pair(tmp_path, "ours")
     lab = start_lab(tmp_path / "state", "empty")
     try:
         kernel = "5.15.0-124-generic"
@@ -126,20 +108,15 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
         code, data = check()
         assert code == 1 and "unsigned" in data["nodes"][0]["reason"]
         # ensure signs what it pushes: a mirror from a registry of its own, signed by digest
-        upstream = docker_registry.start(tmp_path / "upstream")
-        try:
-            up = RegistryClient(RegistryRef(host=upstream.address, repo="nvidia/driver", scheme="http"))
-            other = "580-5.15.0-125-generic-ubuntu22.04"
+        other = "580-5.15.0-125-generic-ubuntu22.04"
+        with own_registry(tmp_path / "upstream") as up:
             up.push_image(other, {"DRIVER_VERSION": "580.173.02"})
-            up.close()
-            made = run_cli("ensure", other, "--ledger", ledger, "--upstream", f"registry://{upstream.address}/nvidia/driver",
+            made = run_cli("ensure", other, "--ledger", ledger, "--upstream", f"registry://{up.ref.host}/nvidia/driver",
                            "-o", "json", env={**trusted, "GPUALIGN_COSIGN_KEY": str(tmp_path / "ours.key")},
                            timeout=300)
-            assert made.code == 0, made.err
-            (row,) = json.loads(made.out)["images"]
-            assert row["signature"] and row["signature"].endswith(".sig"), row
-        finally:
-            processes.stop(upstream)
+        assert made.code == 0, made.err
+        (row,) = json.loads(made.out)["images"]
+        assert row["signature"] and row["signature"].endswith(".sig"), row
         client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
         try:
             digest = client.digest(other)
@@ -154,9 +131,8 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
 def test_cosign_verifies_the_sbom_and_provenance_gpualign_attests_and_downloads_the_sbom(cosign, registry, tmp_path):
     from gpualign.model.attestations import Evidence
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "ours.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    private, _ = key_pair(tmp_path, "ours")
+    key = signatures.load_private_key(private)
     tag = "535-6.1.0-50-amd64-debian12"
     registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
     digest = registry.digest(tag)
@@ -176,9 +152,7 @@ def test_cosign_verifies_the_sbom_and_provenance_gpualign_attests_and_downloads_
     document = json.loads(downloaded.stdout)
     assert document["spdxVersion"] == "SPDX-2.3" and {f["checksums"][0]["checksumValue"] for f in document["files"]} \
         == {"ab" * 32, "cd" * 32}
-    other = ec.generate_private_key(ec.SECP256R1()).public_key()
-    (tmp_path / "other.pub").write_bytes(other.public_bytes(serialization.Encoding.PEM,
-                                                            serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_pair(tmp_path, "other")
     refused = run(cosign, tmp_path, "verify-attestation", "--key", "other.pub", "--type", "spdxjson",
                   "--insecure-ignore-tlog=true", "--allow-http-registry", image)
     assert refused.returncode != 0  # another key's: cosign refuses

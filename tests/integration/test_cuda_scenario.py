@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.lab import start_lab
-from tests.support.waits import wait_for
+from tests.support.waits import scheduled, unscheduled, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -63,20 +63,15 @@ def apply_injected(lab, name: str, cuda: str) -> None:
 def test_cuda_12_8_schedules_only_onto_580_nodes(fleet):
     apply_injected(fleet, "cuda128", "12.8")
     kube = fleet.kube()
-    pods = wait_for(lambda: (ps := kube.pods("ml", label_selector="app=cuda128")) and len(ps) == 4
-                    and all(p["spec"].get("nodeName") for p in ps) and ps, what="4 scheduled pods")
+    pods = scheduled(kube, "ml", "cuda128", 4)
     assert {p["spec"]["nodeName"] for p in pods} <= {"gpu-580a", "gpu-580b"}
 
 
 def test_cuda_13_2_stays_pending_with_failedscheduling(fleet):
     apply_injected(fleet, "cuda132", "13.2")
     kube = fleet.kube()
-    events = wait_for(lambda: [e for e in kube.list_raw("/api/v1/namespaces/ml/events")
-                               if e["reason"] == "FailedScheduling"
-                               and e["involvedObject"]["name"].startswith("cuda132")], what="FailedScheduling")
-    assert "didn't match Pod's node affinity/selector" in events[0]["message"]
-    pods = kube.pods("ml", label_selector="app=cuda132")
-    assert pods and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName") for p in pods)
+    reason = unscheduled(kube, "ml", "cuda132")
+    assert "didn't match Pod's node affinity/selector" in reason, reason
 
 
 def test_cuda_check_names_the_nodes_that_cannot_host(fleet):

@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.cli import run_cli
 from tests.support.lab import start_lab
-from tests.support.waits import wait_for
+from tests.support.waits import scheduled, unscheduled, wait_for
 
 pytestmark = pytest.mark.lab
 
@@ -30,45 +30,25 @@ def dra(tmp_path_factory):
 
 
 def workload(name: str, cuda: str | None = None) -> str:
-    """A claim template for one NVIDIA GPU and a Deployment of three pods claiming from it."""
-    annotation = f"\n  annotations: {{gpualign.io/cuda: \"{cuda}\"}}" if cuda else ""
-    return f"""\
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata:
-  name: {name}-gpu
-  namespace: ml{annotation}
-spec:
-  spec:
-    devices:
-      requests:
-      - name: gpu
-        exactly:
-          deviceClassName: gpu.nvidia.com
----
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  namespace: ml
-spec:
-  replicas: 3
-  selector:
-    matchLabels: {{app: {name}}}
-  template:
-    metadata:
-      labels: {{app: {name}}}
-    spec:
-      resourceClaims:
-      - name: gpu
-        resourceClaimTemplateName: {name}-gpu
-      containers:
-      - name: main
-        image: nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04
-        resources:
-          claims:
-          - name: gpu
-"""
+    """A claim template for one NVIDIA GPU and a Deployment of three pods claiming from it, as YAML."""
+    import io
+
+    from ruamel.yaml import YAML
+
+    template = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": f"{name}-gpu", "namespace": "ml",
+                             **({"annotations": {"gpualign.io/cuda": cuda}} if cuda else {})},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}}}}
+    pod = {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": f"{name}-gpu"}],
+           "containers": [{"name": "main", "image": "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04",
+                           "resources": {"claims": [{"name": "gpu"}]}}]}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "ml"},
+                  "spec": {"replicas": 3, "selector": {"matchLabels": {"app": name}},
+                           "template": {"metadata": {"labels": {"app": name}}, "spec": pod}}}
+    out = io.StringIO()
+    YAML().dump_all([template, deployment], out)
+    return out.getvalue()
 
 
 def kubectl_apply(lab, text: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -87,8 +67,7 @@ def apply_injected(lab, name: str, cuda: str) -> None:
 def test_cuda_12_8_claims_are_allocated_only_on_the_580_node(dra):
     apply_injected(dra, "cuda128", "12.8")
     kube = dra.kube()
-    pods = wait_for(lambda: (ps := kube.pods("ml", label_selector="app=cuda128")) and len(ps) == 3
-                    and all(p["spec"].get("nodeName") for p in ps) and ps, what="3 scheduled pods")
+    pods = scheduled(kube, "ml", "cuda128", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}
     claims = kube.list_raw("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims")
     allocated = [c["status"]["allocation"]["devices"]["results"][0] for c in claims
@@ -99,12 +78,8 @@ def test_cuda_12_8_claims_are_allocated_only_on_the_580_node(dra):
 def test_cuda_13_1_claims_stay_unscheduled_with_the_schedulers_reason(dra):
     apply_injected(dra, "cuda131", "13.1")
     kube = dra.kube()
-    events = wait_for(lambda: [e for e in kube.list_raw("/api/v1/namespaces/ml/events")
-                               if e["reason"] == "FailedScheduling"
-                               and e["involvedObject"]["name"].startswith("cuda131")], what="FailedScheduling")
-    assert "cannot allocate all claims" in events[0]["message"], events[0]["message"]
-    pods = kube.pods("ml", label_selector="app=cuda131")
-    assert pods and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName") for p in pods)
+    reason = unscheduled(kube, "ml", "cuda131")
+    assert "cannot allocate all claims" in reason, reason
 
 
 def test_cuda_check_reads_each_nodes_driver_from_its_slices(dra):
@@ -162,6 +137,5 @@ def test_a_deviceclass_per_floor_is_honoured_by_the_scheduler(dra):
     applied = kubectl_apply(dra, claim)
     assert applied.returncode == 0, applied.stderr
     kube = dra.kube()
-    pods = wait_for(lambda: (ps := kube.pods("ml", label_selector="app=byclass")) and len(ps) == 3
-                    and all(p["spec"].get("nodeName") for p in ps) and ps, what="3 scheduled pods")
+    pods = scheduled(kube, "ml", "byclass", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}

@@ -196,17 +196,10 @@ def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_c
     (tmp_path / "check.json").write_text(check.out)
 
     # with a signing key, what the build pushes is signed, and its SBOM and provenance attested (cosign's formats)
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     from gpualign.ensure import signatures
+    from tests.support.cosign_keys import key_pair
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "cosign.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                            serialization.PrivateFormat.PKCS8,
-                                                            serialization.NoEncryption()))
-    (tmp_path / "cosign.pub").write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    key_pair(tmp_path, "cosign")
     res = run_cli("ensure", "--from", str(tmp_path / "check.json"), "--ledger", ledger, "-o", "json", timeout=1700,
                   env={**lab.env, "GPUALIGN_COSIGN_KEY": str(tmp_path / "cosign.key")})
     assert res.code == 0, res.out + res.err

@@ -39,3 +39,22 @@ def pod_ready(pod: dict) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
+
+
+def scheduled(kube, namespace: str, app: str, count: int, timeout: float = 30.0) -> list[dict]:  # noqa: ANN001 - Kube
+    """The `count` pods labelled app=APP, once every one of them is bound to a node."""
+    return wait_for(lambda: (ps := kube.pods(namespace, label_selector=f"app={app}")) and len(ps) == count
+                    and all(p["spec"].get("nodeName") for p in ps) and ps, timeout=timeout,
+                    what=f"{count} scheduled pods of {app}")
+
+
+def unscheduled(kube, namespace: str, app: str, timeout: float = 30.0) -> str:  # noqa: ANN001 - Kube
+    """The scheduler's reason (its first FailedScheduling event) for the pods labelled app=APP, once it has said it,
+    and every one of them still Pending on no node."""
+    events = wait_for(lambda: [e for e in kube.list_raw(f"/api/v1/namespaces/{namespace}/events")
+                               if e["reason"] == "FailedScheduling"
+                               and e["involvedObject"]["name"].startswith(app)], timeout=timeout,
+                      what=f"FailedScheduling for {app}")
+    pods = kube.pods(namespace, label_selector=f"app={app}")
+    assert pods and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName") for p in pods)
+    return str(events[0]["message"])

@@ -9,14 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure import signatures
-from gpualign.lab import docker_registry, processes
-from gpualign.ledger.registry import RegistryClient, RegistryRef
 from gpualign.model import cosign
+from tests.support.cosign_keys import key_pair, own_registry
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "cosign"
 
@@ -34,30 +31,15 @@ def test_the_payload_is_the_simple_signing_document_cosign_marshals():
         cosign.read_payload(b'{"critical": {}}')
 
 
-def _key(tmp_path: Path, name: str) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    private, public = tmp_path / f"{name}.key", tmp_path / f"{name}.pub"
-    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
-    return private, public
-
-
 @pytest.fixture
 def registry(tmp_path):
-    proc = docker_registry.start(tmp_path / "registry")
-    client = RegistryClient(RegistryRef(host=proc.address, repo="nvidia/driver", scheme="http"), timeout=10.0)
-    try:
+    with own_registry(tmp_path / "registry") as client:
         yield client
-    finally:
-        client.close()
-        processes.stop(proc)
 
 
 def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(registry, tmp_path):
-    ours, ours_pub = _key(tmp_path, "ours")
-    _, theirs_pub = _key(tmp_path, "theirs")
+    ours, ours_pub = key_pair(tmp_path, "ours")
+    _, theirs_pub = key_pair(tmp_path, "theirs")
     tag = "535-6.1.0-50-amd64-debian12"
     registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
     digest = registry.digest(tag)
@@ -100,7 +82,7 @@ def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(regis
     key signs what it shares."""
     from gpualign.ensure import shared
 
-    ours, ours_pub = _key(tmp_path, "ours")
+    ours, ours_pub = key_pair(tmp_path, "ours")
     module = tmp_path / "built" / "nvidia.ko"
     module.parent.mkdir()
     module.write_bytes(b"\x7fELF not really a module")

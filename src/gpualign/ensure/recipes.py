@@ -263,17 +263,26 @@ RUN mkdir -p /build && cd /build && tar -xf /usr/src/{tarball} && cd modules/{su
  && make -j"$(nproc)" modules KERNEL_UNAME={k} \\
  && for ko in $(find . -name '*.ko'); do strip --strip-debug "$ko"; done
 """
-    verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
     # Debian's user space from non-free (maintainer scripts run here, so update-alternatives makes the links)
     userspace = (f'ARG DEBIAN_MIRROR\nRUN echo "deb ${{DEBIAN_MIRROR}} {suite} main contrib non-free" \\\n'
                  "    > /etc/apt/sources.list && rm -f /etc/apt/sources.list.d/debian.sources && apt-get update \\\n"
                  " && apt-get install -y --no-install-recommends kmod util-linux mount libcuda1 libnvidia-ml1 "
                  "libnvidia-ptxjitcompiler1 libnvidia-cfg1 nvidia-smi nvidia-persistenced \\\n"
                  " && rm -rf /var/lib/apt/lists/*")
+    return _debian_recipe(spec, driver_version, builder, userspace, True, {},
+                          ("Built and verified here by `gpualign ensure` itself.",))
+
+
+def _debian_recipe(spec: TagSpec, driver_version: str, builder: str, userspace: str, runs_here: bool,
+                   build_args: dict[str, str], notes: tuple[str, ...]) -> Recipe:
+    """A Debian recipe from its builder stage (the modules under /build/modules) and its user space step: the
+    verify stage, then the image."""
+    k = spec.kernel
+    verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
     final = _final(spec, driver_version, "${FINAL_BASE}", userspace)
     files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY,
              "nvidia-driver": NVIDIA_DRIVER.read_text()}
-    return Recipe(spec.tag, "debian", True, files, {}, ("Built and verified here by `gpualign ensure` itself.",))
+    return Recipe(spec.tag, "debian", runs_here, files, build_args, notes)
 
 
 def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) -> Recipe:
@@ -320,7 +329,6 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc make libc6-
  && for z in /build/modules/*.ko.xz; do [ -e "$z" ] && xz -d "$z"; done; \\
     for ko in /build/modules/*.ko; do strip --strip-debug "$ko"; done
 """
-    verify = _verify_stage("builder", f"/usr/src/linux-headers-{k}/Module.symvers", "/build/modules", k)
     userspace = (f"ARG NVIDIA_REPOSITORY\nARG DRIVER_VERSION\n{keyring}\n"
                  "RUN apt-get update && apt-get install -y --no-install-recommends kmod util-linux mount \\\n"
                  '      "libcuda1=${DRIVER_VERSION}-*" "libnvidia-ml1=${DRIVER_VERSION}-*" '
@@ -328,11 +336,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends gcc make libc6-
                  '      "libnvidia-cfg1=${DRIVER_VERSION}-*" "nvidia-smi=${DRIVER_VERSION}-*" '
                  '"nvidia-persistenced=${DRIVER_VERSION}-*" \\\n'
                  " && rm -rf /var/lib/apt/lists/*")
-    final = _final(spec, driver_version, "${FINAL_BASE}", userspace)
-    files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY,
-             "nvidia-driver": NVIDIA_DRIVER.read_text()}
-    return Recipe(spec.tag, "debian", False, files, {"DRIVER_VERSION": driver_version},
-                  (f"Debian {suite} carries no NVIDIA {spec.branch}: this recipe takes it from NVIDIA's own Debian "
+    return _debian_recipe(spec, driver_version, builder, userspace, False, {"DRIVER_VERSION": driver_version}, (
+                  f"Debian {suite} carries no NVIDIA {spec.branch}: this recipe takes it from NVIDIA's own Debian "
                    f"{release} repository ({repo}), which is not reachable here; it is rendered, not built or "
                    "verified here.",
                    f"DRIVER_VERSION pins NVIDIA's packages ({driver_version}, the rules' version of {spec.branch}); "
