@@ -24,6 +24,7 @@ def node_views_with(pdb_demand: st.SearchStrategy[tuple[tuple[str, int], ...]]) 
         target_tag=st.just("595-k-ubuntu22.04"),
         pdb_demand=pdb_demand,
         unmovable=st.sampled_from([(), ("ml/gpujob has no controller: …",)]),
+        maintenance=st.sampled_from([None, "NodeMaintenance default/n1-network (requestor nvidia.network.operator)"]),
     )
 
 

@@ -37,6 +37,7 @@ def test_no_node_without_its_image_is_started_and_admin_cordons_are_kept(views, 
         view = by_name[action.node]
         if action.kind == "start":
             assert view.image_present and view.needs_upgrade and not view.skip and not view.unmovable
+            assert view.maintenance is None  # never cordoned behind the maintenance operator
         if action.kind == "uncordon":  # the libs record a cordon made before the walk as "true", and only that
             assert view.initial_unschedulable != "true"
 

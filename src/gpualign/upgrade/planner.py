@@ -38,6 +38,7 @@ class NodeView:
     image_problem: str | None = None  # present under the tag but built for another kernel or branch
     pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
     unmovable: tuple[str, ...] = ()  # pods here the walk may not evict (kubectl drain's rules), each with why
+    maintenance: str | None = None  # who holds it for maintenance (a NodeMaintenance: upgrade/maintenance.py)
 
     @property
     def unavailable(self) -> bool:
@@ -109,6 +110,8 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
         if n.state == S.REQUIRED:
             if not n.needs_upgrade:
                 actions.append(Action(n.name, "mark-done", "driver already the target"))
+            elif n.maintenance:
+                actions.append(Action(n.name, "hold", f"{MAINTENANCE_HOLD}: {n.maintenance}"))
             elif not n.image_present:
                 actions.append(Action(n.name, "hold", image_hold(n.target_tag, n.image_problem)))
             elif n.unmovable:
@@ -148,6 +151,9 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
             continue
         actions.append(Action(n.name, "handle"))
     return actions
+
+
+MAINTENANCE_HOLD = "held for maintenance, which gpualign neither cordons nor drains behind"
 
 
 def image_hold(tag: str | None, problem: str | None) -> str:

@@ -104,7 +104,8 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
                     f", missing from the ledger: mirror or build it (gpualign ensure {dp.tag})"
             elif not ledger_known and building and dp.tag == ns.target_tag:
                 no_driver += f"; {building}"
-    blocker = ann.get(S.BLOCKER) or derived or (f"gated: {gated}" if gated else None)
+    held = f"held for maintenance by {ns.view.maintenance}" if ns.view.maintenance else None
+    blocker = ann.get(S.BLOCKER) or derived or held or (f"gated: {gated}" if gated else None)
     hold = None
     if blocker:
         hold = "after-cordon" if ns.view.state in S.IN_PROGRESS else "before-cordon"

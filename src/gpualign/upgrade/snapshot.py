@@ -137,6 +137,16 @@ def is_walked(facts: NodeFacts, driver_pods: Mapping[str, Any]) -> bool:
     return facts.gpu or facts.name in driver_pods
 
 
+def _maintenance(kube: Kube) -> dict[str, str]:
+    """node -> who holds it for maintenance; {} where the maintenance operator's API is not served or not readable."""
+    from gpualign.upgrade.maintenance import API, holders
+
+    resp = kube.request("GET", API)
+    if resp.status_code != 200:
+        return {}
+    return holders(resp.json().get("items") or [])
+
+
 def _driver_pods(kube: Kube) -> dict[str, JSON]:
     pods: dict[str, JSON] = {}
     for page in kube.list_pages("/api/v1/pods", label_selector=DRIVER_SELECTOR):
@@ -177,14 +187,16 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     selectors.parse(selector)
     from gpualign.kube import dra_reads
 
-    with ThreadPoolExecutor(3, thread_name_prefix="gpualign-snapshot") as reads:
+    with ThreadPoolExecutor(4, thread_name_prefix="gpualign-snapshot") as reads:
         driver_pods = reads.submit(_driver_pods, kube)
         driver_pools = reads.submit(_pools, kube)
         slices = reads.submit(dra_reads.read, kube)  # a node without GFD labels has its driver there
+        held = reads.submit(_maintenance, kube)  # NodeMaintenance objects: another walker's nodes
         nodes = [n for page in kube.list_pages("/api/v1/nodes", label_selector=target_selector(selector),
                                                decode=_walk_nodes) for n in page]
         pods, pools = driver_pods.result(), driver_pools.result()
         dra = {n: d for n, devices in slices.result().by_node.items() if (d := highest_driver(devices))}
+        maintained = held.result()
     states: dict[str, NodeState] = {}
     for node in nodes:
         facts = with_dra_driver(node_facts(node), dra)
@@ -215,6 +227,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             image_present=bool(target) and (ledger is None or ledger.has(target or "")),
             target_tag=target,
             image_problem=ledger.wrong(target) if ledger is not None and target else None,
+            maintenance=maintained.get(facts.name),
         )
         states[facts.name] = NodeState(node, facts, pod, pool, target, view)
     snap = Snapshot(states, pools)
