@@ -88,7 +88,8 @@ class Bench:
         self.registry = RegistryClient(RegistryRef(host=self.lab.registry, repo="nvidia/driver", scheme="http"),
                                        timeout=60.0)
 
-    def install(self, cap: int) -> None:
+    def install(self, cap: int, *extra: str) -> None:
+        """The chart, installed anew with builds on (extra: more --set arguments)."""
         values = Path(tempfile.mkdtemp(prefix="k2g-")) / "values.yaml"
         values.write_text(self.cli("lab", "chart-values"))
         helm = str(versions.helm_binary())
@@ -98,7 +99,7 @@ class Bench:
                         "-f", str(values), "--set", "builds.enabled=true", "--set", f"builds.maxConcurrent={cap}",
                         "--set", "ledgerRefreshSeconds=2", "--wait", "--timeout", "180s",
                         "--set", f"restartWaitingDriverPods.enabled={'true' if self.restart else 'false'}",
-                        "--kubeconfig", str(self.lab.kubeconfig)],  # type: ignore[union-attr]
+                        *extra, "--kubeconfig", str(self.lab.kubeconfig)],  # type: ignore[union-attr]
                        check=True, capture_output=True)
 
     def share(self, kernel: str) -> None:
@@ -303,6 +304,72 @@ def ahead_case(b: Bench) -> dict[str, object]:
             "waited_for_image_s": round(waited, 1), "goal_waited_s": 0}
 
 
+NEXT_STANZA = """Package: linux-image-amd64
+Source: linux-signed-amd64 (6.1.170+1)
+Version: {version}
+Architecture: amd64
+Depends: linux-image-{kernel} (= {version})
+"""
+
+
+def archive_case(b: Bench) -> dict[str, object]:
+    """Debian's archive names the next kernel, with nobody typing: a pool of one node on another kernel; the chart's
+    controller reads an archive served here (signed by a key of its own, trusted as a signed-by key) every 2 s;
+    the archive then publishes a metapackage naming the kernel. Timed from that publication to the verified image
+    in the ledger; then the node reboots into it, and its driver pod's wait for the image is timed (goal: 0 s)."""
+    import http.server
+    import threading
+
+    sys.path.insert(0, str(ROOT))
+    from tests.support.local_suite import LocalArchive
+
+    b.forget(SHARED_KERNEL)
+    b.cli("lab", "push-image", tag(OTHER_KERNEL))
+    b.join("archive-0", OTHER_KERNEL)
+    with tempfile.TemporaryDirectory(prefix="k2g-archive-") as tmp, LocalArchive(Path(tmp)) as archive:
+        for suite in ("bookworm", "bookworm-updates", "bookworm-security"):
+            archive.publish(suite, {"amd64": ""})
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+                super().__init__(*a, directory=str(archive.root), **k)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        try:
+            subprocess.run([str(Path(b.lab.bin_dir) / "kubectl"), "--kubeconfig", str(b.lab.kubeconfig),  # type: ignore
+                            "create", "configmap", "archive-keyring", "-n", NS,
+                            f"--from-file=keyring.gpg={archive.keyring}"], capture_output=True)
+            b.install(1, "--set", "builds.archive.enabled=true", "--set", f"builds.archive.mirror={url}/debian",
+                      "--set", f"builds.archive.securityMirror={url}/debian-security",
+                      "--set", "builds.archive.keyringConfigMap=archive-keyring",
+                      "--set", "builds.archive.pollSeconds=2")
+            time.sleep(5)  # the controller has read the archive once, naming nothing new
+            t0 = time.monotonic()
+            archive.publish("bookworm-security", {"amd64": NEXT_STANZA.format(version="6.1.170-3",
+                                                                             kernel=SHARED_KERNEL)})
+            deadline = time.monotonic() + 900
+            while b.registry.digest(tag(SHARED_KERNEL)) is None:
+                if time.monotonic() > deadline:
+                    raise SystemExit("bench_kernel_to_gpu: the archive's next kernel's image was never built")
+                time.sleep(0.5)
+            built_after = time.monotonic() - t0
+        finally:
+            server.shutdown()
+    b.kube.patch("/api/v1/nodes/archive-0", {"metadata": {"labels": {
+        "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL}}})
+    rebooted, waited = b.wait_ready("archive-0", 120, watch_pull=True, image_tag=tag(SHARED_KERNEL))
+    print(f"archive: built {built_after:.1f}s after the archive named the kernel; after the reboot Ready in "
+          f"{rebooted:.1f}s, {waited:.1f}s waiting for the image", file=sys.stderr, flush=True)
+    return {"image_in_ledger_after_archive_named_it_s": round(built_after, 1), "reboot_to_ready_s": round(rebooted, 1),
+            "waited_for_image_s": round(waited, 1), "goal_waited_s": 0, "poll_s": 2,
+            "note": "shared modules in the registry (compiled earlier by another builder)"}
+
+
 def burst_case(b: Bench) -> dict[str, object]:
     """Five nodes on two kernels at once, cap 1 then 2 (both kernels' modules shared)."""
     b.share(OTHER_KERNEL)
@@ -345,7 +412,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the shared case (median)")
     ap.add_argument("--cases", nargs="+", default=["shared", "ahead", "burst", "cold"],
-                    choices=["shared", "ahead", "burst", "cold"], help="the cases to run [default: all]")
+                    choices=["shared", "ahead", "archive", "burst", "cold"],
+                    help="the cases to run [default: all but archive]")
     ap.add_argument("--kernel", default=SHARED_KERNEL, help="the new kernel's release, as the kubelet reports it "
                     "(6.12.118+deb13-amd64; NFD's label and the tag are made from it) [default: %(default)s]")
     ap.add_argument("--os", default="debian12", help="the nodes' OS tag [default: %(default)s]")
@@ -381,6 +449,8 @@ def main() -> int:
                 into["shared"] = results_shared
             if "ahead" in args.cases:
                 results["ahead"] = ahead_case(b)
+            if "archive" in args.cases:
+                results["archive"] = archive_case(b)
             if "burst" in args.cases:
                 results["burst"] = burst_case(b)
             if "cold" in args.cases:
