@@ -272,8 +272,9 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
     from gpualign.ledger.registry import connect
 
     repo = "sweep/driver"
-    in_use, announced, fallback = "6.1.0-81-amd64", "6.1.0-82-amd64", "6.1.0-80-amd64"
-    unused_a, unused_b = "6.1.0-30-amd64", "6.1.0-31-amd64"
+    # the cloud line: the module's other tests leave nodes on the generic line, whose fallbacks would be kept too
+    in_use, announced, fallback = "6.1.0-81-cloud-amd64", "6.1.0-82-cloud-amd64", "6.1.0-80-cloud-amd64"
+    unused_a, unused_b = "6.1.0-30-cloud-amd64", "6.1.0-31-cloud-amd64"
     add(blab, "sw-0", in_use)
     blab.kube().patch("/api/v1/nodes/sw-0", {"metadata": {"labels": {"gpualign.io/kernel.next": announced}}})
     client = connect(f"registry://{blab.registry}/{repo}")

@@ -154,8 +154,7 @@ def test_builds_render_the_build_pods_settings_the_builders_identity_and_only_th
     assert env["GPUALIGN_DEBIAN_KEYRING"] == "/etc/gpualign/archive-keyring/keyring.gpg"
     assert {"name": "archive-keyring", "configMap": {"name": "infra-keyring"}} in pod["volumes"]
     # on the host's network a rollout must not surge: the new pod could never take the old one's port
-    assert named[("Deployment", "gpualign-controller")]["spec"]["strategy"] == {
-        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert named[("Deployment", "gpualign-controller")]["spec"]["strategy"] == {"type": "Recreate"}
     off = by_kind(docs(helm("template", "ga", str(CHART), "-n", "ops", *IMAGE, "--set", "builds.enabled=true",
                             "--set", "builds.archive.enabled=false").stdout))
     assert "strategy" not in off["Deployment"]["spec"]  # off the host's network, Kubernetes' default rollout

@@ -207,7 +207,18 @@ class Reconciler:
         """The finding of `facts`' node as it would be on another kernel (the one Debian's archive installs next on
         its pool), judged as its current one is."""
         branches, expect = self._expectations(facts, self.caches.node(facts.name)[1])
-        return self._judged_as(facts.name, {**facts.labels, L.KERNEL: kernel_label}, branches, expect)
+        return self._judged_as(facts.name, {**facts.labels, L.KERNEL: kernel_label},
+                               self._ahead_branches(facts, branches), expect)
+
+    def _ahead_branches(self, facts: NodeFacts, branches: BranchPolicy) -> BranchPolicy:
+        """The branches a node's next kernel or OS is judged by. Judged without a driver pod, the branch must be
+        named: the node's own (a policy or flag), else the one its driver DaemonSet deploys now, else its pod's."""
+        if branches.branch_for(facts.labels):
+            return branches
+        pod = self.caches.node(facts.name)[1]
+        pod_branch = pod.tag.split("-", 1)[0] if pod is not None and pod.tag else None
+        hint = self.caches.pool_branch(facts) or (pod_branch if pod_branch and pod_branch.isdigit() else None)
+        return BranchPolicy(default=hint) if hint else branches
 
     def _judged_as(self, name: str, labels: dict[str, str], branches: BranchPolicy, expect: Any) -> JSON:
         """The finding of a node with these labels (its kernel or OS changed), without its driver pod."""
@@ -230,7 +241,7 @@ class Reconciler:
         finding = None
         if labels.get(L.KERNEL) != facts.labels.get(L.KERNEL) or (os_next is not None and
                                                                    os_next != (facts.os_id, facts.os_version)):
-            finding = self._judged_as(facts.name, labels, branches, expect)
+            finding = self._judged_as(facts.name, labels, self._ahead_branches(facts, branches), expect)
             if os_next is not None:
                 finding["os"] = "-".join(os_next)
         self.findings.record_ahead(facts.name, finding)
