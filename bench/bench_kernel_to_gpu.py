@@ -95,12 +95,14 @@ class Bench:
         helm = str(versions.helm_binary())
         subprocess.run([helm, "uninstall", "ga", "-n", NS, "--wait", "--kubeconfig", str(self.lab.kubeconfig)],
                        capture_output=True)  # type: ignore[union-attr]
-        subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", NS, "--create-namespace",
+        done = subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", NS, "--create-namespace",
                         "-f", str(values), "--set", "builds.enabled=true", "--set", f"builds.maxConcurrent={cap}",
                         "--set", "ledgerRefreshSeconds=2", "--wait", "--timeout", "180s",
                         "--set", f"restartWaitingDriverPods.enabled={'true' if self.restart else 'false'}",
                         *extra, "--kubeconfig", str(self.lab.kubeconfig)],  # type: ignore[union-attr]
-                       check=True, capture_output=True)
+                       capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"bench_kernel_to_gpu: helm install: {done.stderr[-600:]}\n{self.controller_log()}")
 
     def share(self, kernel: str) -> None:
         built = debian.compile_modules(Archive.for_kernel(kernel), kernel, jobs=2)  # the earlier builder (cached)
