@@ -241,6 +241,15 @@ class Bench:
                 + len(_json.dumps(manifest)),
                 "bytes_total": sum(int(layer["size"]) for layer in manifest.get("layers", []))}
 
+    def wait_image(self, kernel: str, since: float, timeout: float) -> float:
+        """Seconds from `since` (monotonic) until the kernel's image is in the ledger."""
+        deadline = time.monotonic() + timeout
+        while self.registry.digest(tag(kernel)) is None:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench_kernel_to_gpu: {tag(kernel)} was never built")
+            time.sleep(0.5)
+        return time.monotonic() - since
+
     def leave(self, node: str) -> None:
         """The node is gone (its pool's DaemonSet stays, for the next nodes of its kernel)."""
         self.kube.request("DELETE", f"/api/v1/nodes/{node}")
@@ -291,12 +300,7 @@ def ahead_case(b: Bench) -> dict[str, object]:
     b.forget(SHARED_KERNEL)
     b.cli("lab", "push-image", tag(OTHER_KERNEL))  # its current kernel's image is there
     t0 = b.join("ahead-0", OTHER_KERNEL, {"gpualign.io/kernel.next": SHARED_KERNEL})
-    deadline = time.monotonic() + 600
-    while b.registry.digest(tag(SHARED_KERNEL)) is None:
-        if time.monotonic() > deadline:
-            raise SystemExit("bench_kernel_to_gpu: the next kernel's image was never built")
-        time.sleep(0.5)
-    built_after = time.monotonic() - t0
+    built_after = b.wait_image(SHARED_KERNEL, t0, 600)
     b.kube.patch("/api/v1/nodes/ahead-0", {"metadata": {"labels": {
         "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL, "gpualign.io/kernel.next": None}}})
     rebooted, waited = b.wait_ready("ahead-0", 120, watch_pull=True, image_tag=tag(SHARED_KERNEL))
@@ -354,12 +358,7 @@ def archive_case(b: Bench) -> dict[str, object]:
             t0 = time.monotonic()
             archive.publish("bookworm-security", {"amd64": NEXT_STANZA.format(version="6.1.170-3",
                                                                              kernel=SHARED_KERNEL)})
-            deadline = time.monotonic() + 900
-            while b.registry.digest(tag(SHARED_KERNEL)) is None:
-                if time.monotonic() > deadline:
-                    raise SystemExit("bench_kernel_to_gpu: the archive's next kernel's image was never built")
-                time.sleep(0.5)
-            built_after = time.monotonic() - t0
+            built_after = b.wait_image(SHARED_KERNEL, t0, 900)
         finally:
             server.shutdown()
     b.kube.patch("/api/v1/nodes/archive-0", {"metadata": {"labels": {
