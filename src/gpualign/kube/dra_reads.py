@@ -4,11 +4,13 @@ Operator's DRA mode), a node's driver version is there, not in its labels (gpual
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from gpualign.base.errors import Forbidden, NotFound
-from gpualign.model.dra_devices import GpuDevice, devices_by_node
+from gpualign.model.dra_devices import GpuDevice, devices_by_node, highest_driver
 from gpualign.model.dra_floor import DRIVER
+from gpualign.model.version import DriverVersion
 
 PATH = "/apis/resource.k8s.io/v1/resourceslices"
 
@@ -20,6 +22,11 @@ class DraDevices:
 
     by_node: dict[str, list[GpuDevice]]
     note: str | None = None
+
+    @cached_property
+    def drivers(self) -> dict[str, DriverVersion]:
+        """node -> the highest driver its devices publish (worked out once, however many pages ask)."""
+        return {n: d for n, devices in self.by_node.items() if (d := highest_driver(devices))}
 
 
 def read(kube: Any) -> DraDevices:

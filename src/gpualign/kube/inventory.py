@@ -15,7 +15,6 @@ from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput
 from gpualign.kube.dra_reads import DraDevices
 from gpualign.model import operator_config, selectors
-from gpualign.model.dra_devices import highest_driver
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import NodeFacts, from_labels, node_facts, with_dra_driver
 from gpualign.model.operator_config import OperatorConfig
@@ -200,8 +199,7 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
         def known(page: list[NodeFacts]) -> list[NodeFacts]:
             if all(f.driver is not None for f in page):
                 return page
-            drivers = {n: d for n, devices in slices.result().by_node.items() if (d := highest_driver(devices))}
-            return [with_dra_driver(f, drivers) for f in page]
+            return [with_dra_driver(f, slices.result().drivers) for f in page]
 
         told = None if each_page is None else (lambda page: each_page(known(page)))
         others: dict[str, NodeFacts] = {}

@@ -17,7 +17,6 @@ from gpualign.base import labels as L
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
-from gpualign.model.dra_devices import highest_driver
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import states as S
@@ -195,7 +194,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
         nodes = [n for page in kube.list_pages("/api/v1/nodes", label_selector=target_selector(selector),
                                                decode=_walk_nodes) for n in page]
         pods, pools = driver_pods.result(), driver_pools.result()
-        dra = {n: d for n, devices in slices.result().by_node.items() if (d := highest_driver(devices))}
+        dra = slices.result().drivers
         maintained = held.result()
     states: dict[str, NodeState] = {}
     for node in nodes:
