@@ -139,3 +139,36 @@ def test_a_deviceclass_per_floor_is_honoured_by_the_scheduler(dra):
     kube = dra.kube()
     pods = scheduled(kube, "ml", "byclass", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}
+
+
+def test_the_controller_reads_a_dra_nodes_driver_from_its_slices_and_follows_them(dra):
+    """The controller watches NVIDIA's ResourceSlices: its board names each DRA node's driver, and a slice that
+    changes (the DRA driver republishing after a driver upgrade) changes the board within seconds."""
+    from tests.support.controller import Controller
+
+    def drivers() -> dict[str, str | None]:
+        try:
+            board = json.loads(ctl.get("/api/fleet") or "{}")
+        except json.JSONDecodeError:
+            return {}
+        return {n["name"]: n["driver"] for n in board.get("nodes") or []}
+
+    kube = dra.kube()
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpualign-system"}})
+    ctl = Controller(dra)
+    path = "/apis/resource.k8s.io/v1/resourceslices"
+    name = next(s["metadata"]["name"] for s in kube.list_raw(path) if s["spec"].get("nodeName") == "dra-550b")
+    item = kube.get(f"{path}/{name}")
+    try:
+        wait_for(lambda: drivers() == {"dra-550a": "550.163.01", "dra-550b": "550.163.01", "dra-580": "580.65.06"},
+                 timeout=20, what="the controller's board naming each DRA node's driver")
+        for device in item["spec"]["devices"]:
+            device["attributes"]["driverVersion"] = {"version": "580.65.6"}
+        kube.patch(f"{path}/{name}", {"spec": {"devices": item["spec"]["devices"]}})
+        wait_for(lambda: drivers().get("dra-550b") == "580.65.06", timeout=10,
+                 what="the controller following dra-550b's slice to its new driver")
+    finally:
+        ctl.stop()
+        for device in item["spec"]["devices"]:
+            device["attributes"]["driverVersion"] = {"version": "550.163.1"}
+        kube.patch(f"{path}/{name}", {"spec": {"devices": item["spec"]["devices"]}})

@@ -11,6 +11,7 @@ from gpualign.model import dra_floor
 from gpualign.model.cuda import minimum_driver, table
 from gpualign.model.dra_devices import devices_by_node, highest_driver
 from gpualign.model.version import DriverVersion
+from tests.support.dra import SLICE
 
 versions = st.builds(DriverVersion, st.integers(0, 999), st.integers(0, 999), st.one_of(st.none(), st.integers(0, 99)))
 
@@ -58,17 +59,6 @@ def test_the_requests_of_nvidia_classes_are_found_in_both_shapes_of_a_v1_claim()
                                             "selectors": [{"cel": {"expression": "device.driver == 'nic.io'"}}]}}])
     assert classes == dra_floor.NVIDIA_CLASSES | {"team-h100"}
     assert len(dra_floor.nvidia_requests(spec, classes)) == 3
-
-
-SLICE = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "dra-1-gpu.nvidia.com-x"},
-         "spec": {"driver": "gpu.nvidia.com", "nodeName": "dra-1", "pool": {"name": "dra-1", "generation": 1,
-                                                                            "resourceSliceCount": 1},
-                  "devices": [{"name": "gpu-0", "attributes": {
-                      "type": {"string": "gpu"}, "productName": {"string": "NVIDIA H100 80GB HBM3"},
-                      "driverVersion": {"version": "550.163.1"}, "cudaDriverVersion": {"version": "12.4.0"}}},
-                      {"name": "gpu-1", "attributes": {
-                          "type": {"string": "gpu"}, "driverVersion": {"version": "580.65.6"},
-                          "cudaDriverVersion": {"version": "13.0.0"}}}]}}
 
 
 def test_a_nodes_devices_and_their_drivers_are_read_from_its_slices():

@@ -1,4 +1,5 @@
-"""The controller's caches, fed by its watches: GPU nodes, their driver pods and the driver DaemonSets.
+"""The controller's caches, fed by its watches: GPU nodes, their driver pods, the driver DaemonSets and the
+ResourceSlices of NVIDIA's DRA driver (where no gpu-feature-discovery runs, a node's driver version is there).
 
 Each update says which nodes to re-check (the `requeue` given at construction); a node that is gone is re-checked
 too, and the check, finding nothing, forgets it.
@@ -20,7 +21,9 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.model.audit import DriverPod
-from gpualign.model.facts import NodeFacts, node_facts
+from gpualign.model.dra_devices import GpuDevice, devices_by_node, highest_driver
+from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
+from gpualign.model.version import DriverVersion
 from gpualign.upgrade import states as S
 
 JSON = dict[str, Any]
@@ -46,6 +49,10 @@ class Caches:
     others: dict[str, NodeFacts] = field(default_factory=dict)
     pods: dict[str, DriverPod] = field(default_factory=dict)  # node -> its driver pod
     pools: dict[str, JSON] = field(default_factory=dict)  # driver DaemonSets by namespace/name
+    # NVIDIA's DRA devices: ResourceSlice name -> (its node, the devices it publishes), and node -> the highest
+    # driver they publish (a node NVIDIA's DRA driver publishes GPUs for is a GPU node, as one running a driver pod)
+    slices: dict[str, tuple[str, list[GpuDevice]]] = field(default_factory=dict)
+    dra: dict[str, DriverVersion] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     # node -> (the resourceVersion the controller's own write made, when to stop waiting for the watch to show it)
     unseen_writes: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -134,16 +141,19 @@ class Caches:
     def node(self, name: str) -> tuple[NodeFacts | None, DriverPod | None]:
         with self.lock:
             facts, pod = self.nodes.get(name), self.pods.get(name)
-            if facts is None and pod is not None and name in self.others:
+            if facts is None and (pod is not None or name in self.dra) and name in self.others:
                 facts = dataclasses.replace(self.others[name], gpu=True)
-            return facts, pod
+            return (with_dra_driver(facts, self.dra) if facts is not None and self.dra else facts), pod
 
     def _gpu_nodes(self) -> dict[str, NodeFacts]:
-        """The GPU nodes: those a GPU label marks, and those running a driver pod (under the lock)."""
-        found = [n for n in self.pods if n in self.others and n not in self.nodes]
-        if not found:
-            return self.nodes
-        return {**self.nodes, **{n: dataclasses.replace(self.others[n], gpu=True) for n in found}}
+        """The GPU nodes: those a GPU label marks, and those running a driver pod or publishing NVIDIA's DRA devices
+        (under the lock), with the driver their DRA devices publish where no label names one."""
+        found = [n for n in (*self.pods, *self.dra) if n in self.others and n not in self.nodes]
+        every = {**self.nodes, **{n: dataclasses.replace(self.others[n], gpu=True) for n in found}} if found \
+            else self.nodes
+        if not self.dra:
+            return every
+        return {n: with_dra_driver(f, self.dra) if n in self.dra else f for n, f in every.items()}
 
     def snapshot(self) -> dict[str, NodeFacts]:
         with self.lock:
@@ -181,6 +191,31 @@ class Caches:
                 self.pods[node] = DriverPod.from_pod(pod)
         self.requeue([node])
 
+    # -- NVIDIA's DRA devices -------------------------------------------------------------------------------------
+    def sync_slices(self, items: list[JSON]) -> None:
+        slices = {_slice_name(item): _slice(item) for item in items}
+        with self.lock:
+            before = self.dra
+            self.slices = {k: v for k, v in slices.items() if v is not None}
+            self.dra = _drivers(self.slices.values())
+        self.requeue(_changed(before, self.dra))
+
+    def slice_event(self, kind: str, obj: JSON) -> None:
+        name, found = _slice_name(obj), _slice(obj)
+        with self.lock:
+            old = self.slices.pop(name, None)
+            if kind != "DELETED" and found is not None:
+                self.slices[name] = found
+            touched = {s[0] for s in (old, found) if s is not None}
+            before = {n: self.dra[n] for n in touched if n in self.dra}
+            after = _drivers(s for s in self.slices.values() if s[0] in touched)
+            for node in touched:
+                if node in after:
+                    self.dra[node] = after[node]
+                else:
+                    self.dra.pop(node, None)
+        self.requeue(_changed(before, after))
+
     # -- driver DaemonSets ------------------------------------------------------------------------------------------
     def sync_pools(self, items: list[JSON]) -> None:
         with self.lock:
@@ -215,3 +250,25 @@ class Caches:
                 head = tag.split("-", 1)[0].split(".")[0]
                 return head if head.isdigit() else None
         return None
+
+
+def _slice_name(item: JSON) -> str:
+    return str((item.get("metadata") or {}).get("name") or "")
+
+
+def _slice(item: JSON) -> tuple[str, list[GpuDevice]] | None:
+    """The node a ResourceSlice of NVIDIA's DRA driver publishes devices for, and those devices; None for any other."""
+    by_node = devices_by_node([item])
+    return next(iter(by_node.items()), None)
+
+
+def _drivers(slices: Iterable[tuple[str, list[GpuDevice]]]) -> dict[str, DriverVersion]:
+    devices: dict[str, list[GpuDevice]] = {}
+    for node, found in slices:
+        devices.setdefault(node, []).extend(found)
+    return {n: d for n, found in devices.items() if (d := highest_driver(found))}
+
+
+def _changed(before: dict[str, DriverVersion], after: dict[str, DriverVersion]) -> list[str]:
+    """The nodes whose DRA driver the change made, moved or took away."""
+    return [n for n in {*before, *after} if before.get(n) != after.get(n)]

@@ -28,11 +28,13 @@ from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
+from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector
 from gpualign.kube.watch import Watcher
 from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.model.branches import BranchPolicy
+from gpualign.model.dra_floor import DRIVER as DRA_DRIVER
 from gpualign.model.operator_config import OperatorConfig
 from gpualign.model.tags import Rules
 
@@ -191,6 +193,11 @@ def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threadin
                 on_event=caches.pod_event, stop=stop, name="watch-driver-pods"),
         Watcher(kube, "/apis/apps/v1/daemonsets", label_selector=driver, metadata_only=False,
                 on_sync=caches.sync_pools, on_event=caches.pool_event, stop=stop, name="watch-driver-daemonsets"),
+        # NVIDIA's DRA devices: in the GPU Operator's DRA mode a node's driver version is published there, not in
+        # GFD labels; a cluster before Kubernetes 1.34 serves no resource.k8s.io/v1, asked again now and then
+        Watcher(kube, dra_reads.PATH, label_selector=None, metadata_only=False,
+                field_selector=f"spec.driver={DRA_DRIVER}", absent_retry=300.0,
+                on_sync=caches.sync_slices, on_event=caches.slice_event, stop=stop, name="watch-resourceslices"),
     ]
     if with_operator:
         # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands

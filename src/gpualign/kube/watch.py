@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpualign.base.errors import GpualignError
+from gpualign.base.errors import GpualignError, NotFound
 from gpualign.kube.client import Kube
 
 JSON = dict[str, Any]
@@ -21,11 +21,15 @@ class Watcher(threading.Thread):
     def __init__(self, kube: Kube, path: str, *, label_selector: str | None, metadata_only: bool,
                  on_sync: Callable[[list[JSON]], None], on_event: Callable[[str, JSON], None],
                  stop: threading.Event, name: str, field_selector: str | None = None,
-                 logger: logging.Logger = log, timeout_seconds: int = 30) -> None:
+                 logger: logging.Logger = log, timeout_seconds: int = 30,
+                 absent_retry: float | None = None) -> None:
         super().__init__(name=name, daemon=True)
         self.kube, self.path, self.selector, self.metadata_only = kube, path, label_selector, metadata_only
         self.field_selector, self.log, self.timeout_seconds = field_selector, logger, timeout_seconds
         self.on_sync, self.on_event, self.stop_event = on_sync, on_event, stop
+        # an API the cluster may not serve (resource.k8s.io/v1 before Kubernetes 1.34): its 404 is an empty list,
+        # asked again every `absent_retry` seconds, not an error retried at once
+        self.absent_retry = absent_retry
         self.resource_version: str | None = None
         self.relists = 0
         self.resumes = 0
@@ -74,14 +78,29 @@ class Watcher(threading.Thread):
                 else:
                     self.resumes += 1  # the server closed the watch: resume from the last resourceVersion
                 backoff = 0.5
+            except NotFound as err:
+                if self.absent_retry is None:
+                    self._retry(err, backoff)
+                    backoff = min(backoff * 2, 10.0)
+                    continue
+                if self.resource_version is None and self.relists == 0:
+                    self.log.info("%s: not served here (%s); asking again every %.0fs", self.name, err.message,
+                                  self.absent_retry)
+                    self.on_sync([])
+                self.resource_version = None
+                self.relists += 1
+                self.stop_event.wait(self.absent_retry)
             except GpualignError as err:
                 if "HTTP 410" in err.message:  # the resourceVersion is too old: list again
                     self.resource_version = None
-                self.log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
-                self.resumes += 1
-                self.stop_event.wait(backoff)
+                self._retry(err, backoff)
                 backoff = min(backoff * 2, 10.0)
             except Exception:  # noqa: BLE001 - a watcher must never die silently
                 self.log.exception("%s: unexpected error; listing again", self.name)
                 self.resource_version = None
                 time.sleep(1)
+
+    def _retry(self, err: GpualignError, backoff: float) -> None:
+        self.log.warning("%s: %s; retrying in %.1fs", self.name, err.message, backoff)
+        self.resumes += 1
+        self.stop_event.wait(backoff)
