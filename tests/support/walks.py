@@ -25,6 +25,7 @@ def node_views_with(pdb_demand: st.SearchStrategy[tuple[tuple[str, int], ...]]) 
         pdb_demand=pdb_demand,
         unmovable=st.sampled_from([(), ("ml/gpujob has no controller: …",)]),
         maintenance=st.sampled_from([None, "NodeMaintenance default/n1-network (requestor nvidia.network.operator)"]),
+        restart_only=st.booleans(),
     )
 
 

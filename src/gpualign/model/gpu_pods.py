@@ -27,3 +27,24 @@ def gpu_request(spec: Mapping[str, Any]) -> str | None:
     if spec.get("resourceClaims"):
         return "claims"
     return None
+
+
+DEPLOY_CLIENT = "nvidia.com/gpu.deploy.client"  # the operator sets it "true" on GPU nodes for third-party clients
+
+
+def gpu_client(spec: Mapping[str, Any]) -> bool:
+    """Whether a pod spec is placed as a third-party GPU client: by a nodeSelector or a required nodeAffinity on
+    `nvidia.com/gpu.deploy.client=true`, the label GPU Operator v26 sets on every GPU node for such clients, which
+    its driver manager pauses while the driver is replaced. Such a pod holds the GPU without asking for it."""
+    if str((spec.get("nodeSelector") or {}).get(DEPLOY_CLIENT)) == "true":
+        return True
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expr in (term.get("matchExpressions") or []) if isinstance(term, Mapping) else []:
+            if not isinstance(expr, Mapping) or expr.get("key") != DEPLOY_CLIENT:
+                continue
+            if expr.get("operator") == "Exists" or (expr.get("operator") == "In" and "true" in
+                                                    (expr.get("values") or [])):
+                return True
+    return False

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpualign.base.errors import Conflict, GpualignError
 from gpualign.kube.client import Kube
+from gpualign.model.driver_config import RESTART_IN_PLACE
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import now_iso, since
@@ -115,6 +116,8 @@ class Executor:
             for name in starting:
                 looked.add(name)
                 ns = snap.nodes[name]
+                if ns.view.restart_only:  # nothing is evicted from it
+                    continue
                 unmovable = P.unmovable(self._pods_on(ns), self.policy)
                 if unmovable:
                     ns.view = replace(ns.view, unmovable=tuple(unmovable))
@@ -132,6 +135,12 @@ class Executor:
             # the pods there against their PDBs) and its cordon. Whether it was cordoned before is kept in the
             # same write, so a restart cannot lose it.
             initial = "true" if ns.facts.unschedulable else "false"
+            if ns.view.restart_only:  # as the GPU Operator does: cordoned (should the restart fail), nothing moved
+                self.move(ns, S.POD_RESTART, annotations={**self.unblock(), S.TARGET: ns.target_tag,
+                                                          S.INITIAL_UNSCHEDULABLE: initial,
+                                                          S.RESTART_START: now_iso()}, unschedulable=True,
+                          why=f"admitted and cordoned: {RESTART_IN_PLACE}")
+                return
             self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag,
                                                  S.INITIAL_UNSCHEDULABLE: initial}, unschedulable=True,
                       why="admitted and cordoned" if initial == "false" else "admitted (already cordoned by someone "

@@ -39,6 +39,9 @@ class NodeView:
     pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
     unmovable: tuple[str, ...] = ()  # pods here the walk may not evict (kubectl drain's rules), each with why
     maintenance: str | None = None  # who holds it for maintenance (a NodeMaintenance: upgrade/maintenance.py)
+    # the driver's configuration is unchanged (gpualign.model.driver_config): cordon and restart the pod in place,
+    # no pod moved, so neither PDBs nor unmovable pods hold it
+    restart_only: bool = False
 
     @property
     def unavailable(self) -> bool:
@@ -83,7 +86,9 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
     """budgets: the PDBs' current budgets (by namespace/name), given when admission is PDB-aware; then a node is
     started only if every PDB guarding its pods has a disruption free after the evictions still ahead on nodes
     already in the walk (see _pdb_hold)."""
-    views = sorted(nodes, key=lambda n: n.name)
+    # a restart in place evicts nothing: it asks nothing of any PDB
+    views = sorted((replace(n, pdb_demand=()) if n.restart_only and n.pdb_demand else n for n in nodes),
+                   key=lambda n: n.name)
     actions: list[Action] = []
     in_progress = sum(1 for n in views if _holds_slot(n, policy))
     unavailable = sum(1 for n in views if n.unavailable)
@@ -114,7 +119,7 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
                 actions.append(Action(n.name, "hold", f"{MAINTENANCE_HOLD}: {n.maintenance}"))
             elif not n.image_present:
                 actions.append(Action(n.name, "hold", image_hold(n.target_tag, n.image_problem)))
-            elif n.unmovable:
+            elif n.unmovable and not n.restart_only:
                 more = f" (and {len(n.unmovable) - 1} more)" if len(n.unmovable) > 1 else ""
                 actions.append(Action(n.name, "hold", f"{UNMOVABLE_HOLD}: {n.unmovable[0]}{more}"))
             elif pdb_aware and (why := _pdb_hold(n, remaining, budgets or {})):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign.base import labels as L
 from gpualign.model import selectors
-from gpualign.model.gpu_pods import gpu_request
+from gpualign.model.gpu_pods import gpu_client, gpu_request
 from gpualign.upgrade import states as S
 
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
@@ -17,10 +17,12 @@ JSON = Mapping[str, Any]
 
 
 def is_gpu_pod(pod: JSON) -> bool:
-    """Requests nvidia.com/gpu* or nvidia.com/mig-*, holds a DRA claim, or runs with an nvidia runtime class
-    (gpualign.model.gpu_pods). The operator only looks at requests; runtimeClass users (and DaemonSets using the GPU
-    that way) are then never moved and the upgrade stalls (gpu-operator #2570)."""
-    return gpu_request(pod.get("spec") or {}) is not None
+    """Requests nvidia.com/gpu* or nvidia.com/mig-*, holds a DRA claim, runs with an nvidia runtime class, or is
+    placed as a third-party GPU client on nvidia.com/gpu.deploy.client=true (gpualign.model.gpu_pods). The operator
+    only looks at requests and claims; runtimeClass users (and DaemonSets using the GPU that way) are then never
+    moved and the upgrade stalls (gpu-operator #2570)."""
+    spec = pod.get("spec") or {}
+    return gpu_request(spec) is not None or gpu_client(spec)
 
 
 def is_driver_pod(pod: JSON) -> bool:

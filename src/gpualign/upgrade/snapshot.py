@@ -17,6 +17,7 @@ from gpualign.base import labels as L
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
+from gpualign.model.driver_config import restart_only
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import states as S
@@ -97,7 +98,7 @@ def read_budgets(kube: Kube, snap: Snapshot) -> None:
     need = demands(pdbs, pods)
     snap.budgets = {b.name: b for b in map(Budget.from_pdb, pdbs)}
     for name, state in snap.nodes.items():
-        if name in need:
+        if name in need and not state.view.restart_only:  # a restart in place evicts nothing
             state.view = replace(state.view, pdb_demand=tuple(sorted(need[name].items())))
 
 
@@ -214,6 +215,8 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             target = walking or (pool.tag if pool else None)
             needs = pod is None or (pool is not None and pod_hash != pool.newest_hash) or \
                 (walking is not None and pod_tag != walking)
+        in_place = bool(needs and pod is not None and pool is not None and pod_tag == target and
+                        restart_only(pod.get("spec"), pool.obj["spec"]["template"].get("spec")))
         ann = facts.annotations
         view = NodeView(
             name=facts.name,
@@ -227,6 +230,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             target_tag=target,
             image_problem=ledger.wrong(target) if ledger is not None and target else None,
             maintenance=maintained.get(facts.name),
+            restart_only=in_place,
         )
         states[facts.name] = NodeState(node, facts, pod, pool, target, view)
     snap = Snapshot(states, pools)
