@@ -86,3 +86,47 @@ def test_the_preview_shows_the_pods_of_a_node_whose_image_is_missing(plab):
     line = next(ln for ln in dry.out.splitlines() if ln.strip().startswith("gpu-a1:"))
     assert "image missing" in line and "default/gpujob-a1" in line, dry.out
     assert "gpu-a1 stays upgrade-required: image missing" in dry.out
+
+
+@pytest.mark.timeout(300)
+def test_a_restart_in_place_cordons_evicts_nothing_and_keeps_the_gpu_work(plab):
+    """GPU Operator v26's restart in place, walked by gpualign: the driver pod and its DaemonSet carry the same
+    DRIVER_CONFIG_DIGEST and only a chart label moved, so the node is cordoned, its driver pod restarted, and a GPU
+    pod no drain could move (it has no controller) keeps running."""
+    from gpualign.lab.seed import DRIVER_NAMESPACE, daemonset_name
+    from gpualign.model.driver_config import RESTART_IN_PLACE
+
+    lab, kube = plab, plab.kube()
+    kernel = "6.8.0-51-generic"
+    assert lab.cli("lab", "push-image", f"580-{kernel}-ubuntu24.04").code == 0
+    assert lab.cli("lab", "add-node", "gpu-cfg", "--kernel", kernel, "--os", "ubuntu24.04", "--branch", "580",
+                   "--driver", "580.95.05").code == 0
+    path = f"/apis/apps/v1/namespaces/{DRIVER_NAMESPACE}/daemonsets/{daemonset_name(kernel, 'ubuntu24.04')}"
+
+    def driver_pod() -> dict | None:
+        pods = kube.pods(DRIVER_NAMESPACE, field_selector="spec.nodeName=gpu-cfg")
+        return next((p for p in pods if not p["metadata"].get("deletionTimestamp")), None)
+
+    # the operator of v26 renders the digest into its driver containers; the pod running now was made from that
+    containers = kube.get(path)["spec"]["template"]["spec"]["containers"]
+    containers[0]["env"] = [{"name": "DRIVER_CONFIG_DIGEST", "value": "2864711503"}]
+    kube.patch(path, {"spec": {"template": {"spec": {"containers": containers}}}})
+    old = wait_for(driver_pod, timeout=60, what="gpu-cfg's driver pod")
+    kube.request("DELETE", f"/api/v1/namespaces/{DRIVER_NAMESPACE}/pods/{old['metadata']['name']}")
+    wait_for(lambda: (p := driver_pod()) and p["metadata"]["uid"] != old["metadata"]["uid"] and pod_ready(p),
+             timeout=60, what="gpu-cfg's driver pod made with the digest")
+    gpujob = bare_pod(kube, "gpu-cfg", "gpujob-cfg")
+    kube.patch(path, {"spec": {"template": {"metadata": {"labels": {"helm.sh/chart": "gpu-operator-v26.7.1"}}}}})
+
+    walk = lab.cli("upgrade", "-l", "kubernetes.io/hostname=gpu-cfg", "--ledger",
+                   f"registry://{lab.registry}/nvidia/driver", "--yes", timeout=180)
+    assert walk.code == 0, walk.out + walk.err
+    assert f"upgrade-required → pod-restart-required: admitted and cordoned: {RESTART_IN_PLACE}" in walk.err, walk.err
+    assert "evicted default/gpujob-cfg" not in walk.err
+    node = kube.get("/api/v1/nodes/gpu-cfg")
+    assert node["metadata"]["labels"]["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"
+    assert not node["spec"].get("unschedulable")
+    still = kube.get("/api/v1/namespaces/default/pods/gpujob-cfg")
+    assert still is not None and still["metadata"]["uid"] == gpujob["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+
