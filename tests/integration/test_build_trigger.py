@@ -349,5 +349,24 @@ def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
         assert "PREEMPT_RT" in refused[0]["message"], refused[0]
         # read through the door: each suite's signed InRelease, then its index by the hash it signs
         assert "/debian-security/dists/bookworm-security/InRelease" in [path for path, _h, _p in server.seen]
+        # `status --tonight` tells the same night: the pool's next kernel, its image building, the rt pool's refusal
+        told = run_cli("status", "-l", "kubernetes.io/hostname in (arc-0,arc-rt)", "--tonight", "--ledger",
+                       f"registry://{blab.registry}/nvidia/driver", "-o", "json",
+                       env={**blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
+        assert told.code == 0, told.err
+        pools = {p["pool"]: p for p in json.loads(told.out)["tonight"]}
+        generic, rt = pools["debian12 6.1 generic-amd64"], pools["debian12 6.1 rt-amd64"]
+        assert (generic["nodes"], generic["next"], generic["suite"]) == (["arc-0"], "6.1.0-57-amd64",
+                                                                          "bookworm-security")
+        (image,) = generic["images"]
+        assert image["tag"] == tag("6.1.0-57-amd64") and image["in_ledger"] is False
+        assert image["state"].startswith("missing; image building: Job "), image  # the controller's, not "build it"
+        (refusal,) = rt["images"]
+        assert refusal["state"].startswith("cannot be made: ") and "PREEMPT_RT" in refusal["state"], refusal
+        table = run_cli("status", "-l", "kubernetes.io/hostname=arc-0", "--tonight", env={
+            **blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
+        assert "tonight (what Debian's archive installs next, per pool):" in table.out, table.out
+        assert "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since " \
+               in table.out and f"{tag('6.1.0-57-amd64')} not judged (no --ledger)" in table.out, table.out
     finally:
         ctl.stop()

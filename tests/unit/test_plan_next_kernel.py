@@ -106,3 +106,42 @@ def _policy(tmp_path):  # noqa: ANN001, ANN202
                     'feature.node.kubernetes.io/system-os_release.VERSION_ID=13"\n    branch: "550"\n'
                     '  - selector: ""\n    branch: "535"\n')
     return path
+
+
+def test_tonight_tells_each_pools_next_image_present_building_missing_or_refused():
+    """`status --tonight`: the same judgement as `plan --kernel next`, per pool, with the controller's build Jobs."""
+    from gpualign.ledger.sources import Ledger
+    from gpualign.model.audit import DriverPod
+    from gpualign.model.facts import node_facts
+    from gpualign.model.tags import load_rules
+    from gpualign.usecases import tonight
+
+    nodes = [node_facts(n) for n in (debian("a", "6.1.0-50-amd64", "12"), debian("b", "6.1.0-53-cloud-amd64", "12"),
+                                     debian("c", "6.1.0-53-rt-amd64", "12"),
+                                     debian("d", "6.12.115_deb13.1-amd64", "13"))]
+
+    def pod(node: str, tag: str) -> DriverPod:
+        return DriverPod.from_pod({"metadata": {"name": f"nvidia-driver-{node}", "namespace": "gpu-operator"},
+                                   "spec": {"nodeName": node, "containers": [{"image": f"r/driver:{tag}"}]},
+                                   "status": {"phase": "Running"}})
+
+    pods = {"a": pod("a", "535-6.1.0-50-amd64-debian12"), "b": pod("b", "535-6.1.0-53-cloud-amd64-debian12"),
+            "c": pod("c", "535-6.1.0-53-rt-amd64-debian12"), "d": pod("d", "550-6.12.115_deb13.1-amd64-debian13")}
+    read = archive_next.read(nodes, Recorded(), now=1_764_900_000.0)
+    ledger = Ledger(frozenset({"535-6.1.0-57-amd64-debian12"}), ("test",))
+    builds = {"535-6.1.0-57-cloud-amd64-debian12": "image building: Job gpualign-builds/b-1, for 2m (attempt 1)"}
+    judged = {p.pool.name: p for p in tonight.judge(read, nodes, pods, ledger, load_rules(None), builds)}
+    states = {name: [(i["tag"], i["state"]) for i in p.as_dict()["images"]] for name, p in judged.items()}
+    assert states["debian12 6.1 generic-amd64"] == [("535-6.1.0-57-amd64-debian12", "present")]
+    assert states["debian12 6.1 cloud-amd64"] == [("535-6.1.0-57-cloud-amd64-debian12", "missing; image building: "
+                                                   "Job gpualign-builds/b-1, for 2m (attempt 1)")]
+    (rt,) = states["debian12 6.1 rt-amd64"]
+    assert rt[1].startswith("cannot be made: ") and "PREEMPT_RT" in rt[1]
+    (d13,) = states["debian13 6.12 generic-amd64"]
+    assert d13 == ("550-6.12.118_deb13-amd64-debian13", "missing: build it before any node reboots into it")
+    assert judged["debian12 6.1 generic-amd64"].line().startswith(
+        "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since 2025-12-05 02:00 UTC); "
+        "535-6.1.0-57-amd64-debian12 present")
+    unjudged = tonight.judge(read, nodes, pods, None, load_rules(None), {})
+    assert all(i["state"] == "not judged (no --ledger)" and i["in_ledger"] is None
+               for p in unjudged for i in p.as_dict()["images"])

@@ -42,7 +42,7 @@ def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) ->
 
 def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
-              kube: Kube | None = None, builds_always: bool = False) \
+              kube: Kube | None = None, builds_always: bool = False, read_builds: bool = False) \
         -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
     """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
     Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
@@ -58,8 +58,8 @@ def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | N
                              to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
         missing = available is not None and any(ns.target_tag and not ns.view.image_present
                                                 for ns in snap.nodes.values())
-        builds: dict[str, str] = {}
-        if missing or (builds_always and available is None):  # the build Jobs' reader loads only when read
+        builds: dict[str, str] = {}  # the build Jobs' reader loads only when read
+        if missing or read_builds or (builds_always and available is None):
             from gpualign.controller.build_trigger.jobs_api import read_cluster
 
             builds = read_cluster(kube)
@@ -76,14 +76,49 @@ NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade wal
 
 def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
                kubeconfig: str | None, context: str | None,
-               timeout: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+               timeout: float | None = None, *, tonight: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     from gpualign.upgrade.report import fleet_status
 
-    snap, derived, cluster, builds = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout)
+    snap, derived, cluster, builds = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout,
+                                               read_builds=tonight)
     data = fleet_status(snap, ledger_known=available is not None, derived=derived, builds=builds)
     if snap.nodes and set(data["counts"]) == {"(none)"}:
         data["note"] = NO_STATE
+    if tonight:
+        data["tonight"], data["tonight_error"] = _tonight(snap, available, rules, builds)
     return data, cluster
+
+
+def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules,
+             builds: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
+    """Each Debian pool's next kernel from the archive, with its image's state; or why the archive was not read."""
+    from gpualign.base.errors import GpualignError
+    from gpualign.model.audit import DriverPod
+    from gpualign.usecases import archive_next, tonight
+
+    why = archive_next.cannot_verify()
+    if why:
+        return [], f"Debian's archive not read: {why}"
+    facts = [ns.facts for ns in snap.nodes.values()]
+    pods = {name: DriverPod.from_pod(ns.pod) for name, ns in snap.nodes.items() if ns.pod}
+    try:
+        read = archive_next.read(facts, *archive_next.debian_archive())
+    except GpualignError as err:
+        return [], f"Debian's archive not read: {err.message}"
+    pools = tonight.judge(read, facts, pods, available, rules, builds)
+    return [{**p.as_dict(), "line": p.line()} for p in pools], None
+
+
+def _tonight_text(data: dict[str, Any]) -> str:
+    if data.get("tonight_error"):
+        return f"tonight: {data['tonight_error']}\n"
+    pools = data.get("tonight")
+    if pools is None:
+        return ""
+    if not pools:
+        return "tonight: no Debian GPU node: only Debian's archive is read\n"
+    return "tonight (what Debian's archive installs next, per pool):\n" + \
+        "".join(f"  {p['line']}\n" for p in pools)
 
 
 def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: bool = False,
@@ -144,6 +179,11 @@ def status(
     context: ContextsOpt = None,
     all_contexts: AllContextsOpt = False,
     request_timeout: RequestTimeoutOpt = None,
+    tonight: Annotated[bool, typer.Option(
+        "--tonight", help="also say, per Debian pool, the kernel Debian's archive installs next (its InRelease "
+                          "verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own), the image its nodes "
+                          "will need, and whether that is in the ledger (--ledger), being built by the controller, "
+                          "or cannot be made, and why")] = False,
 ) -> None:
     """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
     counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
@@ -170,7 +210,7 @@ def status(
     while True:
         if names is None:
             data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig,
-                                       context[0] if context else None, timeout)
+                                       context[0] if context else None, timeout, tonight=tonight)
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) else 0
             if output in (Output.json, Output.yaml):
                 emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
@@ -178,9 +218,12 @@ def status(
             else:
                 text = _status_table(data["nodes"], no_headers, wide=output is Output.wide) + "\n" + \
                     _counts(data["counts"]) + \
-                    _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "")
+                    _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "") + _tonight_text(data)
         else:
             from gpualign.model.fleet_report import merge_status
+
+            if tonight:
+                raise BadInput("--tonight reads one cluster: drop --all-contexts or the extra --context")
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
                 data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
