@@ -21,6 +21,7 @@ from gpualign.lab.seed import add_node
 from tests.support.cli import run_cli
 from tests.support.controller import Controller, events
 from tests.support.lab import start_lab
+from tests.support.local_suite import serve_directory
 from tests.support.waits import wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -265,21 +266,35 @@ def test_a_job_whose_pod_the_namespace_refuses_is_reported_within_a_minute_never
         kube.request("DELETE", f"/api/v1/namespaces/{ns}")
 
 
-def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_them(blab):
+def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_them(blab, tmp_path, serve):
     """`gpualign build gc`: images and shared-module artifacts for kernels no node runs, announces or falls back to,
-    and that are not the newest of their line."""
+    that Debian's archive does not install next (the lab's own archive, signed as Debian's is, names 6.1.0-57 next on
+    the cloud line), and that are not the newest of their line."""
+    from tests.support.local_suite import LocalArchive
+
+    with LocalArchive(tmp_path / "archive") as archive:
+        archive.publish_recorded("bookworm", "amd64")
+        server = serve_directory(serve, archive.root)
+        _sweep(blab, {**blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
+
+
+def _sweep(blab, env: dict[str, str]) -> None:  # noqa: ANN001
     from gpualign.ensure.shared import repository
     from gpualign.ledger.registry import connect
+
+    def gc(*args: str):  # noqa: ANN202
+        return run_cli("build", "gc", "--ledger", ledger, *args, env=env)
 
     repo = "sweep/driver"
     # the cloud line: the module's other tests leave nodes on the generic line, whose fallbacks would be kept too
     in_use, announced, fallback = "6.1.0-81-cloud-amd64", "6.1.0-82-cloud-amd64", "6.1.0-80-cloud-amd64"
+    offered = "6.1.0-57-cloud-amd64"  # what the archive installs next on the cloud line: older than the rest here
     unused_a, unused_b = "6.1.0-30-cloud-amd64", "6.1.0-31-cloud-amd64"
     add(blab, "sw-0", in_use)
     blab.kube().patch("/api/v1/nodes/sw-0", {"metadata": {"labels": {"gpualign.io/kernel.next": announced}}})
     client = connect(f"registry://{blab.registry}/{repo}")
     try:  # each its own manifest (a registry deletes by digest: tags on one manifest go together)
-        for kernel in (in_use, announced, fallback, unused_a, unused_b):
+        for kernel in (in_use, announced, fallback, offered, unused_a, unused_b):
             client.push_image(tag(kernel), {"KERNEL": kernel})
         client.push_image("latest", {"KERNEL": "none"})
         for kernel in (in_use, fallback, unused_a):  # the shared modules' artifacts sit beside the ledger
@@ -288,28 +303,33 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
         client.close()
     ledger = f"registry://{blab.registry}/{repo}"
 
-    dry = blab.cli("build", "gc", "--ledger", ledger, "-o", "json")
+    dry = gc("-o", "json")
     assert dry.code == 1, dry.err  # something to sweep, and nothing swept
     found = json.loads(dry.out)
     assert found["dry_run"] is True
+    assert found["offered"]["debian12 6.1 cloud-amd64"] == offered
     assert found["images"] == [tag(unused_a), tag(unused_b)]
     assert found["modules"] == [f"535.261.03-{unused_a}-proprietary"]
-    assert found["kept"] == [{"tag": tag(fallback), "why": "fallback"},
+    assert found["kept"] == [{"tag": tag(offered), "why": "offered next"}, {"tag": tag(fallback), "why": "fallback"},
                              {"tag": f"535.261.03-{fallback}-proprietary", "why": "fallback"}]
     assert found["kept_unknown"] == ["latest"]
-    table = blab.cli("build", "gc", "--ledger", ledger)
+    table = gc()
     assert f"kept {tag(fallback)}: the kernel a node falls back to" in table.out, table.out
+    assert f"kept {tag(offered)}: the kernel Debian's archive installs next on a pool" in table.out, table.out
+    # without the archive, only the line's newest is kept: the offered kernel would go
+    blind = gc("--no-archive", "-o", "json")
+    assert tag(offered) in json.loads(blind.out)["images"], blind.out
 
-    swept = blab.cli("build", "gc", "--ledger", ledger, "--yes")
+    swept = gc("--yes")
     assert swept.code == 0, swept.err
     client = connect(ledger)
     try:
-        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), tag(fallback), "latest"])
+        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), tag(fallback), tag(offered), "latest"])
         assert sorted(client.tags(repository(repo))) == sorted([f"535.261.03-{k}-proprietary"
                                                                 for k in (in_use, fallback)])
     finally:
         client.close()
-    again = blab.cli("build", "gc", "--ledger", ledger)
+    again = gc()
     assert again.code == 0 and "nothing to sweep" in again.out, again.out
 
 

@@ -94,17 +94,22 @@ def test_on_the_archives_kernels_the_sweep_keeps_each_line_newest_and_each_fallb
     members = [r for r, _ in sorted(_LINES[line], key=lambda m: line_of(m[0])[1])]  # type: ignore[index]
     ledger = data.draw(st.lists(st.sampled_from(members), min_size=1, unique=True))
     live = data.draw(st.lists(st.sampled_from(members), unique=True))
+    offered = data.draw(st.lists(st.sampled_from(members), max_size=1))  # the archive's next, where it was read
     images = {f"550-{label_of(k)}-debian13": f"sha256:{k}" for k in ledger}
-    found = unused(images, {}, live)
+    found = unused(images, {}, live, offered=offered)
     kept = {image_kernel(t) for t in images if t not in found.images}
     in_ledger = [k for k in members if k in ledger]
     assert in_ledger[-1] in kept  # the newest: a pool scaled to zero, or the archive's next
+    for k in offered:
+        if k in ledger:
+            assert k in kept  # what the archive offers next stays, wherever it is in the line
+            assert (f"550-{label_of(k)}-debian13", "offered next") in found.kept or k in live
     for k in live:
         assert k not in {image_kernel(t) for t in found.images}
         before = [o for o in in_ledger if members.index(o) < members.index(k)]
         if before:
             assert before[-1] in kept  # its fallback
-    allowed = set(live) | {in_ledger[-1]} | {
+    allowed = set(live) | set(offered) | {in_ledger[-1]} | {
         [o for o in in_ledger if members.index(o) < members.index(k)][-1]
         for k in live if any(members.index(o) < members.index(k) for o in in_ledger)}
     assert kept <= allowed  # and nothing else stays

@@ -160,11 +160,16 @@ def gc(
              "kernel fails to boot")] = 1,
     yes: Annotated[bool, typer.Option("--yes", help="delete them (without it: a dry run that lists what would "
                                                     "go)")] = False,
+    archive: Annotated[bool, typer.Option(
+        "--archive/--no-archive",
+        help="read Debian's archive (InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your "
+             "own) and keep the kernel it installs next on each Debian pool; unreadable, the newest of each line "
+             "is still kept")] = True,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Driver images and shared-module artifacts for kernels no node needs: not run, not announced
-    (gpualign.io/kernel.next), not a fallback, not the newest of their line.
+    (gpualign.io/kernel.next), not offered next by Debian's archive, not a fallback, not the newest of their line.
 
     Kernels are grouped by line (Debian's 6.1 amd64 kernels, bookworm's 6.12 cloud kernels, Ubuntu's 5.15.0 generic
     ones). Kept, besides every kernel in use: the --keep-previous kernels before each one in its line (where a node
@@ -181,15 +186,18 @@ def gc(
     from gpualign.ensure.sweep import unused
     from gpualign.kube.client import Kube
     from gpualign.ledger.registry import connect
+    from gpualign.model.facts import node_facts
 
     if not ledger.startswith("registry://"):
         raise BadInput(f"--ledger {ledger}: expected registry://HOST[:PORT]/REPO (a file ledger holds no images)")
     kernels: set[str] = set()
     read: list[str] = []
+    fleet: list[Any] = []  # every node's facts: the Debian pools whose next kernel the archive names
     for ctx in contexts or [None]:  # type: ignore[list-item]  # None: the current context
         kube = Kube(kubeconfig, ctx)
         try:
             for node in kube.list_raw("/api/v1/nodes"):
+                fleet.append(node_facts(node))
                 labels = (node.get("metadata") or {}).get("labels") or {}
                 info = (node.get("status") or {}).get("nodeInfo") or {}
                 kernels.update(k for k in (labels.get(KERNEL), labels.get(KERNEL_NEXT), info.get("kernelVersion"))
@@ -197,12 +205,13 @@ def gc(
             read.append(kube.describe().get("context") or ctx or "current")
         finally:
             kube.close()
+    offered = _offered(fleet) if archive else {}
     client = connect(ledger)
     try:
         modules_repo = repository(client.ref.repo)
         images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
         modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
-        found = unused(images, modules, kernels, keep_previous)
+        found = unused(images, modules, kernels, keep_previous, offered.values())
         if not kernels and (found.images or found.modules):
             raise BadInput(f"no node in {', '.join(read)} runs or announces a kernel: refusing to sweep every image "
                            "(is this the cluster that pulls from the ledger?)")
@@ -223,6 +232,7 @@ def gc(
     finally:
         client.close()
     body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
+            "offered": dict(sorted(offered.items())),
             "images": list(found.images), "modules": list(found.modules),
             "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
@@ -239,15 +249,37 @@ def gc(
         for tag in found.shared_digest:
             print(f"kept {tag}: another kept tag names the same manifest")
         if not found.images and not found.modules:
-            print(f"nothing to sweep: every image's kernel runs, is announced, is a fallback or is its line's "
-                  f"newest in {', '.join(read)}")
+            print(f"nothing to sweep: every image's kernel runs, is announced, is offered next, is a fallback or is "
+                  f"its line's newest in {', '.join(read)}")
         elif not yes:
             print("(a dry run: --yes deletes them)")
     if not yes and (found.images or found.modules):
         raise typer.Exit(1)
 
 
-_KEPT = {"fallback": "the kernel a node falls back to from one in use (--keep-previous)",
+def _offered(fleet: list[Any]) -> dict[str, str]:
+    """pool -> the kernel Debian's archive installs next on it; {} when no Debian node runs, and, said once, when
+    the archive could not be read or verified (the newest of each line is still kept)."""
+    from gpualign.base.errors import GpualignError
+    from gpualign.cli.common import warn
+    from gpualign.usecases import archive_next
+
+    if not any(f.os_id == "debian" and f.kernel for f in fleet):
+        return {}
+    why = archive_next.cannot_verify()
+    if why is None:
+        try:
+            return {p.name: p.next.release for p in archive_next.read(fleet, *archive_next.debian_archive()).pools
+                    if p.next is not None}
+        except GpualignError as err:
+            why = err.message
+    warn(f"Debian's archive not read ({why}): the kernels it installs next are kept only as their line's newest "
+         "(--no-archive says so without trying)")
+    return {}
+
+
+_KEPT = {"offered next": "the kernel Debian's archive installs next on a pool",
+         "fallback": "the kernel a node falls back to from one in use (--keep-previous)",
          "newest of its line": "the newest kernel of its line (a pool scaled to zero, or the archive's next)"}
 
 

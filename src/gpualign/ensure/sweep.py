@@ -10,7 +10,9 @@ kernel is:
   boot its new kernel comes back on the one it ran before (GRUB's previous entry), and Debian may no longer carry
   that kernel's headers, so its image could not be built again;
 - **the newest of its line**: a pool scaled to zero comes back on it, and the kernel Debian's archive offers next
-  is the newest its line has, so an image built ahead of it is never swept before a node boots it.
+  is the newest its line has, so an image built ahead of it is never swept before a node boots it;
+- **offered next**: the kernel Debian's archive installs next on a pool, as read (`offered`), whatever else the
+  line holds.
 
 What gpualign cannot read a kernel from (`latest`, a tag of another shape) is never touched, nor is any digest that
 a kept tag also names: a registry deletes a manifest by digest, and with it every tag on it.
@@ -59,9 +61,11 @@ def line_of(kernel: str) -> tuple[Line, tuple[int, ...]] | None:
     return None
 
 
-def kept_kernels(kernels: Iterable[str], live: Iterable[str], keep_previous: int = 1) -> dict[str, str]:
+def kept_kernels(kernels: Iterable[str], live: Iterable[str], keep_previous: int = 1,
+                 offered: Iterable[str] = ()) -> dict[str, str]:
     """Of `kernels` (a ledger's, in either spelling), those to keep, as NFD labels them, and why: "in use",
-    "fallback" or "newest of its line"; the rest may go."""
+    "offered next" (Debian's archive installs it next on a pool), "fallback" or "newest of its line"; the rest may
+    go."""
     labels = {label_of(k) for k in kernels}
     live_labels = {label_of(k) for k in live}
     by_line: dict[Line, list[tuple[tuple[int, ...], str]]] = {}
@@ -70,6 +74,8 @@ def kept_kernels(kernels: Iterable[str], live: Iterable[str], keep_previous: int
         if found is not None:
             by_line.setdefault(found[0], []).append((found[1], label))
     kept = dict.fromkeys(labels & live_labels, "in use")
+    for label in labels & {label_of(k) for k in offered}:
+        kept.setdefault(label, "offered next")
     for members in by_line.values():
         kept.setdefault(max(members)[1], "newest of its line")
     for label in live_labels:  # whether or not the kernel in use has an image here, its fallbacks stay
@@ -95,10 +101,11 @@ class Unused:
 
 
 def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str, str | None],
-           kernels: Iterable[str], keep_previous: int = 1) -> Unused:
+           kernels: Iterable[str], keep_previous: int = 1, offered: Iterable[str] = ()) -> Unused:
     """image_digests / module_digests: tag -> its manifest digest (None when unknown); kernels: every kernel a node
-    runs or announces, in either spelling."""
+    runs or announces, in either spelling; offered: the kernels Debian's archive installs next on the pools."""
     live = {label_of(k) for k in kernels}  # compared as NFD labels them, and tags hold them
+    offered = {label_of(k) for k in offered}
     images: list[str] = []
     modules: list[str] = []
     shared: list[str] = []
@@ -106,7 +113,7 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
     kept_for: list[tuple[str, str]] = []
     for table, kernel_of, out in ((image_digests, image_kernel, images), (module_digests, modules_kernel, modules)):
         of_tag = {tag: kernel_of(tag) for tag in table}
-        keep = kept_kernels((k for k in of_tag.values() if k), live, keep_previous)
+        keep = kept_kernels((k for k in of_tag.values() if k), live, keep_previous, offered)
         kept_digests: set[str | None] = set()
         gone: list[str] = []
         for tag in sorted(table):
