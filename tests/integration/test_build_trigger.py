@@ -281,6 +281,7 @@ def test_the_sweeps_dry_run_lists_exactly_the_unused_tags_and_then_deletes_only_
 def _sweep(blab, env: dict[str, str]) -> None:  # noqa: ANN001
     from gpualign.ensure.shared import repository
     from gpualign.ledger.registry import connect
+    from gpualign.model.cosign import signature_tag
 
     def gc(*args: str):  # noqa: ANN202
         return run_cli("build", "gc", "--ledger", ledger, *args, env=env)
@@ -299,6 +300,10 @@ def _sweep(blab, env: dict[str, str]) -> None:  # noqa: ANN001
         client.push_image("latest", {"KERNEL": "none"})
         for kernel in (in_use, fallback, unused_a):  # the shared modules' artifacts sit beside the ledger
             client.push_image(f"535.261.03-{kernel}-proprietary", {"KERNEL": kernel}, repository(repo))
+        # cosign's signatures beside two images: the one of an image that goes goes with it
+        signatures = {k: signature_tag(client.digest(tag(k))) for k in (in_use, unused_a)}
+        for k, where in signatures.items():
+            client.push_image(where, {"SIGNATURE_OF": k})
     finally:
         client.close()
     ledger = f"registry://{blab.registry}/{repo}"
@@ -313,6 +318,7 @@ def _sweep(blab, env: dict[str, str]) -> None:  # noqa: ANN001
     assert found["kept"] == [{"tag": tag(offered), "why": "offered next"}, {"tag": tag(fallback), "why": "fallback"},
                              {"tag": f"535.261.03-{fallback}-proprietary", "why": "fallback"}]
     assert found["kept_unknown"] == ["latest"]
+    assert found["attachments"] == [f"{repo}:{signatures[unused_a]}"]
     table = gc()
     assert f"kept {tag(fallback)}: the kernel a node falls back to" in table.out, table.out
     assert f"kept {tag(offered)}: the kernel Debian's archive installs next on a pool" in table.out, table.out
@@ -324,7 +330,8 @@ def _sweep(blab, env: dict[str, str]) -> None:  # noqa: ANN001
     assert swept.code == 0, swept.err
     client = connect(ledger)
     try:
-        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), tag(fallback), tag(offered), "latest"])
+        assert sorted(client.tags()) == sorted([tag(in_use), tag(announced), tag(fallback), tag(offered), "latest",
+                                                signatures[in_use]])
         assert sorted(client.tags(repository(repo))) == sorted([f"535.261.03-{k}-proprietary"
                                                                 for k in (in_use, fallback)])
     finally:

@@ -49,6 +49,9 @@ class BlobRegistry:
             return httpx2.Response(200, json={"name": m.group(1), "tags": tags}) if tags else httpx2.Response(404)
         if (m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path)) and request.method in ("GET", "HEAD"):
             body = self.manifests.get((m.group(1), m.group(2)))
+            if body is None and m.group(2).startswith("sha256:"):  # a registry serves every manifest by its digest
+                body = next((b for (repo, _), b in self.manifests.items() if repo == m.group(1)
+                             and f"sha256:{hashlib.sha256(b).hexdigest()}" == m.group(2)), None)
             if body is None:
                 return httpx2.Response(404)
             return httpx2.Response(200, content=body if request.method == "GET" else b"", headers={

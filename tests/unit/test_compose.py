@@ -216,3 +216,23 @@ def test_a_shared_user_space_whose_config_or_layer_changed_in_the_registrys_stor
     with pytest.raises(compose.LayerRefused, match="is not what its manifest names"):
         compose.fetch(client, repo, "bookworm-x", "amd64", "535.309.01")
     assert not any((tmp_path / "cache").rglob("root"))  # no scratch tree left behind
+
+
+def test_a_shared_artifact_is_read_by_the_digest_judged_never_by_a_tag_that_moved():
+    """The signature is checked over the digest the tag named; the manifest is then read by that digest, and refused
+    unless its bytes hash to it (a registry that answers a digest with other bytes)."""
+    from gpualign.ledger.registry import BlobMismatch
+
+    fake = BlobRegistry()
+    repo = "nvidia/driver-userspace"
+    good = json.dumps({"schemaVersion": 2, "mediaType": compose.OCI_MANIFEST, "layers": []}).encode()
+    digest = f"sha256:{hashlib.sha256(good).hexdigest()}"
+    fake.manifests[(repo, "bookworm-x")] = good
+    client = RegistryClient(RegistryRef("reg.io", "nvidia/driver", "https"),
+                            transport=httpx2.MockTransport(fake.handler))
+    assert client.manifest_at(digest, repo) == json.loads(good)
+    fake.manifests[(repo, "bookworm-x")] = good.replace(b"[]", b"[ ]")  # the tag moved after it was judged
+    assert client.manifest_at(digest, repo) is None  # the judged manifest is gone: nothing is read in its place
+    fake.manifests[(repo, digest)] = good.replace(b"[]", b"[ ]")  # a registry answering the digest with other bytes
+    with pytest.raises(BlobMismatch, match="is not the manifest its digest names"):
+        client.manifest_at(digest, repo)

@@ -113,3 +113,24 @@ def test_on_the_archives_kernels_the_sweep_keeps_each_line_newest_and_each_fallb
         [o for o in in_ledger if members.index(o) < members.index(k)][-1]
         for k in live if any(members.index(o) < members.index(k) for o in in_ledger)}
     assert kept <= allowed  # and nothing else stays
+
+
+def test_signatures_attestations_and_sboms_go_with_their_image_and_stay_with_a_kept_one():
+    """cosign's tags (`sha256-<hex>.sig|.att|.sbom`) beside an image: never a kernel to judge, never kept forever."""
+    from gpualign.model.cosign import attached_to, signature_tag
+
+    gone, kept, earlier = (f"sha256:{c * 64}" for c in "abc")
+    images = {"535-6.1.0-47-amd64-debian12": gone, "535-6.1.0-50-amd64-debian12": kept,
+              **{signature_tag(d, s): f"sha256:{s}{d[-4:]}" for d in (gone, kept) for s in ("sig", "att", "sbom")},
+              signature_tag(earlier): "sha256:orphan"}  # its image went in an earlier sweep
+    shared_modules = f"sha256:{'d' * 64}"
+    modules = {"535.261.03-6.1.0-47-amd64-proprietary": shared_modules, signature_tag(shared_modules): None}
+    found = unused(images, modules, ["6.1.0-50-amd64"], keep_previous=0)
+    assert found.images == ("535-6.1.0-47-amd64-debian12",) and found.unknown == ()
+    assert found.attachments == (
+        ("images", signature_tag(gone, "att")), ("images", signature_tag(gone, "sbom")),
+        ("images", signature_tag(gone)), ("images", signature_tag(earlier)))
+    # the modules' artifact is its line's newest: kept, and its signature with it
+    assert found.modules == () and ("modules", signature_tag(shared_modules)) not in found.attachments
+    assert attached_to(signature_tag(kept)) == kept and attached_to("sha256-abc.sig") is None
+    assert attached_to("535-6.1.0-47-amd64-debian12") is None and attached_to(f"sha256-{'g' * 64}.sig") is None

@@ -212,13 +212,16 @@ def gc(
         images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
         modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
         found = unused(images, modules, kernels, keep_previous, offered.values())
-        if not kernels and (found.images or found.modules):
+        if not kernels and (found.images or found.modules or found.attachments):
             raise BadInput(f"no node in {', '.join(read)} runs or announces a kernel: refusing to sweep every image "
                            "(is this the cluster that pulls from the ledger?)")
         done: list[str] = []
+        signed = tuple(t for kind, t in found.attachments if kind == "images")
+        signed_modules = tuple(t for kind, t in found.attachments if kind == "modules")
         if yes:
             for repo, tags, table in ((client.ref.repo, found.images, images),
-                                      (modules_repo, found.modules, modules)):
+                                      (modules_repo, found.modules, modules),
+                                      (client.ref.repo, signed, images), (modules_repo, signed_modules, modules)):
                 for tag in tags:
                     digest = table[tag]
                     assert digest is not None
@@ -234,6 +237,8 @@ def gc(
     body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
             "offered": dict(sorted(offered.items())),
             "images": list(found.images), "modules": list(found.modules),
+            "attachments": [f"{client.ref.repo if kind == 'images' else modules_repo}:{t}"
+                            for kind, t in found.attachments],
             "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
     if output in (Output.json, Output.yaml):
@@ -244,16 +249,19 @@ def gc(
             print(f"{verb} {client.ref.host}/{client.ref.repo}:{tag}")
         for tag in found.modules:
             print(f"{verb} {client.ref.host}/{modules_repo}:{tag}")
+        for kind, tag in found.attachments:
+            print(f"{verb} {client.ref.host}/{client.ref.repo if kind == 'images' else modules_repo}:{tag} "
+                  "(a signature, attestation or SBOM of an image that goes)")
         for tag, why in found.kept:
             print(f"kept {tag}: {_KEPT[why]}")
         for tag in found.shared_digest:
             print(f"kept {tag}: another kept tag names the same manifest")
-        if not found.images and not found.modules:
+        if not found.images and not found.modules and not found.attachments:
             print(f"nothing to sweep: every image's kernel runs, is announced, is offered next, is a fallback or is "
                   f"its line's newest in {', '.join(read)}")
         elif not yes:
             print("(a dry run: --yes deletes them)")
-    if not yes and (found.images or found.modules):
+    if not yes and (found.images or found.modules or found.attachments):
         raise typer.Exit(1)
 
 

@@ -87,19 +87,26 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
     checked there at `driver_version`; None when the registry has no such image. LayerRefused when it is not what
     it says, UserSpaceMismatch when its user space is not the driver's."""
     from gpualign.ensure import userspace
-    from gpualign.ensure.signatures import unsigned
+    from gpualign.ensure.signatures import unsigned_digest
 
     where = f"{client.ref.host}/{repo}:{tag}"
-    manifest = client.manifest(tag, repo)
-    if manifest is None:
+    digest = client.digest(tag, repo)
+    if digest is None:
         return None
-    digest = client.digest(tag, repo) or ""
-    if (why := unsigned(client, tag, repo)) is not None:
+    if (why := unsigned_digest(client, digest, repo)) is not None:
         raise LayerRefused(f"{where}: {why}")
+    try:  # by the digest judged, and each platform's by the digest its index names: a tag moved since is not read
+        manifest = client.manifest_at(digest, repo)
+        if manifest is None:
+            return None
+        entry = None
+        if manifest.get("mediaType") == OCI_INDEX or "manifests" in manifest:
+            entry = next((m for m in manifest.get("manifests") or [] if isinstance(m, dict)
+                          and (m.get("platform") or {}).get("architecture") == arch), None)
+        found = client.manifest_at(str(entry["digest"]), repo) if entry else None
+    except BlobMismatch as err:
+        raise LayerRefused(f"{where}: {err.message}") from None
     if manifest.get("mediaType") == OCI_INDEX or "manifests" in manifest:
-        entry = next((m for m in manifest.get("manifests") or [] if isinstance(m, dict)
-                      and (m.get("platform") or {}).get("architecture") == arch), None)
-        found = client.manifest(str(entry["digest"]), repo) if entry else None
         if entry is None or found is None:
             raise LayerRefused(f"{where}: no {arch} image in its index")
         manifest, digest = found, str(entry["digest"])

@@ -126,15 +126,21 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
     """The shared modules for `key`, checked against their artifact and written into `into` (a module cache dir,
     made whole or not at all, marked as pulled); None when the registry has none. SharedRefused when the artifact
     is not what it says."""
-    from gpualign.ensure.signatures import unsigned
+    from gpualign.ensure.signatures import unsigned_digest
 
     repo = repository(client.ref.repo)
-    manifest = client.manifest(key.tag, repo)
-    if manifest is None:
+    digest = client.digest(key.tag, repo)
+    if digest is None:
         return None
     source = where(client, key)
-    if (why := unsigned(client, key.tag, repo)) is not None:
+    if (why := unsigned_digest(client, digest, repo)) is not None:
         raise SharedRefused(f"{source}: {why}")
+    try:  # by the digest judged: a tag moved since is not read
+        manifest = client.manifest_at(digest, repo)
+    except BlobMismatch as err:
+        raise SharedRefused(f"{source}: {err.message}") from None
+    if manifest is None:
+        return None
     config_desc, layer_desc = _descriptors(manifest, source)
     try:
         config = json.loads(client.blob(config_desc["digest"], repo))
@@ -162,7 +168,7 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
         for name, path in found.items():
             if _sha256(path) != sums[name]:
                 raise SharedRefused(f"{source}: {name} is not the module its config names (sha256 differs)")
-        (staging / SHARED_MARK).write_text(f"{source}@{client.digest(key.tag, repo)}\n")
+        (staging / SHARED_MARK).write_text(f"{source}@{digest}\n")
         (staging / ".complete").write_text("0\n")
     return sorted(into.glob("*.ko"))
 

@@ -207,6 +207,15 @@ def unsigned(client: RegistryClient, reference: str, repo: str) -> str | None:
     digest = client.digest(reference, repo)
     if digest is None:
         return None
+    return unsigned_digest(client, digest, repo)
+
+
+def unsigned_digest(client: RegistryClient, digest: str, repo: str) -> str | None:
+    """Why the artifact `repo@digest` may not be taken (not signed by a trusted key); None when it is, or when no
+    key is trusted here. By digest: read the artifact by the same digest afterwards (RegistryClient.manifest_at)."""
+    trusted = configured_trusted()
+    if not trusted:
+        return None
     verdict = verify(client, digest, trusted, repo)
     return None if verdict.ok else f"not signed by a trusted key ({verdict.why})"
 

@@ -16,6 +16,10 @@ kernel is:
 
 What gpualign cannot read a kernel from (`latest`, a tag of another shape) is never touched, nor is any digest that
 a kept tag also names: a registry deletes a manifest by digest, and with it every tag on it.
+
+A signature, attestation or attached SBOM (`sha256-<hex>.sig|.att|.sbom`, cosign's tags) goes with the image it is
+attached to, and so does one whose image no tag names any more (left by an earlier sweep); it stays while any kept
+tag names its image.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from gpualign.model import debian_kernels
+from gpualign.model.cosign import attached_to
 from gpualign.model.kernels import label_of, release_of
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
@@ -98,6 +103,8 @@ class Unused:
     shared_digest: tuple[str, ...]  # unused tags kept: a kept tag names the same manifest
     unknown: tuple[str, ...]  # tags no kernel could be read from: kept
     kept: tuple[tuple[str, str], ...] = ()  # (tag, why) for tags kept though no node runs or announces their kernel
+    # signatures, attestations and SBOMs whose image goes, or went before: (repository "images" or "modules", tag)
+    attachments: tuple[tuple[str, str], ...] = ()
 
 
 def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str, str | None],
@@ -111,7 +118,11 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
     shared: list[str] = []
     unknown: list[str] = []
     kept_for: list[tuple[str, str]] = []
-    for table, kernel_of, out in ((image_digests, image_kernel, images), (module_digests, modules_kernel, modules)):
+    attachments: list[tuple[str, str]] = []
+    for name, everything, kernel_of, out in (("images", image_digests, image_kernel, images),
+                                             ("modules", module_digests, modules_kernel, modules)):
+        attached = {tag: subject for tag in everything if (subject := attached_to(tag))}
+        table = {tag: digest for tag, digest in everything.items() if tag not in attached}
         of_tag = {tag: kernel_of(tag) for tag in table}
         keep = kept_kernels((k for k in of_tag.values() if k), live, keep_previous, offered)
         kept_digests: set[str | None] = set()
@@ -132,4 +143,6 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
                 shared.append(tag)
             else:
                 out.append(tag)
-    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown), tuple(kept_for))
+        attachments.extend((name, tag) for tag, subject in sorted(attached.items())
+                           if subject not in kept_digests and everything[tag] not in kept_digests)
+    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown), tuple(kept_for), tuple(attachments))

@@ -333,6 +333,27 @@ class RegistryClient:
             raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not an object")
         return data
 
+    def manifest_at(self, digest: str, repo: str | None = None) -> dict[str, Any] | None:
+        """The manifest stored under `digest`, refused (BlobMismatch) unless its bytes hash to it: what was judged
+        by its digest (a signature over it) is what is read, whatever the tag points at by now."""
+        repo = repo or self.ref.repo
+        algorithm, _, want = digest.partition(":")
+        if algorithm != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", want):
+            raise Unreachable(f"registry {self.ref.host}: manifest digest {digest[:30]!r} is not sha256")
+        resp = self._manifest_request("GET", digest, repo)
+        if resp is None:
+            return None
+        if hashlib.sha256(resp.content).hexdigest() != want:
+            raise BlobMismatch(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not the manifest its "
+                               "digest names")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not JSON") from None
+        if not isinstance(data, dict):
+            raise Unreachable(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not an object")
+        return data
+
     def digest(self, reference: str, repo: str | None = None) -> str | None:
         """The manifest digest a tag resolves to (an index's own digest for a multi-platform image), or None."""
         repo = repo or self.ref.repo

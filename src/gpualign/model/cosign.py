@@ -42,6 +42,16 @@ def signature_tag(digest: str, suffix: str = "sig") -> str:
     return f"sha256-{hexdigest}.{suffix}"
 
 
+def attached_to(tag: str) -> str | None:
+    """The digest a `sha256-<hex>.sig|.att|.sbom` tag is attached to, or None for a tag of another shape."""
+    stem, dot, suffix = tag.rpartition(".")
+    hexdigest = stem.removeprefix("sha256-")
+    if not dot or suffix not in ("sig", "att", "sbom") or not stem.startswith("sha256-") or len(hexdigest) != 64 \
+            or any(c not in "0123456789abcdef" for c in hexdigest):
+        return None
+    return f"sha256:{hexdigest}"
+
+
 def payload(repository: str, digest: str) -> bytes:
     """The simple-signing document for the image `digest` in `repository` (HOST/PATH), as cosign marshals it."""
     return json.dumps({"critical": {"identity": {"docker-reference": repository},
