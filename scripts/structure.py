@@ -4,6 +4,12 @@ reading.
 
     python3 scripts/structure.py            # the table
     python3 scripts/structure.py --json     # the same, as JSON
+    python3 scripts/structure.py -v         # every item of every count
+
+Besides the rooms and their order, it counts what keeps the house from being clean: import cycles (over the imports
+that run), places that parse a sentence gpualign wrote, cli/'s imports of the transport clients, model/'s impurities,
+exit-code literals outside base/errors.py, own-module imports inside functions outside cli/, and the longest
+functions.
 
 Every import counts: at module level, inside functions, and under TYPE_CHECKING (a type is a dependency too).
 A module's room is its folder under gpualign/ (base, model, kube, ledger, ensure, upgrade, usecases, controller,
@@ -112,6 +118,170 @@ def levels(src: Path = SRC) -> dict[str, int]:
     return {name: level(name) for name in g}
 
 
+def _runtime_imports(path: Path, known: set[str]) -> Iterator[tuple[int, str, bool]]:
+    """(line, module, inside a function) for every gpualign import the file runs (not those under TYPE_CHECKING,
+    which are types only)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip: set[int] = set()
+    inner: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for child in node.body for n in ast.walk(child))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner.update(id(n) for child in node.body for n in ast.walk(child))
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "gpualign":
+            names = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known] \
+                or [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "gpualign"]
+        for name in names:
+            while name not in known and "." in name:
+                name = name.rsplit(".", 1)[0]
+            yield node.lineno, name, id(node) in inner
+
+
+def cycles(src: Path = SRC) -> list[list[str]]:
+    """The import cycles among the modules, over the imports that run (at module level or in functions): each
+    strongly connected set of more than one module (Tarjan's algorithm), sorted."""
+    found = modules(src)
+    known = set(found)
+    g = {n: sorted({t for _, t, _ in _runtime_imports(p, known) if t != n and t in known and t != "gpualign"})
+         for n, p in found.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                out.append(sorted(members))
+
+    sys.setrecursionlimit(10_000)
+    for v in g:
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def inner_imports(src: Path = SRC) -> list[str]:
+    """Imports of gpualign's own modules inside functions, outside cli/ (whose commands load lazily)."""
+    found = modules(src)
+    known = set(found)
+    return [f"{p.relative_to(src.parent)}:{line}: {t}" for n, p in found.items() if room(n, src) != "cli"
+            for line, t, inner in _runtime_imports(p, known) if inner]
+
+
+_SENTENCE = ("reason", "message", "blocker", "why", "hold", "told")
+
+
+def _phrase(arg: ast.expr) -> bool:
+    """A constant named in capitals (HOLDS_TOLD), or a string literal holding a space or ': ', or a tuple of them."""
+    if isinstance(arg, ast.Tuple):
+        return any(_phrase(e) for e in arg.elts)
+    if isinstance(arg, ast.Name):
+        return arg.id.isupper()
+    return isinstance(arg, ast.Constant) and isinstance(arg.value, str) and (" " in arg.value or ": " in arg.value)
+
+
+def sentence_parsing(src: Path = SRC) -> list[str]:
+    """Places that take apart a sentence gpualign wrote: startswith / endswith / removeprefix / removesuffix / split
+    / partition, called on something named like a sentence (reason, message, blocker, why, hold, told) with a
+    phrase (a constant in capitals, or a literal holding a space). A heuristic: what a reader would call parsing
+    English, not a test of input (a tag, a path, a kubelet's word)."""
+    out = []
+    for n, p in modules(src).items():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in
+                    ("startswith", "endswith", "removeprefix", "removesuffix", "split", "partition")):
+                continue
+            receiver = ast.unparse(node.func.value).lower()
+            if any(word in receiver for word in _SENTENCE) and node.args and _phrase(node.args[0]):
+                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return sorted(out)
+
+
+TRANSPORT = ("gpualign.kube.client", "gpualign.ledger.registry", "gpualign.ledger.transport",
+             "gpualign.ledger.exchange")
+
+
+def cli_transport_imports(src: Path = SRC) -> list[str]:
+    """Imports from cli/ of the transport clients themselves (the Kubernetes and registry clients)."""
+    paths = modules(src)
+    return [f"{paths[n].relative_to(src.parent)}:{line}: {t}" for n, edges in graph(src).items()
+            if room(n, src) == "cli" for t, line in edges.items() if t in TRANSPORT]
+
+
+def impure_model(src: Path = SRC) -> list[str]:
+    """model/'s imports of rooms above it, and its file reads (open, read_text, read_bytes)."""
+    paths = modules(src)
+    rank = {r: i for i, r in enumerate(ORDER)}
+    out = [f"{paths[n].relative_to(src.parent)}:{line}: imports {t}" for n, edges in graph(src).items()
+           if room(n, src) == "model" for t, line in edges.items() if rank.get(room(t, src), 0) > rank["model"]
+           or room(t, src) == "ledger"]
+    for n, p in paths.items():
+        if room(n, src) != "model":
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Call) and (
+                    (isinstance(node.func, ast.Name) and node.func.id == "open") or
+                    (isinstance(node.func, ast.Attribute) and node.func.attr in ("read_text", "read_bytes"))):
+                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return out
+
+
+def exit_code_literals(src: Path = SRC, home: str = "gpualign.base.errors") -> list[str]:
+    """Exit codes written as numbers outside the error module: `exit_code = N`, `Exit(N)`, `sys.exit(N)`,
+    `SystemExit(N)` with N a literal other than 0."""
+    out = []
+    for n, p in modules(src).items():
+        if n == home:
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "exit_code"
+                                                    for t in node.targets) \
+                    and isinstance(node.value, ast.Constant) and node.value.value:
+                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)}")
+            elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("Exit", "exit",
+                                                                                        "SystemExit") \
+                    and node.args and isinstance(node.args[0], ast.Constant) \
+                    and isinstance(node.args[0].value, int) and node.args[0].value:
+                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def longest_functions(src: Path = SRC, count: int = 15) -> list[tuple[int, str]]:
+    """The `count` longest functions (lines, `path:line name`)."""
+    found = []
+    for _, p in modules(src).items():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                found.append((length, f"{p.relative_to(src.parent)}:{node.lineno} {node.name}"))
+    return sorted(found, reverse=True)[:count]
+
+
 def summary(src: Path = SRC) -> dict[str, object]:
     files = modules(src)
     lines = {n: len(p.read_text().splitlines()) for n, p in files.items()}
@@ -123,12 +293,17 @@ def summary(src: Path = SRC) -> dict[str, object]:
     lv = levels(src)
     return {"files": len(files), "lines": sum(lines.values()), "import_levels": max(lv.values()) + 1,
             "rooms": {r: per_room[r] for r in ORDER if r in per_room}, "upward_imports": upward(src),
-            "imports_from_cli_outside_cli": [u for u in upward(src) if "(cli)" in u.split(" imports ")[1]]}
+            "imports_from_cli_outside_cli": [u for u in upward(src) if "(cli)" in u.split(" imports ")[1]],
+            "cycles": cycles(src), "inner_imports_outside_cli": inner_imports(src),
+            "sentence_parsing": sentence_parsing(src), "cli_transport_imports": cli_transport_imports(src),
+            "impure_model": impure_model(src), "exit_code_literals": exit_code_literals(src),
+            "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--verbose", "-v", action="store_true", help="list every item, not only the counts")
     ap.add_argument("--src", type=Path, default=SRC, help="the package to read (default: this checkout's)")
     args = ap.parse_args()
     s = summary(args.src)
@@ -145,7 +320,26 @@ def main() -> int:
     print(f"upward imports: {len(ups)}")
     for u in ups:
         print(f"  {u}")
-    return 1 if ups else 0
+    found_cycles = s["cycles"]
+    assert isinstance(found_cycles, list)
+    print(f"import cycles: {len(found_cycles)}")
+    for c in found_cycles:
+        print(f"  {' -> '.join(c)}")
+    for key, title, show in (("sentence_parsing", "places that parse a sentence gpualign wrote", True),
+                             ("cli_transport_imports", "cli/ imports of the transport clients", args.verbose),
+                             ("impure_model", "model/ imports of upper rooms and file reads", True),
+                             ("exit_code_literals", "exit-code literals outside base/errors.py", True),
+                             ("inner_imports_outside_cli", "own-module imports inside functions, outside cli/",
+                              args.verbose)):
+        items = s[key]
+        assert isinstance(items, list)
+        print(f"{title}: {len(items)}")
+        for item in items if show else []:
+            print(f"  {item}")
+    print("longest functions:")
+    for item in s["longest_functions"]:  # type: ignore[attr-defined]
+        print(f"  {item}")
+    return 1 if ups or found_cycles else 0
 
 
 if __name__ == "__main__":
