@@ -211,7 +211,7 @@ def sentence_parsing(src: Path = SRC) -> list[str]:
     phrase (a constant in capitals, or a literal holding a space). A heuristic: what a reader would call parsing
     English, not a test of input (a tag, a path, a kubelet's word)."""
     out = []
-    for n, p in modules(src).items():
+    for p in modules(src).values():
         for node in ast.walk(ast.parse(p.read_text(), str(p))):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in
                     ("startswith", "endswith", "removeprefix", "removesuffix", "split", "partition")):
@@ -251,24 +251,22 @@ def impure_model(src: Path = SRC) -> list[str]:
     return out
 
 
+def _exit_literal(node: ast.AST) -> bool:
+    """`exit_code = N`, or `Exit(N)` / `exit(N)` / `SystemExit(N)`, with N a literal other than 0."""
+    if isinstance(node, ast.Assign):
+        return any(isinstance(t, ast.Name) and t.id == "exit_code" for t in node.targets) and \
+            isinstance(node.value, ast.Constant) and bool(node.value.value)
+    if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("Exit", "exit", "SystemExit"):
+        return bool(node.args) and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int) \
+            and bool(node.args[0].value)
+    return False
+
+
 def exit_code_literals(src: Path = SRC, home: str = "gpualign.base.errors") -> list[str]:
-    """Exit codes written as numbers outside the error module: `exit_code = N`, `Exit(N)`, `sys.exit(N)`,
-    `SystemExit(N)` with N a literal other than 0."""
-    out = []
-    for n, p in modules(src).items():
-        if n == home:
-            continue
-        for node in ast.walk(ast.parse(p.read_text(), str(p))):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "exit_code"
-                                                    for t in node.targets) \
-                    and isinstance(node.value, ast.Constant) and node.value.value:
-                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)}")
-            elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in ("Exit", "exit",
-                                                                                        "SystemExit") \
-                    and node.args and isinstance(node.args[0], ast.Constant) \
-                    and isinstance(node.args[0].value, int) and node.args[0].value:
-                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)}")
-    return out
+    """Exit codes written as numbers outside the error module."""
+    return sorted(f"{p.relative_to(src.parent)}:{node.lineno}: {ast.unparse(node)}"
+                  for n, p in modules(src).items() if n != home
+                  for node in ast.walk(ast.parse(p.read_text(), str(p))) if _exit_literal(node))
 
 
 def longest_functions(src: Path = SRC, count: int = 15) -> list[tuple[int, str]]:
