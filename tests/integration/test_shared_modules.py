@@ -22,7 +22,7 @@ import pytest
 
 from gpualign.ensure import debian, shared
 from gpualign.ensure.archive import Archive, cache_root
-from gpualign.ensure.run import verify_modules
+from gpualign.ensure.stage import verify_modules
 from gpualign.ensure.tagspec import parse
 from gpualign.lab import docker_registry, processes
 from gpualign.ledger.registry import RegistryClient, RegistryRef

@@ -60,3 +60,20 @@ def test_no_test_module_imports_another():
             bad += [f"{path.relative_to(ROOT)}: {n}" for n in names
                     if n.startswith("tests.") and (n.split(".")[-1].startswith("test_") or n == "tests.conftest")]
     assert bad == []
+
+
+def test_no_import_cycle():
+    """Over the imports that run, at module level or inside functions: a cycle hidden in a function is one too."""
+    assert structure.cycles() == []
+
+
+def test_the_reading_sees_a_cycle_through_a_function(tmp_path):
+    src = tmp_path / "gpualign"
+    (src / "ensure").mkdir(parents=True)
+    for f in ("__init__.py", "ensure/__init__.py"):
+        (src / f).write_text("")
+    (src / "ensure" / "build.py").write_text("from gpualign.ensure.run import Options\n")
+    (src / "ensure" / "run.py").write_text("def one():\n    from gpualign.ensure.build import build\n")
+    (src / "ensure" / "types.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from gpualign.ensure.run import Options\n")
+    assert structure.cycles(src) == [["gpualign.ensure.build", "gpualign.ensure.run"]]

@@ -140,8 +140,8 @@ def test_tonight_tells_each_pools_next_image_present_building_missing_or_refused
     (d13,) = states["debian13 6.12 generic-amd64"]
     assert d13 == ("550-6.12.118_deb13-amd64-debian13", "missing: build it before any node reboots into it")
     assert judged["debian12 6.1 generic-amd64"].line().startswith(
-        "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since 2025-12-05 02:00 UTC); "
-        "535-6.1.0-57-amd64-debian12 present")
+        "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since "
+        "2025-12-05 02:00 UTC); 535-6.1.0-57-amd64-debian12 present")
     unjudged = tonight.judge(read, nodes, pods, None, load_rules(None), {})
     assert all(i["state"] == "not judged (no --ledger)" and i["in_ledger"] is None
                for p in unjudged for i in p.as_dict()["images"])

@@ -28,8 +28,8 @@ from gpualign.cli.options import (
 
 if TYPE_CHECKING:
     from gpualign.ensure.lease import Leases
-    from gpualign.ensure.run import Outcome
     from gpualign.ensure.sign import SigningKey
+    from gpualign.ensure.stage import Outcome
     from gpualign.ensure.tagspec import TagSpec
     from gpualign.model.tags import Rules
 
@@ -272,7 +272,7 @@ def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
           failed: Failed) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
-    from gpualign.ensure import run
+    from gpualign.ensure import run, stage
     from gpualign.ensure.judge import OFF, STRICT
     from gpualign.ledger.registry import connect
     from gpualign.model.makers import SUITES, debian_suite
@@ -295,14 +295,14 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
 
     outcomes: list[Outcome] = []
     leases = None
-    options: dict[str, run.Options] = {}
+    options: dict[str, stage.Options] = {}
     try:
         in_flight = max(1, min(flags.jobs, len(specs))) if not flags.dry_run else 1
         leases = _leases(flags.lease, flags.kubeconfig, flags.context, say) if flags.lease and not flags.dry_run \
             else None
         # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
         # nvcr.io for a tag it never had); an upstream named with --upstream is asked for every tag
-        options = {spec.tag: run.Options(target, up if explicit or _nvidia_publishes(spec) else None, flags.dry_run,
+        options = {spec.tag: stage.Options(target, up if explicit or _nvidia_publishes(spec) else None, flags.dry_run,
                                          jobs=max(1, flags.jobs // in_flight),
                                          flavour=flags.flavour or asked.flavours.get(spec.tag, "proprietary"),
                                          modules_from=flags.modules_from,
@@ -333,9 +333,9 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
                     raise
                 failed.cannot_make(spec.tag, err)
         specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == run.TagAction.BUILD for p in planned.values()) and not flags.dry_run:
+        if any(p.action == stage.TagAction.BUILD for p in planned.values()) and not flags.dry_run:
             run.require_tools()
-        if in_flight == 1 or all(p.action == run.TagAction.PRESENT for p in planned.values()):
+        if in_flight == 1 or all(p.action == stage.TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
                     outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
@@ -366,7 +366,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
 
 def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:
     """The report (failures included, before exiting), then the first failure; else one line per image."""
-    from gpualign.ensure.run import TagAction
+    from gpualign.ensure.stage import TagAction
 
     upstream, output = flags.upstream, flags.output
     if output in (Output.json, Output.yaml):

@@ -196,7 +196,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     """--ensure: the missing target images, ensured into the one registry ledger before the walk (signed with
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
     from gpualign.cli.common import progress
-    from gpualign.ensure import run
+    from gpualign.ensure import run, stage
     from gpualign.ledger.registry import connect
     from gpualign.ledger.sources import is_registry
 
@@ -212,10 +212,10 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
                        f"missing images in; got {len(registries)}")
     target = connect(registries[0], docker_config=docker_config, timeout=30.0)
     try:
-        opts = run.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
+        opts = stage.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
                            signing=signing)
         plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
-        if not dry_run and any(p.action == run.TagAction.BUILD for p in plans.values()):
+        if not dry_run and any(p.action == stage.TagAction.BUILD for p in plans.values()):
             run.require_tools()
         for tag in tags:
             out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure.run import (
+from gpualign.ensure.stage import (
     NotVerified,
     Options,
     Outcome,

@@ -8,7 +8,7 @@ modules pass the kernel's checks, they are pushed beside the ledger as an OCI ar
 
 The unsigned modules are what is shared: signing is a later, cheap step, so one artifact serves every signing key.
 A later build (any machine, any node) pulls the artifact into its module cache instead of compiling, and the
-modules are then verified exactly as freshly compiled ones (`ensure.run.verify_modules`), before anything is pushed.
+modules are then verified exactly as freshly compiled ones (`ensure.stage.verify_modules`), before anything is pushed.
 
 What is checked on the way in, and what is not:
 - the layer's bytes against its manifest's digest and size (a blob changed in the registry's storage is refused);

@@ -1,0 +1,157 @@
+"""What every stage of ensure shares: the options of a run, the outcome of a tag, the refusals, and the checks and
+preparations a build and a plan both make (the modules' load check against the tag's kernel, whether they are
+compiled already, the image's inputs made beside a compile). ensure.run plans and runs a tag through its stages;
+ensure.build is the build stage."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpualign.base.errors import GpualignError
+from gpualign.ensure import tagspec
+from gpualign.ensure.archive import Archive, file_lock
+
+if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
+    from gpualign.ensure import sign
+    from gpualign.ensure.ahead import Ahead
+    from gpualign.ensure.lease import Leases
+    from gpualign.ensure.verify import Verification
+    from gpualign.ledger.registry import RegistryClient
+
+
+class TagAction(StrEnum):
+    """What ensure does for a tag (its plan's and outcome's `action`)."""
+
+    PRESENT = "present"  # in the ledger, and it passes the check: nothing to do
+    MIRROR = "mirror"
+    BUILD = "build"
+    WRONG = "wrong"  # in the ledger under the tag, but it fails the check: reported, replaced only with replace_wrong
+
+
+Say = Callable[[str, str], None]  # (tag, message)
+
+
+class PresentButWrong(GpualignError):
+    """A tag in the ledger whose image fails the check (exit 1); replaced only when asked to."""
+
+    exit_code = 1
+    word = "refused"
+
+
+class NotVerified(GpualignError):
+    """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
+
+    exit_code = 1
+    word = "refused"
+
+
+@dataclass
+class Outcome:
+    tag: str
+    action: TagAction
+    done: bool = False  # False under --dry-run
+    digest: str | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+    verification: dict[str, Any] | None = None
+    reference: str = ""
+    modules: str = ""  # where a build's modules came from: compiled | cache | shared (pulled) | given
+    shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
+    ahead: list[str] = field(default_factory=list)  # what the build took of what was fetched ahead (ensure.ahead)
+    signature: str | None = None  # the cosign signature's tag, when the image was signed ($GPUALIGN_COSIGN_KEY)
+    attestations: tuple[str, ...] = ()  # its signed SBOM and provenance's tag, and the attached SBOM's
+    evidence: Any = None  # what a build made the image from (gpualign.model.attestations.Evidence)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
+                "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
+                "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None,
+                "fetched_ahead": self.ahead or None, "signature": self.signature,
+                "attestations": list(self.attestations) or None}
+
+
+@dataclass
+class Options:
+    target: RegistryClient
+    upstream: RegistryClient | None = None
+    dry_run: bool = False
+    jobs: int = 2
+    flavour: str = "proprietary"
+    modules_from: Path | None = None  # verify and push these modules instead of compiling
+    signing: sign.SigningKey | None = None  # sign every module for Secure Boot, and verify the signatures
+    leases: Leases | None = None  # on a cluster: a Lease per tag, so runs on other machines never build it too
+    together: tuple[str, ...] = ()  # the kernels this run builds: a new build root gets all their headers at once
+    authfile: str | None = None
+    archive: Archive = field(default_factory=Archive)
+    check_present: str = "off"  # a present tag's modules are judged too: judge.OFF | STRICT (labels always)
+    replace_wrong: bool = False  # a present tag that fails the check is made again and pushed over it
+    share_pull: bool = True  # take modules another build compiled from the registry (ensure.shared), verified
+    share_push: bool = True  # share the modules this build compiled, once verified
+    ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
+    cosign_key: Any = field(default_factory=lambda: _configured_key())  # signs what is pushed, as cosign signs
+
+
+def _configured_key() -> Any:
+    from gpualign.ensure.signatures import configured_key
+
+    return configured_key()
+
+
+def tag_lock(tag: str) -> AbstractContextManager[None]:
+    return file_lock(f"{tag}.lock")
+
+
+def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive,
+                   signing: sign.SigningKey | None = None) -> Verification:
+    """The kernel's load checks against the tag's kernel (its Module.symvers from the archive); with a signing key,
+    also the signature check of a Secure Boot kernel that holds that key's certificate."""
+    from gpualign.ensure import kmod, symvers
+    from gpualign.ensure.verify import verify
+
+    table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
+    read = [kmod.read_file(p) for p in modules]
+    return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
+
+
+def compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
+    """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
+    from gpualign.ensure import buildroot, debian
+
+    return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
+        debian.cached_modules(opts.archive.for_tag_kernel(spec.os_tag, spec.kernel), spec.kernel,
+                              opts.flavour) is not None
+
+
+_inputs_started: set[str] = set()
+_inputs_lock = threading.Lock()
+
+
+def prepare_image_inputs(archive: Archive, driver_version: str) -> None:
+    """Make what the image needs besides the modules in the background while the compile runs: the image's base and
+    the user space at the modules' version (neither depends on the modules; assembly takes the same locks and waits
+    for them, or makes them itself if this failed, and reports it). Called as a compile starts, once per run and
+    driver version: not before, where it would contend with the build root for the archive, and not on a warm run,
+    where the image assembled before is pushed again. On one kernel of 2 cores it moves ~10 s of downloading and
+    unpacking off the path after the compile (docs/benchmarks.md, "ensure")."""
+    from gpualign.ensure import image, userspace
+
+    with _inputs_lock:
+        if f"{archive.key}/{driver_version}" in _inputs_started:
+            return
+        _inputs_started.add(f"{archive.key}/{driver_version}")
+
+    def make() -> None:
+        with contextlib.suppress(GpualignError):
+            image.ensure_base(archive.suite, archive.arch)
+        with contextlib.suppress(GpualignError):
+            userspace.fetch(archive, driver_version)
+
+    threading.Thread(target=make, name="ensure-image-inputs", daemon=True).start()
+
+
