@@ -9,7 +9,7 @@ from gpualign.upgrade.blockers import BlockKind, kind_of
 from gpualign.upgrade.planner import PDB_HOLD
 
 
-def test_each_sentence_the_walk_writes_has_its_kind_whatever_its_numbers():
+def test_a_blocker_written_by_a_gpualign_that_wrote_no_kind_has_its_kind_from_its_words():
     cases = {
         f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions (2 healthy, 2 required), and never will": BlockKind.PDB,
         f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions (1 healthy, 2 required)": BlockKind.PDB,
@@ -32,6 +32,51 @@ def test_each_sentence_the_walk_writes_has_its_kind_whatever_its_numbers():
 @given(st.text(max_size=200))
 def test_any_sentence_has_one_of_the_few_kinds(text):
     assert kind_of(text) in set(BlockKind)
+
+
+@given(st.text(max_size=80), st.sampled_from(list(BlockKind)))
+def test_the_kind_the_walk_wrote_is_the_kind_whatever_the_sentence_says(text, kind):
+    assert kind_of(text, str(kind)) is kind
+    assert kind_of(text, "a-kind-of-a-later-gpualign") is kind_of(text)
+
+
+def test_the_walk_writes_each_hold_it_tells_with_its_kind_and_never_reads_its_own_words():
+    """The walk branches on the planner's kinds (no sentence parsed); the node's record carries the kind beside the
+    sentence, and the controller's metric reads it from there."""
+    from gpualign.controller.board import fleet_view
+    from gpualign.model.facts import node_facts
+    from gpualign.upgrade import states as S
+    from gpualign.upgrade import upgrade_policy as pol
+    from gpualign.upgrade.executor import Executor
+    from gpualign.upgrade.planner import NodeView, next_actions
+    from gpualign.upgrade.snapshot import NodeState
+
+    class Recording:
+        def __init__(self) -> None:
+            self.patches: list[dict] = []
+
+        def patch(self, path: str, body: dict) -> dict:
+            self.patches.append(body)
+            return {}
+
+        def event(self, *_: object, **__: object) -> None:
+            pass
+
+    node = {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {S.STATE_LABEL: S.REQUIRED}}}
+    # an unmovable pod whose reason reads like a PDB hold: the kind, not the words, decides
+    view = NodeView("n1", S.REQUIRED, False, target_tag="595-k", unmovable=(f"{PDB_HOLD}: ml/x has no controller",))
+    (action,) = next_actions([view], pol.UpgradePolicy())
+    assert (action.kind, action.hold) == ("hold", BlockKind.UNMOVABLE)
+    kube, said = Recording(), []
+    ex = Executor(kube, pol.UpgradePolicy(), report=lambda _n, m: said.append(m))  # type: ignore[arg-type]
+    ex.apply(action, NodeState(node, node_facts(node), None, None, "595-k", view))
+    (written,) = kube.patches
+    assert written["metadata"]["annotations"][S.BLOCKER_KIND] == "unmovable"
+    assert said == [f"blocked: {action.reason}"]
+    annotated = {**node, "metadata": {**node["metadata"], "annotations": written["metadata"]["annotations"]}}
+    fleet = fleet_view([], {"n1": node_facts(annotated)}, leader=True)
+    assert fleet["blocked_kinds"] == {"n1": BlockKind.UNMOVABLE}  # its words alone say "other"
+    assert kind_of(action.reason) is BlockKind.OTHER
 
 
 def test_status_json_says_no_state_as_null_and_cordoned_as_a_boolean():

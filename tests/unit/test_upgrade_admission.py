@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
+from gpualign.upgrade.blockers import BlockKind
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, next_actions
 from tests.support.builders import pod
@@ -77,15 +78,16 @@ def test_a_node_a_sequential_drain_could_empty_is_not_held_forever(views, policy
     Only a PDB that never allows a disruption does."""
     rounds, held = admission_order(views, policy, budget)
     by_name = {v.name: v for v in views}
-    for name, reason in held.items():
-        if reason.startswith(PDB_HOLD):
-            assert any(budget[p].never_allows for p, _ in by_name[name].pdb_demand), (name, reason, rounds)
+    for name, action in held.items():
+        if action.hold is BlockKind.PDB:
+            assert action.subject in dict(by_name[name].pdb_demand) and action.reason.startswith(PDB_HOLD)
+            assert any(budget[p].never_allows for p, _ in by_name[name].pdb_demand), (name, action, rounds)
 
 
 @given(fleets, policies, budgets)
 def test_a_node_no_pdb_guards_is_never_held_back_by_one(views, policy, budget):
     for action in next_actions(views, policy, budget):
-        if action.reason.startswith(PDB_HOLD):
+        if action.hold is BlockKind.PDB:
             view = next(v for v in views if v.name == action.node)
             assert view.pdb_demand, action
 
@@ -183,7 +185,8 @@ def test_a_walk_left_with_pdb_holds_waits_only_for_a_budget_on_its_way_back():
     view = NodeView("gpu-c1", S.REQUIRED, False, pdb_demand=(("ml/trainer-pdb", 1),))
     node = {"metadata": {"name": "gpu-c1", "labels": {}}}
     snap = Snapshot({"gpu-c1": NodeState(node, node_facts(node), None, None, None, view)}, [])
-    hold = [Action("gpu-c1", "hold", f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions")]
+    hold = [Action("gpu-c1", "hold", f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions", BlockKind.PDB,
+                   subject="ml/trainer-pdb")]
     # an eviction still counted (0 allowed of the 1 it allows with every pod healthy): coming back by itself
     snap.budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 1, 2)}
     assert _recovering(snap, hold)

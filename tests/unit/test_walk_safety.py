@@ -74,12 +74,17 @@ def test_a_node_with_an_unmovable_pod_is_held_before_cordon_and_its_slot_goes_to
 
 
 def test_an_unverified_image_holds_with_the_way_out():
-    held = image_hold(TAG, UNVERIFIED + "it holds no kernel modules under /opt/lib/modules")
+    from gpualign.upgrade.blockers import BlockKind
+
+    held, kind = image_hold(TAG, UNVERIFIED + "it holds no kernel modules under /opt/lib/modules")
     assert held.startswith(f"image not verified: {TAG}: it holds no kernel modules") and "--no-verify-modules" in held
-    assert image_hold(TAG, "its label says 6.1.0-47") == f"image present but wrong: {TAG}: its label says 6.1.0-47"
+    assert kind is BlockKind.IMAGE_UNVERIFIED
+    assert image_hold(TAG, "its label says 6.1.0-47") == (f"image present but wrong: {TAG}: its label says 6.1.0-47",
+                                                          BlockKind.IMAGE_WRONG)
     (action,) = next_actions([NodeView("n", S.REQUIRED, False, image_present=False, target_tag=TAG,
                                image_problem=UNVERIFIED + "x")], pol.UpgradePolicy())
     assert action.kind == "hold" and action.reason.startswith("image not verified")
+    assert action.hold is BlockKind.IMAGE_UNVERIFIED
 
 
 def test_a_present_image_whose_driver_pod_crash_loops_is_not_clean():

@@ -92,9 +92,11 @@ def _policy(policy_file: Path | None, max_parallel: int | None, max_unavailable:
 
 
 def _admission(snap: Snapshot, pol: UpgradePolicy) -> tuple[list[list[str]], dict[str, str]]:
+    """The admission rounds, and each node held and why (in words)."""
     from gpualign.upgrade.planner import admission_order
 
-    return admission_order([n.view for n in snap.nodes.values()], pol, snap.budgets)
+    rounds, held = admission_order([n.view for n in snap.nodes.values()], pol, snap.budgets)
+    return rounds, {node: a.reason for node, a in held.items()}
 
 
 def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
@@ -241,7 +243,7 @@ def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) ->
         stdout.print(f"  {name}: {running} → {ns.target_tag or '?'}  {image}  "
                      f"{len(pods)} pod(s) to evict{': ' + ', '.join(pods) if pods else ''}")
     for node, tag in pre.missing_images:
-        what = image_hold(tag, snap.nodes[node].view.image_problem)
+        what, _ = image_hold(tag, snap.nodes[node].view.image_problem)
         stdout.print(f"  [bold red]{node} stays upgrade-required[/]: {what} (never cordoned)")
     for node, why in sorted(pre.unmovable.items()):
         more = f" (and {len(why) - 1} more)" if len(why) > 1 else ""
@@ -534,7 +536,7 @@ def _summary(outcome: Outcome) -> None:
     for node, reason in sorted(outcome.reasons.items()):
         stdout.print(f"  {node} ({outcome.states.get(node) or '(none)'}): {reason}")
     if outcome.pdb_held:
-        pdbs = sorted({r.split("PDB ", 1)[1].split(" ", 1)[0] for r in outcome.pdb_held.values() if "PDB " in r})
+        pdbs = sorted({a.subject for a in outcome.pdb_held.values() if a.subject})
         stdout.print(f"\n{len(outcome.pdb_held)} node(s) held before cordon ({', '.join(sorted(outcome.pdb_held))}),"
                      f" never cordoned: relax {', '.join(f'PDB {p}' for p in pdbs)} (or move its pods), then run "
                      "again; `--timeout SECONDS` waits for that instead of ending")

@@ -9,6 +9,7 @@ from gpualign.controller import gate
 from gpualign.model.audit import Status
 from gpualign.model.facts import NodeFacts
 from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import kind_of
 from gpualign.upgrade.clock import since
 
 JSON = dict[str, Any]
@@ -25,6 +26,7 @@ def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, lead
             (missing if f["status"] == Status.MISSING else wrong).setdefault(f["tag"], []).append(f["name"])
     counts: dict[str, int] = {}
     blocked: list[tuple[str, str, float]] = []
+    kinds: dict[str, str] = {}  # node -> its blocker's kind, as the walk wrote it (gpualign.upgrade.blockers)
     gated: dict[str, str] = {}
     gated_for: dict[str, float] = {}
     for name, nf in facts.items():
@@ -33,6 +35,7 @@ def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, lead
         reason = nf.annotations.get(S.BLOCKER)
         if reason:
             blocked.append((name, reason, since(nf.annotations.get(S.BLOCKED_SINCE))))
+            kinds[name] = kind_of(reason, nf.annotations.get(S.BLOCKER_KIND))
         if nf.labels.get(S.SKIP_LABEL) == "true" and nf.annotations.get(gate.GATED):
             gated[name] = nf.annotations[gate.GATED]
             gated_for[name] = since(nf.annotations.get(gate.GATED_SINCE))
@@ -42,7 +45,8 @@ def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, lead
     stuck = sorted(set(no_driver) | {n for n, _, _ in blocked if facts.get(n) is not None
                                      and facts[n].labels.get(S.STATE_LABEL) in S.IN_PROGRESS})
     return {"nodes": dict(facts), "missing": missing, "wrong": wrong, "upgrade_counts": counts,
-            "blocked": sorted(blocked), "leader": 1 if leader else 0, "stuck": stuck, "gated": gated,
+            "blocked": sorted(blocked), "blocked_kinds": kinds, "leader": 1 if leader else 0, "stuck": stuck,
+            "gated": gated,
             "gated_for": gated_for}
 
 

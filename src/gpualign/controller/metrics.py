@@ -33,11 +33,12 @@ class FleetCollector(Collector):
         yield states
         blocked = GaugeMetricFamily("gpualign_upgrade_blocked_seconds",
                                     "Seconds a node's driver upgrade has been blocked, by the kind of reason (pdb, "
-                                    "image-missing, image-wrong, image-unverified, waiting-for-jobs, eviction, "
-                                    "driver-pod, validation, timeout, other); `gpualign why NODE` says it whole",
+                                    "unmovable, skipped, image-missing, image-wrong, image-unverified, "
+                                    "waiting-for-jobs, eviction, driver-pod, validation, timeout, other); "
+                                    "`gpualign why NODE` says it whole",
                                     labels=["node", "reason"])
         for node, reason, seconds in data["blocked"]:
-            blocked.add_metric([node, kind_of(reason)], seconds)
+            blocked.add_metric([node, data.get("blocked_kinds", {}).get(node) or kind_of(reason)], seconds)
         yield blocked
         yield GaugeMetricFamily("gpualign_missing_driver_images",
                                 "Distinct driver image tags some GPU node needs and the ledger lacks",

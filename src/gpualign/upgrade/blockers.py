@@ -1,7 +1,10 @@
-"""What kind of thing holds a node's driver upgrade: a small, fixed set, for a metric's label and an alert's
-grouping. The full sentence (which PDB, which image, its numbers) changes as the cluster does, so it stays in the
-node's gpualign.io/upgrade-blocker annotation, `status` and `why`; a label carrying it would be a new series each
-time a number moved, and an alert grouped by it would resolve and fire again. Pure."""
+"""What kind of thing holds a node's driver upgrade: a small, fixed set, for the code to branch on, a metric's label
+and an alert's grouping. The full sentence (which PDB, which image, its numbers) changes as the cluster does, so it
+is for people: the node's gpualign.io/upgrade-blocker annotation, `status` and `why`; a label carrying it would be a
+new series each time a number moved, and an alert grouped by it would resolve and fire again.
+
+The walk decides the kind with the hold (gpualign.upgrade.planner's actions, the executor's blocks) and writes it
+beside the sentence, in gpualign.io/upgrade-blocker-kind. Pure."""
 
 from __future__ import annotations
 
@@ -10,6 +13,11 @@ from enum import StrEnum
 
 class BlockKind(StrEnum):
     PDB = "pdb"  # a PodDisruptionBudget allows no disruption now (held before cordon)
+    UNMOVABLE = "unmovable"  # a pod kubectl drain would not evict (held before cordon)
+    SKIPPED = "skipped"  # the node carries the operator's skip label
+    MAINTENANCE = "maintenance"  # a NodeMaintenance holds it (the maintenance operator's requestor mode)
+    WAITING_FOR_SLOT = "waiting-for-slot"  # maxParallelUpgrades or maxUnavailable is reached
+    FAILED = "failed"  # upgrade-failed
     IMAGE_MISSING = "image-missing"  # the target image is not in the ledger
     IMAGE_WRONG = "image-wrong"  # it is there, but fails the check
     IMAGE_UNVERIFIED = "image-unverified"  # its modules could not be checked
@@ -36,8 +44,21 @@ _PREFIXES = (
 )
 
 
-def kind_of(blocker: str) -> BlockKind:
-    """The kind of a blocker sentence as the walk writes it (upgrade/planner.py, upgrade/executor.py)."""
+# The walk says these on the node (annotation, Event, terminal) as they happen; the others are only planned.
+TOLD = frozenset({BlockKind.IMAGE_MISSING, BlockKind.IMAGE_WRONG, BlockKind.IMAGE_UNVERIFIED, BlockKind.SKIPPED,
+                  BlockKind.PDB, BlockKind.UNMOVABLE})
+BEFORE_CORDON = frozenset({BlockKind.PDB, BlockKind.UNMOVABLE})  # held with the node still schedulable
+
+
+def kind_of(blocker: str, written: str | None = None) -> BlockKind:
+    """The kind of a node's blocker: the one the walk wrote beside it (`written`, gpualign.io/upgrade-blocker-kind);
+    for a blocker written by a gpualign that wrote no kind, read from its first words, as that gpualign wrote
+    them."""
+    if written:
+        try:
+            return BlockKind(written)
+        except ValueError:
+            pass
     text = blocker.strip()
     for prefix, kind in _PREFIXES:
         if text.startswith(prefix):

@@ -20,8 +20,9 @@ from gpualign.kube.client import Kube
 from gpualign.model.driver_config import RESTART_IN_PLACE
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import TOLD, BlockKind
 from gpualign.upgrade.clock import now_iso, since
-from gpualign.upgrade.planner import PDB_HOLD, UNMOVABLE_HOLD, Action, next_actions
+from gpualign.upgrade.planner import Action, next_actions
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
@@ -29,7 +30,6 @@ JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
 # holds named on the node; other holds are only waits
-HOLDS_TOLD = ("image missing", "image present but wrong", "image not verified", "skipped", PDB_HOLD, UNMOVABLE_HOLD)
 
 
 @dataclass
@@ -68,17 +68,18 @@ class Executor:
             return
         self.kube.patch(f"/api/v1/nodes/{ns.name}", {"metadata": {"annotations": annotations}})
 
-    def block(self, ns: NodeState, message: str) -> None:
-        """Name the blocker on the node (annotation) and in an Event, once per distinct message."""
-        if ns.annotations.get(S.BLOCKER) == message:
+    def block(self, ns: NodeState, message: str, kind: BlockKind) -> None:
+        """Name the blocker on the node (annotation, with its kind) and in an Event, once per distinct message."""
+        if ns.annotations.get(S.BLOCKER) == message and ns.annotations.get(S.BLOCKER_KIND) == kind:
             return
-        self.annotate(ns, {S.BLOCKER: message, S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
+        self.annotate(ns, {S.BLOCKER: message, S.BLOCKER_KIND: str(kind),
+                           S.BLOCKED_SINCE: ns.annotations.get(S.BLOCKED_SINCE) or now_iso()})
         with contextlib.suppress(GpualignError):  # an event is a courtesy; the annotation is the record
             self.kube.event(ns.node, S.EVENT_REASON, message)
-        self.say(ns.name, message if message.startswith(PDB_HOLD) else f"blocked: {message}")
+        self.say(ns.name, message if kind is BlockKind.PDB else f"blocked: {message}")
 
     def unblock(self) -> dict[str, str | None]:
-        return {S.BLOCKER: None, S.BLOCKED_SINCE: None}
+        return {S.BLOCKER: None, S.BLOCKER_KIND: None, S.BLOCKED_SINCE: None}
 
     # -- the pass -----------------------------------------------------------------------------------------------
     def run_pass(self, snap: Snapshot) -> list[Action]:
@@ -94,7 +95,7 @@ class Executor:
         # PDB disruptions spoken for by those before it, so the cluster's record shows them in that order too.
         for action in sorted((a for a in actions if a.kind == "start"), key=lambda a: a.node):
             one(action)
-        work = [a for a in actions if a.kind != "start" and (a.kind != "hold" or a.reason.startswith(HOLDS_TOLD))]
+        work = [a for a in actions if a.kind != "start" and (a.kind != "hold" or a.hold in TOLD)]
         if len(work) <= 1:
             for action in work:
                 one(action)
@@ -128,8 +129,8 @@ class Executor:
         elif action.kind == "mark-done":
             self.move(ns, S.DONE, why=action.reason)
         elif action.kind == "hold":
-            if action.reason.startswith(HOLDS_TOLD):
-                self.block(ns, action.reason)
+            if action.hold in TOLD:
+                self.block(ns, action.reason, action.hold)
         elif action.kind == "start":
             # Admitted and cordoned in one write: no pod is placed on a node between its admission (which counted
             # the pods there against their PDBs) and its cordon. Whether it was cordoned before is kept in the
@@ -187,7 +188,8 @@ class Executor:
                       why=f"waitForCompletion timed out after {wfc.timeout_seconds}s")
             return
         names = ", ".join(P.name(p) for p in running[:3]) + (" …" if len(running) > 3 else "")
-        self.block(ns, f"waiting for {names} (selected by waitForCompletion {wfc.pod_selector!r})")
+        self.block(ns, f"waiting for {names} (selected by waitForCompletion {wfc.pod_selector!r})",
+                   BlockKind.WAITING_FOR_JOBS)
 
     def _evict(self, ns: NodeState, victims: list[Mapping[str, Any]],
                retry_delay: float) -> list[tuple[Mapping[str, Any], str]]:
@@ -252,7 +254,7 @@ class Executor:
         the timeout passes, then the drain (when enabled, after pod deletion) or upgrade-failed, as the operator."""
         cfg = self.policy.drain if drain else self.policy.pod_deletion
         if start is None or since(start) <= cfg.timeout_seconds:
-            self.block(ns, message)
+            self.block(ns, message, BlockKind.EVICTION)
             return
         what = "drain" if drain else "pod deletion"
         if not drain and self.policy.drain.enable:
@@ -260,7 +262,7 @@ class Executor:
                       why=f"{what} timed out after {cfg.timeout_seconds}s ({message}): draining")
         else:
             self.move(ns, S.FAILED, annotations={S.BLOCKER: f"{what} timed out after {cfg.timeout_seconds}s: "
-                                                 f"{message}"},
+                                                 f"{message}", S.BLOCKER_KIND: str(BlockKind.TIMEOUT)},
                       why=f"{what} timed out after {cfg.timeout_seconds}s: {message}")
 
     def pod_deletion(self, ns: NodeState) -> None:
@@ -279,16 +281,17 @@ class Executor:
                       why=f"driver pod {P.name(pod)} runs {image_tag(pod['spec']['containers'][0]['image'])}")
             return
         if pool is None:
-            self.block(ns, "no driver DaemonSet selects this node")
+            self.block(ns, "no driver DaemonSet selects this node", BlockKind.DRIVER_POD)
             return
         if pod is not None:
             res = self.kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
             if res.evicted:
                 self.say(ns.name, f"restarting driver pod {P.name(pod)} (evicted; its DaemonSet is OnDelete)")
             else:
-                self.block(ns, f"eviction of driver pod {P.name(pod)} refused: {res.message}")
+                self.block(ns, f"eviction of driver pod {P.name(pod)} refused: {res.message}", BlockKind.DRIVER_POD)
         elif since(ns.annotations.get(S.RESTART_START)) > self.policy.validation.timeout_seconds:
-            self.move(ns, S.FAILED, annotations={S.BLOCKER: "no new driver pod appeared"},
+            self.move(ns, S.FAILED, annotations={S.BLOCKER: "no new driver pod appeared",
+                                                 S.BLOCKER_KIND: str(BlockKind.DRIVER_POD)},
                       why="no new driver pod appeared")
 
     def validation(self, ns: NodeState) -> None:
@@ -322,11 +325,12 @@ class Executor:
         timeout = self.policy.validation.timeout_seconds
         if start and since(start) > timeout:
             message = f"validation timed out after {timeout}s: " + "; ".join(problems)
-            self.move(ns, S.FAILED, annotations={S.BLOCKER: message}, why=message)
+            self.move(ns, S.FAILED, annotations={S.BLOCKER: message, S.BLOCKER_KIND: str(BlockKind.VALIDATION)},
+                      why=message)
             return
         if start is None:
             self.annotate(ns, {S.VALIDATION_START: now_iso()})
-        self.block(ns, "validating: " + "; ".join(problems))
+        self.block(ns, "validating: " + "; ".join(problems), BlockKind.VALIDATION)
 
     def uncordon(self, ns: NodeState) -> None:
         fresh = self.kube.get(f"/api/v1/nodes/{ns.name}")  # check again right before uncordoning

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import BlockKind
 from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 
@@ -52,7 +53,9 @@ class NodeView:
 class Action:
     node: str
     kind: str  # mark-required | start | hold | handle | uncordon | finish | mark-done
-    reason: str = ""
+    reason: str = ""  # for people
+    hold: BlockKind | None = None  # a hold's kind, for the code (gpualign.upgrade.blockers)
+    subject: str = ""  # what holds it, where the kind names one: the PDB (namespace/name)
 
 
 def _holds_slot(n: NodeView, policy: UpgradePolicy) -> bool:
@@ -61,8 +64,8 @@ def _holds_slot(n: NodeView, policy: UpgradePolicy) -> bool:
     return n.state in S.IN_PROGRESS
 
 
-def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budget]) -> str | None:
-    """Why the node's evictions could not complete one after another now, or None when they can.
+def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budget]) -> tuple[str, str] | None:
+    """Why the node's evictions could not complete one after another now, and the PDB; None when they can.
 
     Held: a PDB that can never allow a disruption (minAvailable equal to its pods), or one with no disruption left
     that nodes already in the walk have not spoken for. Admitted: every other node, even one needing more than a
@@ -77,7 +80,7 @@ def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budg
         taken = budget.allowed - left
         return (f"{PDB_HOLD}: PDB {pdb} {budget.numbers()}"
                 + (f"; nodes already in the walk have {taken} of its pods still to evict" if taken > 0 else "")
-                + (f"; this node would need {need}" if need > 1 else ""))
+                + (f"; this node would need {need}" if need > 1 else "")), pdb
     return None
 
 
@@ -104,7 +107,7 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
 
     for n in views:
         if n.skip and n.state in (S.UNKNOWN, S.DONE, S.REQUIRED):
-            actions.append(Action(n.name, "hold", f"skipped: {S.SKIP_LABEL}=true"))
+            actions.append(Action(n.name, "hold", f"skipped: {S.SKIP_LABEL}=true", BlockKind.SKIPPED))
             continue
         if n.state in (S.UNKNOWN, S.DONE):
             if n.needs_upgrade:
@@ -116,22 +119,23 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
             if not n.needs_upgrade:
                 actions.append(Action(n.name, "mark-done", "driver already the target"))
             elif n.maintenance:
-                actions.append(Action(n.name, "hold", f"{MAINTENANCE_HOLD}: {n.maintenance}"))
+                actions.append(Action(n.name, "hold", f"{MAINTENANCE_HOLD}: {n.maintenance}", BlockKind.MAINTENANCE))
             elif not n.image_present:
-                actions.append(Action(n.name, "hold", image_hold(n.target_tag, n.image_problem)))
+                actions.append(Action(n.name, "hold", *image_hold(n.target_tag, n.image_problem)))
             elif n.unmovable and not n.restart_only:
                 more = f" (and {len(n.unmovable) - 1} more)" if len(n.unmovable) > 1 else ""
-                actions.append(Action(n.name, "hold", f"{UNMOVABLE_HOLD}: {n.unmovable[0]}{more}"))
-            elif pdb_aware and (why := _pdb_hold(n, remaining, budgets or {})):
-                actions.append(Action(n.name, "hold", why))
+                actions.append(Action(n.name, "hold", f"{UNMOVABLE_HOLD}: {n.unmovable[0]}{more}",
+                                      BlockKind.UNMOVABLE))
+            elif pdb_aware and (held := _pdb_hold(n, remaining, budgets or {})):
+                actions.append(Action(n.name, "hold", held[0], BlockKind.PDB, subject=held[1]))
             elif in_progress >= max_parallel:
                 actions.append(Action(n.name, "hold",
                                       f"waiting for a slot: {in_progress} of maxParallelUpgrades={max_parallel} "
-                                      "in progress"))
+                                      "in progress", BlockKind.WAITING_FOR_SLOT))
             elif not n.unavailable and unavailable >= max_unavailable:
                 actions.append(Action(n.name, "hold",
                                       f"waiting for availability: {unavailable} of maxUnavailable="
-                                      f"{max_unavailable} nodes unavailable"))
+                                      f"{max_unavailable} nodes unavailable", BlockKind.WAITING_FOR_SLOT))
             else:
                 actions.append(Action(n.name, "start"))
                 in_progress += 1
@@ -143,7 +147,8 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
             continue
         if n.state in S.MAINTENANCE:
             actions.append(Action(n.name, "hold", "the maintenance operator holds it (a NodeMaintenance, requestor "
-                                                  "mode): gpualign neither cordons nor drains behind it"))
+                                                  "mode): gpualign neither cordons nor drains behind it",
+                                  BlockKind.MAINTENANCE))
             continue
         if n.state == S.UNCORDON:
             if n.initial_unschedulable != "true":  # k8s-operator-libs records only a cordon made before the walk
@@ -152,7 +157,8 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
                 actions.append(Action(n.name, "finish", "was cordoned before the upgrade: left cordoned"))
             continue
         if n.state == S.FAILED:
-            actions.append(Action(n.name, "hold", "upgrade-failed: fix the cause, then relabel it upgrade-required"))
+            actions.append(Action(n.name, "hold", "upgrade-failed: fix the cause, then relabel it upgrade-required",
+                                  BlockKind.FAILED))
             continue
         actions.append(Action(n.name, "handle"))
     return actions
@@ -161,18 +167,19 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
 MAINTENANCE_HOLD = "held for maintenance, which gpualign neither cordons nor drains behind"
 
 
-def image_hold(tag: str | None, problem: str | None) -> str:
-    """Why a node is held for its target image: missing, present but wrong, or not verified (asked for)."""
+def image_hold(tag: str | None, problem: str | None) -> tuple[str, BlockKind]:
+    """Why a node is held for its target image, and the kind: missing, present but wrong, or not verified (asked
+    for)."""
     if problem and problem.startswith(UNVERIFIED):
         return (f"image not verified: {tag}: {problem.removeprefix(UNVERIFIED)} (--no-verify-modules walks "
-                "on the labels alone)")
+                "on the labels alone)"), BlockKind.IMAGE_UNVERIFIED
     if problem:
-        return f"image present but wrong: {tag}: {problem}"
-    return f"image missing: {tag}"
+        return f"image present but wrong: {tag}: {problem}", BlockKind.IMAGE_WRONG
+    return f"image missing: {tag}", BlockKind.IMAGE_MISSING
 
 
 def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,
-                    budgets: Mapping[str, Budget] | None = None) -> tuple[list[list[str]], dict[str, str]]:
+                    budgets: Mapping[str, Budget] | None = None) -> tuple[list[list[str]], dict[str, Action]]:
     """What --dry-run shows: the rounds in which the nodes not yet in the walk would be started, supposing the nodes
     already in it and each started round finish, and the PDBs' budgets stay as they are now; and why each other
     node waits. Pure: it replays `next_actions` on the views."""
@@ -193,4 +200,4 @@ def admission_order(nodes: Iterable[NodeView], policy: UpgradePolicy,
         if begun:
             rounds.append(begun)
         elif not promoted:
-            return rounds, {a.node: a.reason for a in actions if a.kind == "hold"}
+            return rounds, {a.node: a for a in actions if a.kind == "hold"}

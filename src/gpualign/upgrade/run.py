@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpualign.base.errors import ApiError, Unreachable
 from gpualign.kube.client import Kube
@@ -12,8 +12,9 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model.tags import Rules
 from gpualign.upgrade import snapshot as snap_mod
 from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import BlockKind
 from gpualign.upgrade.executor import Executor
-from gpualign.upgrade.planner import PDB_HOLD, Action
+from gpualign.upgrade.planner import Action
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 from gpualign.upgrade.waker import Waker
@@ -26,18 +27,19 @@ OUTAGE_TOLERANCE = 180.0  # seconds of API-server outage a walk rides out before
 @dataclass
 class Outcome:
     states: dict[str, str]
-    reasons: dict[str, str]
+    reasons: dict[str, str]  # node -> why it is not done, in words
     passes: int
     seconds: float
+    holds: dict[str, Action] = field(default_factory=dict)  # node -> the planner's hold, where one held it
 
     @property
     def ok(self) -> bool:
         return all(s == S.DONE for s in self.states.values())
 
     @property
-    def pdb_held(self) -> dict[str, str]:
+    def pdb_held(self) -> dict[str, Action]:
         """Nodes left uncordoned at upgrade-required because a PDB could not let their evictions go."""
-        return {n: r for n, r in self.reasons.items() if r.startswith(PDB_HOLD)}
+        return {n: a for n, a in self.holds.items() if a.hold is BlockKind.PDB}
 
 
 def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]) -> bool:
@@ -92,7 +94,7 @@ def _recovering(snap: Snapshot, actions: list[Action]) -> bool:
     allow one at all."""
     budgets = snap.budgets or {}
     for a in actions:
-        if a.kind != "hold" or not a.reason.startswith(PDB_HOLD) or a.node not in snap.nodes:
+        if a.kind != "hold" or a.hold is not BlockKind.PDB or a.node not in snap.nodes:
             continue
         for pdb, _ in snap.nodes[a.node].view.pdb_demand:
             b = budgets.get(pdb)
@@ -151,7 +153,7 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
         # replacement pod turning healthy); without, end now and name what blocks, unless a budget is already on
         # its way back by itself (fewer pods healthy than the PDB expects: a replacement not Ready yet), which is
         # waited for up to the pod-deletion timeout.
-        held = any(a.kind == "hold" and a.reason.startswith(PDB_HOLD) for a in actions)
+        held = any(a.kind == "hold" and a.hold is BlockKind.PDB for a in actions)
         recovering = held and _recovering(snap, actions)
         recovering_since = (recovering_since or time.monotonic()) if recovering else None
         pdb_wait = (bool(timeout) and held) or (
@@ -172,12 +174,13 @@ def _walk(kube: Kube, selector: str | None, policy: UpgradePolicy, *, ledger: Le
                     raise
                 outage_since = _ride_out(err, outage_since, report)
                 continue
-            reasons = {a.node: a.reason for a in actions if a.kind == "hold"}
+            holds = {a.node: a for a in actions if a.kind == "hold"}
+            reasons = {node: a.reason for node, a in holds.items()}
             for name, ns in final.nodes.items():
                 if ns.view.state == S.FAILED:
                     reasons[name] = ns.annotations.get(S.BLOCKER, "upgrade-failed")
             return Outcome({n: s.view.state for n, s in final.nodes.items()}, reasons, passes,
-                           time.monotonic() - started)
+                           time.monotonic() - started, holds)
         if timeout and time.monotonic() - started > timeout:
             return Outcome({n: s.view.state for n, s in snap.nodes.items()},
                            {n: f"--timeout {timeout:.0f}s reached in {s.view.state}" for n, s in snap.nodes.items()

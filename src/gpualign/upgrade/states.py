@@ -17,6 +17,7 @@ EVENT_REASON = "GPUDriverUpgrade"
 # gpualign's own annotations: why a node is where it is, and since when. A plain GPU Operator cluster lacks them,
 # and status/why then say less, but read the same states.
 BLOCKER = "gpualign.io/upgrade-blocker"
+BLOCKER_KIND = "gpualign.io/upgrade-blocker-kind"  # what kind of thing BLOCKER says (gpualign.upgrade.blockers)
 BLOCKED_SINCE = "gpualign.io/upgrade-blocked-since"
 STATE_SINCE = "gpualign.io/upgrade-state-since"
 TARGET = "gpualign.io/upgrade-target"
@@ -70,4 +71,4 @@ IN_PROGRESS = frozenset({CORDON, NODE_MAINTENANCE, WAIT_FOR_JOBS, POD_DELETION, 
 # The states in which the maintenance operator, not the GPU Operator nor gpualign, moves the node's pods.
 MAINTENANCE = frozenset({NODE_MAINTENANCE, POST_MAINTENANCE})
 # gpualign's annotations, cleared when a node finishes.
-OURS = (BLOCKER, BLOCKED_SINCE, TARGET, DELETION_START, RESTART_START, WAIT_START, VALIDATION_START)
+OURS = (BLOCKER, BLOCKER_KIND, BLOCKED_SINCE, TARGET, DELETION_START, RESTART_START, WAIT_START, VALIDATION_START)
