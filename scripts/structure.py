@@ -55,21 +55,29 @@ def modules(src: Path = SRC) -> dict[str, Path]:
     return {module_name(p, src): p for p in sorted(src.rglob("*.py"))}
 
 
+def _imported(node: ast.AST, known: set[str]) -> list[str]:
+    """The gpualign modules an import statement imports, each resolved to a known module."""
+    names: list[str] = []
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "gpualign":
+        # `from gpualign.ensure import image` imports gpualign.ensure.image;
+        # `from gpualign.kube.client import Kube`, gpualign.kube.client
+        names = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known] \
+            or [node.module]
+    elif isinstance(node, ast.Import):
+        names = [a.name for a in node.names if a.name.split(".")[0] == "gpualign"]
+    resolved = []
+    for name in names:
+        while name not in known and "." in name:
+            name = name.rsplit(".", 1)[0]
+        resolved.append(name)
+    return resolved
+
+
 def imports(path: Path, known: set[str]) -> Iterator[tuple[int, str]]:
     """(line, module imported) for every gpualign import in the file, resolved to a known module."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "gpualign":
-            # `from gpualign.ensure import image` imports gpualign.ensure.image;
-            # `from gpualign.kube.client import Kube`, gpualign.kube.client
-            names = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known] \
-                or [node.module]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names if a.name.split(".")[0] == "gpualign"]
-        for name in names:
-            while name not in known and "." in name:
-                name = name.rsplit(".", 1)[0]
-            yield node.lineno, name
+        for name in _imported(node, known):
+            yield getattr(node, "lineno", 0), name
 
 
 def graph(src: Path = SRC) -> dict[str, dict[str, int]]:
@@ -132,15 +140,7 @@ def _runtime_imports(path: Path, known: set[str]) -> Iterator[tuple[int, str, bo
     for node in ast.walk(tree):
         if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "gpualign":
-            names = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in known] \
-                or [node.module]
-        elif isinstance(node, ast.Import):
-            names = [a.name for a in node.names if a.name.split(".")[0] == "gpualign"]
-        for name in names:
-            while name not in known and "." in name:
-                name = name.rsplit(".", 1)[0]
+        for name in _imported(node, known):
             yield node.lineno, name, id(node) in inner
 
 

@@ -323,14 +323,16 @@ class RegistryClient:
         """The manifest for a tag or digest, or None if the registry does not have it."""
         repo = repo or self.ref.repo
         resp = self._manifest_request("GET", reference, repo)
-        if resp is None:
-            return None
+        return None if resp is None else self._object(resp, f"{repo}:{reference}")
+
+    def _object(self, resp: Reply, where: str) -> dict[str, Any]:
+        """A manifest's body as a JSON object, or Unreachable naming `where`."""
         try:
             data = resp.json()
         except ValueError:
-            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not JSON") from None
+            raise Unreachable(f"registry {self.ref.host}: manifest {where} is not JSON") from None
         if not isinstance(data, dict):
-            raise Unreachable(f"registry {self.ref.host}: manifest {repo}:{reference} is not an object")
+            raise Unreachable(f"registry {self.ref.host}: manifest {where} is not an object")
         return data
 
     def manifest_at(self, digest: str, repo: str | None = None) -> dict[str, Any] | None:
@@ -346,13 +348,7 @@ class RegistryClient:
         if hashlib.sha256(resp.content).hexdigest() != want:
             raise BlobMismatch(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not the manifest its "
                                "digest names")
-        try:
-            data = resp.json()
-        except ValueError:
-            raise Unreachable(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not JSON") from None
-        if not isinstance(data, dict):
-            raise Unreachable(f"registry {self.ref.host}: manifest {repo}@{digest[:19]}… is not an object")
-        return data
+        return self._object(resp, f"{repo}@{digest[:19]}…")
 
     def digest(self, reference: str, repo: str | None = None) -> str | None:
         """The manifest digest a tag resolves to (an index's own digest for a multi-platform image), or None."""
