@@ -109,21 +109,8 @@ def _variables() -> list[dict[str, str]]:
 
 def policy() -> dict[str, Any]:
     workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": NAME, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [
-                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                 "resources": ["pods"]},
-                {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                 "resources": workloads},
-                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                 "resources": ["jobs", "cronjobs"]},
-            ]},
-            "variables": _variables(),
-            "validations": [
+    return _policy(NAME, [_writes("", ["pods"]), _writes("apps", workloads), _writes("batch", ["jobs", "cronjobs"])],
+                   _variables(), [
                 {"expression": "!variables.isGpu || variables.hasFloor",
                  "messageExpression": "'GPU ' + (object.kind == 'Pod' ? 'pod' : object.kind) + ' ' + "
                                       "object.metadata.name + ' has no driver floor: add nodeAffinity "
@@ -139,8 +126,22 @@ def policy() -> dict[str, Any]:
                                       "'.' + string(variables.minimum[2]) + ', but its nodeAffinity admits older "
                                       "drivers: run gpualign cuda inject --cuda ' + variables.cuda",
                  "reason": "Invalid"},
-            ],
-        },
+    ])
+
+
+def _writes(group: str, resources: list[str]) -> dict[str, Any]:
+    """A resource rule matching creates and updates of these v1 resources of the group."""
+    return {"apiGroups": [group], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": resources}
+
+
+def _policy(name: str, rules: list[dict[str, Any]], variables: list[dict[str, Any]],
+            validations: list[dict[str, Any]]) -> dict[str, Any]:
+    """A ValidatingAdmissionPolicy of gpualign's that fails closed."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
+        "spec": {"failurePolicy": "Fail", "matchConstraints": {"resourceRules": rules}, "variables": variables,
+                 "validations": validations},
     }
 
 
@@ -189,16 +190,7 @@ def claims_policy(classes: list[str] | None = None) -> dict[str, Any]:
                   f"variables.cmeta.annotations['{ANNOTATION}'] : "
                   f"has(object.metadata.annotations) && '{ANNOTATION}' in object.metadata.annotations ? "
                   f"object.metadata.annotations['{ANNOTATION}'] : ''")
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": CLAIMS_NAME, "labels": {"app.kubernetes.io/managed-by": "gpualign"}},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [
-                {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                 "resources": ["resourceclaims", "resourceclaimtemplates"]},
-            ]},
-            "variables": [
+    return _policy(CLAIMS_NAME, [_writes("resource.k8s.io", ["resourceclaims", "resourceclaimtemplates"])], [
                 {"name": "cspec", "expression": spec},
                 {"name": "cmeta", "expression": meta},
                 {"name": "requests", "expression": "has(variables.cspec.devices) && "
@@ -209,8 +201,7 @@ def claims_policy(classes: list[str] | None = None) -> dict[str, Any]:
                 {"name": "minimum", "expression": "variables.cuda in variables.table ? "
                                                   "variables.table[variables.cuda] : [0, 0, 0]"},
                 {"name": "floored", "expression": _each_nvidia_request(_floored("{x}"), names)},
-            ],
-            "validations": [
+            ], [
                 {"expression": "variables.floored",
                  "messageExpression": "object.kind + ' ' + object.metadata.name + ' asks for NVIDIA GPUs with no "
                                       "driver floor: add a driverVersion selector (gpualign cuda inject --cuda X)'",
@@ -225,6 +216,4 @@ def claims_policy(classes: list[str] | None = None) -> dict[str, Any]:
                                       "string(variables.minimum[1]) + '.' + string(variables.minimum[2]) + ', but "
                                       "its driver floor is lower: run gpualign cuda inject --cuda ' + variables.cuda",
                  "reason": "Invalid"},
-            ],
-        },
-    }
+            ])
