@@ -147,21 +147,28 @@ class Caches:
 
     def _gpu_nodes(self) -> dict[str, NodeFacts]:
         """The GPU nodes: those a GPU label marks, and those running a driver pod or publishing NVIDIA's DRA devices
-        (under the lock), with the driver their DRA devices publish where no label names one."""
+        (under the lock)."""
         found = [n for n in (*self.pods, *self.dra) if n in self.others and n not in self.nodes]
-        every = {**self.nodes, **{n: dataclasses.replace(self.others[n], gpu=True) for n in found}} if found \
-            else self.nodes
-        if not self.dra:
-            return every
-        return {n: with_dra_driver(f, self.dra) if n in self.dra else f for n, f in every.items()}
+        if not found:
+            return self.nodes
+        return {**self.nodes, **{n: dataclasses.replace(self.others[n], gpu=True) for n in found}}
+
+    def _gpu_facts(self) -> dict[str, NodeFacts]:
+        """The GPU nodes, each with the driver its DRA devices publish where no label names one (under the lock;
+        only the nodes with DRA devices are copied)."""
+        every = dict(self._gpu_nodes())
+        for name in self.dra:
+            if name in every:
+                every[name] = with_dra_driver(every[name], self.dra)
+        return every
 
     def snapshot(self) -> dict[str, NodeFacts]:
         with self.lock:
-            return dict(self._gpu_nodes())
+            return self._gpu_facts()
 
     def node_list(self) -> list[NodeFacts]:
         with self.lock:
-            return list(self._gpu_nodes().values())
+            return list(self._gpu_facts().values())
 
     def names(self) -> list[str]:
         with self.lock:

@@ -83,10 +83,10 @@ class Watcher(threading.Thread):
                     self._retry(err, backoff)
                     backoff = min(backoff * 2, 10.0)
                     continue
-                if self.resource_version is None and self.relists == 0:
+                if self.relists == 0:
                     self.log.info("%s: not served here (%s); asking again every %.0fs", self.name, err.message,
                                   self.absent_retry)
-                    self.on_sync([])
+                self.on_sync([])  # an API gone since it was served has no objects left either
                 self.resource_version = None
                 self.relists += 1
                 self.stop_event.wait(self.absent_retry)
