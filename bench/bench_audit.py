@@ -24,7 +24,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import AuditInput, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
-from gpualign.model.tags import load_rules
+from gpualign.loaders.rules import load_rules
 nodes = [node_facts(i) for i in json.loads(sys.stdin.read())]
 rules = load_rules()
 ledger = Ledger(frozenset({"580-5.15.0-124-generic-ubuntu22.04"}), ("bench",))

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from gpualign.ensure.archive import cache_root  # noqa: E402
 from gpualign.lab import cluster  # noqa: E402
+from gpualign.loaders.archive_reading import ensure_root  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 # Benchmark labs have no real node unless one measures it (bench_real_node.py): it is one per machine.
@@ -62,7 +62,7 @@ def main() -> int:
             res = run(env, *step)
             assert res.returncode == 0, res.stderr
         walk = ("upgrade", "-l", "kubernetes.io/hostname=deb-1", "--to-branch", "535", "--ledger", ledger, "--dry-run")
-        images = cache_root() / "images"
+        images = ensure_root() / "images"
 
         def timed(*extra: str, cold: bool = False) -> float:
             if cold:

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from gpualign import __version__  # noqa: E402
-from gpualign.lab.versions import cache_root  # noqa: E402
+from gpualign.base.cache import cache_root  # noqa: E402
 
 BASE_IMAGE = "localhost/gpualign-base:bookworm"
 BUILDER_BASE_IMAGE = "localhost/gpualign-builder-base:bookworm"

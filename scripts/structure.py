@@ -12,8 +12,9 @@ exit-code literals outside base/errors.py, own-module imports inside functions o
 functions.
 
 Every import counts: at module level, inside functions, and under TYPE_CHECKING (a type is a dependency too).
-A module's room is its folder under gpualign/ (base, model, kube, ledger, ensure, upgrade, usecases, controller,
-lab, cli; rules holds only data); `gpualign/__main__.py` is `main`, and the package itself (its version) `base`.
+A module's room is its folder under gpualign/ (base, model, loaders, ledger, kube, ensure, upgrade, usecases,
+controller, lab, cli; rules holds only data); `gpualign/__main__.py` is `main`, and the package itself (its version)
+`base`.
 No module lives outside a room. An import is upward when it reaches a room later in ORDER than its own.
 """
 
@@ -29,8 +30,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "gpualign"
 # Bottom to top: a room imports only from its own and the rooms before it.
-ORDER = ("rules", "base", "ledger", "model", "kube", "ensure", "upgrade", "usecases", "controller", "lab", "cli",
-         "main")
+ORDER = ("rules", "base", "model", "loaders", "ledger", "kube", "ensure", "upgrade", "usecases", "controller", "lab",
+         "cli", "main")
 
 
 def module_name(path: Path, src: Path = SRC) -> str:

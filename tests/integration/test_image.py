@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpualign import __version__
-from gpualign.lab.versions import cache_root
+from gpualign.base.cache import cache_root
 from gpualign.ledger.registry import connect
 from tests.support.cli import ROOT
 

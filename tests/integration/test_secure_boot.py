@@ -39,11 +39,11 @@ def forget_signed(cert: Path) -> None:
     """Remove the signed copies this test's throw-away key left in the module cache (about 67 MB a run)."""
     import shutil
 
-    from gpualign.ensure.archive import cache_root
+    from gpualign.loaders.archive_reading import ensure_root
 
     fp = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-fingerprint", "-sha256"],
                         capture_output=True, text=True, check=True).stdout.strip().split("=", 1)[1]
-    for d in cache_root().glob(f"modules/*/*/*/signed-{fp.replace(':', '').lower()[:16]}"):
+    for d in ensure_root().glob(f"modules/*/*/*/signed-{fp.replace(':', '').lower()[:16]}"):
         shutil.rmtree(d)
 
 

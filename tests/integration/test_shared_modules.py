@@ -21,11 +21,12 @@ from pathlib import Path
 import pytest
 
 from gpualign.ensure import debian, shared
-from gpualign.ensure.archive import Archive, cache_root
+from gpualign.ensure.archive import Archive
 from gpualign.ensure.stage import verify_modules
 from gpualign.ensure.tagspec import parse
 from gpualign.lab import docker_registry, processes
 from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.loaders.archive_reading import ensure_root
 
 pytestmark = [pytest.mark.slow]
 
@@ -74,9 +75,9 @@ def own_cache(tmp_path: Path) -> dict[str, str]:
     mine = tmp_path / "cache"
     (mine / "ensure").mkdir(parents=True)
     for part in ("apt", "symvers", "userspace", "locks", "images"):
-        (cache_root() / part).mkdir(parents=True, exist_ok=True)
-        os.symlink(cache_root() / part, mine / "ensure" / part)
-    os.symlink(cache_root().parent / "containers", mine / "containers")
+        (ensure_root() / part).mkdir(parents=True, exist_ok=True)
+        os.symlink(ensure_root() / part, mine / "ensure" / part)
+    os.symlink(ensure_root().parent / "containers", mine / "containers")
     return {"GPUALIGN_CACHE": str(mine)}
 
 
@@ -129,7 +130,7 @@ def test_a_build_on_an_empty_disk_pulls_the_shared_user_space_and_pushes_only_it
                          (mine, ("apt", "symvers", "locks"))):  # the archive's reading only
         (cache / "ensure").mkdir(parents=True)
         for part in parts:
-            os.symlink(cache_root() / part, cache / "ensure" / part)
+            os.symlink(ensure_root() / part, cache / "ensure" / part)
     try:
         # a build that makes the image (its storage empty) shares the user-space image it made
         code, report, err = ensure(TAG, "--ledger", ledger, env={"GPUALIGN_CACHE": str(maker)})

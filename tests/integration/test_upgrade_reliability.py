@@ -83,7 +83,7 @@ def test_sigkill_at_every_state_boundary_then_resume(rlab):
 
 
 def test_a_stale_write_gets_409_and_the_next_pass_retries_on_a_fresh_object(rlab):
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
     from gpualign.upgrade import snapshot
     from gpualign.upgrade.executor import Executor
     from gpualign.upgrade.upgrade_policy import UpgradePolicy

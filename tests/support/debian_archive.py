@@ -8,7 +8,7 @@ import dataclasses
 from functools import cache
 from pathlib import Path
 
-from gpualign.model.tags import load_rules
+from gpualign.loaders.rules import load_rules
 
 LISTING = Path(__file__).resolve().parent.parent / "data" / "debian-kernels.tsv"
 OS_OF = {"bookworm": "debian12", "trixie": "debian13"}

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpualign.base import labels as L
+from gpualign.loaders.rules import load_rules
 from gpualign.model.facts import node_facts
-from gpualign.model.tags import load_rules
 
 RULES = load_rules()
 

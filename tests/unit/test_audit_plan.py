@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from gpualign.base import labels as L
 from gpualign.ledger.sources import Ledger
+from gpualign.loaders.branches import load_policy
 from gpualign.model.audit import AuditInput, DriverPod, audit
-from gpualign.model.branches import BranchPolicy, load_policy
+from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
 from gpualign.model.needed_images import Change, images_needed
 from tests.support.facts import REPO, RULES, gpu

@@ -5,14 +5,13 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.upgrade.blockers import BlockKind, kind_of
-from gpualign.upgrade.planner import PDB_HOLD
+from gpualign.upgrade.blockers import PDB_WORDS, BlockKind, kind_of
 
 
 def test_a_blocker_written_by_a_gpualign_that_wrote_no_kind_has_its_kind_from_its_words():
     cases = {
-        f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions (2 healthy, 2 required), and never will": BlockKind.PDB,
-        f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions (1 healthy, 2 required)": BlockKind.PDB,
+        f"{PDB_WORDS}: PDB ml/trainer-pdb allows 0 disruptions (2 healthy, 2 required), and never will": BlockKind.PDB,
+        f"{PDB_WORDS}: PDB ml/trainer-pdb allows 0 disruptions (1 healthy, 2 required)": BlockKind.PDB,
         "image missing: 595-5.15.0-124-generic-ubuntu22.04": BlockKind.IMAGE_MISSING,
         "image present but wrong: 595-x: its labels name kernel y": BlockKind.IMAGE_WRONG,
         "image not verified: 535-x: no headers": BlockKind.IMAGE_UNVERIFIED,
@@ -64,7 +63,7 @@ def test_the_walk_writes_each_hold_it_tells_with_its_kind_and_never_reads_its_ow
 
     node = {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {S.STATE_LABEL: S.REQUIRED}}}
     # an unmovable pod whose reason reads like a PDB hold: the kind, not the words, decides
-    view = NodeView("n1", S.REQUIRED, False, target_tag="595-k", unmovable=(f"{PDB_HOLD}: ml/x has no controller",))
+    view = NodeView("n1", S.REQUIRED, False, target_tag="595-k", unmovable=(f"{PDB_WORDS}: ml/x has no controller",))
     (action,) = next_actions([view], pol.UpgradePolicy())
     assert (action.kind, action.hold) == ("hold", BlockKind.UNMOVABLE)
     kube, said = Recording(), []

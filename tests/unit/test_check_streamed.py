@@ -14,7 +14,7 @@ import pytest
 
 from gpualign.base import labels as L
 from gpualign.cli.inputs import branch_policy
-from gpualign.model.tags import load_rules
+from gpualign.loaders.rules import load_rules
 from gpualign.usecases.check import Setup, check_cluster, stream
 from gpualign.usecases.ledgers import load_ledger
 from gpualign.usecases.nodes import Reading

@@ -17,6 +17,7 @@ from gpualign.base.errors import BadInput
 from gpualign.controller.build_trigger.trigger import BUILDABLE
 from gpualign.ensure import tagspec
 from gpualign.ledger.sources import Ledger
+from gpualign.loaders.rules import load_rules
 from gpualign.model import debian_kernels
 from gpualign.model.audit import AuditInput, audit
 from gpualign.model.branches import BranchPolicy
@@ -24,7 +25,6 @@ from gpualign.model.facts import node_facts
 from gpualign.model.kernels import label_of, release_of
 from gpualign.model.makers import Maker, Reason, kernel_arch, who_makes
 from gpualign.model.needed_images import Change, images_needed
-from gpualign.model.tags import load_rules
 from tests.support import builders
 from tests.support.debian_archive import OS_OF, kernels, read_suites, rules, table
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from gpualign.base.errors import BadInput
 from gpualign.ensure import kmod, symvers, tagspec
 from gpualign.ensure.verify import verify
-from gpualign.model.tags import load_rules
+from gpualign.loaders.rules import load_rules
 from tests.support.kmods import KERNEL, TABLE, VERMAGIC, fake_ko
 
 DEBIAN = load_rules(archive_reading=False).debian  # the rules' copy of Debian's archives

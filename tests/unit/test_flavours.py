@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from gpualign.controller.build_trigger.job import BuildSettings, build_job
 from gpualign.ensure.inputs import flavours_from_report
 from gpualign.ledger.sources import Ledger
+from gpualign.loaders.rules import load_rules
 from gpualign.model import flavours
 from gpualign.model import operator_config as oc
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.expect import from_operator
 from gpualign.model.facts import from_labels
 from gpualign.model.makers import Maker, sources_from, who_makes
-from gpualign.model.tags import load_rules
 
 RULES = load_rules(archive_reading=False)
 TAG = "550-6.12.118_deb13-amd64-debian13"

@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 from gpualign.base.errors import BadInput
 from gpualign.ensure import tagspec
 from gpualign.ledger.sources import Ledger
+from gpualign.loaders.rules import load_rules
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
 from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
 from gpualign.model.platforms import platform_problem
-from gpualign.model.tags import load_rules, os_tag, required_image
+from gpualign.model.tags import os_tag, required_image
 from tests.support import builders
 
 RULES = load_rules(archive_reading=False)  # the rules' copy of Debian's archives: the same on every machine
@@ -173,7 +174,7 @@ def test_only_nvidia_module_source_packages_with_a_version_become_sources(packag
 
 
 def test_the_archive_reading_overlays_the_rules_and_a_broken_one_is_passed_over(tmp_path, monkeypatch):
-    from gpualign.model import archive_reading
+    from gpualign.loaders import archive_reading
 
     monkeypatch.setenv("GPUALIGN_CACHE", str(tmp_path))
     archive_reading.write("trixie", {**TRIXIE, "nvidia-kernel-source": "580.95.05-1"})

@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpualign.kube.inventory import read_operator_config
+from gpualign.loaders.rules import load_rules
 from gpualign.model import operator_config as oc
 from gpualign.model.expect import from_operator
 from gpualign.model.facts import node_facts
-from gpualign.model.tags import for_operator, load_rules, os_tag
+from gpualign.model.tags import for_operator, os_tag
 from tests.support import builders
 
 

@@ -111,9 +111,9 @@ def _policy(tmp_path):  # noqa: ANN001, ANN202
 def test_tonight_tells_each_pools_next_image_present_building_missing_or_refused():
     """`status --tonight`: the same judgement as `plan --kernel next`, per pool, with the controller's build Jobs."""
     from gpualign.ledger.sources import Ledger
+    from gpualign.loaders.rules import load_rules
     from gpualign.model.audit import DriverPod
     from gpualign.model.facts import node_facts
-    from gpualign.model.tags import load_rules
     from gpualign.usecases import tonight
 
     nodes = [node_facts(n) for n in (debian("a", "6.1.0-50-amd64", "12"), debian("b", "6.1.0-53-cloud-amd64", "12"),

@@ -115,7 +115,7 @@ def test_a_branch_newer_than_debian_carries_is_rendered_from_nvidias_own_reposit
     """Blackwell needs 570 or later; Debian carries at most 550: the recipe takes NVIDIA's own Debian repository
     (x86_64, or sbsa for arm64 servers), pins its packages at the branch's version, compiles for Debian's headers,
     verifies, and says it is rendered only."""
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     table = load_rules().debian
     for tag, repo, dkms, flavour in (

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from gpualign.base import labels as L
 from gpualign.base.errors import BadInput
+from gpualign.loaders.rules import load_rules
 from gpualign.model.facts import node_facts
 from gpualign.model.tags import (
     kernel_flavour,
-    load_rules,
     normalize_branch,
     os_tag,
     required_image,

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
-from gpualign.upgrade.blockers import BlockKind
+from gpualign.upgrade.blockers import PDB_WORDS, BlockKind
 from gpualign.upgrade.budget import Budget, demands
-from gpualign.upgrade.planner import BEFORE_EVICTION, PDB_HOLD, NodeView, admission_order, next_actions
+from gpualign.upgrade.planner import BEFORE_EVICTION, NodeView, admission_order, next_actions
 from tests.support.builders import pod
 from tests.support.walks import node_views_with, policies, unique
 
@@ -80,7 +80,7 @@ def test_a_node_a_sequential_drain_could_empty_is_not_held_forever(views, policy
     by_name = {v.name: v for v in views}
     for name, action in held.items():
         if action.hold is BlockKind.PDB:
-            assert action.subject in dict(by_name[name].pdb_demand) and action.reason.startswith(PDB_HOLD)
+            assert action.subject in dict(by_name[name].pdb_demand) and action.reason.startswith(PDB_WORDS)
             assert any(budget[p].never_allows for p, _ in by_name[name].pdb_demand), (name, action, rounds)
 
 
@@ -185,7 +185,7 @@ def test_a_walk_left_with_pdb_holds_waits_only_for_a_budget_on_its_way_back():
     view = NodeView("gpu-c1", S.REQUIRED, False, pdb_demand=(("ml/trainer-pdb", 1),))
     node = {"metadata": {"name": "gpu-c1", "labels": {}}}
     snap = Snapshot({"gpu-c1": NodeState(node, node_facts(node), None, None, None, view)}, [])
-    hold = [Action("gpu-c1", "hold", f"{PDB_HOLD}: PDB ml/trainer-pdb allows 0 disruptions", BlockKind.PDB,
+    hold = [Action("gpu-c1", "hold", f"{PDB_WORDS}: PDB ml/trainer-pdb allows 0 disruptions", BlockKind.PDB,
                    subject="ml/trainer-pdb")]
     # an eviction still counted (0 allowed of the 1 it allows with every pod healthy): coming back by itself
     snap.budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", 0, 2, 1, 2)}

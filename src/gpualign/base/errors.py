@@ -1,4 +1,24 @@
-"""Errors a user sees as one line on stderr, each with the exit code it maps to."""
+"""Errors a user sees as one line on stderr (`gpualign: <word>: <message>`), each with the exit code it maps to.
+
+Every exit code gpualign returns is named here (EXIT_*); nothing else writes a number. The tree:
+
+    GpualignError                exit 2, "error": an expected failure, never a traceback
+    ├── BadInput                 a file, flag or label that cannot be used as given
+    ├── LabError                 the lab could not be built, started or reached
+    ├── Unreachable              retryable: a cluster or registry that did not answer
+    │   (ArchiveError and IndexUnreachable, Debian's archive not answering, say the same beside it)
+    ├── ApiError                 the API server answered with an error status (retryable: 429, 5xx)
+    │   ├── Forbidden            403
+    │   ├── NotFound             404
+    │   ├── Conflict             409 (retryable: read again)
+    │   └── Invalid              422
+    ├── Refused                  exit 1, "refused": gpualign will not act, for a reason the user can change
+    │   (BlobMismatch, Busy, PushRefused, SharedRefused, IndexRefused, PresentButWrong, NotVerified)
+    └── Failed                   exit 1, "failed": the work was tried and did not succeed (BuildError)
+
+Rooms below the command line define their own leaves of this tree, next to the code that raises them; a leaf never
+sets an exit code or a word of its own.
+"""
 
 from __future__ import annotations
 
@@ -94,3 +114,10 @@ class Refused(GpualignError):
 
     exit_code = EXIT_FINDINGS
     word = "refused"
+
+
+class Failed(GpualignError):
+    """The work was tried and did not succeed (exit 1): a build step, a compile, a push."""
+
+    exit_code = EXIT_FINDINGS
+    word = "failed"

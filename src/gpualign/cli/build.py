@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpualign.base.errors import EXIT_FINDINGS
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
@@ -262,7 +263,7 @@ def gc(
         elif not yes:
             print("(a dry run: --yes deletes them)")
     if not yes and (found.images or found.modules or found.attachments):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def _offered(fleet: list[Any]) -> dict[str, str]:

@@ -161,7 +161,7 @@ def check(
         module_type_flag,
         stdin_once,
     )
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
     from gpualign.usecases.check import Setup, check_cluster, load_deciders, stream
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading, no_gpu_nodes

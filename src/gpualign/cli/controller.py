@@ -128,7 +128,8 @@ def controller(
     from gpualign.kube.client import Kube
     from gpualign.kube.inventory import read_operator_config
     from gpualign.ledger import sources
-    from gpualign.model.tags import for_operator, load_rules
+    from gpualign.loaders.rules import load_rules
+    from gpualign.model.tags import for_operator
     from gpualign.usecases.ledgers import repository_for
 
     host, sep, port = listen.rpartition(":")

@@ -274,7 +274,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
     from gpualign.ensure import run, stage
     from gpualign.ensure.judge import OFF, STRICT
-    from gpualign.ledger.registry import connect
+    from gpualign.ledger.registry import BadReference, connect
     from gpualign.model.makers import SUITES, debian_suite
 
     assert flags.ledger is not None
@@ -284,9 +284,12 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
     try:
         up = connect(upstream if explicit and upstream else NVIDIA, docker_config=flags.docker_config,
                      timeout=30.0) if upstream != "none" else None
-    except BadInput as err:
+    except BadReference as err:
         target.close()
-        raise BadInput(f"--upstream {upstream!r}: {err.message.split(': ', 1)[-1]}") from None
+        raise BadInput(f"--upstream {upstream!r}: {err.why}") from None
+    except BadInput:
+        target.close()
+        raise
     authfile = str(flags.docker_config) if flags.docker_config else None
 
     def say(tag: str, message: str) -> None:
@@ -410,7 +413,7 @@ def _nvidia_publishes(spec: TagSpec) -> bool:
 
 @functools.cache
 def _rules() -> Rules:
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     return load_rules()
 
@@ -422,7 +425,7 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
     import tempfile
 
     from gpualign.ensure import recipes
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     if into.exists() and not into.is_dir():
         raise BadInput(f"--render {into}: not a directory")

@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
 def branch_policy(branch: str | None, policy_file: Path | None, old_policy: Path | None = None) -> BranchPolicy:
     """--driver-branch, or --branch-policy FILE (--policy is its deprecated spelling)."""
-    from gpualign.model.branches import BranchPolicy, load_policy
+    from gpualign.loaders.branches import load_policy
+    from gpualign.model.branches import BranchPolicy
     from gpualign.model.tags import normalize_branch
 
     if old_policy is not None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpualign.base.errors import BadInput
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
@@ -50,12 +50,13 @@ def build(
     only: Annotated[list[str] | None, typer.Option(
         "--only", metavar="TARGET",
         help="build only this target (repeatable): etcd, kwok, kubernetes, kubelet, gpu-operator, helm, "
-             "toxiproxy")] = None,
+             "toxiproxy, cosign, policy-controller")] = None,
 ) -> None:
     """Build kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubelet, etcd, kwok and NVIDIA's GPU
-    Operator (with its manifests and CRDs) from the pinned Go modules into the cache. Skips what is already built. A
-    cold build takes 12 to 16 minutes on 2 cores (measured: Kubernetes 3 to 11 min, kubelet 0.5 min after it, etcd
-    1 min, kwok 2 min, the GPU Operator 2.5 min; see docs/benchmarks.md)."""
+    Operator (with its manifests and CRDs), and the tests' helm, toxiproxy, cosign and policy-controller's
+    policy-tester, from the pinned Go modules into the cache. Skips what is already built. A cold build takes 12 to
+    16 minutes on 2 cores (measured: Kubernetes 3 to 11 min, kubelet 0.5 min after it, etcd 1 min, kwok 2 min, the
+    GPU Operator 2.5 min; see docs/benchmarks.md)."""
     from gpualign.lab import build as builder
     from gpualign.lab import versions
 
@@ -169,7 +170,7 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
             emit_data({"stateDir": str(sdir), "running": False, "components": []}, output)
         else:
             stdout.print(f"no lab in {sdir}")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FINDINGS)
     now = time.time()
     alive = state.running()
     if data:
@@ -180,7 +181,7 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
                                    "log": str(p.log), "upSeconds": int(now - p.started)}
                                   for n, p in state.procs.items()]}, output)
         if not all(alive.values()):
-            raise typer.Exit(1)
+            raise typer.Exit(EXIT_FINDINGS)
         return
     stdout.print(f"lab in {sdir} (scenario {state.scenario or '-'})")
     for name, proc in state.procs.items():
@@ -197,7 +198,7 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
     else:
         stdout.print("  no real node (simulated nodes only): `gpualign lab up --real-node` starts one")
     if not all(alive.values()):
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 @app.command()

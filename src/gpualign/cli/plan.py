@@ -100,8 +100,9 @@ def plan(
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
+    from gpualign.loaders.rules import load_rules
     from gpualign.model.needed_images import Change
-    from gpualign.model.tags import load_rules, normalize_branch, parse_os
+    from gpualign.model.tags import normalize_branch, parse_os
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
     from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
@@ -238,8 +239,6 @@ def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: s
         row: list[str | Styled] = [f"{repo}:{n['tag']}", ledger_cell, action,
                                    grouped(n["clusters"]) if fleet else ",".join(n["nodes"])]
         reason = f"present but wrong: {n['wrong']}; {n['reason']}" if n.get("wrong") else n["reason"]
-        if not n["in_ledger"] and not n.get("wrong") and n.get("action_reason") and n["action"] != "mirror":
-            reason = f"{reason.removesuffix(': build it in-house')}; {n['action_reason']}"
         rows.append(row + ([reason] if wide else []))
     text = render(cols, rows, color=use_color(), no_headers=no_headers) if rows else ""
     for u in unknown:

@@ -32,7 +32,7 @@ def rules_cmd(rules: RulesOpt = None, output: DocumentOutputOpt = Output.yaml) -
                        "comments and sources) or JSON (-o json)")
     if output is Output.json:
         from gpualign.base import yamlio
-        from gpualign.model.tags import load_rules, merged_rules
+        from gpualign.loaders.rules import load_rules, merged_rules
 
         if rules is not None:
             load_rules(rules)  # validated as check would
@@ -44,7 +44,7 @@ def rules_cmd(rules: RulesOpt = None, output: DocumentOutputOpt = Output.yaml) -
     if rules is None:  # YAML: the file itself, with its comments and sources
         sys.stdout.write(resources.files("gpualign.rules").joinpath("driver_images.yaml").read_text())
         return
-    from gpualign.model.tags import load_rules, merged_rules
+    from gpualign.loaders.rules import load_rules, merged_rules
 
     load_rules(rules)  # validated as check would
     emit_data(merged_rules(rules), Output.yaml)

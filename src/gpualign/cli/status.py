@@ -125,6 +125,7 @@ def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: 
                   wide: bool = False) -> str:
     """wide: also the tag its driver pod runs, the hold, and why it has no driver or how its image's build goes."""
     from gpualign.cli.table import Styled, render, use_color
+    from gpualign.upgrade.blockers import BlockKind
     from gpualign.upgrade.report import duration
 
     rows: list[list[str | Styled]] = []
@@ -132,7 +133,7 @@ def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: 
         present = n["image_present"]
         image: str | Styled = "-" if present is None else "present" if present else Styled("missing", "red")
         blocker = n["blocker"] or ""
-        if blocker and n.get("hold") == "before-cordon" and not blocker.startswith("waiting before cordon"):
+        if blocker and n.get("hold") == "before-cordon" and n.get("blocker_kind") != BlockKind.PDB:
             blocker = f"held before cordon: {blocker}"
         if blocker and n["blocked_seconds"] is not None:
             blocker += f" ({duration(n['blocked_seconds'])})"
@@ -203,7 +204,7 @@ def status(
 
     timeout = fleet.parse_timeout(request_timeout)
     names = fleet.contexts(kubeconfig, context, all_contexts)
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
     rule_set = load_rules(rules)  # once, not per cluster and per refresh
@@ -276,7 +277,7 @@ def why(
     from gpualign.usecases.ledgers import load_ledger
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
     cluster = kube.describe()

@@ -400,7 +400,7 @@ def upgrade(
         raise BadInput("--sign-key/--sign-cert/--sign-secret sign the images --ensure builds: add --ensure")
     from gpualign.cli.ensure import signing_key
     from gpualign.ensure.judge import AUTO, OFF, STRICT
-    from gpualign.model.tags import load_rules
+    from gpualign.loaders.rules import load_rules
 
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
     flags = UpgradeFlags(selector, branch, list(ledger or []), pol, dry_run, ensure_images, signing,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpualign.ensure.archive import cache_root
+from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
     from gpualign.ensure.archive import Archive
@@ -90,7 +90,7 @@ class Ahead:
 
     @classmethod
     def start(cls, spec: TagSpec, target: RegistryClient, flavour: str, archive: Archive, say: Say) -> Ahead:
-        parent = cache_root() / "ahead"
+        parent = ensure_root() / "ahead"
         parent.mkdir(parents=True, exist_ok=True)
         for left in parent.glob("build-*"):  # a run killed before it closed (a build takes minutes, not a day)
             with contextlib.suppress(OSError):

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign.base.errors import BadInput, GpualignError
+from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
     from gpualign.model.makers import DebianTable, Source
@@ -84,18 +85,12 @@ class ArchiveError(GpualignError):
     retryable = True
 
 
-def cache_root() -> Path:
-    from gpualign.model import archive_reading
-
-    return archive_reading.ensure_root()
-
-
 @contextmanager
 def file_lock(name: str, on_wait: Callable[[], None] | None = None) -> Iterator[None]:
     """An exclusive lock shared by every process on this machine using the same cache (a tag's build, the apt
     state, the image base, one kernel's compile), so that runs and the images of one run (--jobs) never do the
     same work at once. on_wait: called once when another process holds it (to say what is awaited)."""
-    path = cache_root() / "locks" / name
+    path = ensure_root() / "locks" / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as handle:
         try:
@@ -202,7 +197,7 @@ class Archive:
     # -- the private apt state ----------------------------------------------------------------------------------
     @property
     def state(self) -> Path:
-        return cache_root() / "apt" / self.key
+        return ensure_root() / "apt" / self.key
 
     def _apt_opts(self) -> list[str]:
         s = self.state
@@ -338,8 +333,8 @@ class Archive:
 
     def carried(self) -> tuple[Source, ...]:
         """NVIDIA's kernel module source packages the suite carries now, at their NVIDIA versions; the reading is
-        kept (gpualign.model.archive_reading) for check and plan to decide as ensure does."""
-        from gpualign.model import archive_reading
+        kept (gpualign.loaders.archive_reading) for check and plan to decide as ensure does."""
+        from gpualign.loaders import archive_reading
         from gpualign.model.makers import sources_from
 
         self.update()
@@ -357,7 +352,7 @@ class Archive:
     def debian_table(self, os_tag: str) -> DebianTable:
         """The Debian releases gpualign builds, with the OS tag's release as its archive carries it now (the rules'
         copy where the archive cannot be read: the build then fails on the archive, naming it)."""
-        from gpualign.model.tags import load_rules
+        from gpualign.loaders.rules import load_rules
 
         table = load_rules().debian
         release = table.get(os_tag)
@@ -379,7 +374,7 @@ class Archive:
 
     def symvers(self, kernel: str) -> Path:
         """The kernel's Module.symvers, cached, from its headers package (downloaded, never installed)."""
-        out = cache_root() / "symvers" / kernel / "Module.symvers"
+        out = ensure_root() / "symvers" / kernel / "Module.symvers"
         if out.exists():
             return out
         with file_lock(f"symvers-{kernel}.lock"):  # one download, when a build's threads ask at once

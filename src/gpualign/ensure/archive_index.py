@@ -22,20 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from gpualign.base.errors import GpualignError
+from gpualign.base.errors import GpualignError, Refused
 from gpualign.ensure.archive import KEYRING, configured_mirror, configured_security
+from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import archive_release, next_kernels
-from gpualign.model.archive_reading import ensure_root
 
 KEYRING_ENV = "GPUALIGN_DEBIAN_KEYRING"  # the keyring a private mirror's suites are signed with (apt's signed-by)
 
 
-class IndexRefused(GpualignError):
+class IndexRefused(Refused):
     """The archive answered, but what it sent cannot be trusted: a bad signature, an expired Release, an index
     whose hash is not the signed one (exit 1)."""
-
-    exit_code = 1
-    word = "refused"
 
 
 class IndexNotCarried(IndexRefused):

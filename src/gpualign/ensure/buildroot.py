@@ -40,8 +40,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpualign.base.errors import BadInput, GpualignError
-from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock, mmdebstrap_list_options
+from gpualign.base.errors import BadInput, Failed
+from gpualign.ensure.archive import TRIPLETS, Archive, file_lock, mmdebstrap_list_options
+from gpualign.loaders.archive_reading import ensure_root
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),
             "open": ("nvidia-open-kernel-source", "nvidia-open-kernel.tar.xz", "nvidia-open-kernel")}
@@ -54,12 +55,10 @@ MAX_KERNELS = 4  # a new root carries the newest root's kernels over while it st
 Progress = Callable[[str], None]
 
 
-class BuildError(GpualignError):
+class BuildError(Failed):
     """A build step failed (exit 1: the image could not be made; nothing was pushed). Making the build root is the
     first step; the compile, the image and the push raise it too."""
 
-    exit_code = 1
-    word = "failed"
     retryable = True  # a download cut, a full disk: the same build may pass once that is mended
 
 
@@ -100,7 +99,7 @@ def cross_prefix(archive: Archive) -> str:
 
 
 def _base(archive: Archive) -> Path:
-    return cache_root() / "build-roots" / archive.key
+    return ensure_root() / "build-roots" / archive.key
 
 
 def _use_lock(root: Path) -> Path:
@@ -206,7 +205,7 @@ def _make(archive: Archive, wanted: tuple[dict[str, str], tuple[str, ...]], prog
         if proc.returncode != 0:
             tail = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
             if "No space left on device" in tail:
-                raise BuildError(f"making the build root: the disk is full ({cache_root()}): free space and run "
+                raise BuildError(f"making the build root: the disk is full ({ensure_root()}): free space and run "
                                 "again")
             raise BuildError(f"mmdebstrap for the build root failed (exit {proc.returncode}): {tail}")
         versions = dict(line.split("\t", 1) for line in listing.read_text().splitlines() if "\t" in line)
@@ -267,7 +266,7 @@ def _unpack_targets(archive: Archive, packages: list[str], rootfs: Path, tmp: Pa
 def _remove_unused(archive: Archive, keep: Path) -> None:
     """Remove the roots other than `keep` that no compile holds (and the single root older versions kept)."""
     if not archive.cross:
-        shutil.rmtree(cache_root() / "roots" / archive.suite, ignore_errors=True)
+        shutil.rmtree(ensure_root() / "roots" / archive.suite, ignore_errors=True)
     for path in [p for p in _base(archive).iterdir() if p.is_dir() and p != keep]:
         use = _use_lock(path)
         with use.open("w") as handle:

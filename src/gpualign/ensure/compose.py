@@ -38,9 +38,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpualign import __version__
-from gpualign.ensure.archive import cache_root
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ledger.registry import BlobMismatch
+from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
     from gpualign.ensure.tagspec import TagSpec
@@ -146,7 +146,7 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
 
 
 def _scratch_parent() -> Path:
-    parent = cache_root() / "compose"
+    parent = ensure_root() / "compose"
     parent.mkdir(parents=True, exist_ok=True)
     return parent
 

@@ -23,9 +23,10 @@ from pathlib import Path
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure import buildroot
-from gpualign.ensure.archive import Archive, cache_root, file_lock
+from gpualign.ensure.archive import Archive, file_lock
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
 from gpualign.ensure.compile_log import first_error
+from gpualign.loaders.archive_reading import ensure_root
 
 Progress = Callable[[str], None]
 _KBUILD_ARCH = {"aarch64-linux-gnu-": "arm64", "x86_64-linux-gnu-": "x86_64"}  # ARCH for NVIDIA's own Makefile
@@ -77,7 +78,7 @@ def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 36
         tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log else \
             stderr.decode(errors="replace").strip().splitlines()[-3:]
         if any("No space left on device" in line for line in tail):
-            raise BuildError(f"{what}: the disk is full ({cache_root()}): free space and run again")
+            raise BuildError(f"{what}: the disk is full ({ensure_root()}): free space and run again")
         raise BuildError(f"{what} failed (exit {proc.returncode})" + (f": {' | '.join(tail)}" if tail else "")
                          + (f"; log: {log}" if log else ""))
     return usage.ru_utime + usage.ru_stime
@@ -85,7 +86,7 @@ def _run(cmd: list[str], what: str, log: Path | None = None, timeout: float = 36
 
 def modules_dir(kernel: str, flavour: str, driver_version: str, signing: str | None) -> Path:
     """signing: the signing certificate's SHA-256 (None: the unsigned modules, as compiled)."""
-    return cache_root() / "modules" / driver_version / kernel / flavour / (f"signed-{signing[:16]}" if signing
+    return ensure_root() / "modules" / driver_version / kernel / flavour / (f"signed-{signing[:16]}" if signing
                                                                           else "unsigned")
 
 
@@ -132,7 +133,7 @@ def cached_modules(archive: Archive, kernel: str, flavour: str = "proprietary",
 
 def _compiled_versions(kernel: str, flavour: str) -> list[str]:
     """The module source versions whose unsigned modules for this kernel and flavour are cached, newest first."""
-    found = [p.parents[3].name for p in (cache_root() / "modules").glob(f"*/{kernel}/{flavour}/unsigned/.complete")]
+    found = [p.parents[3].name for p in (ensure_root() / "modules").glob(f"*/{kernel}/{flavour}/unsigned/.complete")]
     return sorted(found, key=lambda v: [int(x) if x.isdigit() else -1 for x in v.split(".")], reverse=True)
 
 

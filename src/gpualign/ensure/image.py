@@ -35,11 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign import __version__
-from gpualign.base.errors import BadInput, GpualignError
+from gpualign.base.cache import cache_root as gpualign_cache
+from gpualign.base.errors import BadInput, Refused
 from gpualign.ensure import userspace
-from gpualign.ensure.archive import MIRROR_ENV, cache_root, configured_mirror, file_lock
+from gpualign.ensure.archive import MIRROR_ENV, configured_mirror, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
+from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 
 if TYPE_CHECKING:
@@ -108,11 +110,8 @@ LAYOUT = "dropin-" + hashlib.sha256(Path(__file__).with_name("nvidia-driver.sh")
 NVIDIA_DRIVER = Path(__file__).with_name("nvidia-driver.sh")  # the operator's contract: `nvidia-driver init`
 
 
-class PushRefused(GpualignError):
+class PushRefused(Refused):
     """The registry refused the push (exit 1; nothing was pushed under the tag)."""
-
-    exit_code = 1
-    word = "refused"
 
 
 def refusal(stderr: str, what: str) -> PushRefused | None:
@@ -127,7 +126,7 @@ def refusal(stderr: str, what: str) -> PushRefused | None:
 
 
 def storage() -> Path:
-    return cache_root().parent / "containers"
+    return gpualign_cache() / "containers"
 
 
 def buildah(*args: str, capture: bool = True) -> str:
@@ -258,7 +257,7 @@ def modules_key(modules: list[Path]) -> str:
     stats = [[ko.name, st.st_size, st.st_mtime_ns, st.st_ino] for ko in files for st in [ko.stat()]]
     folders = {ko.parent for ko in files}
     folder = folders.pop() if len(folders) == 1 else None
-    memo = folder / ".modules-sha256" if folder is not None and folder.is_relative_to(cache_root()) else None
+    memo = folder / ".modules-sha256" if folder is not None and folder.is_relative_to(ensure_root()) else None
     if memo is not None:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             known = json.loads(memo.read_text())

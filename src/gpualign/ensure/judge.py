@@ -130,7 +130,7 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     from gpualign.ledger.registry import connect
 
     if cache is None:
-        from gpualign.model.archive_reading import ensure_root  # not ensure.archive: that loads tarfile and more
+        from gpualign.loaders.archive_reading import ensure_root  # not ensure.archive: that loads tarfile and more
 
         cache = ensure_root() / "images"
     out = Judgement()

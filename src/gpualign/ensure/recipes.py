@@ -359,7 +359,7 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
 
         # the recipe ensure runs, for what ensure builds: else its reason, never a false note
         if debian_table is None:
-            from gpualign.model.tags import load_rules
+            from gpualign.loaders.rules import load_rules
 
             debian_table = load_rules().debian
         table = debian_table

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.base.errors import GpualignError
-from gpualign.ensure.archive import cache_root
+from gpualign.base.errors import Refused
 from gpualign.ledger.registry import BlobMismatch
+from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
@@ -55,11 +55,8 @@ MAX_LAYER = 1 << 30  # bytes: NVIDIA's modules for one kernel are ~70 MB, ~25 MB
 SHARED_MARK = ".shared-from"  # in a module cache dir filled from the registry: where from (removed if refused)
 
 
-class SharedRefused(GpualignError):
+class SharedRefused(Refused):
     """A shared artifact that is not what it says (it is not used: the build compiles instead)."""
-
-    exit_code = 1
-    word = "refused"
 
 
 @dataclass(frozen=True)
@@ -197,7 +194,7 @@ def pulled_from(directory: Path) -> str | None:
 
 def forget(directory: Path) -> None:
     """Drop pulled modules that the kernel's checks refused, so no later run takes them from the cache."""
-    if directory.is_relative_to(cache_root()) and pulled_from(directory) is not None:
+    if directory.is_relative_to(ensure_root()) and pulled_from(directory) is not None:
         shutil.rmtree(directory, ignore_errors=True)
 
 

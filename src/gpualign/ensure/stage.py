@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.base.errors import GpualignError
+from gpualign.base.errors import GpualignError, Refused
 from gpualign.ensure import tagspec
 from gpualign.ensure.archive import Archive, file_lock
 
@@ -38,18 +38,12 @@ class TagAction(StrEnum):
 Say = Callable[[str, str], None]  # (tag, message)
 
 
-class PresentButWrong(GpualignError):
+class PresentButWrong(Refused):
     """A tag in the ledger whose image fails the check (exit 1); replaced only when asked to."""
 
-    exit_code = 1
-    word = "refused"
 
-
-class NotVerified(GpualignError):
+class NotVerified(Refused):
     """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
-
-    exit_code = 1
-    word = "refused"
 
 
 @dataclass

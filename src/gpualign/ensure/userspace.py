@@ -27,8 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.ensure.archive import TRIPLETS, Archive, cache_root, file_lock
+from gpualign.ensure.archive import TRIPLETS, Archive, file_lock
 from gpualign.ensure.buildroot import BuildError, upstream
+from gpualign.loaders.archive_reading import ensure_root
 
 LIBS = {  # Debian package -> the library's soname (its file is <stem>.so.<driver version>)
     "libcuda1": "libcuda.so.1",
@@ -82,7 +83,7 @@ def fetch(archive: Archive, driver_version: str,
     versions = wanted(archive, driver_version)
     key = "-".join(f"{p}={v}" for p, v in sorted(versions.items())) + (f"-{archive.arch}"
                                                                         if archive.arch != "amd64" else "")
-    directory = cache_root() / "userspace" / driver_version / _digest(key)
+    directory = ensure_root() / "userspace" / driver_version / _digest(key)
     done = directory / ".complete"
     with file_lock(f"userspace-{driver_version}.lock"):
         if not done.exists():
@@ -99,7 +100,7 @@ def _digest(text: str) -> str:
 
 def _unpack(archive: Archive, versions: dict[str, str], directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix="gpualign-userspace-", dir=cache_root()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="gpualign-userspace-", dir=ensure_root()) as tmp:
         debs, root = Path(tmp) / "debs", Path(tmp) / "root"
         debs.mkdir()
         os.chmod(debs, 0o777)  # apt downloads as its sandbox user where it can

@@ -202,10 +202,10 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             try:
                 processes.wait_until(proc, _http_ok(f"{etcd_url}/health"), timeout=30, what="healthy")
                 break
-            except LabError as err:
+            except processes.ExitedAtStart:
                 # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept
                 # (appended to), and one fresh attempt on new ports is made before giving up.
-                if attempt == 2 or proc.alive() or not err.message.startswith("etcd exited at start"):
+                if attempt == 2 or proc.alive():
                     raise
                 progress(f"etcd exited at start (log: {proc.log}); retrying once on new ports")
                 shutil.rmtree(state_dir / "etcd", ignore_errors=True)
@@ -237,11 +237,10 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             try:
                 processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
                 break
-            except LabError as err:
+            except processes.ExitedAtStart:
                 # Its port was free when claimed, at the start; another lab starting beside this one can take it
                 # before the API server binds it. A port chosen for the user is chosen again, once.
-                taken = err.message.startswith("kube-apiserver exited at start") and \
-                    "address already in use" in processes.log_tail(proc.log)
+                taken = "address already in use" in processes.log_tail(proc.log)
                 if attempt == 2 or apiserver_port or not taken:
                     raise
                 progress("kube-apiserver's port was taken meanwhile; retrying once on a new port")

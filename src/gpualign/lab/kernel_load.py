@@ -25,11 +25,11 @@ from typing import Any
 
 from cryptography import x509
 
+from gpualign.base.cache import cache_root
 from gpualign.ensure import kmod, modsig, symvers
 from gpualign.ensure.archive import Archive
 from gpualign.ensure.inspect import checkable, contract_problem, modules_of
 from gpualign.ensure.verify import verify
-from gpualign.lab.versions import cache_root
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model.makers import kernel_arch
 

@@ -20,8 +20,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from gpualign.base.cache import cache_root
 from gpualign.base.errors import LabError
-from gpualign.lab import versions
 
 IMAGE = "gpualign.local/lab/pause:1"
 
@@ -42,7 +42,7 @@ int main(void) {
 def archive(cache: Path | None = None) -> Path:
     """The cached OCI archive of the pause image, built when missing."""
     key = hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
-    path = (cache or versions.cache_root() / "lab") / f"pause-{key}.oci.tar"
+    path = (cache or cache_root() / "lab") / f"pause-{key}.oci.tar"
     if path.exists():
         return path
     if shutil.which("gcc") is None:

@@ -19,6 +19,14 @@ LOG_TAIL = 8
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # processes started by this very process, by pid
 
 
+class ExitedAtStart(LabError):
+    """A process the lab started exited before it was ready (`name`: which one)."""
+
+    def __init__(self, name: str, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message, detail=detail)
+        self.name = name
+
+
 @dataclass
 class Proc:
     """One running component, as recorded in the lab's state file."""
@@ -130,7 +138,7 @@ def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: s
     while True:
         if not proc.alive():
             _reap(proc.pid)
-            raise LabError(f"{proc.name} exited at start; log: {proc.log}", detail=log_tail(proc.log))
+            raise ExitedAtStart(proc.name, f"{proc.name} exited at start; log: {proc.log}", detail=log_tail(proc.log))
         try:
             if ready():
                 return

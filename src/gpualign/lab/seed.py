@@ -11,8 +11,9 @@ from gpualign.base.errors import LabError
 from gpualign.kube.client import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.loaders.rules import load_rules
 from gpualign.model.kernels import label_of, release_of
-from gpualign.model.tags import load_rules, os_tag, sanitize_kernel
+from gpualign.model.tags import os_tag, sanitize_kernel
 from gpualign.model.version import DriverVersion
 
 DRIVER_NAMESPACE = "gpu-operator"

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from gpualign.base.cache import cache_root
+
 KUBERNETES = "v1.36.3"
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
@@ -32,14 +34,6 @@ GPU_OPERATOR_SUBDIR = f"gpu-operator-{GPU_OPERATOR_COMMIT}"
 def operator_dir(bin_dir: Path) -> Path:
     """The operator's binary, its /opt/gpu-operator tree (assets, manifests) and CRDs, as `lab build` leaves them."""
     return bin_dir / GPU_OPERATOR_SUBDIR
-
-
-def cache_root() -> Path:
-    """~/.cache/gpualign (or $GPUALIGN_CACHE, or $XDG_CACHE_HOME/gpualign)."""
-    if env := os.environ.get("GPUALIGN_CACHE"):
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gpualign"
 
 
 def version_key() -> str:
@@ -83,3 +77,14 @@ COSIGN_SUBDIR = f"cosign-{COSIGN}"
 
 def cosign_binary(bin_dir: Path | None = None) -> Path:
     return (bin_dir or default_bin_dir()) / COSIGN_SUBDIR / "cosign"
+
+
+# sigstore's policy-controller (the module proxy serves v0.13.1): its policy-tester judges an image against a
+# ClusterImagePolicy with the webhook's own code, the proof that a signature policy admits what gpualign signs.
+POLICY_CONTROLLER_MODULE = "github.com/sigstore/policy-controller"
+POLICY_CONTROLLER = "v0.13.1"
+POLICY_CONTROLLER_SUBDIR = f"policy-controller-{POLICY_CONTROLLER}"
+
+
+def policy_tester_binary(bin_dir: Path | None = None) -> Path:
+    return (bin_dir or default_bin_dir()) / POLICY_CONTROLLER_SUBDIR / "policy-tester"

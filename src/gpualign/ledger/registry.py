@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
-from gpualign.base.errors import BadInput, GpualignError, Unreachable
+from gpualign.base.errors import BadInput, Refused, Unreachable
 from gpualign.ledger.exchange import ExchangeError, Exchanges, Headers, Reply
 
 if TYPE_CHECKING:
@@ -60,11 +60,8 @@ class RegistryRef:
         return f"registry://{self.host}/{self.repo}"
 
 
-class BlobMismatch(GpualignError):
+class BlobMismatch(Refused):
     """A blob whose bytes are not what its descriptor names (its digest or size): never used."""
-
-    exit_code = 1
-    word = "refused"
 
 
 _INSECURE: set[str] = set()  # HOST[:PORT] the user allowed plain http to (--insecure-registry)
@@ -79,19 +76,27 @@ def _insecure_allowed(host: str, hostname: str) -> bool:
     return host in _INSECURE or hostname in _INSECURE
 
 
+class BadReference(BadInput):
+    """A registry reference that cannot be used: `subject` names it as given, `why` says what is wrong with it."""
+
+    def __init__(self, subject: str, why: str) -> None:
+        super().__init__(f"{subject}: {why}")
+        self.subject, self.why = subject, why
+
+
 def parse_ref(text: str) -> RegistryRef:
     """registry://, oci:// or no prefix: https, except on loopback or for a registry allowed by --insecure-registry;
     https:// always; http:// only on loopback or when allowed: plain http elsewhere would carry credentials and the
     ledger in clear, so it is refused."""
     m = re.fullmatch(r"(?:(registry|oci|https?)://)?([^/\s:]+(?::[0-9]+)?)/([a-z0-9][a-z0-9._/-]*?)/?", text.strip())
     if not m:
-        raise BadInput(f"registry ledger {text!r}: expected registry://HOST[:PORT]/REPO")
+        raise BadReference(f"registry ledger {text!r}", "expected registry://HOST[:PORT]/REPO")
     prefix, host, repo = m.groups()
     hostname = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
     plain_ok = hostname in LOOPBACK or _insecure_allowed(host, hostname)
     if prefix == "http" and not plain_ok:
-        raise BadInput(f"registry {host}: plain http to a registry off this machine is refused (credentials and the "
-                       f"ledger would travel in clear); use https, or pass --insecure-registry {host}")
+        raise BadReference(f"registry {host}", "plain http to a registry off this machine is refused (credentials and "
+                           f"the ledger would travel in clear); use https, or pass --insecure-registry {host}")
     scheme = "https" if prefix == "https" else "http" if plain_ok else "https"
     return RegistryRef(host=host, repo=repo, scheme=scheme)
 
@@ -527,7 +532,6 @@ class RegistryClient:
         if resp.status_code in (200, 202, 404):
             return
         if resp.status_code in (405, 403):
-            from gpualign.base.errors import Refused
 
             raise Refused(f"registry {self.ref.host} does not allow deleting {repo}@{digest} (HTTP "
                           f"{resp.status_code}): enable deletes (distribution: storage.delete.enabled), or delete "

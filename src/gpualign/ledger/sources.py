@@ -8,51 +8,12 @@ The registry client (and its HTTP stack) is imported only when a registry is rea
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpualign.ledger import file as ledger_file
+from gpualign.model.ledger import Ledger, RepoLedgers
 
-
-@dataclass(frozen=True)
-class Ledger:
-    """The merged ledger: the tags that answer for any repository, the tags held per named repository, and which
-    sources were read."""
-
-    tags: frozenset[str]
-    sources: tuple[str, ...]
-    scoped: frozenset[tuple[str, str]] = field(default=frozenset())  # (repository, tag) from full references
-    refused: tuple[tuple[str, str], ...] = ()  # (tag, why): present under the tag, but built for something else
-
-    def has(self, tag: str) -> bool:
-        """In the ledger for some repository (used where the repository is not known), and not present but wrong."""
-        if any(t == tag for t, _ in self.refused):
-            return False
-        return tag in self.tags or any(t == tag for _, t in self.scoped)
-
-    def wrong(self, tag: str) -> str | None:
-        """Why the image under this tag is present but wrong, or None."""
-        return next((why for t, why in self.refused if t == tag), None)
-
-    def for_repository(self, repository: str) -> Ledger:
-        """The ledger as it answers for one repository: the bare tags, plus the references into that repository."""
-        if not self.scoped:
-            return self
-        mine = {t for r, t in self.scoped if _same_repository(r, repository)}
-        return Ledger(self.tags | mine, self.sources, refused=self.refused)
-
-    @property
-    def fingerprint(self) -> frozenset[str]:
-        """Everything the ledger answers, to tell whether it changed."""
-        return self.tags | {f"{r}:{t}" for r, t in self.scoped}
-
-
-def _same_repository(a: str, b: str) -> bool:
-    """Docker Hub's implicit names aside, a repository is compared as written (host included)."""
-    def norm(r: str) -> str:
-        r = r.rstrip("/").removeprefix("docker.io/")
-        return r.removeprefix("library/")
-    return norm(a) == norm(b)
+__all__ = ["Ledger", "RepoLedgers", "is_registry", "load", "load_repositories"]
 
 
 def is_registry(source: str) -> bool:
@@ -81,30 +42,6 @@ def load(sources: list[str], *, docker_config: Path | None = None, timeout: floa
                 else:
                     scoped.add((repo, tag))
     return Ledger(frozenset(tags), tuple(sources), frozenset(scoped))
-
-
-@dataclass(frozen=True)
-class RepoLedgers:
-    """One ledger per image repository: the GPU Operator's objects may name several, each its own registry
-    repository."""
-
-    by_repo: dict[str, Ledger]
-
-    def for_repository(self, repository: str) -> Ledger:
-        """That repository's ledger (empty when it was not read)."""
-        return self.by_repo.get(repository) or Ledger(frozenset(), ())
-
-    @property
-    def tags(self) -> frozenset[str]:
-        return frozenset(f"{repo}:{tag}" for repo, ledger in self.by_repo.items() for tag in ledger.tags)
-
-    @property
-    def fingerprint(self) -> frozenset[str]:
-        return self.tags
-
-    @property
-    def sources(self) -> tuple[str, ...]:
-        return tuple(s for ledger in self.by_repo.values() for s in ledger.sources)
 
 
 def load_repositories(repositories: list[str], *, docker_config: Path | None = None, timeout: float = 10.0,

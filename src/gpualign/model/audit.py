@@ -11,7 +11,6 @@ from operator import attrgetter
 from typing import Any
 
 from gpualign.base import labels as L
-from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.expect import Expectation, Resolver, from_flags
@@ -19,6 +18,7 @@ from gpualign.model.facts import NodeFacts
 from gpualign.model.flavours import PROPRIETARY
 from gpualign.model.flavours import mismatch as flavour_mismatch
 from gpualign.model.flavours import resolve as resolve_flavour
+from gpualign.model.ledger import Ledger, RepoLedgers
 from gpualign.model.makers import Maker, Making, who_makes
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import RequiredImage, Rules, os_tag, required_image
@@ -64,6 +64,7 @@ class Finding:
     making: Making | None = None  # who makes the image when it is not present (gpualign.model.makers)
     modules: str | None = None  # the kernel modules its driver pod loads: proprietary or open (gpualign.model.flavours)
     module_type: str | None = None  # what the pod is given to decide that: kernelModuleType (auto, open, proprietary)
+    wrong: str | None = None  # why the image under its tag is present but wrong (WRONG_IMAGE); the reason says so too
 
     @property
     def driver_pod_failing(self) -> bool:
@@ -81,6 +82,7 @@ class Finding:
         # of a 5,000-node check, and a per-call dataclasses.fields() most of what remained.
         d = dict(self.__dict__)
         making = d.pop("making")
+        del d["wrong"]  # the reason carries it, for people; wrong_images() lists it per image
         d["driver_pod"] = self.driver_pod.as_dict() if self.driver_pod else None
         to_make = self.status in (Status.MISSING, Status.OPERATOR_MISMATCH)
         d["action"] = self.action if to_make else "replace" if self.status == Status.WRONG_IMAGE else None
@@ -146,7 +148,7 @@ class Audit:
         for f in self.findings:
             if f.status == Status.WRONG_IMAGE and f.image:
                 entry = out.setdefault(f.image, {"tag": f.tag, "image": f.image, "nodes": [], "action": "replace",
-                                                 "why": f.reason.removeprefix("present but wrong: "),
+                                                 "why": f.wrong,
                                                  "modules": f.modules})
                 entry["nodes"].append(f.name)
         return [out[i] for i in sorted(out)]
@@ -264,14 +266,12 @@ def findings_of(given: AuditInput, derived: Derived | None = None) -> tuple[list
         off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch,
                                        making.why if making and making.maker is Maker.NONE else None) \
             if image and flavours else None
+        why_wrong = None if not in_ledger or image is None else wrong[image] if wrong and image in wrong else \
+            off_platform or off_flavour or None
         if req.tag is None or image is None:
             status, reason = Status.UNKNOWN, req.reason
-        elif in_ledger and wrong and image in wrong:
-            status, reason = Status.WRONG_IMAGE, f"present but wrong: {wrong[image]}"
-        elif in_ledger and off_platform:
-            status, reason = Status.WRONG_IMAGE, f"present but wrong: {off_platform}"
-        elif in_ledger and off_flavour:
-            status, reason = Status.WRONG_IMAGE, f"present but wrong: {off_flavour}"
+        elif why_wrong is not None:
+            status, reason = Status.WRONG_IMAGE, f"present but wrong: {why_wrong}"
         elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
             status = Status.PRESENT
             reason = "in the ledger; " + req.reason
@@ -324,7 +324,7 @@ def findings_of(given: AuditInput, derived: Derived | None = None) -> tuple[list
                 else None
         finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
                           reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making, modules,
-                          exp.module_type if req.tag else None)
+                          exp.module_type if req.tag else None, why_wrong if status == Status.WRONG_IMAGE else None)
         findings.append(finding)
         if image and not in_ledger and status in (Status.MISSING, Status.OPERATOR_MISMATCH):
             absent.append(finding)

@@ -11,7 +11,7 @@ from typing import Any
 from gpualign.base.errors import BadInput
 from gpualign.model import selectors
 from gpualign.model.flavours import MODULE_TYPES
-from gpualign.model.tags import _read_yaml, normalize_branch
+from gpualign.model.tags import normalize_branch
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def _selector_text(path: Path, i: int, raw: Any) -> str:
     raise BadInput(f"{path}: rule {i + 1}: selector must be a string or a map of labels")
 
 
-def load_policy(path: Path) -> BranchPolicy:
-    """
+def policy_from(data: Any, path: Path) -> BranchPolicy:
+    """A branch policy file's parsed YAML (`path` names it in messages; gpualign.loaders.branches reads it):
     pools:
       - selector: "pool=train"            # or nodeSelector: {pool: train}
         branch: "580"
@@ -71,7 +71,6 @@ def load_policy(path: Path) -> BranchPolicy:
       - selector: ""                      # everything else
         branch: "595"
     """
-    data = _read_yaml(path)
     pools = data.get("pools") if isinstance(data, dict) else data
     if not isinstance(pools, list) or not pools:
         raise BadInput(f"{path}: expected `pools:` with a list of {{selector, branch}} rules")

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
-from gpualign.ledger.sources import Ledger
 from gpualign.model import debian_kernels
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.driver_pod_status import DriverPod
@@ -18,6 +17,7 @@ from gpualign.model.facts import NodeFacts, node_facts
 from gpualign.model.flavours import PROPRIETARY
 from gpualign.model.flavours import resolve as resolve_flavour
 from gpualign.model.kernels import debian_release, label_of, release_of
+from gpualign.model.ledger import Ledger
 from gpualign.model.makers import DebianTable, Maker, Making, who_makes
 from gpualign.model.tags import Rules, kernel_flavour, required_image
 

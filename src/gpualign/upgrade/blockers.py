@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+PDB_WORDS = "waiting before cordon"  # a PDB hold's sentence starts so (gpualign.upgrade.planner writes it)
+
 
 class BlockKind(StrEnum):
     PDB = "pdb"  # a PodDisruptionBudget allows no disruption now (held before cordon)
@@ -30,7 +32,7 @@ class BlockKind(StrEnum):
 
 
 _PREFIXES = (
-    ("waiting before cordon", BlockKind.PDB),
+    (PDB_WORDS, BlockKind.PDB),
     ("image missing", BlockKind.IMAGE_MISSING),
     ("image present but wrong", BlockKind.IMAGE_WRONG),
     ("image not verified", BlockKind.IMAGE_UNVERIFIED),
@@ -68,3 +70,11 @@ def kind_of(blocker: str, written: str | None = None) -> BlockKind:
     if "evict" in text:
         return BlockKind.EVICTION
     return BlockKind.OTHER
+
+
+def detail(blocker: str, kind: BlockKind) -> str:
+    """The blocker's sentence without the words its kind already says, for a line that says them its own way: a PDB
+    hold's "waiting before cordon: " (the planner writes them first, on the node, for kubectl's readers). This reads
+    the node's annotation back, as kind_of does, and only here."""
+    lead = f"{PDB_WORDS}: "
+    return blocker[len(lead):] if kind == BlockKind.PDB and blocker.startswith(lead) else blocker

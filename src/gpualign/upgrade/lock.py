@@ -15,16 +15,13 @@ import threading
 import time
 from collections.abc import Iterator
 
-from gpualign.base.errors import EXIT_FINDINGS, ApiError, GpualignError, Unreachable
+from gpualign.base.errors import ApiError, Refused, Unreachable
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector, parse_time
 
 
-class Busy(GpualignError):
+class Busy(Refused):
     """Another walk holds the lock (exit 1: blocked, not bad input)."""
-
-    exit_code = EXIT_FINDINGS
-    word = "refused"
 
 
 def identity() -> str:

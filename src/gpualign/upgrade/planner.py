@@ -12,11 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from gpualign.upgrade import states as S
-from gpualign.upgrade.blockers import BlockKind
+from gpualign.upgrade.blockers import PDB_WORDS, BlockKind
 from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 
-PDB_HOLD = "waiting before cordon"  # a hold's reason starts so when a PDB keeps the node uncordoned
 UNMOVABLE_HOLD = "held before cordon"  # … when a pod there could not be evicted under the rules of kubectl drain
 UNVERIFIED = "not verified: "  # an image problem starting so: its modules could not be checked (asked for)
 # States whose node still has its GPU pods to evict: their evictions are spoken for in the PDBs' budgets.
@@ -78,7 +77,7 @@ def _pdb_hold(n: NodeView, remaining: dict[str, int], budgets: Mapping[str, Budg
         if not budget.never_allows and left >= 1:
             continue
         taken = budget.allowed - left
-        return (f"{PDB_HOLD}: PDB {pdb} {budget.numbers()}"
+        return (f"{PDB_WORDS}: PDB {pdb} {budget.numbers()}"
                 + (f"; nodes already in the walk have {taken} of its pods still to evict" if taken > 0 else "")
                 + (f"; this node would need {need}" if need > 1 else "")), pdb
     return None

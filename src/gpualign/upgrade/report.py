@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import BlockKind, detail, kind_of
 from gpualign.upgrade.clock import since
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
@@ -36,6 +37,9 @@ class NodeStatus:
     gated: str | None = None  # the gate holds it out of the operator's walk: why
     no_driver: str | None = None  # its driver pod is not running (ImagePullBackOff, CrashLoopBackOff, none): why
     building: str | None = None  # its missing target image's build Job (controller --build), in one line
+    # what kind of thing the blocker is (gpualign.upgrade.blockers.BlockKind), or NO_DRIVER when nothing holds the node
+    # and its driver pod is simply not running
+    blocker_kind: str | None = None
 
     @property
     def stuck(self) -> bool:
@@ -64,6 +68,8 @@ def cordoned_by(ns: NodeState) -> str:
         return "upgrade"
     return "someone-else"
 
+
+NO_DRIVER = "no-driver"  # a NodeStatus's blocker_kind when nothing holds the node and its driver pod is not running
 
 # builds' key when the build Jobs could not be read: what is known of every tag's build (build_trigger/jobs_api.py)
 ANY_TAG = "*"
@@ -106,11 +112,13 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
                 no_driver += f"; {building}"
     held = f"held for maintenance by {ns.view.maintenance}" if ns.view.maintenance else None
     blocker = ann.get(S.BLOCKER) or derived or held or (f"gated: {gated}" if gated else None)
-    hold = None
+    hold = kind = None
     if blocker:
         hold = "after-cordon" if ns.view.state in S.IN_PROGRESS else "before-cordon"
+        kind = str(kind_of(blocker, ann.get(S.BLOCKER_KIND)) if ann.get(S.BLOCKER) or derived else
+                   BlockKind.MAINTENANCE if held else BlockKind.IMAGE_MISSING)  # else the gate holds it
     elif no_driver:  # nothing holds it: its driver is simply not running
-        blocker = f"no driver: {no_driver}"
+        blocker, kind = f"no driver: {no_driver}", NO_DRIVER
     return NodeStatus(
         name=ns.name, state=ns.view.state or "(none)",
         in_state_seconds=since(since_ts) if since_ts else None,
@@ -118,7 +126,7 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver, building=building)
+        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver, building=building, blocker_kind=kind)
 
 
 def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None,
@@ -151,7 +159,7 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
         if st.hold is None:
             lines.append(f"{st.blocker}{lasting}")
         elif st.hold == "before-cordon":
-            reason = st.blocker.removeprefix("waiting before cordon: ")
+            reason = detail(st.blocker, BlockKind(st.blocker_kind or BlockKind.OTHER))
             lines.append(f"held before cordon (still schedulable, its pods untouched): {reason}{lasting}")
         else:
             lines.append(f"blocked after cordon: {st.blocker}{lasting}")
@@ -161,7 +169,7 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
         who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
                else "set by someone else: gpualign leaves it")
         lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true ({who})")
-    if st.no_driver and not (st.blocker or "").startswith("no driver"):
+    if st.no_driver and st.blocker_kind != NO_DRIVER:
         lines.append(f"no driver: {st.no_driver}")
     if ledger_known and ns.target_tag and not ns.view.image_present:
         walked = st.state not in ("(none)", S.DONE)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpualign.base.errors import BadInput
-from gpualign.model.tags import _read_yaml
+from gpualign.base.yamlio import read as _read_yaml
 
 PDB_AWARE, OPERATOR_ORDER = "pdb-aware", "operator"
 ADMISSIONS = (PDB_AWARE, OPERATOR_ORDER)

@@ -12,13 +12,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from gpualign.base.cache import cache_root
 from gpualign.model.makers import DebianTable, sources_from
-
-
-def cache_root() -> Path:
-    """~/.cache/gpualign, or $GPUALIGN_CACHE."""
-    base = os.environ.get("GPUALIGN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "gpualign")
-    return Path(base)
 
 
 def ensure_root() -> Path:
