@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin image test test-unit demo lint docs bench chart clean
+.PHONY: setup deps venv lab-bin image publish-image test test-unit demo lint docs bench chart clean
 
 # The lab binaries (Go, CPU-bound) and the images (mmdebstrap and buildah: mostly downloading and unpacking) are
 # made side by side.
@@ -26,8 +26,13 @@ $(VENV)/.installed: pyproject.toml
 lab-bin: venv
 	$(BIN)/gpualign lab build
 
-image: venv  # the container image, with buildah (cached; rebuilt when the source changes)
+image: venv  # the container image, with buildah (cached; rebuilt when the source changes), and its SBOM
 	$(BIN)/python scripts/build_image.py
+
+# Push gpualign's image to IMAGE_REF (REGISTRY/REPOSITORY:TAG); with COSIGN_KEY, sign it and attach its SBOM.
+publish-image: image
+	@test -n "$(IMAGE_REF)" || { echo "make publish-image: set IMAGE_REF=REGISTRY/REPOSITORY:TAG"; exit 2; }
+	$(BIN)/python scripts/publish_image.py $(IMAGE_REF) $(if $(COSIGN_KEY),--key $(COSIGN_KEY))
 
 # Independent tests run side by side (each lab takes its own ports and state dir; the real node's tests share one
 # worker): most of a lab test's time is waiting on the lab, not CPU.

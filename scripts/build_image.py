@@ -9,12 +9,15 @@ localhost/gpualign-builder-base:bookworm (the build Jobs); the wheel is built fr
 buildah runs as root with vfs storage and chroot isolation, its storage under ~/.cache/gpualign/containers. The base
 is cached by its recipe; the image is rebuilt when the source changes (its key is a hash of src/, pyproject.toml,
 README.md and the Dockerfile). The results are localhost/gpualign:VERSION and localhost/gpualign-builder:VERSION in
-that storage; the tests push them to a lab registry and run them.
+that storage; the tests push them to a lab registry and run them. Beside each is its SBOM (scripts/image_sbom.py),
+<cache>/containers/KIND-VERSION-KEY.spdx.json; scripts/publish_image.py pushes an image, and signs it and attaches
+that SBOM when given a key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -64,7 +67,8 @@ def source_key() -> str:
     digest = hashlib.sha256()
     for path in sorted([*(ROOT / "src").rglob("*"), ROOT / "pyproject.toml", ROOT / "README.md",
                         ROOT / "Dockerfile"]):
-        if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".egg-info"):
+        if path.is_file() and "__pycache__" not in path.parts and not any(
+                part.endswith(".egg-info") for part in path.parts):  # the wheel's build rewrites SOURCES.txt
             digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -107,6 +111,8 @@ def build_image(image: str = IMAGE, target: str | None = None) -> None:
     stamp = cache_root() / "containers" / f"{kind}-{__version__}-{key}.done"
     if stamp.exists() and has_image(image):
         print(f"... {kind} {image}: cached (source {key})", file=sys.stderr)
+        if not sbom_path(kind, key).exists():
+            write_sbom(image, kind, key)
         return
     with tempfile.TemporaryDirectory(prefix="gpualign-image-") as tmp:
         ctx = Path(tmp)
@@ -128,9 +134,28 @@ def build_image(image: str = IMAGE, target: str | None = None) -> None:
         if replaced and replaced != buildah("images", "--quiet", "--no-trunc", image, capture=True):
             subprocess.run(buildah_cmd("rmi", replaced), capture_output=True)  # the old build: no name is left on it
         print(f"... {kind} built in {time.monotonic() - t0:.0f}s", file=sys.stderr)
-    for old in stamp.parent.glob(f"{kind}-{__version__}-*.done"):
-        old.unlink()
+    for pattern in ("*.done", "*.spdx.json"):
+        for old in stamp.parent.glob(f"{kind}-{__version__}-{pattern}"):
+            old.unlink()
+    write_sbom(image, kind, key)
     stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def sbom_path(kind: str, key: str | None = None) -> Path:
+    """The SBOM `make image` wrote of an image (kind: image or builder), for the source `key` (default: this one)."""
+    return cache_root() / "containers" / f"{kind}-{__version__}-{key or source_key()}.spdx.json"
+
+
+def write_sbom(image: str, kind: str, key: str) -> None:
+    """The image's SPDX document (scripts/image_sbom.py), read from the image as built, written whole or not at all."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from image_sbom import sbom_of
+
+    out = sbom_path(kind, key)
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(sbom_of(image), indent=1) + "\n")
+    os.replace(partial, out)
+    print(f"... {kind}: SBOM {out}", file=sys.stderr)
 
 
 def main() -> int:

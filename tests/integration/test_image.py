@@ -28,11 +28,15 @@ def buildah(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def pushed(lab):
+def built() -> None:
     # `make setup` built it; this makes sure it is the image of this source (cached when it is).
-    built = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_image.py")], capture_output=True,
-                           text=True, timeout=900)
-    assert built.returncode == 0, built.stderr[-2000:]
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "build_image.py")],
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def pushed(lab, built):
     ref = f"{lab.registry}/gpualign:{__version__}"
     buildah("push", "--quiet", "--tls-verify=false", IMAGE, f"docker://{ref}")
     return ref
@@ -68,3 +72,47 @@ def test_gpualign_runs_inside_the_image_pulled_back_from_the_registry(pushed):
         buildah("rmi", pushed, check=False)  # the pulled name: a lab registry's port, never used again
     assert version.startswith(f"gpualign {__version__}\nrules: driver images named as GPU Operator v")
     assert who == "65532"
+
+
+def test_a_published_image_is_signed_and_carries_its_sbom_as_cosign_reads_them(built, tmp_path):
+    """scripts/publish_image.py with a key: cosign verifies the signature and the SPDX attestation with the public
+    key, and `cosign download sbom` gives the SBOM `make image` read from the image (its Debian packages and
+    gpualign itself, at their versions). Without the key it is pushed unsigned, and cosign refuses it."""
+    import json
+    import os
+
+    from gpualign.lab import versions
+    from tests.support.cosign_keys import key_pair, own_registry
+
+    key, public = key_pair(tmp_path, "own")
+    cosign_bin = str(versions.cosign_binary())
+    env = {**os.environ, "COSIGN_PASSWORD": "", "HOME": str(tmp_path)}
+
+    def cosign(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([cosign_bin, *args, "--allow-http-registry"], capture_output=True, text=True,
+                              timeout=120, env=env)
+
+    def publish(ref: str, *extra: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(ROOT / "scripts" / "publish_image.py"), ref, *extra],
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    with own_registry(tmp_path / "registry") as registry:
+        unsigned = publish(f"{registry.ref.host}/platform/gpualign:unsigned")[0]
+        assert cosign("verify", "--key", str(public), "--insecure-ignore-tlog=true", unsigned).returncode != 0
+        said = publish(f"{registry.ref.host}/platform/gpualign:{__version__}", "--key", str(key))
+        assert said[1:] == [said[0].split("@")[1].replace(":", "-") + s for s in (".sig", ".att", ".sbom")]
+        verified = cosign("verify", "--key", str(public), "--insecure-ignore-tlog=true", said[0])
+        assert verified.returncode == 0, verified.stderr
+        attested = cosign("verify-attestation", "--key", str(public), "--type", "spdxjson",
+                          "--insecure-ignore-tlog=true", said[0])
+        assert attested.returncode == 0, attested.stderr
+        downloaded = cosign("download", "sbom", said[0])
+        assert downloaded.returncode == 0, downloaded.stderr
+    sbom = json.loads(downloaded.stdout)
+    versions_of = {p["name"]: p.get("versionInfo") for p in sbom["packages"]}
+    assert sbom["spdxVersion"] == "SPDX-2.3" and sbom["name"] == said[0]
+    assert versions_of["gpualign"] == __version__ and versions_of["python3"] and versions_of["libc6"]
+    assert any(ref["referenceLocator"].startswith("pkg:deb/debian/gpgv@") for p in sbom["packages"]
+               for ref in p.get("externalRefs", []))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -165,13 +165,28 @@ def _trusted_from(value: str) -> tuple[TrustedKey, ...]:
 
 def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, evidence: Any,
            repo: str | None = None) -> tuple[str, str]:
-    """The image's SBOM and provenance, signed as in-toto attestations (`sha256-<hex>.att`, what `cosign
+    """The driver image's SBOM and provenance, signed as in-toto attestations (`sha256-<hex>.att`, what `cosign
     verify-attestation` reads), and the SBOM attached as is (`sha256-<hex>.sbom`, what `cosign download sbom`
     reads): the two tags."""
+    from gpualign.model import attestations
+
+    def statements(name: str, digest: str, created: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        sbom = attestations.spdx(name, digest, evidence, created)
+        return sbom, [(cosign.SPDX, sbom), (cosign.SLSA_PROVENANCE, attestations.provenance(evidence))]
+
+    return attach(client, tag, key, statements, repo)
+
+
+Statements = Callable[[str, str, str], "tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]"]
+
+
+def attach(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, statements: Statements,
+           repo: str | None = None) -> tuple[str, str]:
+    """Any image's SBOM and attestations: `statements(repository, digest, created)` gives the SBOM and the
+    (predicate type, predicate) pairs to sign about the digest the tag names now. Pushed as `attest` says; the two
+    tags."""
     import datetime as dt
     import json
-
-    from gpualign.model import attestations
 
     repo = repo or client.ref.repo
     digest = client.digest(tag, repo)
@@ -179,9 +194,9 @@ def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, ev
         raise BadInput(f"{client.ref.host}/{repo}:{tag} is not in the registry: nothing to attest")
     name = f"{client.ref.host}/{repo}"
     created = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sbom = attestations.spdx(name, digest, evidence, created)
+    sbom, predicates = statements(name, digest, created)
     layers: list[tuple[bytes, str, dict[str, str]]] = []
-    for predicate_type, predicate in ((cosign.SPDX, sbom), (cosign.SLSA_PROVENANCE, attestations.provenance(evidence))):
+    for predicate_type, predicate in predicates:
         body = cosign.statement(name, digest, predicate_type, predicate)
         signature = base64.b64encode(key.sign(cosign.pae(cosign.IN_TOTO, body), ec.ECDSA(hashes.SHA256())))
         layers.append((cosign.envelope(body, signature.decode()), cosign.DSSE,
