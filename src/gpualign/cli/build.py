@@ -45,12 +45,9 @@ def list_builds(
     from gpualign.controller.build_trigger.jobs_api import read_builds
     from gpualign.kube.client import Kube
 
-    kube = Kube(kubeconfig, context)
-    try:
+    with Kube(kubeconfig, context) as kube:
         read = read_builds(kube, namespace)  # a row a tag
         source = {"cluster": kube.describe()}
-    finally:
-        kube.close()
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
              "reason": b.reason} for b in sorted(read, key=lambda b: b.tag)]
     if output in (Output.json, Output.yaml):
@@ -96,8 +93,7 @@ def logs(
     from gpualign.controller.build_trigger.jobs_api import build_log, pods_of
     from gpualign.kube.client import Kube
 
-    kube = Kube(kubeconfig, context)
-    try:
+    with Kube(kubeconfig, context) as kube:
         jobs = dict(_attempts(kube, namespace, tag))
         if attempt is not None and attempt not in jobs:
             raise BadInput(f"--attempt {attempt}: {tag} has no such attempt in {namespace} (kept: "
@@ -120,8 +116,6 @@ def logs(
         resp = build_log(kube, namespace, pod)
         if resp.status_code == 400:  # the container has not started: the API says why
             raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
-    finally:
-        kube.close()
     sys.stdout.write(resp.text)
     sys.stdout.flush()
 
@@ -138,13 +132,10 @@ def retry(
     from gpualign.controller.build_trigger.jobs_api import ask_retry
     from gpualign.kube.client import Kube
 
-    kube = Kube(kubeconfig, context, field_manager="gpualign-build-retry")
-    try:
+    with Kube(kubeconfig, context, field_manager="gpualign-build-retry") as kube:
         name = _attempts(kube, namespace, tag)[0][1]["metadata"]["name"]
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         ask_retry(kube, namespace, name, stamp)
-    finally:
-        kube.close()
     stdout.print(f"asked the controller to build {tag} again (Job {namespace}/{name}, {stamp})")
 
 
@@ -195,8 +186,7 @@ def gc(
     read: list[str] = []
     fleet: list[Any] = []  # every node's facts: the Debian pools whose next kernel the archive names
     for ctx in contexts or [None]:  # type: ignore[list-item]  # None: the current context
-        kube = Kube(kubeconfig, ctx)
-        try:
+        with Kube(kubeconfig, ctx) as kube:
             for node in kube.list_raw("/api/v1/nodes"):
                 fleet.append(node_facts(node))
                 labels = (node.get("metadata") or {}).get("labels") or {}
@@ -204,11 +194,8 @@ def gc(
                 kernels.update(k for k in (labels.get(KERNEL), labels.get(KERNEL_NEXT), info.get("kernelVersion"))
                                if k)
             read.append(kube.describe().get("context") or ctx or "current")
-        finally:
-            kube.close()
     offered = _offered(fleet) if archive else {}
-    client = connect(ledger)
-    try:
+    with connect(ledger) as client:
         modules_repo = repository(client.ref.repo)
         images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
         modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
@@ -233,8 +220,6 @@ def gc(
                         raise
                     done.append(f"{repo}:{tag}")
                     progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
-    finally:
-        client.close()
     body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
             "offered": dict(sorted(offered.items())),
             "images": list(found.images), "modules": list(found.modules),

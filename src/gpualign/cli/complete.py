@@ -23,11 +23,8 @@ def gpu_nodes(incomplete: str) -> list[str]:
         from gpualign.base import labels as L
         from gpualign.kube.client import Kube
 
-        kube = Kube(None, None, timeout=2.0)
-        try:
+        with Kube(None, None, timeout=2.0) as kube:
             names = [n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true", metadata_only=True)]
-        finally:
-            kube.close()
         return sorted(n for n in names if n.startswith(incomplete))
     return []
 

@@ -339,11 +339,8 @@ def _cuda_of_image(ref: str, docker_config: Path | None) -> str:
     name, sep, tag = text.rpartition(":")
     if not sep or "/" in tag or "/" not in name:
         raise BadInput(f"--image {ref!r}: expected HOST/REPO:TAG")
-    client = connect(f"registry://{name}", docker_config=docker_config)
-    try:
+    with connect(f"registry://{name}", docker_config=docker_config) as client:
         config = client.image_config(tag)
-    finally:
-        client.close()
     if config is None:
         raise BadInput(f"--image {ref}: not found in the registry")
     version = config_env(config).get("CUDA_VERSION")

@@ -504,11 +504,8 @@ def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubecon
             raise BadInput(f"--sign-secret {secret!r}: expected NAMESPACE/NAME")
         from gpualign.kube.client import Kube
 
-        kube = Kube(kubeconfig, context)
-        try:
+        with Kube(kubeconfig, context) as kube:
             obj = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
-        finally:
-            kube.close()
         return sign.from_secret(obj, f"--sign-secret {secret}")
     if (key is None) != (cert is None):
         raise BadInput("--sign-key and --sign-cert go together: the key signs, the certificate names it")

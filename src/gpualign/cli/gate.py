@@ -41,12 +41,9 @@ def list_held(
     from gpualign.upgrade.report import duration
 
     per_request = parse_timeout(request_timeout)
-    kube = Kube(kubeconfig, context, timeout=per_request) if per_request else Kube(kubeconfig, context)
-    try:
+    with Kube(kubeconfig, context, timeout=per_request) if per_request else Kube(kubeconfig, context) as kube:
         nodes = held(kube, selector)  # the same read `gate release` acts on
         cluster = kube.describe()
-    finally:
-        kube.close()
     rows = [{"node": r.node, "why": r.held_for, "since": r.since,
              "held_seconds": round(since(r.since)) if r.since else None} for r in nodes]
     if output in (Output.json, Output.yaml):

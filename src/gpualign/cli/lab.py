@@ -290,8 +290,7 @@ def add_node(
         raise BadInput(f"--arch {arch!r}: expected amd64 or arm64")
     spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, arch=arch, labels=extra,
                               annotations=annotations)
-    kube = Kube(str(state.kubeconfig))
-    try:
+    with Kube(str(state.kubeconfig)) as kube:
         operator_run = scenario is not None and scenario.operator is not None
         if branch and not operator_run and gpu and not host_driver:
             _same_branch(kube, seed.driver_daemonset(kernel, m.group(1), m.group(2), branch, state.registry), branch)
@@ -299,8 +298,6 @@ def add_node(
                       driver_pool=not operator_run)
         if wait:
             seed.wait_nodes_ready(kube, [name])
-    finally:
-        kube.close()
     progress(f"node {name} added (kernel {kernel}, {os}{', ' + arch if arch != 'amd64' else ''}){joined}")
 
 
@@ -309,11 +306,8 @@ def _cluster_pools(state: Any) -> list[Any]:
     from gpualign.kube.client import Kube
     from gpualign.lab.scenarios import DriverPool
 
-    kube = Kube(str(state.kubeconfig))
-    try:
+    with Kube(str(state.kubeconfig)) as kube:
         found = kube.list_raw("/apis/nvidia.com/v1alpha1/nvidiadrivers")
-    finally:
-        kube.close()
     return [DriverPool(d["metadata"]["name"], dict((d.get("spec") or {}).get("nodeSelector") or {}),
                        str((d.get("spec") or {}).get("version") or "").split(".", 1)[0]) for d in found]
 
@@ -408,12 +402,9 @@ def push_image(
         env = {"DRIVER_VERSION": version, "DRIVER_BRANCH": version.split(".")[0]}
     if cuda_version:
         env["CUDA_VERSION"] = cuda_version
-    client = RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http"))
-    try:
+    with RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http")) as client:
         client.push_image(tag, env, archs=archs, labels=seed.driver_image_labels(tag) if repo == seed.DRIVER_REPO
                           else None)
-    finally:
-        client.close()
     progress(f"pushed {state.registry}/{repo}:{tag}" + (f" ({', '.join('linux/' + a for a in archs)})"
                                                           if archs != ("amd64",) else ""))
 

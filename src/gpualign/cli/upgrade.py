@@ -212,8 +212,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     if len(registries) != 1:
         raise BadInput("--ensure needs exactly one registry ledger (--ledger registry://HOST/REPO) to put the "
                        f"missing images in; got {len(registries)}")
-    target = connect(registries[0], docker_config=docker_config, timeout=30.0)
-    try:
+    with connect(registries[0], docker_config=docker_config, timeout=30.0) as target:
         opts = stage.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
                            signing=signing)
         plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
@@ -223,8 +222,6 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
             out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])
             if dry_run:
                 stdout.print(f"  ensure: would {out.action} {tag}")
-    finally:
-        target.close()
 
 
 def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:
@@ -410,16 +407,13 @@ def upgrade(
     from gpualign.kube.client import Kube
 
     per_request = parse_timeout(request_timeout)
-    kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade", **({"timeout": per_request} if per_request
-                                                                          else {}))
-    try:
+    with Kube(kubeconfig, context, field_manager="gpualign-upgrade",
+              **({"timeout": per_request} if per_request else {})) as kube:
         ready = _prepared(kube, flags)
         if flags.dry_run:
             _dry_run(kube, flags, ready)
             return
         outcome = _walked(kube, flags, ready)
-    finally:
-        kube.close()
     _summary(outcome)
 
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from gpualign.base.errors import BadInput, Refused, Unreachable
@@ -169,6 +169,12 @@ class RegistryClient:
             self._http = httpx2.Client(timeout=self.timeout, transport=self.transport or LazyTLSTransport(),
                                        follow_redirects=True)
         return self._http
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
 
     def close(self) -> None:
         if self._http is not None:

@@ -89,12 +89,9 @@ def _operator_sources(kubeconfig: str | None, context: str | None, timeout: floa
     from gpualign.kube.inventory import read_operator_config
     from gpualign.model.facts import node_facts
 
-    kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-    try:
+    with Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context) as kube:
         facts = tuple(f for f in (node_facts(n) for n in kube.nodes(None, metadata_only=True)) if f.gpu)
         config, notes = read_operator_config(kube, facts)
-    finally:
-        kube.close()
     for note in notes:
         warn(note)
     if config is None:
