@@ -21,6 +21,7 @@ from gpualign.controller.ledger_view import LedgerView
 from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.kube.client import Kube
+from gpualign.kube.inventory import read_operator_config
 from gpualign.model.audit import AuditInput, DriverPod, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.expect import from_operator
@@ -113,7 +114,6 @@ class Reconciler:
         """Re-read the operator's ClusterPolicy/NVIDIADrivers (when it runs here); re-check all on a change."""
         if self.operator is None:
             return False
-        from gpualign.kube.inventory import read_operator_config
 
         config, notes = read_operator_config(self.kube, tuple(self.caches.node_list()))
         for note in notes:

@@ -28,6 +28,7 @@ from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
+from gpualign.ensure.signatures import configured_trusted
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector
@@ -123,7 +124,6 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         return {**view, **({"builds": builder.status()} if builder is not None else {}),
                 **({"archive": watch.board()} if watch is not None else {})}
 
-    from gpualign.ensure.signatures import configured_trusted
 
     trusted = configured_trusted()  # a bad key file: exit 2 now, before anything is served
     if trusted:

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpualign.ensure import compose, image, shared, shared_userspace
+from gpualign.ensure.shared import Key
 from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
@@ -54,8 +56,6 @@ def version_order(version: str) -> tuple[int, ...]:
 def newest_modules(tags: list[str], branch: str, kernel: str, flavour: str) -> Key | None:
     """The shared modules' key among a repository's tags with the newest source version on `branch`, for this kernel
     and flavour; None when it has none."""
-    from gpualign.ensure.shared import Key
-
     suffix = Key("", kernel, flavour).tag  # "-<kernel>-<flavour>", as a tag spells it
     versions = [t.removesuffix(suffix) for t in tags if t.endswith(suffix)]
     versions = [v for v in versions if re.fullmatch(rf"{re.escape(branch)}(\.\d+)+", v)]
@@ -113,8 +113,6 @@ class Ahead:
         thread.start()
 
     def _guess_and_pull(self) -> None:
-        from gpualign.ensure import shared
-
         try:
             tags = self.target.tags(shared.repository(self.target.ref.repo))
             self.modules_key = newest_modules(tags, self.spec.branch, self.spec.kernel, self.flavour)
@@ -129,8 +127,6 @@ class Ahead:
         self.modules_seconds = time.monotonic() - t0
 
     def _fetch_userspace(self) -> None:
-        from gpualign.ensure import compose, image, shared_userspace
-
         self._guessed.wait()
         if self.modules_key is None:
             return
@@ -156,7 +152,6 @@ class Ahead:
         self._threads["modules"].join()
         if self.modules is None:
             return None
-        from gpualign.ensure import shared
 
         with shared.staged(into, "ahead") as staging:
             for entry in (self.scratch / "modules").iterdir():

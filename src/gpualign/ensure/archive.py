@@ -28,7 +28,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign.base.errors import BadInput, GpualignError
+from gpualign.loaders import archive_reading
 from gpualign.loaders.archive_reading import ensure_root
+from gpualign.loaders.rules import load_rules
+from gpualign.model.kernels import debian_release
+from gpualign.model.makers import debian_suite, kernel_arch, sources_from
 
 if TYPE_CHECKING:
     from gpualign.model.makers import DebianTable, Source
@@ -142,8 +146,6 @@ class Archive:
 
     def for_tag_kernel(self, os_tag: str, kernel: str) -> Archive:
         """The archive a tag's image is built from: its OS's release, its kernel's architecture."""
-        from gpualign.model.makers import kernel_arch
-
         return self.for_spec(os_tag).on_arch(kernel_arch(kernel))
 
     def target(self, package: str) -> str:
@@ -153,17 +155,12 @@ class Archive:
     @classmethod
     def for_os(cls, os_tag: str) -> Archive:
         """The archive of the Debian release an OS tag names (debian13: trixie); bookworm otherwise."""
-        from gpualign.model.makers import debian_suite
-
         return cls(suite=debian_suite(os_tag))
 
     @classmethod
     def for_kernel(cls, release: str) -> Archive:
         """The archive that carries a Debian kernel's headers: its `+debNN` names the release (6.12.N+deb13-amd64:
         trixie); bookworm's otherwise (6.1.0-N-amd64, 6.12.N+deb12-amd64)."""
-        from gpualign.model.kernels import debian_release
-        from gpualign.model.makers import kernel_arch
-
         named = debian_release(release)
         return (cls.for_os(f"debian{named}") if named else cls()).on_arch(kernel_arch(release))
 
@@ -334,9 +331,6 @@ class Archive:
     def carried(self) -> tuple[Source, ...]:
         """NVIDIA's kernel module source packages the suite carries now, at their NVIDIA versions; the reading is
         kept (gpualign.loaders.archive_reading) for check and plan to decide as ensure does."""
-        from gpualign.loaders import archive_reading
-        from gpualign.model.makers import sources_from
-
         self.update()
         with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "pkgnames", "nvidia"], capture_output=True,
@@ -352,8 +346,6 @@ class Archive:
     def debian_table(self, os_tag: str) -> DebianTable:
         """The Debian releases gpualign builds, with the OS tag's release as its archive carries it now (the rules'
         copy where the archive cannot be read: the build then fails on the archive, naming it)."""
-        from gpualign.loaders.rules import load_rules
-
         table = load_rules().debian
         release = table.get(os_tag)
         if release is None:

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.base.errors import BadInput
+from gpualign import __version__
+from gpualign.base.errors import BadInput, Unreachable
+from gpualign.ensure import buildroot, compose, debian, image, kmod, shared, shared_userspace, userspace
+from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.stage import (
     NotVerified,
     Options,
@@ -26,6 +29,8 @@ from gpualign.ensure.stage import (
     prepare_image_inputs,
     verify_modules,
 )
+from gpualign.ensure.userspace import LIBS, TOOLS
+from gpualign.model.attestations import Evidence
 
 if TYPE_CHECKING:
     from gpualign.ensure import compose as compose_mod
@@ -80,8 +85,6 @@ class Steps:
     # -- the modules ---------------------------------------------------------------------------------------------
     def modules(self) -> Modules:
         """Given (--modules-from), or this kernel's: from the cache, the registry's shared ones, or compiled."""
-        from gpualign.ensure import buildroot
-
         spec, opts = self.spec, self.opts
         t0 = time.monotonic()
         self.say(f"headers: linux-headers-{spec.kernel}")
@@ -95,8 +98,6 @@ class Steps:
         return made
 
     def _given(self) -> Modules:
-        from gpualign.ensure import kmod
-
         assert self.opts.modules_from is not None
         files = sorted(self.opts.modules_from.glob("*.ko"))
         if not files:
@@ -108,8 +109,6 @@ class Steps:
         return Modules(files, files, version, "given")
 
     def _compiled(self) -> Modules:
-        from gpualign.ensure import debian, shared
-
         spec, opts, out, archive = self.spec, self.opts, self.out, self.archive
         if opts.share_pull and not compiled_before(spec, opts):
             self._pull_shared()  # into the module cache, where compile_modules finds them
@@ -134,9 +133,6 @@ class Steps:
         """Another build's modules for this kernel, from the registry into the module cache (checked against their
         artifact; the kernel's checks follow as for a compile); none shared, or refused, is said. The user space's
         layer is got beside them."""
-        from gpualign.base.errors import Unreachable
-        from gpualign.ensure import buildroot, debian, shared
-
         spec, opts, out = self.spec, self.opts, self.out
         t0 = time.monotonic()
         version = self.archive.target_version(buildroot.FLAVOURS[opts.flavour][0])
@@ -171,8 +167,6 @@ class Steps:
     # -- signing and the kernel's checks -------------------------------------------------------------------------
     def sign(self, made: Modules) -> Modules:
         """With a signing key, every module signed with the kernel's own sign-file; else the modules as they are."""
-        from gpualign.ensure import buildroot, image
-
         opts = self.opts
         if opts.signing is None:
             return made
@@ -222,9 +216,6 @@ class Steps:
     def share(self, made: Modules) -> None:
         """Share the verified, unsigned modules of a compile (a signature is appended to the bytes the kernel's
         checks read, so the checks of a signed set hold for the unsigned one). A refusal is said, never fatal."""
-        from gpualign.base.errors import Unreachable
-        from gpualign.ensure import buildroot, shared
-
         spec, opts, out = self.spec, self.opts, self.out
         if not opts.share_push or made.origin not in ("compiled", "cache") or opts.flavour not in buildroot.FLAVOURS:
             return
@@ -246,8 +237,6 @@ class Steps:
     def image(self, made: Modules, checked: Verification) -> str | compose_mod.Composed:
         """The local image (assembled before from the same modules, or now, over the user space), or the image
         composed over the registry's user space, to push."""
-        from gpualign.ensure import compose, image
-
         spec, opts = self.spec, self.opts
         t0 = time.monotonic()
         if opts.cosign_key is not None:  # what it is made of, for its SBOM and provenance
@@ -280,14 +269,10 @@ class Steps:
         import datetime as dt
         import hashlib
 
-        from gpualign import __version__
-        from gpualign.ensure.buildroot import FLAVOURS
-        from gpualign.model.attestations import Evidence
 
         spec, opts = self.spec, self.opts
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         started = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        from gpualign.ensure.userspace import LIBS, TOOLS
 
         return Evidence(
             spec.tag, spec.kernel, spec.branch, made.driver_version, FLAVOURS[opts.flavour][0], made.origin,
@@ -319,9 +304,6 @@ class Steps:
         """The user-space image the driver image is made over: local when made or pulled before, else pulled from
         the registry's shared ones (ensure.shared_userspace), else made from Debian's packages and then shared. A
         registry that refuses either way is said, never fatal: the layer is made here."""
-        from gpualign.base.errors import Unreachable
-        from gpualign.ensure import buildroot, image, shared_userspace, userspace
-
         spec, opts = self.spec, self.opts
         suite, arch = image.suite_of(spec), image.arch_of(spec)
         packages = userspace.wanted(self.archive, driver_version)
@@ -363,9 +345,6 @@ class Steps:
     def _share_userspace(self, name: str, where: str) -> None:
         """Push the user-space image for later builds, unless the registry has it; a refusal is said, never
         fatal."""
-        from gpualign.base.errors import Unreachable
-        from gpualign.ensure import buildroot, image, shared_userspace
-
         opts = self.opts
         t0 = time.monotonic()
         try:
@@ -383,9 +362,6 @@ class Steps:
 
     # -- the push ------------------------------------------------------------------------------------------------
     def push(self, made: str | compose_mod.Composed) -> Outcome:
-        from gpualign.base.errors import Unreachable
-        from gpualign.ensure import image
-
         spec, opts, out = self.spec, self.opts, self.out
         t0 = time.monotonic()
         self.say(f"push: {out.reference}")

@@ -38,7 +38,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpualign import __version__
+from gpualign.ensure import image, userspace
 from gpualign.ensure.buildroot import BuildError
+from gpualign.ensure.image import modules_dir
+from gpualign.ensure.signatures import unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
 
@@ -86,9 +89,6 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
     """The shared user space `repo:tag`, unpacked into a scratch tree beside gpualign's cache and its user space
     checked there at `driver_version`; None when the registry has no such image. LayerRefused when it is not what
     it says, UserSpaceMismatch when its user space is not the driver's."""
-    from gpualign.ensure import userspace
-    from gpualign.ensure.signatures import unsigned_digest
-
     where = f"{client.ref.host}/{repo}:{tag}"
     digest = client.digest(tag, repo)
     if digest is None:
@@ -247,8 +247,6 @@ class Layer:
 def modules_layer(root: Path, kernel: str, modules: list[Path]) -> Layer:
     """The modules laid into the tree where modprobe finds them and depmod run for the kernel there, as assemble
     does; the layer is every directory and file under /lib/modules/<kernel>, with their parents."""
-    from gpualign.ensure.image import modules_dir
-
     moddir = inside(root, PurePosixPath(modules_dir(kernel).as_posix()))
     dest = root / moddir
     dest.mkdir(parents=True, exist_ok=True)
@@ -357,8 +355,6 @@ def compose(spec: TagSpec, userspace: RemoteUserSpace, packages: dict[str, str],
             driver_version: str, verified: dict[str, object], key: str | None) -> Composed:
     """The image of `spec`: the modules' layer over the user space (checked in its tree when fetched), and a config
     as assemble's: the user space's, with the image's entrypoint, environment and labels."""
-    from gpualign.ensure import image
-
     flavour = image.flavour_of(modules)
     layer = modules_layer(userspace.root, spec.kernel, modules)
     verified = {**verified, "userspace": userspace.checked, "userspace_packages": packages}

@@ -37,12 +37,13 @@ from typing import TYPE_CHECKING
 from gpualign import __version__
 from gpualign.base.cache import cache_root as gpualign_cache
 from gpualign.base.errors import BadInput, Refused
-from gpualign.ensure import userspace
+from gpualign.ensure import kmod, shared_userspace, userspace
 from gpualign.ensure.archive import MIRROR_ENV, configured_mirror, file_lock
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.tagspec import TagSpec
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
+from gpualign.model.makers import debian_suite, kernel_arch
 
 if TYPE_CHECKING:
     from gpualign.ensure.compose import RemoteUserSpace
@@ -70,8 +71,6 @@ EXTRA_HOOK = {"trixie": MERGED_USR}
 
 def arch_of(spec: TagSpec) -> str:
     """The image's architecture: its kernel's (6.1.0-50-arm64: arm64), amd64 where the kernel names none."""
-    from gpualign.model.makers import kernel_arch
-
     return kernel_arch(spec.kernel) or "amd64"
 
 
@@ -92,8 +91,6 @@ def base_packages(suite: str) -> tuple[str, ...]:
 
 
 def suite_of(spec: TagSpec) -> str:
-    from gpualign.model.makers import debian_suite
-
     return debian_suite(spec.os_tag)
 
 
@@ -239,8 +236,6 @@ def image_labels(spec: TagSpec, driver_version: str, verified: dict[str, object]
 
 def flavour_of(modules: list[Path]) -> str | None:
     """The modules' flavour (proprietary or open), read from nvidia.ko's license."""
-    from gpualign.ensure import kmod
-
     return next((f for ko in modules if ko.name == "nvidia.ko" for f in [kmod.read_file(ko).flavour] if f), None)
 
 
@@ -365,8 +360,6 @@ def assemble(spec: TagSpec, modules: list[Path], driver_version: str, verified: 
 
 def userspace_tag(suite: str, arch: str, driver_version: str, packages: dict[str, str]) -> str:
     """The user-space image's tag, the same on every machine (ensure.shared_userspace)."""
-    from gpualign.ensure import shared_userspace
-
     recipe = f"{base_key(suite)}-{LAYOUT}" + (f"-{arch}" if arch != "amd64" else "")
     return shared_userspace.tag(suite, arch, driver_version, packages, recipe)
 

@@ -16,9 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.ensure import tagspec
+from gpualign.ensure import kmod, symvers, tagspec
+from gpualign.ensure.archive import Archive
+from gpualign.ensure.verify import verify
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model.kernels import label_of, release_of
+from gpualign.model.makers import kernel_arch
 
 DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(?:cloud-|rt-)?(?:amd64|arm64)")
 
@@ -151,11 +154,6 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     pod would lack: contract_problem); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
     from Debian's archive (its headers package). secure_boot: a node whose kernel enforces module signatures
     refuses an unsigned module first (which keys it holds is the node's own: a signed module is judged on the rest)."""
-    from gpualign.ensure import kmod, symvers
-    from gpualign.ensure.archive import Archive
-    from gpualign.ensure.verify import verify
-    from gpualign.model.makers import kernel_arch
-
     found = modules_of(client, tag, cache, kernel_arch(kernel) or "amd64")
     if found is None:
         return "none", None

@@ -18,8 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import GpualignError
+from gpualign.ensure.inspect import by_labels, checkable, modules_verdict
+from gpualign.ensure.signatures import verify
+from gpualign.ensure.tagspec import try_parse
+from gpualign.ledger.registry import connect
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.flavours import mismatch as flavour_mismatch
+from gpualign.model.kernels import release_of
 from gpualign.model.platforms import platform_problem
 
 if TYPE_CHECKING:
@@ -46,7 +51,6 @@ class Judgement:
             return why
         if module_type is None or image not in self.flavours:
             return None
-        from gpualign.ensure.tagspec import try_parse
 
         spec = try_parse(image.rpartition(":")[2])
         return flavour_mismatch(self.flavours[image], module_type, spec.branch if spec else None)
@@ -125,9 +129,6 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         from gpualign.ensure.signatures import configured_trusted
 
         trusted = configured_trusted()
-    from gpualign.ensure.inspect import by_labels, checkable
-    from gpualign.ensure.tagspec import try_parse
-    from gpualign.ledger.registry import connect
 
     if cache is None:
         from gpualign.loaders.archive_reading import ensure_root  # not ensure.archive: that loads tarfile and more
@@ -184,8 +185,6 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
 
 def _unsigned(client: RegistryClient, tag: str, trusted: tuple[Any, ...]) -> str | None:
     """Why the image under `tag` is not signed by a trusted key (present but unsigned), or None."""
-    from gpualign.ensure.signatures import verify
-
     digest = client.digest(tag)
     if digest is None:
         return None
@@ -230,9 +229,6 @@ def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[s
 
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
              out: Judgement, secure_boot: bool = False) -> None:
-    from gpualign.ensure.inspect import checkable, modules_verdict
-    from gpualign.model.kernels import release_of
-
     checked = 0
     for kernel in sorted({release_of(k) for k in kernels if k}):  # a node's label spelling: checked as its release
         if not checkable(kernel):

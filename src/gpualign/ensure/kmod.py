@@ -24,6 +24,7 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from gpualign.base.errors import BadInput
+from gpualign.ensure import modsig
 
 if TYPE_CHECKING:  # the signature modules (cryptography, asn1crypto) are loaded only for a signed module
     from cryptography import x509
@@ -47,8 +48,6 @@ class Signature:
     malformed: str | None = None
 
     def check(self, trusted: Sequence[x509.Certificate]) -> modsig.SigCheck:
-        from gpualign.ensure import modsig
-
         return modsig.check(self.signed_by, self.content_digest, trusted, self.malformed)
 
 
@@ -151,7 +150,6 @@ def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
     if algo or hash_ or signer_len or key_id_len:
         return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7,
                                   malformed="struct module_signature fields the kernel requires to be 0 are not")
-    from gpualign.ensure import modsig
 
     try:
         signed_by = modsig.parse(pkcs7)

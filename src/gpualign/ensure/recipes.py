@@ -27,9 +27,11 @@ import re
 from dataclasses import dataclass
 
 from gpualign.base.errors import BadInput
+from gpualign.ensure.archive import configured_mirror, configured_security
+from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
-from gpualign.ensure.tagspec import TagSpec
-from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried
+from gpualign.ensure.tagspec import TagSpec, parse
+from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -87,7 +89,6 @@ class Recipe:
         """The build, for the kernel's architecture: an arm64 kernel's recipe is built as linux/arm64 (natively on an
         arm64 builder; the stages' bases and packages are then arm64's)."""
         args = [f"--build-arg {k}={v}" for k, v in self.build_args.items()]
-        from gpualign.ensure.tagspec import parse
 
         arch = kernel_arch(parse(self.tag).kernel)
         platform = [f"--platform linux/{arch}"] if arch and arch != "amd64" else []
@@ -239,9 +240,6 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
 
 def debian(spec: TagSpec, driver_version: str, flavour: str, suite: str = "bookworm") -> Recipe:
     """The recipe gpualign runs here (mmdebstrap and chroot instead of these stages), for building elsewhere."""
-    from gpualign.ensure.archive import configured_mirror, configured_security
-    from gpualign.ensure.buildroot import FLAVOURS
-
     package, tarball, subdir = FLAVOURS[flavour]
     k = spec.kernel
     mirror, security = configured_mirror(), configured_security()  # $GPUALIGN_DEBIAN_MIRROR; --build-arg to change
@@ -290,9 +288,6 @@ def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) 
     own Debian repository: its dkms module source at the driver's version, compiled for the kernel's headers from
     Debian's archive, and its user space at the same version. Rendered only: that repository is not reachable here,
     and NVIDIA's packages are not what ensure builds from."""
-    from gpualign.ensure.archive import configured_mirror, configured_security
-    from gpualign.model.makers import nvidia_repository
-
     k, release = spec.kernel, spec.os_tag.removeprefix("debian")
     arch = kernel_arch(k) or "amd64"
     repo = nvidia_repository(spec.os_tag, arch)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpualign.base.errors import BadInput
-from gpualign.ensure import registry_lock, tagspec
+from gpualign.base.errors import BadInput, Unreachable
+from gpualign.ensure import buildroot, registry_lock, tagspec
 from gpualign.ensure.build import build
+from gpualign.ensure.judge import judge
+from gpualign.ensure.signatures import attest, sign
 from gpualign.ensure.stage import (
     Options,
     Outcome,
@@ -27,7 +29,7 @@ from gpualign.ensure.stage import (
     compiled_before,
     tag_lock,
 )
-from gpualign.model.makers import open_problem
+from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ledger.registry import RegistryClient
@@ -72,8 +74,6 @@ def plan_one(tag: str, opts: Options) -> TagPlan:
 
 def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
     """Whether the upstream publishes the tag; an upstream that cannot be asked says how to name another."""
-    from gpualign.base.errors import Unreachable
-
     try:
         return upstream.digest(tag) is not None
     except Unreachable as err:
@@ -84,9 +84,6 @@ def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
 def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:
     """A build that will read Debian's archive and may take the registry's shared modules and user space: a Debian
     tag missing from the ledger, with no cached modules (ensure.ahead fetches them while the archive is read)."""
-    from gpualign.ensure import buildroot
-    from gpualign.model.makers import SUITES
-
     return (not opts.dry_run and opts.share_pull and opts.modules_from is None and opts.upstream is None
             and spec.os_tag in SUITES and opts.flavour in buildroot.FLAVOURS
             and opts.target.digest(spec.tag) is None and not compiled_before(spec, opts))
@@ -96,8 +93,6 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
     """Why the image in the ledger under the tag is not what ensure would make, or None: its labels (always), its
     modules against the tag's kernel (check_present), and with a signing key, whether it is signed by that key's
     certificate (a Secure Boot node refuses anything else). The judgement check and the walk make."""
-    from gpualign.ensure.judge import judge
-
     image = f"{opts.target.ref.image}:{spec.tag}"
     found = judge({image: (spec.kernel,)}, docker_config=Path(opts.authfile) if opts.authfile else None,
                   modules=opts.check_present)
@@ -175,7 +170,6 @@ def _signed(out: Outcome, opts: Options, say: Say) -> Outcome:
     """The image just pushed, signed by its digest as cosign signs it, when a key is configured."""
     if opts.cosign_key is None or not out.done or out.digest is None:
         return out
-    from gpualign.ensure.signatures import attest, sign
 
     t0 = time.monotonic()
     out.signature = sign(opts.target, out.tag, opts.cosign_key)

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import Refused
+from gpualign.ensure.signatures import sign_shared, unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
 
@@ -113,7 +114,6 @@ def push(client: RegistryClient, key: Key, modules: list[Path]) -> str:
         "annotations": {"io.gpualign.module-source": key.version, "io.gpualign.kernel": key.kernel,
                         "io.gpualign.flavour": key.flavour},
     }, repo)
-    from gpualign.ensure.signatures import sign_shared
 
     sign_shared(client, key.tag, repo)  # with a signing key, as cosign signs: other builds trust it by that key
     return where(client, key)
@@ -123,8 +123,6 @@ def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
     """The shared modules for `key`, checked against their artifact and written into `into` (a module cache dir,
     made whole or not at all, marked as pulled); None when the registry has none. SharedRefused when the artifact
     is not what it says."""
-    from gpualign.ensure.signatures import unsigned_digest
-
     repo = repository(client.ref.repo)
     digest = client.digest(key.tag, repo)
     if digest is None:

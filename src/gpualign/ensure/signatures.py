@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpualign.base.errors import BadInput
-from gpualign.model import cosign
+from gpualign.model import attestations, cosign
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
@@ -168,8 +168,6 @@ def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, ev
     """The driver image's SBOM and provenance, signed as in-toto attestations (`sha256-<hex>.att`, what `cosign
     verify-attestation` reads), and the SBOM attached as is (`sha256-<hex>.sbom`, what `cosign download sbom`
     reads): the two tags."""
-    from gpualign.model import attestations
-
     def statements(name: str, digest: str, created: str) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         sbom = attestations.spdx(name, digest, evidence, created)
         return sbom, [(cosign.SPDX, sbom), (cosign.SLSA_PROVENANCE, attestations.provenance(evidence))]

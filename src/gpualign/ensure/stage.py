@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import GpualignError, Refused
-from gpualign.ensure import tagspec
+from gpualign.ensure import buildroot, debian, image, kmod, symvers, tagspec, userspace
 from gpualign.ensure.archive import Archive, file_lock
+from gpualign.ensure.signatures import configured_key
+from gpualign.ensure.verify import verify
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
@@ -92,8 +94,6 @@ class Options:
 
 
 def _configured_key() -> Any:
-    from gpualign.ensure.signatures import configured_key
-
     return configured_key()
 
 
@@ -105,9 +105,6 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
                    signing: sign.SigningKey | None = None) -> Verification:
     """The kernel's load checks against the tag's kernel (its Module.symvers from the archive); with a signing key,
     also the signature check of a Secure Boot kernel that holds that key's certificate."""
-    from gpualign.ensure import kmod, symvers
-    from gpualign.ensure.verify import verify
-
     table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
     read = [kmod.read_file(p) for p in modules]
     return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
@@ -115,8 +112,6 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
 
 def compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
     """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
-    from gpualign.ensure import buildroot, debian
-
     return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
         debian.cached_modules(opts.archive.for_tag_kernel(spec.os_tag, spec.kernel), spec.kernel,
                               opts.flavour) is not None
@@ -133,8 +128,6 @@ def prepare_image_inputs(archive: Archive, driver_version: str) -> None:
     driver version: not before, where it would contend with the build root for the archive, and not on a warm run,
     where the image assembled before is pushed again. On one kernel of 2 cores it moves ~10 s of downloading and
     unpacking off the path after the compile (docs/benchmarks.md, "ensure")."""
-    from gpualign.ensure import image, userspace
-
     with _inputs_lock:
         if f"{archive.key}/{driver_version}" in _inputs_started:
             return

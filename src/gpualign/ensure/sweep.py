@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from gpualign.ensure.tagspec import try_parse
 from gpualign.model import debian_kernels
 from gpualign.model.cosign import attached_to
 from gpualign.model.kernels import label_of, release_of
@@ -41,8 +42,6 @@ Line = tuple[str, ...]
 
 def image_kernel(tag: str) -> str | None:
     """The kernel a precompiled driver tag names, or None for a tag of another shape."""
-    from gpualign.ensure.tagspec import try_parse
-
     spec = try_parse(tag)
     return spec.kernel if spec else None
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpualign.ensure import foreign
 from gpualign.ensure.archive import TRIPLETS, Archive, file_lock
 from gpualign.ensure.buildroot import BuildError, upstream
 from gpualign.loaders.archive_reading import ensure_root
@@ -138,8 +139,6 @@ def check(image_root: Path, driver_version: str, arch: str = "amd64") -> dict[st
     """The user space in an image's root, as its consumers see it: each soname resolving to a file of the
     driver's version, in the root's ld.so.cache, and nvidia-smi's own version (`nvidia-smi -h`, which runs with no
     driver loaded). Returns what was checked; raises UserSpaceMismatch on the first problem."""
-    from gpualign.ensure import foreign
-
     lib = libdir(arch)
     libs: dict[str, str] = {}
     for soname in LIBS.values():

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 
+from gpualign import __version__
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
+from gpualign.kube import kubeconfig as kc
 from gpualign.kube import reads
 from gpualign.kube.refusals import Response, refused
 from gpualign.kube.refusals import status_message as _status_message
@@ -120,9 +122,6 @@ class Kube:
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
                  field_manager: str = "gpualign") -> None:
-        from gpualign import __version__
-        from gpualign.kube import kubeconfig as kc
-
         files = kc.files_to_read(kubeconfig)
         self.kubeconfig = ":".join(str(f) for f in files) or None
         if files:

@@ -13,7 +13,11 @@ from typing import Any, cast
 from gpualign.base import labels as L
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput
+from gpualign.kube import dra_reads
+from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
 from gpualign.kube.dra_reads import DraDevices
+from gpualign.kube.node_meta import decoder
+from gpualign.kube.pod_meta import driver_pods as decoded
 from gpualign.model import operator_config, selectors
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import NodeFacts, from_labels, node_facts, with_dra_driver
@@ -118,7 +122,6 @@ def _driver_pods(body: bytes) -> list[tuple[str, DriverPod]]:
     import msgspec
     import orjson
 
-    from gpualign.kube.pod_meta import driver_pods as decoded
 
     try:
         return decoded(body)
@@ -138,7 +141,6 @@ def _metadata_facts(body: bytes) -> list[NodeFacts]:
     import msgspec
     import orjson
 
-    from gpualign.kube.node_meta import decoder
 
     try:
         items = decoder.decode(body).items
@@ -156,8 +158,6 @@ def gpu_node_facts(kube: Any, selector: str | None,
     another, so the nodes are filtered here). each_page: handed each page's GPU nodes as it is read (a caller
     deciding nodes while the rest are on the wire). others: given the other nodes' facts, by name (a node whose
     driver pod says it is a GPU node after all)."""
-    from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
-
     facts: list[NodeFacts] = []
     with held_off():
         for page in kube.list_pages("/api/v1/nodes", label_selector=selector or None, metadata_only=True,
@@ -187,7 +187,6 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpualign.kube import dra_reads
 
     with ThreadPoolExecutor(2, thread_name_prefix="gpualign-pods") as pool:
         slices = pool.submit(dra_reads.read, kube)  # a node without GFD labels has its driver there

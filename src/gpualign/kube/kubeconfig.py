@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpualign.base import yamlio
 from gpualign.base.errors import BadInput
 
 SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
@@ -60,8 +61,6 @@ def files_to_read(explicit: str | None, env: str | None = None, home: Path | Non
 def read_file(path: Path) -> dict[str, Any]:
     """One file as a kubeconfig mapping, or a one-line BadInput naming it: unreadable, not UTF-8, not YAML, empty,
     not a mapping, or with clusters/contexts/users that are not lists of named entries."""
-    from gpualign.base import yamlio
-
     try:
         data = yamlio.read(path, as_kubectl=True)
     except BadInput as err:  # "PATH[:LINE]: what is wrong", from the one YAML reader

@@ -38,9 +38,12 @@ from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
 from gpualign.ensure.inspect import checkable
 from gpualign.kube.client import Kube
-from gpualign.lab import kernel_load, realnode
+from gpualign.lab import dra, kernel_load, realnode
+from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import driver_labels
 from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
+from gpualign.model.flavours import init_refusal
+from gpualign.model.kernels import Kernel
 
 SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
 RETRY_SECONDS = 2.0
@@ -215,9 +218,6 @@ class Simulator:
     def _publish_driver(self, node: str, version: str) -> None:
         """The loaded driver, where the cluster reads it: GFD's labels; in the operator's DRA mode (no GFD, the node
         has no nvidia.com/gpu.present), the driverVersion NVIDIA's DRA driver republishes in the node's slice."""
-        from gpualign.lab import dra
-        from gpualign.lab.scenarios import NodeSpec
-
         obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
         if L.GPU_PRESENT in (obj.get("metadata", {}).get("labels") or {}):
             self.kube.patch_node_labels(node, driver_labels(version))
@@ -234,7 +234,6 @@ class Simulator:
         node_obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
         # the node's release (what its kernel checks the modules' version magic against), as the kubelet reports
         # it, else read back from NFD's label (`_` for `+`)
-        from gpualign.model.kernels import Kernel
 
         known = Kernel.from_node(((node_obj.get("metadata") or {}).get("labels") or {}).get(L.KERNEL),
                                  ((node_obj.get("status") or {}).get("nodeInfo") or {}).get("kernelVersion"))
@@ -309,8 +308,6 @@ class Simulator:
 
 def _flavour_refusal(image_env: dict[str, str], container: dict[str, Any]) -> str | None:
     """gpualign's nvidia-driver init refusing a pod that asks for the other flavour of modules than the image holds."""
-    from gpualign.model.flavours import init_refusal
-
     pod_env = {str(e.get("name")): str(e.get("value", "")) for e in container.get("env") or [] if e.get("name")}
     return init_refusal(image_env.get("GPUALIGN_KERNEL_MODULE_TYPE"), {**image_env, **pod_env},
                         pod_env.get("DRIVER_BRANCH") or image_env.get("DRIVER_BRANCH", ""),

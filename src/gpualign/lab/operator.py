@@ -22,6 +22,7 @@ from gpualign.base import labels as L
 from gpualign.base.errors import LabError
 from gpualign.kube.client import Kube
 from gpualign.lab import processes, versions
+from gpualign.lab.cluster import _http_ok
 from gpualign.lab.processes import Proc
 from gpualign.lab.scenarios import DriverPool, Scenario
 
@@ -138,7 +139,6 @@ def start(state_dir: Path, bin_dir: Path, kubeconfig: Path) -> Proc:
     proc = processes.start("gpu-operator", cmd, state_dir / "logs" / "gpu-operator.log", env=env,
                            address=f"http://127.0.0.1:{metrics}/metrics", exe=cmd[cmd.index("sh") + 4])
 
-    from gpualign.lab.cluster import _http_ok  # the lab's one plain probe client, not one per poll
 
     processes.wait_until(proc, _http_ok(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="ready")
     return proc

@@ -10,6 +10,8 @@ from typing import Any
 
 from gpualign import __version__
 from gpualign.base.errors import LabError
+from gpualign.ensure.buildroot import BuildError
+from gpualign.ensure.image import buildah
 from gpualign.lab import realnode
 
 LOCAL = f"localhost/gpualign:{__version__}"
@@ -20,9 +22,6 @@ BUILDER_REPOSITORY = "gpualign-builder"  # the chart's default: image.repository
 
 def push(registry: str, *, builder: bool = False) -> str:
     """Push the built image (or the builder image, for build Jobs) to the lab registry; return its reference."""
-    from gpualign.ensure.buildroot import BuildError
-    from gpualign.ensure.image import buildah  # the same buildah storage the image build and `ensure` use
-
     local, repo = (LOCAL_BUILDER, BUILDER_REPOSITORY) if builder else (LOCAL, REPOSITORY)
     try:
         if local not in buildah("images", "--format", "{{.Name}}:{{.Tag}}").split():

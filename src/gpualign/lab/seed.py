@@ -8,6 +8,7 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.base.errors import LabError
+from gpualign.ensure.tagspec import try_parse
 from gpualign.kube.client import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.registry import RegistryClient, RegistryRef
@@ -144,8 +145,6 @@ def push_driver_image(registry: RegistryClient, tag: str, version: str, archs: t
 
 def driver_image_labels(tag: str) -> dict[str, str]:
     """NVIDIA's label for a precompiled tag (`version=535-6.1.0-50-amd64`); none for a tag of another shape."""
-    from gpualign.ensure.tagspec import try_parse
-
     spec = try_parse(tag)
     return {"version": f"{spec.branch}-{spec.kernel_label}"} if spec else {}
 

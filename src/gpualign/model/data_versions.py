@@ -6,6 +6,7 @@ from __future__ import annotations
 from functools import cache
 
 from gpualign import rules as data_files
+from gpualign.model.cuda import table
 
 
 @cache
@@ -21,8 +22,6 @@ def rules_version() -> str:
 
 def cuda_table_version() -> str:
     """The newest CUDA toolkit the built-in minimum-driver table knows, e.g. 13.2."""
-    from gpualign.model.cuda import table
-
     return table().known[-1]
 
 

@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpualign.base.labels import GATED
+from gpualign.model.driver_pod_status import DriverPod
+from gpualign.model.flavours import asked_by, explain
 from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import BlockKind, detail, kind_of
 from gpualign.upgrade.clock import since
+from gpualign.upgrade.observe import walked_by_gpualign
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 
 
@@ -76,8 +80,6 @@ ANY_TAG = "*"
 
 
 def walker(ns: NodeState) -> str | None:
-    from gpualign.upgrade.observe import walked_by_gpualign
-
     if ns.view.state in (S.UNKNOWN, S.DONE) and not ns.annotations.get(S.BLOCKER):
         return None
     return "gpualign" if walked_by_gpualign(ns.annotations) else "operator"
@@ -87,9 +89,6 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
                 builds: dict[str, str] | None = None) -> NodeStatus:
     """derived: the blocker read from the cluster for a node the GPU Operator walks (it writes none itself);
     builds: tag -> its build Job in one line (controller --build), for a target image that is missing."""
-    from gpualign.base.labels import GATED
-    from gpualign.model.driver_pod_status import DriverPod
-
     ann = ns.annotations
     since_ts = ann.get(S.STATE_SINCE)
     gated = None
@@ -207,8 +206,6 @@ def modules_asked(ns: NodeState, tag: str | None) -> str | None:
     """The kernel modules the node's driver pods load, as its DaemonSet asks (KERNEL_MODULE_TYPE, which the GPU
     Operator sets from kernelModuleType), decided as the driver container decides (gpualign.model.flavours); None
     when no DaemonSet governs the node."""
-    from gpualign.model.flavours import asked_by, explain
-
     if ns.pool is None:
         return None
     containers = ns.pool.obj.get("spec", {}).get("template", {}).get("spec", {}).get("containers") or []

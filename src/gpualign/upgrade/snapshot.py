@@ -14,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
+from gpualign.kube.node_meta import walk_nodes
 from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
 from gpualign.model.driver_config import restart_only
@@ -22,6 +24,7 @@ from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget, demands
+from gpualign.upgrade.maintenance import API, holders
 from gpualign.upgrade.planner import NodeView
 
 JSON = dict[str, Any]
@@ -139,8 +142,6 @@ def is_walked(facts: NodeFacts, driver_pods: Mapping[str, Any]) -> bool:
 
 def _maintenance(kube: Kube) -> dict[str, str]:
     """node -> who holds it for maintenance; {} where the maintenance operator's API is not served or not readable."""
-    from gpualign.upgrade.maintenance import API, holders
-
     resp = kube.request("GET", API)
     if resp.status_code != 200:
         return {}
@@ -168,7 +169,6 @@ def _walk_nodes(body: bytes) -> list[JSON]:
     import msgspec
     import orjson
 
-    from gpualign.kube.node_meta import walk_nodes
 
     try:
         return walk_nodes(body)
@@ -185,7 +185,6 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
     from concurrent.futures import ThreadPoolExecutor
 
     selectors.parse(selector)
-    from gpualign.kube import dra_reads
 
     with ThreadPoolExecutor(4, thread_name_prefix="gpualign-snapshot") as reads:
         driver_pods = reads.submit(_driver_pods, kube)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpualign.ensure.archive import KEYRING
+from gpualign.ensure.archive_index import KEYRING_ENV, ArchiveIndex, IndexNotCarried
 from gpualign.model import debian_kernels, next_kernels
 from gpualign.model.facts import NodeFacts
 from gpualign.model.kernels import release_of
@@ -63,8 +65,6 @@ class Tonight:
 def debian_archive() -> tuple[Indexes, Path]:
     """The door to Debian's archive as this machine is set to reach it ($GPUALIGN_DEBIAN_MIRROR, its keyring), and
     where first sightings are kept beside its cache."""
-    from gpualign.ensure.archive_index import ArchiveIndex
-
     index = ArchiveIndex()
     return index, index.cache / "first-seen.json"
 
@@ -74,8 +74,6 @@ def cannot_verify() -> str | None:
     import os
     import shutil
 
-    from gpualign.ensure.archive import KEYRING
-    from gpualign.ensure.archive_index import KEYRING_ENV
 
     if shutil.which("gpgv") is None:
         return "gpgv, the verifier apt uses, is not installed here (Debian's package gpgv)"
@@ -135,8 +133,6 @@ def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, n
 def _lines(index: Indexes, suite: str, arch: str) -> dict[next_kernels.Line, next_kernels.Announced] | None:
     """Each line's next kernel from the release's three suites, or None when none of them carries the architecture
     (a mirror of one architecture only: its pools are unknown, the others still read)."""
-    from gpualign.ensure.archive_index import IndexNotCarried
-
     indexes = {}
     for name in (suite, f"{suite}-updates", f"{suite}-security"):
         try:

@@ -12,7 +12,15 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, GpualignError
+from gpualign.ensure.judge import OFF, STRICT, judge
+from gpualign.kube.inventory import operator_config_of, planned_of
+from gpualign.ledger import sources
+from gpualign.model.audit import AuditInput, Status, assemble, audit, findings_of
+from gpualign.model.expect import from_flags, from_operator
+from gpualign.model.tags import for_operator
+from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
@@ -90,16 +98,12 @@ def load_deciders(setup: Setup) -> None:
 
 def reads_registry(ledger: Ledger | RepoLedgers) -> bool:
     """Whether a ledger reads a registry (whose present images are then judged), not only files."""
-    from gpualign.ledger import sources
-
     return any(sources.is_registry(s) for s in ledger.sources)
 
 
 def check_cluster(read: Read, setup: Setup, streamed: Streamed | None = None) -> Checked:
     """One cluster's (or dump's) check, from what was read and the shared flags. streamed: its nodes already
     decided page by page as they were read (`stream`), from the same read."""
-    from gpualign.base.collector import held_off
-
     with held_off():  # a finding and its report per node: thousands of small objects, none in a cycle
         if streamed is not None:
             if streamed.error is not None:  # the decider's, met early: raised now, after the read's notes were said
@@ -134,9 +138,6 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
     (a dump: check_cluster then decides the whole read) or has failed (reading.result() raises why). The findings
     are those the whole read's audit makes: each node is decided from the same driver pods and operator objects,
     and the pages in name order are the whole fleet's."""
-    from gpualign.base.collector import held_off
-    from gpualign.kube.inventory import operator_config_of, planned_of
-
     so_far = reading.so_far()
     if so_far is None:
         return None
@@ -186,11 +187,6 @@ class Decider:
     them), then asked page by page (`decide`) or once (`finish` alone)."""
 
     def __init__(self, setup: Setup, config: OperatorConfig | None) -> None:
-        from gpualign.ledger import sources
-        from gpualign.model.expect import from_flags, from_operator
-        from gpualign.model.tags import for_operator
-        from gpualign.usecases.ledgers import repository_for
-
         if not setup.ledger and config is None:
             raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without "
                            "one, check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
@@ -217,8 +213,6 @@ class Decider:
 
     def given(self, nodes: Iterable[NodeFacts], pods: Mapping[str, DriverPod] | None,
               planned: Mapping[str, tuple[str, str]] | None, daemonsets_read: bool) -> AuditInput:
-        from gpualign.model.audit import AuditInput
-
         return AuditInput(nodes, self.ledger, self.rule_set, expect=self.expect, pods=pods, planned=planned,
                           daemonsets_read=daemonsets_read)
 
@@ -226,17 +220,12 @@ class Decider:
                planned: Mapping[str, tuple[str, str]] | None,
                daemonsets_read: bool) -> tuple[list[Finding], list[Finding]]:
         """Some nodes' findings, and those of them whose image the ledger lacks (model.audit.findings_of)."""
-        from gpualign.model.audit import findings_of
-
         return findings_of(self.given(nodes, pods, planned, daemonsets_read), self.derived)
 
     def finish(self, read: Read, findings: list[Finding] | None = None, absent: list[Finding] | None = None,
                dicts: list[dict[str, Any]] | None = None, ahead: Ahead | None = None) -> Checked:
         """The check of the whole read: its nodes' findings (decided here when not given, with their dicts when
         made), the present images judged, and what to warn of."""
-        from gpualign.model.audit import assemble, audit
-        from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
-
         setup, rule_set, ledger = self.setup, self.rule_set, self.ledger
         inv, view = read.inventory, read.view
         config = view.config if view else None
@@ -301,8 +290,6 @@ def off_flavour(result: Audit, flavours: dict[str, str]) -> bool:
 
 def present_archs(findings: Iterable[Any]) -> dict[str, set[str]]:
     """Each present image -> the CPU architectures of the nodes that need it (amd64 when a node names none)."""
-    from gpualign.model.audit import Status
-
     archs: dict[str, set[str]] = {}
     for f in findings:
         if f.status == Status.PRESENT and f.image:
@@ -315,9 +302,6 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so). ahead: configs read while the nodes were."""
-    from gpualign.ensure.judge import OFF, STRICT, judge
-    from gpualign.model.audit import Status
-
     needs: dict[str, set[str | None]] = {}
     for f in result.findings:
         if f.status == Status.PRESENT and f.image:

@@ -6,6 +6,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpualign.ledger import sources
+from gpualign.ledger.sources import is_registry
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
@@ -20,8 +22,6 @@ def load_ledger(sources_given: list[str], docker_config: Path | None, *, missing
     """The merged ledger. say: a line before a registry is read (it can take a while) and one after; warn: a ledger
     none of whose entries looks like a driver image tag. missing_ok: a registry repository nobody has pushed to is
     an empty ledger (it is about to be filled), not the mistyped name it otherwise is (exit 2)."""
-    from gpualign.ledger import sources
-
     slow = [s for s in sources_given if sources.is_registry(s)]
     if slow:
         say(f"reading ledger {', '.join(slow)} …")
@@ -38,8 +38,6 @@ def load_ledger(sources_given: list[str], docker_config: Path | None, *, missing
 def repository_for(explicit: str | None, ledgers: list[str], warn: Say = quiet) -> str:
     """The repository images are named under: the one given, else the first registry ledger's, else NVIDIA's.
     warn: a given repository that looks like the GPU Operator's split form (no `driver` image name)."""
-    from gpualign.ledger.sources import is_registry
-
     if explicit:
         repo = explicit.rstrip("/")
         if "driver" not in repo.rsplit("/", 1)[-1]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import BadInput
+from gpualign.kube import inventory
 
 if TYPE_CHECKING:
     from gpualign.kube.inventory import Inventory, OperatorObjects, OperatorView
@@ -52,8 +53,6 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
     kubeconfig read, its TLS made), as its LISTs are about to go out. early: told what a cluster's read has read
     so far (a dump tells it nothing). A cluster's NVIDIA DRA devices are read beside its nodes: a node without GFD
     labels has its driver there."""
-    from gpualign.kube import inventory
-
     if nodes_file:
         if kubeconfig or context:
             raise BadInput("--nodes-file reads a dump, --kubeconfig/--context a cluster: pass one of them")

@@ -8,6 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import BadInput
+from gpualign.ensure.judge import judge
+from gpualign.kube.client import Kube
+from gpualign.kube.inventory import read_operator_config
+from gpualign.ledger.sources import is_registry
+from gpualign.model import selectors
+from gpualign.model.branches import BranchPolicy, BranchRule
+from gpualign.model.facts import node_facts
+from gpualign.model.needed_images import images_needed
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
@@ -47,8 +55,6 @@ class Planned:
 def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> Planned:
     """One cluster's (or dump's) plan. Present but wrong images (their labels name another build) count as work to
     do, as check and the walk judge them: they must be made again."""
-    from gpualign.model.needed_images import images_needed
-
     nodes = read.inventory.nodes
     ledger = setup.available.for_repository(setup.repository)
     pods = read.inventory.pods
@@ -85,10 +91,6 @@ def operator_branches(kubeconfig: str | None, context: str | None, timeout: floa
 
 def _operator_sources(kubeconfig: str | None, context: str | None, timeout: float | None,
                       warn: Say) -> tuple[Any, list[Any]]:
-    from gpualign.kube.client import Kube
-    from gpualign.kube.inventory import read_operator_config
-    from gpualign.model.facts import node_facts
-
     with Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context) as kube:
         facts = tuple(f for f in (node_facts(n) for n in kube.nodes(None, metadata_only=True)) if f.gpu)
         config, notes = read_operator_config(kube, facts)
@@ -100,9 +102,6 @@ def _operator_sources(kubeconfig: str | None, context: str | None, timeout: floa
 
 
 def _branches(sources: list[Any]) -> BranchPolicy:
-    from gpualign.model import selectors
-    from gpualign.model.branches import BranchPolicy, BranchRule
-
     rules = tuple(BranchRule(selectors.parse(",".join(f"{k}={v}" for k, v in sorted(s.node_selector.items()))),
                              (s.version or "").split(".", 1)[0], s.precompiled, s.module_type)
                   for s in sources if s.node_selector)
@@ -115,9 +114,6 @@ def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_c
                     warn: Say = quiet) -> dict[str, str]:
     """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
     judgement check and the walk make (ensure/judge.py)."""
-    from gpualign.ensure.judge import judge
-    from gpualign.ledger.sources import is_registry
-
     present = [n for n in result.needed if n.in_ledger]
     if not present or not any(is_registry(s) for s in available.sources):
         return {}
