@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -13,9 +12,6 @@ from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
 from gpualign.controller.build_trigger.job import DEFAULT_NAMESPACE as DEFAULT_BUILD_NAMESPACE
-
-if TYPE_CHECKING:
-    from gpualign.kube.client import Kube
 
 app = typer.Typer(
     help="The controller's build trigger (`gpualign controller --build`) makes one Job per missing driver image it "
@@ -42,36 +38,19 @@ def list_builds(
 ) -> None:
     """The build Jobs, one a tag: its phase, attempt, and for a failed one its kind and reason."""
     from gpualign.cli.table import render
-    from gpualign.controller.build_trigger.jobs_api import read_builds
-    from gpualign.kube.client import Kube
+    from gpualign.controller.build_trigger.operations import listed
 
-    with Kube(kubeconfig, context) as kube:
-        read = read_builds(kube, namespace)  # a row a tag
-        source = {"cluster": kube.describe()}
+    read, cluster = listed(kubeconfig, context, namespace)  # a row a tag
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
-             "reason": b.reason} for b in sorted(read, key=lambda b: b.tag)]
+             "reason": b.reason} for b in read]
     if output in (Output.json, Output.yaml):
-        emit_data(report("BuildList", source, {"namespace": namespace, "builds": rows}), output)
+        emit_data(report("BuildList", {"cluster": cluster}, {"namespace": namespace, "builds": rows}), output)
         return
     if not rows:
         stdout.print(f"no build Jobs in {namespace}")
         return
     print(render(["TAG", "JOB", "PHASE", "ATTEMPT", "FAILURE", "REASON"],
-                 [[b.tag, b.name, b.phase, str(b.attempt), b.failure or "-", b.reason or "-"]
-                  for b in sorted(read, key=lambda b: b.tag)]))
-
-
-def _attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, dict[str, Any]]]:
-    """The build Jobs of TAG in the namespace with their attempt, newest first; a one-line error when there is
-    none."""
-    from gpualign.base.errors import BadInput
-    from gpualign.controller.build_trigger.jobs_api import attempts
-
-    jobs = attempts(kube, namespace, tag)
-    if not jobs:
-        raise BadInput(f"no build Job for {tag} in {namespace}: the controller makes one when a node waits for the "
-                       "image (gpualign build list shows the tags it built)")
-    return jobs
+                 [[b.tag, b.name, b.phase, str(b.attempt), b.failure or "-", b.reason or "-"] for b in read]))
 
 
 @app.command("logs")
@@ -88,35 +67,14 @@ def logs(
     still there after its retry. Which Job and attempt it is goes to stderr; the log alone to stdout."""
     import sys
 
-    from gpualign.base.errors import BadInput, Refused
-    from gpualign.controller.build_trigger.job import read_job
-    from gpualign.controller.build_trigger.jobs_api import build_log, pods_of
-    from gpualign.kube.client import Kube
+    from gpualign.base.errors import BadInput
+    from gpualign.controller.build_trigger.operations import NoSuchAttempt, attempt_log
 
-    with Kube(kubeconfig, context) as kube:
-        jobs = dict(_attempts(kube, namespace, tag))
-        if attempt is not None and attempt not in jobs:
-            raise BadInput(f"--attempt {attempt}: {tag} has no such attempt in {namespace} (kept: "
-                           f"{', '.join(map(str, sorted(jobs)))})")
-        job = jobs[attempt if attempt is not None else max(jobs)]
-        name = job["metadata"]["name"]
-        pods = pods_of(kube, namespace, name)
-        read = read_job(job, pods[-1] if pods else None)
-        print(f"# {namespace}/{name}: {tag}, attempt {read.attempt}, {read.phase}"
-              + (f": {read.reason}" if read.reason else ""), file=sys.stderr)
-        if not pods:
-            raise Refused(f"Job {namespace}/{name} has no pod, so no log"
-                          + (f": {read.reason}" if read.reason else " (it may still be waiting to be placed)"))
-        pod = pods[-1]["metadata"]["name"]
-        status = pods[-1].get("status") or {}
-        if status.get("phase") == "Pending":  # its container has not run: the API answers with an empty log
-            why = next((str(c.get("message") or c.get("reason") or "") for c in status.get("conditions") or []
-                        if c.get("status") == "False" and (c.get("message") or c.get("reason"))), "")
-            raise Refused(f"pod {namespace}/{pod} has no log yet: it is Pending" + (f" ({why})" if why else ""))
-        resp = build_log(kube, namespace, pod)
-        if resp.status_code == 400:  # the container has not started: the API says why
-            raise Refused(f"pod {namespace}/{pod} has no log yet: {resp.text.strip()[:300]}")
-    sys.stdout.write(resp.text)
+    try:
+        text = attempt_log(kubeconfig, context, namespace, tag, attempt, lambda line: print(line, file=sys.stderr))
+    except NoSuchAttempt as err:
+        raise BadInput(f"--attempt {attempt}: {err.message}") from None
+    sys.stdout.write(text)
     sys.stdout.flush()
 
 
@@ -129,13 +87,9 @@ def retry(
 ) -> None:
     """Ask the controller to build TAG again, even after a permanent failure: its latest Job is stamped with the
     time asked, and the controller's next pass makes the next attempt (the failed one stays, with its log)."""
-    from gpualign.controller.build_trigger.jobs_api import ask_retry
-    from gpualign.kube.client import Kube
+    from gpualign.controller.build_trigger.operations import ask_again
 
-    with Kube(kubeconfig, context, field_manager="gpualign-build-retry") as kube:
-        name = _attempts(kube, namespace, tag)[0][1]["metadata"]["name"]
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        ask_retry(kube, namespace, name, stamp)
+    name, stamp = ask_again(kubeconfig, context, namespace, tag)
     stdout.print(f"asked the controller to build {tag} again (Job {namespace}/{name}, {stamp})")
 
 
@@ -172,59 +126,20 @@ def gc(
     --context, or their kernels' images would be swept too; a cluster that cannot be read stops the sweep. Tags
     gpualign cannot read a kernel from are never touched, nor a manifest another kept tag names. Exit 0 when
     nothing is unused or the sweep is done, 1 on a dry run that found something to sweep."""
-    from gpualign.base.errors import BadInput, GpualignError
-    from gpualign.base.labels import KERNEL, KERNEL_NEXT
-    from gpualign.ensure.shared import repository
-    from gpualign.ensure.sweep import unused
-    from gpualign.kube.client import Kube
-    from gpualign.ledger.registry import connect
-    from gpualign.model.facts import node_facts
+    from gpualign.cli.common import warn
+    from gpualign.usecases.ledger_sweep import sweep
 
-    if not ledger.startswith("registry://"):
-        raise BadInput(f"--ledger {ledger}: expected registry://HOST[:PORT]/REPO (a file ledger holds no images)")
-    kernels: set[str] = set()
-    read: list[str] = []
-    fleet: list[Any] = []  # every node's facts: the Debian pools whose next kernel the archive names
-    for ctx in contexts or [None]:  # type: ignore[list-item]  # None: the current context
-        with Kube(kubeconfig, ctx) as kube:
-            for node in kube.list_raw("/api/v1/nodes"):
-                fleet.append(node_facts(node))
-                labels = (node.get("metadata") or {}).get("labels") or {}
-                info = (node.get("status") or {}).get("nodeInfo") or {}
-                kernels.update(k for k in (labels.get(KERNEL), labels.get(KERNEL_NEXT), info.get("kernelVersion"))
-                               if k)
-            read.append(kube.describe().get("context") or ctx or "current")
-    offered = _offered(fleet) if archive else {}
-    with connect(ledger) as client:
-        modules_repo = repository(client.ref.repo)
-        images = {t: client.digest(t) for t in client.tags(missing_ok=False)}
-        modules = {t: client.digest(t, modules_repo) for t in client.tags(modules_repo)}
-        found = unused(images, modules, kernels, keep_previous, offered.values())
-        if not kernels and (found.images or found.modules or found.attachments):
-            raise BadInput(f"no node in {', '.join(read)} runs or announces a kernel: refusing to sweep every image "
-                           "(is this the cluster that pulls from the ledger?)")
-        done: list[str] = []
-        signed = tuple(t for kind, t in found.attachments if kind == "images")
-        signed_modules = tuple(t for kind, t in found.attachments if kind == "modules")
-        if yes:
-            for repo, tags, table in ((client.ref.repo, found.images, images),
-                                      (modules_repo, found.modules, modules),
-                                      (client.ref.repo, signed, images), (modules_repo, signed_modules, modules)):
-                for tag in tags:
-                    digest = table[tag]
-                    assert digest is not None
-                    try:
-                        client.delete_manifest(digest, repo)
-                    except GpualignError as err:
-                        err.message += f" ({len(done)} deleted before it)"
-                        raise
-                    done.append(f"{repo}:{tag}")
-                    progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
-    body = {"ledger": ledger, "clusters": read, "kernels": sorted(kernels), "dry_run": not yes,
-            "offered": dict(sorted(offered.items())),
-            "images": list(found.images), "modules": list(found.modules),
-            "attachments": [f"{client.ref.repo if kind == 'images' else modules_repo}:{t}"
-                            for kind, t in found.attachments],
+    clusters: list[str | None] = [*contexts] if contexts else [None]  # None: the current context
+    done = sweep(ledger, clusters, kubeconfig=kubeconfig, keep_previous=keep_previous, delete=yes,
+                 read_archive=archive, progress=progress, warn=warn)
+    found, host = done.found, done.host
+
+    def where(kind: str) -> str:
+        return done.images_repo if kind == "images" else done.modules_repo
+
+    body = {"ledger": ledger, "clusters": list(done.clusters), "kernels": list(done.kernels), "dry_run": not yes,
+            "offered": done.offered, "images": list(found.images), "modules": list(found.modules),
+            "attachments": [f"{where(kind)}:{t}" for kind, t in found.attachments],
             "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
     if output in (Output.json, Output.yaml):
@@ -232,44 +147,22 @@ def gc(
     else:
         verb = "deleted" if yes else "would delete"
         for tag in found.images:
-            print(f"{verb} {client.ref.host}/{client.ref.repo}:{tag}")
+            print(f"{verb} {host}/{done.images_repo}:{tag}")
         for tag in found.modules:
-            print(f"{verb} {client.ref.host}/{modules_repo}:{tag}")
+            print(f"{verb} {host}/{done.modules_repo}:{tag}")
         for kind, tag in found.attachments:
-            print(f"{verb} {client.ref.host}/{client.ref.repo if kind == 'images' else modules_repo}:{tag} "
-                  "(a signature, attestation or SBOM of an image that goes)")
+            print(f"{verb} {host}/{where(kind)}:{tag} (a signature, attestation or SBOM of an image that goes)")
         for tag, why in found.kept:
             print(f"kept {tag}: {_KEPT[why]}")
         for tag in found.shared_digest:
             print(f"kept {tag}: another kept tag names the same manifest")
-        if not found.images and not found.modules and not found.attachments:
+        if not done.anything:
             print(f"nothing to sweep: every image's kernel runs, is announced, is offered next, is a fallback or is "
-                  f"its line's newest in {', '.join(read)}")
+                  f"its line's newest in {', '.join(done.clusters)}")
         elif not yes:
             print("(a dry run: --yes deletes them)")
-    if not yes and (found.images or found.modules or found.attachments):
+    if not yes and done.anything:
         raise typer.Exit(EXIT_FINDINGS)
-
-
-def _offered(fleet: list[Any]) -> dict[str, str]:
-    """pool -> the kernel Debian's archive installs next on it; {} when no Debian node runs, and, said once, when
-    the archive could not be read or verified (the newest of each line is still kept)."""
-    from gpualign.base.errors import GpualignError
-    from gpualign.cli.common import warn
-    from gpualign.usecases import archive_next
-
-    if not any(f.os_id == "debian" and f.kernel for f in fleet):
-        return {}
-    why = archive_next.cannot_verify()
-    if why is None:
-        try:
-            return {p.name: p.next.release for p in archive_next.read(fleet, *archive_next.debian_archive()).pools
-                    if p.next is not None}
-        except GpualignError as err:
-            why = err.message
-    warn(f"Debian's archive not read ({why}): the kernels it installs next are kept only as their line's newest "
-         "(--no-archive says so without trying)")
-    return {}
 
 
 _KEPT = {"offered next": "the kernel Debian's archive installs next on a pool",

@@ -489,7 +489,6 @@ def run_driver(
     and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
     from gpualign.cli.common import emit_data
     from gpualign.ensure import tagspec
-    from gpualign.kube.client import Kube
     from gpualign.lab import cluster, driver_pod, realnode, versions
 
     spec = tagspec.parse(tag)
@@ -497,34 +496,9 @@ def run_driver(
     state = cluster.require(sdir)
     if "kubelet" not in state.procs:
         raise BadInput(f"the lab in {sdir} has no real node: start it with `gpualign lab up --real-node`")
-    version = re.sub(r"^[a-z]+", "", spec.os_tag)
-    labels = driver_pod.selected_as(spec.kernel, spec.family, version)
-    kube = Kube(str(state.kubeconfig))
-    node_path = f"/api/v1/nodes/{realnode.NAME}"
-    before = dict(kube.get_json(node_path)["metadata"].get("labels") or {})
     image = f"{state.registry}/{repo}:{tag}"
-    try:
-        kube.patch(node_path, {"metadata": {"labels": labels}})
-        if "gpu-operator" in state.procs:  # the operator renders a DaemonSet for a kernel once a node has it
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                template, source = driver_pod.operator_spec(kube, Path(state.bin_dir), image, spec.kernel, namespace)
-                if "DaemonSet" in source:
-                    break
-                time.sleep(0.5)
-        template, source = driver_pod.operator_spec(kube, Path(state.bin_dir), image, spec.kernel, namespace)
-        kube.patch(node_path, {"metadata": {"labels": template["spec"].get("nodeSelector") or {}}})
-        progress(f"running {image} on {realnode.NAME} with {source}'s driver container")
-        # restartPolicy Never (the DaemonSet's is Always): one run, its whole log
-        pod = driver_pod.pod_for(template, f"driver-{spec.kernel}"[:63].rstrip("-."), namespace,
-                                 restartPolicy="Never")
-        kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", str(state.kubeconfig)]
-        with driver_pod.host_prepared():
-            ran = driver_pod.run(kube, kubectl, pod, source, timeout=timeout)
-    finally:
-        now = kube.get_json(node_path)["metadata"].get("labels") or {}
-        kube.patch(node_path, {"metadata": {"labels": {k: before.get(k) for k in now if before.get(k) != now[k]}}})
-        kube.close()
+    ran = driver_pod.run_on_real_node(state, image, spec.kernel, spec.family, re.sub(r"^[a-z]+", "", spec.os_tag),
+                                      namespace=namespace, timeout=timeout, progress=progress)
     container = ran.pod["spec"]["containers"][0]
     if output in (Output.json, Output.yaml):
         emit_data({"image": image, "source": ran.source, "command": container.get("command"),

@@ -23,16 +23,19 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ruamel.yaml import YAML
 
 from gpualign.base.errors import LabError
 from gpualign.kube.client import Kube
 from gpualign.lab import operator, realnode
+
+if TYPE_CHECKING:
+    from gpualign.lab.cluster import LabState
 
 CONTAINER = "nvidia-driver-ctr"
 KERNEL_LABEL = "feature.node.kubernetes.io/kernel-version.full"
@@ -180,3 +183,33 @@ def run(kube: Kube, kubectl: list[str], pod: dict[str, Any], source: str, *, tim
         while kube.get(path) is not None and time.monotonic() < deadline:
             time.sleep(0.2)
     return Run(source, stored, None if term is None else int(term.get("exitCode", -1)), log, seconds)
+
+
+def run_on_real_node(state: LabState, image: str, kernel: str, os_id: str, os_version: str, *, namespace: str,
+                     timeout: float, progress: Callable[[str], None]) -> Run:
+    """`gpualign lab run-driver`: the image run once on the lab's real node, labelled as the operator selects a GPU
+    node of that kernel and OS, with the operator's own driver container (its DaemonSet for the kernel when the lab
+    runs the operator, else its manifest). The node's labels are put back afterwards, whatever happened."""
+    with Kube(str(state.kubeconfig)) as kube:
+        node_path = f"/api/v1/nodes/{realnode.NAME}"
+        before = dict(kube.get_json(node_path)["metadata"].get("labels") or {})
+        try:
+            kube.patch(node_path, {"metadata": {"labels": selected_as(kernel, os_id, os_version)}})
+            if "gpu-operator" in state.procs:  # the operator renders a DaemonSet for a kernel once a node has it
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    template, source = operator_spec(kube, Path(state.bin_dir), image, kernel, namespace)
+                    if "DaemonSet" in source:
+                        break
+                    time.sleep(0.5)
+            template, source = operator_spec(kube, Path(state.bin_dir), image, kernel, namespace)
+            kube.patch(node_path, {"metadata": {"labels": template["spec"].get("nodeSelector") or {}}})
+            progress(f"running {image} on {realnode.NAME} with {source}'s driver container")
+            # restartPolicy Never (the DaemonSet's is Always): one run, its whole log
+            pod = pod_for(template, f"driver-{kernel}"[:63].rstrip("-."), namespace, restartPolicy="Never")
+            kubectl = [str(Path(state.bin_dir) / "kubectl"), "--kubeconfig", str(state.kubeconfig)]
+            with host_prepared():
+                return run(kube, kubectl, pod, source, timeout=timeout)
+        finally:
+            now = kube.get_json(node_path)["metadata"].get("labels") or {}
+            kube.patch(node_path, {"metadata": {"labels": {k: before.get(k) for k in now if before.get(k) != now[k]}}})
