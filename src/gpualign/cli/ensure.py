@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,13 +26,11 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from gpualign.ensure.lease import Leases
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.stage import Outcome
     from gpualign.ensure.tagspec import TagSpec
-    from gpualign.model.tags import Rules
 
-NVIDIA = "nvcr.io/nvidia/driver"
+NVIDIA = "nvcr.io/nvidia/driver"  # where published images are mirrored from, unless --upstream names another
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
 
 For each TAG (`<branch>-<kernel>-<os-tag>`, e.g. 535-6.1.0-50-amd64-debian12), or each missing image of a
@@ -272,99 +269,21 @@ def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
           failed: Failed) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
-    from gpualign.ensure import run, stage
-    from gpualign.ensure.judge import OFF, STRICT
-    from gpualign.ledger.registry import BadReference, connect
-    from gpualign.model.makers import SUITES, debian_suite
+    from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
 
     assert flags.ledger is not None
-    upstream = flags.upstream
-    target = connect(flags.ledger, docker_config=flags.docker_config, timeout=30.0)
-    explicit = upstream is not None and upstream != "none"
-    try:
-        up = connect(upstream if explicit and upstream else NVIDIA, docker_config=flags.docker_config,
-                     timeout=30.0) if upstream != "none" else None
-    except BadReference as err:
-        target.close()
-        raise BadInput(f"--upstream {upstream!r}: {err.why}") from None
-    except BadInput:
-        target.close()
-        raise
-    authfile = str(flags.docker_config) if flags.docker_config else None
 
     def say(tag: str, message: str) -> None:
         if flags.output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
-    outcomes: list[Outcome] = []
-    leases = None
-    options: dict[str, stage.Options] = {}
+    req = Request(flags.ledger, flags.upstream, flags.docker_config, flags.dry_run, flags.jobs, flags.flavour,
+                  asked.flavours, flags.modules_from, signing, flags.lease, flags.kubeconfig, flags.context,
+                  flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported))
     try:
-        in_flight = max(1, min(flags.jobs, len(specs))) if not flags.dry_run else 1
-        leases = _leases(flags.lease, flags.kubeconfig, flags.context, say) if flags.lease and not flags.dry_run \
-            else None
-        # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
-        # nvcr.io for a tag it never had); an upstream named with --upstream is asked for every tag
-        options = {spec.tag: stage.Options(target, up if explicit or _nvidia_publishes(spec) else None, flags.dry_run,
-                                         jobs=max(1, flags.jobs // in_flight),
-                                         flavour=flags.flavour or asked.flavours.get(spec.tag, "proprietary"),
-                                         modules_from=flags.modules_from,
-                                         signing=signing, leases=leases, authfile=authfile,
-                                         check_present=STRICT if flags.verify_modules else OFF,
-                                         replace_wrong=flags.replace_wrong, share_pull=flags.shared_modules,
-                                         share_push=flags.shared_modules,
-                                         together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
-                                                        debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
-                   for spec in specs}
-        # What an empty disk's first builds will take from the registry, fetched while the archive is read: for the
-        # tags that start at once only (each guess holds a user space's unpacked tree; later tags start after the
-        # archive is read, with nothing left to overlap).
-        for spec in specs[:in_flight]:
-            if run.worth_fetching_ahead(spec, options[spec.tag]):
-                from gpualign.ensure.ahead import Ahead
-
-                options[spec.tag].ahead = Ahead.start(spec, target, options[spec.tag].flavour,
-                                                      options[spec.tag].archive.for_tag_kernel(spec.os_tag,
-                                                                                               spec.kernel),
-                                                      functools.partial(say, spec.tag))
-        planned: dict[str, run.TagPlan] = {}
-        for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
-            try:
-                planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
-            except GpualignError as err:
-                if spec.tag not in asked.reported:
-                    raise
-                failed.cannot_make(spec.tag, err)
-        specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == stage.TagAction.BUILD for p in planned.values()) and not flags.dry_run:
-            run.require_tools()
-        if in_flight == 1 or all(p.action == stage.TagAction.PRESENT for p in planned.values()):
-            for spec in specs:  # a failure does not stop the others: each image is its own work
-                try:
-                    outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
-                except GpualignError as err:
-                    failed.add(spec.tag, err)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
-                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say, planned[spec.tag])
-                           for spec in specs]
-                for spec, future in zip(specs, futures, strict=True):
-                    try:
-                        outcomes.append(future.result())
-                    except GpualignError as err:
-                        failed.add(spec.tag, err)
-    finally:
-        for opts in options.values():
-            if opts.ahead is not None:
-                opts.ahead.close()
-        target.close()
-        if up is not None:
-            up.close()
-        if leases is not None:
-            leases.kube.close()
-    return outcomes
+        return ensure_images(req, specs, say, failed.add, failed.cannot_make)
+    except UpstreamUnusable as err:
+        raise BadInput(f"--upstream {flags.upstream!r}: {err.why}") from None
 
 
 def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:
@@ -403,19 +322,6 @@ def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None
             done = "built" if o.action == TagAction.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
-
-
-def _nvidia_publishes(spec: TagSpec) -> bool:
-    from gpualign.model.tags import published
-
-    return spec.family == "ubuntu" and published(spec.branch, spec.kernel, spec.os_tag, _rules())
-
-
-@functools.cache
-def _rules() -> Rules:
-    from gpualign.loaders.rules import load_rules
-
-    return load_rules()
 
 
 def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, flavour: str, output: Output) -> None:
@@ -482,11 +388,6 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
             stdout.print(f"  note: {note}", soft_wrap=True)
 
 
-def _leases(namespace: str, kubeconfig: str | None, context: str | None, say: Any) -> Leases:
-    from gpualign.ensure.lease import Leases
-    from gpualign.kube.client import Kube
-
-    return Leases(Kube(kubeconfig, context, field_manager="gpualign-ensure"), namespace, say)
 
 
 def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,

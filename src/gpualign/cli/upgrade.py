@@ -197,10 +197,11 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
                     signing: SigningKey | None = None, secure_boot: dict[str, list[str]] | None = None) -> None:
     """--ensure: the missing target images, ensured into the one registry ledger before the walk (signed with
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
+    from gpualign.base.errors import GpualignError
     from gpualign.cli.common import progress
-    from gpualign.ensure import run, stage
-    from gpualign.ledger.registry import connect
+    from gpualign.ensure import tagspec
     from gpualign.ledger.sources import is_registry
+    from gpualign.usecases.ensure_images import NO_UPSTREAM, Request, ensure_images
 
     unsigned = {t: ns for t, ns in (secure_boot or {}).items() if t in tags} if signing is None else {}
     if unsigned:
@@ -212,16 +213,15 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     if len(registries) != 1:
         raise BadInput("--ensure needs exactly one registry ledger (--ledger registry://HOST/REPO) to put the "
                        f"missing images in; got {len(registries)}")
-    with connect(registries[0], docker_config=docker_config, timeout=30.0) as target:
-        opts = stage.Options(target, None, dry_run, authfile=str(docker_config) if docker_config else None,
-                           signing=signing)
-        plans = {tag: run.plan_one(tag, opts) for tag in tags}  # every tag's bad input before any work
-        if not dry_run and any(p.action == stage.TagAction.BUILD for p in plans.values()):
-            run.require_tools()
-        for tag in tags:
-            out = run.ensure_one(tag, opts, lambda t, m: progress(f"ensure {t}: {m}"), plans[tag])
-            if dry_run:
-                stdout.print(f"  ensure: would {out.action} {tag}")
+    specs = [tagspec.parse(tag) for tag in tags]  # every tag's bad input before any work
+    errors: list[GpualignError] = []
+    made = ensure_images(Request(registries[0], NO_UPSTREAM, docker_config, dry_run, signing=signing), specs,
+                         lambda t, m: progress(f"ensure {t}: {m}"), lambda _, err: errors.append(err))
+    if errors:  # the images made are in the ledger; the walk does not start
+        raise errors[0]
+    if dry_run:
+        for out in made:
+            stdout.print(f"  ensure: would {out.action} {out.tag}")
 
 
 def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 from gpualign.ledger import sources
 from gpualign.ledger.sources import is_registry
+from gpualign.model.expect import DEFAULT_REPOSITORY
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
 
 _DRIVER_TAG = re.compile(r"\d{3}")
-NVIDIA_REPOSITORY = "nvcr.io/nvidia/driver"
+NVIDIA_REPOSITORY = DEFAULT_REPOSITORY
 
 
 def load_ledger(sources_given: list[str], docker_config: Path | None, *, missing_ok: bool = False,

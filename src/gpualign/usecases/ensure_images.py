@@ -1,0 +1,167 @@
+"""Make driver images exist in a ledger repository: the one way `gpualign ensure`, `gpualign upgrade --ensure` and the
+controller's build Jobs (which run `gpualign ensure`) make them. Each tag is planned first (bad input before any
+work), then found present, mirrored or built and verified, up to `jobs` at once; a failure stops only its own tag.
+Progress is said through `say(tag, message)`; failures are handed to `failed(tag, error)`."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpualign.base.errors import BadInput, GpualignError
+from gpualign.ensure import run, stage
+from gpualign.ensure.ahead import Ahead
+from gpualign.ensure.judge import OFF, STRICT
+from gpualign.ensure.lease import Leases
+from gpualign.ensure.sign import SigningKey
+from gpualign.ensure.tagspec import TagSpec
+from gpualign.kube.client import Kube
+from gpualign.ledger.registry import BadReference, RegistryClient, connect
+from gpualign.loaders.rules import load_rules
+from gpualign.model.expect import DEFAULT_REPOSITORY
+from gpualign.model.makers import SUITES, debian_suite
+from gpualign.model.tags import Rules, published
+
+NVIDIA = DEFAULT_REPOSITORY  # where published images are mirrored from, unless told otherwise
+NO_UPSTREAM = "none"
+
+Say = Callable[[str, str], None]  # (tag, message)
+Failed = Callable[[str, GpualignError], None]  # (tag, why it was not made)
+
+
+class UpstreamUnusable(BadInput):
+    """The upstream named cannot be used (`why`; the command line names its flag)."""
+
+    def __init__(self, upstream: str, why: str) -> None:
+        super().__init__(f"upstream {upstream!r}: {why}")
+        self.upstream, self.why = upstream, why
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to make, and how."""
+
+    ledger: str  # registry://HOST[:PORT]/REPO: the repository to fill
+    upstream: str | None = None  # mirrored from; None: NVIDIA's registry, for the tags it publishes; "none": never
+    docker_config: Path | None = None
+    dry_run: bool = False
+    jobs: int = 2  # images at once, and compile jobs in all
+    flavour: str | None = None  # every image's kernel modules; None: `flavours`' word for the tag, else proprietary
+    flavours: Mapping[str, str] = field(default_factory=dict)
+    modules_from: Path | None = None  # verify and push these modules instead of compiling
+    signing: SigningKey | None = None  # Secure Boot signing of every module
+    lease: str | None = None  # a namespace: a Lease per image on the cluster while it is made
+    kubeconfig: str | None = None
+    context: str | None = None
+    verify_modules: bool = False  # judge a present image's modules too
+    replace_wrong: bool = False
+    shared_modules: bool = True
+    # tags a report named: one gpualign cannot make is handed to `cannot_make`, and the others still go on
+    skippable: frozenset[str] = frozenset()
+
+
+def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
+                  cannot_make: Failed | None = None) -> list[stage.Outcome]:
+    """Every image made (or found, or planned with dry_run); what could not be made is handed to `failed`, a
+    skippable tag's refusal at planning to `cannot_make`."""
+    target = connect(req.ledger, docker_config=req.docker_config, timeout=30.0)
+    try:
+        up = _upstream(req)
+    except BaseException:
+        target.close()
+        raise
+    try:
+        return _make(req, list(specs), target, up, say, failed, cannot_make or failed)
+    finally:
+        target.close()
+        if up is not None:
+            up.close()
+
+
+def _upstream(req: Request) -> RegistryClient | None:
+    if req.upstream == NO_UPSTREAM:
+        return None
+    try:
+        return connect(req.upstream or NVIDIA, docker_config=req.docker_config, timeout=30.0)
+    except BadReference as err:
+        raise UpstreamUnusable(req.upstream or NVIDIA, err.why) from None
+
+
+def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: RegistryClient | None, say: Say,
+          failed: Failed, cannot_make: Failed) -> list[stage.Outcome]:
+    explicit = req.upstream is not None and req.upstream != NO_UPSTREAM
+    authfile = str(req.docker_config) if req.docker_config else None
+    outcomes: list[stage.Outcome] = []
+    leases = None
+    options: dict[str, stage.Options] = {}
+    try:
+        in_flight = max(1, min(req.jobs, len(specs))) if not req.dry_run else 1
+        if req.lease and not req.dry_run:
+            leases = Leases(Kube(req.kubeconfig, req.context, field_manager="gpualign-ensure"), req.lease, say)
+        # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
+        # nvcr.io for a tag it never had); an upstream named is asked for every tag
+        options = {spec.tag: stage.Options(target, up if explicit or _nvidia_publishes(spec) else None, req.dry_run,
+                                           jobs=max(1, req.jobs // in_flight),
+                                           flavour=req.flavour or req.flavours.get(spec.tag, "proprietary"),
+                                           modules_from=req.modules_from,
+                                           signing=req.signing, leases=leases, authfile=authfile,
+                                           check_present=STRICT if req.verify_modules else OFF,
+                                           replace_wrong=req.replace_wrong, share_pull=req.shared_modules,
+                                           share_push=req.shared_modules,
+                                           together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
+                                                          debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
+                   for spec in specs}
+        # What an empty disk's first builds will take from the registry, fetched while the archive is read: for the
+        # tags that start at once only (each guess holds a user space's unpacked tree; later tags start after the
+        # archive is read, with nothing left to overlap).
+        for spec in specs[:in_flight]:
+            opts = options[spec.tag]
+            if run.worth_fetching_ahead(spec, opts):
+                opts.ahead = Ahead.start(spec, target, opts.flavour,
+                                         opts.archive.for_tag_kernel(spec.os_tag, spec.kernel),
+                                         functools.partial(say, spec.tag))
+        planned: dict[str, run.TagPlan] = {}
+        for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
+            try:
+                planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
+            except GpualignError as err:
+                if spec.tag not in req.skippable:
+                    raise
+                cannot_make(spec.tag, err)
+        specs = [spec for spec in specs if spec.tag in planned]
+        if any(p.action == stage.TagAction.BUILD for p in planned.values()) and not req.dry_run:
+            run.require_tools()
+        if in_flight == 1 or all(p.action == stage.TagAction.PRESENT for p in planned.values()):
+            for spec in specs:  # a failure does not stop the others: each image is its own work
+                try:
+                    outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
+                except GpualignError as err:
+                    failed(spec.tag, err)
+        else:
+            with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
+                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say, planned[spec.tag])
+                           for spec in specs]
+                for spec, future in zip(specs, futures, strict=True):
+                    try:
+                        outcomes.append(future.result())
+                    except GpualignError as err:
+                        failed(spec.tag, err)
+    finally:
+        for opts in options.values():
+            if opts.ahead is not None:
+                opts.ahead.close()
+        if leases is not None:
+            leases.kube.close()
+    return outcomes
+
+
+def _nvidia_publishes(spec: TagSpec) -> bool:
+    return spec.family == "ubuntu" and published(spec.branch, spec.kernel, spec.os_tag, _rules())
+
+
+@functools.cache
+def _rules() -> Rules:
+    return load_rules()
