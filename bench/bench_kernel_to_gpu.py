@@ -13,10 +13,14 @@ kernel would check them). Cases:
   into it (its kernel label changes): the seconds its new driver pod waited for an image (goal: 0, the first pull
   succeeds);
 - burst: five nodes on two new kernels join at once, with the cap at 1 and at 2: Jobs created, their order, the
-  total time.
+  total time;
+- night: one night's update of a Debian fleet (Debian 12 and 13, each amd64, cloud-amd64 and arm64), every pool's
+  next ABI named at once by an archive served here, cap 2, and a node joining meanwhile on a kernel with no image:
+  the time to the last image, the Jobs' order, the waiting node's place in it (every build cold).
 
     .venv/bin/python bench/bench_kernel_to_gpu.py --repeat 3                      # about 15 minutes
     .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared ahead burst      # no compile
+    .venv/bin/python bench/bench_kernel_to_gpu.py --cases night                   # seven cold builds, ~30 minutes
     .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared cold --os debian13 --branch 550 \
         --kernel 6.12.118+deb13-amd64                                              # another release's kernel
     .venv/bin/python bench/bench_kernel_to_gpu.py --cases shared cold --kernel 6.1.0-50-arm64 --arch arm64
@@ -54,7 +58,8 @@ from gpualign.model.kernels import label_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUALIGN = [sys.executable, "-m", "gpualign"]
-NS = "gpualign-builds"  # the chart's build namespace
+NS = "gpualign-builds"  # the chart's build namespace: its Jobs and their pods
+RELEASE_NS = "gpualign-system"  # the chart's own (the controller's): its build namespace admits only build pods
 SHARED_KERNEL, OTHER_KERNEL = "6.1.0-50-amd64", "6.1.0-47-amd64"
 TARGET = {"os": "debian12", "branch": "535", "arch": "amd64"}  # the nodes' OS, driver branch and architecture
 
@@ -93,9 +98,10 @@ class Bench:
         values = Path(tempfile.mkdtemp(prefix="k2g-")) / "values.yaml"
         values.write_text(self.cli("lab", "chart-values"))
         helm = str(versions.helm_binary())
-        subprocess.run([helm, "uninstall", "ga", "-n", NS, "--wait", "--kubeconfig", str(self.lab.kubeconfig)],
+        subprocess.run([helm, "uninstall", "ga", "-n", RELEASE_NS, "--wait", "--kubeconfig", str(self.lab.kubeconfig)],
                        capture_output=True)  # type: ignore[union-attr]
-        done = subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", NS, "--create-namespace",
+        done = subprocess.run([helm, "install", "ga", str(ROOT / "charts" / "gpualign"), "-n", RELEASE_NS,
+                               "--create-namespace",
                         "-f", str(values), "--set", "builds.enabled=true", "--set", f"builds.maxConcurrent={cap}",
                         "--set", "ledgerRefreshSeconds=2", "--wait", "--timeout", "180s",
                         "--set", f"restartWaitingDriverPods.enabled={'true' if self.restart else 'false'}",
@@ -171,7 +177,7 @@ class Bench:
     def controller_log(self) -> str:
         """The controller's log (every replica's), to see when it heard of the image and what it did then."""
         kubectl = str(versions.default_bin_dir() / "kubectl")
-        return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", NS,  # type: ignore
+        return subprocess.run([kubectl, "--kubeconfig", str(self.lab.kubeconfig), "logs", "-n", RELEASE_NS,  # type: ignore
                                "-l", "app=gpualign-controller", "--tail", "-1", "--prefix"],
                               capture_output=True, text=True).stdout
 
@@ -254,16 +260,19 @@ class Bench:
         """The node is gone (its pool's DaemonSet stays, for the next nodes of its kernel)."""
         self.kube.request("DELETE", f"/api/v1/nodes/{node}")
 
-    def join(self, node: str, kernel: str, labels: dict[str, str] | None = None) -> float:
+    def join(self, node: str, kernel: str, labels: dict[str, str] | None = None, *, os: str | None = None,
+             arch: str | None = None, branch: str | None = None) -> float:
         """The node joins as `lab add-node` adds it (the node, then its pool's DaemonSet), in this process, so that
-        the clock starts as it is created and not before a CLI's start-up; the monotonic time it started."""
+        the clock starts as it is created and not before a CLI's start-up; the monotonic time it started. os, arch
+        and branch default to the bench's target."""
         from gpualign.lab import scenarios, seed
 
-        os_id, os_version = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", TARGET["os"]).groups()  # type: ignore[union-attr]
-        spec = scenarios.NodeSpec(node, kernel, os_id, os_version, arch=TARGET["arch"], labels=dict(labels or {}))
+        os_id, os_version = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os or TARGET["os"]).groups()  # type: ignore
+        spec = scenarios.NodeSpec(node, kernel, os_id, os_version, arch=arch or TARGET["arch"],
+                                  labels=dict(labels or {}))
         assert self.lab is not None
         t0 = time.monotonic()
-        seed.add_node(self.kube, spec, branch=TARGET["branch"], registry=self.lab.registry)
+        seed.add_node(self.kube, spec, branch=branch or TARGET["branch"], registry=self.lab.registry)
         return t0
 
 
@@ -323,44 +332,22 @@ def archive_case(b: Bench) -> dict[str, object]:
     controller reads an archive served here (signed by a key of its own, trusted as a signed-by key) every 2 s;
     the archive then publishes a metapackage naming the kernel. Timed from that publication to the verified image
     in the ledger; then the node reboots into it, and its driver pod's wait for the image is timed (goal: 0 s)."""
-    import http.server
-    import threading
-
-    sys.path.insert(0, str(ROOT))
-    from tests.support.local_suite import LocalArchive
-
     b.forget(SHARED_KERNEL)
     b.cli("lab", "push-image", tag(OTHER_KERNEL))
     b.join("archive-0", OTHER_KERNEL)
-    with tempfile.TemporaryDirectory(prefix="k2g-archive-") as tmp, LocalArchive(Path(tmp)) as archive:
-        for suite in ("bookworm", "bookworm-updates", "bookworm-security"):
-            archive.publish(suite, {"amd64": ""})
-
-        class Quiet(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a, **k) -> None:  # noqa: ANN002, ANN003
-                super().__init__(*a, directory=str(archive.root), **k)
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with tempfile.TemporaryDirectory(prefix="k2g-archive-") as tmp:
+        served = ServedArchive(b, Path(tmp))
         try:
-            subprocess.run([str(Path(b.lab.bin_dir) / "kubectl"), "--kubeconfig", str(b.lab.kubeconfig),  # type: ignore
-                            "create", "configmap", "archive-keyring", "-n", NS,
-                            f"--from-file=keyring.gpg={archive.keyring}"], capture_output=True)
-            b.install(1, "--set", "builds.archive.enabled=true", "--set", f"builds.archive.mirror={url}/debian",
-                      "--set", f"builds.archive.securityMirror={url}/debian-security",
-                      "--set", "builds.archive.keyringConfigMap=archive-keyring",
-                      "--set", "builds.archive.pollSeconds=2")
+            for suite in ("bookworm", "bookworm-updates", "bookworm-security"):
+                served.archive.publish(suite, {"amd64": ""})
+            served.install(1)
             time.sleep(5)  # the controller has read the archive once, naming nothing new
             t0 = time.monotonic()
-            archive.publish("bookworm-security", {"amd64": NEXT_STANZA.format(version="6.1.170-3",
-                                                                             kernel=SHARED_KERNEL)})
+            served.archive.publish("bookworm-security", {"amd64": NEXT_STANZA.format(version="6.1.170-3",
+                                                                                    kernel=SHARED_KERNEL)})
             built_after = b.wait_image(SHARED_KERNEL, t0, 900)
         finally:
-            server.shutdown()
+            served.close()
     b.kube.patch("/api/v1/nodes/archive-0", {"metadata": {"labels": {
         "feature.node.kubernetes.io/kernel-version.full": SHARED_KERNEL}}})
     rebooted, waited = b.wait_ready("archive-0", 120, watch_pull=True, image_tag=tag(SHARED_KERNEL))
@@ -369,6 +356,170 @@ def archive_case(b: Bench) -> dict[str, object]:
     return {"image_in_ledger_after_archive_named_it_s": round(built_after, 1), "reboot_to_ready_s": round(rebooted, 1),
             "waited_for_image_s": round(waited, 1), "goal_waited_s": 0, "poll_s": 2,
             "note": "shared modules in the registry (compiled earlier by another builder)"}
+
+
+class ServedArchive:
+    """A LocalArchive (tests/support/local_suite.py: signed by a key of its own) served on 127.0.0.1, and the chart
+    installed to read it as Debian's archive: every `poll` seconds, trusting that key as a signed-by key."""
+
+    def __init__(self, b: Bench, tmp: Path) -> None:
+        import http.server
+        import threading
+
+        sys.path.insert(0, str(ROOT))
+        from tests.support.local_suite import LocalArchive
+
+        self.b = b
+        self.archive = LocalArchive(tmp)
+        root = str(self.archive.root)
+
+        class Quiet(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k) -> None:  # noqa: ANN002, ANN003
+                super().__init__(*a, directory=root, **k)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def install(self, cap: int, poll: int = 2) -> None:
+        b = self.b
+        kubectl = [str(Path(b.lab.bin_dir) / "kubectl"), "--kubeconfig", str(b.lab.kubeconfig)]  # type: ignore
+        subprocess.run([*kubectl, "create", "namespace", RELEASE_NS], capture_output=True)  # the first install's
+        made = subprocess.run([*kubectl, "create", "configmap", "archive-keyring", "-n", RELEASE_NS,
+                               f"--from-file=keyring.gpg={self.archive.keyring}"], capture_output=True, text=True)
+        if made.returncode != 0 and "AlreadyExists" not in made.stderr:
+            raise SystemExit(f"bench_kernel_to_gpu: the archive's keyring ConfigMap: {made.stderr.strip()}")
+        b.install(cap, "--set", "builds.archive.enabled=true", "--set", f"builds.archive.mirror={self.url}/debian",
+                  "--set", f"builds.archive.securityMirror={self.url}/debian-security",
+                  "--set", "builds.archive.keyringConfigMap=archive-keyring",
+                  "--set", f"builds.archive.pollSeconds={poll}")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.archive.close()
+
+
+# One night's update of a Debian fleet: each pool (release, flavour, architecture) on last month's kernel, with its
+# image; then the security suites name the next ABI of every pool at once. (OS tag, kubernetes.io/arch, metapackage,
+# the kernel the pool runs, the kernel the archive names next, the pool's driver branch.) Real kernels: their
+# headers are in Debian's archive, where the build Jobs read them.
+NIGHT = (
+    ("debian12", "amd64", "linux-image-amd64", "6.1.0-56-amd64", "6.1.0-57-amd64", "535"),
+    ("debian12", "amd64", "linux-image-cloud-amd64", "6.1.0-56-cloud-amd64", "6.1.0-57-cloud-amd64", "535"),
+    ("debian12", "arm64", "linux-image-arm64", "6.1.0-56-arm64", "6.1.0-57-arm64", "535"),
+    ("debian13", "amd64", "linux-image-amd64", "6.12.117+deb13-amd64", "6.12.118+deb13-amd64", "550"),
+    ("debian13", "amd64", "linux-image-cloud-amd64", "6.12.117+deb13-cloud-amd64", "6.12.118+deb13-cloud-amd64",
+     "550"),
+    ("debian13", "arm64", "linux-image-arm64", "6.12.117+deb13-arm64", "6.12.118+deb13-arm64", "550"),
+)
+# A node that joins while the night's queue runs, on a kernel with no image: its build must take the next free slot.
+WAITING = ("debian12", "amd64", "6.1.0-55-amd64", "535")
+SUITES = {"debian12": "bookworm", "debian13": "trixie"}
+
+
+def _metapackages(pools: list[tuple[str, str, str, str]]) -> dict[str, str]:
+    """arch -> the Packages stanzas of each (arch, metapackage, kernel, version) in pools."""
+    out: dict[str, str] = {}
+    for arch, package, kernel, version in pools:
+        out[arch] = out.get(arch, "") + (
+            f"Package: {package}\nSource: linux-signed-{arch} ({version})\nVersion: {version}\n"
+            f"Architecture: {arch}\nDepends: linux-image-{kernel} (= {version})\n\n")
+    return out
+
+
+def _night_tag(os_tag: str, kernel: str, branch: str) -> str:
+    return f"{branch}-{label_of(kernel)}-{os_tag}"
+
+
+def night_case(b: Bench, cap: int = 2, waiting_after: float = 30.0) -> dict[str, object]:
+    """Every Debian pool's next kernel named at once by the security suites, with the cap at `cap`, and a node
+    joining `waiting_after` seconds later on a kernel with no image. Timed from the publication to each image in the
+    ledger (every build cold: a new ABI, no shared modules yet); the Jobs' order; the waiting node's Job's place in
+    it and its seconds to Ready; each Job's compile CPU."""
+    registry = b.registry
+    for os_tag, arch, _, current, _, branch in NIGHT:
+        b.cli("lab", "push-image", _night_tag(os_tag, current, branch), "--arch", arch)
+    for i, (os_tag, arch, _, current, _, branch) in enumerate(NIGHT):
+        b.join(f"night-{i}", current, os=os_tag, arch=arch, branch=branch)
+    with tempfile.TemporaryDirectory(prefix="k2g-night-") as tmp:
+        served = ServedArchive(b, Path(tmp))
+        try:
+            for os_tag, suite in SUITES.items():
+                now = [(arch, package, current, "1") for o, arch, package, current, _, _ in NIGHT if o == os_tag]
+                for name in (suite, f"{suite}-updates", f"{suite}-security"):
+                    served.archive.publish(name, _metapackages(now))
+            served.install(cap)
+            time.sleep(10)  # the controller has read the archive: every pool's named kernel has its image
+            night_tags = {_night_tag(o, k, br) for o, _, _, _, k, br in NIGHT}
+            night_tags.add(_night_tag(WAITING[0], WAITING[2], WAITING[3]))
+            if early := [j["metadata"]["name"] for j in b.jobs()
+                         if j["metadata"]["annotations"][J.TAG_ANNOTATION] in night_tags]:
+                raise SystemExit(f"bench_kernel_to_gpu: night: Jobs before the archive named anything: {early}")
+            t0 = time.monotonic()
+            wall0 = time.time()
+            for os_tag, suite in SUITES.items():
+                nxt = [(arch, package, kernel, "2") for o, arch, package, _, kernel, _ in NIGHT if o == os_tag]
+                served.archive.publish(f"{suite}-security", _metapackages(nxt))
+            time.sleep(waiting_after)
+            w_os, w_arch, w_kernel, w_branch = WAITING
+            joined = b.join("night-waiting", w_kernel, os=w_os, arch=w_arch, branch=w_branch)
+            joined_wall = time.time()
+            tags = {_night_tag(o, k, br): (o, a) for o, a, _, _, k, br in NIGHT}
+            tags[_night_tag(w_os, w_kernel, w_branch)] = (w_os, w_arch)
+            landed: dict[str, float] = {}
+            deadline = time.monotonic() + 3 * 3600
+            while len(landed) < len(tags):
+                for tag in tags:
+                    if tag not in landed and registry.digest(tag) is not None:
+                        landed[tag] = round(time.monotonic() - t0, 1)
+                        print(f"  night: {tag} in the ledger at {landed[tag]}s", file=sys.stderr, flush=True)
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"bench_kernel_to_gpu: night: never built: {sorted(set(tags) - set(landed))}")
+                time.sleep(2)
+            b.wait_ready("night-waiting", 600, image_tag=_night_tag(w_os, w_kernel, w_branch))
+            waiting_ready = round(time.monotonic() - joined, 1)
+        finally:
+            served.close()
+    from datetime import datetime
+
+    def at(stamp: str) -> float:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    jobs = sorted((j for j in b.jobs() if j["metadata"]["annotations"][J.TAG_ANNOTATION] in tags),
+                  key=lambda j: j["metadata"]["creationTimestamp"])
+    order = [(j["metadata"]["annotations"][J.TAG_ANNOTATION], round(at(j["metadata"]["creationTimestamp"]) - wall0, 1))
+             for j in jobs]
+    waiting_tag = _night_tag(w_os, w_kernel, w_branch)
+    after_join = [tag for tag, created in order if created >= joined_wall - wall0 - 1]
+    compile_cpu: dict[str, float | None] = {}
+    for job in jobs:
+        tag = job["metadata"]["annotations"][J.TAG_ANNOTATION]
+        pods = b.kube.pods(NS, label_selector=f"job-name={job['metadata']['name']}")
+        log = subprocess.run([str(versions.default_bin_dir() / "kubectl"), "--kubeconfig",
+                              str(b.lab.kubeconfig), "logs", "-n", NS,  # type: ignore[union-attr]
+                              pods[0]["metadata"]["name"]], capture_output=True, text=True).stdout if pods else ""
+        m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
+        compile_cpu[tag] = float(m.group(2)) if m else None
+    cpu = [c for c in compile_cpu.values() if c]
+    result = {
+        "pools": [{"os": o, "arch": a, "metapackage": p, "from": c, "to": k, "branch": br}
+                  for o, a, p, c, k, br in NIGHT],
+        "cap": cap, "waiting_node": {"os": w_os, "arch": w_arch, "kernel": w_kernel, "joined_after_s": waiting_after,
+                                      "job_place_after_joining": after_join.index(waiting_tag) + 1
+                                      if waiting_tag in after_join else None,
+                                      "ready_after_joining_s": waiting_ready},
+        "jobs_in_order": order, "in_ledger_s": landed, "last_image_s": max(landed.values()),
+        "compile_cpu_s": compile_cpu, "compile_cpu_total_s": sum(cpu),
+        "floor_s": round(sum(cpu) / (os.cpu_count() or 1), 1),
+        "note": "every build cold (a new ABI, no shared modules in the registry); the first build of each release "
+                "and architecture also makes and shares its user space"}
+    print(f"night, cap {cap}: last image {result['last_image_s']}s after the archive named the kernels; the waiting "
+          f"node's Job was number {result['waiting_node']['job_place_after_joining']} after it joined, Ready in "
+          f"{waiting_ready}s; compile {sum(cpu):.0f} CPU-s", file=sys.stderr, flush=True)
+    return result
 
 
 def burst_case(b: Bench) -> dict[str, object]:
@@ -409,11 +560,33 @@ def cold_case(b: Bench, version: str, cores: int, kernel: str = SHARED_KERNEL) -
             "floor_s": round(floor, 1) if floor else None, "goal_s": round(floor + 60, 1) if floor else None}
 
 
+def run_cases(b: Bench, args: argparse.Namespace, results: dict[str, object], cores: int) -> None:
+    """The cases around the default kernel's pool (all but night)."""
+    default = (args.kernel, args.os, args.branch, args.arch) == (SHARED_KERNEL, "debian12", "535", "amd64")
+    b.install(cap=1)
+    version = debian.compile_modules(Archive.for_kernel(args.kernel), args.kernel, jobs=2).driver_version
+    b.share(args.kernel)  # modules in the registry only: compiled earlier by another builder
+    # the shared case runs first in any case (once, without a repeat asked): its nodes make the pool
+    results_shared = shared_case(b, args.repeat if "shared" in args.cases else 1, args.kernel)
+    into = results if default else results.setdefault("kernels", {}).setdefault(  # type: ignore[union-attr]
+        f"{args.os} {args.kernel}", {"branch": args.branch, "arch": args.arch})
+    if "shared" in args.cases:
+        into["shared"] = results_shared
+    if "ahead" in args.cases:
+        results["ahead"] = ahead_case(b)
+    if "archive" in args.cases:
+        results["archive"] = archive_case(b)
+    if "burst" in args.cases:
+        results["burst"] = burst_case(b)
+    if "cold" in args.cases:
+        into["cold"] = cold_case(b, version, cores, args.kernel)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=3, help="runs of the shared case (median)")
     ap.add_argument("--cases", nargs="+", default=["shared", "ahead", "burst", "cold"],
-                    choices=["shared", "ahead", "archive", "burst", "cold"],
+                    choices=["shared", "ahead", "archive", "burst", "cold", "night"],
                     help="the cases to run [default: all but archive]")
     ap.add_argument("--kernel", default=SHARED_KERNEL, help="the new kernel's release, as the kubelet reports it "
                     "(6.12.118+deb13-amd64; NFD's label and the tag are made from it) [default: %(default)s]")
@@ -439,23 +612,10 @@ def main() -> int:
         b = Bench(Path(tmp) / "state", args.pull_backoff, restart=not args.no_restart)
         try:
             b.up()
-            b.install(cap=1)
-            version = debian.compile_modules(Archive.for_kernel(args.kernel), args.kernel, jobs=2).driver_version
-            b.share(args.kernel)  # modules in the registry only: compiled earlier by another builder
-            # the shared case runs first in any case (once, without a repeat asked): its nodes make the pool
-            results_shared = shared_case(b, args.repeat if "shared" in args.cases else 1, args.kernel)
-            into = results if default else results.setdefault("kernels", {}).setdefault(  # type: ignore[union-attr]
-                f"{args.os} {args.kernel}", {"branch": args.branch, "arch": args.arch})
-            if "shared" in args.cases:
-                into["shared"] = results_shared
-            if "ahead" in args.cases:
-                results["ahead"] = ahead_case(b)
-            if "archive" in args.cases:
-                results["archive"] = archive_case(b)
-            if "burst" in args.cases:
-                results["burst"] = burst_case(b)
-            if "cold" in args.cases:
-                into["cold"] = cold_case(b, version, cores, args.kernel)
+            if set(args.cases) - {"night"}:
+                run_cases(b, args, results, cores)
+            if "night" in args.cases:  # its own pools, kernels and install: it needs nothing of the others
+                results["night"] = night_case(b)
         finally:
             b.cli("lab", "down")
     args.out.parent.mkdir(parents=True, exist_ok=True)
