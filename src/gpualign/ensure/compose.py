@@ -44,17 +44,14 @@ from gpualign.ensure.image import modules_dir
 from gpualign.ensure.signatures import unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
+from gpualign.model import oci
 
 if TYPE_CHECKING:
     from gpualign.ensure.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
 
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
-GZIP_LAYERS = (GZIP_LAYER, "application/vnd.docker.image.rootfs.diff.tar.gzip")
-CONFIGS = (OCI_CONFIG, "application/vnd.docker.container.image.v1+json")
+OCI_MANIFEST, OCI_INDEX, OCI_CONFIG, GZIP_LAYER = oci.OCI_MANIFEST, oci.OCI_INDEX, oci.OCI_CONFIG, oci.OCI_GZIP_LAYER
+GZIP_LAYERS, CONFIGS = oci.GZIP_LAYERS, oci.CONFIGS
 MAX_LAYER = 1 << 30  # bytes, compressed: the user space's layers are ~20 MB each
 GZIP_PARTS = 2  # the modules' layer is compressed as this many gzip members at once (a gzip stream may hold many)
 

@@ -44,6 +44,7 @@ from gpualign.base.errors import Refused
 from gpualign.ensure.signatures import sign_shared, unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
+from gpualign.model import oci
 
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 ARTIFACT_TYPE = "application/vnd.gpualign.driver-modules.v1"
 CONFIG_TYPE = "application/vnd.gpualign.driver-modules.config.v1+json"
 LAYER_TYPE = "application/vnd.gpualign.driver-modules.layer.v1.tar+gzip"
-MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+MANIFEST_TYPE = oci.OCI_MANIFEST
 MAX_LAYER = 1 << 30  # bytes: NVIDIA's modules for one kernel are ~70 MB, ~25 MB compressed
 SHARED_MARK = ".shared-from"  # in a module cache dir filled from the registry: where from (removed if refused)
 

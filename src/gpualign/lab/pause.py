@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpualign.base.cache import cache_root
 from gpualign.base.errors import LabError
+from gpualign.model import oci
 
 IMAGE = "gpualign.local/lab/pause:1"
 
@@ -90,14 +91,14 @@ def _oci_archive(program: bytes) -> bytes:
     layer_digest, layer_desc = _blob(layer)
     config_digest, config_desc = _blob(config)
     manifest = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", **config_desc},
-        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **layer_desc}],
+        "schemaVersion": 2, "mediaType": oci.OCI_MANIFEST,
+        "config": {"mediaType": oci.OCI_CONFIG, **config_desc},
+        "layers": [{"mediaType": oci.OCI_GZIP_LAYER, **layer_desc}],
     }, sort_keys=True).encode()
     manifest_digest, manifest_desc = _blob(manifest)
     index = json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json", **manifest_desc,
+        "schemaVersion": 2, "mediaType": oci.OCI_INDEX,
+        "manifests": [{"mediaType": oci.OCI_MANIFEST, **manifest_desc,
                        "annotations": {"io.containerd.image.name": IMAGE,
                                        "org.opencontainers.image.ref.name": IMAGE.rsplit(":", 1)[1]}}],
     }, sort_keys=True).encode()

@@ -22,18 +22,13 @@ from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from gpualign.base.errors import BadInput, Refused, Unreachable
 from gpualign.ledger.exchange import ExchangeError, Exchanges, Headers, Reply
+from gpualign.model import oci
 
 if TYPE_CHECKING:
     import httpx2
 
-MANIFEST_TYPES = ", ".join([
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-])
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_TYPES = ", ".join(oci.ACCEPTED)  # a manifest GET's Accept
+INDEX_TYPES = oci.INDEX_TYPES
 DEFAULT_MAX_PAGES = 100
 MAX_BODY = 16 << 20  # bytes: a tag page of 1,000 tags is ~50 KB, a manifest or config a few KB
 PAGE_SIZE = 1000
@@ -559,10 +554,10 @@ class RegistryClient:
             }, separators=(",", ":")).encode()
             config_digest = self.push_blob(config, repo)
             manifests.append({
-                "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                "schemaVersion": 2, "mediaType": oci.OCI_MANIFEST,
+                "config": {"mediaType": oci.OCI_CONFIG, "digest": config_digest,
                            "size": len(config)},
-                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
+                "layers": [{"mediaType": oci.OCI_GZIP_LAYER, "digest": layer_digest,
                             "size": len(layer)}],
             })
         if len(manifests) == 1:
@@ -575,7 +570,7 @@ class RegistryClient:
             self.push_manifest(digest, manifest, repo)
             entries.append({"mediaType": manifest["mediaType"], "digest": digest, "size": len(body),
                             "platform": {"architecture": arch, "os": "linux"}})
-        self.push_manifest(tag, {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+        self.push_manifest(tag, {"schemaVersion": 2, "mediaType": oci.OCI_INDEX,
                                  "manifests": entries}, repo)
 
 

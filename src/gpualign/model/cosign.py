@@ -20,11 +20,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from gpualign.model import oci
+
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 SIGNATURE_TYPE = "cosign container image signature"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_MANIFEST, OCI_CONFIG = oci.OCI_MANIFEST, oci.OCI_CONFIG
 DSSE = "application/vnd.dsse.envelope.v1+json"
 IN_TOTO = "application/vnd.in-toto+json"
 STATEMENT = "https://in-toto.io/Statement/v0.1"
