@@ -480,13 +480,17 @@ def night_case(b: Bench, cap: int = 2, waiting_after: float = 30.0) -> dict[str,
                     raise SystemExit(f"bench_kernel_to_gpu: night: never built: {sorted(set(tags) - set(landed))}")
                 time.sleep(2)
             b.wait_ready("night-waiting", 600, image_tag=_night_tag(w_os, w_kernel, w_branch))
-            waiting_ready = round(time.monotonic() - joined, 1)
+            pod = b.driver_pod("night-waiting", _night_tag(w_os, w_kernel, w_branch)) or {}
+            ready_at = next(c["lastTransitionTime"] for c in pod["status"]["conditions"] if c["type"] == "Ready")
         finally:
             served.close()
     from datetime import datetime
 
     def at(stamp: str) -> float:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+    waiting_ready = round(at(ready_at) - joined_wall, 1)  # the API server's clock, to the second
+    waiting_landed = round(landed[_night_tag(w_os, w_kernel, w_branch)] - (joined - t0), 1)
 
     jobs = sorted((j for j in b.jobs() if j["metadata"]["annotations"][J.TAG_ANNOTATION] in tags),
                   key=lambda j: j["metadata"]["creationTimestamp"])
@@ -495,8 +499,12 @@ def night_case(b: Bench, cap: int = 2, waiting_after: float = 30.0) -> dict[str,
     waiting_tag = _night_tag(w_os, w_kernel, w_branch)
     after_join = [tag for tag, created in order if created >= joined_wall - wall0 - 1]
     compile_cpu: dict[str, float | None] = {}
+    job_wall: dict[str, float | None] = {}
     for job in jobs:
         tag = job["metadata"]["annotations"][J.TAG_ANNOTATION]
+        status = job.get("status") or {}
+        job_wall[tag] = round(at(status["completionTime"]) - at(status["startTime"]), 1) \
+            if status.get("completionTime") and status.get("startTime") else None
         pods = b.kube.pods(NS, label_selector=f"job-name={job['metadata']['name']}")
         log = subprocess.run([str(versions.default_bin_dir() / "kubectl"), "--kubeconfig",
                               str(b.lab.kubeconfig), "logs", "-n", NS,  # type: ignore[union-attr]
@@ -510,9 +518,10 @@ def night_case(b: Bench, cap: int = 2, waiting_after: float = 30.0) -> dict[str,
         "cap": cap, "waiting_node": {"os": w_os, "arch": w_arch, "kernel": w_kernel, "joined_after_s": waiting_after,
                                       "job_place_after_joining": after_join.index(waiting_tag) + 1
                                       if waiting_tag in after_join else None,
+                                      "image_after_joining_s": waiting_landed,
                                       "ready_after_joining_s": waiting_ready},
         "jobs_in_order": order, "in_ledger_s": landed, "last_image_s": max(landed.values()),
-        "compile_cpu_s": compile_cpu, "compile_cpu_total_s": sum(cpu),
+        "job_wall_s": job_wall, "compile_cpu_s": compile_cpu, "compile_cpu_total_s": sum(cpu),
         "floor_s": round(sum(cpu) / (os.cpu_count() or 1), 1),
         "note": "every build cold (a new ABI, no shared modules in the registry); the first build of each release "
                 "and architecture also makes and shares its user space"}

@@ -112,7 +112,7 @@ def test_pages_decided_as_they_come_make_the_whole_reads_check(serve, tmp_path: 
         first_decided.set()
         return out
 
-    monkeypatch.setattr(audit, "findings_of", counted)
+    monkeypatch.setattr("gpualign.usecases.check.findings_of", counted)  # where check calls it
     reading = Reading(None, kubeconfig, None, None, with_operator=True, stream=True)
     streamed = stream(reading, setup)
     read = reading.result()

@@ -188,7 +188,7 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr("gpualign.ledger.registry.connect", lambda *_a, **_k: Registry())
+    monkeypatch.setattr("gpualign.ensure.judge.connect", lambda *_a, **_k: Registry())
     needs = {f"r.local/d:{tag}": ("6.1.0-50-amd64",), f"r.local/d:{labelled}": ("6.12.117_deb12-amd64",),
              f"r.local/d:{ubuntu}": ("5.15.0-124-generic",)}
     found = judge(needs)

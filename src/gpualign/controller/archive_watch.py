@@ -20,15 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from gpualign.base.errors import GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.model.facts import NodeFacts
 from gpualign.model.kernels import label_of
 from gpualign.usecases import archive_next
 
 log = logging.getLogger("gpualign.controller")
-JSON = dict[str, Any]
 PREFIX = "archive/"  # the trigger's key of a pool the archive announces for (no node is named so: "/" is not in one)
 
 

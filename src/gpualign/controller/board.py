@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
+from gpualign.base.json_types import JSON
 from gpualign.controller import gate
 from gpualign.model.audit import Status
 from gpualign.model.facts import NodeFacts
@@ -12,7 +12,6 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import kind_of
 from gpualign.upgrade.clock import since
 
-JSON = dict[str, Any]
 RUNNING = ("Running", "Pending", "ContainerCreating")  # a driver pod in these states serves, or is about to
 
 

@@ -20,13 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.base.json_types import JSON
 from gpualign.model.audit import DriverPod
 from gpualign.model.dra_devices import GpuDevice, devices_by_node, highest_driver
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.version import DriverVersion
 from gpualign.upgrade import states as S
-
-JSON = dict[str, Any]
 
 # The labels whose change can change a node's finding or the gate's decision: only these re-check a node.
 WATCHED_LABELS = (L.KERNEL, L.KERNEL_NEXT, L.OS_NEXT, L.OS_ID, L.OS_VERSION, L.GPU_PRESENT, L.DEPLOY_DRIVER,

@@ -7,11 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from gpualign.base.json_types import JSON
 from gpualign.model.audit import Status
 
-JSON = dict[str, Any]
 # (node, the tag it waited for before or None, the tag it waits for now or None)
 OnMissing = Callable[[str, str | None, str | None], None]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.base.json_types import JSON
 from gpualign.controller.caches import Caches
 from gpualign.controller.findings import Findings
 from gpualign.controller.gate_writer import GateWriter
@@ -31,7 +32,6 @@ from gpualign.model.tags import Rules, parse_os
 from gpualign.upgrade import states as S
 
 log = logging.getLogger("gpualign.controller")
-JSON = dict[str, Any]
 
 
 class WorkQueue:

@@ -22,6 +22,7 @@ import orjson
 from gpualign import __version__
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
+from gpualign.base.json_types import JSON
 from gpualign.kube import kubeconfig as kc
 from gpualign.kube import reads
 from gpualign.kube.refusals import Response, refused
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
 
     from gpualign.kube.kubeconfig import Picked
 
-JSON = dict[str, Any]
 PAGE = 500  # the first page of a LIST, as kubectl's chunks
 # Later pages are sized from the first one's bytes per object to about this much: a 5,000-node metadata LIST is
 # three requests, not ten (each costs the API server a round of its own), and no page of large objects grows past

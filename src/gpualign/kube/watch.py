@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpualign.base.errors import GpualignError, NotFound
+from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 
-JSON = dict[str, Any]
 log = logging.getLogger("gpualign.controller")
 
 

@@ -11,13 +11,11 @@ looks again: budgets grow back as replacement pods become healthy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.upgrade import pods as P
-
-JSON = Mapping[str, Any]
 
 
 @dataclass(frozen=True)

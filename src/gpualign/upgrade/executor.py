@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.base.errors import Conflict, GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.model.driver_config import RESTART_IN_PLACE
 from gpualign.upgrade import pods as P
@@ -26,7 +27,6 @@ from gpualign.upgrade.planner import Action, next_actions
 from gpualign.upgrade.snapshot import NodeState, Snapshot, image_tag
 from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
-JSON = dict[str, Any]
 VALIDATOR_SELECTOR = "app=nvidia-operator-validator"
 NODE_WORKERS = 8  # nodes handled at once within a pass
 # holds named on the node; other holds are only waits

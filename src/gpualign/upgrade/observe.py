@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 
-JSON = Mapping[str, Any]
 VALIDATOR = "app=nvidia-operator-validator"
 
 

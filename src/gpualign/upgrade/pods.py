@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpualign.base import labels as L
+from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.model import selectors
 from gpualign.model.gpu_pods import gpu_client, gpu_request
 from gpualign.upgrade import states as S
@@ -13,7 +14,6 @@ from gpualign.upgrade import states as S
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
     from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
-JSON = Mapping[str, Any]
 
 
 def is_gpu_pod(pod: JSON) -> bool:

@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.upgrade import pods as P
 from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.snapshot import Snapshot
 from gpualign.upgrade.upgrade_policy import UpgradePolicy
-
-JSON = dict[str, Any]
 
 
 @dataclass(frozen=True)

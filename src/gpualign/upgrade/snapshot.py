@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.base.json_types import JSON
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
 from gpualign.kube.node_meta import walk_nodes
@@ -27,7 +28,6 @@ from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.maintenance import API, holders
 from gpualign.upgrade.planner import NodeView
 
-JSON = dict[str, Any]
 DRIVER_SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
 HASH_LABEL = "controller-revision-hash"
 

@@ -17,14 +17,13 @@ import functools
 import logging
 import threading
 import time
-from typing import Any
 
+from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.kube.watch import Watcher
 from gpualign.upgrade import states as S
 from gpualign.upgrade.snapshot import DRIVER_SELECTOR, target_selector
 
-JSON = dict[str, Any]
 MIN_GAP = 0.2
 POD_WATCH_STATES = {S.WAIT_FOR_JOBS, S.POD_DELETION, S.DRAIN}
 log = logging.getLogger("gpualign.upgrade.waker")

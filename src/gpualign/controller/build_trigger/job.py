@@ -24,12 +24,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.decisions import BuildFailure, BuildJob, BuildPhase, job_name
 
-JSON = dict[str, Any]
 BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
 TAG_HASH_LABEL = "gpualign.io/build-tag-hash"  # a label value cannot hold every tag: its hash, to select by
 TAG_ANNOTATION = "gpualign.io/build-tag"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpualign.base.errors import Forbidden, GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.decisions import BuildJob, latest
 from gpualign.controller.build_trigger.job import (
     BLOCKED_ANNOTATION,
@@ -31,7 +32,6 @@ from gpualign.kube.refusals import Response, refused
 from gpualign.upgrade.report import ANY_TAG
 
 log = logging.getLogger("gpualign.controller")
-JSON = dict[str, Any]
 
 
 @dataclass

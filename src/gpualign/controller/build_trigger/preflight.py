@@ -11,14 +11,12 @@ at.
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpualign.base.errors import BadInput, GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.job import BuildSettings
 from gpualign.kube.client import Kube
 
 PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
-JSON = dict[str, Any]
 
 
 def pod_security_problem(labels: dict[str, str], namespace: str) -> str | None:

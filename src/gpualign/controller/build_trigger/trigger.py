@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base.errors import GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger import decisions as B
 from gpualign.controller.build_trigger import job as J
 from gpualign.controller.build_trigger.jobs_api import BuildJobs
@@ -30,7 +31,6 @@ from gpualign.kube.client import Kube
 from gpualign.model.makers import JOB_MAKERS, Maker
 
 log = logging.getLogger("gpualign.controller")
-JSON = dict[str, Any]
 BUILDABLE = tuple(str(m) for m in JOB_MAKERS)  # who makes it: gpualign's ensure, in a Job
 REPLACE = "replace"  # check's action for a present-but-wrong image: made again only when the value says so
 
