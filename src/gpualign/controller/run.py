@@ -124,7 +124,6 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         return {**view, **({"builds": builder.status()} if builder is not None else {}),
                 **({"archive": watch.board()} if watch is not None else {})}
 
-
     trusted = configured_trusted()  # a bad key file: exit 2 now, before anything is served
     if trusted:
         log.info("driver images must be signed by %s (cosign's format): an unsigned one is never present",

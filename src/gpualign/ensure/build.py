@@ -269,7 +269,6 @@ class Steps:
         import datetime as dt
         import hashlib
 
-
         spec, opts = self.spec, self.opts
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         started = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -24,8 +24,7 @@ from gpualign.model import attestations, cosign
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
 
-KEY_ENV = "GPUALIGN_COSIGN_KEY"  # the private key ensure and build Jobs sign with
-TRUSTED_ENV = "GPUALIGN_TRUSTED_KEYS"  # the public keys an image must be signed by, ':'-separated paths
+KEY_ENV, TRUSTED_ENV = cosign.KEY_ENV, cosign.TRUSTED_ENV
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,7 @@ from gpualign.base import labels as L
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput
 from gpualign.kube import dra_reads
-from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
 from gpualign.kube.dra_reads import DraDevices
-from gpualign.kube.node_meta import decoder
-from gpualign.kube.pod_meta import driver_pods as decoded
 from gpualign.model import operator_config, selectors
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import NodeFacts, from_labels, node_facts, with_dra_driver
@@ -119,9 +116,10 @@ def driver_pods(kube: Any) -> dict[str, DriverPod]:
 def _driver_pods(body: bytes) -> list[tuple[str, DriverPod]]:
     """A pod LIST page's body → (node, driver pod) for each pod bound to a node and not going away: decoded by
     gpualign.kube.pod_meta (only the fields a DriverPod reads are built); a page of another shape is read as dicts."""
-    import msgspec
+    import msgspec  # a cluster's read only, as the decoders below
     import orjson
 
+    from gpualign.kube.pod_meta import driver_pods as decoded
 
     try:
         return decoded(body)
@@ -138,9 +136,10 @@ def _driver_pods(body: bytes) -> list[tuple[str, DriverPod]]:
 def _metadata_facts(body: bytes) -> list[NodeFacts]:
     """A metadata-only LIST page's body → its nodes' facts, decoded by gpualign.kube.node_meta; a page of another shape
     (a label that is not a string, a null name) is read as dicts, as node_facts reads any node."""
-    import msgspec
+    import msgspec  # a cluster's read only, as the decoder below
     import orjson
 
+    from gpualign.kube.node_meta import decoder
 
     try:
         items = decoder.decode(body).items
@@ -158,6 +157,9 @@ def gpu_node_facts(kube: Any, selector: str | None,
     another, so the nodes are filtered here). each_page: handed each page's GPU nodes as it is read (a caller
     deciding nodes while the rest are on the wire). others: given the other nodes' facts, by name (a node whose
     driver pod says it is a GPU node after all)."""
+    # a cluster's read only: the client module (and its HTTP stack) stays away from a dump's check
+    from gpualign.kube.client import DECIDED_PAGE_BYTES, PAGE_BYTES
+
     facts: list[NodeFacts] = []
     with held_off():
         for page in kube.list_pages("/api/v1/nodes", label_selector=selector or None, metadata_only=True,
@@ -186,7 +188,6 @@ def from_cluster(kube: Any, selector: str | None, *, with_pods: bool = True,
     driver pods as soon as they are read."""
     selectors.parse(selector)  # a bad selector is a one-line usage error, before any request
     from concurrent.futures import ThreadPoolExecutor
-
 
     with ThreadPoolExecutor(2, thread_name_prefix="gpualign-pods") as pool:
         slices = pool.submit(dra_reads.read, kube)  # a node without GFD labels has its driver there

@@ -22,6 +22,8 @@ from typing import Any
 
 from gpualign.model import oci
 
+KEY_ENV = "GPUALIGN_COSIGN_KEY"  # the private key ensure and build Jobs sign with
+TRUSTED_ENV = "GPUALIGN_TRUSTED_KEYS"  # the public keys an image must be signed by, ':'-separated paths
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 SIGNATURE_TYPE = "cosign container image signature"

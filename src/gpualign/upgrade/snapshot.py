@@ -169,7 +169,6 @@ def _walk_nodes(body: bytes) -> list[JSON]:
     import msgspec
     import orjson
 
-
     try:
         return walk_nodes(body)
     except msgspec.ValidationError:

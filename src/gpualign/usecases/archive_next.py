@@ -74,7 +74,6 @@ def cannot_verify() -> str | None:
     import os
     import shutil
 
-
     if shutil.which("gpgv") is None:
         return "gpgv, the verifier apt uses, is not installed here (Debian's package gpgv)"
     keyring = os.environ.get(KEYRING_ENV) or KEYRING

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.ensure.judge import OFF, STRICT, judge
-from gpualign.kube.inventory import operator_config_of, planned_of
 from gpualign.ledger import sources
 from gpualign.model.audit import AuditInput, Status, assemble, audit, findings_of
 from gpualign.model.expect import from_flags, from_operator
@@ -138,6 +136,9 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
     (a dump: check_cluster then decides the whole read) or has failed (reading.result() raises why). The findings
     are those the whole read's audit makes: each node is decided from the same driver pods and operator objects,
     and the pages in name order are the whole fleet's."""
+    # only a cluster's read streams; its readers (and the HTTP client) stay away from a dump's check
+    from gpualign.kube.inventory import operator_config_of, planned_of
+
     so_far = reading.so_far()
     if so_far is None:
         return None
@@ -302,6 +303,9 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so). ahead: configs read while the nodes were."""
+    # only a registry ledger's images are judged: the module check (pyelftools, cryptography) stays away otherwise
+    from gpualign.ensure.judge import OFF, STRICT, judge
+
     needs: dict[str, set[str | None]] = {}
     for f in result.findings:
         if f.status == Status.PRESENT and f.image:
