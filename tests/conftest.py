@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import CliResult, run_cli
+from tests.support.cosign_keys import registry  # noqa: F401 - a fixture: a registry of its own (nvidia/driver)
 from tests.support.lab import Lab, start_lab
 from tests.support.loopback_http import serve  # noqa: F401 - a fixture: a loopback HTTP server shaped per test
 

@@ -14,22 +14,14 @@ import pytest
 from gpualign.ensure import signatures
 from gpualign.lab import versions
 from gpualign.ledger.registry import RegistryClient, RegistryRef
-from tests.support.cosign_keys import key_pair, own_registry
+from tests.support.cosign_keys import key_pair, lab_tool, own_registry
 
 pytestmark = pytest.mark.lab
 
 
 @pytest.fixture(scope="module")
 def cosign() -> Path:
-    binary = versions.cosign_binary()
-    assert os.access(binary, os.X_OK), f"{binary}: `gpualign lab build` builds it (make setup runs it)"
-    return binary
-
-
-@pytest.fixture
-def registry(tmp_path):
-    with own_registry(tmp_path / "registry") as client:
-        yield client
+    return lab_tool(versions.cosign_binary())
 
 
 def run(cosign: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from ruamel.yaml import YAML
 from gpualign.ensure import signatures
 from gpualign.lab import versions
 from gpualign.model.attestations import Evidence
-from tests.support.cosign_keys import key_pair, own_registry
+from tests.support.cosign_keys import key_pair, lab_tool
 
 pytestmark = pytest.mark.lab
 
@@ -44,15 +44,7 @@ def docs_policy(registry: str, public_key: Path, *, attestations: bool = True) -
 
 @pytest.fixture(scope="module")
 def tester() -> Path:
-    binary = versions.policy_tester_binary()
-    assert os.access(binary, os.X_OK), f"{binary}: `gpualign lab build` builds it (make setup runs it)"
-    return binary
-
-
-@pytest.fixture
-def registry(tmp_path):
-    with own_registry(tmp_path / "registry") as client:
-        yield client
+    return lab_tool(versions.policy_tester_binary())
 
 
 def admitted(tester: Path, policy: str, image: str, tmp_path: Path) -> tuple[bool, str]:

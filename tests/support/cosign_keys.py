@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -25,6 +27,12 @@ def key_pair(folder: Path, name: str) -> tuple[Path, Path]:
     return private, public
 
 
+def lab_tool(binary: Path) -> Path:
+    """A reference tool `gpualign lab build` made (cosign, policy-controller's policy-tester), there to run."""
+    assert os.access(binary, os.X_OK), f"{binary}: `gpualign lab build` builds it (make setup runs it)"
+    return binary
+
+
 @contextmanager
 def own_registry(folder: Path) -> Iterator[RegistryClient]:
     """A client of a registry of its own (repository nvidia/driver), stopped after."""
@@ -35,3 +43,10 @@ def own_registry(folder: Path) -> Iterator[RegistryClient]:
     finally:
         client.close()
         processes.stop(proc)
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[RegistryClient]:
+    """A fixture (tests/conftest.py offers it): a client of a registry of its own, for the signing tests."""
+    with own_registry(tmp_path / "registry") as client:
+        yield client

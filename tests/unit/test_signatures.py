@@ -13,7 +13,7 @@ import pytest
 from gpualign.base.errors import BadInput
 from gpualign.ensure import signatures
 from gpualign.model import cosign
-from tests.support.cosign_keys import key_pair, own_registry
+from tests.support.cosign_keys import key_pair
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "cosign"
 
@@ -29,12 +29,6 @@ def test_the_payload_is_the_simple_signing_document_cosign_marshals():
     assert json.loads(config)["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
     with pytest.raises(ValueError, match="not a simple-signing payload"):
         cosign.read_payload(b'{"critical": {}}')
-
-
-@pytest.fixture
-def registry(tmp_path):
-    with own_registry(tmp_path / "registry") as client:
-        yield client
 
 
 def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(registry, tmp_path):
