@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 
 from gpualign.base.errors import Forbidden, Unreachable
+from gpualign.base.transport import FailureKind, TransportFailure
 from gpualign.kube import reads
 from gpualign.kube.client import Kube
 from tests.support.loopback_http import loopback_kubeconfig, send
@@ -99,7 +100,7 @@ def test_an_answer_cut_short_is_a_cut_and_says_how_much_arrived(serve):
         h.close_connection = True
 
     w = a_reader(serve(short).url)
-    with pytest.raises(reads.Failure) as err:
+    with pytest.raises(TransportFailure) as err:
         w.get("/x")
     w.close()
     assert err.value.kind == "cut" and err.value.detail == "the connection closed after 9 bytes of the answer"
@@ -110,7 +111,7 @@ def test_a_refused_connection_is_a_connect_failure():
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    with pytest.raises(reads.Failure) as err:
+    with pytest.raises(TransportFailure) as err:
         a_reader(f"http://127.0.0.1:{port}").get("/x")
     assert err.value.kind == "connect" and "Connection refused" in err.value.detail and err.value.refused
 
@@ -151,7 +152,7 @@ def test_a_connection_reset_in_its_handshake_is_a_connect_failure_of_a_link_not_
 
     w = reads.Reader(resets_every_connection, reads.tls_context({"insecure-skip-tls-verify": True}, {}), {},
                      timeout=5, headers={})
-    with pytest.raises(reads.Failure) as err:
+    with pytest.raises(TransportFailure) as err:
         w.get("/x")
     assert err.value.kind == "connect" and not err.value.refused, err.value.detail
     with httpx2.Client(verify=False) as client, pytest.raises(httpx2.ConnectError) as sent:
@@ -185,23 +186,23 @@ def test_any_request_never_sent_is_sent_again_and_a_write_cut_once_sent_is_left_
     def send_next(method, path, *_args):  # noqa: ANN001, ANN202 - Kube._send's shape
         sent.append(method)
         step = outcomes.pop(0)
-        if isinstance(step, reads.Failure):
+        if isinstance(step, TransportFailure):
             raise step
         return reads.Answer(201, b"{}")
 
     monkeypatch.setattr(kube, "_send", send_next)
-    handshake = reads.Failure(reads.FailureKind.CONNECT, "[Errno 104] Connection reset by peer")
+    handshake = TransportFailure(FailureKind.CONNECT, "[Errno 104] Connection reset by peer")
     try:
         outcomes[:] = [handshake] * 5 + [None]
         assert kube.request("POST", "/api/v1/namespaces/default/events", body={}).status_code == 201
         assert sent == ["POST"] * 6 and waits == [0.1, 0.2, 0.4, 0.8, 1.0]
         sent.clear(), waits.clear()
-        outcomes[:] = [reads.Failure(reads.FailureKind.CUT, "[Errno 104] Connection reset by peer")]
+        outcomes[:] = [TransportFailure(FailureKind.CUT, "[Errno 104] Connection reset by peer")]
         with pytest.raises(Unreachable, match="Connection reset by peer"):
             kube.request("POST", "/api/v1/namespaces/default/events", body={})
         assert sent == ["POST"] and waits == []
         sent.clear()
-        outcomes[:] = [reads.Failure(reads.FailureKind.CONNECT, "[Errno 111] Connection refused", refused=True)] * 4
+        outcomes[:] = [TransportFailure(FailureKind.CONNECT, "[Errno 111] Connection refused", refused=True)] * 4
         with pytest.raises(Unreachable, match="Connection refused"):
             kube.request("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/y", body={})
         assert len(sent) == 4 and waits == [0.1, 0.2, 0.4]  # a server that is not there is said so within a second
@@ -211,7 +212,7 @@ def test_any_request_never_sent_is_sent_again_and_a_write_cut_once_sent_is_left_
 
 def test_a_server_that_never_answers_is_a_timeout_while_waiting_for_its_answer(serve):
     w = a_reader(serve(lambda h: time.sleep(2)).url, timeout=0.3)
-    with pytest.raises(reads.Failure) as err:
+    with pytest.raises(TransportFailure) as err:
         w.get("/x")
     w.close()
     assert (err.value.kind, err.value.step) == ("timeout", "waiting for its answer")
@@ -233,7 +234,7 @@ def test_a_token_file_is_read_again_when_kubelet_rotates_it(serve, tmp_path):
 
 def test_a_missing_token_file_is_named(tmp_path):
     w = a_reader("http://127.0.0.1:9", {"tokenFile": str(tmp_path / "gone")})
-    with pytest.raises(reads.Failure, match=f"token file {tmp_path}/gone: No such file or directory"):
+    with pytest.raises(TransportFailure, match=f"token file {tmp_path}/gone: No such file or directory"):
         w.get("/x")
 
 

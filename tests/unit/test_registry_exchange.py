@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from gpualign.ledger.exchange import ExchangeError, Exchanges
+from gpualign.base.transport import TransportFailure
+from gpualign.ledger.exchange import Exchanges
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.loopback_http import send
 
@@ -71,7 +72,7 @@ def test_redirects_end(serve):
     srv = serve(lambda h: send(h, b"", status=302, headers={"Location": "/again"}))
     exchanges = Exchanges(5.0)
     try:
-        with pytest.raises(ExchangeError, match="more than 20 redirects"):
+        with pytest.raises(TransportFailure, match="more than 20 redirects"):
             _get(exchanges, f"{srv.url}/start")
     finally:
         exchanges.close()
@@ -84,7 +85,7 @@ def test_a_gzip_answer_is_decoded_and_bounded_by_its_decoded_size(serve):
     exchanges = Exchanges(5.0)
     try:
         assert _get(exchanges, f"{srv.url}/tags").json()["tags"] == ["580-6.1.0-41-amd64-debian12"]
-        with pytest.raises(ExchangeError) as err:
+        with pytest.raises(TransportFailure) as err:
             _get(exchanges, f"{srv.url}/bomb")
         assert (err.value.kind, err.value.detail) == ("large", "too large")
     finally:

@@ -23,6 +23,7 @@ from gpualign import __version__
 from gpualign.base.collector import held_off
 from gpualign.base.errors import BadInput, Conflict, Unreachable, api_error
 from gpualign.base.json_types import JSON
+from gpualign.base.transport import FailureKind, TransportFailure
 from gpualign.kube import kubeconfig as kc
 from gpualign.kube import reads
 from gpualign.kube.refusals import Response, refused
@@ -74,7 +75,7 @@ def _check_tls_files(picked: Picked) -> None:
             raise BadInput(f"kubeconfig {picked.where}: {what} {file} is not PEM")
 
 
-def _httpx_failure(err: Exception) -> reads.Failure:
+def _httpx_failure(err: Exception) -> TransportFailure:
     """An httpx2 error as the same Failure the reads raise."""
     import httpx2
 
@@ -82,20 +83,20 @@ def _httpx_failure(err: Exception) -> reads.Failure:
     if isinstance(err, httpx2.TimeoutException):
         step = "connecting" if isinstance(err, httpx2.ConnectTimeout) else \
             "sending the request" if isinstance(err, httpx2.WriteTimeout) else "waiting for its answer"
-        return reads.Failure(reads.FailureKind.TIMEOUT, detail, step)
+        return TransportFailure(FailureKind.TIMEOUT, detail, step)
     if isinstance(err, httpx2.ConnectError):
-        return reads.Failure(reads.FailureKind.CONNECT, detail, refused=reads.nobody_there(err))
+        return TransportFailure(FailureKind.CONNECT, detail, refused=reads.nobody_there(err))
     if isinstance(err, (httpx2.ReadError, httpx2.WriteError, httpx2.RemoteProtocolError)):
-        return reads.Failure(reads.FailureKind.CUT, detail)
-    return reads.Failure(reads.FailureKind.OTHER, detail)
+        return TransportFailure(FailureKind.CUT, detail)
+    return TransportFailure(FailureKind.OTHER, detail)
 
 
-def retries(err: reads.Failure, is_read: bool) -> int:
+def retries(err: TransportFailure, is_read: bool) -> int:
     """How many times a request that failed so is tried again in all: a connection nothing answered a few times,
     one that broke before the request was sent (for any request) or a read cut on its way (never a write)."""
-    if err.kind == reads.FailureKind.CONNECT:
+    if err.kind == FailureKind.CONNECT:
         return RETRIES_ON_CONNECT if err.refused else RETRIES_ON_RESET
-    if err.kind == reads.FailureKind.CUT and is_read:
+    if err.kind == FailureKind.CUT and is_read:
         return RETRIES_ON_RESET
     return 0
 
@@ -196,10 +197,10 @@ class Kube:
             self._client = client
             return client
 
-    def failed(self, err: reads.Failure) -> str:
+    def failed(self, err: TransportFailure) -> str:
         """A transport failure in words: a timeout is a server that did not answer in time (it may well be up),
         anything else one that could not be reached."""
-        if err.kind == reads.FailureKind.TIMEOUT:
+        if err.kind == FailureKind.TIMEOUT:
             return f"API server {self.server} did not answer within {self.timeout:g}s ({err.step})"
         return f"API server {self.server} unreachable: {err.detail}"
 
@@ -239,7 +240,7 @@ class Kube:
                 if is_read and self._reads is not None:
                     return self._reads.get(path, params=params, accept=accept, method=method)
                 return self._send(method, path, params, body, content_type, accept)
-            except reads.Failure as err:
+            except TransportFailure as err:
                 if attempt < retries(err, is_read):
                     time.sleep(min(1.0, 0.1 * 2 ** attempt))
                     attempt += 1

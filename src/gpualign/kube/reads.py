@@ -7,8 +7,9 @@ here: GET and HEAD, bearer token (a token file is read again when it changes, as
 client certificates, gzip, a server with a path prefix. Everything else (writes, watches, exec credential plugins)
 goes through lightkube.
 
-A failure is a `Failure` whose `kind` (a FailureKind) says what the caller may do about it: CONNECT (no connection
-was made), CUT (a connection broke during the exchange), TIMEOUT (with the step that waited) or OTHER.
+A failure is a `TransportFailure` (gpualign.base.transport, shared with the registry client) whose `kind` (a
+FailureKind) says what the caller may do about it: CONNECT (no connection was made), CUT (a connection broke during
+the exchange), TIMEOUT (with the step that waited) or OTHER.
 """
 
 from __future__ import annotations
@@ -23,35 +24,13 @@ import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import orjson
 
-
-class FailureKind(StrEnum):
-    """What a transport failure leaves the caller to do."""
-
-    CONNECT = "connect"  # no connection was made (refused, or broken in its handshake): no request was sent, so
-    # trying again is safe for any request
-    CUT = "cut"  # a connection broke during the exchange: a read may be tried again
-    TIMEOUT = "timeout"  # nothing came within the time allowed (the failure's step says where it waited)
-    OTHER = "other"
-
-
-class Failure(Exception):
-    """A transport failure: its kind (FailureKind); step says where a timeout waited; refused, for a CONNECT, that
-    nothing answered at all (a refused connection, a name that does not resolve, no route), not a link that broke
-    while the connection was being made."""
-
-    def __init__(self, kind: FailureKind, detail: str, step: str = "", *, refused: bool = False) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
-        self.step = step
-        self.refused = refused
+from gpualign.base.transport import FailureKind, TransportFailure
 
 
 def nobody_there(err: BaseException | None) -> bool:
@@ -146,7 +125,7 @@ class _Credentials:
                         self._header = f"Bearer {f.read().strip()}"
                     self._stamp = stamp
             except OSError as err:
-                raise Failure(FailureKind.OTHER, f"token file {self._file}: {err.strerror}") from None
+                raise TransportFailure(FailureKind.OTHER, f"token file {self._file}: {err.strerror}") from None
             return self._header
 
 
@@ -191,7 +170,7 @@ class Reader:
     def get(self, path: str, *, params: Mapping[str, Any] | None = None, accept: str = "application/json",
             method: str = "GET") -> Answer:
         """One GET (or HEAD), its answer read whole. A kept-alive connection the server had closed is opened again
-        once, silently; any other failure is a Failure, and the connection is dropped."""
+        once, silently; any other failure is a TransportFailure, and the connection is dropped."""
         target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
         headers = {**self.headers, "Accept": accept}
         auth = self._credentials.header()
@@ -202,7 +181,7 @@ class Reader:
             reused = conn.sock is not None
             try:
                 answer = self._exchange(conn, method, target, headers)
-            except Failure as err:
+            except TransportFailure as err:
                 conn.close()
                 # A server closes an idle kept-alive connection without a word: the first write or read on it
                 # fails before any answer. That is not a failure of this request.
@@ -227,12 +206,13 @@ class Reader:
             body = resp.read()
         except TimeoutError:
             waited = "waiting for its answer" if step == "reading the answer" else step
-            raise Failure(FailureKind.TIMEOUT, "timed out", waited) from None
+            raise TransportFailure(FailureKind.TIMEOUT, "timed out", waited) from None
         except (http.client.HTTPException, OSError) as err:  # resets, refusals, TLS errors, short bodies
             if step == "connecting":
-                raise Failure(FailureKind.CONNECT, _said(err), refused=nobody_there(err)) from None
-            raise Failure(FailureKind.CUT, _said(err), "reading the answer" if step == "reading the answer" else
-                          "before the answer") from None
+                raise TransportFailure(FailureKind.CONNECT, _said(err), refused=nobody_there(err)) from None
+            raise TransportFailure(FailureKind.CUT, _said(err),
+                                   "reading the answer" if step == "reading the answer" else "before the answer") \
+                from None
         found = {k.lower(): v for k, v in resp.getheaders()}
         if found.get("content-encoding") == "gzip" and body:
             import zlib
@@ -240,8 +220,8 @@ class Reader:
             try:
                 body = zlib.decompress(body, 16 + zlib.MAX_WBITS)
             except zlib.error as err:
-                raise Failure(FailureKind.CUT, f"a gzip answer that does not decompress: {err}", "reading the answer") \
-                    from None
+                raise TransportFailure(FailureKind.CUT, f"a gzip answer that does not decompress: {err}",
+                                       "reading the answer") from None
         return Answer(resp.status, body, found)
 
     def _take_fresh(self) -> http.client.HTTPConnection:

@@ -10,7 +10,7 @@ verifies it on Linux (the system's CAs, or SSL_CERT_FILE / SSL_CERT_DIR) and set
 gzip answer decoded. Like the httpx client it replaces, it uses no proxy. Large blobs streamed into files still go
 through httpx (`RegistryClient.blob_to_file`), as does any client a test gives an httpx transport.
 
-A failure is an `ExchangeError` whose `kind` says what happened: "timeout", "cut" (the answer broke off),
+A failure is an `TransportFailure` whose `kind` says what happened: "timeout", "cut" (the answer broke off),
 "connect" (no connection), or "other" (a refused TLS handshake included); the registry client words it.
 """
 
@@ -29,17 +29,11 @@ from urllib.parse import urljoin, urlsplit
 import orjson
 
 from gpualign import __version__
+from gpualign.base.transport import FailureKind, TransportFailure
 
 MAX_REDIRECTS = 20  # httpx's default
 USER_AGENT = f"gpualign/{__version__}"
 REDIRECTS = (301, 302, 303, 307, 308)
-
-
-class ExchangeError(Exception):
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.detail = detail
 
 
 class Headers(dict[str, str]):
@@ -124,8 +118,8 @@ class Exchanges:
 
     def exchange(self, method: str, url: str, headers: dict[str, str], content: bytes | None, *,
                  deadline: float, max_body: int, too_large: str) -> Reply:
-        """One exchange, redirects followed; its body at most max_body bytes (ExchangeError("large", too_large)
-        beyond), all of it by `deadline` (time.monotonic())."""
+        """One exchange, redirects followed; its body at most max_body bytes (a LARGE TransportFailure saying
+        too_large beyond), all of it by `deadline` (time.monotonic())."""
         for _ in range(MAX_REDIRECTS + 1):
             reply = self._once(method, url, headers, content, deadline, max_body, too_large)
             location = reply.headers.get("location")
@@ -137,18 +131,18 @@ class Exchanges:
             if reply.status_code == 303 and method != "HEAD" or reply.status_code in (301, 302) and method == "POST":
                 method, content = "GET", None
             url = target
-        raise ExchangeError("other", f"more than {MAX_REDIRECTS} redirects")
+        raise TransportFailure(FailureKind.OTHER, f"more than {MAX_REDIRECTS} redirects")
 
     def _once(self, method: str, url: str, headers: dict[str, str], content: bytes | None, deadline: float,
               max_body: int, too_large: str) -> Reply:
         parts = urlsplit(url)
         scheme = parts.scheme
         if scheme not in ("http", "https") or not parts.hostname:
-            raise ExchangeError("other", f"cannot fetch {url[:100]!r}")
+            raise TransportFailure(FailureKind.OTHER, f"cannot fetch {url[:100]!r}")
         port = parts.port or (443 if scheme == "https" else 80)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ExchangeError("timeout", "")
+            raise TransportFailure(FailureKind.TIMEOUT, "")
         conn = self._connection(scheme, parts.hostname, port)
         conn.timeout = remaining  # no step of this exchange waits past its deadline
         if conn.sock is not None:
@@ -161,7 +155,7 @@ class Exchanges:
             sent = True
             resp = conn.getresponse()
             body = _read(resp, method, deadline, max_body, too_large)
-        except ExchangeError:
+        except TransportFailure:
             conn.close()
             raise
         except (TimeoutError, ssl.SSLError, OSError, http.client.HTTPException) as err:
@@ -193,27 +187,27 @@ def _read(resp: http.client.HTTPResponse, method: str, deadline: float, max_body
             try:
                 chunk = decoder.decompress(chunk, max_body + 1 - len(body))
             except zlib.error:
-                raise ExchangeError("cut", "an answer whose compressed body is broken") from None
+                raise TransportFailure(FailureKind.CUT, "an answer whose compressed body is broken") from None
         body += chunk
         if len(body) > max_body:
-            raise ExchangeError("large", too_large)
+            raise TransportFailure(FailureKind.LARGE, too_large)
         if time.monotonic() > deadline:
-            raise ExchangeError("slow", "still arriving")
+            raise TransportFailure(FailureKind.SLOW, "still arriving")
     if resp.length:  # the connection closed before the Content-Length it announced
-        raise ExchangeError("cut", "")
+        raise TransportFailure(FailureKind.CUT, "")
     resp.close()  # read to its end: the connection can take the next request
     return bytes(body)
 
 
-def _failure(err: BaseException, sent: bool) -> ExchangeError:
+def _failure(err: BaseException, sent: bool) -> TransportFailure:
     if isinstance(err, TimeoutError):
-        return ExchangeError("timeout", "")
+        return TransportFailure(FailureKind.TIMEOUT, "")
     if isinstance(err, (http.client.IncompleteRead, http.client.RemoteDisconnected)) or \
             sent and isinstance(err, (ConnectionResetError, BrokenPipeError)):
-        return ExchangeError("cut", "")
+        return TransportFailure(FailureKind.CUT, "")
     why = " ".join(str(err).split())[:200] or err.__class__.__name__
     if isinstance(err, ssl.SSLError):
-        return ExchangeError("other", why)
+        return TransportFailure(FailureKind.OTHER, why)
     if isinstance(err, OSError) and not sent:
-        return ExchangeError("connect", why)
-    return ExchangeError("other", why)
+        return TransportFailure(FailureKind.CONNECT, why)
+    return TransportFailure(FailureKind.OTHER, why)

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
 
 from gpualign.base.errors import BadInput, Refused, Unreachable
-from gpualign.ledger.exchange import ExchangeError, Exchanges, Headers, Reply
+from gpualign.base.transport import FailureKind, TransportFailure
+from gpualign.ledger.exchange import Exchanges, Headers, Reply
 from gpualign.model import oci
 
 if TYPE_CHECKING:
@@ -241,19 +242,19 @@ class RegistryClient:
             try:
                 return self._exchanges.exchange(method, url, headers, content, deadline=deadline,
                                                 max_body=MAX_BODY, too_large=too_large)
-            except ExchangeError as err:
+            except TransportFailure as err:
                 raise self._unreachable(err, where) from None
         return self._bounded_httpx(method, url, headers, content, deadline, where, too_large)
 
-    def _unreachable(self, err: ExchangeError, where: str) -> Unreachable:
-        if err.kind == "large":
+    def _unreachable(self, err: TransportFailure, where: str) -> Unreachable:
+        if err.kind == FailureKind.LARGE:
             return Unreachable(err.detail)
-        if err.kind == "slow":
+        if err.kind == FailureKind.SLOW:
             return Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s "
                                f"(response to {where} still arriving)")
-        if err.kind == "timeout":
+        if err.kind == FailureKind.TIMEOUT:
             return Unreachable(f"registry {self.ref.host} timed out after {self.timeout:g}s")
-        if err.kind == "cut":
+        if err.kind == FailureKind.CUT:
             return Unreachable(f"registry {self.ref.host}: response to {where} was cut short")
         return Unreachable(f"registry {self.ref.host} unreachable: {err.detail}")
 
