@@ -82,7 +82,7 @@ def document(image: str, debs: Iterable[tuple[str, str, str]], wheels: Iterable[
 def read_image(image: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
     """What the image (in `make image`'s buildah storage) holds: its Debian packages and its Python distributions."""
     sys.path.insert(0, str(ROOT / "scripts"))
-    from build_image import buildah
+    from build_image import buildah, buildah_cmd
 
     ctr = buildah("from", "--quiet", "--pull-never", image, capture=True)
     try:
@@ -91,14 +91,8 @@ def read_image(image: str) -> tuple[list[tuple[str, str, str]], list[tuple[str, 
         wheels = [w for site in sorted((rootfs / VENV).glob("lib/python3*/site-packages"))
                   for w in python_packages(site)]
     finally:
-        subprocess.run(buildah_rm(ctr), capture_output=True)
+        subprocess.run(buildah_cmd("rm", ctr), capture_output=True)  # nothing to report if it is already gone
     return debian_packages(status), wheels
-
-
-def buildah_rm(ctr: str) -> list[str]:
-    from build_image import buildah_cmd
-
-    return buildah_cmd("rm", ctr)
 
 
 def sbom_of(image: str) -> dict[str, Any]:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from dataclasses import replace
+
+from hypothesis import event, given
 from hypothesis import strategies as st
 
-from gpualign.upgrade.blockers import PDB_WORDS, BlockKind, kind_of
+from gpualign.upgrade import states as S
+from gpualign.upgrade.blockers import PDB_WORDS, TOLD, BlockKind, kind_of
+from gpualign.upgrade.planner import NodeView
+from tests.support.walks import node_views_with, policies, unique
 
 
 def test_a_blocker_written_by_a_gpualign_that_wrote_no_kind_has_its_kind_from_its_words():
@@ -86,3 +91,58 @@ def test_status_json_says_no_state_as_null_and_cordoned_as_a_boolean():
     assert (free["state"], free["cordoned"], free["cordoned_by"]) == (None, False, None)
     walked = NodeStatus("n", "drain-required", 5.0, "upgrade", None, None, None, None, None, None).as_dict()
     assert (walked["state"], walked["cordoned"], walked["cordoned_by"]) == ("drain-required", True, "upgrade")
+
+
+def _at_admission(view: NodeView) -> NodeView:
+    """Half the views at the walk's door (required, not cordoned, not skipped), where the holds are made."""
+    return replace(view, state=S.REQUIRED, needs_upgrade=True, unschedulable=False, skip=False, maintenance=None)
+
+
+@given(st.lists(node_views_with(st.sampled_from([(), (("ml/trainer-pdb", 1),)])), min_size=1, max_size=6).map(
+           lambda views: [_at_admission(v) if i % 2 == 0 else v for i, v in enumerate(views)]),
+       policies, st.integers(0, 2), st.booleans())
+def test_status_and_why_word_every_hold_the_walk_writes_by_its_kind(views, policy, allowed, kind_written):
+    """Over the holds the planner makes and the executor writes on the node (and as an older gpualign wrote them,
+    without the kind): status's blocker_kind is the hold's kind, the table says "held before cordon" for every hold
+    before cordon but a PDB's (whose words say it), and why names a PDB hold's PDB once, without its lead words."""
+    from gpualign.model.facts import node_facts
+    from gpualign.upgrade import report
+    from gpualign.upgrade.budget import Budget
+    from gpualign.upgrade.executor import Executor
+    from gpualign.upgrade.planner import next_actions
+    from gpualign.upgrade.snapshot import NodeState
+
+    class Recording:
+        def __init__(self) -> None:
+            self.patches: list[dict] = []
+
+        def patch(self, path: str, body: dict) -> dict:
+            self.patches.append(body)
+            return {}
+
+        def event(self, *_: object, **__: object) -> None:
+            pass
+
+    budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", allowed, 2 + allowed, 2, 2)}
+    for action in next_actions(unique(views), policy, budgets):
+        if action.hold not in TOLD:
+            continue
+        view = next(v for v in views if v.name == action.node)
+        node = {"metadata": {"name": view.name, "resourceVersion": "1", "labels": {S.STATE_LABEL: view.state}},
+                "spec": {"unschedulable": view.unschedulable}}
+        kube = Recording()
+        Executor(kube, policy, report=lambda _n, _m: None).apply(  # type: ignore[arg-type]
+            action, NodeState(node, node_facts(node), None, None, view.target_tag, view))
+        written = dict(kube.patches[-1]["metadata"]["annotations"])
+        if not kind_written:
+            written.pop(S.BLOCKER_KIND)  # as a gpualign before the kind wrote it
+        annotated = {**node, "metadata": {**node["metadata"], "annotations": written}}
+        ns = NodeState(annotated, node_facts(annotated), None, None, view.target_tag, view)
+        status = report.node_status(ns, ledger_known=False)
+        expected = action.hold if kind_written else kind_of(action.reason)
+        assert status.blocker == action.reason and status.blocker_kind == expected
+        lines = report.why(ns, ledger_known=False)
+        event(f"hold: {action.hold}")
+        if action.hold is BlockKind.PDB and status.hold == "before-cordon":
+            (line,) = [line for line in lines if line.startswith("held before cordon")]
+            assert "ml/trainer-pdb" in line and PDB_WORDS not in line

@@ -129,8 +129,7 @@ def gc(
     from gpualign.cli.common import warn
     from gpualign.usecases.ledger_sweep import sweep
 
-    clusters: list[str | None] = [*contexts] if contexts else [None]  # None: the current context
-    done = sweep(ledger, clusters, kubeconfig=kubeconfig, keep_previous=keep_previous, delete=yes,
+    done = sweep(ledger, list(contexts or []), kubeconfig=kubeconfig, keep_previous=keep_previous, delete=yes,
                  read_archive=archive, progress=progress, warn=warn)
     found, host = done.found, done.host
 

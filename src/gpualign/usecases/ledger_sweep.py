@@ -30,8 +30,7 @@ class Sweep:
     clusters: tuple[str, ...]  # the contexts read, as their kubeconfigs name them
     kernels: tuple[str, ...]  # every kernel a node runs or announces
     offered: dict[str, str]  # pool -> the kernel Debian's archive installs next on it
-    found: Unused
-    deleted: tuple[str, ...]  # REPO:TAG, in the order deleted (none on a dry run)
+    found: Unused  # with delete, all of it is gone (a deletion that fails stops the sweep)
 
     @property
     def anything(self) -> bool:
@@ -40,7 +39,7 @@ class Sweep:
 
 def sweep(ledger: str, contexts: Sequence[str | None], *, kubeconfig: str | None, keep_previous: int, delete: bool,
           read_archive: bool, progress: Say, warn: Say) -> Sweep:
-    """contexts: the clusters that pull from the ledger (None: the current one); delete: False is a dry run."""
+    """contexts: the clusters that pull from the ledger (none named: the current one); delete: False is a dry run."""
     if not ledger.startswith("registry://"):
         raise BadInput(f"--ledger {ledger}: expected registry://HOST[:PORT]/REPO (a file ledger holds no images)")
     kernels: set[str] = set()
@@ -82,7 +81,7 @@ def sweep(ledger: str, contexts: Sequence[str | None], *, kubeconfig: str | None
                     done.append(f"{repo}:{tag}")
                     progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
         return Sweep(ledger, client.ref.host, client.ref.repo, modules_repo, tuple(read), tuple(sorted(kernels)),
-                     dict(sorted(offered.items())), found, tuple(done))
+                     dict(sorted(offered.items())), found)
 
 
 def offered_next(fleet: list[NodeFacts], warn: Say) -> dict[str, str]:
