@@ -33,6 +33,20 @@ def test_a_blocker_written_by_a_gpualign_that_wrote_no_kind_has_its_kind_from_it
     assert {text: kind_of(text) for text in cases} == cases
 
 
+class Recording:
+    """The cluster as the executor writes to it: each patch kept, Events dropped."""
+
+    def __init__(self) -> None:
+        self.patches: list[dict] = []
+
+    def patch(self, path: str, body: dict) -> dict:
+        self.patches.append(body)
+        return {}
+
+    def event(self, *_: object, **__: object) -> None:
+        pass
+
+
 @given(st.text(max_size=200))
 def test_any_sentence_has_one_of_the_few_kinds(text):
     assert kind_of(text) in set(BlockKind)
@@ -54,17 +68,6 @@ def test_the_walk_writes_each_hold_it_tells_with_its_kind_and_never_reads_its_ow
     from gpualign.upgrade.executor import Executor
     from gpualign.upgrade.planner import NodeView, next_actions
     from gpualign.upgrade.snapshot import NodeState
-
-    class Recording:
-        def __init__(self) -> None:
-            self.patches: list[dict] = []
-
-        def patch(self, path: str, body: dict) -> dict:
-            self.patches.append(body)
-            return {}
-
-        def event(self, *_: object, **__: object) -> None:
-            pass
 
     node = {"metadata": {"name": "n1", "resourceVersion": "1", "labels": {S.STATE_LABEL: S.REQUIRED}}}
     # an unmovable pod whose reason reads like a PDB hold: the kind, not the words, decides
@@ -111,17 +114,6 @@ def test_status_and_why_word_every_hold_the_walk_writes_by_its_kind(views, polic
     from gpualign.upgrade.executor import Executor
     from gpualign.upgrade.planner import next_actions
     from gpualign.upgrade.snapshot import NodeState
-
-    class Recording:
-        def __init__(self) -> None:
-            self.patches: list[dict] = []
-
-        def patch(self, path: str, body: dict) -> dict:
-            self.patches.append(body)
-            return {}
-
-        def event(self, *_: object, **__: object) -> None:
-            pass
 
     budgets = {"ml/trainer-pdb": Budget("ml/trainer-pdb", allowed, 2 + allowed, 2, 2)}
     for action in next_actions(unique(views), policy, budgets):
