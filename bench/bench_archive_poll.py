@@ -21,7 +21,7 @@ from pathlib import Path
 ONE = """
 import json, resource, sys, time
 from pathlib import Path
-from gpualign.ensure.archive_index import ArchiveIndex
+from gpualign.archive.indexes import ArchiveIndex
 from gpualign.model import next_kernels
 suite, arch, cache = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 index = ArchiveIndex(cache=cache)

@@ -97,9 +97,10 @@ def main() -> int:
     first, second = args.kernels
     with tempfile.TemporaryDirectory(prefix="gpualign-bench-ccache-", dir="/var/tmp") as tmp:
         os.environ["GPUALIGN_CACHE"] = str(Path(tmp) / "cache")
-        from gpualign.ensure import buildroot, kmod, symvers
-        from gpualign.ensure.archive import Archive
-        from gpualign.ensure.verify import verify
+        from gpualign.archive.apt import Archive
+        from gpualign.ensure import buildroot
+        from gpualign.judging import kmod, symvers
+        from gpualign.judging.verify import verify
 
         archive = Archive.for_kernel(second)
         with buildroot.held(archive, first, "proprietary", together=(second,),

@@ -48,9 +48,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from gpualign.archive.apt import Archive  # noqa: E402
 from gpualign.controller.build_trigger import job as J  # noqa: E402
 from gpualign.ensure import debian, shared  # noqa: E402
-from gpualign.ensure.archive import Archive  # noqa: E402
 from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402

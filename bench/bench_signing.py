@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 
-from gpualign.ensure import signatures  # noqa: E402
+from gpualign.ensure import signatures
+from gpualign.judging import signature_check  # noqa: E402
 from gpualign.lab import docker_registry, processes  # noqa: E402
 from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
 from gpualign.model.attestations import Evidence  # noqa: E402
@@ -60,9 +61,9 @@ def main() -> None:
                 attest_s.append(time.perf_counter() - t0)
                 digest = client.digest(tag)
                 assert digest is not None
-                trusted = (signatures.TrustedKey("bench", key.public_key()),)
+                trusted = (signature_check.TrustedKey("bench", key.public_key()),)
                 t0 = time.perf_counter()
-                assert signatures.verify(client, digest, trusted).ok
+                assert signature_check.verify(client, digest, trusted).ok
                 verify_s.append(time.perf_counter() - t0)
             result = {"repeat": args.repeat, "sign_s": round(statistics.median(sign_s), 4),
                       "attest_s": round(statistics.median(attest_s), 4),

@@ -15,9 +15,9 @@ import json
 import sys
 import time
 
+from gpualign.archive.apt import Archive
 from gpualign.base.errors import GpualignError
 from gpualign.ensure import debian
-from gpualign.ensure.archive import Archive
 
 
 def main() -> int:

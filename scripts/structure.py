@@ -30,8 +30,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "gpualign"
 # Bottom to top: a room imports only from its own and the rooms before it.
-ORDER = ("rules", "base", "model", "loaders", "ledger", "kube", "ensure", "upgrade", "usecases", "controller", "lab",
-         "cli", "main")
+ORDER = ("rules", "base", "model", "loaders", "ledger", "kube", "archive", "judging", "ensure", "upgrade", "usecases",
+         "controller", "lab", "cli", "main")
 
 
 def module_name(path: Path, src: Path = SRC) -> str:

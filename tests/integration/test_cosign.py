@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpualign.ensure import signatures
+from gpualign.judging import signature_check
 from gpualign.lab import versions
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.cosign_keys import key_pair, lab_tool, own_registry
@@ -55,9 +56,9 @@ def test_gpualign_accepts_what_cosign_signs_with_its_key_and_refuses_another(cos
     signed = run(cosign, tmp_path, "sign", "--key", "cosign.key", "--tlog-upload=false", "--allow-http-registry",
                  "--yes", f"{registry.ref.host}/nvidia/driver@{digest}")
     assert signed.returncode == 0, signed.stderr
-    assert signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "cosign.pub")])).ok
+    assert signature_check.verify(registry, digest, signature_check.load_trusted([str(tmp_path / "cosign.pub")])).ok
     key_pair(tmp_path, "other")
-    refused = signatures.verify(registry, digest, signatures.load_trusted([str(tmp_path / "other.pub")]))
+    refused = signature_check.verify(registry, digest, signature_check.load_trusted([str(tmp_path / "other.pub")]))
     assert not refused.ok and "a key not trusted here" in refused.why
 
 
@@ -112,8 +113,8 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
         client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
         try:
             digest = client.digest(other)
-            trust = signatures.load_trusted([str(tmp_path / "ours.pub")])
-            assert digest and signatures.verify(client, digest, trust).ok
+            trust = signature_check.load_trusted([str(tmp_path / "ours.pub")])
+            assert digest and signature_check.verify(client, digest, trust).ok
         finally:
             client.close()
     finally:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from gpualign.ensure import kmod
-from gpualign.ensure import symvers as symvers_mod
-from gpualign.ensure.archive import Archive
-from gpualign.ensure.verify import verify
+from gpualign.archive.apt import Archive
+from gpualign.judging import kmod
+from gpualign.judging import symvers as symvers_mod
+from gpualign.judging.verify import verify
 from gpualign.lab import docker_registry, kernel_load, processes
 from tests.support.cli import run_cli
 from tests.support.ensure_build import KERNEL, OTHER, TAG, client, gpu_workload_on, modversions, pulled_modules, symvers
@@ -196,7 +196,7 @@ def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_c
     (tmp_path / "check.json").write_text(check.out)
 
     # with a signing key, what the build pushes is signed, and its SBOM and provenance attested (cosign's formats)
-    from gpualign.ensure import signatures
+    from gpualign.judging import signature_check
     from tests.support.cosign_keys import key_pair
 
     key_pair(tmp_path, "cosign")
@@ -210,7 +210,7 @@ def test_a_node_on_debians_6_12_kernel_is_built_for_its_release_and_its_driver_c
     try:
         digest = reg.digest(tag)
         assert digest == image["digest"] and image["signature"] == f"sha256-{digest.removeprefix('sha256:')}.sig"
-        assert signatures.verify(reg, digest, signatures.load_trusted([str(tmp_path / "cosign.pub")])).ok
+        assert signature_check.verify(reg, digest, signature_check.load_trusted([str(tmp_path / "cosign.pub")])).ok
         sbom_manifest = reg.manifest(image["attestations"][1])
         assert sbom_manifest is not None
         sbom = json.loads(reg.blob(sbom_manifest["layers"][0]["digest"]))

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
+from gpualign.archive.apt import Archive
 from gpualign.ensure import debian, recipes
-from gpualign.ensure.archive import Archive
 from tests.support.ensure_build import KERNEL, OTHER, modversions, symvers
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from gpualign.archive.apt import Archive
 from gpualign.ensure import debian
-from gpualign.ensure.archive import Archive
 from tests.support.ensure_build import KERNEL, TAG, client, pulled_modules
 from tests.support.lab import start_lab
 from tests.support.waits import wait_for

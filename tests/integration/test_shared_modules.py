@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from gpualign.archive.apt import Archive
 from gpualign.ensure import debian, shared
-from gpualign.ensure.archive import Archive
 from gpualign.ensure.stage import verify_modules
-from gpualign.ensure.tagspec import parse
+from gpualign.judging.tagspec import parse
 from gpualign.lab import docker_registry, processes
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from gpualign.loaders.archive_reading import ensure_root

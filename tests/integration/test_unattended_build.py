@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
+from gpualign.archive.apt import Archive
 from gpualign.controller.build_trigger import job as J
 from gpualign.ensure import debian, shared
-from gpualign.ensure.archive import Archive
 from gpualign.lab import realnode, versions
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.cli import ROOT, run_cli

@@ -43,7 +43,7 @@ def _is_meta(release: str) -> bool:
 
 
 def read_suites(os_tag: str) -> tuple[str, ...]:
-    """The suites a build of os_tag reads (gpualign.ensure.archive.Archive.suites)."""
+    """The suites a build of os_tag reads (gpualign.archive.apt.Archive.suites)."""
     suite = {v: k for k, v in OS_OF.items()}[os_tag]
     return suite, f"{suite}-updates", f"{suite}-security"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx2
 
-from gpualign.ensure.archive import Archive
+from gpualign.archive.apt import Archive
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.waits import wait_for
 

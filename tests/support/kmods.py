@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 
-from gpualign.ensure import kmod
+from gpualign.judging import kmod
 
 
 def fake_ko(info: dict[str, str], imports: dict[str, int], exports: tuple[str, ...] = (),

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 
 from gpualign.ensure import ahead, compose, shared
-from gpualign.ensure.tagspec import parse
+from gpualign.judging.tagspec import parse
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.blob_registry import BlobRegistry
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpualign.ensure import archive as archive_mod
-from gpualign.ensure.archive import Archive
+from gpualign.archive import apt as archive_mod
+from gpualign.archive.apt import Archive
 
 STANZAS = """Package: libcuda1
 Version: 535.309.01-0+deb12u1
@@ -88,8 +88,9 @@ def test_mmdebstrap_is_given_the_same_list_options_as_apt_config_lines(tmp_path)
 
 def test_an_air_gapped_fleets_mirror_is_read_by_builds_and_rendered_recipes(monkeypatch):
     """Review 5's M6: Debian's archive was fixed at deb.debian.org in ensure and in the rendered recipes."""
-    from gpualign.ensure import archive, recipes
-    from gpualign.ensure.tagspec import parse
+    from gpualign.archive import apt as archive
+    from gpualign.ensure import recipes
+    from gpualign.judging.tagspec import parse
 
     monkeypatch.delenv(archive.MIRROR_ENV, raising=False)
     monkeypatch.delenv(archive.SECURITY_ENV, raising=False)

@@ -1,4 +1,4 @@
-"""The door to Debian's archive indexes (gpualign.ensure.archive_index), against a loopback mirror serving the
+"""The door to Debian's archive indexes (gpualign.archive.indexes), against a loopback mirror serving the
 archive's own signed InRelease and Packages.xz (recorded from trixie-updates): verified as apt verifies them, with
 Debian's keyring, and refused when anything was changed."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpualign.ensure.archive import KEYRING
-from gpualign.ensure.archive_index import ArchiveIndex, IndexRefused
+from gpualign.archive.apt import KEYRING
+from gpualign.archive.indexes import ArchiveIndex, IndexRefused
 from gpualign.model import archive_release
 from tests.support.loopback_http import send
 

@@ -178,7 +178,7 @@ def test_configs_read_ahead_are_judged_as_the_registry_gives_them(serve) -> None
     the registry asked once. A config read ahead for other architectures is not taken: judge() reads its own."""
     import hashlib
 
-    from gpualign.ensure.judge import Ahead, judge
+    from gpualign.judging.judge import Ahead, judge
 
     good, bad = f"580-{KERNELS[0]}-ubuntu22.04", f"580-{KERNELS[1]}-ubuntu22.04"
     configs = {tag: orjson.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {

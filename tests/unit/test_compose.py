@@ -17,7 +17,7 @@ import httpx2
 import pytest
 
 from gpualign.ensure import compose, image
-from gpualign.ensure.tagspec import parse
+from gpualign.judging.tagspec import parse
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from tests.support.blob_registry import BlobRegistry
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from gpualign.archive import apt as archive_mod
+from gpualign.archive.apt import Archive
 from gpualign.base.errors import BadInput
-from gpualign.ensure import archive as archive_mod
-from gpualign.ensure import buildroot, foreign, kmod
-from gpualign.ensure.archive import Archive
-from gpualign.ensure.verify import verify
+from gpualign.ensure import buildroot, foreign
+from gpualign.judging import kmod
+from gpualign.judging.verify import verify
 from tests.support.kmods import fake_ko
 
 ARM64 = "6.1.0-50-arm64"

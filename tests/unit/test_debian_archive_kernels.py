@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gpualign.base.errors import BadInput
 from gpualign.controller.build_trigger.trigger import BUILDABLE
-from gpualign.ensure import tagspec
+from gpualign.judging import tagspec
 from gpualign.ledger.sources import Ledger
 from gpualign.loaders.rules import load_rules
 from gpualign.model import debian_kernels

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gpualign.ensure.inspect import CONTENTS, contract_problem
+from gpualign.judging.inspect import CONTENTS, contract_problem
 
 DROPIN = {"paths": ["usr/bin/nvidia-smi", "usr/local/bin/nvidia-driver"],
           "libraries": [["libcuda", "535.309.01"], ["libnvidia-ml", "535.309.01"]]}

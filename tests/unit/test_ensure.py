@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import kmod, symvers, tagspec
-from gpualign.ensure.verify import verify
+from gpualign.judging import kmod, symvers, tagspec
+from gpualign.judging.verify import verify
 from gpualign.loaders.rules import load_rules
 from tests.support.kmods import KERNEL, TABLE, VERMAGIC, fake_ko
 

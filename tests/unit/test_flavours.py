@@ -136,7 +136,7 @@ def test_a_missing_image_carries_its_flavour_to_ensure_and_to_the_build_job():
 def test_an_images_flavour_is_read_from_nvidia_ko_alone():
     """The licenses as NVIDIA's modules carry them: nvidia.ko says which driver it is; the proprietary build's
     nvidia-uvm is "Dual MIT/GPL" and its nvidia-drm "MIT", so they say nothing of the flavour."""
-    from gpualign.ensure import kmod
+    from gpualign.judging import kmod
     from tests.support.kmods import fake_ko
 
     def licensed(name: str, license_: str) -> kmod.Module:
@@ -246,7 +246,7 @@ def test_without_operator_objects_the_flag_and_the_policy_file_say_which_modules
 
 
 def test_the_controllers_judgement_reads_the_branch_from_the_images_own_tag():
-    from gpualign.ensure.judge import Judgement
+    from gpualign.judging.judge import Judgement
 
     found = Judgement(flavours={IMAGE: "proprietary", "reg/nvidia/driver:580-6.12.118_deb13-amd64-debian13": "open"})
     assert found.wrong_for(IMAGE, "amd64", "auto") is None  # 550: auto is proprietary

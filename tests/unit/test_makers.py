@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import tagspec
+from gpualign.judging import tagspec
 from gpualign.ledger.sources import Ledger
 from gpualign.loaders.rules import load_rules
 from gpualign.model.audit import AuditInput, Status, audit

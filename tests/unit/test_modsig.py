@@ -17,8 +17,9 @@ from cryptography.hazmat.primitives.serialization import pkcs7
 from cryptography.x509.oid import NameOID
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import kmod, modsig, sign
-from gpualign.ensure.verify import verify
+from gpualign.ensure import sign
+from gpualign.judging import kmod, modsig
+from gpualign.judging.verify import verify
 from tests.support.kmods import KERNEL, TABLE, VERMAGIC, fake_ko
 
 

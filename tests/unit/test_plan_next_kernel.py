@@ -44,7 +44,7 @@ def test_each_pool_gets_its_own_lines_next_kernel_and_the_first_sighting_is_kept
 def test_an_architecture_the_mirror_does_not_carry_leaves_only_its_pools_unknown(tmp_path, serve):
     """A mirror of amd64 alone (an internal one, cut to what the fleet ran) still announces the amd64 pools' next
     kernels; the arm64 pool is unknown, saying why."""
-    from gpualign.ensure.archive_index import ArchiveIndex
+    from gpualign.archive.indexes import ArchiveIndex
     from gpualign.model.facts import node_facts
 
     with LocalArchive(tmp_path / "archive") as archive:

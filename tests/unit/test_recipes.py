@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import recipes, tagspec
+from gpualign.ensure import recipes
+from gpualign.judging import tagspec
 
 
 def render(tag: str, version: str = "580.173.02", flavour: str = "proprietary") -> recipes.Recipe:

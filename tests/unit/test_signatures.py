@@ -12,6 +12,7 @@ import pytest
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure import signatures
+from gpualign.judging import signature_check
 from gpualign.model import cosign
 from tests.support.cosign_keys import key_pair
 
@@ -38,12 +39,12 @@ def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(regi
     registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
     digest = registry.digest(tag)
     assert digest is not None
-    trusted = signatures.load_trusted([str(ours_pub)])
-    assert signatures.verify(registry, digest, trusted).why.startswith("no signature")
+    trusted = signature_check.load_trusted([str(ours_pub)])
+    assert signature_check.verify(registry, digest, trusted).why.startswith("no signature")
     where = signatures.sign(registry, tag, signatures.load_private_key(ours))
     assert where == cosign.signature_tag(digest)
-    assert signatures.verify(registry, digest, trusted) == signatures.Verdict("ours.pub", None)
-    other = signatures.verify(registry, digest, signatures.load_trusted([str(theirs_pub)]))
+    assert signature_check.verify(registry, digest, trusted) == signature_check.Verdict("ours.pub", None)
+    other = signature_check.verify(registry, digest, signature_check.load_trusted([str(theirs_pub)]))
     assert not other.ok and "a key not trusted here" in other.why
     # signing again with the same key replaces its layer; another key's signature is kept beside it
     signatures.sign(registry, tag, signatures.load_private_key(ours))
@@ -52,10 +53,10 @@ def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(regi
     # re-pushed under the tag after signing: another digest, with no signature of its own
     registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64", "REPUSHED": "1"})
     again = registry.digest(tag)
-    assert again != digest and signatures.verify(registry, again, trusted).why.startswith("no signature")
+    assert again != digest and signature_check.verify(registry, again, trusted).why.startswith("no signature")
     # a signature manifest copied onto another image's signature tag names the first digest: refused
     registry.push_manifest(cosign.signature_tag(again), manifest)
-    moved = signatures.verify(registry, again, trusted)
+    moved = signature_check.verify(registry, again, trusted)
     assert not moved.ok and "a signature of another image" in moved.why
 
 
@@ -65,9 +66,9 @@ def test_keys_that_cannot_sign_or_be_trusted_are_one_line_each(tmp_path):
     with pytest.raises(BadInput, match="not an unencrypted PEM private key"):
         signatures.load_private_key(text)
     with pytest.raises(BadInput, match="not a PEM public key"):
-        signatures.load_trusted([str(text)])
+        signature_check.load_trusted([str(text)])
     with pytest.raises(BadInput, match="cannot read the trusted key"):
-        signatures.load_trusted([str(tmp_path / "absent.pub")])
+        signature_check.load_trusted([str(tmp_path / "absent.pub")])
 
 
 def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(registry, tmp_path, monkeypatch):
@@ -82,7 +83,7 @@ def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(regis
     module.write_bytes(b"\x7fELF not really a module")
     key = shared.Key("535.261.03", "6.1.0-50-amd64", "proprietary")
     shared.push(registry, key, [module])  # no signing key: shared unsigned
-    monkeypatch.setenv(signatures.TRUSTED_ENV, str(ours_pub))
+    monkeypatch.setenv(signature_check.TRUSTED_ENV, str(ours_pub))
     with pytest.raises(shared.SharedRefused, match="not signed by a trusted key"):
         shared.pull(registry, key, tmp_path / "cache-a")
     assert not (tmp_path / "cache-a").exists() or not any((tmp_path / "cache-a").glob("*.ko"))  # nothing taken

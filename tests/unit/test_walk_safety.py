@@ -10,7 +10,7 @@ import functools
 import pytest
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure.verify import ModuleResult, Verification
+from gpualign.judging.verify import ModuleResult, Verification
 from gpualign.ledger.registry import RegistryClient, RegistryRef
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import AuditInput, DriverPod, audit
@@ -169,7 +169,7 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
     """The review's P0 #9: the same layers with their labels stripped were "present, nothing to do" for ensure and
     `"wrong": null` for plan, while the walk held the node. A precompiled tag's image with no labels at all is
     unverified, with the reason, for every view that judges it; one whose labels agree with its tag is present."""
-    from gpualign.ensure.judge import NO_LABELS, judge
+    from gpualign.judging.judge import NO_LABELS, judge
 
     tag, labelled = "535-6.1.0-50-amd64-debian12", "535-6.12.117_deb12-amd64-debian12"
     ubuntu = "580-5.15.0-124-generic-ubuntu22.04"  # its modules cannot be checked here: the walk does not either
@@ -188,7 +188,7 @@ def test_an_image_whose_config_says_nothing_of_what_it_is_is_never_present_unver
         def close(self) -> None:
             pass
 
-    monkeypatch.setattr("gpualign.ensure.judge.connect", lambda *_a, **_k: Registry())
+    monkeypatch.setattr("gpualign.judging.judge.connect", lambda *_a, **_k: Registry())
     needs = {f"r.local/d:{tag}": ("6.1.0-50-amd64",), f"r.local/d:{labelled}": ("6.12.117_deb12-amd64",),
              f"r.local/d:{ubuntu}": ("5.15.0-124-generic",)}
     found = judge(needs)

@@ -99,7 +99,7 @@ def _signatures() -> dict[str, Any]:
     """Whether present images' signatures were checked, and against which keys ($GPUALIGN_TRUSTED_KEYS)."""
     import os
 
-    from gpualign.model.cosign import TRUSTED_ENV  # not ensure.signatures: that loads cryptography
+    from gpualign.model.cosign import TRUSTED_ENV  # not judging.signature_check: that loads cryptography
 
     keys = [k for k in (os.environ.get(TRUSTED_ENV) or "").split(":") if k]
     return {"checked": bool(keys), "trusted_keys": keys}

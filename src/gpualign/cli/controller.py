@@ -124,7 +124,7 @@ def controller(
     """
     from gpualign.cli.inputs import branch_policy
     from gpualign.controller.run import Options, run
-    from gpualign.ensure.judge import judge
+    from gpualign.judging.judge import judge
     from gpualign.kube.client import Kube
     from gpualign.kube.inventory import read_operator_config
     from gpualign.ledger import sources

@@ -28,7 +28,7 @@ from gpualign.cli.options import (
 if TYPE_CHECKING:
     from gpualign.ensure.sign import SigningKey
     from gpualign.ensure.stage import Outcome
-    from gpualign.ensure.tagspec import TagSpec
+    from gpualign.judging.tagspec import TagSpec
 
 NVIDIA = "nvcr.io/nvidia/driver"  # where published images are mirrored from, unless --upstream names another
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -253,7 +253,7 @@ def _asked(flags: EnsureFlags) -> Asked | None:
 
 def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
     """Each tag read; a bad tag named is bad input, a report's is a failure and the others go on."""
-    from gpualign.ensure import tagspec
+    from gpualign.judging import tagspec
 
     specs = []
     for t in dict.fromkeys(asked.tags):
@@ -340,8 +340,8 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
     for spec in specs:  # every tag is checked before anything is written
         table = None
         if spec.family == "debian":  # the release's archive says which branches it carries, at which version
-            from gpualign.ensure.archive import Archive
-            from gpualign.ensure.tagspec import buildable_here
+            from gpualign.archive.apt import Archive
+            from gpualign.judging.tagspec import buildable_here
             from gpualign.model.makers import newer_than_carried
 
             table = Archive.for_os(spec.os_tag).debian_table(spec.os_tag)

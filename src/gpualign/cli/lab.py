@@ -353,7 +353,7 @@ def _enrolled_pem(files: list[Path]) -> str:
     """The certificates as one PEM bundle (BadInput naming a file that is not one)."""
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from gpualign.ensure.modsig import load_certs
+    from gpualign.judging.modsig import load_certs
 
     out = []
     for path in files:
@@ -488,7 +488,7 @@ def run_driver(
     labelled as the operator selects a GPU node of that kernel. Prints what nvidia-driver did; the pod, the labels
     and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
     from gpualign.cli.common import emit_data
-    from gpualign.ensure import tagspec
+    from gpualign.judging import tagspec
     from gpualign.lab import cluster, driver_pod, realnode, versions
 
     spec = tagspec.parse(tag)

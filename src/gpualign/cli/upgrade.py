@@ -133,9 +133,9 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
                    modules: str) -> dict[str, str]:
     """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
     node's kernel would load them), or, with module checks asked for, not verified (planner.UNVERIFIED + why).
-    The same judgement check makes (ensure/judge.py)."""
+    The same judgement check makes (judging/judge.py)."""
     from gpualign.base import labels as L
-    from gpualign.ensure.judge import judge
+    from gpualign.judging.judge import judge
     from gpualign.ledger.sources import is_registry
     from gpualign.upgrade.planner import UNVERIFIED
 
@@ -199,7 +199,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
     from gpualign.base.errors import GpualignError
     from gpualign.cli.common import progress
-    from gpualign.ensure import tagspec
+    from gpualign.judging import tagspec
     from gpualign.ledger.sources import is_registry
     from gpualign.usecases.ensure_images import NO_UPSTREAM, Request, ensure_images
 
@@ -396,7 +396,7 @@ def upgrade(
     if (sign_key or sign_cert or sign_secret) and not ensure_images:
         raise BadInput("--sign-key/--sign-cert/--sign-secret sign the images --ensure builds: add --ensure")
     from gpualign.cli.ensure import signing_key
-    from gpualign.ensure.judge import AUTO, OFF, STRICT
+    from gpualign.judging.judge import AUTO, OFF, STRICT
     from gpualign.loaders.rules import load_rules
 
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
@@ -428,7 +428,7 @@ class UpgradeFlags:
     dry_run: bool
     ensure_images: bool
     signing: SigningKey | None
-    modules: str  # how target images' modules are checked (ensure.judge: AUTO, STRICT, OFF)
+    modules: str  # how target images' modules are checked (judging.judge: AUTO, STRICT, OFF)
     yes: bool
     timeout: float
     lock_namespace: str

@@ -28,7 +28,7 @@ from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
-from gpualign.ensure.signatures import configured_trusted
+from gpualign.judging.signature_check import configured_trusted
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector

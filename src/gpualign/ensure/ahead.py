@@ -38,10 +38,10 @@ from gpualign.ensure.shared import Key
 from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
-    from gpualign.ensure.archive import Archive
+    from gpualign.archive.apt import Archive
     from gpualign.ensure.compose import RemoteUserSpace
     from gpualign.ensure.shared import Key
-    from gpualign.ensure.tagspec import TagSpec
+    from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
 
 Say = Callable[[str], None]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign import __version__
 from gpualign.base.errors import BadInput, Unreachable
-from gpualign.ensure import buildroot, compose, debian, image, kmod, shared, shared_userspace, userspace
+from gpualign.ensure import buildroot, compose, debian, image, shared, shared_userspace, userspace
 from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.stage import (
     NotVerified,
@@ -30,13 +30,14 @@ from gpualign.ensure.stage import (
     verify_modules,
 )
 from gpualign.ensure.userspace import LIBS, TOOLS
+from gpualign.judging import kmod
 from gpualign.model.attestations import Evidence
 
 if TYPE_CHECKING:
     from gpualign.ensure import compose as compose_mod
     from gpualign.ensure import image as image_mod
-    from gpualign.ensure import tagspec
-    from gpualign.ensure.verify import Verification
+    from gpualign.judging import tagspec
+    from gpualign.judging.verify import Verification
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpualign.archive.apt import TRIPLETS, Archive, file_lock, mmdebstrap_list_options
 from gpualign.base.errors import BadInput, Failed
-from gpualign.ensure.archive import TRIPLETS, Archive, file_lock, mmdebstrap_list_options
 from gpualign.loaders.archive_reading import ensure_root
 
 FLAVOURS = {"proprietary": ("nvidia-kernel-source", "nvidia-kernel.tar.xz", "nvidia-kernel"),

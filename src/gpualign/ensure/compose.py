@@ -41,13 +41,13 @@ from gpualign import __version__
 from gpualign.ensure import image, userspace
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.image import modules_dir
-from gpualign.ensure.signatures import unsigned_digest
+from gpualign.judging.signature_check import unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci
 
 if TYPE_CHECKING:
-    from gpualign.ensure.tagspec import TagSpec
+    from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
 
 OCI_MANIFEST, OCI_INDEX, OCI_CONFIG, GZIP_LAYER = oci.OCI_MANIFEST, oci.OCI_INDEX, oci.OCI_CONFIG, oci.OCI_GZIP_LAYER

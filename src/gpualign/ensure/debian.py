@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import BadInput
 from gpualign.ensure import buildroot
-from gpualign.ensure.archive import Archive, file_lock
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
 from gpualign.ensure.compile_log import first_error
 from gpualign.loaders.archive_reading import ensure_root

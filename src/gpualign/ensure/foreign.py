@@ -13,8 +13,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from gpualign.archive.apt import host_arch
 from gpualign.base.errors import BadInput
-from gpualign.ensure.archive import host_arch
 
 QEMU = {"arm64": "qemu-aarch64-static", "amd64": "qemu-x86_64-static"}
 

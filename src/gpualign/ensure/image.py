@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign import __version__
+from gpualign.archive.apt import MIRROR_ENV, configured_mirror, file_lock
 from gpualign.base.cache import cache_root as gpualign_cache
 from gpualign.base.errors import BadInput, Refused
-from gpualign.ensure import kmod, shared_userspace, userspace
-from gpualign.ensure.archive import MIRROR_ENV, configured_mirror, file_lock
+from gpualign.ensure import shared_userspace, userspace
 from gpualign.ensure.buildroot import BuildError
-from gpualign.ensure.tagspec import TagSpec
+from gpualign.judging import kmod
+from gpualign.judging.tagspec import TagSpec
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.makers import debian_suite, kernel_arch

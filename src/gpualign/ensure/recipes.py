@@ -26,11 +26,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpualign.archive.apt import configured_mirror, configured_security
 from gpualign.base.errors import BadInput
-from gpualign.ensure.archive import configured_mirror, configured_security
 from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
-from gpualign.ensure.tagspec import TagSpec, parse
+from gpualign.judging.tagspec import TagSpec, parse
 from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
@@ -42,7 +42,7 @@ DEFAULT_CUDA = "12.9.1"  # the CUDA base image of NVIDIA's driver containers (bu
 _RHEL_KERNEL = re.compile(
     r"(?P<ver>\d+\.\d+\.\d+)-(?P<rel>[\d.]+?)(?P<dist>\.el\d+(?:_\d+)?)\.(?P<arch>x86_64|aarch64)")
 
-# The same rule as gpualign.ensure.verify, in the build's own shell: the release in vermagic, then every imported
+# The same rule as gpualign.judging.verify, in the build's own shell: the release in vermagic, then every imported
 # symbol's CRC against the kernel's Module.symvers (a symbol the set exports to itself is skipped). Exit 1 names the
 # module and the first refused symbol; nothing is tagged.
 VERIFY = r"""#!/bin/sh
@@ -350,7 +350,7 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
     if spec.family == "rhel":
         return rhel(spec, driver_version, cuda, flavour)
     if spec.family == "debian":
-        from gpualign.ensure.tagspec import buildable_here
+        from gpualign.judging.tagspec import buildable_here
 
         # the recipe ensure runs, for what ensure builds: else its reason, never a false note
         if debian_table is None:

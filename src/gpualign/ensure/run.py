@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign.base.errors import BadInput, Unreachable
-from gpualign.ensure import buildroot, registry_lock, tagspec
+from gpualign.ensure import buildroot, registry_lock
 from gpualign.ensure.build import build
-from gpualign.ensure.judge import judge
 from gpualign.ensure.signatures import attest, sign
 from gpualign.ensure.stage import (
     Options,
@@ -29,6 +28,8 @@ from gpualign.ensure.stage import (
     compiled_before,
     tag_lock,
 )
+from gpualign.judging import tagspec
+from gpualign.judging.judge import judge
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -102,7 +103,7 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
     if held and opts.modules_from is None and held != opts.flavour:
         return f"it holds {held} kernel modules, not the {opts.flavour} ones asked for"
     if image in found.unverified:
-        from gpualign.ensure.judge import NO_LABELS
+        from gpualign.judging.judge import NO_LABELS
 
         reason = found.unverified[image]
         return f"{UNVERIFIED_PREFIX}{reason}" if reason == NO_LABELS else \

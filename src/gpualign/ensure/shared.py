@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import Refused
-from gpualign.ensure.signatures import sign_shared, unsigned_digest
+from gpualign.ensure.signatures import sign_shared
+from gpualign.judging.signature_check import unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci

@@ -23,9 +23,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import modsig
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.debian import Progress, _run, modules_dir
+from gpualign.judging import modsig
 
 
 @dataclass(frozen=True)

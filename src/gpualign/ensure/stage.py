@@ -14,17 +14,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import GpualignError, Refused
-from gpualign.ensure import buildroot, debian, image, kmod, symvers, tagspec, userspace
-from gpualign.ensure.archive import Archive, file_lock
+from gpualign.ensure import buildroot, debian, image, userspace
 from gpualign.ensure.signatures import configured_key
-from gpualign.ensure.verify import verify
+from gpualign.judging import kmod, symvers, tagspec
+from gpualign.judging.verify import verify
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
     from gpualign.ensure.ahead import Ahead
     from gpualign.ensure.lease import Leases
-    from gpualign.ensure.verify import Verification
+    from gpualign.judging.verify import Verification
     from gpualign.ledger.registry import RegistryClient
 
 

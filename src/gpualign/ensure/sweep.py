@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.ensure.tagspec import try_parse
+from gpualign.judging.tagspec import try_parse
 from gpualign.model import debian_kernels
 from gpualign.model.cosign import attached_to
 from gpualign.model.kernels import label_of, release_of

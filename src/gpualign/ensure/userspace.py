@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpualign.archive.apt import TRIPLETS, Archive, file_lock
 from gpualign.ensure import foreign
-from gpualign.ensure.archive import TRIPLETS, Archive, file_lock
 from gpualign.ensure.buildroot import BuildError, upstream
 from gpualign.loaders.archive_reading import ensure_root
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
-from gpualign.ensure.inspect import checkable
+from gpualign.judging.inspect import checkable
 from gpualign.kube.client import Kube
 from gpualign.lab import dra, kernel_load, realnode
 from gpualign.lab.scenarios import NodeSpec

@@ -4,7 +4,7 @@ For a node whose kernel has headers in Debian's archive (Debian 12's `6.1.0-N-am
 flavours, 6.12 and Debian 13's, each for amd64 and arm64), the image's layers (of the node's platform) are read from
 the registry, the `*.ko` files under /opt taken out (cached by manifest digest), and each module checked against
 that kernel's Module.symvers: version magic, every imported symbol's CRC, exactly the checks `gpualign ensure` runs
-before pushing (gpualign.ensure.verify), with the kernel's messages.
+before pushing (gpualign.judging.verify), with the kernel's messages.
 
 A node marked Secure Boot (the annotation SECURE_BOOT, holding the PEM certificates its kernel trusts: what a real
 node has enrolled in its platform keyring or as a MOK) also has every module's signature checked, first, as the
@@ -25,11 +25,11 @@ from typing import Any
 
 from cryptography import x509
 
+from gpualign.archive.apt import Archive
 from gpualign.base.cache import cache_root
-from gpualign.ensure import kmod, modsig, symvers
-from gpualign.ensure.archive import Archive
-from gpualign.ensure.inspect import checkable, contract_problem, modules_of
-from gpualign.ensure.verify import verify
+from gpualign.judging import kmod, modsig, symvers
+from gpualign.judging.inspect import checkable, contract_problem, modules_of
+from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model.makers import kernel_arch
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.base.errors import LabError
-from gpualign.ensure.tagspec import try_parse
+from gpualign.judging.tagspec import try_parse
 from gpualign.kube.client import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.registry import RegistryClient, RegistryRef

@@ -182,7 +182,7 @@ class AuditInput:
     - planned: node -> (DaemonSet, image) the operator would deploy, given when the operator's configuration was
       read (operator_image and the mismatch check then apply); daemonsets_read: the operator's driver DaemonSets
       were read, so a node none of them selects (and with no driver pod) is one the operator made nothing for;
-    - of the images (ensure.judge): wrong, image -> why it is present but wrong (its labels, or its modules, name
+    - of the images (judging.judge): wrong, image -> why it is present but wrong (its labels, or its modules, name
       another kernel or branch); unverified / verified, images whose modules were to be checked and could not be
       (why) / passed (symbols); platforms, image -> the linux CPU architectures it holds (a node of another one is
       wrong-image); flavours, image -> the flavour of kernel modules it holds (a node whose driver pod loads the

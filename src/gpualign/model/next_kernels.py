@@ -1,5 +1,5 @@
 """The kernel Debian's archive will install next on each kind of node, read as apt reads it. Pure: the indexes' text
-in, the decision out (the door that fetches and verifies them is gpualign.ensure.archive_index).
+in, the decision out (the door that fetches and verifies them is gpualign.archive.indexes).
 
 A node does not follow a kernel ABI: it follows a metapackage. `linux-image-amd64` (bookworm's 6.1 line, trixie's
 6.12), `linux-image-6.12-amd64` (bookworm-security's 6.12 line), `linux-image-cloud-arm64`, … each depends on

@@ -1,6 +1,6 @@
 """What Debian's archive will install next on each GPU node: the kernel its line's metapackage installs, read from
 the suites the node's release reads (gpualign.model.next_kernels), through the verified door
-(gpualign.ensure.archive_index), and since when the archive has named it (as first seen here).
+(gpualign.archive.indexes), and since when the archive has named it (as first seen here).
 
 It answers per pool (an OS release, a kernel line, an architecture) and per node, so that `plan --kernel next` can
 plan every pool onto its own next kernel at once."""
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpualign.ensure.archive import KEYRING
-from gpualign.ensure.archive_index import KEYRING_ENV, ArchiveIndex, IndexNotCarried
+from gpualign.archive.apt import KEYRING
+from gpualign.archive.indexes import KEYRING_ENV, ArchiveIndex, IndexNotCarried
 from gpualign.model import debian_kernels, next_kernels
 from gpualign.model.facts import NodeFacts
 from gpualign.model.kernels import release_of

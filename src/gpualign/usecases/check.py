@@ -24,7 +24,7 @@ from gpualign.usecases.nodes import Say, quiet
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from gpualign.ensure.judge import Ahead, Judgement
+    from gpualign.judging.judge import Ahead, Judgement
     from gpualign.ledger.sources import Ledger, RepoLedgers
     from gpualign.model.audit import Audit, AuditInput, Derived, Finding
     from gpualign.model.branches import BranchPolicy
@@ -90,8 +90,8 @@ def load_deciders(setup: Setup) -> None:
     import gpualign.model.expect  # noqa: F401
 
     if setup.available is None or reads_registry(setup.available):
-        import gpualign.ensure.inspect
-        import gpualign.ensure.judge  # noqa: F401
+        import gpualign.judging.inspect
+        import gpualign.judging.judge  # noqa: F401
 
 
 def reads_registry(ledger: Ledger | RepoLedgers) -> bool:
@@ -154,7 +154,7 @@ def stream(reading: Reading, setup: Setup) -> Streamed | None:
     dicts: list[dict[str, Any]] = []
     ahead = None
     if reads_registry(decider.ledger) and not setup.verify_modules:
-        from gpualign.ensure.judge import Ahead
+        from gpualign.judging.judge import Ahead
 
         ahead = Ahead(setup.docker_config)
     archs: dict[str, set[str]] = {}  # a present image -> the CPU architectures of its nodes so far
@@ -304,7 +304,7 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so). ahead: configs read while the nodes were."""
     # only a registry ledger's images are judged: the module check (pyelftools, cryptography) stays away otherwise
-    from gpualign.ensure.judge import OFF, STRICT, judge
+    from gpualign.judging.judge import OFF, STRICT, judge
 
     needs: dict[str, set[str | None]] = {}
     for f in result.findings:

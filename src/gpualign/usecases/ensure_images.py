@@ -14,10 +14,10 @@ from pathlib import Path
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import run, stage
 from gpualign.ensure.ahead import Ahead
-from gpualign.ensure.judge import OFF, STRICT
 from gpualign.ensure.lease import Leases
 from gpualign.ensure.sign import SigningKey
-from gpualign.ensure.tagspec import TagSpec
+from gpualign.judging.judge import OFF, STRICT
+from gpualign.judging.tagspec import TagSpec
 from gpualign.kube.client import Kube
 from gpualign.ledger.registry import BadReference, RegistryClient, connect
 from gpualign.loaders.rules import load_rules

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure.judge import judge
+from gpualign.judging.judge import judge
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger.sources import is_registry
@@ -113,7 +113,7 @@ def _branches(sources: list[Any]) -> BranchPolicy:
 def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_config: Path | None,
                     warn: Say = quiet) -> dict[str, str]:
     """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
-    judgement check and the walk make (ensure/judge.py)."""
+    judgement check and the walk make (judging/judge.py)."""
     present = [n for n in result.needed if n.in_ledger]
     if not present or not any(is_registry(s) for s in available.sources):
         return {}

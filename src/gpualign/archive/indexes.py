@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from gpualign.archive.apt import KEYRING, configured_mirror, configured_security
 from gpualign.base.errors import GpualignError, Refused
-from gpualign.ensure.archive import KEYRING, configured_mirror, configured_security
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import archive_release, next_kernels
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpualign.ensure.kmod import Module
+from gpualign.judging.kmod import Module
 from gpualign.model.makers import kernel_arch
 
 if TYPE_CHECKING:
@@ -107,7 +107,7 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
         problems: list[str] = []
         sig = None  # the kernel checks the signature first (module_sig_check), then the version magic, then CRCs
         if trusted is not None:
-            from gpualign.ensure import modsig  # only when signatures are checked
+            from gpualign.judging import modsig  # only when signatures are checked
 
             sig = m.signature.check(trusted) if m.signature else modsig.check(None, None, trusted)
             if sig.problem:

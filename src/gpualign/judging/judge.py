@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import GpualignError
-from gpualign.ensure.inspect import by_labels, checkable, modules_verdict
-from gpualign.ensure.signatures import verify
-from gpualign.ensure.tagspec import try_parse
+from gpualign.judging.inspect import by_labels, checkable, modules_verdict
+from gpualign.judging.signature_check import verify
+from gpualign.judging.tagspec import try_parse
 from gpualign.ledger.registry import connect
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.flavours import mismatch as flavour_mismatch
@@ -126,12 +126,12 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     without such a signature over its digest is wrong, never present."""
     secure = set(secure_boot)
     if trusted is None:
-        from gpualign.ensure.signatures import configured_trusted
+        from gpualign.judging.signature_check import configured_trusted
 
         trusted = configured_trusted()
 
     if cache is None:
-        from gpualign.loaders.archive_reading import ensure_root  # not ensure.archive: that loads tarfile and more
+        from gpualign.loaders.archive_reading import ensure_root  # not archive.apt: that loads tarfile and more
 
         cache = ensure_root() / "images"
     out = Judgement()

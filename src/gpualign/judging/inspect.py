@@ -15,10 +15,10 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpualign.archive.apt import Archive
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.ensure import kmod, symvers, tagspec
-from gpualign.ensure.archive import Archive
-from gpualign.ensure.verify import verify
+from gpualign.judging import kmod, symvers, tagspec
+from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model.kernels import label_of, release_of
 from gpualign.model.makers import kernel_arch

@@ -24,12 +24,12 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure import modsig
+from gpualign.judging import modsig
 
 if TYPE_CHECKING:  # the signature modules (cryptography, asn1crypto) are loaded only for a signed module
     from cryptography import x509
 
-    from gpualign.ensure import modsig
+    from gpualign.judging import modsig
 
 SIG_MAGIC = b"~Module signature appended~\n"
 ELF_ARCH = {"EM_X86_64": "amd64", "EM_AARCH64": "arm64"}  # e_machine, as Kubernetes names the architecture
