@@ -11,8 +11,8 @@ import httpx2
 
 class BlobRegistry:
     """Just enough of the distribution API for a push and a pull: blobs per repository (HEAD, monolithic upload, a
-    cross-repository mount when `mounts`), manifests by tag or digest, a repository's tags. Records every
-    request."""
+    cross-repository mount when `mounts`), manifests by tag or digest (deleted by digest), a repository's tags.
+    Records every request."""
 
     def __init__(self, mounts: bool = True) -> None:
         self.mounts = mounts
@@ -56,6 +56,13 @@ class BlobRegistry:
                 return httpx2.Response(404)
             return httpx2.Response(200, content=body if request.method == "GET" else b"", headers={
                 "Docker-Content-Digest": f"sha256:{hashlib.sha256(body).hexdigest()}"})
+        if (m := re.fullmatch(r"/v2/(.+)/manifests/(sha256:[0-9a-f]+)", path)) and request.method == "DELETE":
+            # deleting by digest removes every tag naming it, as a registry does
+            gone = [k for k, b in self.manifests.items() if k[0] == m.group(1)
+                    and f"sha256:{hashlib.sha256(b).hexdigest()}" == m.group(2)]
+            for key in gone:
+                del self.manifests[key]
+            return httpx2.Response(202 if gone else 404)
         if m := re.fullmatch(r"/v2/(.+)/manifests/(.+)", path):
             layers = json.loads(request.read()).get("layers") or []
             missing = [d["digest"] for d in layers if d["digest"] not in self.blobs.get(m.group(1), {})]

@@ -26,8 +26,8 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from gpualign.ensure.outcome import Outcome
     from gpualign.ensure.sign import SigningKey
-    from gpualign.ensure.stage import Outcome
     from gpualign.judging.tagspec import TagSpec
 
 NVIDIA = "nvcr.io/nvidia/driver"  # where published images are mirrored from, unless --upstream names another
@@ -288,7 +288,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
 
 def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:
     """The report (failures included, before exiting), then the first failure; else one line per image."""
-    from gpualign.ensure.stage import TagAction
+    from gpualign.ensure.outcome import TagAction
 
     upstream, output = flags.upstream, flags.output
     if output in (Output.json, Output.yaml):

@@ -18,18 +18,24 @@ from typing import TYPE_CHECKING
 from gpualign.base.errors import BadInput, Unreachable
 from gpualign.ensure import buildroot, registry_lock
 from gpualign.ensure.build import build
-from gpualign.ensure.signatures import attest, sign
-from gpualign.ensure.stage import (
-    Options,
+from gpualign.ensure.image import PushRefused
+from gpualign.ensure.kit import Kit
+from gpualign.ensure.outcome import (
+    Attested,
+    Emit,
+    Event,
+    FoundMeanwhile,
     Outcome,
-    PresentButWrong,
-    Say,
+    Pushed,
+    Signed,
     TagAction,
-    compiled_before,
-    tag_lock,
+    Timed,
+    outcome_of,
 )
+from gpualign.ensure.signatures import attest, sign
+from gpualign.ensure.stage import Options, PresentButWrong, Say, compiled_before, tag_lock
 from gpualign.judging import tagspec
-from gpualign.judging.judge import judge
+from gpualign.judging.judge import NO_LABELS, judge
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -37,7 +43,15 @@ if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) 
 
 
 
-UNVERIFIED_PREFIX = "unverified: "  # a present image's problem that is not "wrong": nothing vouches for it
+@dataclass(frozen=True)
+class PresentProblem:
+    """Why the image in the ledger under a tag is not what ensure would make."""
+
+    why: str
+    unverified: bool = False  # not wrong, but nothing vouches for it: never "nothing to do"
+
+    def __str__(self) -> str:
+        return f"unverified: {self.why}" if self.unverified else self.why
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,7 @@ class TagPlan:
     spec: tagspec.TagSpec
     action: TagAction
     digest: str | None = None  # in the ledger, when present
-    problem: str | None = None  # why the present image fails the check (wrong, or replaced)
+    problem: PresentProblem | None = None  # why the present image fails the check (wrong, or replaced)
 
 
 def plan_one(tag: str, opts: Options) -> TagPlan:
@@ -90,7 +104,7 @@ def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:
             and opts.target.digest(spec.tag) is None and not compiled_before(spec, opts))
 
 
-def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
+def present_problem(spec: tagspec.TagSpec, opts: Options) -> PresentProblem | None:
     """Why the image in the ledger under the tag is not what ensure would make, or None: its labels (always), its
     modules against the tag's kernel (check_present), and with a signing key, whether it is signed by that key's
     certificate (a Secure Boot node refuses anything else). The judgement check and the walk make."""
@@ -98,40 +112,39 @@ def present_problem(spec: tagspec.TagSpec, opts: Options) -> str | None:
     found = judge({image: (spec.kernel,)}, docker_config=Path(opts.authfile) if opts.authfile else None,
                   modules=opts.check_present)
     if image in found.wrong:
-        return found.wrong[image]
+        return PresentProblem(found.wrong[image])
     held = found.flavours.get(image)
     if held and opts.modules_from is None and held != opts.flavour:
-        return f"it holds {held} kernel modules, not the {opts.flavour} ones asked for"
+        return PresentProblem(f"it holds {held} kernel modules, not the {opts.flavour} ones asked for")
     if image in found.unverified:
-        from gpualign.judging.judge import NO_LABELS
-
         reason = found.unverified[image]
-        return f"{UNVERIFIED_PREFIX}{reason}" if reason == NO_LABELS else \
-            f"{UNVERIFIED_PREFIX}its modules could not be verified: {reason}"
+        return PresentProblem(reason if reason == NO_LABELS else f"its modules could not be verified: {reason}",
+                              unverified=True)
     if opts.signing is not None:
         labels = ((opts.target.image_config(spec.tag) or {}).get("config") or {}).get("Labels") or {}
         signed = labels.get("io.gpualign.signing-cert-sha256")
         want = opts.signing.describe()["cert_sha256"]
         if not signed:
-            return f"it is not signed (a Secure Boot node that trusts {opts.signing.signer} refuses its modules)"
+            return PresentProblem(f"it is not signed (a Secure Boot node that trusts {opts.signing.signer} refuses "
+                                  "its modules)")
         if signed != want:
-            return f"it is signed with another certificate (sha256 {signed[:16]}…), not {opts.signing.signer}'s"
+            return PresentProblem(f"it is signed with another certificate (sha256 {signed[:16]}…), not "
+                                  f"{opts.signing.signer}'s")
     return None
 
 
-def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None) -> Outcome:
+def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None, kit: Kit | None = None) -> Outcome:
+    """Make the tag exist as planned: its outcome is the fold of what the run's stages emit."""
     plan = planned or plan_one(tag, opts)
     spec, action = plan.spec, plan.action
-    out = Outcome(spec.tag, action, reference=f"{opts.target.ref.image}:{spec.tag}")
+    reference = f"{opts.target.ref.image}:{spec.tag}"
     if action == TagAction.PRESENT:
-        out.digest, out.done = plan.digest, True
         say(spec.tag, "present in the ledger: nothing to do")
-        return out
+        return outcome_of(spec.tag, action, reference, (), digest=plan.digest, done=True)
     if action == TagAction.WRONG:
-        out.digest = plan.digest
-        problem = plan.problem or ""
-        if problem.startswith(UNVERIFIED_PREFIX):  # gpualign cannot vouch for it: never "nothing to do"
-            raise PresentButWrong(f"{spec.tag}: present but unverified: {problem.removeprefix(UNVERIFIED_PREFIX)} "
+        problem = plan.problem or PresentProblem("")
+        if problem.unverified:  # gpualign cannot vouch for it: never "nothing to do"
+            raise PresentButWrong(f"{spec.tag}: present but unverified: {problem.why} "
                                   f"(gpualign ensure {spec.tag} --replace-wrong makes it again, verified, and pushes "
                                   "it over the tag)")
         raise PresentButWrong(f"{spec.tag}: present but wrong: {problem} (gpualign ensure {spec.tag} "
@@ -139,49 +152,53 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None
     if plan.problem:
         say(spec.tag, f"present but wrong ({plan.problem}): replacing it")
     if opts.dry_run:  # the caller prints the verdict, once
-        return out
+        return outcome_of(spec.tag, action, reference, ())
+    kit = kit or Kit()
+    events: list[Event] = []
     with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()), \
             registry_lock.hold(opts.target, spec.tag, lambda message: say(spec.tag, message)):
-        if opts.target.digest(spec.tag) not in (None, plan.digest if plan.problem else None):
-            # another run made it while this one waited
-            out.action, out.digest, out.done = TagAction.PRESENT, opts.target.digest(spec.tag), True
+        if (found := opts.target.digest(spec.tag)) not in (None, plan.digest if plan.problem else None):
             say(spec.tag, "present in the ledger (made by another run meanwhile): nothing to do")
-            return out
+            return outcome_of(spec.tag, action, reference, [FoundMeanwhile(found)])
         if action == TagAction.MIRROR:
-            from gpualign.ensure import image, mirror
-
-            assert opts.upstream is not None
-            t0 = time.monotonic()
-            source = opts.upstream.digest(spec.tag)
-            assert source is not None
-            say(spec.tag, f"mirror: {opts.upstream.ref.image}@{source}")
-            mirror.copy(opts.upstream.ref, opts.target.ref, spec.tag, source, authfile=opts.authfile)
-            out.digest = opts.target.digest(spec.tag)
-            out.seconds["mirror"] = time.monotonic() - t0
-            if out.digest != source:
-                raise image.PushRefused(f"{spec.tag}: the ledger answers digest {out.digest} after mirroring "
-                                        f"{source}")
-            out.done = True
-            say(spec.tag, f"mirrored: {out.digest}")
-            return _signed(out, opts, say)
-        return _signed(build(spec, opts, out, say), opts, say)
+            _mirror(spec, opts, events.append, say, kit)
+        else:
+            build(spec, opts, events.append, say, kit)
+        _sign(spec.tag, outcome_of(spec.tag, action, reference, events), opts, events.append, say)
+    return outcome_of(spec.tag, action, reference, events)
 
 
-def _signed(out: Outcome, opts: Options, say: Say) -> Outcome:
-    """The image just pushed, signed by its digest as cosign signs it, when a key is configured."""
-    if opts.cosign_key is None or not out.done or out.digest is None:
-        return out
-
+def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit) -> None:
+    """Copy the upstream's image by its digest; the ledger must answer that digest after."""
+    assert opts.upstream is not None
     t0 = time.monotonic()
-    out.signature = sign(opts.target, out.tag, opts.cosign_key)
-    out.seconds["sign"] = time.monotonic() - t0
-    say(out.tag, f"signed: {out.signature}")
-    if out.evidence is not None:  # a build's: what it is made of and how, signed
+    source = opts.upstream.digest(spec.tag)
+    assert source is not None
+    say(spec.tag, f"mirror: {opts.upstream.ref.image}@{source}")
+    kit.mirror(opts.upstream.ref, opts.target.ref, spec.tag, source, opts.authfile)
+    digest = opts.target.digest(spec.tag)
+    emit(Timed("mirror", time.monotonic() - t0))
+    if digest != source:
+        raise PushRefused(f"{spec.tag}: the ledger answers digest {digest} after mirroring {source}")
+    emit(Pushed(digest))
+    say(spec.tag, f"mirrored: {digest}")
+
+
+def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:
+    """The image just pushed, signed by its digest as cosign signs it, when a key is configured."""
+    if opts.cosign_key is None or not made.done or made.digest is None:
+        return
+    t0 = time.monotonic()
+    signature = sign(opts.target, tag, opts.cosign_key)
+    emit(Signed(signature))
+    emit(Timed("sign", time.monotonic() - t0))
+    say(tag, f"signed: {signature}")
+    if made.evidence is not None:  # a build's: what it is made of and how, signed
         t0 = time.monotonic()
-        out.attestations = attest(opts.target, out.tag, opts.cosign_key, out.evidence)
-        out.seconds["attest"] = time.monotonic() - t0
-        say(out.tag, f"attested: SBOM and provenance in {out.attestations[0]}, SBOM in {out.attestations[1]}")
-    return out
+        attestations = attest(opts.target, tag, opts.cosign_key, made.evidence)
+        emit(Attested(attestations))
+        emit(Timed("attest", time.monotonic() - t0))
+        say(tag, f"attested: SBOM and provenance in {attestations[0]}, SBOM in {attestations[1]}")
 
 
 def require_tools() -> None:

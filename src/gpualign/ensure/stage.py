@@ -1,4 +1,4 @@
-"""What every stage of ensure shares: the options of a run, the outcome of a tag, the refusals, and the checks and
+"""What every stage of ensure shares: the options of a run, a build's modules, the refusals, and the checks and
 preparations a build and a plan both make (the modules' load check against the tag's kernel, whether they are
 compiled already, the image's inputs made beside a compile). ensure.run plans and runs a tag through its stages;
 ensure.build is the build stage."""
@@ -10,13 +10,13 @@ import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import GpualignError, Refused
 from gpualign.ensure import buildroot, debian, image, userspace
+from gpualign.ensure.outcome import ModuleOrigin
 from gpualign.ensure.signatures import configured_key
 from gpualign.judging import kmod, symvers, tagspec
 from gpualign.judging.verify import verify
@@ -27,15 +27,6 @@ if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) 
     from gpualign.ensure.lease import Leases
     from gpualign.judging.verify import Verification
     from gpualign.ledger.registry import RegistryClient
-
-
-class TagAction(StrEnum):
-    """What ensure does for a tag (its plan's and outcome's `action`)."""
-
-    PRESENT = "present"  # in the ledger, and it passes the check: nothing to do
-    MIRROR = "mirror"
-    BUILD = "build"
-    WRONG = "wrong"  # in the ledger under the tag, but it fails the check: reported, replaced only with replace_wrong
 
 
 Say = Callable[[str, str], None]  # (tag, message)
@@ -49,28 +40,14 @@ class NotVerified(Refused):
     """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
 
 
-@dataclass
-class Outcome:
-    tag: str
-    action: TagAction
-    done: bool = False  # False under --dry-run
-    digest: str | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-    verification: dict[str, Any] | None = None
-    reference: str = ""
-    modules: str = ""  # where a build's modules came from: compiled | cache | shared (pulled) | given
-    shared: str = ""  # what happened with the registry's shared modules: pulled, pushed, refused: …, …
-    ahead: list[str] = field(default_factory=list)  # what the build took of what was fetched ahead (ensure.ahead)
-    signature: str | None = None  # the cosign signature's tag, when the image was signed ($GPUALIGN_COSIGN_KEY)
-    attestations: tuple[str, ...] = ()  # its signed SBOM and provenance's tag, and the attached SBOM's
-    evidence: Any = None  # what a build made the image from (gpualign.model.attestations.Evidence)
+@dataclass(frozen=True)
+class Modules:
+    """A build's modules."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
-                "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
-                "verification": self.verification, "modules": self.modules or None, "shared": self.shared or None,
-                "fetched_ahead": self.ahead or None, "signature": self.signature,
-                "attestations": list(self.attestations) or None}
+    files: list[Path]  # what the image gets: signed, when a key is given
+    unsigned: list[Path]  # what is shared, once verified
+    driver_version: str
+    origin: ModuleOrigin
 
 
 @dataclass

@@ -15,6 +15,7 @@ from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import run, stage
 from gpualign.ensure.ahead import Ahead
 from gpualign.ensure.lease import Leases
+from gpualign.ensure.outcome import Outcome, TagAction
 from gpualign.ensure.sign import SigningKey
 from gpualign.judging.judge import OFF, STRICT
 from gpualign.judging.tagspec import TagSpec
@@ -64,7 +65,7 @@ class Request:
 
 
 def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
-                  cannot_make: Failed | None = None) -> list[stage.Outcome]:
+                  cannot_make: Failed | None = None) -> list[Outcome]:
     """Every image made (or found, or planned with dry_run); what could not be made is handed to `failed`, a
     skippable tag's refusal at planning to `cannot_make`."""
     target = connect(req.ledger, docker_config=req.docker_config, timeout=30.0)
@@ -91,10 +92,10 @@ def _upstream(req: Request) -> RegistryClient | None:
 
 
 def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: RegistryClient | None, say: Say,
-          failed: Failed, cannot_make: Failed) -> list[stage.Outcome]:
+          failed: Failed, cannot_make: Failed) -> list[Outcome]:
     explicit = req.upstream is not None and req.upstream != NO_UPSTREAM
     authfile = str(req.docker_config) if req.docker_config else None
-    outcomes: list[stage.Outcome] = []
+    outcomes: list[Outcome] = []
     leases = None
     options: dict[str, stage.Options] = {}
     try:
@@ -132,9 +133,9 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                     raise
                 cannot_make(spec.tag, err)
         specs = [spec for spec in specs if spec.tag in planned]
-        if any(p.action == stage.TagAction.BUILD for p in planned.values()) and not req.dry_run:
+        if any(p.action == TagAction.BUILD for p in planned.values()) and not req.dry_run:
             run.require_tools()
-        if in_flight == 1 or all(p.action == stage.TagAction.PRESENT for p in planned.values()):
+        if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
                     outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))

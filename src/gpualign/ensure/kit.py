@@ -1,0 +1,89 @@
+"""What a build works with, taken as parameters: the compiler, the verifier, the image's path and the mirror. The
+archive and the registry are the run's own (`Options.archive`, `Options.target`). `Kit()` is the real one, of
+Debian's build roots, the kernel's load checks, buildah and skopeo; tests give fakes, so that the pipeline's
+branches (shared modules refused and compiled again, a refused compile, a refused share, the lock that finds the tag
+made meanwhile, the mirror) run without root and without a compile."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from gpualign.archive.apt import Archive
+from gpualign.ensure import buildroot, debian, mirror
+from gpualign.ensure.assembly import Assembly
+from gpualign.ensure.compose import Composed
+from gpualign.ensure.debian import Built
+from gpualign.ensure.outcome import Emit
+from gpualign.ensure.stage import Modules, Options, verify_modules
+from gpualign.judging.tagspec import TagSpec
+from gpualign.judging.verify import Verification
+from gpualign.ledger.registry import RegistryRef
+
+if TYPE_CHECKING:  # the signing modules (cryptography, asn1crypto) load only to sign
+    from gpualign.ensure.sign import SigningKey
+
+Progress = Callable[[str], None]
+
+
+class Compiler(Protocol):
+    def ready(self, archive: Archive, kernel: str) -> bool:
+        """A build root with the kernel's headers is at hand (the archive is not asked for them)."""
+
+    def cached(self, archive: Archive, kernel: str, flavour: str) -> bool:
+        """The modules for this kernel and flavour were compiled before."""
+
+    def compile(self, archive: Archive, kernel: str, flavour: str, *, jobs: int, progress: Progress,
+                together: tuple[str, ...], on_compile: Callable[[str], None]) -> Built:
+        """The kernel's modules: from the module cache (where shared modules are pulled into), or compiled."""
+
+
+class DebianCompiler:
+    """NVIDIA's module source from Debian's archive, compiled in a build root of the kernel's headers."""
+
+    def ready(self, archive: Archive, kernel: str) -> bool:
+        return buildroot.ready(archive, kernel)
+
+    def cached(self, archive: Archive, kernel: str, flavour: str) -> bool:
+        return debian.cached_modules(archive, kernel, flavour) is not None
+
+    def compile(self, archive: Archive, kernel: str, flavour: str, *, jobs: int, progress: Progress,
+                together: tuple[str, ...], on_compile: Callable[[str], None]) -> Built:
+        return debian.compile_modules(archive, kernel, flavour, jobs=jobs, progress=progress, together=together,
+                                      on_compile=on_compile)
+
+
+class ImagePath(Protocol):
+    """The image's path once the modules are verified (ensure.assembly.Assembly)."""
+
+    @property
+    def getting_userspace(self) -> bool:
+        """The user space's layer is being got already."""
+
+    def start_userspace(self, driver_version: str) -> None:
+        """Get the user space's layer in the background."""
+
+    def image(self, made: Modules, checked: Verification) -> str | Composed:
+        """The image to push."""
+
+    def push(self, made: str | Composed) -> str:
+        """Push it under the tag: the digest the ledger answers."""
+
+
+Verifier = Callable[[list[Path], TagSpec, str, Archive, "SigningKey | None"], Verification]
+ImagePaths = Callable[[TagSpec, Options, Archive, Emit, Progress], ImagePath]
+Mirror = Callable[[RegistryRef, RegistryRef, str, str, "str | None"], None]
+
+
+def _skopeo(source: RegistryRef, target: RegistryRef, tag: str, digest: str, authfile: str | None) -> None:
+    mirror.copy(source, target, tag, digest, authfile=authfile)
+
+
+@dataclass(frozen=True)
+class Kit:
+    compiler: Compiler = field(default_factory=DebianCompiler)
+    verifier: Verifier = verify_modules
+    images: ImagePaths = Assembly
+    mirror: Mirror = _skopeo
