@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from gpualign.base.errors import GpualignError
 from gpualign.controller.archive_watch import PREFIX, ArchiveWatch
+from gpualign.model.audit import Status
 from gpualign.model.facts import node_facts
 from tests.support import builders
+from tests.support.findings import node_finding
 from tests.support.local_suite import DATA
 
 
@@ -29,7 +31,7 @@ def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
 
     def future(facts, label):  # noqa: ANN001, ANN202
         asked.append((facts.name, label))
-        return {"tag": f"550-{label}-debian13", "status": "missing", "action": "build"}
+        return node_finding(f"550-{label}-debian13", Status.MISSING, name=facts.name)
 
     woken = []
     watch = ArchiveWatch(lambda: nodes, future, Recorded(), seen=tmp_path / "seen.json",
@@ -38,7 +40,8 @@ def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
     assert asked == [("a", "6.12.118_deb13-amd64")]  # one judgement a pool, on its first node
     (key, finding), = watch.snapshot().items()
     assert key == PREFIX + "debian13 6.12 generic-amd64" and "/" in key  # never a node's name
-    assert finding["archive"]["nodes"] == ["a", "b"] and finding["kernel"] == "6.12.118+deb13-amd64"
+    assert finding.pool is not None and finding.pool.nodes == ("a", "b") and finding.kernel == "6.12.118+deb13-amd64"
+    assert finding.as_dict()["archive"]["nodes"] == ["a", "b"]
     assert woken == [1]
     watch.poll()
     assert woken == [1]  # nothing changed: the trigger is not woken again
@@ -46,7 +49,7 @@ def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
 
 def test_an_archive_that_cannot_be_read_is_said_once_and_hands_on_nothing(tmp_path, caplog):
     nodes = [node_facts(builders.node("a", kernel="6.12.115_deb13.1-amd64", os_id="debian", os_version="13"))]
-    watch = ArchiveWatch(lambda: nodes, lambda f, k: {}, Unreadable(), seen=tmp_path / "seen.json")
+    watch = ArchiveWatch(lambda: nodes, lambda f, k: node_finding(None), Unreadable(), seen=tmp_path / "seen.json")
     watch.poll()
     watch.poll()
     assert watch.snapshot() == {} and watch.error and "HTTP 503" in watch.error
@@ -62,7 +65,7 @@ def test_a_pool_waits_for_its_image_until_the_ledger_has_it_and_the_wait_is_meas
 
     def future(facts, label):  # noqa: ANN001, ANN202
         tag = f"550-{label}-debian13"
-        return {"tag": tag, "status": "present" if tag in ledger else "missing", "action": "build"}
+        return node_finding(tag, Status.PRESENT if tag in ledger else Status.MISSING, name=facts.name)
 
     clock = [1000.0]
     landed: list[tuple[str, float]] = []
@@ -87,8 +90,8 @@ def test_a_kernel_nobody_can_make_stays_pending_with_its_reason():
     nodes = [node_facts(builders.node("r", kernel="6.12.115_deb13.1-rt-amd64", os_id="debian", os_version="13"))]
 
     def future(facts, label):  # noqa: ANN001, ANN202
-        return {"tag": f"550-{label}-debian13", "status": "missing", "action": "none",
-                "action_reason": "NVIDIA's driver refuses PREEMPT_RT kernels"}
+        return node_finding(f"550-{label}-debian13", Status.MISSING, name=facts.name, action="none",
+                            why="NVIDIA's driver refuses PREEMPT_RT kernels")
 
     watch = ArchiveWatch(lambda: nodes, future, Recorded())
     watch.poll()

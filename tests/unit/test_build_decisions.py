@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from gpualign.controller.build_trigger import decisions as B
 from gpualign.controller.build_trigger.decisions import BuildFailure as Failure
 from gpualign.controller.build_trigger.decisions import BuildPhase as Phase
+from gpualign.model.audit import Status
+from tests.support.findings import node_finding
 
 RECIPE = "gpualign 0.1.0"
 
@@ -213,7 +215,7 @@ def test_the_trigger_tells_a_prune_from_a_lagging_ledger_view_and_from_a_success
 
     tag = "535-6.1.0-57-amd64-debian12"
     settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
-    missing = {"n1": {"tag": tag, "status": "missing", "action": "build", "image": f"reg/nvidia/driver:{tag}"}}
+    missing = {"n1": node_finding(tag, image=f"reg/nvidia/driver:{tag}")}
     findings: dict = {}
     in_ledger = [True]
     built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
@@ -259,13 +261,13 @@ def test_a_success_its_nodes_found_in_the_ledger_is_a_prune_when_it_goes_even_af
 
     tag = "535-6.1.0-50-amd64-debian12"
     settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
-    findings = {"n1": {"tag": tag, "status": "present", "action": None, "image": f"reg/nvidia/driver:{tag}"}}
+    findings = {"n1": node_finding(tag, Status.PRESENT, image=f"reg/nvidia/driver:{tag}")}
     built = job(tag, Phase.SUCCEEDED, finished=100.0, attempt=1)
 
     restarted = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings,  # type: ignore
                              listed=lambda _image: False)
     restarted.api = OneJob(built)  # type: ignore[assignment]
     assert restarted.sync(now=101).create == ()
-    findings["n1"] = {**findings["n1"], "status": "missing", "action": "build"}  # pruned: the view says missing
+    findings["n1"] = node_finding(tag, image=f"reg/nvidia/driver:{tag}")  # pruned: the view says missing
     d = restarted.sync(now=102)
     assert [(w.tag, a) for w, a in d.create] == [(tag, 2)] and restarted.jobs[tag].pruned

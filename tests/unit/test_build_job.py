@@ -6,6 +6,9 @@ import json
 
 from gpualign.controller.build_trigger import decisions as B
 from gpualign.controller.build_trigger import job as J
+from gpualign.model.audit import Status
+from gpualign.usecases.archive_next import PoolNext
+from tests.support.findings import node_finding
 
 TAG = "535-6.1.0-50-amd64-debian12"
 SETTINGS = J.BuildSettings(image="registry.local/gpualign:0.1.0", ledger="registry://registry.local/nvidia/driver",
@@ -101,8 +104,8 @@ def test_a_present_but_wrong_image_is_made_again_only_when_the_value_says_so():
     from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
 
     tag = "535-6.1.0-50-amd64-debian12"
-    findings = {"gpu-1": {"status": "wrong-image", "action": "replace", "tag": tag},
-                "gpu-2": {"status": "missing", "action": "build", "tag": "535-6.1.0-47-amd64-debian12"}}
+    findings = {"gpu-1": node_finding(tag, Status.WRONG_IMAGE, name="gpu-1"),
+                "gpu-2": node_finding("535-6.1.0-47-amd64-debian12", name="gpu-2")}
     settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
     off = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: findings)  # type: ignore[arg-type]
     assert [w.tag for w in off.wanted(0.0)] == ["535-6.1.0-47-amd64-debian12"]  # alarmed only, never rebuilt
@@ -216,13 +219,17 @@ def test_the_trigger_builds_the_archives_kernel_after_waiting_nodes_and_refuses_
     from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
 
     settings = J.BuildSettings(image="reg/gpualign-builder:1", ledger="registry://reg/nvidia/driver")
-    waiting = {"n1": {"tag": "535-6.1.0-57-amd64-debian12", "status": "missing", "action": "build"}}
+    waiting = {"n1": node_finding("535-6.1.0-57-amd64-debian12")}
+
+    def pool(os_tag: str, series: str, variant: str, *nodes: str) -> PoolNext:
+        return PoolNext(os_tag, series, variant, "amd64", "", nodes, (), None, None)
+
     announced = {
-        "archive/debian13 6.12 generic-amd64": {"tag": "550-6.12.118_deb13-amd64-debian13", "status": "missing",
-                                                "action": "build", "archive": {"nodes": ["d13-a"]}},
-        "archive/debian12 6.1 rt-amd64": {"tag": "535-6.1.0-57-rt-amd64-debian12", "status": "missing",
-                                          "action": "none", "action_reason": "a PREEMPT_RT kernel",
-                                          "archive": {"nodes": ["rt-1", "rt-2"]}}}
+        "archive/debian13 6.12 generic-amd64": node_finding("550-6.12.118_deb13-amd64-debian13", name="d13-a",
+                                                            pool=pool("debian13", "6.12", "", "d13-a")),
+        "archive/debian12 6.1 rt-amd64": node_finding("535-6.1.0-57-rt-amd64-debian12", name="rt-1", action="none",
+                                                      why="a PREEMPT_RT kernel",
+                                                      pool=pool("debian12", "6.1", "rt", "rt-1", "rt-2"))}
     trigger = BuildTrigger(kube=None, options=BuildOptions(settings), findings=lambda: waiting,  # type: ignore
                            ahead=lambda: announced)
     wanted = {w.tag: w for w in trigger.wanted(now=5.0)}

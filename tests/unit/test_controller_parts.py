@@ -12,23 +12,24 @@ from gpualign.controller.caches import WRITE_SEEN_WITHIN, Caches
 from gpualign.controller.findings import Findings
 from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import LedgerView
+from gpualign.controller.node_finding import NodeFinding
 from gpualign.controller.reconciler import WorkQueue
 from gpualign.ledger.sources import Ledger
-from gpualign.model.audit import Status
+from gpualign.model.audit import Finding, Status
 from gpualign.model.facts import node_facts
 from gpualign.upgrade import states as S
 from tests.support import builders
+from tests.support.findings import finding
 
-REPO = "registry.example/nvidia/driver"
 TAG = "595-6.8.0-1015-aws-ubuntu22.04"
 
 
-def missing(tag: str = TAG) -> dict[str, Any]:
-    return {"status": Status.MISSING, "tag": tag, "image": f"{REPO}:{tag}", "reason": "no such tag"}
+def missing(tag: str = TAG, name: str = "n1") -> Finding:
+    return finding(tag, Status.MISSING, name=name, reason="no such tag")
 
 
-def present(tag: str = TAG) -> dict[str, Any]:
-    return {"status": Status.PRESENT, "tag": tag, "image": f"{REPO}:{tag}", "reason": ""}
+def present(tag: str = TAG, name: str = "n1") -> Finding:
+    return finding(tag, Status.PRESENT, name=name)
 
 
 # -- the alarm ---------------------------------------------------------------------------------------------------------
@@ -182,10 +183,10 @@ def test_a_gone_node_is_checked_again_so_that_it_is_forgotten():
 def test_listeners_hear_when_a_node_begins_and_stops_waiting():
     heard: list[tuple[str, str | None, str | None]] = []
     findings = Findings(on_missing=[lambda n, old, new: heard.append((n, old, new))])
-    findings.record("gpu-a", missing())
-    findings.record("gpu-a", missing())  # no change: no word
-    findings.record("gpu-a", present())
-    findings.record("gpu-b", missing("other"))
+    findings.record("gpu-a", NodeFinding(missing()))
+    findings.record("gpu-a", NodeFinding(missing()))  # no change: no word
+    findings.record("gpu-a", NodeFinding(present()))
+    findings.record("gpu-b", NodeFinding(missing("other")))
     findings.forget("gpu-b")
     assert heard == [("gpu-a", None, TAG), ("gpu-a", TAG, None), ("gpu-b", None, "other"), ("gpu-b", "other", None)]
 
@@ -224,9 +225,8 @@ def test_the_board_names_stuck_gated_and_missing_nodes():
         node("gpu-a", "1", {S.STATE_LABEL: "wait-for-jobs-required"}, {S.BLOCKER: "PDB train refuses"}),
         node("gpu-b", "1", {S.SKIP_LABEL: "true"}, {gate.GATED: "target image x missing"}),
         node("gpu-c", "1"))}
-    row = {"kernel": "6.8.0-1015-aws", "driver": None, "pod_state": None}
-    findings = [{**row, **present(), "name": "gpu-a"}, {**row, **missing(), "name": "gpu-b"},
-                {**row, **present(), "name": "gpu-c", "pod_state": "ImagePullBackOff"}]
+    findings = [NodeFinding(present(name="gpu-a")), NodeFinding(missing(name="gpu-b")),
+                NodeFinding(present(name="gpu-c"), pod_state="ImagePullBackOff")]
     counts = fleet_view(findings, facts, leader=True)
     assert counts["missing"] == {TAG: ["gpu-b"]} and counts["gated"] == {"gpu-b": "target image x missing"}
     assert counts["stuck"] == ["gpu-a", "gpu-c"] and counts["upgrade_counts"] == {"wait-for-jobs-required": 1,

@@ -8,18 +8,21 @@ from typing import Any
 
 from gpualign.controller import pull_restart
 from gpualign.controller.pull_restart import PullRestarter
-from gpualign.model.audit import Status
+from gpualign.model.audit import Finding, Status
+from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import node_facts
 from tests.support import builders
+from tests.support.findings import finding as made
 
 IMAGE = "registry.example/nvidia/driver:535-6.1.0-50-amd64-debian12"
 POD = "gpu-operator/nvidia-driver-daemonset-abcde"
 
 
-def finding(status: str = Status.PRESENT, state: str = "ImagePullBackOff", image: str = IMAGE) -> dict[str, Any]:
-    return {"status": status, "image": IMAGE, "tag": IMAGE.rsplit(":", 1)[1],
-            "driver_pod": {"name": POD, "image": image, "tag": image.rsplit(":", 1)[1], "state": state,
-                           "ready": False, "crash": ""}}
+def finding(status: Status = Status.PRESENT, state: str = "ImagePullBackOff", image: str = IMAGE,
+            pod: bool = True, found: str = IMAGE) -> Finding:
+    """found: the node's image, as the audit found it; image: the one its driver pod waits for."""
+    driver_pod = DriverPod(POD, image, image.rsplit(":", 1)[1], state, False) if pod else None
+    return made(found.rsplit(":", 1)[1], status, image=found, driver_pod=driver_pod)
 
 
 def pod(reason: str = "ImagePullBackOff", image: str = IMAGE, started: bool = False, uid: str = "u1") -> dict:
@@ -67,7 +70,7 @@ def test_only_a_pod_waiting_for_the_image_now_present_is_chosen():
     assert pull_restart.waits_for_present_image(finding(state="CrashLoopBackOff")) is None  # pulled; it crashes
     assert pull_restart.waits_for_present_image(finding(state="Running")) is None
     assert pull_restart.waits_for_present_image(finding(image=IMAGE + "-other")) is None  # waits for another image
-    assert pull_restart.waits_for_present_image({**finding(), "driver_pod": None}) is None
+    assert pull_restart.waits_for_present_image(finding(pod=False)) is None
 
 
 def test_the_waiting_pod_is_deleted_once_with_preconditions_and_an_event():
@@ -83,7 +86,7 @@ def test_the_waiting_pod_is_deleted_once_with_preconditions_and_an_event():
     assert len(api.deletes) == 1
     other = IMAGE.replace("6.1.0-50", "6.1.0-51")  # the node's next kernel, its image waited for and pushed
     api.current = pod(uid="u3", image=other)
-    assert restarter.apply(FACTS, {**finding(image=other), "image": other}) is True
+    assert restarter.apply(FACTS, finding(image=other, found=other)) is True
     restarter.forget(FACTS.name)  # the node is gone: a node of that name later starts afresh
     api.current = pod(uid="u4")
     assert restarter.apply(FACTS, finding()) is True

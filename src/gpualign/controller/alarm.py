@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from gpualign.model.audit import Status
+from gpualign.model.audit import Finding, Status
 
 IMAGE_ANNOTATION = "gpualign.io/driver-image"
 STATUS_ANNOTATION = "gpualign.io/driver-image-status"
@@ -52,13 +51,13 @@ def said(annotations: Mapping[str, str]) -> Said:
     return annotations.get(STATUS_ANNOTATION), annotations.get(IMAGE_ANNOTATION)
 
 
-def decide(finding: Mapping[str, Any], annotations: Mapping[str, str], last: Said | None,
+def decide(finding: Finding, annotations: Mapping[str, str], last: Said | None,
            unconfirmed: tuple[str | None, str | None, int] | None) -> Transition | None:
     """The transition to write for this finding, or None when the node already says it.
     last: what this process last wrote on the node (None: what its annotations say).
     unconfirmed: a transition written whose Event is not confirmed yet (a write that failed)."""
-    status = finding["status"] if finding["status"] in ALARMS else None
-    tag = finding["tag"] if status else None
+    status = finding.status if finding.status in ALARMS else None
+    tag = finding.tag if status else None
     last = last or said(annotations)
     resuming = unconfirmed is not None and unconfirmed[:2] == (status, tag) and last == (status, tag)
     if last == (status, tag) and not resuming:
@@ -69,19 +68,19 @@ def decide(finding: Mapping[str, Any], annotations: Mapping[str, str], last: Sai
     return Transition(status, tag, _sequence(annotations) + 1, last[0] in ALARMS, resuming=False)
 
 
-def event(transition: Transition, finding: Mapping[str, Any]) -> Event | None:
+def event(transition: Transition, finding: Finding) -> Event | None:
     """The Event that tells this transition, or None (a clear that follows no alarm)."""
     if transition.status == Status.MISSING:
-        return Event(EVENT_MISSING, f"driver image {finding['image']} is missing from the ledger: this node's driver "
-                     f"pod cannot pull it and the node loses its GPUs ({finding['reason']})")
+        return Event(EVENT_MISSING, f"driver image {finding.image} is missing from the ledger: this node's driver "
+                     f"pod cannot pull it and the node loses its GPUs ({finding.reason})")
     if transition.status == Status.WRONG_IMAGE:
-        return Event(EVENT_WRONG, f"driver image {finding['image']} is in the ledger but {finding['reason']}: a "
-                     f"driver pod that pulls it crash-loops (repair: gpualign ensure {finding['tag']} --replace-wrong)")
+        return Event(EVENT_WRONG, f"driver image {finding.image} is in the ledger but {finding.reason}: a "
+                     f"driver pod that pulls it crash-loops (repair: gpualign ensure {finding.tag} --replace-wrong)")
     if transition.status == Status.OPERATOR_MISMATCH:
-        return Event(EVENT_MISMATCH, f"the GPU Operator deploys {finding['operator_image']} here, built for another "
-                     f"OS or kernel: {finding['reason']}")
+        return Event(EVENT_MISMATCH, f"the GPU Operator deploys {finding.operator_image} here, built for another "
+                     f"OS or kernel: {finding.reason}")
     if transition.was_alarmed:
-        return Event(EVENT_PRESENT, f"driver image {finding['image']} is in the ledger and is what the operator "
+        return Event(EVENT_PRESENT, f"driver image {finding.image} is in the ledger and is what the operator "
                      "deploys", warning=False)
     return None
 

@@ -14,6 +14,7 @@ A poll costs each suite's InRelease asked with If-Modified-Since, and a Packages
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,8 +24,11 @@ from pathlib import Path
 
 from gpualign.base.errors import GpualignError
 from gpualign.base.json_types import JSON
+from gpualign.controller.node_finding import NodeFinding
+from gpualign.model.audit import Status
 from gpualign.model.facts import NodeFacts
 from gpualign.model.kernels import label_of
+from gpualign.model.makers import Maker
 from gpualign.usecases import archive_next
 
 log = logging.getLogger("gpualign.controller")
@@ -46,19 +50,19 @@ class Pending:
 @dataclass
 class ArchiveWatch:
     nodes: Callable[[], list[NodeFacts]]  # the fleet's GPU nodes (the controller's cache)
-    future: Callable[[NodeFacts, str], JSON]  # a node's finding on another kernel (its label)
+    future: Callable[[NodeFacts, str], NodeFinding]  # a node's finding on another kernel (its label)
     index: archive_next.Indexes
     seen: Path | None = None  # first sightings, kept across restarts where the cache is kept
     every: float = 900.0
     on_change: Callable[[], None] = lambda: None  # wakes the build trigger
     on_landed: Callable[[str, float], None] = lambda _pool, _seconds: None  # an announced kernel's image arrived
     clock: Callable[[], float] = time.time
-    ahead: dict[str, JSON] = field(default_factory=dict)  # "archive/POOL" -> its next kernel's finding
+    ahead: dict[str, NodeFinding] = field(default_factory=dict)  # "archive/POOL" -> its next kernel's finding
     error: str | None = None  # why the last read failed (said once per cause)
     lock: threading.Lock = field(default_factory=threading.Lock)
     _pools: dict[str, tuple[archive_next.PoolNext, NodeFacts]] = field(default_factory=dict)
 
-    def snapshot(self) -> dict[str, JSON]:
+    def snapshot(self) -> dict[str, NodeFinding]:
         with self.lock:
             return dict(self.ahead)
 
@@ -66,13 +70,12 @@ class ArchiveWatch:
         """Every pool whose next kernel has no image in the ledger yet (the reboot gate's, and the metrics')."""
         out = []
         for key, finding in sorted(self.snapshot().items()):
-            if finding.get("status") == "present" or not finding.get("tag"):
+            if finding.status == Status.PRESENT or not finding.tag or finding.pool is None:
                 continue
-            archive = finding["archive"]
-            buildable = finding.get("action") in ("build", "mirror")
-            why = (finding.get("action_reason") or finding.get("reason") or "") if not buildable else \
-                f"missing from the ledger ({finding.get('action')} ahead)"
-            out.append(Pending(key.removeprefix(PREFIX), tuple(archive["nodes"]), finding["kernel"], finding["tag"],
+            buildable = finding.action in (Maker.BUILD, Maker.MIRROR)
+            why = (finding.action_reason or finding.reason or "") if not buildable else \
+                f"missing from the ledger ({finding.action} ahead)"
+            out.append(Pending(key.removeprefix(PREFIX), finding.pool.nodes, finding.kernel or "", finding.tag,
                                buildable, why))
         return out
 
@@ -82,11 +85,11 @@ class ArchiveWatch:
             ahead, error = dict(self.ahead), self.error
         pools = []
         for key, f in sorted(ahead.items()):
-            a = f["archive"]
-            pools.append({"pool": key.removeprefix(PREFIX), "nodes": a["nodes"], "running": a["running"],
-                          "next": f["kernel"], "suite": a["suite"], "since": a["since"], "tag": f.get("tag"),
-                          "status": f.get("status"), "action": f.get("action"),
-                          "reason": f.get("action_reason") if f.get("action") not in ("build", "mirror") else None})
+            a = f.pool.as_dict() if f.pool is not None else {}
+            pools.append({"pool": key.removeprefix(PREFIX), "nodes": a.get("nodes"), "running": a.get("running"),
+                          "next": f.kernel, "suite": a.get("suite"), "since": a.get("since"), "tag": f.tag,
+                          "status": f.status, "action": f.action,
+                          "reason": f.action_reason if f.action not in (Maker.BUILD, Maker.MIRROR) else None})
         return {"pools": pools, "error": error}
 
     def poll(self) -> None:
@@ -115,25 +118,23 @@ class ArchiveWatch:
         no archive read)."""
         with self.lock:
             pools = dict(self._pools)
-        ahead: dict[str, JSON] = {}
+        ahead: dict[str, NodeFinding] = {}
         for key, (pool, facts) in pools.items():
             assert pool.next is not None
-            finding = self.future(facts, label_of(pool.next.release))
-            finding.update({"archive": pool.as_dict(), "kernel": pool.next.release})
-            ahead[key] = finding
+            ahead[key] = dataclasses.replace(self.future(facts, label_of(pool.next.release)),
+                                             kernel_next=pool.next.release, pool=pool)
         now = self.clock()
         with self.lock:
             before, self.ahead = self.ahead, ahead
-        changed = ahead.keys() != before.keys() or any(
-            before[k].get("status") != f.get("status") for k, f in ahead.items())
+        changed = ahead.keys() != before.keys() or any(before[k].status != f.status for k, f in ahead.items())
         for key, finding in ahead.items():
             old = before.get(key)
-            if read or old is None or old.get("status") != finding.get("status"):
-                log.info("Debian's archive installs %s next on %s: image %s %s", finding["kernel"],
-                         key.removeprefix(PREFIX), finding.get("tag"), finding.get("status"))
+            if read or old is None or old.status != finding.status:
+                log.info("Debian's archive installs %s next on %s: image %s %s", finding.kernel,
+                         key.removeprefix(PREFIX), finding.tag, finding.status)
             since = pools[key][0].since
-            if old is not None and old.get("kernel") == finding["kernel"] and old.get("status") != "present" \
-                    and finding.get("status") == "present" and since is not None:
+            if old is not None and old.kernel == finding.kernel and old.status != Status.PRESENT \
+                    and finding.status == Status.PRESENT and since is not None:
                 self.on_landed(key.removeprefix(PREFIX), max(0.0, now - since))
         if changed:
             self.on_change()

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from gpualign.base.json_types import JSON
 from gpualign.controller import gate
+from gpualign.controller.node_finding import NodeFinding
 from gpualign.model.audit import Status
 from gpualign.model.facts import NodeFacts
 from gpualign.upgrade import states as S
@@ -15,14 +16,14 @@ from gpualign.upgrade.clock import since
 RUNNING = ("Running", "Pending", "ContainerCreating")  # a driver pod in these states serves, or is about to
 
 
-def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, leader: bool) -> JSON:
+def fleet_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], *, leader: bool) -> JSON:
     """Counts and lists (cheap at 5,000 nodes: what a metrics scrape reads)."""
     findings = list(findings)
     missing: dict[str, list[str]] = {}
     wrong: dict[str, list[str]] = {}
     for f in findings:
-        if f["status"] in (Status.MISSING, Status.WRONG_IMAGE) and f["tag"]:
-            (missing if f["status"] == Status.MISSING else wrong).setdefault(f["tag"], []).append(f["name"])
+        if f.status in (Status.MISSING, Status.WRONG_IMAGE) and f.tag:
+            (missing if f.status == Status.MISSING else wrong).setdefault(f.tag, []).append(f.name)
     counts: dict[str, int] = {}
     blocked: list[tuple[str, str, float]] = []
     kinds: dict[str, str] = {}  # node -> its blocker's kind, as the walk wrote it (gpualign.upgrade.blockers)
@@ -40,7 +41,7 @@ def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, lead
             gated_for[name] = since(nf.annotations.get(gate.GATED_SINCE))
     # stuck: the driver is not running (its pod waits in ImagePullBackOff, CrashLoopBackOff, …), or the node is
     # in the walk (cordoned) and something blocks it. A node held before cordon still serves: not stuck.
-    no_driver = {f["name"]: f["pod_state"] for f in findings if f["pod_state"] and f["pod_state"] not in RUNNING}
+    no_driver = {f.name: f.pod_state for f in findings if f.pod_state and f.pod_state not in RUNNING}
     stuck = sorted(set(no_driver) | {n for n, _, _ in blocked if facts.get(n) is not None
                                      and facts[n].labels.get(S.STATE_LABEL) in S.IN_PROGRESS})
     return {"nodes": dict(facts), "missing": missing, "wrong": wrong, "upgrade_counts": counts,
@@ -49,17 +50,17 @@ def fleet_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, lead
             "gated_for": gated_for}
 
 
-def board_view(findings: Iterable[JSON], facts: Mapping[str, NodeFacts], *, leader: bool, updated: str,
+def board_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], *, leader: bool, updated: str,
                ledger_sources: Iterable[str], cluster: str) -> JSON:
     """The board's page: the fleet view with one row per node."""
     findings = list(findings)
     fleet = fleet_view(findings, facts, leader=leader)
     stuck, gated = set(fleet["stuck"]), fleet["gated"]
-    nodes = sorted(({"name": f["name"], "kernel": f["kernel"], "driver": f["driver"], "tag": f["tag"],
-                     "status": f["status"], "pod_state": f["pod_state"], "reason": f.get("reason"),
-                     "image": f.get("image"), "action": f.get("action"),
-                     "gated": gated.get(f["name"]), "stuck": f["name"] in stuck,
-                     "upgrade_state": facts[f["name"]].labels.get(S.STATE_LABEL) if f["name"] in facts else None}
+    nodes = sorted(({"name": f.name, "kernel": f.kernel, "driver": f.driver, "tag": f.tag,
+                     "status": f.status, "pod_state": f.pod_state, "reason": f.reason,
+                     "image": f.image, "action": f.action,
+                     "gated": gated.get(f.name), "stuck": f.name in stuck,
+                     "upgrade_state": facts[f.name].labels.get(S.STATE_LABEL) if f.name in facts else None}
                     for f in findings), key=lambda n: n["name"])
     return {"nodes": nodes, "missing": fleet["missing"], "wrong": fleet["wrong"],
             "upgrade_counts": fleet["upgrade_counts"], "blocked": fleet["blocked"], "leader": fleet["leader"],

@@ -8,8 +8,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpualign.base.json_types import JSON
-from gpualign.model.audit import Status
+from gpualign.controller.node_finding import NodeFinding
 
 # (node, the tag it waited for before or None, the tag it waits for now or None)
 OnMissing = Callable[[str, str | None, str | None], None]
@@ -19,17 +18,17 @@ OnMissing = Callable[[str, str | None, str | None], None]
 class Findings:
     on_missing: Sequence[OnMissing] = ()  # its current kernel's tag
     on_ahead_missing: Sequence[OnMissing] = ()  # its next kernel's or OS's (gpualign.io/kernel.next, os.next)
-    current: dict[str, JSON] = field(default_factory=dict)
-    ahead: dict[str, JSON] = field(default_factory=dict)
+    current: dict[str, NodeFinding] = field(default_factory=dict)
+    ahead: dict[str, NodeFinding] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def record(self, node: str, finding: JSON) -> None:
+    def record(self, node: str, finding: NodeFinding) -> None:
         with self.lock:
             old = self.current.get(node)
             self.current[node] = finding
         _tell(self.on_missing, node, old, finding)
 
-    def record_ahead(self, node: str, finding: JSON | None) -> None:
+    def record_ahead(self, node: str, finding: NodeFinding | None) -> None:
         with self.lock:
             old = self.ahead.pop(node, None)
             if finding is not None:
@@ -42,21 +41,17 @@ class Findings:
         _tell(self.on_missing, node, old, None)
         _tell(self.on_ahead_missing, node, old_ahead, None)
 
-    def snapshot(self) -> dict[str, JSON]:
+    def snapshot(self) -> dict[str, NodeFinding]:
         with self.lock:
             return dict(self.current)
 
-    def ahead_snapshot(self) -> dict[str, JSON]:
+    def ahead_snapshot(self) -> dict[str, NodeFinding]:
         with self.lock:
             return dict(self.ahead)
 
 
-def _missing(finding: JSON | None) -> str | None:
-    return finding["tag"] if finding and finding["status"] == Status.MISSING else None
-
-
-def _tell(listeners: Sequence[OnMissing], node: str, old: JSON | None, new: JSON | None) -> None:
-    before, now = _missing(old), _missing(new)
+def _tell(listeners: Sequence[OnMissing], node: str, old: NodeFinding | None, new: NodeFinding | None) -> None:
+    before, now = old.missing_tag if old else None, new.missing_tag if new else None
     if before != now:
         for listener in listeners:
             listener(node, before, now)

@@ -5,9 +5,8 @@ is off. What to write is decided by `gate.decide`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from gpualign.base.errors import GpualignError
 from gpualign.controller import gate
@@ -15,6 +14,7 @@ from gpualign.controller.caches import Caches
 from gpualign.controller.gate_release import release_node
 from gpualign.controller.ledger_view import LedgerView
 from gpualign.kube.client import Kube
+from gpualign.model.audit import Finding
 from gpualign.model.facts import NodeFacts
 from gpualign.upgrade import states as S
 from gpualign.upgrade.clock import since
@@ -34,13 +34,13 @@ class GateWriter:
     retry: Callable[[str], None]  # check this node again
     warn_after: float = 86400.0  # a hold older than this raises a warning Event (once per hold) and shows
 
-    def apply(self, facts: NodeFacts, finding: Mapping[str, Any], planned: tuple[str, str] | None) -> None:
+    def apply(self, facts: NodeFacts, finding: Finding, planned: tuple[str, str] | None) -> None:
         """Hold or release the node: the image gpualign expects from the operator's objects (known the moment they
         change), or the one its DaemonSet names (what it will pull)."""
         if not self.caches.current(facts.name):
             return  # the node's watch has not shown the last write yet: it re-checks the node when it does
-        targets = [i for i in (finding.get("image"), planned[1] if planned else None) if i]
-        flavour = finding.get("module_type")
+        targets = [i for i in (finding.image, planned[1] if planned else None) if i]
+        flavour = finding.module_type
         problems = [(i, why) for i in targets if (why := self.ledger.unusable(i, facts.arch, flavour))]
         missing = [i for i, _ in problems]
         patch = gate.decide(facts.labels, facts.annotations, image_missing=bool(missing),

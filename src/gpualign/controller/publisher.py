@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from gpualign.base.errors import GpualignError
 from gpualign.controller import alarm
 from gpualign.kube.client import Kube
+from gpualign.model.audit import Finding
 from gpualign.model.facts import NodeFacts
 
 log = logging.getLogger("gpualign.controller")
@@ -30,7 +30,7 @@ class Publisher:
     unconfirmed: dict[str, tuple[str | None, str | None, int]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def publish(self, facts: NodeFacts, finding: Mapping[str, Any]) -> None:
+    def publish(self, facts: NodeFacts, finding: Finding) -> None:
         with self.lock:
             last, pending = self.published.get(facts.name), self.unconfirmed.get(facts.name)
         transition = alarm.decide(finding, facts.annotations, last, pending)

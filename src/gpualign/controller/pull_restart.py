@@ -25,6 +25,7 @@ from typing import Any
 
 from gpualign.base.errors import GpualignError
 from gpualign.kube.client import Kube
+from gpualign.model.audit import Finding, Status
 from gpualign.model.driver_pod_status import WAITING_FOR_IMAGE, DriverPod
 from gpualign.model.facts import NodeFacts
 
@@ -32,15 +33,15 @@ log = logging.getLogger("gpualign.controller")
 REASON = "DriverPodRestarted"
 
 
-def waits_for_present_image(finding: Mapping[str, Any]) -> str | None:
+def waits_for_present_image(finding: Finding) -> str | None:
     """The driver pod (NS/NAME) to restart: the finding says the node's image is in the ledger, and its driver pod
     waits to pull that same image. None otherwise."""
-    pod = finding.get("driver_pod")
-    if finding.get("status") != "present" or not pod or not finding.get("image"):
+    pod = finding.driver_pod
+    if finding.status != Status.PRESENT or pod is None or not finding.image:
         return None
-    if pod.get("state") not in WAITING_FOR_IMAGE or pod.get("image") != finding["image"]:
+    if pod.state not in WAITING_FOR_IMAGE or pod.image != finding.image:
         return None
-    return str(pod["name"])
+    return pod.name
 
 
 def still_waiting(pod: Mapping[str, Any], image: str) -> bool:
@@ -61,16 +62,16 @@ class PullRestarter:
     refused: bool = False  # the right to delete pods is missing: said once
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def apply(self, facts: NodeFacts, finding: Mapping[str, Any]) -> bool:
+    def apply(self, facts: NodeFacts, finding: Finding) -> bool:
         """Restart the node's driver pod if it waits for an image the ledger has; True when it was deleted."""
-        if finding.get("status") == "missing":  # gone from the ledger: once it is pushed again, one more restart
+        if finding.status == Status.MISSING:  # gone from the ledger: once it is pushed again, one more restart
             with self.lock:
                 self.restarted.pop(facts.name, None)
             return False
         name = waits_for_present_image(finding)
         if name is None or self.refused:
             return False
-        image = str(finding["image"])
+        image = str(finding.image)
         with self.lock:
             if self.restarted.get(facts.name) == image:
                 return False  # once per node and image: a pod that cannot pull it after a restart is not looped on

@@ -4,6 +4,7 @@ alarm and applies the gate. Several workers run checks; one node is never checke
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import queue
@@ -14,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base import labels as L
-from gpualign.base.json_types import JSON
 from gpualign.controller.caches import Caches
 from gpualign.controller.findings import Findings
 from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import LedgerView
+from gpualign.controller.node_finding import NodeFinding
 from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.kube.client import Kube
@@ -167,18 +168,18 @@ class Reconciler:
         self.findings.record(name, finding)
         self._look_ahead(facts, branches, expect)
         if self.is_leader():
-            self.publisher.publish(facts, finding)
+            self.publisher.publish(facts, finding.finding)
             if self.gating and operator is not None:
-                self.gate.apply(facts, finding, planned.get(name) if planned else None)
+                self.gate.apply(facts, finding.finding, planned.get(name) if planned else None)
             else:
                 self.gate.release_if_held(facts)
             if self.restarter is not None:
-                self.restarter.apply(facts, finding)
+                self.restarter.apply(facts, finding.finding)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
     def _finding(self, facts: NodeFacts, pod: DriverPod | None, branches: BranchPolicy,
-                 planned: dict[str, tuple[str, str]] | None, expect: Any) -> JSON:
+                 planned: dict[str, tuple[str, str]] | None, expect: Any) -> NodeFinding:
         def judged(wrong: dict[str, str] | None = None) -> Any:
             return audit(AuditInput([facts], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                     pods={facts.name: pod} if pod else {}, planned=planned, expect=expect,
@@ -188,10 +189,7 @@ class Reconciler:
         if first.status == Status.PRESENT and first.image and \
                 (why := self.ledger.wrong(first.image, facts.arch, first.module_type)):
             first = judged({first.image: why}).findings[0]
-        finding: JSON = first.as_dict()
-        finding["upgrade_state"] = facts.labels.get(S.STATE_LABEL)
-        finding["pod_state"] = pod.state if pod else None
-        return finding
+        return NodeFinding(first, facts.labels.get(S.STATE_LABEL), pod.state if pod else None)
 
     def _expectations(self, facts: NodeFacts, pod: DriverPod | None) -> tuple[BranchPolicy, Any]:
         """The branches and the operator's expectation a node is judged by."""
@@ -203,7 +201,7 @@ class Reconciler:
         operator = self.operator
         return branches, from_operator(operator) if operator is not None and self.follow_operator else None
 
-    def future(self, facts: NodeFacts, kernel_label: str) -> JSON:
+    def future(self, facts: NodeFacts, kernel_label: str) -> NodeFinding:
         """The finding of `facts`' node as it would be on another kernel (the one Debian's archive installs next on
         its pool), judged as its current one is."""
         branches, expect = self._expectations(facts, self.caches.node(facts.name)[1])
@@ -220,12 +218,12 @@ class Reconciler:
         hint = self.caches.pool_branch(facts) or (pod_branch if pod_branch and pod_branch.isdigit() else None)
         return BranchPolicy(default=hint) if hint else branches
 
-    def _judged_as(self, name: str, labels: dict[str, str], branches: BranchPolicy, expect: Any) -> JSON:
+    def _judged_as(self, name: str, labels: dict[str, str], branches: BranchPolicy, expect: Any) -> NodeFinding:
         """The finding of a node with these labels (its kernel or OS changed), without its driver pod."""
         future = node_facts({"metadata": {"name": name, "labels": labels}})
         result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                   expect=expect))
-        return {**result.findings[0].as_dict(), "kernel": future.kernel}
+        return NodeFinding(result.findings[0], kernel_next=future.kernel)
 
     def _look_ahead(self, facts: NodeFacts, branches: BranchPolicy, expect: Any) -> None:
         """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its
@@ -243,7 +241,7 @@ class Reconciler:
                                                                    os_next != (facts.os_id, facts.os_version)):
             finding = self._judged_as(facts.name, labels, self._ahead_branches(facts, branches), expect)
             if os_next is not None:
-                finding["os"] = "-".join(os_next)
+                finding = dataclasses.replace(finding, os_next="-".join(os_next))
         self.findings.record_ahead(facts.name, finding)
 
 

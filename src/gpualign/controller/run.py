@@ -24,6 +24,7 @@ from gpualign.controller.findings import Findings, OnMissing
 from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import Judge, LedgerView
 from gpualign.controller.metrics import Metrics
+from gpualign.controller.node_finding import NodeFinding
 from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reconciler import Reconciler, WorkQueue
@@ -101,8 +102,8 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         log.warning("node %s needs driver image %s, missing from the ledger", node, tag)
 
     def say_ahead_missing(node: str, tag: str) -> None:
-        ahead = findings.ahead_snapshot().get(node) or {}
-        nxt = f"kernel {ahead.get('kernel')}" + (f" on {ahead['os']}" if ahead.get("os") else "")
+        ahead = findings.ahead_snapshot().get(node)
+        nxt = f"kernel {ahead.kernel if ahead else None}" + (f" on {ahead.os_next}" if ahead and ahead.os_next else "")
         log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, tag)
 
     findings = Findings(on_missing=[_missing_gauge(metrics.image_missing, say_missing), *wakes],
@@ -148,7 +149,7 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         metrics.watch_archive(watch.pending)
         reconciler.on_ledger_changed.append(watch.rejudge)
 
-    def ahead() -> dict[str, Any]:
+    def ahead() -> dict[str, NodeFinding]:
         return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}
 
     if opts.builds is not None:

@@ -77,16 +77,29 @@ class Finding:
             return None
         return str(self.making.maker) if self.making else str(Maker.MIRROR if self.published else Maker.BUILD)
 
+    @property
+    def to_do(self) -> str | None:
+        """What is to be done for its image, as reports name it: who makes a missing one (`action`), `replace` for
+        a wrong one, None when nothing is."""
+        if self.status in (Status.MISSING, Status.OPERATOR_MISMATCH):
+            return self.action
+        return "replace" if self.status == Status.WRONG_IMAGE else None
+
+    @property
+    def why_not_made(self) -> str | None:
+        """Why its missing image is made as `to_do` says (render, none: why gpualign cannot make it)."""
+        return self.making.why if self.making and self.status in (Status.MISSING, Status.OPERATOR_MISMATCH) \
+            else None
+
     def as_dict(self) -> dict[str, Any]:
         # The instance's own fields, in their order (one C-level copy): dataclasses.asdict's deep copy was a quarter
         # of a 5,000-node check, and a per-call dataclasses.fields() most of what remained.
         d = dict(self.__dict__)
-        making = d.pop("making")
+        del d["making"]
         del d["wrong"]  # the reason carries it, for people; wrong_images() lists it per image
         d["driver_pod"] = self.driver_pod.as_dict() if self.driver_pod else None
-        to_make = self.status in (Status.MISSING, Status.OPERATOR_MISMATCH)
-        d["action"] = self.action if to_make else "replace" if self.status == Status.WRONG_IMAGE else None
-        d["action_reason"] = making.why if to_make and making else None
+        d["action"] = self.to_do
+        d["action_reason"] = self.why_not_made
         d["driver_pod_failing"] = self.driver_pod_failing
         return d
 

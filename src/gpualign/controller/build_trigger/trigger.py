@@ -18,16 +18,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpualign.base.errors import GpualignError
-from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger import decisions as B
 from gpualign.controller.build_trigger import job as J
 from gpualign.controller.build_trigger.jobs_api import BuildJobs
+from gpualign.controller.node_finding import NodeFinding
 from gpualign.kube.client import Kube
+from gpualign.model.audit import Status
 from gpualign.model.makers import JOB_MAKERS, Maker
 
 log = logging.getLogger("gpualign.controller")
@@ -60,7 +61,7 @@ class BuildTrigger:
 
     kube: Kube
     options: BuildOptions
-    findings: Callable[[], dict[str, JSON]]  # node -> its finding (the controller's cache)
+    findings: Callable[[], Mapping[str, NodeFinding]]  # node -> its finding (the controller's cache)
     is_leader: Callable[[], bool] = lambda: True
     on_started: Callable[[str], None] = lambda _tag: None
     on_finished: Callable[[str, str, float | None], None] = lambda _tag, _result, _seconds: None
@@ -70,7 +71,7 @@ class BuildTrigger:
     jobs: dict[str, B.BuildJob] = field(default_factory=dict)  # tag -> its Job, as last read
     wake: threading.Event = field(default_factory=threading.Event)
     # node -> the finding for its next kernel (gpualign.io/kernel.next): built ahead, before the reboot
-    ahead: Callable[[], dict[str, JSON]] = dict
+    ahead: Callable[[], Mapping[str, NodeFinding]] = dict
     # tag -> every node that waited for it while its build ran (told when it lands, though by then the image is
     # present and they wait no more)
     waiters: dict[str, set[str]] = field(default_factory=dict)
@@ -102,28 +103,28 @@ class BuildTrigger:
         present: set[str] = set()
         for current, source in ((True, self.findings()), (False, self.ahead())):
             for node, f in source.items():
-                if not f.get("tag"):
+                tag, action = f.tag, f.action
+                if not tag:
                     continue
-                if f.get("status") == "present":
-                    present.add(f["tag"])
-                wrong = self.options.replace_wrong and f.get("status") == "wrong-image" and \
-                    f.get("action") == REPLACE
-                if f.get("status") == "missing" and f.get("action") in (Maker.RENDER, Maker.NONE):
+                if f.status == Status.PRESENT:
+                    present.add(tag)
+                wrong = self.options.replace_wrong and f.status == Status.WRONG_IMAGE and action == REPLACE
+                if f.status == Status.MISSING and action in (Maker.RENDER, Maker.NONE):
                     # a pool Debian's archive announces for: told on the pool's own nodes
-                    told = (f.get("archive") or {}).get("nodes") or [node]
-                    refused.setdefault(f["tag"], (f["action"], f.get("action_reason") or "", set()))[2].update(told)
+                    told = f.pool.nodes if f.pool is not None and f.pool.nodes else (node,)
+                    refused.setdefault(tag, (action, f.action_reason or "", set()))[2].update(told)
                     continue
-                if wrong or f.get("status") == "missing" and f.get("action") in BUILDABLE:
-                    by_tag.setdefault(f["tag"], set()).add(node)
-                    actions[f["tag"]] = f["action"]
+                if action is not None and (wrong or f.status == Status.MISSING and action in BUILDABLE):
+                    by_tag.setdefault(tag, set()).add(node)
+                    actions[tag] = action
                     # a mirror is a copy: it runs where gpualign's own image runs (amd64)
-                    archs[f["tag"]] = f.get("arch") or "amd64" if f["action"] != Maker.MIRROR else "amd64"
-                    images[f["tag"]] = f.get("image") or ""
-                    flavours[f["tag"]] = f.get("modules") or "proprietary"
-                    waiting.add((node, f["tag"]))
+                    archs[tag] = f.arch or "amd64" if action != Maker.MIRROR else "amd64"
+                    images[tag] = f.image or ""
+                    flavours[tag] = f.modules or "proprietary"
+                    waiting.add((node, tag))
                     if current:
-                        now_running.add(f["tag"])
-                    self.waiting_since.setdefault((node, f["tag"]), now)
+                        now_running.add(tag)
+                    self.waiting_since.setdefault((node, tag), now)
         for key in [k for k in self.waiting_since if k not in waiting]:
             del self.waiting_since[key]
         self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
