@@ -24,6 +24,7 @@ from gpualign.base.json_types import JSON
 from gpualign.model.audit import DriverPod
 from gpualign.model.dra_devices import GpuDevice, devices_by_node, highest_driver
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
+from gpualign.model.object_views import DaemonSet, view
 from gpualign.model.version import DriverVersion
 from gpualign.upgrade import states as S
 
@@ -248,10 +249,10 @@ class Caches:
     def pool_branch(self, facts: NodeFacts) -> str | None:
         """The branch the node's driver DaemonSet deploys: known before its pod exists (a brand-new node)."""
         for ds in self.pool_list():
-            template = (ds.get("spec") or {}).get("template") or {}
-            selector = (template.get("spec") or {}).get("nodeSelector") or {}
+            spec = view(ds, DaemonSet).spec.template.spec
+            selector = spec.node_selector
             if selector and all(facts.labels.get(k) == v for k, v in selector.items()):
-                image = ((template.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
+                image = spec.containers[0].image if spec.containers else ""
                 tag = image.rsplit("/", 1)[-1].partition(":")[2]
                 head = tag.split("-", 1)[0].split(".")[0]
                 return head if head.isdigit() else None

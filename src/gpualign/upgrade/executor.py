@@ -19,6 +19,7 @@ from gpualign.base.errors import Conflict, GpualignError
 from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.model.driver_config import RESTART_IN_PLACE
+from gpualign.model.object_views import Pod, view
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import TOLD, BlockKind
@@ -174,7 +175,7 @@ class Executor:
             self.move(ns, S.POD_DELETION, annotations={S.DELETION_START: now_iso()})
             return
         running = [p for p in self._pods_on(ns, wfc.pod_selector)
-                   if (p.get("status") or {}).get("phase") in ("Running", "Pending")]
+                   if view(p, Pod).status.phase in ("Running", "Pending")]
         start = ns.annotations.get(S.WAIT_START)
         if not running:
             self.move(ns, S.POD_DELETION, annotations={S.WAIT_START: None, S.DELETION_START: now_iso(),
@@ -272,51 +273,46 @@ class Executor:
         self._move_pods(ns, drain=True)
 
     def pod_restart(self, ns: NodeState) -> None:
-        pod, pool = ns.pod, ns.pool
-        in_sync = pod is not None and pool is not None and \
-            (pod["metadata"].get("labels") or {}).get("controller-revision-hash") == pool.newest_hash
-        if in_sync:
-            assert pod is not None
+        pod, pool = view(ns.pod, Pod) if ns.pod is not None else None, ns.pool
+        if pod is not None and pool is not None and \
+                pod.metadata.labels.get("controller-revision-hash") == pool.newest_hash:
             self.move(ns, S.VALIDATION, annotations={S.RESTART_START: None, S.VALIDATION_START: now_iso()},
-                      why=f"driver pod {P.name(pod)} runs {image_tag(pod['spec']['containers'][0]['image'])}")
+                      why=f"driver pod {pod.metadata.ref} runs {image_tag(pod.image)}")
             return
         if pool is None:
             self.block(ns, "no driver DaemonSet selects this node", BlockKind.DRIVER_POD)
             return
         if pod is not None:
-            res = self.kube.evict(pod["metadata"]["namespace"], pod["metadata"]["name"])
+            res = self.kube.evict(pod.metadata.namespace, pod.metadata.name)
             if res.evicted:
-                self.say(ns.name, f"restarting driver pod {P.name(pod)} (evicted; its DaemonSet is OnDelete)")
+                self.say(ns.name, f"restarting driver pod {pod.metadata.ref} (evicted; its DaemonSet is OnDelete)")
             else:
-                self.block(ns, f"eviction of driver pod {P.name(pod)} refused: {res.message}", BlockKind.DRIVER_POD)
+                self.block(ns, f"eviction of driver pod {pod.metadata.ref} refused: {res.message}",
+                           BlockKind.DRIVER_POD)
         elif since(ns.annotations.get(S.RESTART_START)) > self.policy.validation.timeout_seconds:
             self.move(ns, S.FAILED, annotations={S.BLOCKER: "no new driver pod appeared",
                                                  S.BLOCKER_KIND: str(BlockKind.DRIVER_POD)},
                       why="no new driver pod appeared")
 
     def validation(self, ns: NodeState) -> None:
-        pod = ns.pod
+        pod = view(ns.pod, Pod) if ns.pod is not None else None
         problems = []
         if pod is None:
             problems.append("no driver pod")
         else:
-            ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                        for c in (pod.get("status") or {}).get("conditions") or [])
-            tag = image_tag(pod["spec"]["containers"][0]["image"])
-            if not ready:
-                state = next((cs["state"]["waiting"].get("reason") for cs in
-                              (pod.get("status") or {}).get("containerStatuses") or []
-                              if (cs.get("state") or {}).get("waiting")), "not Ready")
-                problems.append(f"driver pod {P.name(pod)} is {state}")
+            tag = image_tag(pod.image)
+            if not pod.ready:
+                state = next((cs.state.waiting.reason or "waiting" for cs in pod.status.container_statuses
+                              if cs.state.waiting is not None), "not Ready")
+                problems.append(f"driver pod {pod.metadata.ref} is {state}")
             branch = tag.split("-", 1)[0]
             if ns.facts.driver is None or ns.facts.driver.branch != branch:
                 problems.append(f"node's driver labels show {ns.facts.driver or 'no driver'}, expected branch "
                                 f"{branch}")
         validators = self._pods_on(ns, VALIDATOR_SELECTOR)
-        for v in validators:
-            if not any(c.get("type") == "Ready" and c.get("status") == "True"
-                       for c in (v.get("status") or {}).get("conditions") or []):
-                problems.append(f"validator {P.name(v)} not Ready")
+        for validator in map(lambda v: view(v, Pod), validators):
+            if not validator.ready:
+                problems.append(f"validator {validator.metadata.ref} not Ready")
         if not problems:
             self.move(ns, S.UNCORDON, annotations={S.VALIDATION_START: None, **self.unblock()},
                       why=f"driver {ns.facts.driver} validated")

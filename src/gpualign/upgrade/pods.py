@@ -1,4 +1,5 @@
-"""Which pods an upgrade moves, which PDBs guard them, and how a refusal is told. Pure functions on dicts."""
+"""Which pods an upgrade moves, which PDBs guard them, and how a refusal is told. Pure functions: the API's objects
+(dicts) in, read through their views (gpualign.model.object_views); the pods to move are handed back as given."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from gpualign.base import labels as L
 from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.model import selectors
 from gpualign.model.gpu_pods import gpu_client, gpu_request
+from gpualign.model.object_views import LabelSelector, MovablePod, ObjectMeta, PodDisruptionBudget, view
 from gpualign.upgrade import states as S
 
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
@@ -25,20 +27,20 @@ def is_gpu_pod(pod: JSON) -> bool:
     return gpu_request(spec) is not None or gpu_client(spec)
 
 
-def is_driver_pod(pod: JSON) -> bool:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(L.DRIVER_COMPONENT) == L.DRIVER_COMPONENT_VALUE
+def is_driver_pod(pod: MovablePod) -> bool:
+    return pod.metadata.labels.get(L.DRIVER_COMPONENT) == L.DRIVER_COMPONENT_VALUE
 
 
-def is_daemonset_pod(pod: JSON) -> bool:
-    return any(o.get("kind") == "DaemonSet" for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+def is_daemonset_pod(pod: MovablePod) -> bool:
+    return any(o.kind == "DaemonSet" for o in pod.metadata.owner_references)
 
 
-def is_finished(pod: JSON) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+def is_finished(pod: MovablePod) -> bool:
+    return pod.status.phase in ("Succeeded", "Failed")
 
 
-def skip_drain(pod: JSON) -> bool:
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(S.POD_DRAIN_SKIP) == "true"
+def skip_drain(pod: MovablePod) -> bool:
+    return pod.metadata.labels.get(S.POD_DRAIN_SKIP) == "true"
 
 
 def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JSON]:
@@ -46,13 +48,14 @@ def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JS
     sel = selectors.parse(selector)
     out = []
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp") or is_finished(pod) or is_driver_pod(pod) or skip_drain(pod):
+        read = view(pod, MovablePod)
+        meta = read.metadata
+        if meta.deletion_timestamp or is_finished(read) or is_driver_pod(read) or skip_drain(read):
             continue
-        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        if "kubernetes.io/config.mirror" in meta.annotations:
             continue
         if drain:
-            if is_daemonset_pod(pod) or not sel.matches(meta.get("labels") or {}):
+            if is_daemonset_pod(read) or not sel.matches(meta.labels):
                 continue
         elif not is_gpu_pod(pod):
             continue
@@ -60,12 +63,12 @@ def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JS
     return out
 
 
-def has_controller(pod: JSON) -> bool:
-    return any(o.get("controller") for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
+def has_controller(pod: MovablePod) -> bool:
+    return any(o.controller for o in pod.metadata.owner_references)
 
 
-def uses_empty_dir(pod: JSON) -> bool:
-    return any("emptyDir" in v for v in (pod.get("spec") or {}).get("volumes") or [])
+def uses_empty_dir(pod: MovablePod) -> bool:
+    return any(v.empty_dir is not None for v in pod.spec.volumes)
 
 
 def drain_refusal(pod: JSON, *, force: bool, delete_empty_dir: bool, drain: bool) -> str | None:
@@ -74,11 +77,13 @@ def drain_refusal(pod: JSON, *, force: bool, delete_empty_dir: bool, drain: bool
     (podDeletion.force / drain.force); emptyDir data is lost with the pod, so it needs --delete-emptydir-data
     (deleteEmptyDir)."""
     section = "drain" if drain else "podDeletion"
-    if not force and not has_controller(pod):
-        return (f"{name(pod)} has no controller: deleting it loses it for good, and kubectl drain and the GPU "
+    read = view(pod, MovablePod)
+    who = read.metadata.ref
+    if not force and not has_controller(read):
+        return (f"{who} has no controller: deleting it loses it for good, and kubectl drain and the GPU "
                 f"Operator refuse that without --force ({section}.force)")
-    if not delete_empty_dir and uses_empty_dir(pod):
-        return (f"{name(pod)} uses emptyDir local storage, lost with the pod: kubectl drain and the GPU Operator "
+    if not delete_empty_dir and uses_empty_dir(read):
+        return (f"{who} uses emptyDir local storage, lost with the pod: kubectl drain and the GPU Operator "
                 f"refuse that without --delete-emptydir-data ({section}.deleteEmptyDir)")
     return None
 
@@ -103,15 +108,16 @@ def unmovable(pods: Iterable[JSON], policy: UpgradePolicy) -> list[str]:
     return out
 
 
-def label_selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> bool:
+def label_selector_matches(selector: JSON | LabelSelector | None, labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector semantics; an empty selector matches everything (a PDB's does)."""
     if not selector:
         return True
-    for key, value in (selector.get("matchLabels") or {}).items():
+    selector = view(selector, LabelSelector)
+    for key, value in selector.match_labels.items():
         if labels.get(key) != value:
             return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    for expr in selector.match_expressions:
+        key, op, values = expr.key, expr.operator, expr.values
         if op == "In" and labels.get(key) not in values:
             return False
         if op == "NotIn" and key in labels and labels[key] in values:
@@ -124,9 +130,10 @@ def label_selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> 
 
 
 def pdbs_for(pod: JSON, pdbs: Iterable[JSON]) -> list[JSON]:
-    meta = pod.get("metadata") or {}
-    return [p for p in pdbs if (p.get("metadata") or {}).get("namespace") == meta.get("namespace")
-            and label_selector_matches((p.get("spec") or {}).get("selector"), meta.get("labels") or {})]
+    meta = view(pod.get("metadata") or {}, ObjectMeta)
+    return [p for p, budget in ((p, view(p, PodDisruptionBudget)) for p in pdbs)
+            if budget.metadata.namespace == meta.namespace
+            and label_selector_matches(budget.spec.selector, meta.labels)]
 
 
 def name(obj: JSON) -> str:
@@ -135,12 +142,17 @@ def name(obj: JSON) -> str:
 
 
 def pdb_numbers(pdb: JSON) -> str:
-    st = pdb.get("status") or {}
-    text = (f"{st.get('currentHealthy', '?')} healthy, {st.get('desiredHealthy', '?')} required, "
-            f"{st.get('disruptionsAllowed', '?')} disruptions allowed")
-    pending = st.get("disruptedPods") or {}
+    budget = view(pdb, PodDisruptionBudget)
+    st = budget.status
+
+    def known(number: int | None) -> str:
+        return "?" if number is None else str(number)
+
+    text = (f"{known(st.current_healthy)} healthy, {known(st.desired_healthy)} required, "
+            f"{known(st.disruptions_allowed)} disruptions allowed")
+    pending = st.disrupted_pods
     if pending:  # evictions the API server counted but whose pods are not gone yet (or never will be)
-        ns = (pdb.get("metadata") or {}).get("namespace")
+        ns = budget.metadata.namespace
         first = sorted(pending.items(), key=lambda kv: str(kv[1]))[0]
         more = f" and {len(pending) - 1} more" if len(pending) > 1 else ""
         text += (f"; it still counts {ns}/{first[0]}{more} as disrupted since {first[1]} (an eviction whose pod "

@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from gpualign.base import labels as L
 from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.decisions import BuildFailure, BuildJob, BuildPhase, job_name
+from gpualign.model.object_views import Condition, view
+from gpualign.model.object_views import Job as JobView
+from gpualign.model.object_views import Pod as PodView
 
 BUILD_LABEL = "gpualign.io/build"  # "true" on every build Job: the controller lists them by it
 TAG_HASH_LABEL = "gpualign.io/build-tag-hash"  # a label value cannot hold every tag: its hash, to select by
@@ -159,50 +162,49 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
     }
 
 
-def read_job(job: JSON, pod: JSON | None, cannot_create: str | None = None) -> BuildJob:
+def read_job(job: JSON | JobView, pod: JSON | PodView | None, cannot_create: str | None = None) -> BuildJob:
     """A build Job (and its pod, when it still has one) as the trigger reasons about it. cannot_create: the message
     of the Job's FailedCreate Event, when it has one (else the one kept in its annotation)."""
-    meta = job.get("metadata") or {}
-    ann = meta.get("annotations") or {}
-    status = job.get("status") or {}
-    conditions = {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    job, pod = view(job, JobView), view(pod, PodView) if pod is not None else None
+    ann, status = job.metadata.annotations, job.status
     finished_at = None
-    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+    failed = job.holds("Failed", "FailureTarget")
+    if job.holds("Complete", "SuccessCriteriaMet") is not None:
         phase = BuildPhase.SUCCEEDED
-        finished_at = status.get("completionTime") or (conditions.get("Complete") or {}).get("lastTransitionTime")
-    elif "Failed" in conditions or "FailureTarget" in conditions:
+        complete = job.holds("Complete")
+        finished_at = status.completion_time or (complete.last_transition_time if complete else None)
+    elif failed is not None:
         phase = BuildPhase.FAILED
-        finished_at = (conditions.get("Failed") or conditions.get("FailureTarget") or {}).get("lastTransitionTime")
+        finished_at = failed.last_transition_time
     else:
         phase = BuildPhase.RUNNING
     failure: BuildFailure | None = None
     reason = ""
     blocked = cannot_create or ann.get(BLOCKED_ANNOTATION)
     if phase == BuildPhase.FAILED:
-        failure, reason = failure_of(pod, conditions.get("Failed") or conditions.get("FailureTarget") or {})
+        failure, reason = failure_of(pod, failed)
         if blocked and pod is None:  # it never had a pod: waiting out its deadline changed nothing
             failure, reason = BuildFailure.PERMANENT, f"its pod could never be created: {blocked}"
-    elif phase == BuildPhase.RUNNING and blocked and pod is None and not status.get("active"):
+    elif phase == BuildPhase.RUNNING and blocked and pod is None and not status.active:
         phase, reason = BuildPhase.BLOCKED, blocked
-    retry = ann.get(RETRY_ANNOTATION)
-    return BuildJob(name=str(meta.get("name", "")), tag=str(ann.get(TAG_ANNOTATION, "")), phase=phase,
-                    attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=str(ann.get(RECIPE_ANNOTATION, "")),
-                    finished=_epoch(finished_at), started=_epoch(status.get("startTime")), failure=failure,
-                    reason=reason, retry_asked=_epoch(retry),
-                    nodes=tuple(n for n in str(ann.get(NODES_ANNOTATION, "")).split(",") if n))
+    return BuildJob(name=job.metadata.name, tag=ann.get(TAG_ANNOTATION, ""), phase=phase,
+                    attempt=_int(ann.get(ATTEMPT_ANNOTATION), 1), recipe=ann.get(RECIPE_ANNOTATION, ""),
+                    finished=_epoch(finished_at), started=_epoch(status.start_time), failure=failure,
+                    reason=reason, retry_asked=_epoch(ann.get(RETRY_ANNOTATION)),
+                    nodes=tuple(n for n in ann.get(NODES_ANNOTATION, "").split(",") if n))
 
 
-def failure_of(pod: JSON | None, condition: JSON) -> tuple[BuildFailure, str]:
+def failure_of(pod: PodView | None, condition: Condition | None) -> tuple[BuildFailure, str]:
     """(transient or permanent, the reason in one line) of a failed build: the record gpualign left in the pod's
     termination message, else the last lines of its log there (transient: nothing says it would fail again), else
     the Job's own condition (a deadline passed, the pod gone: transient)."""
     import json
 
-    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
-        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if not terminated:
+    for cs in pod.status.container_statuses if pod is not None else ():
+        terminated = cs.state.terminated or cs.last_state.terminated
+        if terminated is None:
             continue
-        message = (terminated.get("message") or "").strip()
+        message = terminated.message.strip()
         try:
             record = json.loads(message.splitlines()[-1]) if message else None
         except ValueError:
@@ -213,9 +215,9 @@ def failure_of(pod: JSON | None, condition: JSON) -> tuple[BuildFailure, str]:
         if message:
             tail = [line for line in message.splitlines() if line.strip()][-3:]
             return BuildFailure.TRANSIENT, " | ".join(tail)[-600:]
-        exited = f"the build container exited {terminated.get('exitCode')} ({terminated.get('reason', '')})"
+        exited = f"the build container exited {terminated.exit_code} ({terminated.reason})"
         return BuildFailure.TRANSIENT, exited
-    why = ": ".join(str(p) for p in (condition.get("reason"), condition.get("message")) if p)
+    why = ": ".join(p for p in (condition.reason, condition.message) if p) if condition is not None else ""
     return BuildFailure.TRANSIENT, why or "the build Job failed"
 
 
@@ -257,14 +259,12 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def is_done(job: JSON) -> bool:
-    return any(c.get("type") in ("Complete", "SuccessCriteriaMet") and c.get("status") == "True"
-               for c in (job.get("status") or {}).get("conditions") or [])
+def is_done(job: JSON | JobView) -> bool:
+    return view(job, JobView).holds("Complete", "SuccessCriteriaMet") is not None
 
 
-def is_failed(job: JSON) -> bool:
-    return any(c.get("type") in ("Failed", "FailureTarget") and c.get("status") == "True"
-               for c in (job.get("status") or {}).get("conditions") or [])
+def is_failed(job: JSON | JobView) -> bool:
+    return view(job, JobView).holds("Failed", "FailureTarget") is not None
 
 
 def _int(text: object, default: int) -> int:

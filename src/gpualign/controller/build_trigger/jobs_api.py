@@ -29,6 +29,7 @@ from gpualign.controller.build_trigger.job import (
 )
 from gpualign.kube.client import Kube
 from gpualign.kube.refusals import Response, refused
+from gpualign.model.object_views import Job, Pod, view
 from gpualign.upgrade.report import ANY_TAG
 
 log = logging.getLogger("gpualign.controller")
@@ -47,24 +48,24 @@ class BuildJobs:
         none."""
         ns = self.namespace
         items = self.kube.list_raw(f"/apis/batch/v1/namespaces/{ns}/jobs", label_selector=f"{BUILD_LABEL}=true")
-        podless = [j for j in items if not is_failed(j) and not is_done(j) and
-                   not (j.get("status") or {}).get("active") and not (j.get("status") or {}).get("ready")]
-        pods: dict[str, JSON] = {}
-        if podless or any(is_failed(j) for j in items):
-            for pod in self.kube.pods(ns, label_selector=f"{BUILD_LABEL}=true"):
-                owner = ((pod.get("metadata") or {}).get("labels") or {}).get("job-name")
-                if owner:
+        jobs = [view(j, Job) for j in items]
+        podless = [j for j in jobs if not is_failed(j) and not is_done(j) and not j.status.active
+                   and not j.status.ready]
+        pods: dict[str, Pod] = {}
+        if podless or any(is_failed(j) for j in jobs):
+            for pod in map(lambda p: view(p, Pod), self.kube.pods(ns, label_selector=f"{BUILD_LABEL}=true")):
+                if owner := pod.metadata.labels.get("job-name"):
                     pods[owner] = pod
-        cannot = self._cannot_create([j for j in podless if j["metadata"]["name"] not in pods])
-        return [read_job(j, pods.get(j["metadata"]["name"]), cannot.get(j["metadata"]["name"])) for j in items]
+        cannot = self._cannot_create([j for j in podless if j.metadata.name not in pods])
+        return [read_job(j, pods.get(j.metadata.name), cannot.get(j.metadata.name)) for j in jobs]
 
-    def _cannot_create(self, jobs: list[JSON]) -> dict[str, str]:
+    def _cannot_create(self, jobs: list[Job]) -> dict[str, str]:
         """Job name -> why its pod cannot be created (its FailedCreate Event, with what would allow it), for Jobs
         with no pod. The reason is kept on the Job too (Events expire), so its end after the deadline is known."""
         if not jobs:
             return {}
         ns = self.namespace
-        names = {j["metadata"]["name"] for j in jobs}
+        names = {j.metadata.name for j in jobs}
         out: dict[str, str] = {}
         for ev in self.kube.list_raw(f"/api/v1/namespaces/{ns}/events",
                                      field_selector="involvedObject.kind=Job,reason=FailedCreate"):
@@ -72,8 +73,8 @@ class BuildJobs:
             if name in names:
                 out[name] = cannot_create_hint(" ".join(str(ev.get("message") or "").split())[:600], ns)
         for j in jobs:
-            name = j["metadata"]["name"]
-            kept = ((j.get("metadata") or {}).get("annotations") or {}).get(BLOCKED_ANNOTATION)
+            name = j.metadata.name
+            kept = j.metadata.annotations.get(BLOCKED_ANNOTATION)
             if name in out and kept != out[name] and self.is_leader():
                 try:
                     self.kube.patch(f"/apis/batch/v1/namespaces/{ns}/jobs/{name}",
@@ -125,23 +126,22 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
                          "deploy/cli/builds.yaml's role there)"}
     except GpualignError as err:
         return {ANY_TAG: f"build state unknown (the jobs could not be listed: {err.message})"}
-    pods: dict[tuple[str, str], JSON] = {}
+    pods: dict[tuple[str, str], Pod] = {}
     if any(is_failed(j) for j in jobs):
         try:
-            for pod in kube.list_raw(path.replace("/apis/batch/v1", "/api/v1").replace("/jobs", "/pods"),
-                                     label_selector=f"{BUILD_LABEL}=true"):
-                meta = pod.get("metadata") or {}
-                if (owner := (meta.get("labels") or {}).get("job-name")):
-                    pods[(str(meta.get("namespace")), owner)] = pod
+            for pod in map(lambda p: view(p, Pod), kube.list_raw(
+                    path.replace("/apis/batch/v1", "/api/v1").replace("/jobs", "/pods"),
+                    label_selector=f"{BUILD_LABEL}=true")):
+                if owner := pod.metadata.labels.get("job-name"):
+                    pods[(pod.metadata.namespace, owner)] = pod
         except GpualignError:
             pass  # the reason is then the Job's own condition
     now = time.time()
     where: dict[str, str] = {}  # Job name -> its namespace
     reads = []
-    for j in jobs:
-        meta = j.get("metadata") or {}
-        where[str(meta.get("name"))] = ns = str(meta.get("namespace", namespace or ""))
-        reads.append(read_job(j, pods.get((ns, str(meta.get("name"))))))
+    for job in map(lambda j: view(j, Job), jobs):
+        where[job.metadata.name] = ns = job.metadata.namespace or namespace or ""
+        reads.append(read_job(job, pods.get((ns, job.metadata.name))))
     return {tag: describe(read, where[read.name], now) for tag, read in latest(reads).items()}
 
 
@@ -150,9 +150,10 @@ def read_cluster(kube: Any, namespace: str | None = None) -> dict[str, str]:
 def read_builds(kube: Kube, namespace: str) -> list[BuildJob]:
     """Each tag's latest build Job in the namespace, with its pod's word."""
     jobs = kube.list_raw(f"/apis/batch/v1/namespaces/{namespace}/jobs", label_selector=f"{BUILD_LABEL}=true")
-    pods = {((p.get("metadata") or {}).get("labels") or {}).get("job-name"): p
-            for p in kube.pods(namespace, label_selector=f"{BUILD_LABEL}=true")}
-    return list(latest(read_job(j, pods.get(j["metadata"]["name"])) for j in jobs).values())
+    pods = {pod.metadata.labels.get("job-name"): pod
+            for pod in map(lambda p: view(p, Pod), kube.pods(namespace, label_selector=f"{BUILD_LABEL}=true"))}
+    return list(latest(read_job(job, pods.get(job.metadata.name)) for job in map(lambda j: view(j, Job), jobs))
+                .values())
 
 
 def attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, JSON]]:
@@ -166,7 +167,7 @@ def attempts(kube: Kube, namespace: str, tag: str) -> list[tuple[int, JSON]]:
 def pods_of(kube: Kube, namespace: str, job: str) -> list[JSON]:
     """The Job's pods, oldest first."""
     return sorted(kube.pods(namespace, label_selector=f"job-name={job}"),
-                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+                  key=lambda p: view(p, Pod).metadata.creation_timestamp or "")
 
 
 def build_log(kube: Kube, namespace: str, pod: str) -> Response:
