@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 from gpualign.ensure import recipes
 from gpualign.judging import tagspec  # noqa: E402
 from gpualign.lab import docker_registry, processes  # noqa: E402
-from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient  # noqa: E402
 from gpualign.model.makers import kernel_arch  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]

@@ -53,7 +53,8 @@ from gpualign.controller.build_trigger import job as J  # noqa: E402
 from gpualign.ensure import debian, shared  # noqa: E402
 from gpualign.kube.client import Kube  # noqa: E402
 from gpualign.lab import cluster, versions  # noqa: E402
-from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient  # noqa: E402
 from gpualign.model.kernels import label_of  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from gpualign.ensure import signatures
 from gpualign.judging import signature_check  # noqa: E402
 from gpualign.lab import docker_registry, processes  # noqa: E402
-from gpualign.ledger.registry import RegistryClient, RegistryRef  # noqa: E402
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient  # noqa: E402
 from gpualign.model.attestations import Evidence  # noqa: E402
 
 

@@ -31,7 +31,8 @@ from build_image import BUILDER_IMAGE, IMAGE, buildah, has_image, sbom_path, sou
 
 from gpualign.base.errors import GpualignError  # noqa: E402
 from gpualign.ensure import signatures  # noqa: E402
-from gpualign.ledger.registry import LOOPBACK, connect  # noqa: E402
+from gpualign.ledger.references import LOOPBACK  # noqa: E402
+from gpualign.ledger.registry import connect  # noqa: E402
 from gpualign.model import cosign  # noqa: E402
 
 

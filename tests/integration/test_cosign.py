@@ -14,7 +14,8 @@ import pytest
 from gpualign.ensure import signatures
 from gpualign.judging import signature_check
 from gpualign.lab import versions
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.cosign_keys import key_pair, lab_tool, own_registry
 
 pytestmark = pytest.mark.lab

@@ -280,7 +280,8 @@ def test_a_new_nvidiadriver_naming_a_new_repository_is_read_at_once_and_a_wrong_
     whose own labels name another kernel is alarmed as wrong (Event, annotation, metric) and gated."""
     import httpx2
 
-    from gpualign.ledger.registry import RegistryClient, RegistryRef
+    from gpualign.ledger.references import RegistryRef
+    from gpualign.ledger.registry import RegistryClient
 
     kube = wlab.kube()
     host, port = wlab.registry.rsplit(":", 1)

@@ -25,7 +25,8 @@ from gpualign.ensure import debian, shared
 from gpualign.ensure.stage import verify_modules
 from gpualign.judging.tagspec import parse
 from gpualign.lab import docker_registry, processes
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from gpualign.loaders.archive_reading import ensure_root
 
 pytestmark = [pytest.mark.slow]

@@ -33,7 +33,8 @@ from gpualign.archive.apt import Archive
 from gpualign.controller.build_trigger import job as J
 from gpualign.ensure import debian, shared
 from gpualign.lab import realnode, versions
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.cli import ROOT, run_cli
 from tests.support.lab import Lab, start_lab
 from tests.support.waits import wait_for

@@ -13,7 +13,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gpualign.lab import docker_registry, processes
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 
 
 def key_pair(folder: Path, name: str) -> tuple[Path, Path]:

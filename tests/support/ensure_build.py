@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx2
 
 from gpualign.archive.apt import Archive
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.waits import wait_for
 
 KERNEL, OTHER = "6.1.0-50-amd64", "6.1.0-47-amd64"  # the one real build, and the kernel it must not pass for

@@ -18,7 +18,8 @@ import pytest
 
 from gpualign.ensure import compose, image
 from gpualign.judging.tagspec import parse
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.blob_registry import BlobRegistry
 
 

@@ -34,7 +34,8 @@ from gpualign.ensure.outcome import (
 from gpualign.ensure.stage import NotVerified, Options
 from gpualign.judging import tagspec
 from gpualign.judging.verify import ModuleResult, Verification
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.blob_registry import BlobRegistry
 
 TAG = "580-6.1.0-50-amd64-debian12"

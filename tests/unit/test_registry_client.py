@@ -10,7 +10,8 @@ import httpx2
 import pytest
 
 from gpualign.base.errors import BadInput, Unreachable
-from gpualign.ledger.registry import RegistryClient, RegistryRef, docker_credentials, parse_ref
+from gpualign.ledger.references import RegistryRef, parse_ref
+from gpualign.ledger.registry import RegistryClient, docker_credentials
 from tests.fake_registry import FakeRegistry
 
 TAGS = [f"580-5.15.0-{i}-generic-ubuntu22.04" for i in range(7)]

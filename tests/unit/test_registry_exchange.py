@@ -11,7 +11,8 @@ import pytest
 
 from gpualign.base.transport import TransportFailure
 from gpualign.ledger.exchange import Exchanges
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from tests.support.loopback_http import send
 
 TAGS = b'{"name": "nvidia/driver", "tags": ["580-6.1.0-41-amd64-debian12"]}'

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpualign.base.errors import Unreachable
-from gpualign.ledger.registry import MAX_BODY, RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import MAX_BODY, RegistryClient
 from tests.support.cli import run_cli
 
 

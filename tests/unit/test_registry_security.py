@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from gpualign.base.errors import BadInput
-from gpualign.ledger import registry
+from gpualign.ledger import references, registry
 from tests.fake_registry import FakeRegistry
 from tests.support.cli import run_cli
 
@@ -18,19 +18,19 @@ from tests.support.cli import run_cli
 @pytest.fixture(autouse=True)
 def no_insecure_hosts():
     yield
-    registry._INSECURE.clear()
+    references._INSECURE.clear()
 
 
 def test_plain_http_off_this_machine_is_refused_unless_allowed():
     with pytest.raises(BadInput, match="plain http to a registry off this machine is refused.*"
                                        "--insecure-registry registry.example.com"):
-        registry.parse_ref("http://registry.example.com/nvidia/driver")
-    assert registry.parse_ref("registry://registry.example.com/nvidia/driver").scheme == "https"
-    assert registry.parse_ref("http://127.0.0.1:5000/nvidia/driver").scheme == "http"  # loopback
-    registry.allow_insecure(["registry.example.com"])
-    assert registry.parse_ref("http://registry.example.com/nvidia/driver").scheme == "http"
-    assert registry.parse_ref("registry://registry.example.com/nvidia/driver").scheme == "http"
-    assert registry.parse_ref("https://registry.example.com/nvidia/driver").scheme == "https"
+        references.parse_ref("http://registry.example.com/nvidia/driver")
+    assert references.parse_ref("registry://registry.example.com/nvidia/driver").scheme == "https"
+    assert references.parse_ref("http://127.0.0.1:5000/nvidia/driver").scheme == "http"  # loopback
+    references.allow_insecure(["registry.example.com"])
+    assert references.parse_ref("http://registry.example.com/nvidia/driver").scheme == "http"
+    assert references.parse_ref("registry://registry.example.com/nvidia/driver").scheme == "http"
+    assert references.parse_ref("https://registry.example.com/nvidia/driver").scheme == "https"
 
 
 def test_the_cli_refuses_in_one_line_before_connecting(tmp_path):

@@ -11,7 +11,8 @@ import pytest
 
 from gpualign.base.errors import BadInput
 from gpualign.judging.verify import ModuleResult, Verification
-from gpualign.ledger.registry import RegistryClient, RegistryRef
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import AuditInput, DriverPod, audit
 from gpualign.model.branches import BranchPolicy

@@ -20,12 +20,9 @@ def contexts(incomplete: str) -> list[str]:
 
 def gpu_nodes(incomplete: str) -> list[str]:
     with contextlib.suppress(Exception):
-        from gpualign.base import labels as L
-        from gpualign.kube.client import Kube
+        from gpualign.usecases.nodes import gpu_node_names
 
-        with Kube(None, None, timeout=2.0) as kube:
-            names = [n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true", metadata_only=True)]
-        return sorted(n for n in names if n.startswith(incomplete))
+        return [n for n in gpu_node_names() if n.startswith(incomplete)]
     return []
 
 

@@ -262,7 +262,7 @@ def log_level(text: str) -> str:
 def build_target(repository: str | None, ledgers: list[str], operator: OperatorConfig | None) -> str:
     """The repository build Jobs push to: --repository, else the registry ledger's, else (following the GPU
     Operator) the one repository its objects name. Never NVIDIA's registry, and never a file ledger's guess."""
-    from gpualign.ledger.registry import parse_ref
+    from gpualign.ledger.references import parse_ref
     from gpualign.ledger.sources import is_registry
     from gpualign.usecases.ledgers import NVIDIA_REPOSITORY
 

@@ -333,20 +333,14 @@ def _why_not_host(node: NodeFacts, minimum: DriverVersion, devices: list[GpuDevi
 
 
 def _cuda_of_image(ref: str, docker_config: Path | None) -> str:
-    from gpualign.ledger.registry import config_env, connect
+    from gpualign.usecases.image_cuda import ImageUnusable, NoCudaVersion, cuda_of_image
 
-    text = ref.removeprefix("registry://").removeprefix("oci://")
-    name, sep, tag = text.rpartition(":")
-    if not sep or "/" in tag or "/" not in name:
-        raise BadInput(f"--image {ref!r}: expected HOST/REPO:TAG")
-    with connect(f"registry://{name}", docker_config=docker_config) as client:
-        config = client.image_config(tag)
-    if config is None:
-        raise BadInput(f"--image {ref}: not found in the registry")
-    version = config_env(config).get("CUDA_VERSION")
-    if not version:
-        raise BadInput(f"--image {ref}: its config sets no CUDA_VERSION; pass --cuda instead")
-    return version
+    try:
+        return cuda_of_image(ref, docker_config)
+    except NoCudaVersion as err:
+        raise BadInput(f"--image {err.ref}: {err.why}; pass --cuda instead") from None
+    except ImageUnusable as err:
+        raise BadInput(f"--image {err.ref}: {err.why}") from None
 
 
 class Mode(enum.StrEnum):

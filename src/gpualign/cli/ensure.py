@@ -403,11 +403,9 @@ def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubecon
         namespace, _, name = secret.partition("/")
         if not namespace or not name or "/" in name:
             raise BadInput(f"--sign-secret {secret!r}: expected NAMESPACE/NAME")
-        from gpualign.kube.client import Kube
+        from gpualign.usecases.ensure_images import signing_key_from_secret
 
-        with Kube(kubeconfig, context) as kube:
-            obj = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
-        return sign.from_secret(obj, f"--sign-secret {secret}")
+        return signing_key_from_secret(kubeconfig, context, namespace, name, f"--sign-secret {secret}")
     if (key is None) != (cert is None):
         raise BadInput("--sign-key and --sign-cert go together: the key signs, the certificate names it")
     if key is None or cert is None:

@@ -35,15 +35,12 @@ def list_held(
     when. It reads only."""
     from gpualign.cli.fleet import parse_timeout
     from gpualign.cli.table import render
-    from gpualign.controller.gate_release import held
-    from gpualign.kube.client import Kube
+    from gpualign.controller.gate_holds import holds
     from gpualign.upgrade.clock import since
     from gpualign.upgrade.report import duration
 
-    per_request = parse_timeout(request_timeout)
-    with Kube(kubeconfig, context, timeout=per_request) if per_request else Kube(kubeconfig, context) as kube:
-        nodes = held(kube, selector)  # the same read `gate release` acts on
-        cluster = kube.describe()
+    found = holds(kubeconfig, context, selector, parse_timeout(request_timeout))
+    cluster, nodes = found.cluster, found.nodes
     rows = [{"node": r.node, "why": r.held_for, "since": r.since,
              "held_seconds": round(since(r.since)) if r.since else None} for r in nodes]
     if output in (Output.json, Output.yaml):
@@ -69,39 +66,29 @@ def release(
     """Remove the skip label the gate set from every GPU node it holds (with an Event on each), so the GPU
     Operator upgrades them again."""
     from gpualign.cli.fleet import parse_timeout
-    from gpualign.controller.gate_release import held, release_node
-    from gpualign.kube.client import Kube
+    from gpualign.controller.gate_holds import Release
+    from gpualign.controller.gate_holds import release as release_held
 
-    per_request = parse_timeout(request_timeout)
-    kube = Kube(kubeconfig, context, field_manager="gpualign-gate-release",
-                **({"timeout": per_request} if per_request else {}))
     data = output in (Output.json, Output.yaml)
-    rows: list[dict[str, object]] = []
-    try:
-        nodes = held(kube, selector)
-        if not nodes and not data:
-            stdout.print("the gate holds no node")
-            return
-        done = 0
-        for r in nodes:
-            if dry_run:
-                rows.append({"node": r.node, "held": r.held_for, "released": False})
-                if not data:
-                    stdout.print(f"would release {r.node} (held: {r.held_for})")
-                continue
-            released = release_node(kube, r.node, "released by `gpualign gate release`")
-            rows.append({"node": r.node, "held": r.held_for, "released": released})
-            if released:
-                done += 1
-                if not data:
-                    stdout.print(f"released {r.node} (held: {r.held_for})")
+
+    def told(r: Release) -> None:
         if data:
-            emit_data(report("GateRelease", {"cluster": kube.describe()}, {"dry_run": dry_run, "nodes": rows}),
-                      output)
-        elif not dry_run:
-            stdout.print(f"{done} node(s) released to the GPU Operator's upgrade walk")
-    finally:
-        kube.close()
+            return
+        if dry_run:
+            stdout.print(f"would release {r.node} (held: {r.held_for})")
+        elif r.released:
+            stdout.print(f"released {r.node} (held: {r.held_for})")
+
+    cluster, done = release_held(kubeconfig, context, selector, dry_run=dry_run,
+                                 timeout=parse_timeout(request_timeout),
+                                 told=told)
+    if data:
+        rows = [{"node": r.node, "held": r.held_for, "released": r.released} for r in done]
+        emit_data(report("GateRelease", {"cluster": cluster}, {"dry_run": dry_run, "nodes": rows}), output)
+    elif not done:
+        stdout.print("the gate holds no node")
+    elif not dry_run:
+        stdout.print(f"{sum(r.released for r in done)} node(s) released to the GPU Operator's upgrade walk")
 
 
 def register(root: typer.Typer) -> None:

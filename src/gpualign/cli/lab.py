@@ -383,7 +383,8 @@ def push_image(
     """Push a tiny image to the lab registry over the distribution API (no Docker needed): one linux/amd64 image,
     or with --arch, one image per architecture under an index."""
     from gpualign.lab import cluster, seed
-    from gpualign.ledger.registry import RegistryClient, RegistryRef
+    from gpualign.ledger.references import RegistryRef
+    from gpualign.ledger.registry import RegistryClient
     from gpualign.model.version import DriverVersion
 
     archs = tuple(dict.fromkeys(arch or ["amd64"]))

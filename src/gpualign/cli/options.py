@@ -73,7 +73,7 @@ OperatorVersionOpt = Annotated[str | None, typer.Option(
 NoHeadersOpt = Annotated[bool, typer.Option("--no-headers", help="print tables without their header line")]
 def _allow_insecure(hosts: list[str] | None) -> list[str] | None:
     if hosts:
-        from gpualign.ledger.registry import allow_insecure
+        from gpualign.ledger.references import allow_insecure
 
         allow_insecure(hosts)
     return hosts

@@ -20,7 +20,7 @@ from gpualign.ensure.outcome import Emit
 from gpualign.ensure.stage import Modules, Options, verify_modules
 from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
-from gpualign.ledger.registry import RegistryRef
+from gpualign.ledger.references import RegistryRef
 
 if TYPE_CHECKING:  # the signing modules (cryptography, asn1crypto) load only to sign
     from gpualign.ensure.sign import SigningKey

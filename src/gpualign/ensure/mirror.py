@@ -12,7 +12,7 @@ import subprocess
 from gpualign.base.errors import BadInput
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.image import refusal
-from gpualign.ledger.registry import RegistryRef
+from gpualign.ledger.references import RegistryRef
 
 
 def copy(source: RegistryRef, target: RegistryRef, tag: str, digest: str, *, authfile: str | None = None) -> None:

@@ -41,7 +41,8 @@ from gpualign.kube.client import Kube
 from gpualign.lab import dra, kernel_load, realnode
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import driver_labels
-from gpualign.ledger.registry import RegistryClient, RegistryRef, config_env
+from gpualign.ledger.references import RegistryRef
+from gpualign.ledger.registry import RegistryClient, config_env
 from gpualign.model.flavours import init_refusal
 from gpualign.model.kernels import Kernel
 

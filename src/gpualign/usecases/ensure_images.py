@@ -16,11 +16,12 @@ from gpualign.ensure import run, stage
 from gpualign.ensure.ahead import Ahead
 from gpualign.ensure.lease import Leases
 from gpualign.ensure.outcome import Outcome, TagAction
-from gpualign.ensure.sign import SigningKey
+from gpualign.ensure.sign import SigningKey, from_secret
 from gpualign.judging.judge import OFF, STRICT
 from gpualign.judging.tagspec import TagSpec
 from gpualign.kube.client import Kube
-from gpualign.ledger.registry import BadReference, RegistryClient, connect
+from gpualign.ledger.references import BadReference
+from gpualign.ledger.registry import RegistryClient, connect
 from gpualign.loaders.rules import load_rules
 from gpualign.model.expect import DEFAULT_REPOSITORY
 from gpualign.model.makers import SUITES, debian_suite
@@ -166,3 +167,14 @@ def _nvidia_publishes(spec: TagSpec) -> bool:
 @functools.cache
 def _rules() -> Rules:
     return load_rules()
+
+
+def signing_key_from_secret(kubeconfig: str | None, context: str | None, namespace: str, name: str,
+                            where: str) -> SigningKey:
+    """The Secure Boot signing key a Secret holds (KMM's `key`/`cert`, or a kubernetes.io/tls Secret), read from the
+    cluster; `where` names it in a refusal."""
+    from gpualign.kube.client import Kube  # the cluster client, only when the key is in a Secret
+
+    with Kube(kubeconfig, context) as kube:
+        obj = kube.get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
+    return from_secret(obj, where)

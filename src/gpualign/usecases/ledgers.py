@@ -48,7 +48,7 @@ def repository_for(explicit: str | None, ledgers: list[str], warn: Say = quiet) 
         return repo
     for source in ledgers:
         if is_registry(source):
-            from gpualign.ledger.registry import parse_ref
+            from gpualign.ledger.references import parse_ref
 
             return parse_ref(source).image
     return NVIDIA_REPOSITORY

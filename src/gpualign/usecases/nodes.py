@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpualign.base import labels as L
 from gpualign.base.errors import BadInput
 from gpualign.kube import inventory
 
@@ -190,3 +191,11 @@ def no_gpu_nodes(selector: str | None) -> str:
     where = f" match -l {selector!r}" if selector else ""
     return (f"no GPU nodes{where} (nodes labelled nvidia.com/gpu.present=true or with NFD's NVIDIA PCI label "
             "feature.node.kubernetes.io/pci-10de.present=true, or running a GPU Operator driver pod)")
+
+
+def gpu_node_names(kubeconfig: str | None = None, context: str | None = None, timeout: float = 2.0) -> list[str]:
+    """The GPU nodes' names, sorted: one metadata-only LIST (what the shell's completion offers)."""
+    from gpualign.kube.client import Kube  # the cluster client, not loaded for a dump's check
+
+    with Kube(kubeconfig, context, timeout=timeout) as kube:
+        return sorted(n["metadata"]["name"] for n in kube.nodes(f"{L.GPU_PRESENT}=true", metadata_only=True))
