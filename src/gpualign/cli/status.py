@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -26,87 +26,6 @@ from gpualign.cli.options import (
     SelectorOpt,
 )
 from gpualign.cli.upgrade import ToBranchOpt
-
-if TYPE_CHECKING:
-    from gpualign.kube.client import Kube
-    from gpualign.ledger.sources import Ledger
-    from gpualign.model.tags import Rules
-    from gpualign.upgrade.snapshot import Snapshot
-
-
-def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) -> Kube:
-    from gpualign.kube.client import Kube
-
-    return Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-
-
-def _snapshot(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
-              kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
-              kube: Kube | None = None, builds_always: bool = False, read_builds: bool = False) \
-        -> tuple[Snapshot, dict[str, str], dict[str, Any], dict[str, str]]:
-    """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
-    Jobs of the controller's --build (tag -> one line; read only when a target image is missing). Through `kube`
-    when given (left open), else a connection of its own."""
-    from gpualign.model.tags import normalize_branch
-    from gpualign.upgrade import snapshot
-    from gpualign.upgrade.observe import derive
-
-    own = kube is None
-    kube = _kube(kubeconfig, context, timeout) if kube is None else kube
-    try:
-        snap = snapshot.take(kube, selector, ledger=available, rules=rules,
-                             to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
-        missing = available is not None and any(ns.target_tag and not ns.view.image_present
-                                                for ns in snap.nodes.values())
-        builds: dict[str, str] = {}  # the build Jobs' reader loads only when read
-        if missing or read_builds or (builds_always and available is None):
-            from gpualign.controller.build_trigger.jobs_api import read_cluster
-
-            builds = read_cluster(kube)
-        return snap, derive(kube, snap), kube.describe(), builds
-    finally:
-        if own:
-            kube.close()
-
-
-NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade walk has started (`gpualign upgrade` "
-            "starts one); where the GPU Operator runs, its ClusterPolicy's driver.upgradePolicy.autoUpgrade being "
-            "off also removes these labels")
-
-
-def _status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
-               kubeconfig: str | None, context: str | None,
-               timeout: float | None = None, *, tonight: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    from gpualign.upgrade.report import fleet_status
-
-    snap, derived, cluster, builds = _snapshot(selector, available, to_branch, rules, kubeconfig, context, timeout,
-                                               read_builds=tonight)
-    data = fleet_status(snap, ledger_known=available is not None, derived=derived, builds=builds)
-    if snap.nodes and set(data["counts"]) == {"(none)"}:
-        data["note"] = NO_STATE
-    if tonight:
-        data["tonight"], data["tonight_error"] = _tonight(snap, available, rules, builds)
-    return data, cluster
-
-
-def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules,
-             builds: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
-    """Each Debian pool's next kernel from the archive, with its image's state; or why the archive was not read."""
-    from gpualign.base.errors import GpualignError
-    from gpualign.model.audit import DriverPod
-    from gpualign.usecases import archive_next, tonight
-
-    why = archive_next.cannot_verify()
-    if why:
-        return [], f"Debian's archive not read: {why}"
-    facts = [ns.facts for ns in snap.nodes.values()]
-    pods = {name: DriverPod.from_pod(ns.pod) for name, ns in snap.nodes.items() if ns.pod}
-    try:
-        read = archive_next.read(facts, *archive_next.debian_archive())
-    except GpualignError as err:
-        return [], f"Debian's archive not read: {err.message}"
-    pools = tonight.judge(read, facts, pods, available, rules, builds)
-    return [{**p.as_dict(), "line": p.line()} for p in pools], None
 
 
 def _tonight_text(data: dict[str, Any]) -> str:
@@ -200,7 +119,9 @@ def status(
     some cluster could not be read (5 with failures elsewhere)."""
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty, warn
+    from gpualign.controller.build_trigger.jobs_api import read_cluster
     from gpualign.usecases.ledgers import load_ledger
+    from gpualign.usecases.upgrade_status import status_of
 
     timeout = fleet.parse_timeout(request_timeout)
     names = fleet.contexts(kubeconfig, context, all_contexts)
@@ -210,8 +131,9 @@ def status(
     rule_set = load_rules(rules)  # once, not per cluster and per refresh
     while True:
         if names is None:
-            data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig,
-                                       context[0] if context else None, timeout, tonight=tonight)
+            data, cluster = status_of(selector, available, to_branch, rule_set, kubeconfig,
+                                      context[0] if context else None, timeout, read_builds=read_cluster,
+                                      tonight=tonight)
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) else 0
             if output in (Output.json, Output.yaml):
                 emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
@@ -227,7 +149,8 @@ def status(
                 raise BadInput("--tonight reads one cluster: drop --all-contexts or the extra --context")
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
-                data, cluster = _status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout)
+                data, cluster = status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout,
+                                          read_builds=read_cluster)
                 bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
                 return data, not bad, cluster["server"]
 
@@ -273,32 +196,16 @@ def why(
 
     timeout = parse_timeout(request_timeout)
     from gpualign.cli.common import say_tty, warn
-    from gpualign.upgrade.report import why as explain
     from gpualign.usecases.ledgers import load_ledger
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
+    from gpualign.controller.build_trigger.jobs_api import read_cluster
     from gpualign.loaders.rules import load_rules
+    from gpualign.usecases.upgrade_status import why_of
 
-    kube = _kube(kubeconfig, context, timeout)  # one connection for everything why reads
-    cluster = kube.describe()
-    try:
-        snap, derived, _, builds = _snapshot(f"kubernetes.io/hostname={node}" if node else None, available,
-                                             to_branch, load_rules(rules), kubeconfig, context, timeout, kube=kube,
-                                             builds_always=True)
-        ledger_known = available is not None
-        ns = snap.nodes.get(node)
-        status: dict[str, Any] | None = None
-        if ns is None:
-            lines = _why_not_walked(node, kube)
-        else:
-            from gpualign.upgrade.report import node_status
-
-            lines = explain(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds)
-            if ns.pod is None and ns.pool is None:
-                lines.append(_no_driver_pool(ns, kube))
-            status = node_status(ns, ledger_known=ledger_known, derived=derived.get(node), builds=builds).as_dict()
-    finally:
-        kube.close()
+    found = why_of(node, available, to_branch, load_rules(rules), kubeconfig, context, timeout,
+                   read_builds=read_cluster)
+    cluster, lines, status = found.cluster, found.lines, found.status
     if output in (Output.json, Output.yaml):
         emit_data(report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},
                          {"node": node, "explanation": lines, "status": status}), output)
@@ -308,43 +215,6 @@ def why(
     if output is Output.wide and status is not None:  # the node's row of `status -o wide`, every column
         sys.stdout.write("\n" + _status_table([status], wide=True))
         sys.stdout.flush()
-
-
-def _no_driver_pool(ns: Any, kube: Kube) -> str:
-    """Why no driver DaemonSet selects the node: beside the GPU Operator, the objects it checked and their
-    selectors; elsewhere, the node's pool labels."""
-    from gpualign.kube.inventory import read_operator_config
-
-    config, _ = read_operator_config(kube, (ns.facts,))
-    if config is not None:
-        _, why = config.source_for(dict(ns.facts.labels))
-        if why:
-            return why
-    return (f"no driver pod and no driver DaemonSet selects it (kernel {ns.facts.kernel or 'unknown'}, OS "
-            f"{ns.facts.os_id or '?'}{ns.facts.os_version or ''}): nothing deploys a driver here")
-
-
-def _why_not_walked(node: str, kube: Kube) -> list[str]:
-    """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
-    does not exist is an error (exit 2)."""
-    from gpualign.base import labels as L
-    from gpualign.kube import dra_reads
-    from gpualign.model.dra_devices import highest_driver
-    from gpualign.model.facts import node_facts, with_dra_driver
-
-    obj = kube.get(f"/api/v1/nodes/{node}")
-    if obj is None:
-        raise BadInput(f"node {node!r} not found")
-    facts = node_facts(obj)
-    if facts.gpu and facts.driver is None:  # no GFD label names it: NVIDIA's DRA driver may publish it
-        found = highest_driver(dra_reads.read(kube).by_node.get(node, []))
-        facts = with_dra_driver(facts, {node: found} if found else {})
-    if not facts.gpu:
-        return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label, no NVIDIA PCI device labelled by NFD "
-                f"({L.PCI_NVIDIA}), and no GPU Operator driver pod): no driver upgrade applies to it."]
-    driver = str(facts.driver) if facts.driver else "unknown"
-    return [f"{node}'s driver is installed on the host ({L.DEPLOY_DRIVER}=false), version {driver}: the GPU "
-            "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling."]
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,150 @@
+"""What `gpualign status` and `gpualign why` read and decide: the cluster's GPU nodes as the driver upgrade sees them
+(a snapshot), the blockers the GPU Operator's walk leaves, the controller's image builds, and for `status --tonight`
+Debian's next kernels per pool. The build Jobs' reader is given (`read_builds`): it belongs to the controller, which
+sits above the use cases. The command line renders what these return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpualign.base import labels as L
+from gpualign.base.errors import BadInput, GpualignError
+from gpualign.kube import dra_reads
+from gpualign.kube.client import Kube
+from gpualign.kube.inventory import read_operator_config
+from gpualign.ledger.sources import Ledger
+from gpualign.model.audit import DriverPod
+from gpualign.model.dra_devices import highest_driver
+from gpualign.model.facts import node_facts, with_dra_driver
+from gpualign.model.tags import Rules, normalize_branch
+from gpualign.upgrade import snapshot
+from gpualign.upgrade.observe import derive
+from gpualign.upgrade.report import fleet_status, node_status
+from gpualign.upgrade.report import why as explain
+from gpualign.upgrade.snapshot import Snapshot
+from gpualign.usecases import archive_next
+from gpualign.usecases import tonight as tonight_pools
+
+BuildsReader = Callable[[Kube], dict[str, str]]  # tag -> its build in one line (controller's jobs_api.read_cluster)
+
+
+@dataclass(frozen=True)
+class Observed:
+    snapshot: Snapshot
+    derived: dict[str, str]  # node -> the blocker derived for a node the GPU Operator walks
+    cluster: dict[str, Any]
+    builds: dict[str, str]
+
+
+def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) -> Kube:
+    return Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+
+
+def _observe(kube: Kube, selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
+             read_builds: BuildsReader, *, builds_always: bool = False, with_builds: bool = False) -> Observed:
+    """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
+    Jobs of the controller's --build (read only when a target image is missing, or when asked)."""
+    snap = snapshot.take(kube, selector, ledger=available, rules=rules,
+                         to_branch=normalize_branch(to_branch) if to_branch else None, walk_target=True)
+    missing = available is not None and any(ns.target_tag and not ns.view.image_present
+                                            for ns in snap.nodes.values())
+    builds: dict[str, str] = {}
+    if missing or with_builds or (builds_always and available is None):
+        builds = read_builds(kube)
+    return Observed(snap, derive(kube, snap), kube.describe(), builds)
+
+
+
+NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade walk has started (`gpualign upgrade` "
+            "starts one); where the GPU Operator runs, its ClusterPolicy's driver.upgradePolicy.autoUpgrade being "
+            "off also removes these labels")
+
+
+def status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
+              kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
+              read_builds: BuildsReader, tonight: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`gpualign status`: each GPU node's place in the driver upgrade, its blockers and its image's build (with
+    tonight, each Debian pool's next kernel too); and which cluster was read."""
+    with _kube(kubeconfig, context, timeout) as kube:
+        seen = _observe(kube, selector, available, to_branch, rules, read_builds, with_builds=tonight)
+    snap, derived, cluster, builds = seen.snapshot, seen.derived, seen.cluster, seen.builds
+    data = fleet_status(snap, ledger_known=available is not None, derived=derived, builds=builds)
+    if snap.nodes and set(data["counts"]) == {"(none)"}:
+        data["note"] = NO_STATE
+    if tonight:
+        data["tonight"], data["tonight_error"] = _tonight(snap, available, rules, builds)
+    return data, cluster
+
+
+def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules,
+             builds: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
+    """Each Debian pool's next kernel from the archive, with its image's state; or why the archive was not read."""
+    why = archive_next.cannot_verify()
+    if why:
+        return [], f"Debian's archive not read: {why}"
+    facts = [ns.facts for ns in snap.nodes.values()]
+    pods = {name: DriverPod.from_pod(ns.pod) for name, ns in snap.nodes.items() if ns.pod}
+    try:
+        read = archive_next.read(facts, *archive_next.debian_archive())
+    except GpualignError as err:
+        return [], f"Debian's archive not read: {err.message}"
+    pools = tonight_pools.judge(read, facts, pods, available, rules, builds)
+    return [{**p.as_dict(), "line": p.line()} for p in pools], None
+
+
+@dataclass(frozen=True)
+class Why:
+    cluster: dict[str, Any]
+    lines: list[str]  # the explanation, in plain words
+    status: dict[str, Any] | None  # the node's row of `status -o json`, when a walk applies to it
+
+
+def why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Rules, kubeconfig: str | None,
+           context: str | None, timeout: float | None = None, *, read_builds: BuildsReader) -> Why:
+    """`gpualign why NODE`: why the node is where it is in the driver upgrade, over one connection."""
+    with _kube(kubeconfig, context, timeout) as kube:
+        cluster = kube.describe()
+        seen = _observe(kube, f"kubernetes.io/hostname={node}" if node else None, available, to_branch, rules,
+                        read_builds, builds_always=True)
+        ledger_known = available is not None
+        ns = seen.snapshot.nodes.get(node)
+        if ns is None:
+            return Why(cluster, _why_not_walked(node, kube), None)
+        lines = explain(ns, ledger_known=ledger_known, derived=seen.derived.get(node), builds=seen.builds)
+        if ns.pod is None and ns.pool is None:
+            lines.append(_no_driver_pool(ns, kube))
+        status = node_status(ns, ledger_known=ledger_known, derived=seen.derived.get(node),
+                             builds=seen.builds).as_dict()
+        return Why(cluster, lines, status)
+
+
+def _no_driver_pool(ns: Any, kube: Kube) -> str:
+    """Why no driver DaemonSet selects the node: beside the GPU Operator, the objects it checked and their
+    selectors; elsewhere, the node's pool labels."""
+    config, _ = read_operator_config(kube, (ns.facts,))
+    if config is not None:
+        _, why = config.source_for(dict(ns.facts.labels))
+        if why:
+            return why
+    return (f"no driver pod and no driver DaemonSet selects it (kernel {ns.facts.kernel or 'unknown'}, OS "
+            f"{ns.facts.os_id or '?'}{ns.facts.os_version or ''}): nothing deploys a driver here")
+
+
+def _why_not_walked(node: str, kube: Kube) -> list[str]:
+    """A node no driver walk applies to, said plainly: not a GPU node, or a driver installed on the host; a node that
+    does not exist is an error (exit 2)."""
+    obj = kube.get(f"/api/v1/nodes/{node}")
+    if obj is None:
+        raise BadInput(f"node {node!r} not found")
+    facts = node_facts(obj)
+    if facts.gpu and facts.driver is None:  # no GFD label names it: NVIDIA's DRA driver may publish it
+        found = highest_driver(dra_reads.read(kube).by_node.get(node, []))
+        facts = with_dra_driver(facts, {node: found} if found else {})
+    if not facts.gpu:
+        return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label, no NVIDIA PCI device labelled by NFD "
+                f"({L.PCI_NVIDIA}), and no GPU Operator driver pod): no driver upgrade applies to it."]
+    driver = str(facts.driver) if facts.driver else "unknown"
+    return [f"{node}'s driver is installed on the host ({L.DEPLOY_DRIVER}=false), version {driver}: the GPU "
+            "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling."]
