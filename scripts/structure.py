@@ -194,7 +194,7 @@ def inner_imports(src: Path = SRC) -> list[str]:
             for line, t, inner in _runtime_imports(p, known) if inner]
 
 
-_SENTENCE = ("reason", "message", "blocker", "why", "hold", "told")
+_SENTENCE = ("reason", "message", "blocker", "why", "hold", "told", "problem")
 
 
 def _phrase(arg: ast.expr) -> bool:
@@ -208,7 +208,7 @@ def _phrase(arg: ast.expr) -> bool:
 
 def sentence_parsing(src: Path = SRC) -> list[str]:
     """Places that take apart a sentence gpualign wrote: startswith / endswith / removeprefix / removesuffix / split
-    / partition, called on something named like a sentence (reason, message, blocker, why, hold, told) with a
+    / partition, called on something named like a sentence (reason, message, blocker, why, hold, told, problem) with a
     phrase (a constant in capitals, or a literal holding a space). A heuristic: what a reader would call parsing
     English, not a test of input (a tag, a path, a kubelet's word)."""
     out = []

@@ -16,10 +16,11 @@ from gpualign.ledger.registry import RegistryClient
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import AuditInput, DriverPod, audit
 from gpualign.model.branches import BranchPolicy
+from gpualign.model.ledger import Refusal
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade import upgrade_policy as pol
-from gpualign.upgrade.planner import UNMOVABLE_HOLD, UNVERIFIED, NodeView, image_hold, next_actions
+from gpualign.upgrade.planner import UNMOVABLE_HOLD, NodeView, image_hold, next_actions
 from tests.fake_registry import FakeRegistry
 from tests.support import builders
 from tests.support.facts import REPO, RULES, gpu
@@ -77,13 +78,13 @@ def test_a_node_with_an_unmovable_pod_is_held_before_cordon_and_its_slot_goes_to
 def test_an_unverified_image_holds_with_the_way_out():
     from gpualign.upgrade.blockers import BlockKind
 
-    held, kind = image_hold(TAG, UNVERIFIED + "it holds no kernel modules under /opt/lib/modules")
+    held, kind = image_hold(TAG, Refusal(TAG, "it holds no kernel modules under /opt/lib/modules", unverified=True))
     assert held.startswith(f"image not verified: {TAG}: it holds no kernel modules") and "--no-verify-modules" in held
     assert kind is BlockKind.IMAGE_UNVERIFIED
-    assert image_hold(TAG, "its label says 6.1.0-47") == (f"image present but wrong: {TAG}: its label says 6.1.0-47",
-                                                          BlockKind.IMAGE_WRONG)
+    assert image_hold(TAG, Refusal(TAG, "its label says 6.1.0-47")) == (
+        f"image present but wrong: {TAG}: its label says 6.1.0-47", BlockKind.IMAGE_WRONG)
     (action,) = next_actions([NodeView("n", S.REQUIRED, False, image_present=False, target_tag=TAG,
-                               image_problem=UNVERIFIED + "x")], pol.UpgradePolicy())
+                               image_problem=Refusal(TAG, "x", unverified=True))], pol.UpgradePolicy())
     assert action.kind == "hold" and action.reason.startswith("image not verified")
     assert action.hold is BlockKind.IMAGE_UNVERIFIED
 

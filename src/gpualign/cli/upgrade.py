@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load 
     from gpualign.ensure.sign import SigningKey
     from gpualign.kube.client import Kube
     from gpualign.ledger.sources import Ledger
+    from gpualign.model.ledger import Refusal
     from gpualign.model.tags import Rules
     from gpualign.upgrade.preflight import Preflight
     from gpualign.upgrade.run import Outcome
@@ -130,14 +131,14 @@ def _ledger_from_operator(kube: Kube, selector: str | None, rules: Rules, branch
 
 
 def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None,
-                   modules: str) -> dict[str, str]:
+                   modules: str) -> dict[str, Refusal]:
     """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
-    node's kernel would load them), or, with module checks asked for, not verified (planner.UNVERIFIED + why).
-    The same judgement check makes (judging/judge.py)."""
+    node's kernel would load them), or, with module checks asked for, not verified. The same judgement check makes
+    (judging/judge.py)."""
     from gpualign.base import labels as L
     from gpualign.judging.judge import judge
     from gpualign.ledger.sources import is_registry
-    from gpualign.upgrade.planner import UNVERIFIED
+    from gpualign.model.ledger import Refusal
 
     kernels: dict[str, set[str | None]] = {}
     secure: set[str] = set()  # tags some Secure Boot node needs
@@ -146,7 +147,7 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
             kernels.setdefault(n.view.target_tag, set()).add(n.facts.kernel)
             if n.facts.labels.get(L.SECURE_BOOT) == "enabled":
                 secure.add(n.view.target_tag)
-    found: dict[str, str] = {}
+    found: dict[str, Refusal] = {}
     for source in (s for s in ledger if is_registry(s)):
         repo = source.split("://", 1)[1].rstrip("/")
         started = time.monotonic()
@@ -159,9 +160,11 @@ def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None
         if verdict.verified:
             progress(f"preflight: {len(verdict.verified)} image(s) verified in {time.monotonic() - started:.1f}s")
         for image, why in verdict.wrong.items():
-            found.setdefault(image.rpartition(":")[2], why)
+            tag = image.rpartition(":")[2]
+            found.setdefault(tag, Refusal(tag, why))
         for image, why in verdict.unverified.items():
-            found.setdefault(image.rpartition(":")[2], UNVERIFIED + why)
+            tag = image.rpartition(":")[2]
+            found.setdefault(tag, Refusal(tag, why, unverified=True))
     return found
 
 
@@ -177,7 +180,7 @@ def _judged(kube: Kube, selector: str | None, ledger: list[str], available: Ledg
     refused = _judge_targets(ledger, snap, docker_config, modules)
     if not refused:
         return available, snap
-    available = with_fields(available, refused=tuple(sorted(refused.items())))
+    available = with_fields(available, refused=tuple(r for _, r in sorted(refused.items())))
     return available, snapshot.take(kube, selector, ledger=available, rules=rules, to_branch=branch,
                                     budgets=pol.admission == "pdb-aware")
 
@@ -225,16 +228,16 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
 
 
 def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) -> None:
-    from gpualign.upgrade.planner import UNVERIFIED, image_hold
+    from gpualign.upgrade.planner import image_hold
 
     stdout.print(f"[bold]preflight[/bold]: {len(pre.upgrades)} node(s) to upgrade, "
                  f"{len(pre.already_done)} already on target")
     for name in pre.upgrades:
         ns = snap.nodes[name]
         running = ns.pod["spec"]["containers"][0]["image"].rsplit(":", 1)[-1] if ns.pod else "no driver pod"
-        problem = ns.view.image_problem or ""
+        problem = ns.view.image_problem
         image = "[green]image present[/]" if ns.view.image_present else \
-            "[bold red]image not verified[/]" if problem.startswith(UNVERIFIED) else \
+            "[bold red]image not verified[/]" if problem is not None and problem.unverified else \
             "[bold red]image present but wrong[/]" if problem else "[bold red]image missing[/]"
         pods = pre.gpu_pods.get(name, [])
         stdout.print(f"  {name}: {running} → {ns.target_tag or '?'}  {image}  "

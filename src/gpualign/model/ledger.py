@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """Why the image under a tag must not be walked to: present but wrong (its labels, or its modules as the node's
+    kernel would load them), or, where module checks were asked for, not verified."""
+
+    tag: str
+    why: str  # one line
+    unverified: bool = False  # its modules could not be checked: not known to be wrong
+
+
+@dataclass(frozen=True)
 class Ledger:
     """The merged ledger: the tags that answer for any repository, the tags held per named repository, and which
     sources were read."""
@@ -14,17 +24,17 @@ class Ledger:
     tags: frozenset[str]
     sources: tuple[str, ...]
     scoped: frozenset[tuple[str, str]] = field(default=frozenset())  # (repository, tag) from full references
-    refused: tuple[tuple[str, str], ...] = ()  # (tag, why): present under the tag, but built for something else
+    refused: tuple[Refusal, ...] = ()  # present under the tag, but not what the tag says (or not verified)
 
     def has(self, tag: str) -> bool:
         """In the ledger for some repository (used where the repository is not known), and not present but wrong."""
-        if any(t == tag for t, _ in self.refused):
+        if any(r.tag == tag for r in self.refused):
             return False
         return tag in self.tags or any(t == tag for _, t in self.scoped)
 
-    def wrong(self, tag: str) -> str | None:
-        """Why the image under this tag is present but wrong, or None."""
-        return next((why for t, why in self.refused if t == tag), None)
+    def wrong(self, tag: str) -> Refusal | None:
+        """Why the image under this tag must not be walked to, or None."""
+        return next((r for r in self.refused if r.tag == tag), None)
 
     def for_repository(self, repository: str) -> Ledger:
         """The ledger as it answers for one repository: the bare tags, plus the references into that repository."""

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from gpualign.model.ledger import Refusal
 from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import PDB_WORDS, BlockKind
 from gpualign.upgrade.budget import Budget
 from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
 
 UNMOVABLE_HOLD = "held before cordon"  # … when a pod there could not be evicted under the rules of kubectl drain
-UNVERIFIED = "not verified: "  # an image problem starting so: its modules could not be checked (asked for)
 # States whose node still has its GPU pods to evict: their evictions are spoken for in the PDBs' budgets.
 BEFORE_EVICTION = frozenset({S.CORDON, S.WAIT_FOR_JOBS, S.POD_DELETION, S.DRAIN})
 
@@ -35,7 +35,7 @@ class NodeView:
     needs_upgrade: bool = True  # its driver pod is not the target
     image_present: bool = True
     target_tag: str | None = None
-    image_problem: str | None = None  # present under the tag but built for another kernel or branch
+    image_problem: Refusal | None = None  # present under the tag but not what it says (or not verified)
     pdb_demand: tuple[tuple[str, int], ...] = ()  # (PDB, how many of its pods pod-deletion would evict here)
     unmovable: tuple[str, ...] = ()  # pods here the walk may not evict (kubectl drain's rules), each with why
     maintenance: str | None = None  # who holds it for maintenance (a NodeMaintenance: upgrade/maintenance.py)
@@ -166,14 +166,14 @@ def next_actions(nodes: Iterable[NodeView], policy: UpgradePolicy,
 MAINTENANCE_HOLD = "held for maintenance, which gpualign neither cordons nor drains behind"
 
 
-def image_hold(tag: str | None, problem: str | None) -> tuple[str, BlockKind]:
+def image_hold(tag: str | None, problem: Refusal | None) -> tuple[str, BlockKind]:
     """Why a node is held for its target image, and the kind: missing, present but wrong, or not verified (asked
     for)."""
-    if problem and problem.startswith(UNVERIFIED):
-        return (f"image not verified: {tag}: {problem.removeprefix(UNVERIFIED)} (--no-verify-modules walks "
-                "on the labels alone)"), BlockKind.IMAGE_UNVERIFIED
-    if problem:
-        return f"image present but wrong: {tag}: {problem}", BlockKind.IMAGE_WRONG
+    if problem is not None and problem.unverified:
+        return (f"image not verified: {tag}: {problem.why} (--no-verify-modules walks on the labels alone)",
+                BlockKind.IMAGE_UNVERIFIED)
+    if problem is not None:
+        return f"image present but wrong: {tag}: {problem.why}", BlockKind.IMAGE_WRONG
     return f"image missing: {tag}", BlockKind.IMAGE_MISSING
 
 
