@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,14 +32,11 @@ if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load 
     from rich.table import Table
 
     from gpualign.ensure.sign import SigningKey
-    from gpualign.kube.client import Kube
-    from gpualign.ledger.sources import Ledger
-    from gpualign.model.ledger import Refusal
-    from gpualign.model.tags import Rules
     from gpualign.upgrade.preflight import Preflight
     from gpualign.upgrade.run import Outcome
     from gpualign.upgrade.snapshot import Snapshot
     from gpualign.upgrade.upgrade_policy import UpgradePolicy
+    from gpualign.usecases.upgrade_walk import Prepared, UpgradeRequest, UpgradeSession
 
 ToBranchOpt = Annotated[str | None, typer.Option(
     "--to-branch", metavar="BRANCH",
@@ -109,91 +105,6 @@ def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
         stdout.print(f"  {i}. {', '.join(names)}")
     for node, reason in sorted(held.items()):
         stdout.print(f"  [yellow]held[/]: {node}: {reason}")
-
-
-def _ledger_from_operator(kube: Kube, selector: str | None, rules: Rules, branch: str | None) -> list[str]:
-    """No --ledger: the GPU Operator's objects, when there are some, name the image repositories (as for check); a
-    node the operator walks is refused first, since that is the answer whatever the ledger says."""
-    from gpualign.base.errors import Refused
-    from gpualign.kube.inventory import read_operator_config
-    from gpualign.upgrade import snapshot
-    from gpualign.upgrade.operator_walk import refusal, walked_by_operator
-
-    snap = snapshot.take(kube, selector, ledger=None, rules=rules, to_branch=branch)
-    config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
-    if config is not None and (walked := walked_by_operator(config, snap)):
-        raise Refused(refusal(config, walked))
-    repositories = sorted({s.repository for s in (config.sources if config else ()) if s.repository and not s.problem})
-    if not repositories:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first (no "
-                       "GPU Operator objects name a repository here)")
-    return [f"registry://{r}" for r in repositories]
-
-
-def _judge_targets(ledger: list[str], snap: Snapshot, docker_config: Path | None,
-                   modules: str) -> dict[str, Refusal]:
-    """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as the
-    node's kernel would load them), or, with module checks asked for, not verified. The same judgement check makes
-    (judging/judge.py)."""
-    from gpualign.base import labels as L
-    from gpualign.judging.judge import judge
-    from gpualign.ledger.sources import is_registry
-    from gpualign.model.ledger import Refusal
-
-    kernels: dict[str, set[str | None]] = {}
-    secure: set[str] = set()  # tags some Secure Boot node needs
-    for n in snap.nodes.values():
-        if n.view.target_tag and n.view.image_present and n.view.needs_upgrade:
-            kernels.setdefault(n.view.target_tag, set()).add(n.facts.kernel)
-            if n.facts.labels.get(L.SECURE_BOOT) == "enabled":
-                secure.add(n.view.target_tag)
-    found: dict[str, Refusal] = {}
-    for source in (s for s in ledger if is_registry(s)):
-        repo = source.split("://", 1)[1].rstrip("/")
-        started = time.monotonic()
-        verdict = judge({f"{repo}:{tag}": ks for tag, ks in kernels.items()}, docker_config=docker_config,
-                        modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure}, unlabelled=False)
-        for w in verdict.warnings:
-            warn(w)
-        for image, symbols in sorted(verdict.verified.items()):
-            progress(f"preflight: {image.rpartition(':')[2]}: modules verified ({symbols} symbol CRCs)")
-        if verdict.verified:
-            progress(f"preflight: {len(verdict.verified)} image(s) verified in {time.monotonic() - started:.1f}s")
-        for image, why in verdict.wrong.items():
-            tag = image.rpartition(":")[2]
-            found.setdefault(tag, Refusal(tag, why))
-        for image, why in verdict.unverified.items():
-            tag = image.rpartition(":")[2]
-            found.setdefault(tag, Refusal(tag, why, unverified=True))
-    return found
-
-
-def _judged(kube: Kube, selector: str | None, ledger: list[str], available: Ledger, snap: Snapshot, rules: Rules,
-            branch: str | None, pol: UpgradePolicy, docker_config: Path | None,
-            modules: str) -> tuple[Ledger, Snapshot]:
-    """The ledger told which target images must not be walked to, and the snapshot read again with it: never
-    cordon a node for an image that would not load there, or that could not be checked where checks were asked."""
-    from dataclasses import replace as with_fields
-
-    from gpualign.upgrade import snapshot
-
-    refused = _judge_targets(ledger, snap, docker_config, modules)
-    if not refused:
-        return available, snap
-    available = with_fields(available, refused=tuple(r for _, r in sorted(refused.items())))
-    return available, snapshot.take(kube, selector, ledger=available, rules=rules, to_branch=branch,
-                                    budgets=pol.admission == "pdb-aware")
-
-
-def _secure_boot_nodes(snap: Snapshot, tags: list[str]) -> dict[str, list[str]]:
-    """tag -> the Secure Boot nodes (labelled gpualign.io/secure-boot=enabled) that need it."""
-    from gpualign.base import labels as L
-
-    out: dict[str, list[str]] = {}
-    for name, n in sorted(snap.nodes.items()):
-        if n.target_tag in tags and n.facts.labels.get(L.SECURE_BOOT) == "enabled":
-            out.setdefault(n.target_tag or "", []).append(name)
-    return out
 
 
 def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None,
@@ -281,19 +192,16 @@ def _board(snap: Snapshot) -> Table:
     return table
 
 
-def _walk_live(kube: Kube, selector: str | None, pol: UpgradePolicy, available: Ledger, rule_set: Rules,
-               branch: str | None, timeout: float) -> Outcome:
+def _walk_live(session: UpgradeSession, req: UpgradeRequest, ready: Prepared) -> Outcome:
     from rich.live import Live
 
     from gpualign.cli.common import stderr
-    from gpualign.upgrade.run import walk
 
     with Live(console=stderr.console, refresh_per_second=4, transient=False) as live:
         def report(node: str, message: str) -> None:
             live.console.print(f"[dim]{datetime.now():%H:%M:%S}[/dim] [bold]{node}[/bold] {message}")
 
-        return walk(kube, selector, pol, ledger=available, rules=rule_set, to_branch=branch, report=report,
-                    timeout=timeout, on_pass=lambda snap: live.update(_board(snap)))
+        return session.walk(req, ready, report, on_pass=lambda snap: live.update(_board(snap)))
 
 
 def upgrade(
@@ -403,99 +311,49 @@ def upgrade(
     from gpualign.loaders.rules import load_rules
 
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
-    flags = UpgradeFlags(selector, branch, list(ledger or []), pol, dry_run, ensure_images, signing,
-                         AUTO if verify_modules is None else STRICT if verify_modules else OFF, yes, timeout,
-                         lock_namespace, load_rules(rules), docker_config, output)
+    from gpualign.cli.common import say_tty
     from gpualign.cli.fleet import parse_timeout
-    from gpualign.kube.client import Kube
+    from gpualign.usecases.upgrade_walk import NoLedger, UpgradeRequest, UpgradeSession
 
-    per_request = parse_timeout(request_timeout)
-    with Kube(kubeconfig, context, field_manager="gpualign-upgrade",
-              **({"timeout": per_request} if per_request else {})) as kube:
-        ready = _prepared(kube, flags)
-        if flags.dry_run:
-            _dry_run(kube, flags, ready)
+    req = UpgradeRequest(selector, branch, list(ledger or []), pol, dry_run, ensure_images,
+                         AUTO if verify_modules is None else STRICT if verify_modules else OFF, load_rules(rules),
+                         docker_config, lock_namespace, timeout)
+    flags = UpgradeFlags(req, signing, yes, output)
+
+    def ensure_missing(ledger: list[str], tags: list[str], secure_boot: dict[str, list[str]]) -> None:
+        _ensure_missing(ledger, tags, req.dry_run, req.docker_config, signing, secure_boot)
+
+    with UpgradeSession(kubeconfig, context, parse_timeout(request_timeout), say=say_tty, warn=warn,
+                        progress=progress) as session:
+        try:
+            ready = session.prepare(req, ensure_missing)
+        except NoLedger:
+            raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO; images are checked first "
+                           "(no GPU Operator objects name a repository here)") from None
+        if req.dry_run:
+            _dry_run(session, flags, ready)
             return
-        outcome = _walked(kube, flags, ready)
+        outcome = _walked(session, flags, ready)
     _summary(outcome)
 
 
 @dataclass(frozen=True)
 class UpgradeFlags:
-    """`upgrade`'s flags, read and checked: the branch normalized, the upgrade policy built, the signing key read."""
+    """`upgrade`'s flags, read and checked: the walk asked for (the branch normalized, the upgrade policy built),
+    the signing key read, and how the command answers."""
 
-    selector: str | None
-    branch: str | None
-    ledger: list[str]  # as given (empty: the GPU Operator's objects name it)
-    policy: UpgradePolicy
-    dry_run: bool
-    ensure_images: bool
+    request: UpgradeRequest
     signing: SigningKey | None
-    modules: str  # how target images' modules are checked (judging.judge: AUTO, STRICT, OFF)
     yes: bool
-    timeout: float
-    lock_namespace: str
-    rules: Rules
-    docker_config: Path | None
     output: Output
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """What the walk starts from: the ledger named and read, the cluster's snapshot, the preflight's verdict."""
-
-    ledger: list[str]
-    available: Ledger
-    snap: Snapshot
-    pre: Preflight
-
-
-def _prepared(kube: Kube, flags: UpgradeFlags) -> Prepared:
-    """The ledger, the snapshot and the preflight; with --ensure, the missing images made first (and all read
-    again). Refused beside the GPU Operator's own walk, before any write."""
-    from gpualign.base.errors import Refused
-    from gpualign.cli.common import say_tty
-    from gpualign.kube.inventory import read_operator_config
-    from gpualign.upgrade import snapshot
-    from gpualign.upgrade.operator_walk import refusal, walked_by_operator
-    from gpualign.upgrade.preflight import preflight
-    from gpualign.usecases.ledgers import load_ledger
-
-    selector, branch, pol = flags.selector, flags.branch, flags.policy
-    # as check does: beside the GPU Operator, its objects name the repositories
-    ledger = flags.ledger or _ledger_from_operator(kube, selector, flags.rules, branch)
-
-    def read() -> tuple[Ledger, Snapshot]:
-        available = load_ledger(ledger, flags.docker_config, missing_ok=flags.ensure_images, say=say_tty, warn=warn)
-        snap = snapshot.take(kube, selector, ledger=available, rules=flags.rules, to_branch=branch,
-                             budgets=pol.admission == "pdb-aware")
-        if not snap.nodes:
-            raise BadInput(f"no GPU nodes match {selector or 'nvidia.com/gpu.present=true'}")
-        return _judged(kube, selector, ledger, available, snap, flags.rules, branch, pol, flags.docker_config,
-                       flags.modules)
-
-    available, snap = read()
-    config, _ = read_operator_config(kube, tuple(s.facts for s in snap.nodes.values()))
-    walked = walked_by_operator(config, snap)
-    if config is not None and walked:  # before any write: no Lease, no label, no DaemonSet patch
-        raise Refused(refusal(config, walked))
-    pre = preflight(kube, snap, pol)
-    to_make = sorted({t for n, t in pre.missing_images if not snap.nodes[n].view.image_problem})
-    if flags.ensure_images and to_make:
-        _ensure_missing(ledger, to_make, flags.dry_run, flags.docker_config, flags.signing,
-                        _secure_boot_nodes(snap, to_make))
-        if not flags.dry_run:  # read again: the walk starts at "image ensured"
-            available, snap = read()
-            pre = preflight(kube, snap, pol)
-    return Prepared(ledger, available, snap, pre)
-
-
-def _dry_run(kube: Kube, flags: UpgradeFlags, ready: Prepared) -> None:
+def _dry_run(session: UpgradeSession, flags: UpgradeFlags, ready: Prepared) -> None:
     """The preflight and the order the walk would take (exit 1 when the preflight is not clean)."""
-    pol, snap, pre = flags.policy, ready.snap, ready.pre
+    pol, snap, pre = flags.request.policy, ready.snap, ready.pre
     if flags.output in (Output.json, Output.yaml):
         rounds, held = _admission(snap, pol)
-        emit_data(report("UpgradePlan", {"cluster": kube.describe(), "ledger": list(ready.available.sources)},
+        emit_data(report("UpgradePlan", {"cluster": session.cluster, "ledger": list(ready.available.sources)},
                          {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}}),
                   flags.output)
     else:
@@ -505,22 +363,17 @@ def _dry_run(kube: Kube, flags: UpgradeFlags, ready: Prepared) -> None:
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _walked(kube: Kube, flags: UpgradeFlags, ready: Prepared) -> Outcome:
+def _walked(session: UpgradeSession, flags: UpgradeFlags, ready: Prepared) -> Outcome:
     """Asked (unless --yes), then the walk, under the Lease that keeps two walks from running at once."""
-    from gpualign.upgrade.lock import hold
-    from gpualign.upgrade.run import walk
-
-    _print_preflight(ready.pre, ready.snap, flags.policy.admission == "pdb-aware")
+    req = flags.request
+    _print_preflight(ready.pre, ready.snap, req.policy.admission == "pdb-aware")
     if not flags.yes:
         if not sys.stdin.isatty():
             raise BadInput("refusing to start without --yes when not on a terminal (or use --dry-run)")
         typer.confirm("start the upgrade?", abort=True)
-    with hold(kube, flags.lock_namespace):
-        if sys.stderr.isatty():
-            return _walk_live(kube, flags.selector, flags.policy, ready.available, flags.rules, flags.branch,
-                              flags.timeout)
-        return walk(kube, flags.selector, flags.policy, ledger=ready.available, rules=flags.rules,
-                    to_branch=flags.branch, report=_reporter, timeout=flags.timeout)
+    if sys.stderr.isatty():
+        return _walk_live(session, req, ready)
+    return session.walk(req, ready, _reporter)
 
 
 def _summary(outcome: Outcome) -> None:
