@@ -25,10 +25,7 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from gpualign.controller.build_trigger.trigger import BuildOptions
-    from gpualign.kube.client import Kube
     from gpualign.model.operator_config import OperatorConfig
 
 
@@ -123,13 +120,10 @@ def controller(
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
     from gpualign.cli.inputs import branch_policy
-    from gpualign.controller.run import Options, run
-    from gpualign.judging.judge import judge
-    from gpualign.kube.client import Kube
-    from gpualign.kube.inventory import read_operator_config
+    from gpualign.controller.run import Options
+    from gpualign.controller.start import ArchiveUnverifiable, NoLedger, NothingToGate, Start, start
     from gpualign.ledger import sources
     from gpualign.loaders.rules import load_rules
-    from gpualign.model.tags import for_operator
     from gpualign.usecases.ledgers import repository_for
 
     host, sep, port = listen.rpartition(":")
@@ -156,88 +150,32 @@ def controller(
     rule_set = load_rules(rules)
     if ledger:
         sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
-    kube = Kube(kubeconfig, context, field_manager="gpualign-controller")
-    config, notes = read_operator_config(kube, ())
-    for note in notes:
-        warn(note)
-    follow = config is not None and not (driver_branch or branch_policy_file or old_policy or repository)
-    if not ledger and not follow:
-        kube.close()
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
-                       "the controller needs the GPU Operator's ClusterPolicy to name the repository")
-    builds = None
-    if build:
-        target = build_target(repository, ledger or [], config if follow else None)
-        builds = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
-                               build_pod_settings, target, build_retry_after)
-        builds.replace_wrong = build_replace_wrong
-        try:
-            _build_preflight(kube, builds, warn)
-            if archive_ahead:
-                from gpualign.usecases.archive_next import cannot_verify
 
-                if why := cannot_verify():
-                    raise BadInput(f"--build-ahead-from-archive (on with --build): {why}; install it, or pass "
-                                   "--no-build-ahead-from-archive")
-        except BadInput:
-            kube.close()
-            raise
-    rule_set, version_note = for_operator(rule_set, operator_version or (config.version if config else None))
-    if version_note:
-        warn(version_note)
+    def builds(operator: OperatorConfig | None) -> BuildOptions:
+        made = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
+                             build_pod_settings, build_target(repository, ledger or [], operator), build_retry_after)
+        made.replace_wrong = build_replace_wrong
+        return made
 
-    def load_ledger(current: OperatorConfig | None) -> sources.Ledger | sources.RepoLedgers:
-        """The ledger as the operator's objects name it now (a new NVIDIADriver may name a new repository)."""
-        if ledger:
-            return sources.load(ledger, docker_config=docker_config)
-        named = current or config
-        assert named is not None
-        return sources.load_repositories([s.repository for s in named.sources if s.repository and not s.problem],
-                                         docker_config=docker_config)
-
-    if gate_operator_upgrades:
-        try:
-            _gate_possible(config, warn)
-        except BadInput:
-            kube.close()
-            raise
-    opts = Options(repository=repo, ledger_refresh=ledger_refresh, builds=builds,
-                   gate=gate_operator_upgrades, gate_warn_after=gate_warn_after,
-                   restart_waiting_pods=restart_waiting_driver_pods,
-                   archive_every=archive_every if builds is not None and archive_ahead else None,
+    opts = Options(repository=repo, ledger_refresh=ledger_refresh, gate=gate_operator_upgrades,
+                   gate_warn_after=gate_warn_after, restart_waiting_pods=restart_waiting_driver_pods,
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
+    plan = Start(kubeconfig, context, list(ledger or []), docker_config,
+                 bool(driver_branch or branch_policy_file or old_policy or repository), rule_set, branches,
+                 operator_version, opts, builds if build else None, archive_ahead, archive_every,
+                 gate_operator_upgrades)
     try:
-        run(kube, rule_set, branches, load_ledger, opts, operator=config, follow_operator=follow,
-            judge_image=lambda image, arch, module_type: judge(
-                {image: ()}, docker_config=docker_config, archs={image: (arch,)}).wrong_for(image, arch, module_type))
-    finally:
-        kube.close()
-
-
-def _gate_possible(config: OperatorConfig | None, warn: Callable[[str], None]) -> None:
-    """--gate-operator-upgrades needs the GPU Operator's ClusterPolicy; with its autoUpgrade off, it says so."""
-    if config is None:
-        raise BadInput("--gate-operator-upgrades: no GPU Operator ClusterPolicy found to gate")
-    if config.per_driver_upgrades:
-        if not any(config.operator_walks(s) for s in config.sources):
-            warn("every NVIDIADriver has spec.upgradePolicy.autoUpgrade off: the operator walks no upgrade now; "
-                 "the gate labels nodes anyway, so it holds from the moment one turns it on")
-    elif not config.auto_upgrade:
-        warn(f"ClusterPolicy {config.cluster_policy} "
-             + ("has no spec.driver.upgradePolicy" if not config.upgrade_policy
-                else "has spec.driver.upgradePolicy.autoUpgrade off")
-             + ": the operator walks no upgrade now; the gate labels nodes anyway, so it holds from the moment "
-               "autoUpgrade is turned on")
-
-
-def _build_preflight(kube: Kube, builds: BuildOptions, warn: Callable[[str], None]) -> None:
-    """What --build needs of the cluster, checked before the controller starts (a refusal is bad input)."""
-    from gpualign.controller.build_trigger import preflight
-
-    for line in preflight.check(kube, builds.settings):
-        warn(line)
+        start(plan, warn)
+    except NoLedger:
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without one, "
+                       "the controller needs the GPU Operator's ClusterPolicy to name the repository") from None
+    except ArchiveUnverifiable as err:
+        raise BadInput(f"--build-ahead-from-archive (on with --build): {err.why}; install it, or pass "
+                       "--no-build-ahead-from-archive") from None
+    except NothingToGate as err:
+        raise BadInput(f"--gate-operator-upgrades: {err.message}") from None
 
 
 def register(app: typer.Typer) -> None:
