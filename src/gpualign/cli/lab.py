@@ -6,7 +6,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -15,10 +15,6 @@ from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
 from gpualign.cli.options import Output, OutputOpt
-
-if TYPE_CHECKING:
-    from gpualign.kube.client import Kube
-    from gpualign.lab import cluster, scenarios
 
 app = typer.Typer(
     help="The lab: etcd, kube-apiserver, controller-manager, scheduler and kwok as plain processes on 127.0.0.1, "
@@ -87,8 +83,7 @@ def up(
              "there is one per machine), else none, saying why. --real-node fails instead")] = None,
 ) -> None:
     """Start the lab (idempotent) and seed a scenario; returns once nodes are Ready and untainted."""
-    from gpualign.kube.client import Kube
-    from gpualign.lab import cluster, scenarios, seed
+    from gpualign.lab import actions, cluster, scenarios
 
     chosen = scenarios.get(scenario)
     sdir, bdir = _dirs(state_dir, bin_dir)
@@ -97,17 +92,7 @@ def up(
                        progress=progress)
     if not state.scenario:
         progress(f"seeding scenario {chosen.name!r}: {chosen.description}")
-        kube = Kube(str(state.kubeconfig))
-        try:
-            if chosen.operator:
-                _up_operator(kube, state, bdir, chosen)
-            else:
-                seed.seed(kube, chosen, state.registry, progress=progress)
-        except BaseException:
-            cluster.down(sdir)  # nothing half-up: a failed seed stops every process it started
-            raise
-        finally:
-            kube.close()
+        actions.seed_scenario(state, bdir, chosen, progress)  # nothing half-up: a failed seed stops the lab
         state.scenario = chosen.name
         state.extra["branch"] = chosen.branch
         state.extra["up_seconds_total"] = round(time.monotonic() - started, 2)
@@ -116,24 +101,6 @@ def up(
         raise BadInput(f"the lab already runs scenario {state.scenario!r}: `gpualign lab down` first")
     progress(f"lab up in {time.monotonic() - started:.1f}s: api {state.apiserver}, registry {state.registry}")
     progress("use it with:  eval \"$(gpualign lab env)\"")
-
-
-def _up_operator(kube: Kube, state: cluster.LabState, bin_dir: Path, chosen: scenarios.Scenario) -> None:
-    """The fleet, the operator's CRDs and CRs, the operator itself; then wait until it has deployed everywhere."""
-    from gpualign.lab import operator, seed, versions
-
-    operator.operator_files(bin_dir)  # fail before seeding when the operator is not built
-    seed.seed_operator_fleet(kube, chosen, state.registry, progress=progress)
-    operator.install(kube, bin_dir, chosen, state.registry, progress=progress)
-    progress(f"starting NVIDIA's GPU Operator ({versions.GPU_OPERATOR}) out of cluster")
-    state.procs["gpu-operator"] = operator.start(state.dir, bin_dir, state.kubeconfig)
-    state.save()
-    started = time.monotonic()
-    outcome = operator.wait_deployed(kube, chosen, progress=progress)
-    failed = sorted(n for n, o in outcome.items() if o != "ready")
-    state.extra["operator_deploy_seconds"] = round(time.monotonic() - started, 2)
-    progress(f"the operator deployed drivers in {time.monotonic() - started:.1f}s"
-             + (f"; image pull failed on {', '.join(failed)}" if failed else ""))
 
 
 @app.command("scenarios")
@@ -261,8 +228,7 @@ def add_node(
     operator scenarios the GPU Operator makes that DaemonSet itself)."""
     import re
 
-    from gpualign.kube.client import Kube
-    from gpualign.lab import cluster, scenarios, seed
+    from gpualign.lab import actions, cluster, scenarios
     from gpualign.lab.kernel_load import SECURE_BOOT
 
     m = re.fullmatch(r"([a-z]+)([0-9][0-9.]*)", os)
@@ -283,33 +249,23 @@ def add_node(
     scenario = scenarios.get(state.scenario) if state.scenario else None
     joined = ""
     if scenario is not None and scenario.operator == "nvidiadriver" and gpu and not host_driver:
-        pool, joined = _operator_pool(_cluster_pools(state), extra, branch)
+        pool, joined = _operator_pool(actions.cluster_pools(state), extra, branch)
         extra.update(pool.node_selector)
     annotations = {SECURE_BOOT: _enrolled_pem(secure_boot_cert)} if secure_boot_cert else {}
     if arch not in ("amd64", "arm64"):
         raise BadInput(f"--arch {arch!r}: expected amd64 or arm64")
     spec = scenarios.NodeSpec(name, kernel, m.group(1), m.group(2), driver=driver, gpu=gpu, arch=arch, labels=extra,
                               annotations=annotations)
-    with Kube(str(state.kubeconfig)) as kube:
-        operator_run = scenario is not None and scenario.operator is not None
-        if branch and not operator_run and gpu and not host_driver:
-            _same_branch(kube, seed.driver_daemonset(kernel, m.group(1), m.group(2), branch, state.registry), branch)
-        seed.add_node(kube, spec, branch=branch or state.extra.get("branch", "580"), registry=state.registry,
-                      driver_pool=not operator_run)
-        if wait:
-            seed.wait_nodes_ready(kube, [name])
+    operator_run = scenario is not None and scenario.operator is not None
+    try:
+        actions.add_node(state, spec, branch=branch or state.extra.get("branch", "580"),
+                         same_branch_as=branch if branch and not operator_run and gpu and not host_driver else None,
+                         driver_pool=not operator_run, wait=wait)
+    except actions.BranchConflict as err:
+        raise BadInput(f"--branch {branch}: pool {err.pool}'s driver DaemonSet deploys branch {err.deployed} to every "
+                       f"node of the pool; move them all with `gpualign upgrade --to-branch {branch}`, or omit "
+                       "--branch") from None
     progress(f"node {name} added (kernel {kernel}, {os}{', ' + arch if arch != 'amd64' else ''}){joined}")
-
-
-def _cluster_pools(state: Any) -> list[Any]:
-    """The NVIDIADrivers on the lab's cluster now (the scenario's, and any made since), as DriverPools."""
-    from gpualign.kube.client import Kube
-    from gpualign.lab.scenarios import DriverPool
-
-    with Kube(str(state.kubeconfig)) as kube:
-        found = kube.list_raw("/apis/nvidia.com/v1alpha1/nvidiadrivers")
-    return [DriverPool(d["metadata"]["name"], dict((d.get("spec") or {}).get("nodeSelector") or {}),
-                       str((d.get("spec") or {}).get("version") or "").split(".", 1)[0]) for d in found]
 
 
 def _operator_pool(pools: list[Any], labels: dict[str, str], branch: str | None) -> tuple[Any, str]:
@@ -332,21 +288,6 @@ def _operator_pool(pools: list[Any], labels: dict[str, str], branch: str | None)
         raise BadInput(f"--branch {branch}: the node joins NVIDIADriver {pool.name}, which deploys branch "
                        f"{pool.branch}; the GPU Operator makes its DaemonSets (change the NVIDIADriver instead)")
     return pool, joined
-
-
-def _same_branch(kube: Any, daemonset: dict[str, Any], branch: str) -> None:
-    """--branch for a pool whose driver DaemonSet exists already: it must be the branch that DaemonSet deploys
-    (changing it would move every node of the pool: that is `gpualign upgrade --to-branch`)."""
-    meta = daemonset["metadata"]
-    found = kube.get(f"/apis/apps/v1/namespaces/{meta['namespace']}/daemonsets/{meta['name']}")
-    if found is None:
-        return
-    image = found["spec"]["template"]["spec"]["containers"][0]["image"]
-    deployed = image.rsplit(":", 1)[-1].split("-", 1)[0]
-    if deployed != branch:
-        raise BadInput(f"--branch {branch}: pool {meta['name']}'s driver DaemonSet deploys branch {deployed} to every "
-                       f"node of the pool; move them all with `gpualign upgrade --to-branch {branch}`, or omit "
-                       "--branch")
 
 
 def _enrolled_pem(files: list[Path]) -> str:
@@ -382,9 +323,7 @@ def push_image(
 ) -> None:
     """Push a tiny image to the lab registry over the distribution API (no Docker needed): one linux/amd64 image,
     or with --arch, one image per architecture under an index."""
-    from gpualign.lab import cluster, seed
-    from gpualign.ledger.references import RegistryRef
-    from gpualign.ledger.registry import RegistryClient
+    from gpualign.lab import actions, cluster, seed
     from gpualign.model.version import DriverVersion
 
     archs = tuple(dict.fromkeys(arch or ["amd64"]))
@@ -403,9 +342,8 @@ def push_image(
         env = {"DRIVER_VERSION": version, "DRIVER_BRANCH": version.split(".")[0]}
     if cuda_version:
         env["CUDA_VERSION"] = cuda_version
-    with RegistryClient(RegistryRef(host=state.registry, repo=repo, scheme="http")) as client:
-        client.push_image(tag, env, archs=archs, labels=seed.driver_image_labels(tag) if repo == seed.DRIVER_REPO
-                          else None)
+    actions.push_image(state.registry, repo, tag, env, archs,
+                       seed.driver_image_labels(tag) if repo == seed.DRIVER_REPO else None)
     progress(f"pushed {state.registry}/{repo}:{tag}" + (f" ({', '.join('linux/' + a for a in archs)})"
                                                           if archs != ("amd64",) else ""))
 
