@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import re
 import sys
 from collections.abc import Iterator
 from functools import cache
@@ -281,6 +282,28 @@ def longest_functions(src: Path = SRC, count: int = 15) -> list[tuple[int, str]]
     return sorted(found, reverse=True)[:count]
 
 
+_FLAG = re.compile(r"(?:^|[\s(`'\"])(--[a-z][a-z-]+)")
+
+
+def flag_words(src: Path = SRC) -> list[str]:
+    """Message strings outside cli/ and lab/ (docstrings aside) that name a command-line flag: the edge's words in a
+    lower room. Some name another command a user would type (`gpualign ensure TAG --render DIR`, `kubectl drain
+    --force`); the count is of all of them."""
+    out = []
+    for n, p in modules(src).items():
+        if room(n, src) in ("cli", "lab", "main"):
+            continue
+        tree = ast.parse(p.read_text(), str(p))
+        docs = {id(node.body[0].value) for node in ast.walk(tree)
+                if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs and \
+                    (m := _FLAG.search(node.value)):
+                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {m.group(1)}")
+    return sorted(out)
+
+
 def summary(src: Path = SRC) -> dict[str, object]:
     files = modules(src)
     lines = {n: len(p.read_text().splitlines()) for n, p in files.items()}
@@ -296,6 +319,7 @@ def summary(src: Path = SRC) -> dict[str, object]:
             "cycles": cycles(src), "inner_imports_outside_cli": inner_imports(src),
             "sentence_parsing": sentence_parsing(src), "cli_transport_imports": cli_transport_imports(src),
             "impure_model": impure_model(src), "exit_code_literals": exit_code_literals(src),
+            "flag_words_outside_cli": flag_words(src),
             "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
 
 
@@ -329,6 +353,8 @@ def main() -> int:
                              ("impure_model", "model/ imports of upper rooms and file reads", True),
                              ("exit_code_literals", "exit-code literals outside base/errors.py", True),
                              ("inner_imports_outside_cli", "own-module imports inside functions, outside cli/",
+                              args.verbose),
+                             ("flag_words_outside_cli", "message strings naming a flag, outside cli/ and lab/",
                               args.verbose)):
         items = s[key]
         assert isinstance(items, list)
