@@ -23,7 +23,6 @@ def finding(tag: str | None, status: Status = Status.MISSING, *, name: str = "n1
 
 
 def node_finding(tag: str | None, status: Status = Status.MISSING, *, pod_state: str | None = None,
-                 upgrade_state: str | None = None, pool: PoolNext | None = None, kernel_next: str | None = None,
-                 **fields: object) -> NodeFinding:
-    return NodeFinding(finding(tag, status, **fields), upgrade_state, pod_state,  # type: ignore[arg-type]
-                       kernel_next=kernel_next, pool=pool)
+                 upgrade_state: str | None = None, pool: PoolNext | None = None, **fields: object) -> NodeFinding:
+    return NodeFinding.of(finding(tag, status, **fields), upgrade_state=upgrade_state,  # type: ignore[arg-type]
+                          pod_state=pod_state, pool=pool)

@@ -183,10 +183,10 @@ def test_a_gone_node_is_checked_again_so_that_it_is_forgotten():
 def test_listeners_hear_when_a_node_begins_and_stops_waiting():
     heard: list[tuple[str, str | None, str | None]] = []
     findings = Findings(on_missing=[lambda n, old, new: heard.append((n, old, new))])
-    findings.record("gpu-a", NodeFinding(missing()))
-    findings.record("gpu-a", NodeFinding(missing()))  # no change: no word
-    findings.record("gpu-a", NodeFinding(present()))
-    findings.record("gpu-b", NodeFinding(missing("other")))
+    findings.record("gpu-a", NodeFinding.of(missing()))
+    findings.record("gpu-a", NodeFinding.of(missing()))  # no change: no word
+    findings.record("gpu-a", NodeFinding.of(present()))
+    findings.record("gpu-b", NodeFinding.of(missing("other")))
     findings.forget("gpu-b")
     assert heard == [("gpu-a", None, TAG), ("gpu-a", TAG, None), ("gpu-b", None, "other"), ("gpu-b", "other", None)]
 
@@ -225,8 +225,8 @@ def test_the_board_names_stuck_gated_and_missing_nodes():
         node("gpu-a", "1", {S.STATE_LABEL: "wait-for-jobs-required"}, {S.BLOCKER: "PDB train refuses"}),
         node("gpu-b", "1", {S.SKIP_LABEL: "true"}, {gate.GATED: "target image x missing"}),
         node("gpu-c", "1"))}
-    findings = [NodeFinding(present(name="gpu-a")), NodeFinding(missing(name="gpu-b")),
-                NodeFinding(present(name="gpu-c"), pod_state="ImagePullBackOff")]
+    findings = [NodeFinding.of(present(name="gpu-a")), NodeFinding.of(missing(name="gpu-b")),
+                NodeFinding.of(present(name="gpu-c"), pod_state="ImagePullBackOff")]
     counts = fleet_view(findings, facts, leader=True)
     assert counts["missing"] == {TAG: ["gpu-b"]} and counts["gated"] == {"gpu-b": "target image x missing"}
     assert counts["stuck"] == ["gpu-a", "gpu-c"] and counts["upgrade_counts"] == {"wait-for-jobs-required": 1,

@@ -72,9 +72,9 @@ class ArchiveWatch:
         for key, finding in sorted(self.snapshot().items()):
             if finding.status == Status.PRESENT or not finding.tag or finding.pool is None:
                 continue
-            buildable = finding.action in (Maker.BUILD, Maker.MIRROR)
-            why = (finding.action_reason or finding.reason or "") if not buildable else \
-                f"missing from the ledger ({finding.action} ahead)"
+            buildable = finding.to_do in (Maker.BUILD, Maker.MIRROR)
+            why = (finding.why_not_made or finding.reason or "") if not buildable else \
+                f"missing from the ledger ({finding.to_do} ahead)"
             out.append(Pending(key.removeprefix(PREFIX), finding.pool.nodes, finding.kernel or "", finding.tag,
                                buildable, why))
         return out
@@ -88,8 +88,8 @@ class ArchiveWatch:
             a = f.pool.as_dict() if f.pool is not None else {}
             pools.append({"pool": key.removeprefix(PREFIX), "nodes": a.get("nodes"), "running": a.get("running"),
                           "next": f.kernel, "suite": a.get("suite"), "since": a.get("since"), "tag": f.tag,
-                          "status": f.status, "action": f.action,
-                          "reason": f.action_reason if f.action not in (Maker.BUILD, Maker.MIRROR) else None})
+                          "status": f.status, "action": f.to_do,
+                          "reason": f.why_not_made if f.to_do not in (Maker.BUILD, Maker.MIRROR) else None})
         return {"pools": pools, "error": error}
 
     def poll(self) -> None:
@@ -122,7 +122,7 @@ class ArchiveWatch:
         for key, (pool, facts) in pools.items():
             assert pool.next is not None
             ahead[key] = dataclasses.replace(self.future(facts, label_of(pool.next.release)),
-                                             kernel_next=pool.next.release, pool=pool)
+                                             kernel=pool.next.release, pool=pool)
         now = self.clock()
         with self.lock:
             before, self.ahead = self.ahead, ahead

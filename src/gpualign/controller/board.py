@@ -58,7 +58,7 @@ def board_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], 
     stuck, gated = set(fleet["stuck"]), fleet["gated"]
     nodes = sorted(({"name": f.name, "kernel": f.kernel, "driver": f.driver, "tag": f.tag,
                      "status": f.status, "pod_state": f.pod_state, "reason": f.reason,
-                     "image": f.image, "action": f.action,
+                     "image": f.image, "action": f.to_do,
                      "gated": gated.get(f.name), "stuck": f.name in stuck,
                      "upgrade_state": facts[f.name].labels.get(S.STATE_LABEL) if f.name in facts else None}
                     for f in findings), key=lambda n: n["name"])

@@ -168,13 +168,13 @@ class Reconciler:
         self.findings.record(name, finding)
         self._look_ahead(facts, branches, expect)
         if self.is_leader():
-            self.publisher.publish(facts, finding.finding)
+            self.publisher.publish(facts, finding)
             if self.gating and operator is not None:
-                self.gate.apply(facts, finding.finding, planned.get(name) if planned else None)
+                self.gate.apply(facts, finding, planned.get(name) if planned else None)
             else:
                 self.gate.release_if_held(facts)
             if self.restarter is not None:
-                self.restarter.apply(facts, finding.finding)
+                self.restarter.apply(facts, finding)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -189,7 +189,8 @@ class Reconciler:
         if first.status == Status.PRESENT and first.image and \
                 (why := self.ledger.wrong(first.image, facts.arch, first.module_type)):
             first = judged({first.image: why}).findings[0]
-        return NodeFinding(first, facts.labels.get(S.STATE_LABEL), pod.state if pod else None)
+        return NodeFinding.of(first, upgrade_state=facts.labels.get(S.STATE_LABEL),
+                              pod_state=pod.state if pod else None)
 
     def _expectations(self, facts: NodeFacts, pod: DriverPod | None) -> tuple[BranchPolicy, Any]:
         """The branches and the operator's expectation a node is judged by."""
@@ -223,7 +224,7 @@ class Reconciler:
         future = node_facts({"metadata": {"name": name, "labels": labels}})
         result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
                                   expect=expect))
-        return NodeFinding(result.findings[0], kernel_next=future.kernel)
+        return NodeFinding.of(result.findings[0])
 
     def _look_ahead(self, facts: NodeFacts, branches: BranchPolicy, expect: Any) -> None:
         """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its

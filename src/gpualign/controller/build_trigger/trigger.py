@@ -103,7 +103,7 @@ class BuildTrigger:
         present: set[str] = set()
         for current, source in ((True, self.findings()), (False, self.ahead())):
             for node, f in source.items():
-                tag, action = f.tag, f.action
+                tag, action = f.tag, f.to_do
                 if not tag:
                     continue
                 if f.status == Status.PRESENT:
@@ -112,7 +112,7 @@ class BuildTrigger:
                 if f.status == Status.MISSING and action in (Maker.RENDER, Maker.NONE):
                     # a pool Debian's archive announces for: told on the pool's own nodes
                     told = f.pool.nodes if f.pool is not None and f.pool.nodes else (node,)
-                    refused.setdefault(tag, (action, f.action_reason or "", set()))[2].update(told)
+                    refused.setdefault(tag, (action, f.why_not_made or "", set()))[2].update(told)
                     continue
                 if action is not None and (wrong or f.status == Status.MISSING and action in BUILDABLE):
                     by_tag.setdefault(tag, set()).add(node)
