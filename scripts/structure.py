@@ -285,23 +285,51 @@ def longest_functions(src: Path = SRC, count: int = 15) -> list[tuple[int, str]]
 _FLAG = re.compile(r"(?:^|[\s(`'\"])(--[a-z][a-z-]+)")
 
 
+_SPEAKERS = ("warn", "warning", "say", "progress", "info", "error", "print", "told")
+
+
+def _text(node: ast.AST) -> str | None:
+    """A string literal's text; an f-string's, with {} for each value."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) and isinstance(v.value, str) else "{}"
+                       for v in node.values)
+    return None
+
+
 def flag_words(src: Path = SRC) -> list[str]:
-    """Message strings outside cli/ and lab/ (docstrings aside) that name a command-line flag: the edge's words in a
-    lower room. Some name another command a user would type (`gpualign ensure TAG --render DIR`, `kubectl drain
-    --force`); the count is of all of them."""
-    out = []
+    """Messages outside cli/ and lab/ that tell the user to pass one of the command's flags: a string in what a
+    `raise` raises, or in a call that speaks to a user (warn, say, progress, a log line), naming `--flag` other than
+    inside a whole command line (`gpualign ensure TAG --render DIR`, `kubectl drain --force` name another command,
+    and are advice anywhere). The edge's words in a lower room. A flag handed to a tool (buildah, skopeo) is not a
+    message and is not counted."""
+    out = set()
     for n, p in modules(src).items():
         if room(n, src) in ("cli", "lab", "main"):
             continue
         tree = ast.parse(p.read_text(), str(p))
-        docs = {id(node.body[0].value) for node in ast.walk(tree)
-                if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs and \
-                    (m := _FLAG.search(node.value)):
-                out.append(f"{p.relative_to(src.parent)}:{node.lineno}: {m.group(1)}")
+        spoken: list[ast.AST] = [node.exc for node in ast.walk(tree) if isinstance(node, ast.Raise) and node.exc]
+        spoken += [node for node in ast.walk(tree) if isinstance(node, ast.Call) and
+                   (node.func.attr if isinstance(node.func, ast.Attribute) else
+                    node.func.id if isinstance(node.func, ast.Name) else "") in _SPEAKERS]
+        for top in spoken:
+            for node in ast.walk(top):
+                text = _text(node)
+                if text is None or isinstance(node, ast.Constant) and _inside_fstring(node, top):
+                    continue
+                commands = [m.span() for m in _COMMAND.finditer(text)]
+                for m in _FLAG.finditer(text):
+                    if not any(a <= m.start(1) < b for a, b in commands):
+                        out.add(f"{p.relative_to(src.parent)}:{node.lineno}: {m.group(1)}")
     return sorted(out)
+
+
+_COMMAND = re.compile(r"(?:gpualign|kubectl|cosign|helm) [^`;()]*")
+
+
+def _inside_fstring(node: ast.AST, top: ast.AST) -> bool:
+    return any(isinstance(j, ast.JoinedStr) and node in j.values for j in ast.walk(top))
 
 
 def summary(src: Path = SRC) -> dict[str, object]:
@@ -354,7 +382,7 @@ def main() -> int:
                              ("exit_code_literals", "exit-code literals outside base/errors.py", True),
                              ("inner_imports_outside_cli", "own-module imports inside functions, outside cli/",
                               args.verbose),
-                             ("flag_words_outside_cli", "message strings naming a flag, outside cli/ and lab/",
+                             ("flag_words_outside_cli", "messages naming a flag, outside cli/ and lab/",
                               args.verbose)):
         items = s[key]
         assert isinstance(items, list)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpualign.base.errors import BadInput
+from gpualign.cli.hints import worded
 from gpualign.kube.client import Kube
 from gpualign.lab import pki
 from tests.support.cli import run_cli
@@ -159,7 +160,7 @@ def test_a_context_that_cannot_be_used_is_named_in_one_line(tmp_path, old, new, 
     path = write(tmp_path, "kc.yaml", text.replace(old, new))
     with pytest.raises(BadInput) as err:
         Kube(str(path))
-    assert err.value.message == f"kubeconfig {path}: {message}"
+    assert worded(err.value) == f"kubeconfig {path}: {message}"  # as the command line says it
 
 
 def test_in_a_pod_the_service_account_is_read_and_outside_one_nothing_is(tmp_path):

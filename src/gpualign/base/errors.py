@@ -36,6 +36,7 @@ class GpualignError(Exception):
     # Whether the same command may succeed if run again unchanged (a registry's 5xx, an archive that did not
     # answer): a build Job's failure is retried with backoff when it is, and held until something changes when not.
     retryable = False
+    final = False  # its message is as the command line says it: worded no more (cli/hints.py)
 
     def __init__(self, message: str, *, detail: str | None = None) -> None:
         super().__init__(message)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign import __version__
 from gpualign.base.errors import EXIT_INTERNAL, EXIT_USAGE, GpualignError
+from gpualign.cli.hints import worded
 
 if TYPE_CHECKING:
     import typer
@@ -130,7 +131,7 @@ def _termination_record(err: GpualignError) -> None:
     import json
 
     record = {"word": err.word, "exit": err.exit_code, "retryable": bool(err.retryable),
-              "error": type(err).__name__, "message": err.message[:3000]}
+              "error": type(err).__name__, "message": worded(err)[:3000]}
     try:
         with open(path, "w") as handle:
             handle.write(json.dumps(record) + "\n")
@@ -202,7 +203,7 @@ def _command(args: list[str]) -> Any:
 
         return run(build(args), args, _prog_name())
     except GpualignError as err:
-        print(f"gpualign: {err.word}: {err.message}", file=sys.stderr)
+        print(f"gpualign: {err.word}: {worded(err)}", file=sys.stderr)
         if err.detail:
             print(err.detail, file=sys.stderr)
         _termination_record(err)

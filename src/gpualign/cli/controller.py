@@ -25,6 +25,7 @@ from gpualign.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from gpualign.controller.build_trigger.preflight import BuildWillFail
     from gpualign.controller.build_trigger.trigger import BuildOptions
     from gpualign.model.operator_config import OperatorConfig
 
@@ -120,8 +121,10 @@ def controller(
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
     from gpualign.cli.inputs import branch_policy
+    from gpualign.controller.build_trigger.preflight import BuildWillFail
     from gpualign.controller.run import Options
     from gpualign.controller.start import ArchiveUnverifiable, NoLedger, NothingToGate, Start, start
+    from gpualign.kube.lease import LeaseNamespaceMissing
     from gpualign.ledger import sources
     from gpualign.loaders.rules import load_rules
     from gpualign.usecases.ledgers import repository_for
@@ -165,7 +168,7 @@ def controller(
     plan = Start(kubeconfig, context, list(ledger or []), docker_config,
                  bool(driver_branch or branch_policy_file or old_policy or repository), rule_set, branches,
                  operator_version, opts, builds if build else None, archive_ahead, archive_every,
-                 gate_operator_upgrades)
+                 gate_operator_upgrades, lambda line: warn(f"--build: {line}"))
     try:
         start(plan, warn)
     except NoLedger:
@@ -176,6 +179,10 @@ def controller(
                        "--no-build-ahead-from-archive") from None
     except NothingToGate as err:
         raise BadInput(f"--gate-operator-upgrades: {err.message}") from None
+    except LeaseNamespaceMissing as err:
+        raise BadInput(f"{err.message} or pass --lease-namespace") from None
+    except BuildWillFail as err:
+        raise BadInput(f"--build: {_build_refusal(err)}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -183,6 +190,19 @@ def register(app: typer.Typer) -> None:
                                          "node needs a driver image the ledger lacks.")(controller)
 
 
+
+
+def _build_refusal(err: BuildWillFail) -> str:
+    """Why every build would fail, with the flag that sets it right."""
+    from gpualign.controller.build_trigger.preflight import PSA_ENFORCE, Cause
+
+    if err.cause is Cause.NO_NAMESPACE:
+        return (f"namespace {err.namespace} does not exist: create it (labelled {PSA_ENFORCE}=privileged) or pass "
+                "--build-namespace")
+    if err.cause is Cause.NO_ACCOUNT:
+        return (f"no ServiceAccount {err.account} in {err.namespace}: the build pods run as it (the chart makes "
+                "gpualign-builder; otherwise create it, or set serviceAccountName in --build-pod-settings)")
+    return err.message
 
 
 LOG_LEVELS = {"debug": "DEBUG", "info": "INFO", "warning": "WARNING", "warn": "WARNING", "error": "ERROR",

@@ -13,6 +13,7 @@ import typer
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.cli import complete
 from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.hints import settled, worded
 from gpualign.cli.options import (
     ContextOpt,
     DockerConfigOpt,
@@ -211,23 +212,22 @@ class Failed:
 
     def add(self, tag: str, err: GpualignError) -> None:
         self.errors.append(err)
-        self.why[tag] = err.message
+        self.why[tag] = worded(err)
 
     def cannot_make(self, tag: str, err: GpualignError) -> None:
         """A tag from --from's report that gpualign cannot make: listed under `failed`, the others still made, and
         the run exits 1 (in a mixed fleet, one unsupported node must not stop the runbook's fix for every other)."""
         from gpualign.base.errors import Refused
 
-        message = err.message if err.message.startswith(tag) else f"{tag}: {err.message}"
+        said = worded(err)
+        message = said if said.startswith(tag) else f"{tag}: {said}"
         self.add(tag, Refused(message))
         progress(f"{tag}: not made: {message.removeprefix(tag + ': ')}")
 
     def first(self) -> GpualignError:
         """The error the run exits with: bad input wins (2), and it counts the others."""
         first = self.errors[max(range(len(self.errors)), key=lambda i: self.errors[i].exit_code)]
-        if len(self.errors) > 1:
-            first.message += f" (and {len(self.errors) - 1} more images failed)"
-        return first
+        return settled(first, f" (and {len(self.errors) - 1} more images failed)" if len(self.errors) > 1 else "")
 
 
 def _asked(flags: EnsureFlags) -> Asked | None:
@@ -269,6 +269,7 @@ def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
           failed: Failed) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
+    from gpualign.kube.lease import LeaseNamespaceMissing
     from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
 
     assert flags.ledger is not None
@@ -284,6 +285,8 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)
     except UpstreamUnusable as err:
         raise BadInput(f"--upstream {flags.upstream!r}: {err.why}") from None
+    except LeaseNamespaceMissing as err:
+        raise BadInput(f"{err.message} or pass --lease NAMESPACE") from None
 
 
 def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:

@@ -16,6 +16,7 @@ import typer
 from gpualign.base.errors import BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import warn
+from gpualign.cli.hints import worded
 
 if TYPE_CHECKING:  # the fleet's report is read only in fleet mode: one cluster never imports it
     from gpualign.cli.options import Output
@@ -132,6 +133,6 @@ def read_fleet(names: list[str], one: Callable[[str], tuple[dict[str, Any], bool
     is its line, not the report's), each outcome said on stderr, the reports merged."""
     from gpualign.usecases.read_clusters import read_all
 
-    reads = read_all(names, one, timeout)
+    reads = read_all(names, one, timeout, worded)
     say_outcomes(reads)
     return Fleet(names, reads, merge(reads))

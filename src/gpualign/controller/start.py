@@ -57,6 +57,7 @@ class Start:
     archive_ahead: bool = False  # operator followed (None: no builds)
     archive_every: float = 0.0
     gate: bool = False
+    build_warning: Warn | None = None  # what --build might trip on (else said through warn)
 
 
 def start(plan: Start, warn: Warn) -> None:
@@ -72,7 +73,7 @@ def start(plan: Start, warn: Warn) -> None:
         if plan.builds is not None:
             builds = plan.builds(config if follow else None)
             for line in preflight.check(kube, builds.settings):
-                warn(line)
+                (plan.build_warning or warn)(line)
             if plan.archive_ahead and (why := cannot_verify()):
                 raise ArchiveUnverifiable(why)
         rules, version_note = for_operator(plan.rules, plan.operator_version or (config.version if config else None))

@@ -13,7 +13,7 @@ import dataclasses
 import time
 
 from gpualign.archive.apt import Archive
-from gpualign.base.errors import BadInput, Unreachable
+from gpualign.base.errors import Unreachable
 from gpualign.ensure import buildroot, debian, image, shared
 from gpualign.ensure.kit import ImagePath, Kit
 from gpualign.ensure.outcome import (
@@ -27,6 +27,7 @@ from gpualign.ensure.outcome import (
     Timed,
     Verified,
 )
+from gpualign.ensure.refusals import NoModulesGiven
 from gpualign.ensure.stage import Modules, NotVerified, Options, Say, prepare_image_inputs
 from gpualign.judging import kmod
 from gpualign.judging.tagspec import TagSpec
@@ -83,7 +84,7 @@ class Steps:
         assert self.opts.modules_from is not None
         files = sorted(self.opts.modules_from.glob("*.ko"))
         if not files:
-            raise BadInput(f"--modules-from {self.opts.modules_from}: no .ko file there")
+            raise NoModulesGiven(self.opts.modules_from)
         read = [kmod.read_file(p) for p in files]
         version = next((m.field("version") for m in read if m.field("version")), "") or ""
         self.say(f"modules: {len(files)} from {self.opts.modules_from} (not compiled here)")

@@ -22,7 +22,8 @@ def tags_from_report(data: Any, where: str) -> list[str]:
         tags = [m.get("tag") for m in data["include"] if isinstance(m, dict)]
     else:
         raise BadInput(f"{where}: {kind or 'this document'} has none of missing, to_build or include: expected "
-                       "the output of `gpualign check -o json`, `gpualign plan -o json` or `plan --build-matrix`")
+                       "the output of `gpualign check -o json`, `gpualign plan -o json` or `gpualign plan "
+                       "--build-matrix`")
     bad = [t for t in tags if not isinstance(t, str) or not t]
     if bad:
         raise BadInput(f"{where}: an entry without a tag ({bad[0]!r})")

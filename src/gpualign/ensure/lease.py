@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from gpualign.base.errors import BadInput, GpualignError
+from gpualign.base.errors import GpualignError
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector
 
@@ -39,10 +39,7 @@ class Leases:
     def __init__(self, kube: Kube, namespace: str, say: Callable[[str, str], None]) -> None:
         self.kube, self.namespace, self.say = kube, namespace, say
         probe = LeaseElector(kube, namespace, lease_name("probe"), identity(), stop=threading.Event())
-        try:
-            probe.check_writable()  # a missing namespace or forbidden Lease: BadInput now, naming it
-        except BadInput as err:  # the elector's words name the controller's flag; ensure's is --lease
-            raise BadInput(err.message.replace("--lease-namespace", "--lease NAMESPACE")) from None
+        probe.check_writable()  # a missing namespace or forbidden Lease: BadInput now, naming it
 
     @contextlib.contextmanager
     def hold(self, tag: str) -> Iterator[None]:

@@ -32,6 +32,7 @@ from gpualign.ensure.outcome import (
     Timed,
     outcome_of,
 )
+from gpualign.ensure.refusals import UpstreamUnreachable
 from gpualign.ensure.signatures import attest, sign
 from gpualign.ensure.stage import Options, PresentButWrong, Say, compiled_before, tag_lock
 from gpualign.judging import tagspec
@@ -92,8 +93,7 @@ def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
     try:
         return upstream.digest(tag) is not None
     except Unreachable as err:
-        raise Unreachable(f"{err.message} (asking the upstream for {tag}: pass --upstream REGISTRY to mirror from "
-                          "a registry you can reach, or --upstream none to build without asking)") from None
+        raise UpstreamUnreachable(err.message, tag) from None
 
 
 def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from gpualign.base.errors import BadInput
+from gpualign.judging.refusals import NotBuiltHere
 from gpualign.model.kernels import release_of
 from gpualign.model.makers import DebianTable, Maker, Reason, who_makes
 
@@ -62,7 +63,5 @@ def buildable_here(spec: TagSpec, arch: str | None = None, *, debian: DebianTabl
     if making.maker is Maker.RENDER and making.reason is Reason.NVIDIA_REPOSITORY:
         raise BadInput(f"{spec.tag}: {making.why}")
     if making.maker is Maker.RENDER:
-        raise BadInput(f"{spec.tag}: {spec.os_tag} images are not built by gpualign: render the recipe with "
-                       "`gpualign ensure --render DIR` and build it where the distribution's archive is reachable "
-                       "(or mirror NVIDIA's published image with --upstream)")
+        raise NotBuiltHere(spec.tag, spec.os_tag)
     raise BadInput(f"{spec.tag}: {making.why}")

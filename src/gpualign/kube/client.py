@@ -133,12 +133,10 @@ class Kube:
                 raise BadInput(f"kubeconfig {merged.context_file(context)}: not a usable kubeconfig: {err}") from None
         else:
             if context:
-                raise BadInput(f"--context {context}: no kubeconfig to read it from (no --kubeconfig, "
-                               "$KUBECONFIG or ~/.kube/config)")
+                raise kc.NoKubeconfig(context)
             found = kc.in_cluster()
             if found is None:
-                raise BadInput("no kubeconfig: pass --kubeconfig FILE or set $KUBECONFIG (there is no "
-                               "~/.kube/config, and this is not a pod with a service account)")
+                raise kc.NoKubeconfig(None)
             picked = found
         self._picked = picked
         self.context: str = picked.context

@@ -24,6 +24,25 @@ SECTIONS = {"clusters": "cluster", "contexts": "context", "users": "user"}
 _FILE_KEYS = {"cluster": ("certificate-authority",), "user": ("client-certificate", "client-key", "tokenFile")}
 
 
+class NoKubeconfig(BadInput):
+    """No kubeconfig to read: none named, no $KUBECONFIG, no ~/.kube/config, and not a pod with a service account.
+    `context`: the context asked for, when one was."""
+
+    def __init__(self, context: str | None) -> None:
+        super().__init__(f"context {context}: no kubeconfig to read it from" if context else
+                         "no kubeconfig ($KUBECONFIG is not set, there is no ~/.kube/config, and this is not a pod "
+                         "with a service account)")
+        self.context = context
+
+
+class NoCurrentContext(BadInput):
+    """The kubeconfig names no current-context, and none was asked for: `known` lists its contexts."""
+
+    def __init__(self, where: str, known: str) -> None:
+        super().__init__(f"kubeconfig {where}: no current-context is set (known: {known})")
+        self.where, self.known = where, known
+
+
 @dataclass
 class Merged:
     """The merged kubeconfig, and which file each named entry came from (for messages that name the file)."""
@@ -168,8 +187,7 @@ def pick(merged: Merged, context: str | None) -> Picked:
     name = context or merged.config.get("current-context")
     known = ", ".join(sorted(n for k, n in merged.origin if k == "contexts")) or "none"
     if not name:
-        raise BadInput(f"kubeconfig {merged.describe()}: no current-context is set: pass --context NAME "
-                       f"(known: {known})")
+        raise NoCurrentContext(merged.describe(), known)
     ctx = _entry(merged, "contexts", name)
     if ctx is None:
         raise BadInput(f"kubeconfig {merged.describe()}: no context {name!r} (known: {known})")

@@ -25,6 +25,14 @@ from gpualign.kube.refusals import status_message
 log = logging.getLogger("gpualign.controller")
 
 
+class LeaseNamespaceMissing(BadInput):
+    """The Lease's namespace does not exist (the message says how to create it)."""
+
+    def __init__(self, message: str, namespace: str) -> None:
+        super().__init__(message)
+        self.namespace = namespace
+
+
 def _micro(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -62,7 +70,7 @@ class LeaseElector(threading.Thread):
         where = f"Lease {self.namespace}/{self.lease_name}"
         if status == 404 and "namespace" in message.lower():
             return (f"{where}: namespace {self.namespace} does not exist: create it (kubectl create namespace "
-                    f"{self.namespace}) or pass --lease-namespace")
+                    f"{self.namespace})")
         if status == 403:
             return f"{where}: forbidden to {verb} it ({message}): grant the controller's Role on leases"
         return f"{where}: {verb} refused: HTTP {status}: {message}"
@@ -84,6 +92,8 @@ class LeaseElector(threading.Thread):
             verb = "create"
         else:
             verb = "read"
+        if resp.status_code == 404 and "namespace" in status_message(resp).lower():
+            raise LeaseNamespaceMissing(self._refusal(verb, resp.status_code, status_message(resp)), self.namespace)
         if resp.status_code in (403, 404):
             raise BadInput(self._refusal(verb, resp.status_code, status_message(resp)))
 

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.collector import held_off
-from gpualign.base.errors import BadInput, GpualignError
+from gpualign.base.errors import GpualignError
 from gpualign.ledger import sources
 from gpualign.model.audit import AuditInput, Status, assemble, audit, findings_of
 from gpualign.model.expect import from_flags, from_operator
 from gpualign.model.tags import for_operator
 from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
 from gpualign.usecases.nodes import Say, quiet
+from gpualign.usecases.refusals import CheckNoLedger
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -189,8 +190,7 @@ class Decider:
 
     def __init__(self, setup: Setup, config: OperatorConfig | None) -> None:
         if not setup.ledger and config is None:
-            raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); without "
-                           "one, check needs the GPU Operator's ClusterPolicy to name the repository, and found none")
+            raise CheckNoLedger("no ledger, and no GPU Operator ClusterPolicy names the repository")
         self.setup = setup
         self.rule_set, self.version_note = for_operator(
             setup.rules, setup.operator_version or (config.version if config else None))

@@ -15,6 +15,7 @@ from gpualign.kube.client import Kube
 from gpualign.ledger.registry import connect
 from gpualign.model.facts import NodeFacts, node_facts
 from gpualign.usecases import archive_next
+from gpualign.usecases.refusals import NotARegistry
 
 Say = Callable[[str], None]
 
@@ -41,7 +42,7 @@ def sweep(ledger: str, contexts: Sequence[str | None], *, kubeconfig: str | None
           read_archive: bool, progress: Say, warn: Say) -> Sweep:
     """contexts: the clusters that pull from the ledger (none named: the current one); delete: False is a dry run."""
     if not ledger.startswith("registry://"):
-        raise BadInput(f"--ledger {ledger}: expected registry://HOST[:PORT]/REPO (a file ledger holds no images)")
+        raise NotARegistry(ledger)
     kernels: set[str] = set()
     read: list[str] = []
     fleet: list[NodeFacts] = []  # every node's facts: the Debian pools whose next kernel the archive names

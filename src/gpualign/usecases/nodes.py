@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base import labels as L
-from gpualign.base.errors import BadInput
 from gpualign.kube import inventory
+from gpualign.usecases.refusals import DumpOrCluster
 
 if TYPE_CHECKING:
     from gpualign.kube.inventory import Inventory, OperatorObjects, OperatorView
@@ -56,7 +56,7 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
     labels has its driver there."""
     if nodes_file:
         if kubeconfig or context:
-            raise BadInput("--nodes-file reads a dump, --kubeconfig/--context a cluster: pass one of them")
+            raise DumpOrCluster("a dump is read, or a cluster, not both")
         inv = inventory.from_file(nodes_file, selector)
         read = Read(inv, None, {"nodes_file": "<stdin>" if str(nodes_file) == "-" else str(nodes_file)})
         say(f"nodes file {read.source['nodes_file']}: {len(inv.nodes)} GPU nodes")

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpualign.base.errors import BadInput
 from gpualign.judging.judge import judge
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
@@ -17,6 +16,7 @@ from gpualign.model.branches import BranchPolicy, BranchRule
 from gpualign.model.facts import node_facts
 from gpualign.model.needed_images import images_needed
 from gpualign.usecases.nodes import Say, quiet
+from gpualign.usecases.refusals import PlanNoLedger, RepositoriesToChoose
 
 if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
@@ -71,12 +71,10 @@ def from_operator(kubeconfig: str | None, context: str | None, repository: str |
     branch, as check reads them. (ledger sources, branch policy, repository)."""
     config, sources = _operator_sources(kubeconfig, context, timeout, warn)
     if config is None:
-        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); no GPU "
-                       "Operator objects here name the repository")
+        raise PlanNoLedger("no ledger, and no GPU Operator objects here name the repository")
     repos = sorted({s.repository for s in sources if s.repository})
     if repository is None and len(repos) != 1:
-        raise BadInput(f"the GPU Operator's objects name {len(repos)} image repositories ({', '.join(repos) or 'none'}"
-                       "): pass --ledger and --repository for the one to plan")
+        raise RepositoriesToChoose(repos)
     repo = repository or repos[0]
     return [f"registry://{repo}"], _branches(sources), repo
 

@@ -13,9 +13,10 @@ from gpualign.model.fleet_report import ClusterRead
 
 
 def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], bool, str | None]],
-             limit: float | None) -> list[ClusterRead]:
+             limit: float | None, word: Callable[[GpualignError], str] = lambda err: err.message) -> list[ClusterRead]:
     """read_one(context) -> (report body, clean, server) for every context at once, each in a daemon thread (so a
-    hung cluster cannot hold the process); past `limit` seconds a cluster still reading is reported unreadable."""
+    hung cluster cannot hold the process); past `limit` seconds a cluster still reading is reported unreadable.
+    word: a cluster's refusal in one line (the command line's, naming its flags)."""
     results: dict[str, ClusterRead] = {}
     lock = threading.Lock()
 
@@ -24,7 +25,7 @@ def read_all(names: list[str], read_one: Callable[[str], tuple[dict[str, Any], b
             body, clean, server = read_one(name)
             outcome = ClusterRead(name, server, body, None, clean)
         except GpualignError as err:
-            outcome = ClusterRead(name, None, None, err.message)
+            outcome = ClusterRead(name, None, None, word(err))
         except Exception as err:  # a cluster's failure is its own line, never the whole report's
             outcome = ClusterRead(name, None, None, f"{err.__class__.__name__}: {err}")
         with lock:

@@ -11,6 +11,8 @@ at.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.job import BuildSettings
@@ -30,33 +32,48 @@ def pod_security_problem(labels: dict[str, str], namespace: str) -> str | None:
             "--build-namespace a namespace of its own")
 
 
+class Cause(StrEnum):
+    NO_NAMESPACE = "no-namespace"
+    POD_SECURITY = "pod-security"
+    NO_ACCOUNT = "no-account"
+
+
+class BuildWillFail(BadInput):
+    """Every build Job would fail: the build namespace is missing, refuses a privileged pod (`message` says how),
+    or lacks the builder ServiceAccount."""
+
+    def __init__(self, cause: Cause, namespace: str, message: str, account: str = "") -> None:
+        super().__init__(message)
+        self.cause, self.namespace, self.account = cause, namespace, account
+
+
 def check(kube: Kube, settings: BuildSettings) -> list[str]:
-    """Refuse (BadInput) what makes every build fail; return warnings for what only might."""
+    """Refuse (BuildWillFail) what makes every build fail; return warnings for what only might."""
     ns = settings.namespace
     warnings: list[str] = []
     try:
         namespace = kube.get(f"/api/v1/namespaces/{ns}")
     except GpualignError as err:
-        warnings.append(f"--build: namespace {ns} could not be read ({err.message}): its Pod Security level is "
-                        "not known; a pod it refuses is reported as the build's FailedCreate")
+        warnings.append(f"namespace {ns} could not be read ({err.message}): its Pod Security level is not known; "
+                        "a pod it refuses is reported as the build's FailedCreate")
         namespace = {}
     if namespace is None:
-        raise BadInput(f"--build: namespace {ns} does not exist: create it (labelled {PSA_ENFORCE}=privileged) or "
-                       "pass --build-namespace")
+        raise BuildWillFail(Cause.NO_NAMESPACE, ns, f"namespace {ns} does not exist: create it (labelled "
+                            f"{PSA_ENFORCE}=privileged)")
     problem = pod_security_problem(((namespace.get("metadata") or {}).get("labels") or {}), ns)
     if problem:
-        raise BadInput(f"--build: {problem}")
+        raise BuildWillFail(Cause.POD_SECURITY, ns, problem)
     def read(path: str, what: str) -> JSON | None | bool:
         try:
             return kube.get(path)
         except GpualignError as err:  # no right to read it: say so, and let the build's own failure tell
-            warnings.append(f"--build: {what} could not be checked ({err.message})")
+            warnings.append(f"{what} could not be checked ({err.message})")
             return False
 
     account = read(f"/api/v1/namespaces/{ns}/serviceaccounts/{settings.service_account}",
                    f"ServiceAccount {ns}/{settings.service_account}")
     if account is None:
-        raise BadInput(f"--build: no ServiceAccount {settings.service_account} in {ns}: the build pods run as it "
-                       "(the chart makes gpualign-builder; otherwise create it, or set serviceAccountName in "
-                       "--build-pod-settings)")
+        raise BuildWillFail(Cause.NO_ACCOUNT, ns, f"no ServiceAccount {settings.service_account} in {ns}: the build "
+                            "pods run as it (the chart makes gpualign-builder; otherwise create it)",
+                            settings.service_account)
     return warnings
