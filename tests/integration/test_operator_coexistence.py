@@ -93,8 +93,9 @@ def test_the_operators_walk_and_the_gate_side_by_side_then_idle(tmp_path):
         def lbl(name: str) -> dict:
             return kube.get(f"/api/v1/nodes/{name}")["metadata"].get("labels") or {}
 
+        # the operator's own walk: about 30 s on a lab alone, over 120 s with three other labs starting beside it
         wait_for(lambda: lbl("gpu-a1").get(STATE) == "upgrade-done" and lbl("gpu-a1").get(DRIVER) == "595.91.07",
-                 timeout=120, what="gpu-a1 upgraded by the operator")
+                 timeout=240, what="gpu-a1 upgraded by the operator")
         assert lbl("gpu-c1").get(SKIP) == "true"
         assert lab.cli("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04").code == 0  # mid-walk
         wait_for(lambda: all(lbl(n).get(STATE) == "upgrade-done" and lbl(n).get(DRIVER) == "595.91.07"
