@@ -25,13 +25,9 @@ class Release:
     released: bool  # False under dry_run, or when the node was no longer held when read again
 
 
-def _kube(kubeconfig: str | None, context: str | None, timeout: float | None, field_manager: str) -> Kube:
-    return Kube(kubeconfig, context, field_manager=field_manager, **({"timeout": timeout} if timeout else {}))
-
-
 def holds(kubeconfig: str | None, context: str | None, selector: str | None, timeout: float | None = None) -> Holds:
     """The GPU nodes the gate holds now, and why (it reads only)."""
-    with _kube(kubeconfig, context, timeout, "gpualign") as kube:
+    with Kube(kubeconfig, context, timeout=timeout) as kube:
         return Holds(kube.describe(), held(kube, selector))
 
 
@@ -40,7 +36,7 @@ def release(kubeconfig: str | None, context: str | None, selector: str | None, *
             told: Callable[[Release], None] = lambda _r: None) -> tuple[dict[str, str | None], list[Release]]:
     """Release every node the gate holds (each read fresh and patched with its resourceVersion, with an Event), or
     with dry_run only list them; each is told as it is done. The cluster's name and every node's release."""
-    with _kube(kubeconfig, context, timeout, "gpualign-gate-release") as kube:
+    with Kube(kubeconfig, context, timeout=timeout, field_manager="gpualign-gate-release") as kube:
         out = []
         for r in held(kube, selector):
             done = Release(r.node, r.held_for, not dry_run and release_node(kube, r.node, RELEASED_BY))

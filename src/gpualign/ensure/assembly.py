@@ -46,11 +46,6 @@ class Assembly:
         self.early: Early | None = None  # the user space's layer, being got beside the modules
         self.started = time.time()  # the build's start, as its provenance says it
 
-    def start_userspace(self, driver_version: str) -> None:
-        """Get the user space's layer in the background now (with shared modules: no compile to hide it behind)."""
-        if self.early is None:
-            self._start_userspace(driver_version)
-
     @property
     def getting_userspace(self) -> bool:
         return self.early is not None
@@ -97,10 +92,12 @@ class Assembly:
             (*LIBS, *TOOLS), __version__, checked.symbols_checked, started, now,
             {"secureBootSigner": opts.signing.signer} if opts.signing is not None else {})
 
-    def _start_userspace(self, driver_version: str) -> None:
+    def start_userspace(self, driver_version: str) -> None:
         """The user space's layer got beside the modules (pulled, or made from Debian) when they may be shared: with
         no compile to hide it behind, its pull (~2 s) no longer waits for theirs and their verification. Its errors
-        are raised where the image needs it."""
+        are raised where the image needs it. Started once: a retry waits for the same layer."""
+        if self.early is not None:
+            return
         future: Future[UserSpaceLayer] = Future()
 
         def get() -> None:
@@ -129,7 +126,7 @@ class Assembly:
         where = shared_userspace.reference(opts.target, tag)
         if image.has_image(name):
             if opts.share_push:
-                self._share_userspace(name, where)
+                self._share_userspace(name, tag, where)
             return image.UserSpaceLayer(name, packages, arch)
         if opts.share_pull:
             t0 = time.monotonic()
@@ -155,20 +152,19 @@ class Assembly:
         user = userspace.fetch(self.archive, driver_version, progress=self.say)
         made = image.userspace_image(suite, image.ensure_base(suite, arch), user)
         if opts.share_push:
-            self._share_userspace(made, where)
+            self._share_userspace(made, tag, where)
         return image.UserSpaceLayer(made, packages, arch)
 
-    def _share_userspace(self, name: str, where: str) -> None:
+    def _share_userspace(self, name: str, tag: str, where: str) -> None:
         """Push the user-space image for later builds, unless the registry has it; a refusal is said, never
         fatal."""
         opts = self.opts
         t0 = time.monotonic()
         try:
-            if shared_userspace.has(opts.target, where.rsplit(":", 1)[1]):
+            if shared_userspace.has(opts.target, tag):
                 return
             image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
-            signed = sign_shared(opts.target, where.rsplit(":", 1)[1],
-                                 shared_userspace.repository(opts.target.ref.repo))
+            signed = sign_shared(opts.target, tag, shared_userspace.repository(opts.target.ref.repo))
             self.say(f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)"
                      + (", signed" if signed else ""))
         except (Unreachable, image.PushRefused, buildroot.BuildError) as err:

@@ -15,7 +15,7 @@ import time
 from gpualign.archive.apt import Archive
 from gpualign.base.errors import Unreachable
 from gpualign.ensure import buildroot, debian, image, shared
-from gpualign.ensure.kit import ImagePath, Kit
+from gpualign.ensure.kit import ImagePath, Kit, compiled_before
 from gpualign.ensure.outcome import (
     Emit,
     FetchedAhead,
@@ -61,9 +61,7 @@ class Steps:
         self._say(self.spec.tag, message)
 
     def _compiled_before(self) -> bool:
-        opts = self.opts
-        return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
-            self.kit.compiler.cached(self.archive, self.spec.kernel, opts.flavour)
+        return compiled_before(self.spec, self.opts, self.kit.compiler)
 
     # -- the modules ---------------------------------------------------------------------------------------------
     def modules(self) -> Modules:

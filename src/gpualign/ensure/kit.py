@@ -55,6 +55,13 @@ class DebianCompiler:
                                       on_compile=on_compile)
 
 
+def compiled_before(spec: TagSpec, opts: Options, compiler: Compiler | None = None) -> bool:
+    """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
+    return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
+        (compiler or DebianCompiler()).cached(opts.archive.for_tag_kernel(spec.os_tag, spec.kernel), spec.kernel,
+                                             opts.flavour)
+
+
 class ImagePath(Protocol):
     """The image's path once the modules are verified (ensure.assembly.Assembly)."""
 

@@ -19,7 +19,7 @@ from gpualign.base.errors import BadInput, Unreachable
 from gpualign.ensure import buildroot, registry_lock
 from gpualign.ensure.build import build
 from gpualign.ensure.image import PushRefused
-from gpualign.ensure.kit import Kit
+from gpualign.ensure.kit import Kit, compiled_before
 from gpualign.ensure.outcome import (
     Attested,
     Emit,
@@ -34,7 +34,7 @@ from gpualign.ensure.outcome import (
 )
 from gpualign.ensure.refusals import UpstreamUnreachable
 from gpualign.ensure.signatures import attest, sign
-from gpualign.ensure.stage import Options, PresentButWrong, Say, compiled_before, tag_lock
+from gpualign.ensure.stage import Options, PresentButWrong, Say, tag_lock
 from gpualign.judging import tagspec
 from gpualign.judging.judge import NO_LABELS, judge
 from gpualign.model.makers import SUITES, open_problem
@@ -142,7 +142,8 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None
         say(spec.tag, "present in the ledger: nothing to do")
         return outcome_of(spec.tag, action, reference, (), digest=plan.digest, done=True)
     if action == TagAction.WRONG:
-        problem = plan.problem or PresentProblem("")
+        problem = plan.problem
+        assert problem is not None  # a WRONG plan names its problem
         if problem.unverified:  # gpualign cannot vouch for it: never "nothing to do"
             raise PresentButWrong(f"{spec.tag}: present but unverified: {problem.why} "
                                   f"(gpualign ensure {spec.tag} --replace-wrong makes it again, verified, and pushes "

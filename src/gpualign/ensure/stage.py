@@ -1,6 +1,6 @@
 """What every stage of ensure shares: the options of a run, a build's modules, the refusals, and the checks and
 preparations a build and a plan both make (the modules' load check against the tag's kernel, whether they are
-compiled already, the image's inputs made beside a compile). ensure.run plans and runs a tag through its stages;
+the image's inputs made beside a compile). ensure.run plans and runs a tag through its stages;
 ensure.build is the build stage."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import GpualignError, Refused
-from gpualign.ensure import buildroot, debian, image, userspace
+from gpualign.ensure import image, userspace
 from gpualign.ensure.outcome import ModuleOrigin
 from gpualign.ensure.signatures import configured_key
 from gpualign.judging import kmod, symvers, tagspec
@@ -86,13 +86,6 @@ def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: s
     table = symvers.parse(archive.symvers(spec.kernel).read_text(), f"Module.symvers of {spec.kernel}")
     read = [kmod.read_file(p) for p in modules]
     return verify(read, spec.kernel, table, driver_version, [signing.cert] if signing else None)
-
-
-def compiled_before(spec: tagspec.TagSpec, opts: Options) -> bool:
-    """The modules for this tag are cached: a run needs neither the archive nor a build root for them."""
-    return opts.modules_from is None and opts.flavour in buildroot.FLAVOURS and \
-        debian.cached_modules(opts.archive.for_tag_kernel(spec.os_tag, spec.kernel), spec.kernel,
-                              opts.flavour) is not None
 
 
 _inputs_started: set[str] = set()

@@ -118,11 +118,16 @@ class EvictionResult:
         return self.status == 429
 
 
+DEFAULT_TIMEOUT = 30.0  # seconds per request, unless --request-timeout says otherwise
+
+
 class Kube:
     """A connection to one cluster: raw JSON reads, server-side apply, patches, evictions and watches."""
 
-    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float = 30.0,
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None, *, timeout: float | None = None,
                  field_manager: str = "gpualign") -> None:
+        """timeout: seconds per request (--request-timeout); None: DEFAULT_TIMEOUT."""
+        timeout = timeout or DEFAULT_TIMEOUT
         files = kc.files_to_read(kubeconfig)
         self.kubeconfig = ":".join(str(f) for f in files) or None
         if files:

@@ -19,20 +19,17 @@ class _View(msgspec.Struct, rename="camel", frozen=True):
 
 class OwnerReference(_View, frozen=True):
     kind: str = ""
-    name: str = ""
     controller: bool | None = None
 
 
 class ObjectMeta(_View, frozen=True):
     name: str = ""
     namespace: str = ""
-    uid: str = ""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     owner_references: list[OwnerReference] = []
     creation_timestamp: str | None = None
     deletion_timestamp: str | None = None
-    resource_version: str = ""
 
     @property
     def ref(self) -> str:
@@ -50,7 +47,6 @@ class Condition(_View, frozen=True):
 
 class Waiting(_View, frozen=True):
     reason: str = ""
-    message: str = ""
 
 
 class Terminated(_View, frozen=True):
@@ -65,29 +61,21 @@ class ContainerState(_View, frozen=True):
 
 
 class ContainerStatus(_View, frozen=True):
-    name: str = ""
-    image: str = ""
-    ready: bool = False
-    started: bool | None = None
     state: ContainerState = ContainerState()
     last_state: ContainerState = ContainerState()
 
 
 class Container(_View, frozen=True):
-    name: str = ""
     image: str = ""
 
 
 class Volume(_View, frozen=True):
-    name: str = ""
     empty_dir: dict[str, Any] | None = None  # present (even empty): the volume is an emptyDir
 
 
 class PodSpec(_View, frozen=True):
-    node_name: str = ""
     node_selector: dict[str, str] = {}
     containers: list[Container] = []
-    init_containers: list[Container] = []
     volumes: list[Volume] = []
 
 
@@ -95,7 +83,6 @@ class PodStatus(_View, frozen=True):
     phase: str = ""
     conditions: list[Condition] = []
     container_statuses: list[ContainerStatus] = []
-    init_container_statuses: list[ContainerStatus] = []
 
 
 class Pod(_View, frozen=True):

@@ -63,7 +63,7 @@ def read_nodes(nodes_file: Path | None, kubeconfig: str | None, context: str | N
     else:
         from gpualign.kube.client import Kube
 
-        kube = Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
+        kube = Kube(kubeconfig, context, timeout=timeout)
         if connected is not None:
             connected()
         told = early or Early()

@@ -89,7 +89,7 @@ def operator_branches(kubeconfig: str | None, context: str | None, timeout: floa
 
 def _operator_sources(kubeconfig: str | None, context: str | None, timeout: float | None,
                       warn: Say) -> tuple[Any, list[Any]]:
-    with Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context) as kube:
+    with Kube(kubeconfig, context, timeout=timeout) as kube:
         facts = tuple(f for f in (node_facts(n) for n in kube.nodes(None, metadata_only=True)) if f.gpu)
         config, notes = read_operator_config(kube, facts)
     for note in notes:

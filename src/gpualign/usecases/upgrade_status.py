@@ -38,10 +38,6 @@ class Observed:
     builds: dict[str, str]
 
 
-def _kube(kubeconfig: str | None, context: str | None, timeout: float | None) -> Kube:
-    return Kube(kubeconfig, context, timeout=timeout) if timeout else Kube(kubeconfig, context)
-
-
 def _observe(kube: Kube, selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
              read_builds: BuildsReader, *, builds_always: bool = False, with_builds: bool = False) -> Observed:
     """The snapshot, the blockers derived for nodes the GPU Operator walks, which cluster was read, and the build
@@ -67,7 +63,7 @@ def status_of(selector: str | None, available: Ledger | None, to_branch: str | N
               read_builds: BuildsReader, tonight: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """`gpualign status`: each GPU node's place in the driver upgrade, its blockers and its image's build (with
     tonight, each Debian pool's next kernel too); and which cluster was read."""
-    with _kube(kubeconfig, context, timeout) as kube:
+    with Kube(kubeconfig, context, timeout=timeout) as kube:
         seen = _observe(kube, selector, available, to_branch, rules, read_builds, with_builds=tonight)
     snap, derived, cluster, builds = seen.snapshot, seen.derived, seen.cluster, seen.builds
     data = fleet_status(snap, ledger_known=available is not None, derived=derived, builds=builds)
@@ -104,7 +100,7 @@ class Why:
 def why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Rules, kubeconfig: str | None,
            context: str | None, timeout: float | None = None, *, read_builds: BuildsReader) -> Why:
     """`gpualign why NODE`: why the node is where it is in the driver upgrade, over one connection."""
-    with _kube(kubeconfig, context, timeout) as kube:
+    with Kube(kubeconfig, context, timeout=timeout) as kube:
         cluster = kube.describe()
         seen = _observe(kube, f"kubernetes.io/hostname={node}" if node else None, available, to_branch, rules,
                         read_builds, builds_always=True)

@@ -67,8 +67,7 @@ class Prepared:
 class UpgradeSession:
     def __init__(self, kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
                  say: Say = quiet, warn: Say = quiet, progress: Say = quiet) -> None:
-        self.kube = Kube(kubeconfig, context, field_manager="gpualign-upgrade",
-                         **({"timeout": timeout} if timeout else {}))
+        self.kube = Kube(kubeconfig, context, timeout=timeout, field_manager="gpualign-upgrade")
         self.say, self.warn, self.progress = say, warn, progress
 
     def __enter__(self) -> Self:
