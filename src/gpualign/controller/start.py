@@ -53,9 +53,10 @@ class Start:
     branches: BranchPolicy
     operator_version: str | None  # names OS tags as this operator version does (None: the cluster's)
     options: Options  # its builds and archive reading are set here
-    builds: Callable[[OperatorConfig | None], BuildOptions] | None = None  # --build: its options, given the
-    archive_ahead: bool = False  # operator followed (None: no builds)
-    archive_every: float = 0.0
+    # --build: its options, given the operator's objects when they are followed (None: no builds)
+    builds: Callable[[OperatorConfig | None], BuildOptions] | None = None
+    archive_ahead: bool = False  # builds ahead of the kernels Debian's archive names next
+    archive_every: float = 0.0  # seconds between its reads
     gate: bool = False
     build_warning: Warn | None = None  # what --build might trip on (else said through warn)
 

@@ -5,6 +5,7 @@ Progress is said through `say(tag, message)`; failures are handed to `failed(tag
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -69,18 +70,12 @@ def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Fail
                   cannot_make: Failed | None = None) -> list[Outcome]:
     """Every image made (or found, or planned with dry_run); what could not be made is handed to `failed`, a
     skippable tag's refusal at planning to `cannot_make`."""
-    target = connect(req.ledger, docker_config=req.docker_config, timeout=30.0)
-    try:
+    with contextlib.ExitStack() as clients:
+        target = clients.enter_context(connect(req.ledger, docker_config=req.docker_config, timeout=30.0))
         up = _upstream(req)
-    except BaseException:
-        target.close()
-        raise
-    try:
-        return _make(req, list(specs), target, up, say, failed, cannot_make or failed)
-    finally:
-        target.close()
         if up is not None:
-            up.close()
+            clients.enter_context(up)
+        return _make(req, list(specs), target, up, say, failed, cannot_make or failed)
 
 
 def _upstream(req: Request) -> RegistryClient | None:
@@ -97,12 +92,13 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
     explicit = req.upstream is not None and req.upstream != NO_UPSTREAM
     authfile = str(req.docker_config) if req.docker_config else None
     outcomes: list[Outcome] = []
-    leases = None
+    leases, lease_kube = None, None
     options: dict[str, stage.Options] = {}
     try:
         in_flight = max(1, min(req.jobs, len(specs))) if not req.dry_run else 1
         if req.lease and not req.dry_run:
-            leases = Leases(Kube(req.kubeconfig, req.context, field_manager="gpualign-ensure"), req.lease, say)
+            lease_kube = Kube(req.kubeconfig, req.context, field_manager="gpualign-ensure")
+            leases = Leases(lease_kube, req.lease, say)  # refused (BadInput) when no Lease can be held there
         # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
         # nvcr.io for a tag it never had); an upstream named is asked for every tag
         options = {spec.tag: stage.Options(target, up if explicit or _nvidia_publishes(spec) else None, req.dry_run,
@@ -155,8 +151,8 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
         for opts in options.values():
             if opts.ahead is not None:
                 opts.ahead.close()
-        if leases is not None:
-            leases.kube.close()
+        if lease_kube is not None:  # closed even when the Lease was refused
+            lease_kube.close()
     return outcomes
 
 

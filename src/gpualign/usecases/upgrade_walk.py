@@ -111,12 +111,11 @@ class UpgradeSession:
         return Prepared(ledger, available, snap, pre)
 
     def walk(self, req: UpgradeRequest, ready: Prepared, report: Callable[[str, str], None],
-             on_pass: Callable[[Snapshot], None] | None = None) -> Outcome:
+             on_pass: Callable[[Snapshot], None] = lambda _snap: None) -> Outcome:
         """The walk, under the Lease that keeps two walks from running at once."""
         with hold(self.kube, req.lock_namespace):
             return walk(self.kube, req.selector, req.policy, ledger=ready.available, rules=req.rules,
-                        to_branch=req.branch, report=report, timeout=req.timeout,
-                        **({"on_pass": on_pass} if on_pass is not None else {}))
+                        to_branch=req.branch, report=report, timeout=req.timeout, on_pass=on_pass)
 
     def _ledger_from_operator(self, selector: str | None, rules: Rules, branch: str | None) -> list[str]:
         """No ledger named: the GPU Operator's objects, when there are some, name the image repositories (as for
