@@ -10,7 +10,7 @@ verifies it on Linux (the system's CAs, or SSL_CERT_FILE / SSL_CERT_DIR) and set
 gzip answer decoded. Like the httpx client it replaces, it uses no proxy. Large blobs streamed into files still go
 through httpx (`RegistryClient.blob_to_file`), as does any client a test gives an httpx transport.
 
-A failure is an `TransportFailure` whose `kind` says what happened: "timeout", "cut" (the answer broke off),
+A failure is a `TransportFailure` whose `kind` says what happened: "timeout", "cut" (the answer broke off),
 "connect" (no connection), or "other" (a refused TLS handshake included); the registry client words it.
 """
 

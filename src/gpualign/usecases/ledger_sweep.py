@@ -49,11 +49,11 @@ def sweep(ledger: str, contexts: Sequence[str | None], *, kubeconfig: str | None
     for ctx in contexts or [None]:
         with Kube(kubeconfig, ctx) as kube:
             for node in kube.list_raw("/api/v1/nodes"):
-                fleet.append(node_facts(node))
-                labels = (node.get("metadata") or {}).get("labels") or {}
+                facts = node_facts(node)
+                fleet.append(facts)
                 info = (node.get("status") or {}).get("nodeInfo") or {}
-                kernels.update(k for k in (labels.get(KERNEL), labels.get(KERNEL_NEXT), info.get("kernelVersion"))
-                               if k)
+                kernels.update(k for k in (facts.labels.get(KERNEL), facts.labels.get(KERNEL_NEXT),
+                                           info.get("kernelVersion")) if k)
             read.append(kube.describe().get("context") or ctx or "current")
     offered = offered_next(fleet, warn) if read_archive else {}
     done: list[str] = []

@@ -13,6 +13,7 @@ from gpualign.controller.build_trigger.decisions import BuildJob
 from gpualign.controller.build_trigger.job import read_job
 from gpualign.controller.build_trigger.jobs_api import ask_retry, attempts, build_log, pods_of, read_builds
 from gpualign.kube.client import Kube
+from gpualign.model.object_views import Pod, view
 
 
 class NoSuchAttempt(BadInput):
@@ -57,11 +58,11 @@ def attempt_log(kubeconfig: str | None, context: str | None, namespace: str, tag
         if not pods:
             raise Refused(f"Job {namespace}/{name} has no pod, so no log"
                           + (f": {read.reason}" if read.reason else " (it may still be waiting to be placed)"))
-        pod = pods[-1]["metadata"]["name"]
-        status = pods[-1].get("status") or {}
-        if status.get("phase") == "Pending":  # its container has not run: the API answers with an empty log
-            why = next((str(c.get("message") or c.get("reason") or "") for c in status.get("conditions") or []
-                        if c.get("status") == "False" and (c.get("message") or c.get("reason"))), "")
+        last = view(pods[-1], Pod)
+        pod = last.metadata.name
+        if last.status.phase == "Pending":  # its container has not run: the API answers with an empty log
+            why = next((c.message or c.reason for c in last.status.conditions
+                        if c.status == "False" and (c.message or c.reason)), "")
             raise Refused(f"pod {namespace}/{pod} has no log yet: it is Pending" + (f" ({why})" if why else ""))
         resp = build_log(kube, namespace, pod)
         if resp.status_code == 400:  # the container has not started: the API says why
