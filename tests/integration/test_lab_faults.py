@@ -156,3 +156,28 @@ def test_an_api_server_port_taken_after_it_was_chosen_is_chosen_again(tmp_path, 
     finally:
         cluster.down(tmp_path / "state")
     assert not _our_processes(tmp_path / "state")
+
+
+def test_a_scheduler_port_another_server_answers_on_is_chosen_again(tmp_path, monkeypatch):
+    """A lab starting beside this one can bind the port chosen for this lab's kube-scheduler first, and its
+    scheduler then answers /healthz there. That answer is not this lab's scheduler: the lab starts its own once more
+    on a new port, and the scheduler it records is running and is the one listening."""
+    from gpualign.lab import cluster, processes
+    from gpualign.lab import pki as pkimod
+    from tests.tag_server import tag_server
+
+    foreign = pkimod.create(tmp_path / "foreign-pki")
+    with tag_server(cert=(foreign.serving_cert, foreign.serving_key)) as (port, _asked):  # 200 to every GET
+        claim = cluster._claim_ports
+        monkeypatch.setattr(cluster, "_claim_ports", lambda wanted: {**claim(wanted), "kube-scheduler": port})
+        said: list[str] = []
+        state = cluster.up(tmp_path / "state", versions.default_bin_dir(), real_node=False, progress=said.append)
+        try:
+            assert "kube-scheduler's port was taken meanwhile; retrying once on a new port" in said
+            scheduler = state.procs["kube-scheduler"]
+            assert scheduler.argv is not None
+            now = int(scheduler.argv[scheduler.argv.index("--secure-port") + 1])
+            assert now != port and scheduler.alive() and processes.listens_on(scheduler, now)
+        finally:
+            cluster.down(tmp_path / "state")
+    assert not _our_processes(tmp_path / "state")

@@ -51,6 +51,8 @@ def start_lab(state_dir: Path, scenario: str = "default", *, real_node: bool = F
         raise RuntimeError(f"lab up failed ({res.code}):\n{res.err}")
     state = cluster.LabState.load(state_dir)
     assert state is not None
+    stopped = [name for name, alive in state.running().items() if not alive]
+    assert not stopped, f"lab up returned with {', '.join(stopped)} not running:\n{res.err}"
     return Lab(state_dir, state.kubeconfig, state.registry, state.apiserver, versions.default_bin_dir())
 
 

@@ -135,6 +135,76 @@ def _claim_ports(wanted: dict[str, int]) -> dict[str, int]:
     return ports
 
 
+_TAKEN = "address already in use"
+
+
+def _until_serving(proc: Proc, port: int, ready: Callable[[int], Callable[[], bool]], *,
+                   again: Callable[[], tuple[Proc, int]] | None, timeout: float, what: str,
+                   progress: Callable[[str], None], any_exit: bool = False) -> Proc:
+    """Wait until proc itself listens on port and ready(port) holds; the process that serves in the end.
+
+    The port was free when it was chosen, at the start of `up`; a lab starting beside this one can bind it first.
+    Its component then answers the probe (so an answer counts only from the process that holds the port), and this
+    one exits at start ("address already in use"). `again` starts it once more on a new port and says which;
+    None (a port the user chose) keeps the failure. any_exit: any exit at start is worth that one retry."""
+    try:
+        processes.wait_until(proc, ready(port), timeout=timeout, what=what, port=port)
+        return proc
+    except processes.ExitedAtStart:
+        taken = _TAKEN in processes.log_tail(proc.log)
+        if again is None or not (any_exit or taken):
+            raise
+    progress(f"{proc.name}'s port was taken meanwhile; retrying once on a new port" if taken
+             else f"{proc.name} exited at start (log: {proc.log}); retrying once on new ports")
+    proc, port = again()
+    processes.wait_until(proc, ready(port), timeout=timeout, what=what, port=port)
+    return proc
+
+
+def _etcd_argv(bins: dict[str, str], state_dir: Path, ports: dict[str, int]) -> list[str]:
+    client, peer = f"http://127.0.0.1:{ports['etcd-client']}", f"http://127.0.0.1:{ports['etcd-peer']}"
+    return [bins["etcd"], "--name", "lab", "--data-dir", str(state_dir / "etcd"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"lab={peer}", "--unsafe-no-fsync", "--log-level", "info"]
+
+
+def _apiserver_argv(bins: dict[str, str], state_dir: Path, pki: pkimod.Pki, ports: dict[str, int]) -> list[str]:
+    logs = state_dir / "logs"
+    return [
+        bins["kube-apiserver"], "--etcd-servers", f"http://127.0.0.1:{ports['etcd-client']}",
+        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+        "--secure-port", str(ports["kube-apiserver"]), "--cert-dir", str(state_dir / "pki"),
+        "--tls-cert-file", str(pki.serving_cert), "--tls-private-key-file", str(pki.serving_key),
+        "--client-ca-file", str(pki.ca_cert),
+        "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+        "--service-account-key-file", str(pki.sa_pub),
+        "--service-account-signing-key-file", str(pki.sa_key),
+        "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
+        "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
+        "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
+        "--audit-log-maxsize", "200",
+        # Calls to a kubelet (logs, exec, port-forward) carry this identity and check the kubelet's serving cert.
+        "--kubelet-client-certificate", str(pki.client_cert("apiserver-kubelet-client")),
+        "--kubelet-client-key", str(pki.client_key("apiserver-kubelet-client")),
+        "--kubelet-certificate-authority", str(pki.ca_cert),
+        "--kubelet-preferred-address-types", "InternalIP,Hostname",
+    ]
+
+
+def _controller_argv(name: str, bins: dict[str, str], state_dir: Path, pki: pkimod.Pki, port: int) -> list[str]:
+    """kube-controller-manager's or kube-scheduler's command line, serving its health on port."""
+    kubeconfig = str(state_dir / ("kubeconfig-controller-manager" if name == "kube-controller-manager"
+                                  else "kubeconfig-scheduler"))
+    common = [bins[name], "--kubeconfig", kubeconfig, "--authentication-kubeconfig", kubeconfig,
+              "--authorization-kubeconfig", kubeconfig, "--leader-elect=false", "--bind-address", "127.0.0.1",
+              "--secure-port", str(port)]
+    if name == "kube-scheduler":
+        return common
+    return [*common, "--root-ca-file", str(pki.ca_cert), "--service-account-private-key-file", str(pki.sa_key),
+            "--use-service-account-credentials=true", "--controllers", "*", "--node-monitor-grace-period", "60s"]
+
+
 def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port: int = 0,
        real_node: bool | None = None, progress: Callable[[str], None] = lambda _m: None) -> LabState:
     """Start every component and wait for each to be healthy. On any failure, stop what was started.
@@ -190,82 +260,42 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             return proc
 
         progress("starting etcd")
-        for attempt in (1, 2):
-            etcd_url = f"http://127.0.0.1:{ports['etcd-client']}"
-            peer_url = f"http://127.0.0.1:{ports['etcd-peer']}"
-            proc = launch("etcd", [
-                bins["etcd"], "--name", "lab", "--data-dir", str(state_dir / "etcd"),
-                "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-                "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
-                "--initial-cluster", f"lab={peer_url}", "--unsafe-no-fsync", "--log-level", "info",
-            ], etcd_url)
-            try:
-                processes.wait_until(proc, _http_ok(f"{etcd_url}/health"), timeout=30, what="healthy")
-                break
-            except processes.ExitedAtStart:
-                # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept
-                # (appended to), and one fresh attempt on new ports is made before giving up.
-                if attempt == 2 or proc.alive():
-                    raise
-                progress(f"etcd exited at start (log: {proc.log}); retrying once on new ports")
-                shutil.rmtree(state_dir / "etcd", ignore_errors=True)
-                ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
+
+        def etcd_on_new_ports() -> tuple[Proc, int]:
+            # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept (appended
+            # to), and one fresh attempt on new ports is made before giving up.
+            shutil.rmtree(state_dir / "etcd", ignore_errors=True)
+            ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
+            return launch("etcd", _etcd_argv(bins, state_dir, ports)), ports["etcd-client"]
+
+        _until_serving(launch("etcd", _etcd_argv(bins, state_dir, ports)), ports["etcd-client"],
+                       lambda port: _http_ok(f"http://127.0.0.1:{port}/health"), again=etcd_on_new_ports,
+                       any_exit=True, timeout=30, what="healthy", progress=progress)
 
         progress("starting kube-apiserver")
-        for attempt in (1, 2):
-            proc = launch("kube-apiserver", [
-                bins["kube-apiserver"], "--etcd-servers", etcd_url,
-                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-                "--secure-port", str(ports["kube-apiserver"]), "--cert-dir", str(state_dir / "pki"),
-                "--tls-cert-file", str(pki.serving_cert), "--tls-private-key-file", str(pki.serving_key),
-                "--client-ca-file", str(pki.ca_cert),
-                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-                "--service-account-key-file", str(pki.sa_pub),
-                "--service-account-signing-key-file", str(pki.sa_key),
-                "--authorization-mode", "Node,RBAC", "--service-cluster-ip-range", SERVICE_CIDR,
-                "--endpoint-reconciler-type", "none", "--allow-privileged=true", "--v=0",
-                "--audit-policy-file", str(AUDIT_POLICY), "--audit-log-path", str(logs / "audit.log"),
-                "--audit-log-maxsize", "200",
-                # Calls to a kubelet (logs, exec, port-forward) carry this identity and check the kubelet's serving
-                # cert.
-                "--kubelet-client-certificate", str(pki.client_cert("apiserver-kubelet-client")),
-                "--kubelet-client-key", str(pki.client_key("apiserver-kubelet-client")),
-                "--kubelet-certificate-authority", str(pki.ca_cert),
-                "--kubelet-preferred-address-types", "InternalIP,Hostname",
-            ], state.apiserver)
-            client = _tls_client(state)
-            try:
-                processes.wait_until(proc, _http_ok(f"{state.apiserver}/readyz", client), timeout=60, what="ready")
-                break
-            except processes.ExitedAtStart:
-                # Its port was free when claimed, at the start; another lab starting beside this one can take it
-                # before the API server binds it. A port chosen for the user is chosen again, once.
-                taken = "address already in use" in processes.log_tail(proc.log)
-                if attempt == 2 or apiserver_port or not taken:
-                    raise
-                progress("kube-apiserver's port was taken meanwhile; retrying once on a new port")
-                ports["kube-apiserver"] = processes.free_port()
-                state.apiserver = f"https://127.0.0.1:{ports['kube-apiserver']}"
-                write_kubeconfigs()
+        client = _tls_client(state)
+
+        def apiserver_on_new_port() -> tuple[Proc, int]:
+            ports["kube-apiserver"] = processes.free_port()
+            state.apiserver = f"https://127.0.0.1:{ports['kube-apiserver']}"
+            write_kubeconfigs()
+            return launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports)), ports["kube-apiserver"]
+
+        _until_serving(launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports)),
+                       ports["kube-apiserver"], lambda port: _http_ok(f"https://127.0.0.1:{port}/readyz", client),
+                       again=None if apiserver_port else apiserver_on_new_port, timeout=60, what="ready",
+                       progress=progress)
 
         progress("starting kube-controller-manager, kube-scheduler and kwok")
-        cm_port = ports["kube-controller-manager"]
-        proc_cm = launch("kube-controller-manager", [
-            bins["kube-controller-manager"], "--kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
-            "--authentication-kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
-            "--authorization-kubeconfig", str(state_dir / "kubeconfig-controller-manager"),
-            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(cm_port),
-            "--root-ca-file", str(pki.ca_cert), "--service-account-private-key-file", str(pki.sa_key),
-            "--use-service-account-credentials=true", "--controllers", "*",
-            "--node-monitor-grace-period", "60s",
-        ], f"https://127.0.0.1:{cm_port}")
-        sched_port = ports["kube-scheduler"]
-        proc_sched = launch("kube-scheduler", [
-            bins["kube-scheduler"], "--kubeconfig", str(state_dir / "kubeconfig-scheduler"),
-            "--authentication-kubeconfig", str(state_dir / "kubeconfig-scheduler"),
-            "--authorization-kubeconfig", str(state_dir / "kubeconfig-scheduler"),
-            "--leader-elect=false", "--bind-address", "127.0.0.1", "--secure-port", str(sched_port),
-        ], f"https://127.0.0.1:{sched_port}")
+
+        def control(name: str) -> Callable[[], tuple[Proc, int]]:
+            def on_new_port() -> tuple[Proc, int]:
+                ports[name] = processes.free_port()
+                return launch(name, _controller_argv(name, bins, state_dir, pki, ports[name])), ports[name]
+            return on_new_port
+
+        controllers = {name: launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]))
+                       for name in ("kube-controller-manager", "kube-scheduler")}
         proc_kwok = launch("kwok", [
             bins["kwok"], "--kubeconfig", str(state.kubeconfig), "--config", str(STAGES),
             # Only the simulated nodes (seed annotates each): a real node's Lease and pods are its kubelet's alone.
@@ -278,17 +308,28 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
 
         reg_dir = state_dir / "registry"
         reg_dir.mkdir()
-        (reg_dir / "config.yml").write_text(docker_registry.config(reg_dir / "data", state.registry))
-        proc_reg = launch("registry", [bins["registry"], "serve", str(reg_dir / "config.yml")],
+
+        def registry_on(port: int) -> Proc:
+            state.registry = f"127.0.0.1:{port}"
+            (reg_dir / "config.yml").write_text(docker_registry.config(reg_dir / "data", state.registry))
+            return launch("registry", [bins["registry"], "serve", str(reg_dir / "config.yml")],
                           f"http://{state.registry}")
 
+        def registry_on_new_port() -> tuple[Proc, int]:
+            ports["registry"] = processes.free_port()
+            return registry_on(ports["registry"]), ports["registry"]
+
+        proc_reg = registry_on(ports["registry"])
+
         probe_client = httpx2.Client(verify=False, timeout=2.0)
-        processes.wait_until(proc_cm, _http_ok(f"https://127.0.0.1:{cm_port}/healthz", probe_client),
-                             timeout=60, what="healthy")
-        processes.wait_until(proc_sched, _http_ok(f"https://127.0.0.1:{sched_port}/healthz", probe_client),
-                             timeout=60, what="healthy")
+        for name, proc in controllers.items():
+            controllers[name] = _until_serving(
+                proc, ports[name], lambda port: _http_ok(f"https://127.0.0.1:{port}/healthz", probe_client),
+                again=control(name), timeout=60, what="healthy", progress=progress)
         processes.wait_until(proc_kwok, lambda: True, timeout=5, what="running")
-        processes.wait_until(proc_reg, _http_ok(f"http://{state.registry}/v2/"), timeout=30, what="serving")
+        _until_serving(proc_reg, ports["registry"], lambda port: _http_ok(f"http://127.0.0.1:{port}/v2/"),
+                       again=None if registry_port else registry_on_new_port, timeout=30, what="serving",
+                       progress=progress)
 
         progress("starting the driver simulator")
         proc_sim = launch("driver-sim", [
@@ -306,8 +347,9 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             realnode.wait_ready(state.procs["kubelet"], client, state.apiserver, progress)
 
         progress("waiting for the default ServiceAccount")
-        processes.wait_until(proc_cm, _http_ok(f"{state.apiserver}/api/v1/namespaces/default/serviceaccounts/default",
-                                               client), timeout=60, what="creating ServiceAccounts")
+        default_account = f"{state.apiserver}/api/v1/namespaces/default/serviceaccounts/default"
+        processes.wait_until(controllers["kube-controller-manager"], _http_ok(default_account, client), timeout=60,
+                             what="creating ServiceAccounts")
         state.extra["up_seconds"] = round(time.monotonic() - started_at, 2)
         state.save()
         return state

@@ -139,7 +139,7 @@ def start(state_dir: Path, bin_dir: Path, kubeconfig: Path) -> Proc:
     proc = processes.start("gpu-operator", cmd, state_dir / "logs" / "gpu-operator.log", env=env,
                            address=f"http://127.0.0.1:{metrics}/metrics", exe=cmd[cmd.index("sh") + 4])
 
-    processes.wait_until(proc, _http_ok(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="ready")
+    processes.wait_until(proc, _http_ok(f"http://127.0.0.1:{health}/readyz"), timeout=60, what="ready", port=health)
     return proc
 
 

@@ -97,6 +97,40 @@ def _ephemeral_low() -> int:
         return 32768
 
 
+def listens_on(proc: Proc, port: int) -> bool:
+    """Whether the process itself holds a listening TCP socket on the port: one of its open files is a socket the
+    kernel lists as LISTEN on that port. Read from /proc (the lab runs only on Linux), which no library in
+    gpualign's dependencies reads for another process's sockets."""
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return False
+    fd_dir = Path(f"/proc/{proc.pid}/fd")
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) in inodes:
+                return True
+    return False
+
+
+_LISTEN = "0A"  # TCP_LISTEN, as /proc/net/tcp writes a socket's state
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The sockets listening on the port, as the links a process's /proc/PID/fd entries name them."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for row in Path(table).read_text().splitlines()[1:]:
+                fields = row.split()
+                if len(fields) > 9 and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    found.add(f"socket:[{fields[9]}]")
+    return found
+
+
 def port_in_use(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -132,15 +166,19 @@ def _start_ticks(pid: int) -> int | None:
         return None
 
 
-def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: str) -> None:
-    """Poll ready() until true; fail at once, with the log tail, if the process dies first."""
+def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: str, port: int | None = None) -> None:
+    """Poll ready() until true; fail at once, with the log tail, if the process dies first.
+
+    port: ready() asks a server on 127.0.0.1:port, and counts only once this very process listens there. Until it
+    has bound the port, a probe may be answered by whatever else holds it (another lab's component, started
+    beside this one, on the same port), and that answer proves nothing about this process."""
     deadline = time.monotonic() + timeout
     while True:
         if not proc.alive():
             _reap(proc.pid)
             raise ExitedAtStart(proc.name, f"{proc.name} exited at start; log: {proc.log}", detail=log_tail(proc.log))
         try:
-            if ready():
+            if (port is None or listens_on(proc, port)) and ready():
                 return
         except Exception:  # noqa: BLE001 - any failure of a probe only means "not ready yet"
             pass
