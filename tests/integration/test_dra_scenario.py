@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -56,6 +58,19 @@ def kubectl_apply(lab, text: str, *extra: str) -> subprocess.CompletedProcess[st
                            *extra], input=text, capture_output=True, text=True)
 
 
+@contextmanager
+def explained(lab) -> Iterator[None]:  # noqa: ANN001 - Lab
+    """A scheduling wait that times out says what the lab runs and what the namespace holds: whether the scheduler
+    or the claim controller is the one that did not act."""
+    try:
+        yield
+    except AssertionError as err:
+        status = lab.cli("lab", "status")
+        held = lab.kubectl("get", "pods,resourceclaims,events", "-n", "ml", "-o", "wide")
+        raise AssertionError(f"{err}\n--- lab status\n{status.out}{status.err}\n--- namespace ml\n"
+                             f"{held.stdout}{held.stderr}") from err
+
+
 def apply_injected(lab, name: str, cuda: str) -> None:
     injected = lab.cli("cuda", "inject", "--cuda", cuda, "-f", "-", input=workload(name))
     assert injected.code == 0, injected.err
@@ -67,7 +82,8 @@ def apply_injected(lab, name: str, cuda: str) -> None:
 def test_cuda_12_8_claims_are_allocated_only_on_the_580_node(dra):
     apply_injected(dra, "cuda128", "12.8")
     kube = dra.kube()
-    pods = scheduled(kube, "ml", "cuda128", 3)
+    with explained(dra):
+        pods = scheduled(kube, "ml", "cuda128", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}
     claims = kube.list_raw("/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims")
     allocated = [c["status"]["allocation"]["devices"]["results"][0] for c in claims
@@ -78,7 +94,8 @@ def test_cuda_12_8_claims_are_allocated_only_on_the_580_node(dra):
 def test_cuda_13_1_claims_stay_unscheduled_with_the_schedulers_reason(dra):
     apply_injected(dra, "cuda131", "13.1")
     kube = dra.kube()
-    reason = unscheduled(kube, "ml", "cuda131")
+    with explained(dra):
+        reason = unscheduled(kube, "ml", "cuda131")
     assert "cannot allocate all claims" in reason, reason
 
 
@@ -137,7 +154,8 @@ def test_a_deviceclass_per_floor_is_honoured_by_the_scheduler(dra):
     applied = kubectl_apply(dra, claim)
     assert applied.returncode == 0, applied.stderr
     kube = dra.kube()
-    pods = scheduled(kube, "ml", "byclass", 3)
+    with explained(dra):
+        pods = scheduled(kube, "ml", "byclass", 3)
     assert {p["spec"]["nodeName"] for p in pods} == {"dra-580"}
 
 

@@ -261,14 +261,17 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
 
         progress("starting etcd")
 
+        def etcd_url() -> str:
+            return f"http://127.0.0.1:{ports['etcd-client']}"
+
         def etcd_on_new_ports() -> tuple[Proc, int]:
             # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept (appended
             # to), and one fresh attempt on new ports is made before giving up.
             shutil.rmtree(state_dir / "etcd", ignore_errors=True)
             ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
-            return launch("etcd", _etcd_argv(bins, state_dir, ports)), ports["etcd-client"]
+            return launch("etcd", _etcd_argv(bins, state_dir, ports), etcd_url()), ports["etcd-client"]
 
-        _until_serving(launch("etcd", _etcd_argv(bins, state_dir, ports)), ports["etcd-client"],
+        _until_serving(launch("etcd", _etcd_argv(bins, state_dir, ports), etcd_url()), ports["etcd-client"],
                        lambda port: _http_ok(f"http://127.0.0.1:{port}/health"), again=etcd_on_new_ports,
                        any_exit=True, timeout=30, what="healthy", progress=progress)
 
@@ -279,9 +282,10 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
             ports["kube-apiserver"] = processes.free_port()
             state.apiserver = f"https://127.0.0.1:{ports['kube-apiserver']}"
             write_kubeconfigs()
-            return launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports)), ports["kube-apiserver"]
+            argv = _apiserver_argv(bins, state_dir, pki, ports)
+            return launch("kube-apiserver", argv, state.apiserver), ports["kube-apiserver"]
 
-        _until_serving(launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports)),
+        _until_serving(launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports), state.apiserver),
                        ports["kube-apiserver"], lambda port: _http_ok(f"https://127.0.0.1:{port}/readyz", client),
                        again=None if apiserver_port else apiserver_on_new_port, timeout=60, what="ready",
                        progress=progress)
@@ -291,10 +295,12 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
         def control(name: str) -> Callable[[], tuple[Proc, int]]:
             def on_new_port() -> tuple[Proc, int]:
                 ports[name] = processes.free_port()
-                return launch(name, _controller_argv(name, bins, state_dir, pki, ports[name])), ports[name]
+                return launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]),
+                              f"https://127.0.0.1:{ports[name]}"), ports[name]
             return on_new_port
 
-        controllers = {name: launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]))
+        controllers = {name: launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]),
+                                    f"https://127.0.0.1:{ports[name]}")
                        for name in ("kube-controller-manager", "kube-scheduler")}
         proc_kwok = launch("kwok", [
             bins["kwok"], "--kubeconfig", str(state.kubeconfig), "--config", str(STAGES),
