@@ -4,7 +4,6 @@ calls (the PyPI client is from 2019; the API is four endpoints)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -14,12 +13,7 @@ from typing import Any
 import httpx2
 
 from gpualign.lab import versions
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from gpualign.lab.processes import free_port, listens_on
 
 
 @dataclass
@@ -39,10 +33,12 @@ class Toxiproxy:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             try:
-                if httpx2.get(f"{self.api}/version", timeout=1).status_code == 200:
+                # its own answer: another test's toxiproxy may hold the port, chosen free, and answer there
+                if listens_on(proc.pid, port) and httpx2.get(f"{self.api}/version", timeout=1).status_code == 200:
                     return self
             except httpx2.HTTPError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         proc.kill()
         raise RuntimeError("toxiproxy did not start")
 

@@ -177,7 +177,7 @@ def test_a_scheduler_port_another_server_answers_on_is_chosen_again(tmp_path, mo
             scheduler = state.procs["kube-scheduler"]
             assert scheduler.argv is not None
             now = int(scheduler.argv[scheduler.argv.index("--secure-port") + 1])
-            assert now != port and scheduler.alive() and processes.listens_on(scheduler, now)
+            assert now != port and scheduler.alive() and processes.listens_on(scheduler.pid, now)
             assert scheduler.address == f"https://127.0.0.1:{now}"  # where `lab status` says it serves
         finally:
             cluster.down(tmp_path / "state")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx2
 
-from gpualign.lab.processes import free_port
+from gpualign.lab.processes import free_port, listens_on
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import add_node
 from tests.support.waits import wait_for
@@ -31,7 +31,16 @@ class Controller:
             [sys.executable, "-m", "gpualign", "controller", "--ledger", f"registry://{lab.registry}/nvidia/driver",
              "--driver-branch", "580", "--listen", f"127.0.0.1:{self.port}", "--lease-namespace",
              "gpualign-system", *extra], env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(lambda: self.metric("gpualign_gpu_nodes"), timeout=30, what="controller synced")
+        wait_for(self._synced, timeout=30, what="controller synced")
+
+    def _synced(self) -> float | None:
+        """Its first sync's gauge, read from this very process: another test's controller may hold the same port
+        (it was free when chosen), and then this one exits at start while the other answers."""
+        if self.proc.poll() is not None:
+            self.log.flush()
+            tail = Path(self.log.name).read_text()[-2000:]
+            raise AssertionError(f"the controller exited at start ({self.proc.returncode}):\n{tail}")
+        return listens_on(self.proc.pid, self.port) and self.metric("gpualign_gpu_nodes") or None
 
     def get(self, path: str) -> str:
         try:

@@ -12,7 +12,6 @@ import pytest
 
 from gpualign.base.errors import LabError
 from gpualign.lab import processes
-from gpualign.lab.processes import Proc
 
 
 def _listening() -> socket.socket:
@@ -25,14 +24,13 @@ def _listening() -> socket.socket:
 def test_a_process_listens_on_the_port_it_bound_and_on_no_other(tmp_path):
     mine = _listening()
     try:
-        me = Proc(name="me", pid=os.getpid(), exe=sys.executable, log="", started=0.0)
-        assert processes.listens_on(me, mine.getsockname()[1])
+        assert processes.listens_on(os.getpid(), mine.getsockname()[1])
         free = processes.free_port()
-        assert not processes.listens_on(me, free)
+        assert not processes.listens_on(os.getpid(), free)
         child = processes.start("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"],
                                 tmp_path / "sleeper.log")
         try:
-            assert not processes.listens_on(child, mine.getsockname()[1])  # held by this process, not the child
+            assert not processes.listens_on(child.pid, mine.getsockname()[1])  # held by this process, not the child
         finally:
             processes.stop(child)
     finally:
@@ -42,8 +40,7 @@ def test_a_process_listens_on_the_port_it_bound_and_on_no_other(tmp_path):
 def test_a_bound_but_not_listening_socket_is_not_listening():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        me = Proc(name="me", pid=os.getpid(), exe=sys.executable, log="", started=0.0)
-        assert not processes.listens_on(me, s.getsockname()[1])
+        assert not processes.listens_on(os.getpid(), s.getsockname()[1])
 
 
 def test_wait_until_does_not_take_another_process_answer_for_its_own(tmp_path):
@@ -72,6 +69,6 @@ def test_wait_until_takes_the_answer_once_the_process_itself_listens(tmp_path):
         "s.listen(); time.sleep(30)\n")], tmp_path / "server.log")
     try:
         processes.wait_until(server, lambda: True, timeout=10, what="listening", port=port)
-        assert processes.listens_on(server, port)
+        assert processes.listens_on(server.pid, port)
     finally:
         processes.stop(server)

@@ -205,6 +205,128 @@ def _controller_argv(name: str, bins: dict[str, str], state_dir: Path, pki: pkim
             "--use-service-account-credentials=true", "--controllers", "*", "--node-monitor-grace-period", "60s"]
 
 
+@dataclass
+class _Starting:
+    """A lab being started: each component launched on the port chosen for its role, recorded in the state file as
+    it starts (so a failure stops exactly what runs), and waited for until it serves on its own port."""
+
+    state: LabState
+    bins: dict[str, str]
+    ports: dict[str, int]
+    pki: pkimod.Pki
+    progress: Callable[[str], None]
+    chosen: set[str]  # roles whose port the user chose: never moved to another
+
+    def launch(self, name: str, argv: list[str], address: str = "") -> Proc:
+        proc = processes.start(name, argv, self.state.dir / "logs" / f"{name}.log", address=address)
+        self.state.procs[name] = proc
+        self.state.save()
+        return proc
+
+    def new_port(self, *roles: str) -> None:
+        for role in roles:
+            self.ports[role] = processes.free_port()
+
+    def write_kubeconfigs(self) -> None:
+        for user in pkimod.CLIENTS:
+            path = self.state.dir / ("kubeconfig" if user == "admin" else f"kubeconfig-{user}")
+            path.write_text(pkimod.kubeconfig(self.pki, self.state.apiserver, user, context_name(self.state.dir)))
+            path.chmod(0o600)
+
+    def _etcd(self) -> tuple[Proc, int]:
+        port = self.ports["etcd-client"]
+        return self.launch("etcd", _etcd_argv(self.bins, self.state.dir, self.ports), f"http://127.0.0.1:{port}"), port
+
+    def etcd(self) -> None:
+        self.progress("starting etcd")
+
+        def on_new_ports() -> tuple[Proc, int]:
+            # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept (appended
+            # to), and one fresh attempt on new ports is made before giving up.
+            shutil.rmtree(self.state.dir / "etcd", ignore_errors=True)
+            self.new_port("etcd-client", "etcd-peer")
+            return self._etcd()
+
+        _until_serving(*self._etcd(), lambda port: _http_ok(f"http://127.0.0.1:{port}/health"), again=on_new_ports,
+                       any_exit=True, timeout=30, what="healthy", progress=self.progress)
+
+    def _apiserver(self) -> tuple[Proc, int]:
+        """Start kube-apiserver on its port, with kubeconfigs naming it."""
+        self.state.apiserver = f"https://127.0.0.1:{self.ports['kube-apiserver']}"
+        self.write_kubeconfigs()
+        argv = _apiserver_argv(self.bins, self.state.dir, self.pki, self.ports)
+        return self.launch("kube-apiserver", argv, self.state.apiserver), self.ports["kube-apiserver"]
+
+    def apiserver(self) -> httpx2.Client:
+        """Start kube-apiserver; an admin client of it, once it is ready."""
+        self.progress("starting kube-apiserver")
+        client = _tls_client(self.state)
+
+        def on_new_port() -> tuple[Proc, int]:
+            self.new_port("kube-apiserver")
+            return self._apiserver()
+
+        _until_serving(*self._apiserver(), lambda port: _http_ok(f"https://127.0.0.1:{port}/readyz", client),
+                       again=None if "kube-apiserver" in self.chosen else on_new_port, timeout=60, what="ready",
+                       progress=self.progress)
+        return client
+
+    def _controller(self, name: str) -> tuple[Proc, int]:
+        port = self.ports[name]
+        argv = _controller_argv(name, self.bins, self.state.dir, self.pki, port)
+        return self.launch(name, argv, f"https://127.0.0.1:{port}"), port
+
+    def _registry(self) -> tuple[Proc, int]:
+        port = self.ports["registry"]
+        self.state.registry = f"127.0.0.1:{port}"
+        reg_dir = self.state.dir / "registry"
+        reg_dir.mkdir(exist_ok=True)
+        (reg_dir / "config.yml").write_text(docker_registry.config(reg_dir / "data", self.state.registry))
+        return self.launch("registry", [self.bins["registry"], "serve", str(reg_dir / "config.yml")],
+                           f"http://{self.state.registry}"), port
+
+    def controllers_kwok_and_registry(self) -> Proc:
+        """Start kube-controller-manager, kube-scheduler, kwok and the registry side by side, and wait for each; the
+        controller manager's process."""
+        self.progress("starting kube-controller-manager, kube-scheduler and kwok")
+        controllers = {name: self._controller(name) for name in ("kube-controller-manager", "kube-scheduler")}
+        kwok = self.launch("kwok", [
+            self.bins["kwok"], "--kubeconfig", str(self.state.kubeconfig), "--config", str(STAGES),
+            # Only the simulated nodes (seed annotates each): a real node's Lease and pods are its kubelet's alone.
+            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
+            "--node-lease-duration-seconds", "40",
+            # no --server-address: kwok's own server (logs, exec and metrics of simulated pods) is unused here, and
+            # its port, claimed at the start, could be taken by a lab starting beside this one before kwok bound it
+            "--node-ip", "10.0.0.1",
+        ])
+        registry = self._registry()
+
+        def again(name: str) -> Callable[[], tuple[Proc, int]]:
+            def on_new_port() -> tuple[Proc, int]:
+                self.new_port(name)
+                return self._registry() if name == "registry" else self._controller(name)
+            return on_new_port
+
+        with httpx2.Client(verify=False, timeout=2.0) as probe:  # their self-signed serving certificates
+            serving = {name: _until_serving(*started, lambda port: _http_ok(f"https://127.0.0.1:{port}/healthz", probe),
+                                            again=again(name), timeout=60, what="healthy", progress=self.progress)
+                       for name, started in controllers.items()}
+        processes.wait_until(kwok, lambda: True, timeout=5, what="running")
+        _until_serving(*registry, lambda port: _http_ok(f"http://127.0.0.1:{port}/v2/"),
+                       again=None if "registry" in self.chosen else again("registry"), timeout=30, what="serving",
+                       progress=self.progress)
+        return serving["kube-controller-manager"]
+
+    def driver_simulator(self) -> None:
+        self.progress("starting the driver simulator")
+        ready = self.state.dir / "driver-sim.ready"
+        proc = self.launch("driver-sim", [
+            sys.executable, "-m", "gpualign.lab.driver_sim", "--kubeconfig", str(self.state.kubeconfig),
+            "--registry", self.state.registry, "--ready-file", str(ready),
+        ])
+        processes.wait_until(proc, ready.exists, timeout=30, what="watching")
+
+
 def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port: int = 0,
        real_node: bool | None = None, progress: Callable[[str], None] = lambda _m: None) -> LabState:
     """Start every component and wait for each to be healthy. On any failure, stop what was started.
@@ -236,125 +358,30 @@ def up(state_dir: Path, bin_dir: Path, *, apiserver_port: int = 0, registry_port
                           "etcd-peer": 0, "kube-controller-manager": 0, "kube-scheduler": 0})
     shutil.rmtree(state_dir, ignore_errors=True)
     state_dir.mkdir(parents=True)
-    logs = state_dir / "logs"
     state = LabState(dir=state_dir, bin_dir=str(bin_dir), started=time.time(),
                      apiserver=f"https://127.0.0.1:{ports['kube-apiserver']}",
                      registry=f"127.0.0.1:{ports['registry']}")
     started_at = time.monotonic()
     try:
-        progress("writing certificates and kubeconfigs")
-        pki = pkimod.create(state_dir / "pki")
-
-        def write_kubeconfigs() -> None:
-            for user in pkimod.CLIENTS:
-                name = "kubeconfig" if user == "admin" else f"kubeconfig-{user}"
-                (state_dir / name).write_text(pkimod.kubeconfig(pki, state.apiserver, user, context_name(state_dir)))
-                (state_dir / name).chmod(0o600)
-
-        write_kubeconfigs()
-
-        def launch(name: str, argv: list[str], address: str = "", env: dict[str, str] | None = None) -> Proc:
-            proc = processes.start(name, argv, logs / f"{name}.log", address=address, env=env)
-            state.procs[name] = proc
-            state.save()
-            return proc
-
-        progress("starting etcd")
-
-        def etcd_url() -> str:
-            return f"http://127.0.0.1:{ports['etcd-client']}"
-
-        def etcd_on_new_ports() -> tuple[Proc, int]:
-            # Seen rarely while another lab runs: etcd stops silently right after start. Its log is kept (appended
-            # to), and one fresh attempt on new ports is made before giving up.
-            shutil.rmtree(state_dir / "etcd", ignore_errors=True)
-            ports["etcd-client"], ports["etcd-peer"] = processes.free_port(), processes.free_port()
-            return launch("etcd", _etcd_argv(bins, state_dir, ports), etcd_url()), ports["etcd-client"]
-
-        _until_serving(launch("etcd", _etcd_argv(bins, state_dir, ports), etcd_url()), ports["etcd-client"],
-                       lambda port: _http_ok(f"http://127.0.0.1:{port}/health"), again=etcd_on_new_ports,
-                       any_exit=True, timeout=30, what="healthy", progress=progress)
-
-        progress("starting kube-apiserver")
-        client = _tls_client(state)
-
-        def apiserver_on_new_port() -> tuple[Proc, int]:
-            ports["kube-apiserver"] = processes.free_port()
-            state.apiserver = f"https://127.0.0.1:{ports['kube-apiserver']}"
-            write_kubeconfigs()
-            argv = _apiserver_argv(bins, state_dir, pki, ports)
-            return launch("kube-apiserver", argv, state.apiserver), ports["kube-apiserver"]
-
-        _until_serving(launch("kube-apiserver", _apiserver_argv(bins, state_dir, pki, ports), state.apiserver),
-                       ports["kube-apiserver"], lambda port: _http_ok(f"https://127.0.0.1:{port}/readyz", client),
-                       again=None if apiserver_port else apiserver_on_new_port, timeout=60, what="ready",
-                       progress=progress)
-
-        progress("starting kube-controller-manager, kube-scheduler and kwok")
-
-        def control(name: str) -> Callable[[], tuple[Proc, int]]:
-            def on_new_port() -> tuple[Proc, int]:
-                ports[name] = processes.free_port()
-                return launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]),
-                              f"https://127.0.0.1:{ports[name]}"), ports[name]
-            return on_new_port
-
-        controllers = {name: launch(name, _controller_argv(name, bins, state_dir, pki, ports[name]),
-                                    f"https://127.0.0.1:{ports[name]}")
-                       for name in ("kube-controller-manager", "kube-scheduler")}
-        proc_kwok = launch("kwok", [
-            bins["kwok"], "--kubeconfig", str(state.kubeconfig), "--config", str(STAGES),
-            # Only the simulated nodes (seed annotates each): a real node's Lease and pods are its kubelet's alone.
-            "--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-            "--node-lease-duration-seconds", "40",
-            # no --server-address: kwok's own server (logs, exec and metrics of simulated pods) is unused here, and
-            # its port, claimed at the start, could be taken by a lab starting beside this one before kwok bound it
-            "--node-ip", "10.0.0.1",
-        ])
-
-        reg_dir = state_dir / "registry"
-        reg_dir.mkdir()
-
-        def registry_on(port: int) -> Proc:
-            state.registry = f"127.0.0.1:{port}"
-            (reg_dir / "config.yml").write_text(docker_registry.config(reg_dir / "data", state.registry))
-            return launch("registry", [bins["registry"], "serve", str(reg_dir / "config.yml")],
-                          f"http://{state.registry}")
-
-        def registry_on_new_port() -> tuple[Proc, int]:
-            ports["registry"] = processes.free_port()
-            return registry_on(ports["registry"]), ports["registry"]
-
-        proc_reg = registry_on(ports["registry"])
-
-        probe_client = httpx2.Client(verify=False, timeout=2.0)
-        for name, proc in controllers.items():
-            controllers[name] = _until_serving(
-                proc, ports[name], lambda port: _http_ok(f"https://127.0.0.1:{port}/healthz", probe_client),
-                again=control(name), timeout=60, what="healthy", progress=progress)
-        processes.wait_until(proc_kwok, lambda: True, timeout=5, what="running")
-        _until_serving(proc_reg, ports["registry"], lambda port: _http_ok(f"http://127.0.0.1:{port}/v2/"),
-                       again=None if registry_port else registry_on_new_port, timeout=30, what="serving",
-                       progress=progress)
-
-        progress("starting the driver simulator")
-        proc_sim = launch("driver-sim", [
-            sys.executable, "-m", "gpualign.lab.driver_sim", "--kubeconfig", str(state.kubeconfig),
-            "--registry", state.registry, "--ready-file", str(state_dir / "driver-sim.ready"),
-        ])
-        processes.wait_until(proc_sim, lambda: (state_dir / "driver-sim.ready").exists(), timeout=30,
-                             what="watching")
+        progress("writing certificates")
+        start = _Starting(state, bins, ports, pkimod.create(state_dir / "pki"), progress,
+                          chosen={role for role, port in (("kube-apiserver", apiserver_port),
+                                                          ("registry", registry_port)) if port})
+        start.etcd()
+        client = start.apiserver()
+        controller_manager = start.controllers_kwok_and_registry()
+        start.driver_simulator()
 
         if with_node:
             state.extra["real_node"] = realnode.start(
-                state_dir, bins, state.apiserver, state.registry, pki,
-                lambda name, argv, address: launch(name, argv, address), progress)
+                state_dir, bins, state.apiserver, state.registry, start.pki,
+                start.launch, progress)
             state.save()
             realnode.wait_ready(state.procs["kubelet"], client, state.apiserver, progress)
 
         progress("waiting for the default ServiceAccount")
         default_account = f"{state.apiserver}/api/v1/namespaces/default/serviceaccounts/default"
-        processes.wait_until(controllers["kube-controller-manager"], _http_ok(default_account, client), timeout=60,
+        processes.wait_until(controller_manager, _http_ok(default_account, client), timeout=60,
                              what="creating ServiceAccounts")
         state.extra["up_seconds"] = round(time.monotonic() - started_at, 2)
         state.save()

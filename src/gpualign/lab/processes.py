@@ -97,14 +97,14 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-def listens_on(proc: Proc, port: int) -> bool:
+def listens_on(pid: int, port: int) -> bool:
     """Whether the process itself holds a listening TCP socket on the port: one of its open files is a socket the
     kernel lists as LISTEN on that port. Read from /proc (the lab runs only on Linux), which no library in
     gpualign's dependencies reads for another process's sockets."""
     inodes = _listening_inodes(port)
     if not inodes:
         return False
-    fd_dir = Path(f"/proc/{proc.pid}/fd")
+    fd_dir = Path(f"/proc/{pid}/fd")
     try:
         fds = list(fd_dir.iterdir())
     except OSError:
@@ -178,7 +178,7 @@ def wait_until(proc: Proc, ready: Callable[[], bool], *, timeout: float, what: s
             _reap(proc.pid)
             raise ExitedAtStart(proc.name, f"{proc.name} exited at start; log: {proc.log}", detail=log_tail(proc.log))
         try:
-            if (port is None or listens_on(proc, port)) and ready():
+            if (port is None or listens_on(proc.pid, port)) and ready():
                 return
         except Exception:  # noqa: BLE001 - any failure of a probe only means "not ready yet"
             pass
