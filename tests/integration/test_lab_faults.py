@@ -130,6 +130,18 @@ def test_the_lab_survives_everyday_events_and_a_dead_component_is_brought_back_n
     run_cli("lab", "down", env=lab.env)
 
 
+def _up_on_a_taken_port(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, role: str, port: int):  # noqa: ANN202
+    """A lab brought up in this process with `role`'s port chosen as `port` (one something else holds): its state
+    and what it said while starting."""
+    from gpualign.lab import cluster
+
+    claim = cluster._claim_ports
+    monkeypatch.setattr(cluster, "_claim_ports", lambda wanted: {**claim(wanted), role: port})
+    said: list[str] = []
+    state = cluster.up(tmp_path / "state", versions.default_bin_dir(), real_node=False, progress=said.append)
+    return state, said
+
+
 def test_an_api_server_port_taken_after_it_was_chosen_is_chosen_again(tmp_path, monkeypatch):
     """Another lab starting beside this one can take the port chosen for the API server before it binds it: the
     lab chooses again, once, and its kubeconfigs name the port it got."""
@@ -140,10 +152,7 @@ def test_an_api_server_port_taken_after_it_was_chosen_is_chosen_again(tmp_path, 
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        claim = cluster._claim_ports
-        monkeypatch.setattr(cluster, "_claim_ports", lambda wanted: {**claim(wanted), "kube-apiserver": port})
-        said: list[str] = []
-        state = cluster.up(tmp_path / "state", versions.default_bin_dir(), real_node=False, progress=said.append)
+        state, said = _up_on_a_taken_port(tmp_path, monkeypatch, "kube-apiserver", port)
     try:
         assert "kube-apiserver's port was taken meanwhile; retrying once on a new port" in said
         assert state.apiserver != f"https://127.0.0.1:{port}"
@@ -168,10 +177,7 @@ def test_a_scheduler_port_another_server_answers_on_is_chosen_again(tmp_path, mo
 
     foreign = pkimod.create(tmp_path / "foreign-pki")
     with tag_server(cert=(foreign.serving_cert, foreign.serving_key)) as (port, _asked):  # 200 to every GET
-        claim = cluster._claim_ports
-        monkeypatch.setattr(cluster, "_claim_ports", lambda wanted: {**claim(wanted), "kube-scheduler": port})
-        said: list[str] = []
-        state = cluster.up(tmp_path / "state", versions.default_bin_dir(), real_node=False, progress=said.append)
+        state, said = _up_on_a_taken_port(tmp_path, monkeypatch, "kube-scheduler", port)
         try:
             assert "kube-scheduler's port was taken meanwhile; retrying once on a new port" in said
             scheduler = state.procs["kube-scheduler"]
