@@ -4,7 +4,7 @@ several clusters at once (one report)."""
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +29,10 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
 )
+
+if TYPE_CHECKING:
+    from gpualign.usecases.check import Setup
+    from gpualign.usecases.nodes import Reading
 
 STATUS_STYLE = {"present": "green", "missing": "bold red", "unknown": "yellow", "host-managed": "cyan",
                 "operator-mismatch": "bold magenta", "wrong-image": "bold red"}
@@ -151,7 +155,6 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
-    from gpualign.base.collector import keep
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import (
@@ -162,9 +165,9 @@ def check(
         stdin_once,
     )
     from gpualign.loaders.rules import load_rules
-    from gpualign.usecases.check import Setup, check_cluster, load_deciders, stream
+    from gpualign.usecases.check import Setup
     from gpualign.usecases.ledgers import load_ledger
-    from gpualign.usecases.nodes import Reading, no_gpu_nodes
+    from gpualign.usecases.nodes import Reading
 
     stdin_once(ledger, nodes_file)
     driver_version_flag(driver_version, no_precompiled, driver_branch)
@@ -195,35 +198,55 @@ def check(
     setup = Setup(branches, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
                   list(ledger or []), flags_given, policy_given, repository, not no_precompiled, driver_version,
                   operator_version, docker_config, verify_modules, warn=warn)
-    wide = output is Output.wide
     if reading is not None:  # one cluster, or a dump
-        load_deciders(setup)  # while its LISTs are on the wire
-        streamed = stream(reading, setup)  # each page decided as it arrives (None for a dump)
-        read = reading.result()
-        for note in read.view.notes if read.view else ():
-            warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
-        checked = check_cluster(read, setup, streamed)
-        for w in checked.warnings:
-            warn(w)
-        body = checked.as_dict()
-        if not read.inventory.nodes:
-            body["warnings"].append(no_gpu_nodes(selector))  # said on stderr as it was read
-        if output in (Output.json, Output.yaml):
-            emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
-        else:
-            hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
-                "  (-o wide for the reasons)"
-            if body["nodes"]:
-                text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)
-                sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
-            else:  # as kubectl says it, on stderr, rather than a header over nothing
-                sys.stdout.flush()
-                print("No resources found", file=sys.stderr)
-                sys.stdout.write(summary_line(body["summary"]) + "\n")
-        keep(reading, read, checked, body)  # freed by the OS at exit, not one by one as check returns
-        if not checked.audit.clean or (selector and not read.inventory.nodes):
-            raise typer.Exit(EXIT_FINDINGS)
-        return
+        _report_one(reading, setup, selector, output, no_headers)
+    else:
+        assert names is not None
+        _report_fleet(names, setup, selector, kubeconfig, timeout, output, no_headers)
+
+
+def _report_one(reading: Reading, setup: Setup, selector: str | None, output: Output, no_headers: bool) -> None:
+    """One cluster's (or a dump's) report, each page of nodes decided as it arrives; exit 1 on findings."""
+    from gpualign.base.collector import keep
+    from gpualign.usecases.check import check_cluster, load_deciders, stream
+    from gpualign.usecases.nodes import no_gpu_nodes
+
+    load_deciders(setup)  # while its LISTs are on the wire
+    streamed = stream(reading, setup)  # each page decided as it arrives (None for a dump)
+    read = reading.result()
+    for note in read.view.notes if read.view else ():
+        warn(note)  # before anything can fail on it: "no ledger" is explained by "not allowed to read …"
+    checked = check_cluster(read, setup, streamed)
+    for w in checked.warnings:
+        warn(w)
+    body = checked.as_dict()
+    if not read.inventory.nodes:
+        body["warnings"].append(no_gpu_nodes(selector))  # said on stderr as it was read
+    if output in (Output.json, Output.yaml):
+        emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
+    else:
+        wide = output is Output.wide
+        hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
+            "  (-o wide for the reasons)"
+        if body["nodes"]:
+            text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)
+            sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
+        else:  # as kubectl says it, on stderr, rather than a header over nothing
+            sys.stdout.flush()
+            print("No resources found", file=sys.stderr)
+            sys.stdout.write(summary_line(body["summary"]) + "\n")
+    keep(reading, read, checked, body)  # freed by the OS at exit, not one by one as check returns
+    if not checked.audit.clean or (selector and not read.inventory.nodes):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _report_fleet(names: list[str], setup: Setup, selector: str | None, kubeconfig: str | None,
+                  timeout: float | None, output: Output, no_headers: bool) -> None:
+    """Several clusters read side by side into one report; the fleet's exit code."""
+    from gpualign.cli import fleet
+    from gpualign.model.fleet_report import merge_check
+    from gpualign.usecases.check import check_cluster, stream
+    from gpualign.usecases.nodes import Reading, no_gpu_nodes
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
         reading = Reading(None, kubeconfig, name, selector, with_operator=True, timeout=timeout, stream=True)
@@ -236,15 +259,12 @@ def check(
         clean = checked.audit.clean and not (selector and not read.inventory.nodes)
         return body, clean, read.source["cluster"]["server"]
 
-    from gpualign.model.fleet_report import merge_check
-
-    assert names is not None
     several = fleet.read_fleet(names, one, timeout, merge_check)
     reads, merged = several.reads, several.merged
     if output in (Output.json, Output.yaml):
         several.emit("FleetCheckReport", kubeconfig, setup.ledger, output)
     else:
-        text = render_check(merged["nodes"], merged["missing"], wide, no_headers, fleet=True) + "\n"
+        text = render_check(merged["nodes"], merged["missing"], output is Output.wide, no_headers, fleet=True) + "\n"
         for r in reads:
             text += f"{r.name}: " + (summary_line(merged["summary"]["clusters"][r.name]) if r.readable
                                      else f"unreadable: {r.error}") + "\n"
