@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpualign.base.errors import BadInput
+from gpualign.cli.plan import matrix
 from gpualign.controller.build_trigger.trigger import BUILDABLE
 from gpualign.judging import tagspec
 from gpualign.ledger.sources import Ledger
@@ -22,6 +23,7 @@ from gpualign.model import debian_kernels
 from gpualign.model.audit import AuditInput, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
+from gpualign.model.fleet_report import ClusterRead, merge_plan
 from gpualign.model.kernels import label_of, release_of
 from gpualign.model.makers import Maker, Reason, kernel_arch, who_makes
 from gpualign.model.needed_images import Change, images_needed
@@ -112,6 +114,10 @@ def test_each_kernel_gets_one_decision_everywhere(suite, arch, release):
             assert report["to_build"] == [] and report["cannot_make"] == [
                 {"tag": tag, "reason": making.why, "kind": str(want)}]
             assert "in-house" not in entry["reason"] and making.why in entry["reason"]
+        # plan --all-contexts: a fleet of one cluster says what that cluster's plan says, matrix included
+        fleet = merge_plan([ClusterRead("c", "https://c", report)])
+        assert (fleet["to_build"], fleet["cannot_make"]) == (report["to_build"], report["cannot_make"])
+        assert matrix(fleet["needed"]) == matrix(report["needed"])
 
 
 @settings(max_examples=200)

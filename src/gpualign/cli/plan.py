@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,6 +30,9 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
 )
+
+if TYPE_CHECKING:
+    from gpualign.model.needed_images import Change
 
 
 def _tonight(nodes: Any, say: Any) -> Any:
@@ -101,20 +105,11 @@ def plan(
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
     from gpualign.loaders.rules import load_rules
-    from gpualign.model.needed_images import Change
-    from gpualign.model.tags import normalize_branch, parse_os
     from gpualign.usecases.ledgers import load_ledger, repository_for
     from gpualign.usecases.nodes import quiet, read_nodes
     from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
 
     stdin_once(ledger, nodes_file)
-    derived_branches = None
-    if not ledger:  # as check does: beside the GPU Operator, its objects name the repository and the branches
-        if nodes_file or all_contexts or len(set(context or [])) > 1:
-            raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
-                           "single cluster's GPU Operator objects can stand in for it")
-        ledger, derived_branches, repository = from_operator(kubeconfig, context[0] if context else None,
-                                                          repository, fleet.parse_timeout(request_timeout), warn)
     if not (kernel or os_ or driver_branch or kernel_module_type):
         raise BadInput("nothing to plan: pass --kernel, --os, --driver-branch and/or --kernel-module-type")
     module_type_flag(kernel_module_type)
@@ -123,23 +118,22 @@ def plan(
     timeout = fleet.parse_timeout(request_timeout)
     if nodes_file and (all_contexts or len(set(context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = fleet.contexts(kubeconfig, context, all_contexts)
-    os_id = os_version = None
-    if os_:
-        named = parse_os(os_)
-        if named is None:
-            raise BadInput(f"--os {os_!r}: expected ID followed by VERSION_ID, e.g. ubuntu24.04")
-        os_id, os_version = named
-        if not kernel:
-            warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
-                 "replaces; pass the kernel it ships with")
-    from_archive = kernel == "next"
-    if from_archive and os_:
-        raise BadInput("--kernel next plans each node onto its own release's next kernel: drop --os")
-    change = Change(kernel=None if from_archive else kernel, os_id=os_id, os_version=os_version,
-                    branch=normalize_branch(driver_branch) if driver_branch else None, module_type=kernel_module_type)
+    if not ledger and (nodes_file or all_contexts or len(set(context or [])) > 1):
+        raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
+                       "single cluster's GPU Operator objects can stand in for it")
+    change, from_archive = _change_of(kernel, os_, driver_branch, kernel_module_type)
     rule_set = load_rules(rules)
     branches = branch_policy(None, branch_policy_file, old_policy)
+    if change.branch:
+        from gpualign.model.branches import BranchPolicy
+
+        check_known_branches(BranchPolicy(default=change.branch), rule_set)
+    # every flag is judged above, before any cluster is read
+    derived_branches = None
+    if not ledger:  # as check does: beside the GPU Operator, its objects name the repository and the branches
+        ledger, derived_branches, repository = from_operator(kubeconfig, context[0] if context else None,
+                                                          repository, timeout, warn)
+    names = fleet.contexts(kubeconfig, context, all_contexts)
     if derived_branches is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
             names is None and len(set(context or [])) <= 1:
         # --ledger given: the branches still come from where check takes them, the GPU Operator's objects
@@ -147,10 +141,6 @@ def plan(
     if derived_branches is not None and not (branch_policy_file or old_policy):
         branches = derived_branches
     check_known_branches(branches, rule_set)
-    if change.branch:
-        from gpualign.model.branches import BranchPolicy
-
-        check_known_branches(BranchPolicy(default=change.branch), rule_set)
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
     repo = repository_for(repository, ledger, warn)
 
@@ -182,11 +172,7 @@ def plan(
     if names is None:
         body, clean, source = plan_of(context[0] if context else None)
         if build_matrix:
-            to_build = [n for n in body["needed"] if not n["in_ledger"] and n["action"] != "none"]
-            for n in body["needed"]:
-                if not n["in_ledger"] and n["action"] == "none":  # a Job for it could only fail: said, not built
-                    warn(f"{n['tag']}: not in the matrix: {n['action_reason']}")
-            sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in to_build]}, indent=2) + "\n")
+            _write_matrix(body["needed"])
         elif output in (Output.json, Output.yaml):
             emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), output)
         else:
@@ -195,7 +181,38 @@ def plan(
         if not clean:
             raise typer.Exit(EXIT_FINDINGS)
         return
+    _report_fleet(names, plan_of, repo, kubeconfig, timeout, list(available.sources), build_matrix, output,
+                  no_headers)
 
+
+def _change_of(kernel: str | None, os_: str | None, driver_branch: str | None,
+               kernel_module_type: str | None) -> tuple[Change, bool]:
+    """The change the flags name, and whether its kernel is each node's next one from Debian's archive."""
+    from gpualign.model.needed_images import Change
+    from gpualign.model.tags import normalize_branch, parse_os
+
+    os_id = os_version = None
+    if os_:
+        named = parse_os(os_)
+        if named is None:
+            raise BadInput(f"--os {os_!r}: expected ID followed by VERSION_ID, e.g. ubuntu24.04")
+        os_id, os_version = named
+        if not kernel:
+            warn(f"--os {os_} without --kernel: the tags keep each node's current kernel, which a new OS release "
+                 "replaces; pass the kernel it ships with")
+    from_archive = kernel == "next"
+    if from_archive and os_:
+        raise BadInput("--kernel next plans each node onto its own release's next kernel: drop --os")
+    return Change(kernel=None if from_archive else kernel, os_id=os_id, os_version=os_version,
+                  branch=normalize_branch(driver_branch) if driver_branch else None,
+                  module_type=kernel_module_type), from_archive
+
+
+def _report_fleet(names: list[str], plan_of: Callable[..., tuple[dict[str, Any], bool, dict[str, Any]]],
+                  repo: str, kubeconfig: str | None, timeout: float | None, ledger: list[str], build_matrix: bool,
+                  output: Output, no_headers: bool) -> None:
+    """Several clusters planned side by side into one plan; the fleet's exit code."""
+    from gpualign.cli import fleet
     from gpualign.model.fleet_report import merge_plan
 
     def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
@@ -206,10 +223,9 @@ def plan(
     reads, merged = several.reads, several.merged
     merged["repository"] = repo
     if build_matrix:
-        sys.stdout.write(json.dumps({"include": [_matrix_entry(n) for n in merged["needed"]
-                                                 if not n["in_ledger"]]}, indent=2) + "\n")
+        _write_matrix(merged["needed"])
     elif output in (Output.json, Output.yaml):
-        several.emit("FleetPlanReport", kubeconfig, list(available.sources), output)
+        several.emit("FleetPlanReport", kubeconfig, ledger, output)
     else:
         text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
         for r in reads:
@@ -218,6 +234,22 @@ def plan(
         sys.stdout.write(text)
     if several.code:
         raise typer.Exit(several.code)
+
+
+def matrix(needed: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, str]]], list[str]]:
+    """The GitHub Actions matrix of the images to make (in no ledger, with a maker), and a warning for each image
+    left out because nothing can make it: a Job for it could only fail."""
+    entries = [_matrix_entry(n) for n in needed if not n["in_ledger"] and n["action"] != "none"]
+    left_out = [f"{n['tag']}: not in the matrix: {n['action_reason']}" for n in needed
+                if not n["in_ledger"] and n["action"] == "none"]
+    return {"include": entries}, left_out
+
+
+def _write_matrix(needed: list[dict[str, Any]]) -> None:
+    entries, left_out = matrix(needed)
+    for line in left_out:
+        warn(line)
+    sys.stdout.write(json.dumps(entries, indent=2) + "\n")
 
 
 def _matrix_entry(n: dict[str, Any]) -> dict[str, str]:

@@ -89,7 +89,10 @@ def merge_plan(reads: list[ClusterRead]) -> dict[str, Any]:
         unknown.extend({"cluster": r.name, **u} for u in r.body["unknown"])
     merged = [needed[t] for t in sorted(needed)]
     return {"clusters": [cluster_entry(r) for r in reads], "needed": merged,
-            "to_build": [n["tag"] for n in merged if not n["in_ledger"]],
+            # as one cluster's plan says them: what gpualign can make, and what nothing can (with why)
+            "to_build": [n["tag"] for n in merged if not n["in_ledger"] and n["action"] != "none"],
+            "cannot_make": [{"tag": n["tag"], "reason": n["action_reason"], "kind": n["action_kind"]}
+                            for n in merged if not n["in_ledger"] and n["action"] == "none"],
             "modules": {n["tag"]: n["modules"] for n in merged if not n["in_ledger"] and n.get("modules")},
             "unknown": unknown,
             "unreadable": [r.name for r in reads if not r.readable]}

@@ -166,7 +166,8 @@ class NeededImages:
 
     def as_dict(self) -> dict[str, Any]:
         return {"needed": [{**{k: v for k, v in dataclasses.asdict(n).items() if k not in ("debian", "advice")},
-                            "reason": n.told, "action": n.action, "action_reason": n.making.why}
+                            "reason": n.told, "action": n.action, "action_reason": n.making.why,
+                            "action_kind": str(n.making.reason)}
                            for n in self.needed],
                 "to_build": [n.tag for n in self.to_build if n.action != Maker.NONE],
                 "cannot_make": [{"tag": n.tag, "reason": n.making.why, "kind": str(n.making.reason)}
