@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,6 +13,22 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpualign.controller.page import render, render_node
+
+log = logging.getLogger("gpualign.controller")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """The standard library prints a traceback on stderr for any failed request; a client that left before its
+        answer was written (a probe or a scrape that timed out, a closed browser tab) is not a failure of the
+        controller, and anything else is one line in its log (its traceback at debug level)."""
+        err = sys.exc_info()[1]
+        if isinstance(err, ConnectionError):
+            return
+        log.error("http: answering %s failed: %s: %s", client_address[0], type(err).__name__, err,
+                  exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, Any]],
@@ -51,7 +69,6 @@ def serve(address: tuple[str, int], registry: Any, view: Callable[[], dict[str, 
             else:
                 self._send(404, b"not found\n", "text/plain")
 
-    server = ThreadingHTTPServer(address, Handler)
-    server.daemon_threads = True
+    server = _Server(address, Handler)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
