@@ -72,3 +72,19 @@ def test_wait_until_takes_the_answer_once_the_process_itself_listens(tmp_path):
         assert processes.listens_on(server.pid, port)
     finally:
         processes.stop(server)
+
+
+def test_a_component_that_lost_its_port_says_so_when_it_exits(tmp_path):
+    """The port a component was given, bound by another process first: its exit at start says the port was taken
+    (what `lab up` chooses a new port on), and an exit for another reason does not."""
+    held = _listening()
+    port = held.getsockname()[1]
+    try:
+        for program, taken in ((f"import socket; socket.socket().bind(('127.0.0.1', {port}))", True),
+                               ("raise SystemExit('no config')", False)):
+            proc = processes.start("component", [sys.executable, "-c", program], tmp_path / f"{taken}.log")
+            with pytest.raises(processes.ExitedAtStart) as exited:
+                processes.wait_until(proc, lambda: False, timeout=10, what="serving", port=port)
+            assert exited.value.port_taken is taken, exited.value.detail
+    finally:
+        held.close()

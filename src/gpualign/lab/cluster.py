@@ -135,9 +135,6 @@ def _claim_ports(wanted: dict[str, int]) -> dict[str, int]:
     return ports
 
 
-_TAKEN = "address already in use"
-
-
 def _until_serving(proc: Proc, port: int, ready: Callable[[int], Callable[[], bool]], *,
                    again: Callable[[], tuple[Proc, int]] | None, timeout: float, what: str,
                    progress: Callable[[str], None], any_exit: bool = False) -> Proc:
@@ -150,8 +147,8 @@ def _until_serving(proc: Proc, port: int, ready: Callable[[int], Callable[[], bo
     try:
         processes.wait_until(proc, ready(port), timeout=timeout, what=what, port=port)
         return proc
-    except processes.ExitedAtStart:
-        taken = _TAKEN in processes.log_tail(proc.log)
+    except processes.ExitedAtStart as exited:
+        taken = exited.port_taken
         if again is None or not (any_exit or taken):
             raise
     progress(f"{proc.name}'s port was taken meanwhile; retrying once on a new port" if taken

@@ -42,9 +42,8 @@ def start(work_dir: Path, *, timeout: float = 30.0) -> Proc:
     work_dir.mkdir(parents=True, exist_ok=True)
     try:
         return _serve(work_dir, processes.free_port(), timeout)
-    except processes.ExitedAtStart as err:
-        # the port, free when chosen, was bound first by something started beside it: chosen again, once
-        if "address already in use" not in (err.detail or ""):
+    except processes.ExitedAtStart as exited:
+        if not exited.port_taken:  # a port free when chosen, bound first by something started beside it
             raise
     return _serve(work_dir, processes.free_port(), timeout)
 

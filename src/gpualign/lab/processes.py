@@ -26,6 +26,12 @@ class ExitedAtStart(LabError):
         super().__init__(message, detail=detail)
         self.name = name
 
+    @property
+    def port_taken(self) -> bool:
+        """Its log's last lines say its port was bound by another process first (a port chosen free earlier): the
+        kernel's EADDRINUSE, as Go ("bind: address already in use") or C ("Address already in use") words it."""
+        return "address already in use" in (self.detail or "").lower()
+
 
 @dataclass
 class Proc:
