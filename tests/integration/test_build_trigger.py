@@ -393,7 +393,7 @@ def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
         table = run_cli("status", "-l", "kubernetes.io/hostname=arc-0", "--tonight", env={
             **blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
         assert "tonight (what Debian's archive installs next, per pool):" in table.out, table.out
-        assert "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since " \
+        assert "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, first read here " \
                in table.out and f"{tag('6.1.0-57-amd64')} not judged (no --ledger)" in table.out, table.out
     finally:
         ctl.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from gpualign.model.reboot_gate import Hold
 from gpualign.usecases import archive_next
 from tests.support import builders
 from tests.support.cli import run_cli
@@ -38,7 +39,7 @@ def test_each_pool_gets_its_own_lines_next_kernel_and_the_first_sighting_is_kept
     assert set(tonight.unknown) == {"e", "u"} and "backports" in tonight.unknown["e"]
     assert {p.name for p in tonight.pools} >= {"debian13 6.12 generic-amd64", "debian12 6.1 cloud-amd64"}
     later = archive_next.read(nodes, Recorded(), seen=seen, now=5000.0)
-    assert {p.since for p in later.pools if p.next} == {1000.0}  # named since the first read, not the last
+    assert {p.since for p in later.pools if p.next} == {1000.0}  # first read here the first read, not the last
 
 
 def test_an_architecture_the_mirror_does_not_carry_leaves_only_its_pools_unknown(tmp_path, serve):
@@ -130,7 +131,7 @@ def test_tonight_tells_each_pools_next_image_present_building_missing_or_refused
     read = archive_next.read(nodes, Recorded(), now=1_764_900_000.0)
     ledger = Ledger(frozenset({"535-6.1.0-57-amd64-debian12"}), ("test",))
     builds = {"535-6.1.0-57-cloud-amd64-debian12": "image building: Job gpualign-builds/b-1, for 2m (attempt 1)"}
-    judged = {p.pool.name: p for p in tonight.judge(read, nodes, pods, ledger, load_rules(None), builds)}
+    judged = {p.pool.name: p for p in tonight.judge(read, nodes, pods, ledger, load_rules(None), builds).pools}
     states = {name: [(i["tag"], i["state"]) for i in p.as_dict()["images"]] for name, p in judged.items()}
     assert states["debian12 6.1 generic-amd64"] == [("535-6.1.0-57-amd64-debian12", "present")]
     assert states["debian12 6.1 cloud-amd64"] == [("535-6.1.0-57-cloud-amd64-debian12", "missing; image building: "
@@ -140,8 +141,9 @@ def test_tonight_tells_each_pools_next_image_present_building_missing_or_refused
     (d13,) = states["debian13 6.12 generic-amd64"]
     assert d13 == ("550-6.12.118_deb13-amd64-debian13", "missing: build it before any node reboots into it")
     assert judged["debian12 6.1 generic-amd64"].line().startswith(
-        "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, named since "
+        "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, first read here "
         "2025-12-05 02:00 UTC); 535-6.1.0-57-amd64-debian12 present")
     unjudged = tonight.judge(read, nodes, pods, None, load_rules(None), {})
-    assert all(i["state"] == "not judged (no --ledger)" and i["in_ledger"] is None
-               for p in unjudged for i in p.as_dict()["images"])
+    assert all(i["state"] == "not judged (no ledger read)" and i["in_ledger"] is None
+               for p in unjudged.pools for i in p.as_dict()["images"])
+    assert {v.node: v.hold for v in unjudged.nodes} == dict.fromkeys("abcd", Hold.UNJUDGED)

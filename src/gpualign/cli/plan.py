@@ -47,7 +47,7 @@ def _tonight(nodes: Any, say: Any) -> Any:
             continue
         since = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(pool.since)) if pool.since else "now"
         say(f"{pool.name} ({len(pool.nodes)} nodes): Debian's archive installs {nxt.release} next ({nxt.metapackage} "
-            f"{nxt.version}, {nxt.suite}; named since {since})")
+            f"{nxt.version}, {nxt.suite}; first read here {since})")
     return tonight
 
 

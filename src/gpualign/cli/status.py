@@ -29,15 +29,39 @@ from gpualign.cli.upgrade import ToBranchOpt
 
 
 def _tonight_text(data: dict[str, Any]) -> str:
-    if data.get("tonight_error"):
-        return f"tonight: {data['tonight_error']}\n"
-    pools = data.get("tonight")
-    if pools is None:
+    pools, reboot = data.get("tonight"), data.get("reboot")
+    if pools is None and reboot is None:
         return ""
-    if not pools:
-        return "tonight: no Debian GPU node: only Debian's archive is read\n"
-    return "tonight (what Debian's archive installs next, per pool):\n" + \
-        "".join(f"  {p['line']}\n" for p in pools)
+    text = f"tonight: {data['tonight_error']}\n" if data.get("tonight_error") else ""
+    if pools:
+        text += "tonight (what Debian's archive installs next, per pool):\n" + "".join(f"  {p['line']}\n"
+                                                                                      for p in pools)
+    if reboot:
+        held = [v for v in reboot if not v["ready"]]
+        text += f"may reboot tonight: {len(reboot) - len(held)} of {len(reboot)} GPU nodes" + \
+            (f"; held: {len(held)}\n" if held else "\n") + "".join(f"  {_verdict_line(v)}\n" for v in held)
+    return text
+
+
+def _verdict_line(v: dict[str, Any]) -> str:
+    boots = f"boots {v['kernel']} next ({v['source']})" if v["kernel"] else "next kernel unknown"
+    return f"{v['node']}: {boots}: held ({v['hold']}): {v['why']}"
+
+
+def _operator_ledger(kubeconfig: str | None, context: str | None, timeout: float | None,
+                     docker_config: Any) -> Any:
+    """With no --ledger, the ledger the GPU Operator's objects name (as check takes it), or None where they name
+    none (every node is then held: nothing judged its image)."""
+    from gpualign.cli.common import say_tty, warn
+    from gpualign.usecases.ledgers import load_ledger
+    from gpualign.usecases.plan_images import from_operator
+    from gpualign.usecases.refusals import PlanNoLedger, RepositoriesToChoose
+
+    try:
+        sources, _, _ = from_operator(kubeconfig, context, None, timeout, warn)
+    except (PlanNoLedger, RepositoriesToChoose):
+        return None
+    return load_ledger(sources, docker_config, say=say_tty, warn=warn)
 
 
 def _status_table(nodes: list[dict[str, Any]], no_headers: bool = False, fleet: bool = False,
@@ -100,10 +124,12 @@ def status(
     all_contexts: AllContextsOpt = False,
     request_timeout: RequestTimeoutOpt = None,
     tonight: Annotated[bool, typer.Option(
-        "--tonight", help="also say, per Debian pool, the kernel Debian's archive installs next (its InRelease "
-                          "verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own), the image its nodes "
-                          "will need, and whether that is in the ledger (--ledger), being built by the controller, "
-                          "or cannot be made, and why")] = False,
+        "--tonight", help="also say, per GPU node, whether it may reboot tonight: the kernel it boots next (its "
+                          "gpualign.io/kernel.next, else what Debian's archive installs next on its line, the "
+                          "InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own) and that "
+                          "kernel's image judged as plan judges it (the ledger defaults to the GPU Operator's); per "
+                          "Debian pool, the image's build. Exit 1 while any node would reboot into a kernel without "
+                          "a good image")] = False,
 ) -> None:
     """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
     counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
@@ -115,8 +141,9 @@ def status(
     what to mirror or build); a node the controller's gate holds shows "gated: image … missing". The line under the
     table counts the stuck and gated nodes.
 
-    Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck); for several clusters, 4 when
-    some cluster could not be read (5 with failures elsewhere)."""
+    Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck; with --tonight, also when one
+    may not reboot tonight); for several clusters, 4 when some cluster could not be read (5 with failures
+    elsewhere)."""
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty, warn
     from gpualign.controller.build_trigger.jobs_api import read_cluster
@@ -128,13 +155,17 @@ def status(
     from gpualign.loaders.rules import load_rules
 
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
+    if tonight and available is None and names is None:
+        available = _operator_ledger(kubeconfig, context[0] if context else None, timeout, docker_config)
     rule_set = load_rules(rules)  # once, not per cluster and per refresh
     while True:
         if names is None:
             data, cluster = status_of(selector, available, to_branch, rule_set, kubeconfig,
                                       context[0] if context else None, timeout, read_builds=read_cluster,
-                                      tonight=tonight)
-            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) else 0
+                                      tonight=tonight, docker_config=docker_config)
+            held = tonight and not all(v["ready"] for v in data.get("reboot") or [])
+            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) or \
+                held else 0
             if output in (Output.json, Output.yaml):
                 emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
                 text = None
@@ -189,9 +220,14 @@ def why(
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
     request_timeout: RequestTimeoutOpt = None,
+    tonight: Annotated[bool, typer.Option(
+        "--tonight", help="also say whether the node may reboot tonight, and if not, why: the kernel it boots next "
+                          "(its gpualign.io/kernel.next, else what Debian's archive installs next on its line) and "
+                          "that kernel's image as plan judges it; the ledger defaults to the GPU Operator's")] = False,
 ) -> None:
     """Explain in plain words why a node is where it is in the driver upgrade (-o wide: then its row of `status -o
-    wide`; -o json: the same lines, with the node's status as `status -o json` gives it)."""
+    wide`; -o json: the same lines, with the node's status as `status -o json` gives it). With --tonight, whether it
+    may reboot tonight (exit 1 when it may not)."""
     from gpualign.cli.fleet import parse_timeout
 
     timeout = parse_timeout(request_timeout)
@@ -203,18 +239,25 @@ def why(
     from gpualign.loaders.rules import load_rules
     from gpualign.usecases.upgrade_status import why_of
 
+    if tonight and available is None:
+        available = _operator_ledger(kubeconfig, context, timeout, docker_config)
     found = why_of(node, available, to_branch, load_rules(rules), kubeconfig, context, timeout,
-                   read_builds=read_cluster)
+                   read_builds=read_cluster, tonight=tonight, docker_config=docker_config)
     cluster, lines, status = found.cluster, found.lines, found.status
+    held = tonight and status is not None and not (status.get("reboot") or {}).get("ready")
     if output in (Output.json, Output.yaml):
         emit_data(report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},
                          {"node": node, "explanation": lines, "status": status}), output)
+        if held:
+            raise typer.Exit(EXIT_FINDINGS)
         return
     for line in lines:
         stdout.print(line)
     if output is Output.wide and status is not None:  # the node's row of `status -o wide`, every column
         sys.stdout.write("\n" + _status_table([status], wide=True))
         sys.stdout.flush()
+    if held:
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def register(app: typer.Typer) -> None:

@@ -98,7 +98,7 @@ def render(data: dict[str, Any]) -> str:
         parts.append("<h2>Tonight: the kernels Debian's archive installs next</h2>")
         if archive["error"]:
             parts.append(f"<div class='sub blocker'>the archive could not be read: {e(archive['error'])}</div>")
-        parts.append("<table><tr><th>pool</th><th>nodes</th><th>next kernel</th><th>named since</th>"
+        parts.append("<table><tr><th>pool</th><th>nodes</th><th>next kernel</th><th>first read here</th>"
                      "<th>image</th><th>status</th></tr>")
         for p in archive["pools"]:
             tag = p["tag"] or ""

@@ -3,6 +3,7 @@ mirror or to build; a node the change cannot apply to is unknown, with why."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,8 @@ from gpualign.usecases.refusals import PlanNoLedger, RepositoriesToChoose
 if TYPE_CHECKING:
     from gpualign.ledger.sources import Ledger
     from gpualign.model.branches import BranchPolicy
+    from gpualign.model.driver_pod_status import DriverPod
+    from gpualign.model.facts import NodeFacts
     from gpualign.model.needed_images import Change, NeededImages
     from gpualign.model.tags import Rules
     from gpualign.usecases.nodes import Read
@@ -56,13 +59,19 @@ def plan_cluster(read: Read, setup: PlanSetup, selector: str | None = None) -> P
     """One cluster's (or dump's) plan. Present but wrong images (their labels name another build) count as work to
     do, as check and the walk judge them: they must be made again."""
     nodes = read.inventory.nodes
+    result = judged_needs(nodes, read.inventory.pods, setup)
+    return Planned(result, setup.repository, not (result.to_build or result.unknown or (selector and not nodes)))
+
+
+def judged_needs(nodes: Sequence[NodeFacts], pods: Mapping[str, DriverPod] | None, setup: PlanSetup) -> NeededImages:
+    """The images the nodes need after the change, each present one judged (its labels, modules and signature) as
+    check and the walk judge it: plan's answer, and `status --tonight`'s and `why`'s."""
     ledger = setup.available.for_repository(setup.repository)
-    pods = read.inventory.pods
     result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, pods=pods)
     wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
     if wrong:
         result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, wrong, pods=pods)
-    return Planned(result, setup.repository, not (result.to_build or result.unknown or (selector and not nodes)))
+    return result
 
 
 def from_operator(kubeconfig: str | None, context: str | None, repository: str | None,

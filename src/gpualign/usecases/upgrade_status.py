@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpualign.base import labels as L
@@ -17,7 +18,7 @@ from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import DriverPod
 from gpualign.model.dra_devices import highest_driver
-from gpualign.model.facts import node_facts, with_dra_driver
+from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, normalize_branch
 from gpualign.upgrade import snapshot
 from gpualign.upgrade.observe import derive
@@ -60,7 +61,8 @@ NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade wal
 
 def status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
-              read_builds: BuildsReader, tonight: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+              read_builds: BuildsReader, tonight: bool = False,
+              docker_config: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """`gpualign status`: each GPU node's place in the driver upgrade, its blockers and its image's build (with
     tonight, each Debian pool's next kernel too); and which cluster was read."""
     with Kube(kubeconfig, context, timeout=timeout) as kube:
@@ -70,24 +72,37 @@ def status_of(selector: str | None, available: Ledger | None, to_branch: str | N
     if snap.nodes and set(data["counts"]) == {"(none)"}:
         data["note"] = NO_STATE
     if tonight:
-        data["tonight"], data["tonight_error"] = _tonight(snap, available, rules, builds)
+        data["tonight"], data["reboot"], data["tonight_error"] = _tonight(snap, available, rules, builds,
+                                                                          docker_config)
     return data, cluster
 
 
-def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules,
-             builds: dict[str, str]) -> tuple[list[dict[str, Any]], str | None]:
-    """Each Debian pool's next kernel from the archive, with its image's state; or why the archive was not read."""
-    why = archive_next.cannot_verify()
-    if why:
-        return [], f"Debian's archive not read: {why}"
+def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules, builds: dict[str, str],
+             docker_config: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+    """Each Debian pool's next kernel from the archive, with its image's state, and per node whether it may reboot
+    tonight (the same judgement `plan --kernel next` makes); or why the archive was not read (its Debian nodes are
+    then held: no judgement covers them)."""
     facts = [ns.facts for ns in snap.nodes.values()]
     pods = {name: DriverPod.from_pod(ns.pod) for name, ns in snap.nodes.items() if ns.pod}
-    try:
-        read = archive_next.read(facts, *archive_next.debian_archive())
-    except GpualignError as err:
-        return [], f"Debian's archive not read: {err.message}"
-    pools = tonight_pools.judge(read, facts, pods, available, rules, builds)
-    return [{**p.as_dict(), "line": p.line()} for p in pools], None
+    judged, error = tonight_of(facts, pods, available, rules, builds, docker_config)
+    return ([{**p.as_dict(), "line": p.line()} for p in judged.pools], [v.as_dict() for v in judged.nodes],
+            f"Debian's archive not read: {error}" if error else None)
+
+
+def tonight_of(facts: list[NodeFacts], pods: dict[str, DriverPod], available: Ledger | None, rules: Rules,
+               builds: dict[str, str], docker_config: Path | None = None) -> tuple[tonight_pools.Judged, str | None]:
+    """Per node, may it reboot tonight: the kernel it boots next, its image judged as plan judges it. The archive is
+    read when a Debian node is among them; (the judgement, why the archive could not be read)."""
+    archive, error = None, None
+    if any(f.os_id == "debian" for f in facts):
+        error = archive_next.cannot_verify()
+        if error is None:
+            try:
+                archive = archive_next.read(facts, *archive_next.debian_archive())
+            except GpualignError as err:
+                error = err.message
+    return tonight_pools.judge(archive, facts, pods, available, rules, builds, archive_error=error,
+                               docker_config=docker_config), error
 
 
 @dataclass(frozen=True)
@@ -98,8 +113,30 @@ class Why:
 
 
 def why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Rules, kubeconfig: str | None,
-           context: str | None, timeout: float | None = None, *, read_builds: BuildsReader) -> Why:
-    """`gpualign why NODE`: why the node is where it is in the driver upgrade, over one connection."""
+           context: str | None, timeout: float | None = None, *, read_builds: BuildsReader, tonight: bool = False,
+           docker_config: Path | None = None) -> Why:
+    """`gpualign why NODE`: why the node is where it is in the driver upgrade, over one connection; with tonight,
+    also whether it may reboot tonight and, if not, why (the judgement `status --tonight` makes)."""
+    found = _why_of(node, available, to_branch, rules, kubeconfig, context, timeout, read_builds=read_builds)
+    if not tonight or found.facts is None:
+        return found.why
+    pods = {node: found.pod} if found.pod is not None else {}
+    judged, _ = tonight_of([found.facts], pods, available, rules, {}, docker_config)
+    verdict = judged.nodes[0]
+    line = f"tonight: {verdict.line().removeprefix(node + ': ')}"
+    return Why(found.why.cluster, [*found.why.lines, line],
+               {**(found.why.status or {}), "reboot": verdict.as_dict()})
+
+
+@dataclass(frozen=True)
+class _Found:
+    why: Why
+    facts: NodeFacts | None  # the GPU node, when a walk applies to it
+    pod: DriverPod | None
+
+
+def _why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Rules, kubeconfig: str | None,
+            context: str | None, timeout: float | None = None, *, read_builds: BuildsReader) -> _Found:
     with Kube(kubeconfig, context, timeout=timeout) as kube:
         cluster = kube.describe()
         seen = _observe(kube, f"kubernetes.io/hostname={node}" if node else None, available, to_branch, rules,
@@ -107,13 +144,13 @@ def why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Ru
         ledger_known = available is not None
         ns = seen.snapshot.nodes.get(node)
         if ns is None:
-            return Why(cluster, _why_not_walked(node, kube), None)
+            return _Found(Why(cluster, _why_not_walked(node, kube), None), None, None)
         lines = explain(ns, ledger_known=ledger_known, derived=seen.derived.get(node), builds=seen.builds)
         if ns.pod is None and ns.pool is None:
             lines.append(_no_driver_pool(ns, kube))
         status = node_status(ns, ledger_known=ledger_known, derived=seen.derived.get(node),
                              builds=seen.builds).as_dict()
-        return Why(cluster, lines, status)
+        return _Found(Why(cluster, lines, status), ns.facts, DriverPod.from_pod(ns.pod) if ns.pod else None)
 
 
 def _no_driver_pool(ns: Any, kube: Kube) -> str:
