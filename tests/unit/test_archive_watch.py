@@ -106,3 +106,37 @@ class Counting(Recorded):
     def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
         self.count += 1
         return super().kernel_images(suite, arch, component)
+
+
+def test_a_node_already_on_the_next_kernel_keeps_its_pool_judged_for_the_others(tmp_path):
+    """Review 6's H1: deb-c2 joined on the next cloud kernel; deb-c1 still boots into it tonight, so the pool stays
+    judged (on deb-c1) and handed on, and every node of it is named while the image is missing."""
+    nodes = [node_facts(builders.node(n, kernel=k, os_id="debian", os_version="12")) for n, k in
+             (("deb-c1", "6.1.0-53-cloud-amd64"), ("deb-c2", "6.1.0-57-cloud-amd64"))]
+    asked = []
+
+    def future(facts, label):  # noqa: ANN001, ANN202
+        asked.append(facts.name)
+        return node_finding(f"535-{label}-debian12", Status.MISSING, name=facts.name)
+
+    watch = ArchiveWatch(lambda: nodes, future, Recorded(), seen=tmp_path / "seen.json")
+    watch.poll()
+    assert asked == ["deb-c1"]
+    (pending,) = watch.pending()
+    assert pending.nodes == ("deb-c1", "deb-c2") and pending.kernel == "6.1.0-57-cloud-amd64"
+    last, error = watch.reading()
+    assert error is None and last is not None and last.kernels == {"deb-c1": "6.1.0-57-cloud-amd64",
+                                                                   "deb-c2": "6.1.0-57-cloud-amd64"}
+
+
+def test_a_reading_older_than_two_polls_is_no_reading(tmp_path):
+    nodes = [node_facts(builders.node("a", kernel="6.1.0-50-amd64", os_id="debian", os_version="12"))]
+    clock = [1000.0]
+    watch = ArchiveWatch(lambda: nodes, lambda f, k: node_finding(None), Recorded(), seen=tmp_path / "seen.json",
+                         every=300.0, clock=lambda: clock[0])
+    assert watch.reading() == (None, None)  # not read yet: no reading
+    watch.poll()
+    assert watch.reading()[0] is not None and watch.read_at == 1000.0
+    clock[0] = 1000.0 + 601
+    last, error = watch.reading()
+    assert last is None and error is not None and "more than two polls" in error

@@ -27,6 +27,10 @@ def exported_names() -> set[str]:
     m.watch_archive(lambda: [Pending("debian13 6.12 rt-amd64", ("n",), "6.12.118+deb13-rt-amd64",
                                      "550-6.12.118_deb13-rt-amd64-debian13", False, "PREEMPT_RT")])
     m.archive_to_image.observe(120.0)
+    from gpualign.model.reboot_gate import BootSource, Hold, RebootVerdict
+
+    m.watch_reboots(lambda: [RebootVerdict("n", "6.1.0-57-amd64", BootSource.ARCHIVE, "t", Hold.MISSING, "why")],
+                    lambda: (1000.0, 900.0))
     text = generate_latest(m.registry).decode()
     return set(re.findall(r"(?m)^(gpualign_[a-z_]+?)(?:_bucket|_count|_sum|_created)?[{ ]", text))
 

@@ -55,9 +55,10 @@ def plan(
     ledger: LedgerOpt = None,
     kernel: Annotated[str | None, typer.Option(
         "--kernel", metavar="KERNEL",
-        help="the kernel the nodes will run, e.g. 5.15.0-125-generic; or `next`: each Debian node's own next kernel, "
-             "the one its line's metapackage installs, as Debian's archive names it now (its InRelease verified "
-             "with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own)")] = None,
+        help="the kernel the nodes will run, e.g. 5.15.0-125-generic; or `next`: each node's own next kernel, the "
+             "one it announces (gpualign.io/kernel.next), else the one its line's metapackage installs, as Debian's "
+             "archive names it now (its InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your "
+             "own); -o json then says per node whether it may reboot tonight")] = None,
     os_: Annotated[str | None, typer.Option(
         "--os", metavar="OS", help="the OS they will run, e.g. ubuntu24.04 (an OS change brings its own kernel: "
                                    "pass --kernel with it)")] = None,
@@ -158,15 +159,18 @@ def plan(
         if from_archive:
             import dataclasses
 
-            tonight = _tonight(read.inventory.nodes, say_tty if announce else quiet)
-            pools = [p.as_dict() for p in tonight.pools]
-            using = dataclasses.replace(setup, change=dataclasses.replace(
-                setup.change, kernels=tuple(sorted(tonight.kernels.items())),
-                unknown=tuple(sorted(tonight.unknown.items()))))
+            from gpualign.usecases import tonight as tonight_of
+
+            archive = _tonight(read.inventory.nodes, say_tty if announce else quiet)
+            pools = [p.as_dict() for p in archive.pools]
+            booted = tonight_of.boots(read.inventory.nodes, archive)
+            using = dataclasses.replace(setup, change=tonight_of.change_of(booted, setup.change))
         planned = plan_cluster(read, using, selector)
         body = planned.as_dict()
         if pools is not None:
             body["archive"] = pools
+            # per node, may it reboot tonight: the verdict status --tonight, why --tonight and the controller give
+            body["reboot"] = [v.as_dict() for v in tonight_of.verdicts(booted, planned.needed, True)]
         return body, planned.clean, read.source
 
     if names is None:

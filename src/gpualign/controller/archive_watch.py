@@ -4,10 +4,11 @@ through the verified door), judged as the pool's nodes would be on it, and hande
 to build ahead, before any node installs it. A node waiting now always goes first (the trigger's order); a kernel
 that cannot be built makes no Job, only the trigger's refusal Event, on the pool's nodes.
 
-What it knows is also the reboot gate's (every node of a pool whose next kernel has no image is one kured must not
-reboot: `gpualign_archive_kernel_driver_image_missing`), the board's, and the measure of how long an announced
-kernel waited for its image (`gpualign_archive_kernel_to_image_seconds`). A changed ledger re-judges the pools at
-once, without reading the archive again, so the gate opens when the image lands, not at the next poll.
+What it knows is also the reboot gate's (gpualign.controller.reboot_gate: each node's next kernel, judged on its
+own, and when the archive was last read: `gpualign_archive_read_timestamp_seconds`), the board's, and the measure of
+how long an announced kernel waited for its image (`gpualign_archive_kernel_to_image_seconds`). A changed ledger
+re-judges the pools at once, without reading the archive again, so the gate opens when the image lands, not at the
+next poll.
 
 A poll costs each suite's InRelease asked with If-Modified-Since, and a Packages index only when the suite changed.
 """
@@ -59,6 +60,9 @@ class ArchiveWatch:
     clock: Callable[[], float] = time.time
     ahead: dict[str, NodeFinding] = field(default_factory=dict)  # "archive/POOL" -> its next kernel's finding
     error: str | None = None  # why the last read failed (said once per cause)
+    read_at: float = 0.0  # when the archive was last read whole (0: never)
+    on_read: list[Callable[[], None]] = field(default_factory=list)  # after each read, or failed read
+    last: archive_next.Tonight | None = None  # the last reading, per node
     lock: threading.Lock = field(default_factory=threading.Lock)
     _pools: dict[str, tuple[archive_next.PoolNext, NodeFacts]] = field(default_factory=dict)
 
@@ -103,15 +107,34 @@ class ArchiveWatch:
                 changed = self.error != message
                 self.error = message
             if changed:
-                log.error("Debian's archive: %s (the next kernels are not built ahead until it can be read)",
-                          message)
+                log.error("Debian's archive: %s (the next kernels are not built ahead until it can be read, and the "
+                          "reboot gate holds the Debian nodes whose line it has not read)", message)
+            for hook in self.on_read:
+                hook()
             return
         by_name = {n.name: n for n in nodes}
-        pools = {PREFIX + pool.name: (pool, by_name[pool.nodes[0]]) for pool in tonight.pools
-                 if pool.next is not None and label_of(pool.next.release) not in pool.running}  # NFD's spelling
+        # a pool is judged on its first node not yet on its next kernel (NFD's spelling): a node already on it never
+        # takes the pool out while another still boots into it; a pool all on it is the nodes' own checks' to judge
+        pools = {}
+        for pool in tonight.pools:
+            behind = [n for n in pool.nodes if pool.next is not None and
+                      by_name[n].kernel != label_of(pool.next.release)]
+            if behind:
+                pools[PREFIX + pool.name] = (pool, by_name[behind[0]])
         with self.lock:
-            self._pools, self.error = pools, None
+            self._pools, self.error, self.last, self.read_at = pools, None, tonight, self.clock()
         self.rejudge(read=True)
+        for hook in self.on_read:
+            hook()
+
+    def reading(self) -> tuple[archive_next.Tonight | None, str | None]:
+        """The last reading (per node: the kernel it installs next, or why that is not known), and why the last read
+        failed. A reading older than two polls is no reading: the gate holds rather than trust it."""
+        with self.lock:
+            last, error, at = self.last, self.error, self.read_at
+        if last is not None and self.clock() - at > 2 * self.every:
+            return None, error or f"not read for {self.clock() - at:.0f}s (more than two polls)"
+        return last, error
 
     def rejudge(self, read: bool = False) -> None:
         """Judge each pool's next kernel against the ledger as it is now (after a poll, or when the ledger changed:

@@ -25,6 +25,7 @@ class LedgerView:
     judge_image: Judge = lambda _i, _a, _m: None
     ledger: Ledger | RepoLedgers = field(default_factory=lambda: Ledger(frozenset(), ()))
     judged: dict[tuple[str, str, str | None], str | None] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)  # image -> why its labels could not be read last time
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def refresh(self, operator: OperatorConfig | None) -> bool:
@@ -53,14 +54,24 @@ class LedgerView:
                 return self.judged[key]
         try:
             why = self.judge_image(image, arch, module_type)
-        except GpualignError as err:
+        except GpualignError as err:  # not cached: asked again at the next check; the reboot gate holds meanwhile
             log.warning("image %s: its labels could not be read: %s", image, err.message)
+            with self.lock:
+                self.unread[image] = err.message
             return None
+        with self.lock:
+            self.unread.pop(image, None)
         with self.lock:
             self.judged[key] = why
         if why:
             log.warning("driver image %s is present but wrong: %s", image, why)
         return why
+
+    def unjudged(self, image: str) -> str | None:
+        """Why a present image could not be judged at its last asking (its labels unreadable), or None."""
+        with self.lock:
+            why = self.unread.get(image)
+        return f"not judged: its labels could not be read ({why})" if why else None
 
     def unusable(self, image: str, arch: str, module_type: str | None) -> str | None:
         """Why the operator must not walk a node to this image (missing, or present but wrong), or None."""

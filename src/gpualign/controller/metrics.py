@@ -112,6 +112,39 @@ class ArchiveCollector(Collector):
         yield refused
 
 
+class RebootCollector(Collector):
+    """The reboot gate, per node (gpualign.controller.reboot_gate): gpualign_node_reboot_held{node,kernel,tag,hold} 1
+    for each GPU node that must not reboot tonight, gpualign_node_reboot_ready{node,kernel,tag} 1 or 0 for every
+    one; and, where Debian's archive is watched, when it was last read and how often it is polled, so that an alert
+    fires on a reading gone stale (and on the series' absence, when no controller answers)."""
+
+    def __init__(self, verdicts: Callable[[], list[Any]], archive: Callable[[], tuple[float, float] | None]) -> None:
+        self.verdicts, self.archive = verdicts, archive
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        held = GaugeMetricFamily("gpualign_node_reboot_held",
+                                 "1 for each GPU node that must not reboot tonight: the image of the kernel it boots "
+                                 "next is not present and judged (hold: missing, cannot-be-made, wrong, unsigned, "
+                                 "unjudged)", labels=["node", "kernel", "tag", "hold"])
+        ready = GaugeMetricFamily("gpualign_node_reboot_ready",
+                                  "1 when a GPU node may reboot tonight (the image of the kernel it boots next is in "
+                                  "the ledger and judged right), else 0", labels=["node", "kernel", "tag"])
+        for v in self.verdicts():
+            ready.add_metric([v.node, v.kernel or "", v.tag or ""], 1.0 if v.ready else 0.0)
+            if not v.ready:
+                held.add_metric([v.node, v.kernel or "", v.tag or "", str(v.hold)], 1.0)
+        yield held
+        yield ready
+        archive = self.archive()
+        if archive is not None:
+            read_at, every = archive
+            yield GaugeMetricFamily("gpualign_archive_read_timestamp_seconds",
+                                    "When Debian's archive was last read whole (0: not yet): older than two polls, "
+                                    "the reboot gate's alert holds every node", value=read_at)
+            yield GaugeMetricFamily("gpualign_archive_poll_seconds", "How often Debian's archive is read",
+                                    value=every)
+
+
 class Metrics:
     def __init__(self, snapshot: Callable[[], dict[str, Any]],
                  election_problem: Callable[[], str | None] = lambda: None,
@@ -154,6 +187,11 @@ class Metrics:
             "Seconds from Debian's archive first naming a pool's next kernel (as this controller read it) to the "
             "kernel's driver image being in the ledger", buckets=(60, 300, 900, 1800, 3600, 7200, 21600, 86400),
             registry=self.registry)
+
+    def watch_reboots(self, verdicts: Callable[[], list[Any]],
+                      archive: Callable[[], tuple[float, float] | None]) -> None:
+        """The reboot gate's gauges (kured's alert filter reads the alerts made of them)."""
+        self.registry.register(RebootCollector(verdicts, archive))
 
     def build_finished(self, _tag: str, result: str, seconds: float | None) -> None:
         self.builds_total.labels(result).inc()

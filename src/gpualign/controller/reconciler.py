@@ -84,6 +84,7 @@ class Reconciler:
     on_checked: Callable[[float], None] = lambda _s: None
     restarter: PullRestarter | None = None  # restarts a driver pod that waits for an image the ledger now has
     on_ledger_changed: list[Callable[[], None]] = field(default_factory=list)  # e.g. the archive's pools re-judged
+    after_check: list[Callable[[str], None]] = field(default_factory=list)  # e.g. the node's reboot verdict
     updated: str = ""
     node_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,6 +98,8 @@ class Reconciler:
         self.findings.forget(name)
         if self.restarter is not None:
             self.restarter.forget(name)
+        for hook in self.after_check:  # each asks the caches again, and finds the node gone
+            hook(name)
         with self.lock:
             self.node_locks.pop(name, None)
 
@@ -175,6 +178,8 @@ class Reconciler:
                 self.gate.release_if_held(facts)
             if self.restarter is not None:
                 self.restarter.apply(facts, finding)
+        for hook in self.after_check:
+            hook(name)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -222,9 +227,17 @@ class Reconciler:
     def _judged_as(self, name: str, labels: dict[str, str], branches: BranchPolicy, expect: Any) -> NodeFinding:
         """The finding of a node with these labels (its kernel or OS changed), without its driver pod."""
         future = node_facts({"metadata": {"name": name, "labels": labels}})
-        result = audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
-                                  expect=expect))
-        return NodeFinding.of(result.findings[0])
+
+        def judged(wrong: dict[str, str] | None = None) -> Any:
+            return audit(AuditInput([future], self.ledger.ledger, self.rules, branches, repository=self.repository,
+                                    expect=expect, wrong=wrong))
+
+        first = judged().findings[0]
+        # a present image is judged by its own labels, as the node's current one is (one answer with plan)
+        if first.status == Status.PRESENT and first.image and \
+                (why := self.ledger.wrong(first.image, future.arch, first.module_type)):
+            first = judged({first.image: why}).findings[0]
+        return NodeFinding.of(first)
 
     def _look_ahead(self, facts: NodeFacts, branches: BranchPolicy, expect: Any) -> None:
         """The image of the node's next kernel (gpualign.io/kernel.next) and OS (gpualign.io/os.next), judged as its

@@ -27,6 +27,7 @@ from gpualign.controller.metrics import Metrics
 from gpualign.controller.node_finding import NodeFinding
 from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
+from gpualign.controller.reboot_gate import RebootGate
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
 from gpualign.judging.signature_check import configured_trusted
@@ -118,12 +119,14 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
 
     watch: Any = None  # the archive watch, made below once the ledger was first read
+    gate: RebootGate | None = None  # the reboot gate, made below with the archive watch
 
     def board() -> dict[str, object]:
         view = board_view(findings.snapshot().values(), caches.snapshot(), leader=is_leader(),
                           updated=reconciler.updated, ledger_sources=ledger.ledger.sources, cluster=kube.server)
         return {**view, **({"builds": builder.status()} if builder is not None else {}),
-                **({"archive": watch.board()} if watch is not None else {})}
+                **({"archive": watch.board()} if watch is not None else {}),
+                **({"reboot": [v.as_dict() for v in gate.snapshot()]} if gate is not None else {})}
 
     trusted = configured_trusted()  # a bad key file: exit 2 now, before anything is served
     if trusted:
@@ -148,6 +151,14 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
                              on_landed=lambda pool, seconds: metrics.archive_to_image.observe(seconds))
         metrics.watch_archive(watch.pending)
         reconciler.on_ledger_changed.append(watch.rejudge)
+    gate = RebootGate(lambda name: caches.node(name)[0], caches.names, lambda n: findings.snapshot().get(n),
+                      lambda n: findings.ahead_snapshot().get(n), reconciler.future, unjudged=ledger.unjudged,
+                      archive=watch)
+    reconciler.after_check.append(gate.judge)
+    if watch is not None:
+        watch.on_read.append(gate.judge_all)
+    metrics.watch_reboots(gate.snapshot,
+                          lambda: (watch.read_at, watch.every) if watch is not None else None)
 
     def ahead() -> dict[str, NodeFinding]:
         return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}
