@@ -58,6 +58,16 @@ def test_alerts_and_dashboard_use_exported_metrics():
     gate = [r for r in rule["spec"]["groups"][0]["rules"] if r.get("alert") == "GPUDriverImageMissingForNextKernel"]
     assert {m for r in gate for m in re.findall(r"gpualign_[a-z_]+", r["expr"])} == {
         "gpualign_next_kernel_driver_image_missing", "gpualign_archive_kernel_driver_image_missing"}
+    # the reboot gate that fails closed: kured's filter '^GPUAlignReboot' takes a held node, no leading controller
+    # (an absent series), and a stale reading of Debian's archive; each fires at once (no `for`: no pending window)
+    closed = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]
+              if re.match("^GPUAlignReboot", r.get("alert", ""))}
+    assert set(closed) == {"GPUAlignRebootHeld", "GPUAlignRebootGateBlind", "GPUAlignRebootGateStale"}
+    assert all("for" not in r for r in closed.values())
+    assert "absent(" in closed["GPUAlignRebootGateBlind"]["expr"]
+    assert {m for r in closed.values() for m in re.findall(r"gpualign_[a-z_]+", r["expr"])} == {
+        "gpualign_node_reboot_held", "gpualign_leader", "gpualign_archive_read_timestamp_seconds",
+        "gpualign_archive_poll_seconds"}
 
 
 def test_deployment_is_hardened_and_the_role_least_privilege():
