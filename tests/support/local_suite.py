@@ -96,3 +96,19 @@ def serve_directory(serve, root: Path):  # noqa: ANN001, ANN201 - the loopback f
             send(h, b"not found", status=404)
 
     return serve(answer)
+
+
+class RecordedIndexes:
+    """Debian's recorded kernel-image stanzas, as the archive's door would hand them over (per suite and arch)."""
+
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
+        return (DATA / f"{suite}_{arch}.Packages").read_text()
+
+
+class UnreadableIndexes:
+    """An archive that answers every read with an error, as a mirror down would."""
+
+    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
+        from gpualign.base.errors import GpualignError
+
+        raise GpualignError("http://mirror/debian/dists/trixie/InRelease: HTTP 503")

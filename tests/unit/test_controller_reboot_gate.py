@@ -14,7 +14,8 @@ from gpualign.model.facts import node_facts
 from gpualign.model.reboot_gate import BootSource, Hold
 from tests.support import builders
 from tests.support.findings import node_finding
-from tests.unit.test_archive_watch import Recorded, Unreadable
+from tests.support.local_suite import RecordedIndexes as Recorded
+from tests.support.local_suite import UnreadableIndexes as Unreadable
 
 
 def _gate(tmp_path, nodes, ledger: set[str], wrong: dict[str, str] | None = None, index=None, clock=None):  # noqa: ANN001, ANN202

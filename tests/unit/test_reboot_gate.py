@@ -15,14 +15,9 @@ from gpualign.model.makers import Maker
 from gpualign.model.reboot_gate import BootSource, Hold, ImageVerdict, NextBoot, next_boot, reboot_verdict
 from gpualign.usecases import archive_next, tonight
 from tests.support import builders
-from tests.support.local_suite import DATA
+from tests.support.local_suite import RecordedIndexes as Recorded
 
 RULES = load_rules(None)
-
-
-class Recorded:
-    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
-        return (DATA / f"{suite}_{arch}.Packages").read_text()
 
 
 def _debian(name: str, kernel: str, version: str = "12", **labels: str) -> dict:
