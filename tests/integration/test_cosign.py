@@ -104,7 +104,8 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
         # ensure signs what it pushes: a mirror from a registry of its own, signed by digest
         other = "580-5.15.0-125-generic-ubuntu22.04"
         with own_registry(tmp_path / "upstream") as up:
-            up.push_image(other, {"DRIVER_VERSION": "580.173.02"})
+            # an image NVIDIA's pipeline labels `version=<branch>-<kernel>`: judged by its labels, then mirrored
+            up.push_image(other, {"DRIVER_VERSION": "580.173.02"}, labels={"version": "580-5.15.0-125-generic"})
             made = run_cli("ensure", other, "--ledger", ledger, "--upstream", f"registry://{up.ref.host}/nvidia/driver",
                            "-o", "json", env={**trusted, "GPUALIGN_COSIGN_KEY": str(tmp_path / "ours.key")},
                            timeout=300)

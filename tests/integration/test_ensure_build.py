@@ -31,6 +31,7 @@ from gpualign.judging import symvers as symvers_mod
 from gpualign.judging.verify import verify
 from gpualign.lab import docker_registry, kernel_load, processes
 from tests.support.cli import run_cli
+from tests.support.cosign_keys import key_pair
 from tests.support.ensure_build import KERNEL, OTHER, TAG, client, gpu_workload_on, modversions, pulled_modules, symvers
 from tests.support.lab import start_lab
 from tests.support.waits import pod_events, wait_for
@@ -251,6 +252,9 @@ def test_modules_built_for_one_security_update_are_refused_for_another_naming_a_
     assert client(lab.registry).digest(tag) is None  # nothing pushed
 
 
+NVIDIA_LABELS = {"version": "580-5.15.0-124-generic"}  # as NVIDIA's precompiled pipeline labels its images
+
+
 @pytest.fixture
 def upstream(tmp_path):
     """A second registry standing in for NVIDIA's, holding a 'published' Ubuntu image."""
@@ -262,7 +266,7 @@ def upstream(tmp_path):
 def test_a_published_image_is_mirrored_by_digest_and_a_dry_run_changes_nothing(lab, upstream):
     tag = "580-5.15.0-124-generic-ubuntu22.04"
     up = client(upstream)
-    up.push_image(tag, {"DRIVER_VERSION": "580.95.05"})
+    up.push_image(tag, {"DRIVER_VERSION": "580.95.05"}, labels=NVIDIA_LABELS)
     source = up.digest(tag)
     ledger = f"registry://{lab.registry}/mirror/driver"
     dry = lab.cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
@@ -277,6 +281,41 @@ def test_a_published_image_is_mirrored_by_digest_and_a_dry_run_changes_nothing(l
     assert client(lab.registry, "mirror/driver").digest(tag) == source  # byte for byte, by digest
 
 
+def test_an_upstream_image_nothing_vouches_for_is_neither_mirrored_nor_signed(lab, upstream, tmp_path):
+    """Review 6's H3: an image with no labels and no modules (or one whose labels name another build, or one not
+    signed by the upstream's key) under a tag no node uses yet is refused before the copy: nothing lands, nothing
+    is signed with the team's key, exit 1 naming why."""
+    from gpualign.ensure import signatures
+
+    tag = "580-5.15.0-124-generic-ubuntu22.04"
+    up = client(upstream)
+    ledger = f"registry://{lab.registry}/vouch/driver"
+    key, _ = key_pair(tmp_path, "team")
+    env = {**lab.env, "GPUALIGN_COSIGN_KEY": str(key)}
+    for labels, said in ((None, "unverified: its config carries no labels"),
+                         ({"version": "580-5.15.0-125-generic"}, "wrong: its label version=580-5.15.0-125-generic")):
+        up.push_image(tag, {"DRIVER_VERSION": "580.95.05"}, labels=labels)
+        res = run_cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
+                      env=env, timeout=300)
+        assert res.code == 1, res.out + res.err
+        assert said in res.err and "not mirrored, not signed" in res.err, res.err
+        assert client(lab.registry, "vouch/driver").digest(tag) is None  # nothing landed
+    # labelled as NVIDIA labels it, but the upstream's key is given and it never signed this digest
+    up.push_image(tag, {"DRIVER_VERSION": "580.95.05"}, labels=NVIDIA_LABELS)
+    theirs, theirs_pub = key_pair(tmp_path, "theirs")
+    res = run_cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
+                  "--upstream-key", str(theirs_pub), env=env, timeout=300)
+    assert res.code == 1 and "is not signed by its key" in res.err, res.err
+    assert client(lab.registry, "vouch/driver").digest(tag) is None
+    # signed by the upstream's key: verified, judged, mirrored, then signed with the team's
+    signatures.sign(up, tag, signatures.load_private_key(theirs))
+    res = run_cli("ensure", tag, "--ledger", ledger, "--upstream", f"registry://{upstream}/nvidia/driver",
+                  "--upstream-key", str(theirs_pub), env=env, timeout=300)
+    assert res.code == 0, res.err
+    assert "upstream signature verified" in res.err and "upstream image judged" in res.err
+    assert client(lab.registry, "vouch/driver").digest(tag) == up.digest(tag)
+
+
 def test_a_build_in_another_cluster_holds_the_registry_lock_and_this_run_waits_then_finds_it_made(lab, upstream):
     """Two clusters filling one registry: a Kubernetes Lease is per cluster, so only the registry can say that
     another cluster is making the tag. This run waits on the registry's lock, names its holder, and once the holder
@@ -284,7 +323,7 @@ def test_a_build_in_another_cluster_holds_the_registry_lock_and_this_run_waits_t
     from gpualign.ensure import registry_lock
 
     tag = "580-5.15.0-124-generic-ubuntu22.04"
-    client(upstream).push_image(tag, {"DRIVER_VERSION": "580.95.05"})
+    client(upstream).push_image(tag, {"DRIVER_VERSION": "580.95.05"}, labels=NVIDIA_LABELS)
     ledger_repo = "shared/driver"
     other = client(lab.registry, ledger_repo)  # "the other cluster": its build holds the lock
     held, release = threading.Event(), threading.Event()

@@ -383,6 +383,11 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
     rendered = docs(helm("template", "ga", str(CHART), "-n", "gpualign-vap", *IMAGE, "--set", "builds.enabled=true",
                          "--set", f"builds.namespace={ns}", "--set", "builds.pushSecret=push",
                          "--set", "builds.cosignKeySecret=cosign-key",
+                         "--set", "ledgers[0]=registry://registry.local/nvidia/driver",
+                         "--set", "builds.upstream=registry://mirror.local/nvidia/driver",
+                         "--set", "builds.tolerations[0].key=builders",
+                         "--set", "builds.tolerations[0].operator=Exists",
+                         "--set", "builds.tolerations[0].effect=NoSchedule",
                          "--set-string", "signatures.trustedKeys=-----BEGIN PUBLIC KEY-----").stdout)
     wanted = [o for o in rendered if o["kind"] in ("Namespace", "ValidatingAdmissionPolicy",
                                                    "ValidatingAdmissionPolicyBinding")]
@@ -395,8 +400,11 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
                                ledger="registry://registry.local/nvidia/driver", namespace=ns,
                                service_account="gpualign-controller-builder", push_secret="push",
                                cosign_key_secret="cosign-key",
-                               trusted_keys_configmap="gpualign-controller-trusted-keys")
+                               trusted_keys_configmap="gpualign-controller-trusted-keys",
+                               upstream="registry://mirror.local/nvidia/driver",
+                               tolerations=[{"key": "builders", "operator": "Exists", "effect": "NoSchedule"}])
     good = J.build_job("535-6.1.0-57-amd64-debian12", 1, ["n1"], settings, "0.1.0")
+    open_modules = J.build_job("550-6.12.118_deb13-amd64-debian13", 1, ["n1"], settings, "0.1.0", flavour="open")
     assert {v["name"] for v in good["spec"]["template"]["spec"]["volumes"]} == {
         "cache", "push-credentials", "cosign-key", "trusted-keys"}  # signing and trusting: admitted below
 
@@ -415,15 +423,34 @@ def test_the_build_namespace_admits_only_the_builders_own_job_on_the_real_api_se
                                   s["containers"][0]["volumeMounts"].append({"name": "root", "mountPath": "/host"})))
     other_account = broken(lambda s: s.update(serviceAccountName="default"))
     other_secret = broken(lambda s: s["volumes"][2]["secret"].update(secretName="someone-elses"))
+
+    def with_args(change) -> dict:  # noqa: ANN001 - a function of the argument list
+        return broken(lambda s: s["containers"][0].update(args=change(list(s["containers"][0]["args"]))))
+
+    # review 6's H3: what a stolen controller token would ask of the build path
+    extra_flag = with_args(lambda a: [*a, "--modules-from", "/cache/planted"])
+    other_upstream = with_args(lambda a: [x if x != "registry://mirror.local/nvidia/driver" else
+                                          "registry://evil.example/driver" for x in a])
+    shell_tag = with_args(lambda a: [a[0], "535-6.1.0-57-amd64-debian12;id", *a[2:]])
+    not_a_tag = with_args(lambda a: [a[0], "$(id)", *a[2:]])
+    other_ledger = with_args(lambda a: [x if x != "registry://registry.local/nvidia/driver" else
+                                        "registry://evil.example/driver" for x in a])
+    every_taint = broken(lambda s: s.update(tolerations=[{"operator": "Exists"}]))
+    control_plane = broken(lambda s: s.update(nodeSelector={"node-role.kubernetes.io/control-plane": ""}))
     try:
         # the binding takes effect within a few seconds of its creation: wait until the policy refuses something
         deadline = time.monotonic() + 60
         while dry_run(other_image)[0] < 400:
             assert time.monotonic() < deadline, "the admission policy never took effect"
             time.sleep(1)
-        code, text = dry_run(good)
-        assert code == 201, text
-        for job, words in ((other_image, "runs the builder image registry.local/gpualign-builder:0.1.0 only"),
+        for admitted in (good, open_modules):
+            code, text = dry_run(admitted)
+            assert code == 201, text
+        pinned = "only the flags and values the chart sets"
+        for job, words in ((extra_flag, pinned), (other_upstream, pinned), (shell_tag, pinned), (not_a_tag, pinned),
+                           (other_ledger, pinned), (every_taint, "never every taint"),
+                           (control_plane, "placed by the chart's builds.nodeSelector only"),
+                           (other_image, "runs the builder image registry.local/gpualign-builder:0.1.0 only"),
                            (other_command, "runs `gpualign ensure TAG` only"),
                            (host_path, "no hostPath"),
                            (other_account, "runs as the builder's ServiceAccount gpualign-controller-builder only"),
@@ -507,3 +534,84 @@ def test_the_chart_is_packaged_with_its_provenance_and_verifies(tmp_path):
     assert package.with_name(package.name + ".prov").exists()
     verified = helm("verify", "--keyring", str(tmp_path / "pubring.gpg"), str(package))
     assert "Chart Hash Verified" in verified.stdout + verified.stderr
+
+
+def test_the_controllers_node_patches_and_pod_deletes_are_limited_to_its_own_keys_on_the_real_api_server(lab):
+    """Review 6's M3: RBAC gives the controller `nodes patch` on every node and `pods delete` in the driver's
+    namespace; the chart's admission policies narrow both. As the controller's ServiceAccount (impersonated), a patch
+    of gpualign's own keys and of the operator's skip label is admitted; a cordon, a taint, another label or
+    annotation is refused; so is deleting a pod there that is not a driver pod."""
+    import time
+
+    ns = "gpualign-npp"
+    rendered = docs(helm("template", "ga", str(CHART), "-n", ns, *IMAGE,
+                         "--set", "restartWaitingDriverPods.namespace=npp-drivers").stdout)
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+             "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    wanted = [o for o in rendered if o["kind"] in kinds]
+    kube = lab.kube()
+    for name in (ns, "npp-drivers"):
+        kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    for obj in wanted:
+        kube.apply(obj)
+    node = "gpu-npp"
+    kube.apply({"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": node, "labels": {"nvidia.com/gpu.present": "true"},
+        "annotations": {"kwok.x-k8s.io/node": "fake"}}})
+    pods = {"nvidia-driver-x": {"app.kubernetes.io/component": "nvidia-driver"},
+            "gpu-operator-x": {"app": "gpu-operator"}}
+    for name, labels in pods.items():
+        kube.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "npp-drivers",
+                                                                    "labels": labels},
+                    "spec": {"nodeName": "nowhere", "containers": [{"name": "c", "image": "pause"}]}})
+    who = f"system:serviceaccount:{ns}:gpualign-controller"
+
+    def as_controller(*args: str) -> subprocess.CompletedProcess[str]:
+        return kubectl(lab, *args, "--as", who, "--dry-run=server")
+
+    def patch(body: str) -> subprocess.CompletedProcess[str]:
+        return as_controller("patch", "node", node, "--type", "merge", "-p", body)
+
+    try:
+        deadline = time.monotonic() + 60
+        while patch('{"spec":{"unschedulable":true}}').returncode == 0:  # the binding takes a few seconds
+            assert time.monotonic() < deadline, "the node-patch policy never took effect"
+            time.sleep(1)
+        for body in ('{"metadata":{"annotations":{"gpualign.io/driver-image":"missing"}}}',
+                     '{"metadata":{"labels":{"nvidia.com/gpu-driver-upgrade.skip":"true"},'
+                     '"annotations":{"gpualign.io/upgrade-gated":"x"}}}'):
+            done = patch(body)
+            assert done.returncode == 0, (body, done.stderr)
+        for body, words in (('{"spec":{"unschedulable":true}}', "no cordon, no taint"),
+                            ('{"spec":{"taints":[{"key":"x","effect":"NoSchedule"}]}}', "no cordon, no taint"),
+                            ('{"metadata":{"labels":{"nvidia.com/gpu.present":"false"}}}', "only its own labels"),
+                            ('{"metadata":{"labels":{"evil":"1"}}}', "only its own labels"),
+                            ('{"metadata":{"annotations":{"kwok.x-k8s.io/node":"other"}}}',
+                             "only its own annotations")):
+            refused = patch(body)
+            assert refused.returncode != 0 and words in refused.stderr, (body, refused.stderr)
+        deleted = as_controller("delete", "pod", "nvidia-driver-x", "-n", "npp-drivers")
+        assert deleted.returncode == 0, deleted.stderr
+        refused = as_controller("delete", "pod", "gpu-operator-x", "-n", "npp-drivers")
+        assert refused.returncode != 0 and "deletes driver pods only" in refused.stderr, refused.stderr
+    finally:
+        kubectl(lab, "delete", "node", node, "--wait=false")
+        for obj in reversed(wanted):
+            if obj["kind"] in ("ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                               "ValidatingAdmissionPolicyBinding"):
+                kubectl(lab, "delete", obj["kind"].lower(), obj["metadata"]["name"], "--wait=false")
+        for name in (ns, "npp-drivers"):
+            kubectl(lab, "delete", "namespace", name, "--wait=false")
+
+
+def test_the_chart_refuses_a_private_key_as_trusted_and_the_release_namespace_for_builds(tmp_path):
+    """Review 6's H4 and M6: a private key pasted into signatures.trustedKeys would be rendered into ConfigMaps;
+    builds.namespace equal to the release namespace would bind the builds policy to the controller's own."""
+    private = tmp_path / "cosign.key"
+    private.write_text("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIB\n-----END EC PRIVATE KEY-----\n")
+    refused = helm("template", "ga", str(CHART), *IMAGE, "--set-file", f"signatures.trustedKeys={private}",
+                   check=False)
+    assert refused.returncode != 0 and "trustedKeys" in refused.stderr, refused.stderr
+    same = helm("template", "ga", str(CHART), "-n", "gpualign-system", *IMAGE, "--set", "builds.enabled=true",
+                "--set", "builds.namespace=gpualign-system", check=False)
+    assert same.returncode != 0 and "is the release namespace" in same.stderr, same.stderr

@@ -36,7 +36,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- /* The namespace the build Jobs run in: one of their own, apart from the controller's (whose namespace can then
 enforce Pod Security `restricted`). */ -}}
 {{- define "gpualign.buildNamespace" -}}
-{{- .Values.builds.namespace | default "gpualign-builds" -}}
+{{- $ns := .Values.builds.namespace | default "gpualign-builds" -}}
+{{- if and .Values.builds.enabled (eq $ns .Release.Namespace) -}}
+{{- fail (printf "builds.namespace %s is the release namespace: the build pods are privileged, so they run in a namespace of their own (default gpualign-builds)" $ns) -}}
+{{- end -}}
+{{- $ns -}}
 {{- end }}
 
 {{/* Whether the controller reads Debian's archive (builds ahead of the kernel it installs next): "true" or "". */}}

@@ -85,6 +85,12 @@ def ensure(
         "--upstream", metavar="REGISTRY",
         help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
              "tags NVIDIA publishes precompiled (ubuntu)]")] = None,
+    upstream_key: Annotated[list[Path] | None, typer.Option(
+        "--upstream-key", metavar="PUB", envvar="GPUALIGN_UPSTREAM_KEYS",
+        help="a public key (cosign's PEM) the upstream signs its images with; repeatable (env: ':'-separated). "
+             "A mirror's upstream signature over its digest is then verified before anything is copied. Every "
+             "mirror is judged first either way (its labels, and its modules where the kernel has headers): "
+             "gpualign signs only what it built or judged")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
     = False,
     jobs: Annotated[int, typer.Option(
@@ -156,7 +162,7 @@ def ensure(
     if flags.ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
                        "--render DIR to write the recipes instead")
-    outcomes = _make(flags, specs, asked, signing, failed)
+    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key))
     _finish(flags, outcomes, failed)
 
 
@@ -266,8 +272,19 @@ def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
     return specs
 
 
+def _upstream_keys(paths: list[Path] | None) -> tuple[Any, ...]:
+    """The upstream's public keys (--upstream-key, or $GPUALIGN_UPSTREAM_KEYS ':'-separated), loaded now: a bad one
+    is bad input before anything is asked."""
+    if not paths:
+        return ()
+    from gpualign.judging.signature_check import load_trusted
+
+    named = [p for path in paths for p in str(path).split(":") if p]
+    return load_trusted(named)
+
+
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
-          failed: Failed) -> list[Outcome]:
+          failed: Failed, upstream_keys: tuple[Any, ...] = ()) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
     from gpualign.kube.lease import LeaseNamespaceMissing
     from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
@@ -280,7 +297,8 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
 
     req = Request(flags.ledger, flags.upstream, flags.docker_config, flags.dry_run, flags.jobs, flags.flavour,
                   asked.flavours, flags.modules_from, signing, flags.lease, flags.kubeconfig, flags.context,
-                  flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported))
+                  flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported),
+                  upstream_keys=upstream_keys)
     try:
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)
     except UpstreamUnusable as err:

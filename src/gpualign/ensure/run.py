@@ -34,9 +34,9 @@ from gpualign.ensure.outcome import (
 )
 from gpualign.ensure.refusals import UpstreamUnreachable
 from gpualign.ensure.signatures import attest, sign
-from gpualign.ensure.stage import Options, PresentButWrong, Say, tag_lock
+from gpualign.ensure.stage import Options, PresentButWrong, Say, UpstreamNotVouched, tag_lock
 from gpualign.judging import tagspec
-from gpualign.judging.judge import NO_LABELS, judge
+from gpualign.judging.judge import AUTO, NO_LABELS, STRICT, judge, unvouched
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -175,6 +175,8 @@ def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit
     t0 = time.monotonic()
     source = opts.upstream.digest(spec.tag)
     assert source is not None
+    _vouch_for_upstream(spec, source, opts, say)
+    emit(Timed("judge", time.monotonic() - t0))
     say(spec.tag, f"mirror: {opts.upstream.ref.image}@{source}")
     kit.mirror(opts.upstream.ref, opts.target.ref, spec.tag, source, opts.authfile)
     digest = opts.target.digest(spec.tag)
@@ -183,6 +185,38 @@ def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit
         raise PushRefused(f"{spec.tag}: the ledger answers digest {digest} after mirroring {source}")
     emit(Pushed(digest))
     say(spec.tag, f"mirrored: {digest}")
+
+
+def _vouch_for_upstream(spec: tagspec.TagSpec, digest: str, opts: Options, say: Say) -> None:
+    """What is mirrored gets the team's signature, so it passes the judgement a build passes first: the upstream's
+    own signature over the digest where its keys are given, then its labels and modules against the tag's kernel.
+    Refused: nothing is copied."""
+    assert opts.upstream is not None
+    source = f"{opts.upstream.ref.image}:{spec.tag}"
+    if opts.upstream_keys:
+        from gpualign.judging.signature_check import verify
+
+        verdict = verify(opts.upstream, digest, opts.upstream_keys)
+        if not verdict.ok:
+            raise UpstreamNotVouched(f"{spec.tag}: the upstream's image {source}@{digest} is not signed by its "
+                                     f"key ({verdict.why}): not mirrored, not signed")
+        say(spec.tag, f"upstream signature verified: {verdict.why or 'signed by its key'}")
+    modules = STRICT if opts.check_present == STRICT else AUTO
+    why = unvouched(source, spec.kernel, docker_config=Path(opts.authfile) if opts.authfile else None,
+                    modules=modules, archs=(_arch_of(spec.kernel),))
+    if why is not None:
+        raise UpstreamNotVouched(f"{spec.tag}: the upstream's image {source}@{digest} is {why}: not mirrored, not "
+                                 "signed (gpualign signs only what it built or judged)")
+    say(spec.tag, "upstream image judged: its labels and modules agree with its tag")
+
+
+def _arch_of(kernel: str) -> str:
+    """The CPU architecture a kernel runs on: Debian's say it; others (Ubuntu's, RHEL's) are amd64's here, as the
+    precompiled images NVIDIA publishes are."""
+    from gpualign.model import debian_kernels
+
+    parsed = debian_kernels.parse(kernel)
+    return parsed.arch if parsed is not None else "arm64" if kernel.endswith(("arm64", "aarch64")) else "amd64"
 
 
 def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:

@@ -36,6 +36,11 @@ class PresentButWrong(Refused):
     """A tag in the ledger whose image fails the check (exit 1); replaced only when asked to."""
 
 
+class UpstreamNotVouched(Refused):
+    """The upstream's image under a tag could not be vouched for (wrong, unverified, unlabelled, or not signed by
+    the upstream's key): nothing is mirrored, so nothing of it is signed (exit 1)."""
+
+
 class NotVerified(Refused):
     """The modules would not load on the kernel in the tag (exit 1; nothing was pushed)."""
 
@@ -69,6 +74,7 @@ class Options:
     share_push: bool = True  # share the modules this build compiled, once verified
     ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
     cosign_key: Any = field(default_factory=lambda: _configured_key())  # signs what is pushed, as cosign signs
+    upstream_keys: tuple[Any, ...] = ()  # keys the upstream signs with (cosign's format): its signature checked first
 
 
 def _configured_key() -> Any:

@@ -41,6 +41,7 @@ class Judgement:
     warnings: list[str] = field(default_factory=list)
     platforms: dict[str, tuple[str, ...]] = field(default_factory=dict)  # image -> the linux CPU archs it holds
     flavours: dict[str, str] = field(default_factory=dict)  # image -> the flavour of its modules, by its label
+    labelled: set[str] = field(default_factory=set)  # images whose own labels name their kernel and branch, and agree
 
     def wrong_for(self, image: str, arch: str, module_type: str | None = None) -> str | None:
         """Why the image is wrong for a node of CPU architecture `arch` whose driver pod is given `module_type`
@@ -172,6 +173,8 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
                     out.wrong[image] = why
                     out.unverified.pop(image, None)
                     out.verified.pop(image, None)
+                elif names_its_build(labels):
+                    out.labelled.add(image)
                 elif unlabelled and not labels and image not in out.verified and image not in out.unverified and \
                         try_parse(tag) is not None and any(checkable(k) for k in needs[image] if k):
                     # nothing in it says what it was built for, and its modules were not checked: never "present"
@@ -181,6 +184,32 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
         finally:
             client.close()
     return out
+
+
+def names_its_build(labels: Mapping[str, str]) -> bool:
+    """Whether an image's labels say which kernel and branch it was built for (gpualign's, or NVIDIA's
+    `version=<branch>-<kernel>`): what by_labels can then hold against its tag."""
+    version = labels.get("version") or ""
+    return bool(labels.get("io.gpualign.kernel") and labels.get("io.gpualign.driver-branch")) or \
+        (version.partition("-")[0].isdigit() and bool(version.partition("-")[2]))
+
+
+def unvouched(image: str, kernel: str, *, docker_config: Path | None = None, modules: str = AUTO,
+              archs: Iterable[str] = ("amd64",)) -> str | None:
+    """Why gpualign cannot vouch for an image under its tag, or None when it can: nothing wrong in it, its modules
+    passed the kernel's checks or its own labels name the build its tag names, and it could be read. What ensure
+    asks of an image before it mirrors it, and so before it signs anything it did not build."""
+    found = judge({image: (kernel,)}, docker_config=docker_config, modules=modules, archs={image: tuple(archs)},
+                  trusted=())
+    if image in found.wrong:
+        return f"wrong: {found.wrong[image]}"
+    if image in found.unverified:
+        return f"unverified: {found.unverified[image]}"
+    if found.warnings:
+        return f"not judged: {found.warnings[0]}"
+    if image in found.verified or image in found.labelled:
+        return None
+    return f"unverified: {NO_LABELS}"
 
 
 def _unsigned(client: RegistryClient, tag: str, trusted: tuple[Any, ...]) -> str | None:

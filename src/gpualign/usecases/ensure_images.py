@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import run, stage
@@ -64,6 +65,7 @@ class Request:
     shared_modules: bool = True
     # tags a report named: one gpualign cannot make is handed to `cannot_make`, and the others still go on
     skippable: frozenset[str] = frozenset()
+    upstream_keys: tuple[Any, ...] = ()  # the upstream's public keys: a mirror's signature verified before the copy
 
 
 def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
@@ -108,6 +110,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                                            signing=req.signing, leases=leases, authfile=authfile,
                                            check_present=STRICT if req.verify_modules else OFF,
                                            replace_wrong=req.replace_wrong, share_pull=req.shared_modules,
+                                           upstream_keys=req.upstream_keys,
                                            share_push=req.shared_modules,
                                            together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                           debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
