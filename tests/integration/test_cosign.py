@@ -151,3 +151,42 @@ def test_cosign_verifies_the_sbom_and_provenance_gpualign_attests_and_downloads_
     refused = run(cosign, tmp_path, "verify-attestation", "--key", "other.pub", "--type", "spdxjson",
                   "--insecure-ignore-tlog=true", "--allow-http-registry", image)
     assert refused.returncode != 0  # another key's: cosign refuses
+
+
+def _cosign_with_password(cosign: Path, cwd: Path, password: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(cosign), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COSIGN_PASSWORD": password, "HOME": str(cwd)})
+
+
+def test_the_teams_own_encrypted_cosign_key_signs_and_cosign_verifies_it(cosign, registry, tmp_path, monkeypatch):
+    """Review 6's H4: a key from `cosign generate-key-pair` (encrypted, its password in $COSIGN_PASSWORD) signs
+    what gpualign pushes, and cosign verifies it with the key's public half; a wrong password is one line."""
+    from gpualign.base.errors import BadInput
+    from gpualign.ensure import cosign_keys
+
+    made = _cosign_with_password(cosign, tmp_path, "team-secret", "generate-key-pair",
+                                 "--output-key-prefix", "team")
+    assert made.returncode == 0, made.stderr
+    assert b"ENCRYPTED SIGSTORE PRIVATE KEY" in (tmp_path / "team.key").read_bytes()
+    tag = "535-6.1.0-50-amd64-debian12"
+    registry.push_image(tag, {"KERNEL": "6.1.0-50-amd64"})
+    digest = registry.digest(tag)
+    monkeypatch.setenv("COSIGN_PASSWORD", "wrong")
+    with pytest.raises(BadInput, match="does not open this key"):
+        cosign_keys.load_signer(str(tmp_path / "team.key"))
+    monkeypatch.setenv("COSIGN_PASSWORD", "team-secret")
+    signatures.sign(registry, tag, cosign_keys.load_signer(str(tmp_path / "team.key")))
+    verified = run(cosign, tmp_path, "verify", "--key", "team.pub", "--insecure-ignore-tlog=true",
+                   "--allow-http-registry", f"{registry.ref.host}/nvidia/driver@{digest}")
+    assert verified.returncode == 0, verified.stderr
+    # the same key through cosign itself (the path a KMS or Vault reference takes: `cosign sign-blob`)
+    other = "535-6.1.0-57-amd64-debian12"
+    registry.push_image(other, {"KERNEL": "6.1.0-57-amd64"})
+    through = cosign_keys.CosignSigner(str(tmp_path / "team.key"), cosign=str(cosign))
+    signatures.sign(registry, other, through)
+    verified = run(cosign, tmp_path, "verify", "--key", "team.pub", "--insecure-ignore-tlog=true",
+                   "--allow-http-registry", f"{registry.ref.host}/nvidia/driver@{registry.digest(other)}")
+    assert verified.returncode == 0, verified.stderr
+    trusted = signature_check.load_trusted([str(tmp_path / "team.pub")])
+    assert signature_check.verify(registry, registry.digest(other), trusted).ok
+

@@ -28,6 +28,7 @@ from gpualign.cli.options import (
     RepositoryOpt,
     RulesOpt,
     SelectorOpt,
+    TrustedKeyOpt,
 )
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ def check(
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     verify_modules: Annotated[bool, typer.Option(
         "--verify-modules",
         help="also pull each present image's kernel modules and check them as the node's kernel would at load "

@@ -22,6 +22,7 @@ from gpualign.cli.options import (
     OperatorVersionOpt,
     RepositoryOpt,
     RulesOpt,
+    TrustedKeyOpt,
 )
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ def controller(
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     ledger_refresh: Annotated[float, typer.Option(
         metavar="SECONDS", help="seconds between re-reads of the ledger")] = 60.0,
     gate_operator_upgrades: Annotated[bool, typer.Option(

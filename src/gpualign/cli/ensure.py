@@ -24,6 +24,7 @@ from gpualign.cli.options import (
     SignCertOpt,
     SignKeyOpt,
     SignSecretOpt,
+    TrustedKeyOpt,
 )
 
 if TYPE_CHECKING:
@@ -85,6 +86,13 @@ def ensure(
         "--upstream", metavar="REGISTRY",
         help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
              "tags NVIDIA publishes precompiled (ubuntu)]")] = None,
+    cosign_key: Annotated[str | None, typer.Option(
+        "--cosign-key", metavar="KEY", envvar="GPUALIGN_COSIGN_KEY",
+        help="sign every image pushed (and attest a build's SBOM and provenance) with this key, named as cosign "
+             "names keys: a key file from `cosign generate-key-pair` (its password in $COSIGN_PASSWORD) or an "
+             "unencrypted PEM ECDSA P-256 key; k8s://NAMESPACE/SECRET (cosign's Secret); or a KMS or Vault "
+             "reference (awskms://, gcpkms://, azurekms://, hashivault://), signed by cosign itself on PATH. "
+             "Only what ensure built and verified, or judged, is signed [default: unsigned]")] = None,
     upstream_key: Annotated[list[Path] | None, typer.Option(
         "--upstream-key", metavar="PUB", envvar="GPUALIGN_UPSTREAM_KEYS",
         help="a public key (cosign's PEM) the upstream signs its images with; repeatable (env: ':'-separated). "
@@ -143,6 +151,7 @@ def ensure(
     output: OutputOpt = Output.table,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
 ) -> None:
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
@@ -162,7 +171,7 @@ def ensure(
     if flags.ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
                        "--render DIR to write the recipes instead")
-    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key))
+    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key), _cosign_signer(cosign_key))
     _finish(flags, outcomes, failed)
 
 
@@ -283,8 +292,22 @@ def _upstream_keys(paths: list[Path] | None) -> tuple[Any, ...]:
     return load_trusted(named)
 
 
+def _cosign_signer(reference: str | None) -> Any:
+    """The signer --cosign-key names, opened now (a wrong password or an unreadable key is bad input before any
+    work); None: nothing is signed."""
+    if not reference:
+        return None
+    import os
+
+    from gpualign.ensure.cosign_keys import load_signer
+    from gpualign.model.cosign import KEY_ENV
+
+    os.environ.setdefault(KEY_ENV, reference)  # what a build shares (modules, a user space) is signed by it too
+    return load_signer(reference)
+
+
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
-          failed: Failed, upstream_keys: tuple[Any, ...] = ()) -> list[Outcome]:
+          failed: Failed, upstream_keys: tuple[Any, ...] = (), cosign_signer: Any = None) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
     from gpualign.kube.lease import LeaseNamespaceMissing
     from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
@@ -298,7 +321,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
     req = Request(flags.ledger, flags.upstream, flags.docker_config, flags.dry_run, flags.jobs, flags.flavour,
                   asked.flavours, flags.modules_from, signing, flags.lease, flags.kubeconfig, flags.context,
                   flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported),
-                  upstream_keys=upstream_keys)
+                  upstream_keys=upstream_keys, cosign_key=cosign_signer)
     try:
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)
     except UpstreamUnusable as err:

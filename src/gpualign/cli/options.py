@@ -84,6 +84,27 @@ InsecureRegistryOpt = Annotated[list[str] | None, typer.Option(
     help="speak plain http to this registry although it is not on this machine (repeatable); without it, http:// "
          "to a remote registry is refused")]
 
+
+def _trust(keys: list[str] | None) -> list[str] | None:
+    """The keys named are loaded now (a bad one is bad input, in one line) and become this run's trusted keys."""
+    if keys:
+        import os
+
+        from gpualign.judging.signature_check import load_trusted
+        from gpualign.model.cosign import TRUSTED_ENV
+
+        paths = [p for k in keys for p in k.split(":") if p]
+        load_trusted(paths)
+        os.environ[TRUSTED_ENV] = ":".join(paths)
+    return keys
+
+
+TrustedKeyOpt = Annotated[list[str] | None, typer.Option(
+    "--trusted-key", metavar="PUB", envvar="GPUALIGN_TRUSTED_KEYS", callback=_trust,
+    help="a public key (PEM, as `cosign generate-key-pair` writes cosign.pub) every driver image must be signed by, "
+         "over its digest, as cosign signs; repeatable (env: ':'-separated). An image without such a signature is "
+         "present but unsigned: never present [default: signatures not checked]")]
+
 SignKeyOpt = Annotated[Path | None, typer.Option(
     "--sign-key", metavar="FILE", help="sign every module of the images built for Secure Boot with this private key "
                                        "(PEM, unencrypted); needs --sign-cert")]

@@ -29,6 +29,7 @@ from gpualign.cli.options import (
     RepositoryOpt,
     RulesOpt,
     SelectorOpt,
+    TrustedKeyOpt,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def plan(
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,

@@ -24,6 +24,7 @@ from gpualign.cli.options import (
     OutputOpt,
     RulesOpt,
     SelectorOpt,
+    TrustedKeyOpt,
 )
 from gpualign.cli.upgrade import ToBranchOpt
 
@@ -117,6 +118,7 @@ def status(
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
@@ -216,6 +218,7 @@ def why(
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,

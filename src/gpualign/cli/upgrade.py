@@ -26,6 +26,7 @@ from gpualign.cli.options import (
     SignCertOpt,
     SignKeyOpt,
     SignSecretOpt,
+    TrustedKeyOpt,
 )
 
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
@@ -260,6 +261,7 @@ def upgrade(
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
+    trusted_key: TrustedKeyOpt = None,
     output: OutputOpt = Output.table,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,

@@ -1,7 +1,8 @@
 """Driver images, and what builds share, signed as cosign signs them, with their SBOM and provenance attested
-(gpualign.model.cosign for the format; gpualign.judging.signature_check verifies). The key is a PEM ECDSA P-256
-private key (PKCS#8 or SEC1, unencrypted: `openssl ecparam -genkey -name prime256v1 -noout -out key.pem`), named in
-$GPUALIGN_COSIGN_KEY. Keyless signing needs the internet and is not offered.
+(gpualign.model.cosign for the format; gpualign.judging.signature_check verifies). The key is named as cosign names
+it (gpualign.ensure.cosign_keys: cosign's encrypted key file with $COSIGN_PASSWORD, an unencrypted PEM, a
+k8s://NAMESPACE/SECRET, a KMS or Vault reference), in --cosign-key or $GPUALIGN_COSIGN_KEY. Keyless signing needs the
+internet and is not offered.
 """
 
 from __future__ import annotations
@@ -12,10 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from gpualign.base.errors import BadInput
+from gpualign.ensure.cosign_keys import Signer, load_signer
 from gpualign.model import attestations, cosign
 
 if TYPE_CHECKING:
@@ -24,20 +23,12 @@ if TYPE_CHECKING:
 KEY_ENV = cosign.KEY_ENV
 
 
-def load_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
-    try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the signing key: {err.strerror}") from None
-    except (ValueError, TypeError) as err:
-        raise BadInput(f"{path}: not an unencrypted PEM private key ({err}); make one with `openssl ecparam "
-                       "-genkey -name prime256v1 -noout -out key.pem`") from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise BadInput(f"{path}: not an ECDSA key: cosign verifies ECDSA P-256 signatures")
-    return key
+def load_private_key(path: Path) -> Signer:
+    """The signer of a key file (cosign's encrypted format, with $COSIGN_PASSWORD, or an unencrypted PEM)."""
+    return load_signer(str(path))
 
 
-def sign(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, repo: str | None = None) -> str:
+def sign(client: RegistryClient, tag: str, key: Signer, repo: str | None = None) -> str:
     """Sign the image under `tag` by its digest, beside any signature it has: the signature tag's name."""
     repo = repo or client.ref.repo
     digest = client.digest(tag, repo)
@@ -45,7 +36,7 @@ def sign(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, repo
         raise BadInput(f"{client.ref.host}/{repo}:{tag} is not in the registry: nothing to sign")
     where = cosign.signature_tag(digest)
     data = cosign.payload(f"{client.ref.host}/{repo}", digest)
-    signature = base64.b64encode(key.sign(data, ec.ECDSA(hashes.SHA256()))).decode()
+    signature = base64.b64encode(key.sign(data)).decode()
     signatures: list[tuple[bytes, str]] = []
     existing = client.manifest(where, repo)
     if existing is not None:  # keep every signature it has; one of the same payload and key is replaced
@@ -60,15 +51,16 @@ def sign(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, repo
     return where
 
 
-def configured_key() -> ec.EllipticCurvePrivateKey | None:
-    """The key ensure signs what it pushes with ($GPUALIGN_COSIGN_KEY), or None: nothing is signed."""
+def configured_key() -> Signer | None:
+    """The key ensure signs what it pushes with ($GPUALIGN_COSIGN_KEY: a path or a reference, as cosign names
+    keys), or None: nothing is signed."""
     import os
 
-    path = os.environ.get(KEY_ENV)
-    return load_private_key(Path(path)) if path else None
+    reference = os.environ.get(KEY_ENV)
+    return load_signer(reference) if reference else None
 
 
-def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, evidence: Any,
+def attest(client: RegistryClient, tag: str, key: Signer, evidence: Any,
            repo: str | None = None) -> tuple[str, str]:
     """The driver image's SBOM and provenance, signed as in-toto attestations (`sha256-<hex>.att`, what `cosign
     verify-attestation` reads), and the SBOM attached as is (`sha256-<hex>.sbom`, what `cosign download sbom`
@@ -83,7 +75,7 @@ def attest(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, ev
 Statements = Callable[[str, str, str], "tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]"]
 
 
-def attach(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, statements: Statements,
+def attach(client: RegistryClient, tag: str, key: Signer, statements: Statements,
            repo: str | None = None) -> tuple[str, str]:
     """Any image's SBOM and attestations: `statements(repository, digest, created)` gives the SBOM and the
     (predicate type, predicate) pairs to sign about the digest the tag names now. Pushed as `attest` says; the two
@@ -101,7 +93,7 @@ def attach(client: RegistryClient, tag: str, key: ec.EllipticCurvePrivateKey, st
     layers: list[tuple[bytes, str, dict[str, str]]] = []
     for predicate_type, predicate in predicates:
         body = cosign.statement(name, digest, predicate_type, predicate)
-        signature = base64.b64encode(key.sign(cosign.pae(cosign.IN_TOTO, body), ec.ECDSA(hashes.SHA256())))
+        signature = base64.b64encode(key.sign(cosign.pae(cosign.IN_TOTO, body)))
         layers.append((cosign.envelope(body, signature.decode()), cosign.DSSE,
                        {cosign.SIGNATURE_ANNOTATION: "", "predicateType": predicate_type}))
     tags = []

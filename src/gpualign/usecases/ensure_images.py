@@ -66,6 +66,7 @@ class Request:
     # tags a report named: one gpualign cannot make is handed to `cannot_make`, and the others still go on
     skippable: frozenset[str] = frozenset()
     upstream_keys: tuple[Any, ...] = ()  # the upstream's public keys: a mirror's signature verified before the copy
+    cosign_key: Any = None  # what signs the images pushed (gpualign.ensure.cosign_keys); None: nothing is signed
 
 
 def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
@@ -110,7 +111,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                                            signing=req.signing, leases=leases, authfile=authfile,
                                            check_present=STRICT if req.verify_modules else OFF,
                                            replace_wrong=req.replace_wrong, share_pull=req.shared_modules,
-                                           upstream_keys=req.upstream_keys,
+                                           upstream_keys=req.upstream_keys, cosign_key=req.cosign_key,
                                            share_push=req.shared_modules,
                                            together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                           debian_suite(s.os_tag) == debian_suite(spec.os_tag)))

@@ -117,8 +117,8 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
     if settings.cosign_key_secret:  # sign what is pushed, as cosign signs
         env.append({"name": "GPUALIGN_COSIGN_KEY", "value": f"{COSIGN_DIR}/cosign.key"})
         mounts.append({"name": "cosign-key", "mountPath": COSIGN_DIR, "readOnly": True})
-        volumes.append({"name": "cosign-key", "secret": {
-            "secretName": settings.cosign_key_secret, "items": [{"key": "cosign.key", "path": "cosign.key"}]}})
+        # the Secret whole, as cosign writes it (cosign.key, and cosign.password beside an encrypted key)
+        volumes.append({"name": "cosign-key", "secret": {"secretName": settings.cosign_key_secret}})
     if settings.trusted_keys_configmap:  # take no present image, shared modules or user space unsigned
         env.append({"name": "GPUALIGN_TRUSTED_KEYS", "value": f"{TRUSTED_DIR}/trusted.pub"})
         mounts.append({"name": "trusted-keys", "mountPath": TRUSTED_DIR, "readOnly": True})
