@@ -70,8 +70,8 @@ def test_policy_refuses_admits_and_checks_declared_cuda(plab):
     # the API server's policy informer needs a moment: wait until the first refusal
     refused = wait_for(lambda: (r := kubectl_apply(plab, deployment("bare"))).returncode != 0 and r, timeout=30,
                        what="policy in force")
-    assert ("GPU Deployment bare has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"
-            in refused.stderr)
+    assert "GPU Deployment bare has no driver floor: its nodeAffinity must bound the driver version" in \
+        refused.stderr and "gpualign cuda inject --cuda X" in refused.stderr
 
     ok = kubectl_apply(plab, inject(plab, deployment("bare"), "12.4"))
     assert ok.returncode == 0, ok.stderr
@@ -90,6 +90,15 @@ def test_policy_refuses_admits_and_checks_declared_cuda(plab):
                 "nvidia\n  containers:\n  - name: c\n    image: x\n")
     refused_pod = kubectl_apply(plab, pod_only)
     assert refused_pod.returncode != 0 and "GPU pod solo has no driver floor" in refused_pod.stderr
+
+    # review 6's M5: a term on the driver's label that bounds nothing (Exists) is no floor
+    fake = ("apiVersion: v1\nkind: Pod\nmetadata:\n  name: fake-floor\n  namespace: ml\nspec:\n  affinity:\n"
+            "    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms:\n"
+            "        - matchExpressions:\n          - key: nvidia.com/cuda.driver.major\n            operator: Exists\n"
+            "  containers:\n  - name: c\n    image: x\n    resources:\n      limits:\n        nvidia.com/gpu: 1\n")
+    refused_fake = kubectl_apply(plab, fake)
+    assert refused_fake.returncode != 0 and "GPU pod fake-floor has no driver floor" in refused_fake.stderr and \
+        "Exists admits any driver" in refused_fake.stderr, refused_fake.stderr
 
 
 def test_warn_mode_admits_with_a_warning(plab):

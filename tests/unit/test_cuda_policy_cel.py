@@ -54,18 +54,33 @@ def floor(cuda: str, labels: str = "both") -> list:
     return selector_terms(minimum_driver(cuda), labels)
 
 
+NO_FLOOR = ("has no driver floor: its nodeAffinity must bound the driver version from below in every term (Gt or In "
+            "on nvidia.com/cuda.driver-version.major; Exists admits any driver): gpualign cuda inject --cuda X")
+
+
+def no_floor(what: str) -> list[str]:
+    return [f"GPU {what} {NO_FLOOR}"]
+
+
 @pytest.mark.parametrize("obj,refused", [
     (deployment(gpu=None), []),
-    (deployment(), ["GPU Deployment d has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
-    (deployment(kind="Pod"), ["GPU pod p has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
-    (deployment(gpu="nvidia.com/mig-1g.10gb", kind="CronJob"), ["GPU CronJob cj has no driver floor: add "
-                                                                "nodeAffinity (gpualign cuda inject --cuda X)"]),
-    (deployment(gpu=None, runtime="nvidia"), ["GPU Deployment d has no driver floor: add nodeAffinity "
-                                              "(gpualign cuda inject --cuda X)"]),
+    (deployment(), no_floor("Deployment d")),
+    (deployment(kind="Pod"), no_floor("pod p")),
+    (deployment(gpu="nvidia.com/mig-1g.10gb", kind="CronJob"), no_floor("CronJob cj")),
+    (deployment(gpu=None, runtime="nvidia"), no_floor("Deployment d")),
     (deployment(terms=floor("12.4")), []),
     (deployment(terms=floor("12.4", "legacy")), []),
     (deployment(terms=[{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]),
-     ["GPU Deployment d has no driver floor: add nodeAffinity (gpualign cuda inject --cuda X)"]),
+     no_floor("Deployment d")),
+    # review 6's M5: a term on the driver's labels that bounds nothing is no floor
+    (deployment(terms=[{"matchExpressions": [{"key": "nvidia.com/cuda.driver.major", "operator": "Exists"}]}],
+                kind="Pod"), no_floor("pod p")),
+    (deployment(terms=[{"matchExpressions": [{"key": "nvidia.com/cuda.driver-version.major",
+                                              "operator": "NotIn", "values": ["470"]}]}]), no_floor("Deployment d")),
+    (deployment(terms=[{"matchExpressions": [{"key": "nvidia.com/cuda.driver-version.minor", "operator": "Gt",
+                                              "values": ["10"]}]}]), no_floor("Deployment d")),
+    (deployment(terms=[*floor("12.4"), {"matchExpressions": [{"key": "nvidia.com/cuda.driver.major",
+                                                              "operator": "Exists"}]}]), no_floor("Deployment d")),
     (deployment(terms=floor("12.8"), cuda="12.8"), []),
     (deployment(terms=floor("12.2"), cuda="12.8"), ["GPU workload declares CUDA 12.8, which needs driver >= "
                                                     "570.26.0, but its nodeAffinity admits older drivers: run "

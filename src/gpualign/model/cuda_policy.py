@@ -84,8 +84,11 @@ def _variables() -> list[dict[str, str]]:
              "has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? "
              "variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
              ".nodeSelectorTerms : []")
+    # a floor bounds the driver's major version from below: Gt, or In with versions (never Exists, DoesNotExist,
+    # NotIn or Lt, which admit any driver); every term must, since the scheduler takes any one of them
     has_floor = (f"variables.terms.size() > 0 && variables.terms.all(t, has(t.matchExpressions) && "
-                 f"t.matchExpressions.exists(e, e.key in {_list(ALL_KEYS)}))")
+                 f"t.matchExpressions.exists(e, e.key in {_list(PARTS['major'])} && "
+                 "(e.operator == 'Gt' || e.operator == 'In') && has(e.values) && e.values.size() > 0))")
     annotation = (f"has(variables.tmeta.annotations) && '{ANNOTATION}' in variables.tmeta.annotations ? "
                   f"variables.tmeta.annotations['{ANNOTATION}'] : "
                   f"has(object.metadata.annotations) && '{ANNOTATION}' in object.metadata.annotations ? "
@@ -113,8 +116,10 @@ def policy() -> dict[str, Any]:
                    _variables(), [
                 {"expression": "!variables.isGpu || variables.hasFloor",
                  "messageExpression": "'GPU ' + (object.kind == 'Pod' ? 'pod' : object.kind) + ' ' + "
-                                      "object.metadata.name + ' has no driver floor: add nodeAffinity "
-                                      "(gpualign cuda inject --cuda X)'",
+                                      "object.metadata.name + ' has no driver floor: its nodeAffinity must "
+                                      "bound the driver version from below in every term (Gt or In on "
+                                      f"{L.DRIVER_CURRENT['major']}; Exists admits any driver): gpualign cuda "
+                                      "inject --cuda X'",
                  "reason": "Invalid"},
                 {"expression": "!variables.isGpu || variables.cuda == '' || variables.cuda in variables.table",
                  "messageExpression": f"'{ANNOTATION}: unknown CUDA version ' + variables.cuda",
