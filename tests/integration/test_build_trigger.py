@@ -380,7 +380,9 @@ def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
         told = run_cli("status", "-l", "kubernetes.io/hostname in (arc-0,arc-rt)", "--tonight", "--ledger",
                        f"registry://{blab.registry}/nvidia/driver", "-o", "json",
                        env={**blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
-        assert told.code == 0, told.err
+        assert told.code == 1, told.err  # both nodes would reboot into a kernel without its image
+        assert {(v["node"], v["hold"]) for v in json.loads(told.out)["reboot"]} == {
+            ("arc-0", "missing"), ("arc-rt", "cannot-be-made")}
         pools = {p["pool"]: p for p in json.loads(told.out)["tonight"]}
         generic, rt = pools["debian12 6.1 generic-amd64"], pools["debian12 6.1 rt-amd64"]
         assert (generic["nodes"], generic["next"], generic["suite"]) == (["arc-0"], "6.1.0-57-amd64",
@@ -394,6 +396,67 @@ def _announced(blab, tmp_path, serve, archive) -> None:  # noqa: ANN001
             **blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")})
         assert "tonight (what Debian's archive installs next, per pool):" in table.out, table.out
         assert "debian12 6.1 generic-amd64 (1 node): 6.1.0-57-amd64 next (bookworm-security, first read here " \
-               in table.out and f"{tag('6.1.0-57-amd64')} not judged (no --ledger)" in table.out, table.out
+               in table.out and f"{tag('6.1.0-57-amd64')} not judged (no ledger read)" in table.out, table.out
+        assert table.code == 1 and "held (unjudged)" in table.out, table.out
     finally:
         ctl.stop()
+
+
+def test_a_node_already_on_the_next_kernel_leaves_every_other_held_until_its_image_is_judged(blab, tmp_path, serve):
+    """Review 6's H1, in the lab with the real controller reading the lab's own signed archive: pool-a still runs
+    6.1.0-53, pool-b already runs the next kernel the archive names (6.1.0-57). The ledger holds, under 6.1.0-57's
+    tag, an image with no labels (present, but nothing says what it was built for, and its modules were never
+    checked): both nodes are held, as plan calls that image wrong; the controller, `status --tonight` and `why --tonight` say so alike. Once the right image
+    replaces it, both may reboot."""
+    from gpualign.ledger.references import RegistryRef
+    from gpualign.ledger.registry import RegistryClient
+    from tests.support.local_suite import LocalArchive
+
+    with LocalArchive(tmp_path / "archive") as archive:
+        archive.publish_recorded("bookworm", "amd64")
+        server = serve_directory(serve, archive.root)
+        env = {**blab.env, **archive.env(server.url), "GPUALIGN_CACHE": str(tmp_path / "cache")}
+        nxt = tag("6.1.0-57-amd64")
+        with RegistryClient(RegistryRef(host=blab.registry, repo="nvidia/driver", scheme="http")) as client:
+            client.push_image(nxt, {"DRIVER_VERSION": "535.261.03"})  # no labels
+        assert blab.cli("lab", "push-image", tag("6.1.0-53-amd64")).code == 0
+        add(blab, "pool-a", "6.1.0-53-amd64")
+        add(blab, "pool-b", "6.1.0-57-amd64")
+        ctl = Controller(blab, "--driver-branch", "535", "--build", "--build-image", f"{blab.registry}/gpualign:t",
+                         "--build-namespace", NS, "--build-pod-settings", settings_file(tmp_path),
+                         "--archive-poll-seconds", "2", "--ledger-refresh", "2", identity="pool", env=env)
+        try:
+            for node in ("pool-a", "pool-b"):
+                held = f'hold="unjudged",kernel="6.1.0-57-amd64",node="{node}",tag="{nxt}"'
+                wait_for(lambda held=held: ctl.metric("gpualign_node_reboot_held", held), timeout=60,
+                         what=f"{node} held for the unlabelled image ({_reboot_lines(ctl)})")
+            assert ctl.metric("gpualign_archive_read_timestamp_seconds") > 0
+            selector = "kubernetes.io/hostname in (pool-a,pool-b)"
+            ledger = f"registry://{blab.registry}/nvidia/driver"
+            told = run_cli("status", "-l", selector, "--tonight", "--ledger", ledger, "-o", "json", env=env)
+            assert told.code == 1, told.err
+            assert {(v["node"], v["hold"], v["kernel"]) for v in json.loads(told.out)["reboot"]} == {
+                ("pool-a", "unjudged", "6.1.0-57-amd64"), ("pool-b", "unjudged", "6.1.0-57-amd64")}
+            planned = run_cli("plan", "-l", selector, "--kernel", "next", "--ledger", ledger, "-o", "json", env=env)
+            assert {(v["node"], v["hold"]) for v in json.loads(planned.out)["reboot"]} == {
+                ("pool-a", "unjudged"), ("pool-b", "unjudged")}, planned.out
+            why = run_cli("why", "pool-a", "--tonight", "--ledger", ledger, env=env)
+            assert why.code == 1 and "tonight: boots 6.1.0-57-amd64 next (Debian's archive): held (unjudged)" in why.out
+            # the right image lands: every node of the pool may reboot
+            assert blab.cli("lab", "push-image", nxt).code == 0
+            for node in ("pool-a", "pool-b"):
+                ready = f'kernel="6.1.0-57-amd64",node="{node}",tag="{nxt}"'
+                wait_for(lambda ready=ready: ctl.metric("gpualign_node_reboot_ready", ready) == 1.0, timeout=60,
+                         what=f"{node} released once the image is judged")
+            told = run_cli("status", "-l", selector, "--tonight", "--ledger", ledger, "-o", "json", env=env)
+            assert told.code == 0 and all(v["ready"] for v in json.loads(told.out)["reboot"]), told.out
+        finally:
+            ctl.stop()
+            for node in ("pool-a", "pool-b"):
+                blab.kubectl("delete", "node", node, "--wait=false")
+
+
+def _reboot_lines(ctl: Controller) -> str:
+    """The gate's gauges as the controller serves them now, for a failure's message."""
+    return "; ".join(line for line in ctl.get("/metrics").splitlines()
+                     if line.startswith(("gpualign_node_reboot", "gpualign_archive_read")))

@@ -15,6 +15,7 @@ from gpualign.controller.build_trigger import preflight
 from gpualign.controller.build_trigger.trigger import BuildOptions
 from gpualign.controller.run import Options, run
 from gpualign.judging.judge import judge
+from gpualign.judging.tagspec import try_parse
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger import sources
@@ -96,9 +97,18 @@ def start(plan: Start, warn: Warn) -> None:
                                              docker_config=plan.docker_config)
 
         run(kube, rules, plan.branches, load_ledger, opts, operator=config, follow_operator=follow,
-            judge_image=lambda image, arch, module_type: judge(
-                {image: ()}, docker_config=plan.docker_config, archs={image: (arch,)}).wrong_for(image, arch,
-                                                                                                  module_type))
+            judge_image=lambda image, arch, module_type: judged_wrong(image, arch, module_type, plan.docker_config))
+
+
+def judged_wrong(image: str, arch: str, module_type: str | None, docker_config: Path | None) -> str | None:
+    """Why a present image is wrong for a node of `arch`, judged as plan judges it (gpualign.usecases.plan_images):
+    by its labels and platforms against the kernel its tag names, and, when nothing in it says what it was built
+    for, unverified, which is wrong too (never present). None when it is right."""
+    spec = try_parse(image.rpartition(":")[2])
+    found = judge({image: (spec.kernel,) if spec else ()}, docker_config=docker_config, archs={image: (arch,)})
+    if (why := found.wrong_for(image, arch, module_type)) is not None:
+        return why
+    return f"modules not verified: {found.unverified[image]}" if image in found.unverified else None
 
 
 def gate_possible(config: OperatorConfig | None, warn: Warn) -> None:
