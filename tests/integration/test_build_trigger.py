@@ -406,8 +406,8 @@ def test_a_node_already_on_the_next_kernel_leaves_every_other_held_until_its_ima
     """Review 6's H1, in the lab with the real controller reading the lab's own signed archive: pool-a still runs
     6.1.0-53, pool-b already runs the next kernel the archive names (6.1.0-57). The ledger holds, under 6.1.0-57's
     tag, an image with no labels (present, but nothing says what it was built for, and its modules were never
-    checked): both nodes are held, as plan calls that image wrong; the controller, `status --tonight` and `why --tonight` say so alike. Once the right image
-    replaces it, both may reboot."""
+    checked): both nodes are held, as plan calls that image wrong; the controller, `status --tonight`, `plan --kernel
+    next` and `why --tonight` say so alike. Once the right image replaces it, both may reboot."""
     from gpualign.ledger.references import RegistryRef
     from gpualign.ledger.registry import RegistryClient
     from tests.support.local_suite import LocalArchive

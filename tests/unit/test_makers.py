@@ -14,7 +14,7 @@ from gpualign.loaders.rules import load_rules
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
-from gpualign.model.makers import JOB_MAKERS, Maker, kernel_arch, sources_from, who_makes
+from gpualign.model.makers import JOB_MAKERS, DebianTable, Maker, kernel_arch, sources_from, who_makes
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import os_tag, required_image
 from tests.support import builders
@@ -52,6 +52,8 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
     ("debian12", "535", "6.12.117_deb13-amd64", "amd64", Maker.NONE, "is Debian 13's, not debian12's"),
     ("debian12", "535", "6.12.12_bpo-amd64", "amd64", Maker.NONE, "(6.12.12+bpo-amd64) is a backports kernel"),
     ("debian12", "535", "6.1.0-50-cloud-amd64", "amd64", Maker.BUILD, "Debian bookworm's NVIDIA 535"),
+    ("debian13", "550", "6.12.118_deb13-arm64-16k", "arm64", Maker.NONE,
+     "uses 16K pages, which NVIDIA's driver does not support on arm64"),
     ("ubuntu22.04", "580", "6.5.0-45-generic", "amd64", Maker.RENDER, "renders its recipe for amd64"),
     ("ubuntu22.04", "580", "6.8.0-1013-nvidia-64k", None, Maker.RENDER, "for arm64"),
     ("ubuntu20.04", "580", "5.4.0-100-generic", "amd64", Maker.NONE, "no recipe for ubuntu20.04"),
@@ -61,6 +63,27 @@ def node(name: str, kernel: str, os_id: str, version: str, arch: str | None = No
 def test_who_makes_each_kind_of_image(os_tag_, branch, kernel, arch, maker, words):
     making = who_makes(os_tag_, branch, kernel, arch, False, debian=DEBIAN)
     assert making.maker is maker and words in making.why
+
+
+def test_a_re_uploads_abi_is_a_debian_kernel_whose_headers_left_the_archive():
+    """Review 6's Low: 6.12.74+deb13+1-amd64 (package 6.12.74-2) is Debian's, read back from NFD's spelling; with the
+    archive read to carry a later ABI of its line, its headers have left the archive, as ensure finds."""
+    import dataclasses
+
+    from gpualign.model.debian_kernels import parse
+    from gpualign.model.kernels import release_of
+
+    assert release_of("6.12.74_deb13_1-amd64") == "6.12.74+deb13+1-amd64"
+    first, again = parse("6.12.74+deb13-amd64"), parse("6.12.74+deb13+1-amd64")
+    assert first is not None and again is not None and again.line == first.line and again.abi > first.abi
+    trixie = DEBIAN.get("debian13")
+    assert trixie is not None
+    read = DebianTable((("debian13", dataclasses.replace(
+        trixie, headers=frozenset({"6.12.118+deb13-amd64"}), headers_read="2026-12-05")),))
+    making = who_makes("debian13", "550", "6.12.74_deb13_1-amd64", "amd64", False, debian=read)
+    assert making.maker is Maker.NONE and "not a Debian kernel release" not in making.why
+    assert "no linux-headers-6.12.74+deb13+1-amd64 in Debian trixie" in making.why and "left the archive" in \
+        making.why
 
 
 def test_published_is_mirrored_and_only_build_and_mirror_get_jobs():

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 _RELEASE = re.compile(
     r"(?P<upstream>\d+\.\d+(?:\.\d+)?)"
-    r"(?:-(?P<abi>\d+)|\+(?P<mark>deb(?P<deb>\d+)(?:\.(?P<point>\d+))?|bpo))"
+    r"(?:-(?P<abi>\d+)|\+(?P<mark>deb(?P<deb>\d+)(?:\.(?P<point>\d+))?(?:\+(?P<again>\d+))?|bpo))"
     r"-(?:(?P<variant>cloud|rt)-)?(?P<arch>amd64|arm64|armmp(?:-lpae)?|armel|i386|686(?:-pae)?|powerpc64le|ppc64el"
     r"|s390x|riscv64|loong64|mips64r2el|mips64r6el|marvell|rpi|4kc-malta|5kc-malta|octeon|loongson-3)"
     r"(?:-(?P<pages>16k))?")
@@ -38,7 +38,7 @@ class DebianKernel:
     arch: str  # as Kubernetes spells it: amd64, arm64, arm, ppc64le, ...
     pages: str  # "" (4K) or "16k"
     backports: bool  # +bpo: an older backports kernel
-    abi: tuple[int, ...]  # orders the ABIs of one line: (57,) for 6.1.0-57; (115, 1) for 6.12.115+deb13.1
+    abi: tuple[int, ...]  # orders the ABIs of one line: (57,) for 6.1.0-57; (115, 1, 0) for 6.12.115+deb13.1
 
     @property
     def line(self) -> tuple[str, str, str, str]:
@@ -63,6 +63,8 @@ def parse(release: str) -> DebianKernel | None:
     if m.group("abi") is not None:
         abi: tuple[int, ...] = (int(m.group("abi")),)
     else:
-        abi = (int(upstream.split(".")[2]) if upstream.count(".") == 2 else 0, int(m.group("point") or 0))
+        # a re-upload of one upstream release (6.12.74+deb13+1, package 6.12.74-2) follows its first upload
+        abi = (int(upstream.split(".")[2]) if upstream.count(".") == 2 else 0, int(m.group("point") or 0),
+               int(m.group("again") or 0))
     return DebianKernel(release, series, built_for, m.group("variant") or "", arch, m.group("pages") or "",
                         m.group("mark") == "bpo", abi)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 # Debian's releases that hold `+`: 6.12.117+deb13-amd64, 6.12.12+bpo-cloud-amd64, 6.12.117+deb12-rt-arm64
 # and a point release's ABI, 6.12.115+deb13.1-amd64
-_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)(?:\.\d+)?|bpo)(?=-)")
-_DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+(?:\.\d+)?|bpo)"
+# and a re-upload of one upstream release, 6.12.74+deb13+1-amd64 (package 6.12.74-2)
+_DEBIAN_MARK = re.compile(r"[+_](deb(\d+)(?:\.\d+)?(?:[+_]\d+)?|bpo)(?=-)")
+_DEBIAN_PLUS = re.compile(r"(?P<version>\d+\.\d+\.\d+)_(?P<mark>deb\d+(?:\.\d+)?|bpo)(?:_(?P<again>\d+))?"
                           r"(?P<rest>-[a-z0-9]+(?:-[a-z0-9]+)*)")
 
 
@@ -44,7 +45,10 @@ def release_of(label: str) -> str:
     """The release a kernel label stands for, where the distribution's naming says it (6.12.117_deb13-amd64 →
     6.12.117+deb13-amd64); the label itself otherwise."""
     m = _DEBIAN_PLUS.fullmatch(label)
-    return f"{m.group('version')}+{m.group('mark')}{m.group('rest')}" if m else label
+    if m is None:
+        return label
+    again = f"+{m.group('again')}" if m.group("again") else ""
+    return f"{m.group('version')}+{m.group('mark')}{again}{m.group('rest')}"
 
 
 @dataclass(frozen=True)

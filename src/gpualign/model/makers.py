@@ -262,9 +262,10 @@ def _debian_making(release: DebianRelease, os_tag: str, branch: str, kernel: str
                                         "refuses real-time kernels (its build stops at the PREEMPT_RT sanity "
                                         f"check): run GPU nodes on {plain}")
     if parsed.pages:
-        return _none(Reason.PAGE_SIZE, f"kernel {kernel}{spelled} uses {parsed.pages.upper()} pages: NVIDIA's "
-                                       "driver supports arm64 kernels with 4K or 64K pages (run GPU nodes on "
-                                       f"{real.removesuffix('-' + parsed.pages)})")
+        return _none(Reason.PAGE_SIZE, f"kernel {kernel}{spelled} uses {parsed.pages.upper()} pages, which "
+                                       "NVIDIA's driver does not support on arm64 (it takes 4K pages, and 64K, "
+                                       "which Debian does not build): run GPU nodes on Debian's 4K kernel, "
+                                       f"{real.removesuffix('-' + parsed.pages)}")
     if (gone := _headers_gone(release, parsed)) is not None:
         return _none(Reason.NO_HEADERS, f"kernel {kernel}{spelled}: no linux-headers-{real} in Debian "
                                         f"{release.suite}, -updates or -security ({gone}): an ABI that has left "
