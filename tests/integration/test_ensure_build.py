@@ -420,6 +420,13 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     unpublished = lab.cli("ensure", "580-6.5.0-45-generic-ubuntu22.04", "--ledger", ledger, "--dry-run", timeout=120)
     assert unpublished.code == 2 and "render the recipe" in unpublished.err, unpublished.err
     assert "nvcr.io" not in unpublished.err
+    # review 6's Low: a dry run plans with the ledger out of reach, and says it did not ask it
+    offline = lab.cli("ensure", TAG, "--ledger", "registry://127.0.0.1:1/nvidia/driver", "--upstream", "none",
+                      "--dry-run", timeout=120)
+    assert offline.code == 0, offline.err
+    assert f"{TAG}: would build if the ledger lacks it (not asked: registry 127.0.0.1:1 unreachable" in offline.out
+    assert lab.cli("ensure", TAG, "--ledger", "registry://127.0.0.1:1/nvidia/driver", "--upstream", "none",
+                   timeout=120).code != 0  # a real run never guesses
     # from a report (the runbook's `check -o json | ensure --from -`), one tag gpualign cannot make does not stop the
     # others: it is listed under failed, and the run exits 1 (the review's #14: it exited 2 and made nothing)
     (tmp_path / "mixed.json").write_text(json.dumps({"kind": "CheckReport", "missing": [

@@ -234,3 +234,13 @@ def test_a_kind_gpualign_does_not_edit_passes_through_named():
     assert (out, count) == (text, 0)
     assert left == ["m.yaml:4: Deploymnet (unnamed): not a kind with a pod template gpualign edits: passed through "
                     "as it is"]
+
+
+def test_inject_keeps_flow_style_yaml_as_it_was_written():
+    """Review 6's Low: `resources: {claims: [{name: gpu}]}` stays so, not `{claims: [name: gpu]}`: a GitOps diff
+    shows only the floor."""
+    flow = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: train}\nspec:\n  template:\n    spec:\n"
+            "      containers:\n      - name: c\n        image: x\n"
+            "        resources: {claims: [{name: gpu}], limits: {nvidia.com/gpu: 1}}\n")
+    out, count, _, _ = _inject(flow, selector_terms(minimum_driver("12.4"), "current"), "f.yaml")
+    assert count == 1 and "resources: {claims: [{name: gpu}], limits: {nvidia.com/gpu: 1}}" in out

@@ -25,7 +25,7 @@ app = typer.Typer(
 )
 
 NamespaceOpt = Annotated[str, typer.Option(
-    "--namespace", "-n", metavar="NAMESPACE", help="namespace of the build Jobs (the controller's "
+    "--namespace", "--build-namespace", "-n", metavar="NAMESPACE", help="namespace of the build Jobs (the controller's "
                                                    "--build-namespace)")]
 
 

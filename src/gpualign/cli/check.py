@@ -86,9 +86,10 @@ def summary_line(s: dict[str, int]) -> str:
                if s["operator_mismatch"] else "")
             + (f", {s['pod_kernel_mismatch']} driver pods built for another kernel" if s["pod_kernel_mismatch"]
                else "")
-            + (f", {s['wrong_image']} present but wrong (what its nodes cannot load: -o wide says why)"
-               if s.get("wrong_image")
-               else "")
+            + (f", {s['wrong_image'] - s.get('unsigned', 0)} present but wrong (what its nodes cannot load: -o wide "
+               "says why)" if s.get("wrong_image", 0) - s.get("unsigned", 0) > 0 else "")
+            + (f", {s['unsigned']} present but unsigned (no signature by a trusted key over its digest: -o wide "
+               "names the image)" if s.get("unsigned") else "")
             + (f"; {s['missing_images']} image(s) missing from the ledger (see below)"
                if s.get("missing_images") and s.get("missing_images") != s["missing"] else "")
             + (f"; {s['driver_pod_failing']} driver pod(s) failing (no driver on the node)"

@@ -356,7 +356,8 @@ def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
             source = f" from {upstream or NVIDIA}" if o.action == TagAction.MIRROR else ""
-            stdout.print(f"{o.tag}: would {o.action}{source}")
+            unasked = (f" if the ledger lacks it (not asked: {o.unasked})" if o.unasked else "")
+            stdout.print(f"{o.tag}: would {o.action}{source}{unasked}")
         else:
             figures = (f", {o.verification['symbols_checked']} symbol CRCs verified" if o.verification else "")
             signers = sorted({(m.get("signer"), m.get("key_id")) for m in (o.verification or {}).get("per_module", [])

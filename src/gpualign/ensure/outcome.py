@@ -99,7 +99,13 @@ class Attested:
     tags: tuple[str, ...]  # the signed SBOM and provenance's tag, and the attached SBOM's
 
 
-Event = Timed | ModulesTaken | Shared | FetchedAhead | Verified | MadeFrom | Pushed | FoundMeanwhile | Signed | Attested
+@dataclass(frozen=True)
+class LedgerUnasked:
+    why: str  # a dry run could not ask the ledger whether it holds the tag (offline, unreachable)
+
+
+Event = (Timed | ModulesTaken | Shared | FetchedAhead | Verified | MadeFrom | Pushed | FoundMeanwhile | Signed |
+         Attested | LedgerUnasked)
 Emit = Callable[[Event], None]
 
 
@@ -118,13 +124,15 @@ class Outcome:
     signature: str | None = None  # the cosign signature's tag, when the image was signed ($GPUALIGN_COSIGN_KEY)
     attestations: tuple[str, ...] = ()  # its signed SBOM and provenance's tag, and the attached SBOM's
     evidence: Evidence | None = None  # what a build made the image from
+    unasked: str | None = None  # a dry run's: why the ledger was not asked whether it holds the tag
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
                 "digest": self.digest, "seconds": {k: round(v, 2) for k, v in self.seconds.items()},
                 "verification": self.verification, "modules": str(self.modules) if self.modules else None,
                 "shared": str(self.shared) if self.shared else None, "fetched_ahead": list(self.ahead) or None,
-                "signature": self.signature, "attestations": list(self.attestations) or None}
+                "signature": self.signature, "attestations": list(self.attestations) or None,
+                "ledger_unasked": self.unasked}
 
 
 def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Event], *,
@@ -138,6 +146,7 @@ def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Eve
     signature: str | None = None
     attestations: tuple[str, ...] = ()
     evidence: Evidence | None = None
+    unasked: str | None = None
     for event in events:
         match event:
             case Timed(step, spent):
@@ -160,5 +169,7 @@ def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Eve
                 signature = where
             case Attested(tags):
                 attestations = tags
+            case LedgerUnasked(why):
+                unasked = why
     return Outcome(tag, action, done, digest, seconds, verification, reference, modules, shared, tuple(ahead),
-                   signature, attestations, evidence)
+                   signature, attestations, evidence, unasked)

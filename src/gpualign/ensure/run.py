@@ -10,6 +10,7 @@ that waited for it looks again before building.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from gpualign.ensure.outcome import (
     Emit,
     Event,
     FoundMeanwhile,
+    LedgerUnasked,
     Outcome,
     Pushed,
     Signed,
@@ -61,18 +63,32 @@ class TagPlan:
     action: TagAction
     digest: str | None = None  # in the ledger, when present
     problem: PresentProblem | None = None  # why the present image fails the check (wrong, or replaced)
+    unasked: str | None = None  # a dry run's: why the ledger was not asked whether it holds the tag
 
 
 def plan_one(tag: str, opts: Options) -> TagPlan:
     """What ensure would do for a tag: one manifest HEAD when it is present."""
     spec = tagspec.parse(tag)
     problem = None
-    if (digest := opts.target.digest(spec.tag)) is not None:
+    try:
+        digest = opts.target.digest(spec.tag)
+    except Unreachable as err:
+        if not opts.dry_run:
+            raise
+        # a dry run plans offline: what would be made if the ledger lacks the tag, and says it did not ask
+        return dataclasses.replace(_plan_missing(spec, None, None, opts), unasked=err.message)
+    if digest is not None:
         problem = present_problem(spec, opts)
         if problem is None:
             return TagPlan(spec, TagAction.PRESENT, digest)
         if not opts.replace_wrong:
             return TagPlan(spec, TagAction.WRONG, digest, problem)
+    return _plan_missing(spec, digest, problem, opts)
+
+
+def _plan_missing(spec: tagspec.TagSpec, digest: str | None, problem: PresentProblem | None,
+                  opts: Options) -> TagPlan:
+    """A tag the ledger lacks (or holds wrong, to replace): mirrored when the upstream publishes it, else built."""
     if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
         return TagPlan(spec, TagAction.MIRROR, digest, problem)
     # an OS without a recipe here, or a branch its archive does not carry now: BadInput now
@@ -153,7 +169,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None
     if plan.problem:
         say(spec.tag, f"present but wrong ({plan.problem}): replacing it")
     if opts.dry_run:  # the caller prints the verdict, once
-        return outcome_of(spec.tag, action, reference, ())
+        return outcome_of(spec.tag, action, reference, [LedgerUnasked(plan.unasked)] if plan.unasked else ())
     kit = kit or Kit()
     events: list[Event] = []
     with tag_lock(spec.tag), (opts.leases.hold(spec.tag) if opts.leases else contextlib.nullcontext()), \

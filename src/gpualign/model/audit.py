@@ -112,8 +112,10 @@ class Audit:
 
     def summary(self) -> dict[str, int]:
         count = Counter(f.status for f in self.findings)  # one pass, not one per status
-        kernel_mismatch = failing = unverified = 0
+        kernel_mismatch = failing = unverified = unsigned = 0
         for f in self.findings:
+            if f.status == Status.WRONG_IMAGE and (f.wrong or "").startswith("unsigned"):
+                unsigned += 1
             if f.pod_matches_kernel is False:
                 kernel_mismatch += 1
             if f.driver_pod is not None and f.driver_pod.failing:
@@ -124,7 +126,8 @@ class Audit:
                 "unknown": count[Status.UNKNOWN], "host_managed": count[Status.HOST_MANAGED],
                 "operator_mismatch": count[Status.OPERATOR_MISMATCH],
                 "wrong_image": count[Status.WRONG_IMAGE], "missing_images": len(self.missing),
-                "pod_kernel_mismatch": kernel_mismatch, "driver_pod_failing": failing, "unverified": unverified}
+                "pod_kernel_mismatch": kernel_mismatch, "driver_pod_failing": failing, "unverified": unverified,
+                "unsigned": unsigned}  # of wrong_image: present, but no trusted key signed it
 
     @property
     def clean(self) -> bool:

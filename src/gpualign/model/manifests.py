@@ -53,6 +53,8 @@ def _yaml(offset: int) -> YAML:
     y.width = 4096
     y.indent(mapping=2, sequence=offset + 2, offset=offset)
     y.explicit_start = None
+    # `[{name: gpu}]` stays as written, not ruamel's compact `[name: gpu]`: a diff shows only the floor
+    y.brace_single_entry_mapping_in_flow_sequence = True
     # Plain YAML for review and GitOps: a value used twice is written out twice, never as an anchor and alias.
     y.representer.ignore_aliases = lambda *_: True
     return y
