@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 # command name -> the module under gpualign.cli that registers it
 COMMANDS = {"check": "check", "plan": "plan", "ensure": "ensure", "rules": "rules", "cuda": "cuda",
             "upgrade": "upgrade", "status": "status", "why": "status", "controller": "controller", "gate": "gate",
-            "build": "build",
+            "build": "build", "verify": "verify",
             "lab": "lab", "completion": "completion"}
 HELP = ("Keep a Kubernetes GPU fleet's drivers aligned with its kernels.\n\n"
         "Exit codes: 0 all good; 1 findings (an image missing, a node blocked or failed; a line 'gpualign: "

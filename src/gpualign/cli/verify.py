@@ -1,0 +1,59 @@
+"""`gpualign verify IMAGE_REF`: does the kernel accept the image's modules? Its own Debian kernel, booted in a VM."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from gpualign.base.errors import EXIT_FINDINGS
+from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.options import DockerConfigOpt, InsecureRegistryOpt, Output, OutputOpt
+
+
+def verify(
+    image: Annotated[str, typer.Argument(metavar="IMAGE_REF", help="the driver image, HOST/REPO:TAG")],
+    kernel: Annotated[str | None, typer.Option(
+        "--kernel", metavar="RELEASE",
+        help="boot this kernel release instead of the one the tag names (either spelling: 6.12.118+deb13-amd64 or "
+             "NFD's 6.12.118_deb13-amd64), to ask whether the image would load there")] = None,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", metavar="SECONDS", min=10, help="give up on a VM that has not finished by then")] = 240.0,
+    output: OutputOpt = Output.table,
+    docker_config: DockerConfigOpt = None,
+    insecure_registry: InsecureRegistryOpt = None,
+) -> None:
+    """Load a driver image's kernel modules into their own Debian kernel, booted in a VM (qemu: KVM where it
+    answers, TCG emulation otherwise), and say what the kernel said.
+
+    The kernel's own package (linux-image-RELEASE, from Debian's archive as the build reads it; cached) is booted
+    with busybox; its modules that nvidia.ko needs are loaded first, then nvidia.ko. On a machine without a GPU the
+    kernel takes nvidia.ko as far as it can: every symbol resolved, version magic and modversions checked, its init
+    run, which stops at "NVRM: No NVIDIA GPU found.": that is the pass. Anything else fails, quoting the kernel
+    (unknown symbol, disagrees about version of symbol, invalid module format, key rejected, an oops). NVIDIA's
+    other modules import nvidia.ko's symbols, so they cannot load without a GPU: the report names them.
+
+    Exit 0 when the kernel accepts the modules, 1 when it refuses them (or never finished), 2 on bad input (an
+    image that is not there, a kernel Debian does not carry). Debian 12 and 13 kernels, amd64 (and arm64 under
+    qemu-system-aarch64)."""
+    from gpualign.usecases.kernel_load import load_image
+
+    progress(f"booting the kernel of {image} with its modules (a VM: about 10-60 s) ...")
+    verdict = load_image(image, kernel, docker_config, timeout)
+    if output in (Output.json, Output.yaml):
+        emit_data(report("KernelLoad", {"image": image}, verdict.as_dict()), output)
+    else:
+        stdout.print(verdict.line())
+        if verdict.not_loaded:
+            stdout.print(f"not loaded: {', '.join(verdict.not_loaded)} (they import nvidia.ko's symbols, and "
+                         "nvidia.ko stops where a machine without a GPU must)")
+        if not verdict.ok:
+            for a in verdict.attempts:
+                for line in a.lines:
+                    stdout.print(f"  {a.module}: {line}")
+    if not verdict.ok:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify", short_help="Load an image's modules into their own kernel, booted in a VM.")(verify)

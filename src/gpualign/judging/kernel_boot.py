@@ -1,0 +1,225 @@
+"""The kernel load check's door: a driver image's modules loaded into their own Debian kernel, booted in a VM.
+
+For a kernel release (6.1.0-50-amd64, 6.12.118+deb13-amd64, their arm64 kernels): its `linux-image-<release>`
+package is read from Debian's archive through the same door as its headers (gpualign.archive.apt: the suites the
+build reads, verified as apt verifies them), unpacked once, and cached with the module index depmod makes of it. A
+VM boots that kernel (qemu: TCG emulation, or KVM where $GPUALIGN_KERNEL_ACCEL=kvm asks for it)
+with an initramfs of busybox, the kernel's own modules nvidia.ko needs (in modules.dep's order) and nvidia.ko, and
+an init that loads them one by one between markers. What the kernel said is judged by
+gpualign.judging.kernel_console.
+
+The initramfs is written here as the kernel reads it (newc cpio, uncompressed: nvidia.ko is about 65 MB, and an
+uncompressed archive is copied into memory rather than inflated under emulation). Python's standard library writes
+no cpio, and the format is a 110-byte header per file.
+"""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpualign.base.errors import BadInput, GpualignError
+from gpualign.judging import kernel_console, kmod
+from gpualign.judging.kernel_console import KernelVerdict
+
+NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
+QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
+        "arm64": ("qemu-system-aarch64", ["-machine", "virt", "-cpu", "max"], "ttyAMA0")}
+BUSYBOX = Path("/bin/busybox")
+# TCG emulation by default: it boots Debian's kernels here in seconds, on any machine. KVM is asked for by name
+# (kvm): a nested /dev/kvm may open and still never run the guest, which would cost the whole timeout.
+ACCEL_ENV = "GPUALIGN_KERNEL_ACCEL"
+
+
+@dataclass(frozen=True)
+class KernelTree:
+    """A kernel unpacked from its package: its image and its modules with their index."""
+
+    release: str
+    root: Path  # holds boot/vmlinuz-RELEASE and lib/modules/RELEASE
+
+    @property
+    def vmlinuz(self) -> Path:
+        return self.root / "boot" / f"vmlinuz-{self.release}"
+
+    @property
+    def modules(self) -> Path:
+        return self.root / "lib" / "modules" / self.release
+
+    def dependencies(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """module name (`_` for `-`) -> (its file under modules/, the files it needs), from modules.dep."""
+        out: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for line in (self.modules / "modules.dep").read_text().splitlines():
+            path, _, needs = line.partition(":")
+            out[_name(path)] = (path, tuple(needs.split()))
+        return out
+
+    def builtin(self) -> set[str]:
+        found = self.modules / "modules.builtin"
+        return {_name(p) for p in found.read_text().split()} if found.exists() else set()
+
+
+def _name(path: str) -> str:
+    """A module's name as the kernel compares it: its file's stem, `-` and `_` alike."""
+    base = path.rsplit("/", 1)[-1]
+    for suffix in (".xz", ".zst", ".gz", ".ko"):
+        base = base.removesuffix(suffix)
+    return base.replace("-", "_")
+
+
+def kernel_tree(release: str, cache: Path) -> KernelTree:
+    """The kernel's package unpacked under `cache` (once; a file lock keeps two runs from doing it twice)."""
+    from gpualign.archive.apt import Archive, ArchiveError, file_lock
+
+    root = cache / release
+    tree = KernelTree(release, root)
+    if (root / ".complete").exists():
+        return tree
+    with file_lock(f"kernel-{release}.lock"):
+        if (root / ".complete").exists():
+            return tree
+        archive = Archive.for_kernel(release)
+        package = f"linux-image-{release}"
+        archive.update()
+        with tempfile.TemporaryDirectory(prefix="gpualign-kernel-", dir=cache.parent if cache.parent.exists()
+                                         else None) as tmp:
+            res = archive._apt("download", archive.target(package), cwd=Path(tmp))
+            debs = list(Path(tmp).glob("*.deb"))
+            if res.returncode != 0 or not debs:
+                raise ArchiveError(f"{package} is not in Debian's archive ({archive.describe()}): "
+                                   f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
+            unpacked = Path(tmp) / "root"
+            _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], f"unpacking {debs[0].name}")
+            _run(["depmod", "-b", str(unpacked), release], f"indexing {package}'s modules (depmod)")
+            if root.exists():
+                shutil.rmtree(root)
+            root.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(unpacked), root)
+        (root / ".complete").write_text(package + "\n")
+    return tree
+
+
+def _run(cmd: list[str], what: str) -> None:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except FileNotFoundError:
+        raise BadInput(f"{cmd[0]} is not installed: {what} needs it (scripts/install-debs installs it)") from None
+    if proc.returncode != 0:
+        raise GpualignError(f"{what} failed: {(proc.stderr.strip().splitlines() or ['failed'])[-1]}")
+
+
+def load_order(tree: KernelTree, wanted: list[str]) -> list[str]:
+    """The kernel's own module files to load before NVIDIA's, dependencies first (modules.dep), for the module
+    names NVIDIA's modules depend on; a built-in one needs nothing."""
+    deps, builtin = tree.dependencies(), tree.builtin()
+    order: list[str] = []
+
+    def visit(path: str) -> None:
+        if path in order:
+            return
+        for needed in deps.get(_name(path), (path, ()))[1]:
+            visit(needed)
+        order.append(path)
+
+    for name in wanted:
+        key = name.replace("-", "_")
+        if key in builtin:
+            continue
+        if key not in deps:
+            raise GpualignError(f"kernel {tree.release} has no module {name}, which NVIDIA's modules need")
+        visit(deps[key][0])
+    return order
+
+
+def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 240.0,
+                  accel: str | None = None) -> KernelVerdict:
+    """Boot `kernel` and load the .ko files in `modules` (an image's) into it: the kernel's verdict."""
+    arch = _arch_of(kernel)
+    qemu, machine, console = QEMU.get(arch, (None, [], ""))
+    if qemu is None:
+        raise BadInput(f"kernel {kernel}: gpualign boots amd64 and arm64 kernels, not {arch}")
+    if shutil.which(qemu) is None:
+        raise BadInput(f"{qemu} is not installed: the kernel load check boots the kernel in it "
+                       "(scripts/install-debs installs it; --no-kernel-load skips the check, and says so)")
+    if not BUSYBOX.exists():
+        raise BadInput(f"{BUSYBOX} is not installed (Debian's busybox-static): the kernel load check's VM runs it")
+    ko = {p.stem: p for p in sorted(modules.glob("*.ko"))}
+    if NVIDIA_CORE not in ko:
+        return KernelVerdict(kernel, kernel_console.Load.REFUSED, ("the image holds no nvidia.ko to load",))
+    core = kmod.read_file(ko[NVIDIA_CORE])
+    wanted = [d for d in (core.field("depends") or "").split(",") if d]
+    tree = kernel_tree(kernel, cache)
+    order = load_order(tree, wanted)
+    others = tuple(sorted(n for n in ko if n != NVIDIA_CORE))
+    with tempfile.TemporaryDirectory(prefix="gpualign-initramfs-") as tmp:
+        initrd = Path(tmp) / "initramfs.cpio"
+        names = [_name(p) for p in order] + [NVIDIA_CORE]
+        files = {f"m/{_name(p)}.ko": _module_bytes(tree.modules / p) for p in order}
+        files[f"m/{NVIDIA_CORE}.ko"] = ko[NVIDIA_CORE].read_bytes()
+        _write_initramfs(initrd, files, _init_script(names))
+        accel = accel or os.environ.get(ACCEL_ENV) or "tcg"
+        if accel == "kvm" and (arch != _host_arch() or not os.access("/dev/kvm", os.R_OK | os.W_OK)):
+            raise BadInput(f"${ACCEL_ENV}=kvm: /dev/kvm does not answer for {arch} here; leave it unset (TCG)")
+        cmd = [qemu, *machine, "-accel", accel, "-m", "1024", "-smp", "1", "-kernel", str(tree.vmlinuz),
+               "-initrd", str(initrd), "-append", f"console={console} panic=-1 loglevel=5",
+               "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-monitor", "none"]
+        started = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout)
+            out = proc.stdout.decode(errors="replace")
+        except subprocess.TimeoutExpired as err:
+            out = (err.stdout or b"").decode(errors="replace") + f"\n(no end after {timeout:.0f} s)"
+        seconds = time.monotonic() - started
+    verdict = kernel_console.read(kernel, out, others)
+    import dataclasses
+
+    return dataclasses.replace(verdict, seconds=seconds, accel=accel)
+
+
+def _init_script(names: list[str]) -> bytes:
+    loads = "".join(f'echo "{kernel_console.MARK} insmod {n}"\n/bin/busybox insmod /m/{n}.ko\n'
+                    f'echo "{kernel_console.MARK} rc {n} $?"\n' for n in names)
+    return ("#!/bin/busybox sh\n/bin/busybox mkdir -p /proc /sys /dev\n"
+            "/bin/busybox mount -t proc proc /proc\n/bin/busybox mount -t devtmpfs dev /dev\n"
+            f"{loads}echo \"{kernel_console.MARK} done\"\n/bin/busybox poweroff -f\n").encode()
+
+
+def _module_bytes(path: Path) -> bytes:
+    """A kernel module as insmod takes it: Debian compresses some kernels' modules with xz."""
+    if path.exists():
+        data = path.read_bytes()
+        return lzma.decompress(data) if path.suffix == ".xz" else data
+    raise GpualignError(f"{path}: not in the kernel's package")
+
+
+def _write_initramfs(out: Path, files: dict[str, bytes], init: bytes) -> None:
+    """A newc cpio archive: /init, /bin/busybox, and the modules."""
+    entries: list[tuple[str, int, bytes]] = [("bin", 0o040755, b""), ("m", 0o040755, b""),
+                                             ("init", 0o100755, init),
+                                             ("bin/busybox", 0o100755, BUSYBOX.read_bytes())]
+    entries += [(name, 0o100644, data) for name, data in files.items()]
+    with out.open("wb") as handle:
+        for ino, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], start=1):
+            encoded = name.encode() + b"\0"
+            fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(encoded), 0)
+            handle.write(b"070701" + b"".join(f"{v:08X}".encode() for v in fields))
+            handle.write(encoded + b"\0" * ((-(110 + len(encoded))) % 4))
+            handle.write(data + b"\0" * ((-len(data)) % 4))
+
+
+def _arch_of(kernel: str) -> str:
+    from gpualign.model.makers import kernel_arch
+
+    return kernel_arch(kernel) or "amd64"
+
+
+def _host_arch() -> str:
+    from gpualign.archive.apt import host_arch
+
+    return host_arch()

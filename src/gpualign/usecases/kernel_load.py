@@ -1,0 +1,52 @@
+"""`gpualign verify IMAGE_REF`: a driver image's modules loaded into their own Debian kernel, booted in a VM
+(gpualign.judging.kernel_boot), by default the kernel its tag names, or another release to ask "would this image
+load there". Refusals say what is wrong with the input; the command line words them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpualign.base.errors import BadInput
+from gpualign.judging.kernel_console import KernelVerdict, Load
+from gpualign.ledger.registry import connect
+
+
+class NotAnImage(BadInput):
+    """The reference names no image gpualign can read (`why` in one line)."""
+
+    def __init__(self, ref: str, why: str) -> None:
+        super().__init__(f"{ref}: {why}")
+
+
+def kernels_cache() -> Path:
+    """Where unpacked kernels are kept, beside the build's caches (~/.cache/gpualign/ensure/kernels)."""
+    from gpualign.loaders.archive_reading import ensure_root
+
+    return ensure_root() / "kernels"
+
+
+def load_image(ref: str, kernel: str | None = None, docker_config: Path | None = None,
+               timeout: float = 240.0) -> KernelVerdict:
+    """HOST/REPO:TAG (registry:// optional) -> the kernel's verdict on its modules."""
+    from gpualign.judging import tagspec
+    from gpualign.judging.inspect import modules_of
+    from gpualign.judging.kernel_boot import boot_and_load
+    from gpualign.model.kernels import release_of
+    from gpualign.model.makers import kernel_arch
+
+    text = ref.removeprefix("registry://").removeprefix("oci://")
+    name, sep, tag = text.rpartition(":")
+    if not sep or "/" in tag or "/" not in name:
+        raise NotAnImage(repr(ref), "expected HOST/REPO:TAG")
+    spec = tagspec.try_parse(tag)
+    if kernel is None and spec is None:
+        raise NotAnImage(ref, "its tag names no kernel (BRANCH-KERNEL-OS): pass --kernel RELEASE")
+    release = release_of(kernel) if kernel else spec.kernel if spec else ""
+    arch = kernel_arch(release) or "amd64"
+    with connect(f"registry://{name}", docker_config=docker_config) as client:
+        if client.digest(tag) is None:
+            raise NotAnImage(ref, "not in the registry")
+        found = modules_of(client, tag, kernels_cache().parent / "images", arch)
+    if found is None:
+        return KernelVerdict(release, Load.REFUSED, (f"the image holds no kernel modules for {arch} to load",))
+    return boot_and_load(found[1], release, kernels_cache(), timeout=timeout)

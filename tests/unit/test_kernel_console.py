@@ -1,0 +1,79 @@
+"""What a real Debian kernel said when a driver image's modules were loaded into it, read into a verdict: consoles
+recorded from qemu booting Debian's own linux-image-6.1.0-50-amd64 and -47 (gpualign.judging.kernel_boot) with the
+nvidia.ko gpualign built for 6.1.0-50. The pass is NVIDIA's own "No NVIDIA GPU found"; a refusal quotes the
+kernel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpualign.judging import kernel_console
+from gpualign.judging.kernel_boot import KernelTree, _write_initramfs, load_order
+from gpualign.judging.kernel_console import Load
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "kernel-console"
+
+
+def recorded(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_the_kernel_that_took_nvidia_ko_as_far_as_no_gpu_accepts():
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"), ("nvidia-uvm",))
+    assert verdict.ok and verdict.load is Load.ACCEPTED
+    assert verdict.said == ("NVRM: No NVIDIA GPU found.",)
+    assert [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 19)]  # ENODEV: no GPU here
+    assert verdict.not_loaded == ("nvidia-uvm",)
+
+
+def test_another_abis_kernel_refuses_with_its_own_words():
+    verdict = kernel_console.read("6.1.0-47-amd64", recorded("refused-535-6.1.0-50-modules-in-6.1.0-47-amd64.txt"))
+    assert verdict.load is Load.REFUSED
+    assert verdict.said == ("nvidia: disagrees about version of symbol module_layout",)
+
+
+def test_nvidia_ko_without_the_kernels_drm_first_is_refused_naming_the_symbol():
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded("refused-nvidia-without-drm-6.1.0-50-amd64.txt"))
+    assert verdict.load is Load.REFUSED
+    assert verdict.said[0] == "nvidia: Unknown symbol drm_gem_object_free (err -2)", verdict.said
+
+
+@pytest.mark.parametrize("console", ["", "SeaBIOS\nBooting from ROM...\n",
+                                     "GPUALIGN insmod drm\nGPUALIGN rc drm 0\nGPUALIGN insmod nvidia\n"])
+def test_a_kernel_that_never_finished_is_unfinished_never_accepted(console):
+    verdict = kernel_console.read("6.1.0-50-amd64", console)
+    assert not verdict.ok and verdict.load is Load.UNFINISHED
+
+
+def test_an_oops_during_init_refuses_even_after_no_gpu():
+    console = ("GPUALIGN insmod nvidia\nNVRM: No NVIDIA GPU found.\nBUG: kernel NULL pointer dereference\n"
+               "GPUALIGN rc nvidia 19\nGPUALIGN done\n")
+    verdict = kernel_console.read("6.1.0-50-amd64", console)
+    assert verdict.load is Load.REFUSED and verdict.said == ("BUG: kernel NULL pointer dereference",)
+
+
+def test_dependencies_load_first_in_modules_dep_order_and_builtins_need_nothing(tmp_path):
+    modules = tmp_path / "lib" / "modules" / "6.1.0-50-amd64"
+    modules.mkdir(parents=True)
+    (modules / "modules.dep").write_text(
+        "kernel/drivers/gpu/drm/drm_kms_helper.ko: kernel/drivers/gpu/drm/drm.ko kernel/drivers/i2c/i2c-algo-bit.ko\n"
+        "kernel/drivers/gpu/drm/drm.ko:\nkernel/drivers/i2c/i2c-algo-bit.ko:\n")
+    (modules / "modules.builtin").write_text("kernel/drivers/acpi/video.ko\n")
+    tree = KernelTree("6.1.0-50-amd64", tmp_path)
+    assert load_order(tree, ["drm_kms_helper", "video", "drm"]) == [
+        "kernel/drivers/gpu/drm/drm.ko", "kernel/drivers/i2c/i2c-algo-bit.ko", "kernel/drivers/gpu/drm/drm_kms_helper.ko"]
+
+
+def test_the_initramfs_is_a_newc_archive_busybox_reads(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("busybox") is None:
+        pytest.fail("busybox is not installed (Debian's busybox-static; scripts/install-debs installs it)")
+    out = tmp_path / "initramfs.cpio"
+    _write_initramfs(out, {"m/nvidia.ko": b"\x7fELF" + b"x" * 5}, b"#!/bin/busybox sh\necho hi\n")
+    listed = subprocess.run(["busybox", "cpio", "-t"], stdin=out.open("rb"), capture_output=True, text=True)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == ["bin", "m", "init", "bin/busybox", "m/nvidia.ko"]
