@@ -63,7 +63,8 @@ def test_dependencies_load_first_in_modules_dep_order_and_builtins_need_nothing(
     (modules / "modules.builtin").write_text("kernel/drivers/acpi/video.ko\n")
     tree = KernelTree("6.1.0-50-amd64", tmp_path)
     assert load_order(tree, ["drm_kms_helper", "video", "drm"]) == [
-        "kernel/drivers/gpu/drm/drm.ko", "kernel/drivers/i2c/i2c-algo-bit.ko", "kernel/drivers/gpu/drm/drm_kms_helper.ko"]
+        "kernel/drivers/gpu/drm/drm.ko", "kernel/drivers/i2c/i2c-algo-bit.ko",
+        "kernel/drivers/gpu/drm/drm_kms_helper.ko"]
 
 
 def test_the_initramfs_is_a_newc_archive_busybox_reads(tmp_path):
