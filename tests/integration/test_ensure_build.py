@@ -101,6 +101,24 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
              timeout=60, what="deb-1's driver pod Ready on the built image")
     clean = lab.cli("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
     assert clean.code == 0, clean.out + clean.err
+
+    # the kernel decides: the image's modules loaded into Debian's own kernel of the tag, booted in a VM, get as far
+    # as a machine without a GPU allows; another ABI's kernel refuses them in its own words; no modules, no pass
+    image_ref = f"{lab.registry}/nvidia/driver:{TAG}"
+    loaded = lab.cli("verify", image_ref, "-o", "json", timeout=600)
+    assert loaded.code == 0, loaded.out + loaded.err
+    verdict = json.loads(loaded.out)
+    assert (verdict["kind"], verdict["verdict"], verdict["said"]) == ("KernelLoad", "accepted",
+                                                                    ["NVRM: No NVIDIA GPU found."])
+    assert [a["module"] for a in verdict["attempts"]] == ["drm", "nvidia"]
+    other = lab.cli("verify", image_ref, "--kernel", OTHER, timeout=600)
+    assert other.code == 1 and f"kernel {OTHER} refused the modules" in other.out, other.out + other.err
+    assert "nvidia: disagrees about version of symbol module_layout" in other.out
+    assert lab.cli("lab", "push-image", "535-6.1.0-50-amd64-debian12", "--repo", "empty/driver").code == 0
+    empty = lab.cli("verify", f"{lab.registry}/empty/driver:{TAG}", timeout=120)
+    assert empty.code == 1 and "holds no kernel modules" in empty.out, empty.out + empty.err
+    gone = lab.cli("verify", f"{lab.registry}/nvidia/driver:535-6.1.0-99-amd64-debian12", timeout=120)
+    assert gone.code == 2 and gone.err.strip().endswith("not in the registry"), gone.err
     assert lab.cli("status", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "--fail-on-stuck").code == 0
 
     rootfs = tmp_path / "image"
