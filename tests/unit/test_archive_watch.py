@@ -3,23 +3,13 @@ its nodes would be on it, handed to the build trigger under the pool's key; a po
 
 from __future__ import annotations
 
-from gpualign.base.errors import GpualignError
 from gpualign.controller.archive_watch import PREFIX, ArchiveWatch
 from gpualign.model.audit import Status
 from gpualign.model.facts import node_facts
 from tests.support import builders
 from tests.support.findings import node_finding
-from tests.support.local_suite import DATA
-
-
-class Recorded:
-    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
-        return (DATA / f"{suite}_{arch}.Packages").read_text()
-
-
-class Unreadable:
-    def kernel_images(self, suite: str, arch: str, component: str = "main") -> str:
-        raise GpualignError("http://mirror/debian/dists/trixie/InRelease: HTTP 503")
+from tests.support.local_suite import RecordedIndexes as Recorded
+from tests.support.local_suite import UnreadableIndexes as Unreadable
 
 
 def test_each_pool_not_yet_on_its_next_kernel_is_handed_on_once(tmp_path):
