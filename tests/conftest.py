@@ -8,11 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support.cli import CliResult, run_cli
 from tests.support.cosign_keys import registry  # noqa: F401 - a fixture: a registry of its own (nvidia/driver)
 from tests.support.lab import Lab, start_lab
 from tests.support.loopback_http import serve  # noqa: F401 - a fixture: a loopback HTTP server shaped per test
+
+# A property holds or not whatever the machine's load: no example is failed for its time (speed is measured by the
+# benchmarks in bench/, never by a test), so a test run beside labs, compiles and VMs is not flaky.
+settings.register_profile("gpualign", deadline=None)
+settings.load_profile("gpualign")
 
 # Labs in the tests have no real node unless a test asks (`lab up --real-node`): there is one per machine, and the
 # tests that need it (tests/integration/test_real_node*.py) must find it free.
