@@ -140,7 +140,22 @@ def kit(compiler: Compiler, images: Images, **more) -> Kit:
 
 
 def options(target: RegistryClient, **more) -> Options:
-    return Options(target, archive=Archive(), cosign_key=None, **more)  # type: ignore[arg-type]
+    return Options(target, archive=Archive(), **{"cosign_key": None, **more})  # type: ignore[arg-type]
+
+
+def VOUCHED(image: str, kernel: str, arch: str, authfile: str | None, modules: str) -> None:  # noqa: N802
+    """An upstream image whose labels name its build: nothing against it."""
+    return None
+
+
+class _NeverSigns:
+    name = "never"
+
+    def sign(self, data: bytes) -> bytes:
+        raise AssertionError("signed an image nothing vouched for")
+
+
+NEVER_SIGNS = _NeverSigns()
 
 
 def said() -> tuple[list[str], run.Say]:
@@ -282,9 +297,32 @@ def test_a_mirror_lands_the_digest_it_copied():
     source = push_tag(upstream_fake, upstream, TAG, b"NVIDIA's image")
     compiler = Compiler()
     out = run.ensure_one(TAG, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
-                         kit(compiler, Images(), mirror=mirroring(upstream_fake, target_fake)))
+                         kit(compiler, Images(), mirror=mirroring(upstream_fake, target_fake), vouch=VOUCHED))
     assert (out.action, out.digest, out.done) == (TagAction.MIRROR, source, True)
     assert target.digest(TAG) == source and compiler.compiles == 0 and "mirror" in out.seconds
+
+
+def test_an_upstream_image_nothing_vouches_for_is_not_copied_and_not_signed():
+    """gpualign signs only what it built or judged: the upstream's image is judged before the copy, and refused
+    (exit 1, naming why) when nothing vouches for it; nothing lands under the tag."""
+    from gpualign.ensure.stage import UpstreamNotVouched
+
+    upstream_fake, target_fake = BlobRegistry(), BlobRegistry()
+    upstream, target = client(upstream_fake, "nvcr.test"), client(target_fake)
+    push_tag(upstream_fake, upstream, TAG, b"an image with no labels")
+    asked: list[tuple[str, str]] = []
+
+    def unlabelled(image: str, kernel: str, arch: str, authfile: str | None, modules: str) -> str:
+        asked.append((image, kernel))
+        return "unverified: its config carries no labels"
+
+    with pytest.raises(UpstreamNotVouched, match="is unverified: its config carries no labels: not mirrored, not "
+                                                 "signed"):
+        run.ensure_one(TAG, options(target, upstream=upstream, cosign_key=NEVER_SIGNS), said()[1],
+                       run.TagPlan(SPEC, TagAction.MIRROR),
+                       kit(Compiler(), Images(), mirror=mirroring(upstream_fake, target_fake), vouch=unlabelled))
+    assert asked == [(f"nvcr.test/nvidia/driver:{TAG}", SPEC.kernel)]
+    assert target.digest(TAG) is None
 
 
 def test_a_mirror_that_lands_another_digest_is_refused():
@@ -293,7 +331,8 @@ def test_a_mirror_that_lands_another_digest_is_refused():
     source = push_tag(upstream_fake, upstream, TAG, b"NVIDIA's image")
     with pytest.raises(PushRefused, match=f"the ledger answers digest sha256:[0-9a-f]+ after mirroring {source}"):
         run.ensure_one(TAG, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
-                       kit(Compiler(), Images(), mirror=mirroring(upstream_fake, target_fake, b"something else")))
+                       kit(Compiler(), Images(), mirror=mirroring(upstream_fake, target_fake, b"something else"),
+                           vouch=VOUCHED))
 
 
 def test_a_dry_run_makes_nothing():

@@ -63,7 +63,7 @@ def test_signed_by_digest_verified_by_the_trusted_key_and_refused_otherwise(regi
 def test_keys_that_cannot_sign_or_be_trusted_are_one_line_each(tmp_path):
     text = tmp_path / "key.txt"
     text.write_text("not a key")
-    with pytest.raises(BadInput, match="not an unencrypted PEM private key"):
+    with pytest.raises(BadInput, match="not a private key cosign or gpualign can read"):
         signatures.load_private_key(text)
     with pytest.raises(BadInput, match="not a PEM public key"):
         signature_check.load_trusted([str(text)])

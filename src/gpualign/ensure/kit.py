@@ -84,6 +84,18 @@ ImagePaths = Callable[[TagSpec, Options, Archive, Emit, Progress], ImagePath]
 Mirror = Callable[[RegistryRef, RegistryRef, str, str, "str | None"], None]
 
 
+# (image, the tag's kernel, its CPU architecture, the credentials file, the module check: auto or strict) -> why it
+# cannot be vouched for, or None (gpualign.judging.judge.unvouched)
+Vouch = Callable[[str, str, str, "str | None", str], "str | None"]
+
+
+def _judged(image: str, kernel: str, arch: str, authfile: str | None, modules: str) -> str | None:
+    from gpualign.judging.judge import unvouched
+
+    return unvouched(image, kernel, docker_config=Path(authfile) if authfile else None, modules=modules,
+                     archs=(arch,))
+
+
 def _skopeo(source: RegistryRef, target: RegistryRef, tag: str, digest: str, authfile: str | None) -> None:
     mirror.copy(source, target, tag, digest, authfile=authfile)
 
@@ -94,3 +106,4 @@ class Kit:
     verifier: Verifier = verify_modules
     images: ImagePaths = Assembly
     mirror: Mirror = _skopeo
+    vouch: Vouch = _judged  # what a mirror's upstream image must pass before it is copied (and so signed)

@@ -38,7 +38,7 @@ from gpualign.ensure.refusals import UpstreamUnreachable
 from gpualign.ensure.signatures import attest, sign
 from gpualign.ensure.stage import Options, PresentButWrong, Say, UpstreamNotVouched, tag_lock
 from gpualign.judging import tagspec
-from gpualign.judging.judge import AUTO, NO_LABELS, STRICT, judge, unvouched
+from gpualign.judging.judge import AUTO, NO_LABELS, STRICT, judge
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -191,7 +191,7 @@ def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit
     t0 = time.monotonic()
     source = opts.upstream.digest(spec.tag)
     assert source is not None
-    _vouch_for_upstream(spec, source, opts, say)
+    _vouch_for_upstream(spec, source, opts, say, kit)
     emit(Timed("judge", time.monotonic() - t0))
     say(spec.tag, f"mirror: {opts.upstream.ref.image}@{source}")
     kit.mirror(opts.upstream.ref, opts.target.ref, spec.tag, source, opts.authfile)
@@ -203,7 +203,7 @@ def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit
     say(spec.tag, f"mirrored: {digest}")
 
 
-def _vouch_for_upstream(spec: tagspec.TagSpec, digest: str, opts: Options, say: Say) -> None:
+def _vouch_for_upstream(spec: tagspec.TagSpec, digest: str, opts: Options, say: Say, kit: Kit) -> None:
     """What is mirrored gets the team's signature, so it passes the judgement a build passes first: the upstream's
     own signature over the digest where its keys are given, then its labels and modules against the tag's kernel.
     Refused: nothing is copied."""
@@ -218,8 +218,7 @@ def _vouch_for_upstream(spec: tagspec.TagSpec, digest: str, opts: Options, say: 
                                      f"key ({verdict.why}): not mirrored, not signed")
         say(spec.tag, f"upstream signature verified: {verdict.why or 'signed by its key'}")
     modules = STRICT if opts.check_present == STRICT else AUTO
-    why = unvouched(source, spec.kernel, docker_config=Path(opts.authfile) if opts.authfile else None,
-                    modules=modules, archs=(_arch_of(spec.kernel),))
+    why = kit.vouch(source, spec.kernel, _arch_of(spec.kernel), opts.authfile, modules)
     if why is not None:
         raise UpstreamNotVouched(f"{spec.tag}: the upstream's image {source}@{digest} is {why}: not mirrored, not "
                                  "signed (gpualign signs only what it built or judged)")
