@@ -11,6 +11,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.loaders.rules import load_rules
 from gpualign.model.audit import DriverPod
 from gpualign.model.facts import node_facts
+from gpualign.model.ledger import Unsigned, Unverified
 from gpualign.model.makers import Maker
 from gpualign.model.reboot_gate import BootSource, Hold, ImageVerdict, NextBoot, next_boot, reboot_verdict
 from gpualign.usecases import archive_next, tonight
@@ -90,10 +91,10 @@ def test_wrong_unsigned_and_unverified_images_hold_as_plan_calls_them():
     nxt = read.kernels["a"]
     tag = f"535-{nxt}-debian12"
     boot = NextBoot(nxt, BootSource.ARCHIVE)
-    for why, hold in (("its config carries no labels", Hold.WRONG),
-                      ("unsigned: no signature by a trusted key over its digest (x.sig is not in the registry)",
-                       Hold.UNSIGNED),
-                      ("modules not verified: no headers", Hold.UNJUDGED)):
+    for why, hold in (("its label version=535-6.1.0-47-amd64 names another build", Hold.WRONG),
+                      (Unsigned("unsigned: no signature by a trusted key over its digest (x.sig is not in the "
+                                "registry)"), Hold.UNSIGNED),
+                      (Unverified("modules not verified: its config carries no labels"), Hold.UNJUDGED)):
         verdict = reboot_verdict("a", boot, ImageVerdict(tag, True, why))
         assert verdict.hold is hold and why in verdict.why
     assert reboot_verdict("a", boot, ImageVerdict(tag, True)).ready

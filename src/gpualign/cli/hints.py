@@ -13,6 +13,7 @@ def worded(err: GpualignError) -> str:
     from gpualign.ensure.refusals import NoModulesGiven, UpstreamUnreachable
     from gpualign.judging.refusals import NotBuiltHere
     from gpualign.kube.kubeconfig import NoCurrentContext, NoKubeconfig
+    from gpualign.usecases.kernel_load import NoKernelNamed
     from gpualign.usecases.refusals import (
         CheckNoLedger,
         DumpOrCluster,
@@ -22,6 +23,8 @@ def worded(err: GpualignError) -> str:
     )
 
     match err:
+        case NoKernelNamed():
+            return f"{err.ref}: its tag names no kernel (BRANCH-KERNEL-OS): pass --kernel RELEASE"
         case NoKubeconfig(context=str(context)):
             return (f"--context {context}: no kubeconfig to read it from (no --kubeconfig, $KUBECONFIG or "
                     "~/.kube/config)")

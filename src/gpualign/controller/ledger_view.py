@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from gpualign.base.errors import GpualignError
 from gpualign.ledger.sources import Ledger, RepoLedgers, is_registry
+from gpualign.model.ledger import Unverified
 from gpualign.model.operator_config import OperatorConfig
 
 log = logging.getLogger("gpualign.controller")
@@ -71,7 +72,7 @@ class LedgerView:
         """Why a present image could not be judged at its last asking (its labels unreadable), or None."""
         with self.lock:
             why = self.unread.get(image)
-        return f"not judged: its labels could not be read ({why})" if why else None
+        return Unverified(f"not judged: its labels could not be read ({why})") if why else None
 
     def unusable(self, image: str, arch: str, module_type: str | None) -> str | None:
         """Why the operator must not walk a node to this image (missing, or present but wrong), or None."""

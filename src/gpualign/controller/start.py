@@ -20,6 +20,7 @@ from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger import sources
 from gpualign.model.branches import BranchPolicy
+from gpualign.model.ledger import Unverified
 from gpualign.model.operator_config import OperatorConfig
 from gpualign.model.tags import Rules, for_operator
 from gpualign.usecases.archive_next import cannot_verify
@@ -108,7 +109,7 @@ def judged_wrong(image: str, arch: str, module_type: str | None, docker_config: 
     found = judge({image: (spec.kernel,) if spec else ()}, docker_config=docker_config, archs={image: (arch,)})
     if (why := found.wrong_for(image, arch, module_type)) is not None:
         return why
-    return f"modules not verified: {found.unverified[image]}" if image in found.unverified else None
+    return Unverified(f"modules not verified: {found.unverified[image]}") if image in found.unverified else None
 
 
 def gate_possible(config: OperatorConfig | None, warn: Warn) -> None:

@@ -25,6 +25,7 @@ from gpualign.ledger.registry import connect
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.flavours import mismatch as flavour_mismatch
 from gpualign.model.kernels import release_of
+from gpualign.model.ledger import Unsigned
 from gpualign.model.platforms import platform_problem
 
 if TYPE_CHECKING:
@@ -218,7 +219,8 @@ def _unsigned(client: RegistryClient, tag: str, trusted: tuple[Any, ...]) -> str
     if digest is None:
         return None
     verdict = verify(client, digest, trusted)
-    return None if verdict.ok else f"unsigned: no signature by a trusted key over its digest ({verdict.why})"
+    return None if verdict.ok else Unsigned(f"unsigned: no signature by a trusted key over its digest "
+                                            f"({verdict.why})")
 
 
 def _config(client: RegistryClient, tag: str, archs: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:

@@ -146,7 +146,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
         raise BadInput(f"kernel {kernel}: gpualign boots amd64 and arm64 kernels, not {arch}")
     if shutil.which(qemu) is None:
         raise BadInput(f"{qemu} is not installed: the kernel load check boots the kernel in it "
-                       "(scripts/install-debs installs it; --no-kernel-load skips the check, and says so)")
+                       "(scripts/install-debs installs it)")
     if not BUSYBOX.exists():
         raise BadInput(f"{BUSYBOX} is not installed (Debian's busybox-static): the kernel load check's VM runs it")
     ko = {p.stem: p for p in sorted(modules.glob("*.ko"))}

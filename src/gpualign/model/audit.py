@@ -18,7 +18,7 @@ from gpualign.model.facts import NodeFacts
 from gpualign.model.flavours import PROPRIETARY
 from gpualign.model.flavours import mismatch as flavour_mismatch
 from gpualign.model.flavours import resolve as resolve_flavour
-from gpualign.model.ledger import Ledger, RepoLedgers
+from gpualign.model.ledger import Ledger, RepoLedgers, Unsigned
 from gpualign.model.makers import Maker, Making, who_makes
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import RequiredImage, Rules, os_tag, required_image
@@ -114,7 +114,7 @@ class Audit:
         count = Counter(f.status for f in self.findings)  # one pass, not one per status
         kernel_mismatch = failing = unverified = unsigned = 0
         for f in self.findings:
-            if f.status == Status.WRONG_IMAGE and (f.wrong or "").startswith("unsigned"):
+            if f.status == Status.WRONG_IMAGE and isinstance(f.wrong, Unsigned):
                 unsigned += 1
             if f.pod_matches_kernel is False:
                 kernel_mismatch += 1

@@ -6,6 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class Unsigned(str):
+    """Why a present image is wrong, when it is that no trusted key signed it: the reason says so by its type."""
+
+    __slots__ = ()
+
+
+class Unverified(str):
+    """Why a present image is wrong, when it is that nothing judged it (its modules never checked, nothing in it
+    says what it was built for, its labels unreadable)."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why the image under a tag must not be walked to: present but wrong (its labels, or its modules as the node's

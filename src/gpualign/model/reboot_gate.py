@@ -129,12 +129,12 @@ def reboot_verdict(node: str, boot: NextBoot, image: ImageVerdict) -> RebootVerd
 
 
 def _wrong_kind(why: str) -> Hold:
-    """The kind of a present image's fault, from the judge's words (their first word is their kind)."""
-    if why.startswith("unsigned"):
+    """The kind of a present image's fault, by the type its judge gave the reason (gpualign.model.ledger)."""
+    from gpualign.model.ledger import Unsigned, Unverified
+
+    if isinstance(why, Unsigned):
         return Hold.UNSIGNED
-    if why.startswith(("modules not verified", "not judged", "its labels could not be read")):
-        return Hold.UNJUDGED
-    return Hold.WRONG
+    return Hold.UNJUDGED if isinstance(why, Unverified) else Hold.WRONG
 
 
 def image_of_finding(finding: Any) -> ImageVerdict | None:

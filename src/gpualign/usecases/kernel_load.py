@@ -18,6 +18,14 @@ class NotAnImage(BadInput):
         super().__init__(f"{ref}: {why}")
 
 
+class NoKernelNamed(NotAnImage):
+    """The image's tag names no kernel, and no other was given (the command line names its flag)."""
+
+    def __init__(self, ref: str) -> None:
+        super().__init__(ref, "its tag names no kernel (BRANCH-KERNEL-OS), and no kernel was named to boot")
+        self.ref = ref
+
+
 def kernels_cache() -> Path:
     """Where unpacked kernels are kept, beside the build's caches (~/.cache/gpualign/ensure/kernels)."""
     from gpualign.loaders.archive_reading import ensure_root
@@ -40,7 +48,7 @@ def load_image(ref: str, kernel: str | None = None, docker_config: Path | None =
         raise NotAnImage(repr(ref), "expected HOST/REPO:TAG")
     spec = tagspec.try_parse(tag)
     if kernel is None and spec is None:
-        raise NotAnImage(ref, "its tag names no kernel (BRANCH-KERNEL-OS): pass --kernel RELEASE")
+        raise NoKernelNamed(ref)
     release = release_of(kernel) if kernel else spec.kernel if spec else ""
     arch = kernel_arch(release) or "amd64"
     with connect(f"registry://{name}", docker_config=docker_config) as client:

@@ -15,6 +15,7 @@ from gpualign.ledger.sources import is_registry
 from gpualign.model import selectors
 from gpualign.model.branches import BranchPolicy, BranchRule
 from gpualign.model.facts import node_facts
+from gpualign.model.ledger import Unverified
 from gpualign.model.needed_images import images_needed
 from gpualign.usecases.nodes import Say, quiet
 from gpualign.usecases.refusals import PlanNoLedger, RepositoriesToChoose
@@ -130,7 +131,7 @@ def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_c
         warn(w)
     wrong = {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
     for image, unchecked in found.unverified.items():  # never checked is work to do, as check and the walk hold it
-        wrong.setdefault(image.rpartition(":")[2], f"modules not verified: {unchecked}")
+        wrong.setdefault(image.rpartition(":")[2], Unverified(f"modules not verified: {unchecked}"))
     for n in present:  # an image that lacks the architecture of a node that will need it is wrong for that node
         for arch in n.archs:
             why = found.wrong_for(f"{repo}:{n.tag}", arch)

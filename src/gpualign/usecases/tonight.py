@@ -18,6 +18,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.driver_pod_status import DriverPod
 from gpualign.model.facts import NodeFacts
+from gpualign.model.ledger import Unsigned
 from gpualign.model.makers import Maker
 from gpualign.model.needed_images import Change, Needed, NeededImages
 from gpualign.model.reboot_gate import ImageVerdict, NextBoot, RebootVerdict, image_of_needed, next_boot, reboot_verdict
@@ -41,7 +42,7 @@ class PoolTonight:
         if not n.wrong and n.action == Maker.NONE:
             return f"cannot be made: {n.making.why}"
         building = self.builds.get(n.tag) or self.builds.get("*")
-        unsigned = n.wrong is not None and n.wrong.startswith("unsigned")
+        unsigned = isinstance(n.wrong, Unsigned)
         state = (f"present but unsigned ({n.wrong})" if unsigned else f"present but wrong ({n.wrong})") if n.wrong \
             else "missing"
         return f"{state}; {building}" if building else f"{state}: {n.action} it before any node reboots into it"
