@@ -36,7 +36,7 @@ def test_seed_story_new_kernel_is_flagged_only_on_its_node(fleet, tmp_path):
     assert res.code == 0, res.err
     assert data["summary"] == {"gpu_nodes": 6, "present": 6, "missing": 0, "unknown": 0, "host_managed": 0,
                                "operator_mismatch": 0, "pod_kernel_mismatch": 0, "wrong_image": 0,
-                               "missing_images": 0, "driver_pod_failing": 0, "unverified": 0}
+                               "missing_images": 0, "driver_pod_failing": 0, "unverified": 0, "unsigned": 0}
     gcp = next(n for n in data["nodes"] if n["name"] == "gpu-e1")
     assert gcp["published"] is False and gcp["reason"] == ("in the ledger; kernel flavour 'gcp' is not published "
                                                            "precompiled by NVIDIA")  # facts, no advice: it is there
