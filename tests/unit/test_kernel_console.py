@@ -20,6 +20,12 @@ def recorded(name: str) -> str:
     return (DATA / name).read_text()
 
 
+def test_trixies_kernel_takes_its_550_modules_as_far_as_no_gpu():
+    verdict = kernel_console.read("6.12.118+deb13-amd64", recorded("accepted-550-6.12.118+deb13-amd64.txt"))
+    assert verdict.ok and verdict.said == ("NVRM: No NVIDIA GPU found.",)
+    assert [a.module for a in verdict.attempts] == ["drm", "nvidia"]
+
+
 def test_the_kernel_that_took_nvidia_ko_as_far_as_no_gpu_accepts():
     verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"), ("nvidia-uvm",))
     assert verdict.ok and verdict.load is Load.ACCEPTED

@@ -96,6 +96,10 @@ def kernel_tree(release: str, cache: Path) -> KernelTree:
                                    f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
             unpacked = Path(tmp) / "root"
             _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], f"unpacking {debs[0].name}")
+            merged = unpacked / "usr" / "lib" / "modules"  # trixie's kernels keep their modules under /usr
+            if merged.is_dir() and not (unpacked / "lib" / "modules").exists():
+                (unpacked / "lib").mkdir(exist_ok=True)
+                (unpacked / "lib" / "modules").symlink_to("../usr/lib/modules")
             _run(["depmod", "-b", str(unpacked), release], f"indexing {package}'s modules (depmod)")
             if root.exists():
                 shutil.rmtree(root)

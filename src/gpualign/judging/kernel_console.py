@@ -22,8 +22,8 @@ from typing import Any
 MARK = "GPUALIGN"
 NO_GPU = "No NVIDIA GPU found"  # NVRM's words, the proprietary and the open modules alike, at the end of init
 _REFUSED = re.compile(r"Unknown symbol|disagrees about version of symbol|Invalid module format|version magic|"
-                      r"Key was rejected|module verification failed: signature and/or required key missing|"
-                      r"Loading of unsigned module is rejected|BUG:|Oops|general protection fault|Call Trace|"
+                      r"Key was rejected|Loading of unsigned module is rejected|"
+                      r"BUG:|Oops|general protection fault|Call Trace|"
                       r"Kernel panic")
 _INSMOD = re.compile(rf"^{MARK} insmod (?P<name>\S+)$")
 _RC = re.compile(rf"^{MARK} rc (?P<name>\S+) (?P<rc>-?\d+)$")
