@@ -33,6 +33,7 @@ from gpualign.ensure.outcome import (
 )
 from gpualign.ensure.stage import NotVerified, Options
 from gpualign.judging import tagspec
+from gpualign.judging.kernel_console import KernelVerdict, Load
 from gpualign.judging.verify import ModuleResult, Verification
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
@@ -136,7 +137,13 @@ class Images:
 
 
 def kit(compiler: Compiler, images: Images, **more) -> Kit:
-    return Kit(compiler=compiler, verifier=verifier, images=lambda *_a: images, **more)
+    return Kit(compiler=compiler, verifier=verifier, images=lambda *_a: images,
+               **{"kernel_load": accepted_by_the_kernel, **more})
+
+
+def accepted_by_the_kernel(files: list[Path], kernel: str) -> KernelVerdict:
+    """The kernel's verdict on modules that got as far as a machine without a GPU allows (the VM's words)."""
+    return KernelVerdict(kernel, Load.ACCEPTED, ("NVRM: No NVIDIA GPU found.",))
 
 
 def options(target: RegistryClient, **more) -> Options:
@@ -196,6 +203,34 @@ def test_shared_modules_the_kernel_accepts_are_taken_without_a_compile(tmp_path)
     out = run.ensure_one(TAG, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
     assert compiler.compiles == 0 and out.modules == ModuleOrigin.SHARED
     assert out.shared == Shared(SharedState.PULLED) and "shared_pull" in out.seconds and out.done
+
+
+def test_a_build_the_booted_kernel_refuses_pushes_nothing_and_one_it_accepts_says_so():
+    """The kernel decides, after the offline checks: its refusal, in its words, stops the push; its acceptance is in
+    the report (kernel_load) with the time it took."""
+    refusing = KernelVerdict(SPEC.kernel, Load.REFUSED, ("nvidia: disagrees about version of symbol module_layout",))
+    images = Images()
+    with pytest.raises(NotVerified, match=r"kernel 6\.1\.0-50-amd64 refused the modules: nvidia: disagrees about "
+                                          r"version of symbol module_layout; nothing pushed"):
+        run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+                       kit(Compiler(), images, kernel_load=lambda files, kernel: refusing))
+    assert images.pushed == []
+    loaded: list[tuple[list[str], str]] = []
+
+    def booted(files: list[Path], kernel: str) -> KernelVerdict:
+        loaded.append(([f.name for f in files], kernel))
+        return accepted_by_the_kernel(files, kernel)
+
+    lines, say = said()
+    out = run.ensure_one(TAG, options(client(BlobRegistry())), say, run.TagPlan(SPEC, TagAction.BUILD),
+                         kit(Compiler(), Images(), kernel_load=booted))
+    assert out.done and loaded == [(["nvidia.ko"], SPEC.kernel)]
+    assert out.as_dict()["kernel_load"]["verdict"] == "accepted" and "kernel_load" in out.seconds
+    assert "kernel 6.1.0-50-amd64 accepted the modules: NVRM: No NVIDIA GPU found." in lines
+    skipped = run.ensure_one(TAG, options(client(BlobRegistry()), kernel_load=False), said()[1],
+                             run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images(), kernel_load=refusing))
+    assert skipped.done and skipped.as_dict()["kernel_load"] == {"kernel": SPEC.kernel, "verdict": "skipped",
+                                                                 "why": "switched off for this run"}
 
 
 def test_compiled_modules_the_kernel_refuses_push_nothing():

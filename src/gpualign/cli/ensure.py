@@ -93,6 +93,12 @@ def ensure(
              "unencrypted PEM ECDSA P-256 key; k8s://NAMESPACE/SECRET (cosign's Secret); or a KMS or Vault "
              "reference (awskms://, gcpkms://, azurekms://, hashivault://), signed by cosign itself on PATH. "
              "Only what ensure built and verified, or judged, is signed [default: unsigned]")] = None,
+    kernel_load: Annotated[bool, typer.Option(
+        "--kernel-load/--no-kernel-load",
+        help="boot each built image's own Debian kernel in a VM (qemu, TCG) and load its modules into it before the "
+             "push: the kernel's verdict goes into the report (kernel_load), and a refusal pushes nothing "
+             "(`gpualign verify` does the same for any image). --no-kernel-load is for where qemu cannot run: the "
+             "report then says the check was skipped")] = True,
     upstream_key: Annotated[list[Path] | None, typer.Option(
         "--upstream-key", metavar="PUB", envvar="GPUALIGN_UPSTREAM_KEYS",
         help="a public key (cosign's PEM) the upstream signs its images with; repeatable (env: ':'-separated). "
@@ -171,7 +177,8 @@ def ensure(
     if flags.ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
                        "--render DIR to write the recipes instead")
-    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key), _cosign_signer(cosign_key))
+    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key), _cosign_signer(cosign_key),
+                     kernel_load)
     _finish(flags, outcomes, failed)
 
 
@@ -307,7 +314,8 @@ def _cosign_signer(reference: str | None) -> Any:
 
 
 def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
-          failed: Failed, upstream_keys: tuple[Any, ...] = (), cosign_signer: Any = None) -> list[Outcome]:
+          failed: Failed, upstream_keys: tuple[Any, ...] = (), cosign_signer: Any = None,
+          kernel_load: bool = True) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
     from gpualign.kube.lease import LeaseNamespaceMissing
     from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
@@ -321,7 +329,7 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
     req = Request(flags.ledger, flags.upstream, flags.docker_config, flags.dry_run, flags.jobs, flags.flavour,
                   asked.flavours, flags.modules_from, signing, flags.lease, flags.kubeconfig, flags.context,
                   flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported),
-                  upstream_keys=upstream_keys, cosign_key=cosign_signer)
+                  upstream_keys=upstream_keys, cosign_key=cosign_signer, kernel_load=kernel_load)
     try:
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)
     except UpstreamUnusable as err:

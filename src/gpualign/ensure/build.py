@@ -19,6 +19,7 @@ from gpualign.ensure.kit import ImagePath, Kit, compiled_before
 from gpualign.ensure.outcome import (
     Emit,
     FetchedAhead,
+    KernelLoaded,
     ModuleOrigin,
     ModulesTaken,
     Pushed,
@@ -45,6 +46,7 @@ def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = 
         checked = steps.verify(made)
         if checked is None:
             continue  # shared modules refused by the kernel's checks: compile instead
+        steps.kernel_load(made)
         steps.share(made)
         emit(Pushed(images.push(images.image(made, checked))))
         return
@@ -193,6 +195,26 @@ class Steps:
                  f"{made.driver_version}" + (f", {len(checked.results)} signatures by {opts.signing.signer} (key "
                                              f"{opts.signing.describe()['key_id']})" if opts.signing else ""))
         return checked
+
+    def kernel_load(self, made: Modules) -> None:
+        """The kernel decides: the modules loaded into their own kernel, booted in a VM (amd64; an arm64 kernel is
+        not booted yet, and the check can be switched off: either is said, and the report's kernel_load names it).
+        Refused: NotVerified, nothing pushed."""
+        spec, opts = self.spec, self.opts
+        arch = self.archive.arch
+        if not opts.kernel_load or arch != "amd64":
+            why = "switched off for this run" if not opts.kernel_load else f"{arch} kernels are not booted yet"
+            self.say(f"kernel load: skipped: {why}; the offline checks above vouch for the modules")
+            self.emit(KernelLoaded({"kernel": spec.kernel, "verdict": "skipped", "why": why}))
+            return
+        t0 = time.monotonic()
+        self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10-30 s)")
+        verdict = self.kit.kernel_load(made.files, spec.kernel)
+        self.emit(Timed("kernel_load", time.monotonic() - t0))
+        self.emit(KernelLoaded(verdict.as_dict()))
+        if not verdict.ok:
+            raise NotVerified(f"{spec.tag}: {verdict.line()}; nothing pushed")
+        self.say(verdict.line())
 
     # -- sharing -------------------------------------------------------------------------------------------------
     def share(self, made: Modules) -> None:

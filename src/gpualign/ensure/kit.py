@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpualign.archive.apt import Archive
 from gpualign.ensure import buildroot, debian, mirror
@@ -96,6 +96,22 @@ def _judged(image: str, kernel: str, arch: str, authfile: str | None, modules: s
                      archs=(arch,))
 
 
+# (the image's module files, the kernel release) -> the kernel's verdict, once booted (gpualign.judging.kernel_boot)
+KernelLoader = Callable[[list[Path], str], Any]
+
+
+def _boot(files: list[Path], kernel: str) -> Any:
+    import shutil
+    import tempfile
+
+    from gpualign.judging.kernel_boot import boot_and_load, kernels_cache
+
+    with tempfile.TemporaryDirectory(prefix="gpualign-load-") as tmp:
+        for f in files:  # the files under their module names, as the image holds them
+            shutil.copyfile(f, Path(tmp) / f.name)
+        return boot_and_load(Path(tmp), kernel, kernels_cache())
+
+
 def _skopeo(source: RegistryRef, target: RegistryRef, tag: str, digest: str, authfile: str | None) -> None:
     mirror.copy(source, target, tag, digest, authfile=authfile)
 
@@ -107,3 +123,4 @@ class Kit:
     images: ImagePaths = Assembly
     mirror: Mirror = _skopeo
     vouch: Vouch = _judged  # what a mirror's upstream image must pass before it is copied (and so signed)
+    kernel_load: KernelLoader = _boot  # the modules loaded into their own kernel, booted, before the push

@@ -100,12 +100,17 @@ class Attested:
 
 
 @dataclass(frozen=True)
+class KernelLoaded:
+    record: dict[str, Any]  # the kernel's verdict on the modules, booted (gpualign.judging.kernel_console)
+
+
+@dataclass(frozen=True)
 class LedgerUnasked:
     why: str  # a dry run could not ask the ledger whether it holds the tag (offline, unreachable)
 
 
 Event = (Timed | ModulesTaken | Shared | FetchedAhead | Verified | MadeFrom | Pushed | FoundMeanwhile | Signed |
-         Attested | LedgerUnasked)
+         Attested | LedgerUnasked | KernelLoaded)
 Emit = Callable[[Event], None]
 
 
@@ -125,6 +130,7 @@ class Outcome:
     attestations: tuple[str, ...] = ()  # its signed SBOM and provenance's tag, and the attached SBOM's
     evidence: Evidence | None = None  # what a build made the image from
     unasked: str | None = None  # a dry run's: why the ledger was not asked whether it holds the tag
+    kernel_load: dict[str, Any] | None = None  # the kernel's verdict, booted, before the push (a build's)
 
     def as_dict(self) -> dict[str, Any]:
         return {"tag": self.tag, "action": self.action, "done": self.done, "image": self.reference,
@@ -132,7 +138,7 @@ class Outcome:
                 "verification": self.verification, "modules": str(self.modules) if self.modules else None,
                 "shared": str(self.shared) if self.shared else None, "fetched_ahead": list(self.ahead) or None,
                 "signature": self.signature, "attestations": list(self.attestations) or None,
-                "ledger_unasked": self.unasked}
+                "ledger_unasked": self.unasked, "kernel_load": self.kernel_load}
 
 
 def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Event], *,
@@ -147,6 +153,7 @@ def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Eve
     attestations: tuple[str, ...] = ()
     evidence: Evidence | None = None
     unasked: str | None = None
+    kernel_load: dict[str, Any] | None = None
     for event in events:
         match event:
             case Timed(step, spent):
@@ -171,5 +178,7 @@ def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Eve
                 attestations = tags
             case LedgerUnasked(why):
                 unasked = why
+            case KernelLoaded(record):
+                kernel_load = record
     return Outcome(tag, action, done, digest, seconds, verification, reference, modules, shared, tuple(ahead),
-                   signature, attestations, evidence, unasked)
+                   signature, attestations, evidence, unasked, kernel_load)

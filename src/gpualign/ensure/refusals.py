@@ -22,3 +22,13 @@ class UpstreamUnreachable(Unreachable):
     def __init__(self, why: str, tag: str) -> None:
         super().__init__(f"{why} (asking the upstream for {tag})")
         self.why, self.tag = why, tag
+
+
+class NoKernelVM(BadInput):
+    """What the kernel load check needs to boot a kernel is not installed here (the command line names the switch
+    that turns the check off)."""
+
+    def __init__(self, tool: str, package: str) -> None:
+        super().__init__(f"{tool} is not installed: ensure boots each image's own kernel in a VM and loads its "
+                         f"modules before it pushes (Debian's {package}; scripts/install-debs installs it)")
+        self.tool, self.package = tool, package

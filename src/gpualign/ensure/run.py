@@ -251,10 +251,19 @@ def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:
         say(tag, f"attested: SBOM and provenance in {attestations[0]}, SBOM in {attestations[1]}")
 
 
-def require_tools() -> None:
-    """What a build needs on this machine, checked before any build starts (BadInput naming the first missing)."""
+def require_tools(kernel_load: bool = False) -> None:
+    """What a build needs on this machine, checked before any build starts (BadInput naming the first missing);
+    kernel_load: also what boots the kernel (qemu, busybox)."""
     import os
     import shutil
+
+    from gpualign.ensure.refusals import NoKernelVM
+
+    if kernel_load:
+        if shutil.which("qemu-system-x86_64") is None:
+            raise NoKernelVM("qemu-system-x86_64", "qemu-system-x86")
+        if not os.path.exists("/bin/busybox"):
+            raise NoKernelVM("busybox", "busybox-static")
 
     for tool, why in (("buildah", "the driver image is assembled with buildah"),
                       ("mmdebstrap", "the build root is made with mmdebstrap"),

@@ -75,6 +75,7 @@ class Options:
     ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
     cosign_key: Any = field(default_factory=lambda: _configured_key())  # signs what is pushed, as cosign signs
     upstream_keys: tuple[Any, ...] = ()  # keys the upstream signs with (cosign's format): its signature checked first
+    kernel_load: bool = True  # a build's modules loaded into their own kernel, booted in a VM, before the push
 
 
 def _configured_key() -> Any:

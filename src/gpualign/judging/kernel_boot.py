@@ -73,6 +73,13 @@ def _name(path: str) -> str:
     return base.replace("-", "_")
 
 
+def kernels_cache() -> Path:
+    """Where unpacked kernels are kept, beside the build's caches (~/.cache/gpualign/ensure/kernels)."""
+    from gpualign.loaders.archive_reading import ensure_root
+
+    return ensure_root() / "kernels"
+
+
 def kernel_tree(release: str, cache: Path) -> KernelTree:
     """The kernel's package unpacked under `cache` (once; a file lock keeps two runs from doing it twice)."""
     from gpualign.archive.apt import Archive, ArchiveError, file_lock

@@ -26,7 +26,7 @@ from gpualign.ledger.references import BadReference
 from gpualign.ledger.registry import RegistryClient, connect
 from gpualign.loaders.rules import load_rules
 from gpualign.model.expect import DEFAULT_REPOSITORY
-from gpualign.model.makers import SUITES, debian_suite
+from gpualign.model.makers import SUITES, debian_suite, kernel_arch
 from gpualign.model.tags import Rules, published
 
 NVIDIA = DEFAULT_REPOSITORY  # where published images are mirrored from, unless told otherwise
@@ -67,6 +67,7 @@ class Request:
     skippable: frozenset[str] = frozenset()
     upstream_keys: tuple[Any, ...] = ()  # the upstream's public keys: a mirror's signature verified before the copy
     cosign_key: Any = None  # what signs the images pushed (gpualign.ensure.cosign_keys); None: nothing is signed
+    kernel_load: bool = True  # each build's modules loaded into their own kernel, booted in a VM, before the push
 
 
 def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
@@ -112,6 +113,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                                            check_present=STRICT if req.verify_modules else OFF,
                                            replace_wrong=req.replace_wrong, share_pull=req.shared_modules,
                                            upstream_keys=req.upstream_keys, cosign_key=req.cosign_key,
+                                           kernel_load=req.kernel_load,
                                            share_push=req.shared_modules,
                                            together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
                                                           debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
@@ -135,7 +137,8 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                 cannot_make(spec.tag, err)
         specs = [spec for spec in specs if spec.tag in planned]
         if any(p.action == TagAction.BUILD for p in planned.values()) and not req.dry_run:
-            run.require_tools()
+            run.require_tools(kernel_load=req.kernel_load and any(
+                p.action == TagAction.BUILD and kernel_arch(p.spec.kernel) == "amd64" for p in planned.values()))
         if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:

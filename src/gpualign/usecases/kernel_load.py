@@ -26,19 +26,12 @@ class NoKernelNamed(NotAnImage):
         self.ref = ref
 
 
-def kernels_cache() -> Path:
-    """Where unpacked kernels are kept, beside the build's caches (~/.cache/gpualign/ensure/kernels)."""
-    from gpualign.loaders.archive_reading import ensure_root
-
-    return ensure_root() / "kernels"
-
-
 def load_image(ref: str, kernel: str | None = None, docker_config: Path | None = None,
                timeout: float = 240.0) -> KernelVerdict:
     """HOST/REPO:TAG (registry:// optional) -> the kernel's verdict on its modules."""
     from gpualign.judging import tagspec
     from gpualign.judging.inspect import modules_of
-    from gpualign.judging.kernel_boot import boot_and_load
+    from gpualign.judging.kernel_boot import boot_and_load, kernels_cache
     from gpualign.model.kernels import release_of
     from gpualign.model.makers import kernel_arch
 
