@@ -195,7 +195,8 @@ def ensure_story() -> None:
         raise StoryBroken(f"check should flag {tag} with action build")
     say("    gpualign ensure builds it from NVIDIA's module source in Debian's archive against that kernel's headers,")
     say("    checks every module as the kernel would at load (vermagic, 700+ symbol CRCs against Module.symvers),")
-    say("    and only then pushes it (the first time on a machine, the compile takes a few CPU-minutes):")
+    say("    then boots Debian's own 6.1.0-50 kernel in a VM and loads the modules into it, and only then pushes it")
+    say("    (the first time on a machine, the compile takes a few CPU-minutes):")
     as_json = gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1", "-o", "json", expect=1,
                        show=False, echo=False)
     print(f"{DIM}${RESET} gpualign check -l kubernetes.io/hostname=deb-1 -o json | gpualign ensure --from - "
@@ -206,6 +207,10 @@ def ensure_story() -> None:
         "jsonpath={.items[*].status.phase}", show=False, echo=False).stdout, timeout=60)
     gpualign("check", "--ledger", ledger, "-l", "kubernetes.io/hostname=deb-1")
     run(kubectl, "get", "pods", "-n", "gpu-operator", "--field-selector", "spec.nodeName=deb-1", "-o", "wide")
+    say("    The kernel decides, for any image: its own kernel booted with its modules, NVIDIA's words the pass:")
+    loaded = gpualign("verify", ENV["GPUALIGN_LAB_REGISTRY"] + f"/nvidia/driver:{tag}")
+    if "accepted the modules" not in loaded.stdout or "No NVIDIA GPU found" not in loaded.stdout:
+        raise StoryBroken(f"the kernel should accept {tag}'s modules")
     dropin_story(tag)
     mistagged_story(ledger, kubectl, tag)
     unattended_story(ledger, kubectl, tag)
