@@ -84,3 +84,12 @@ def test_the_initramfs_is_a_newc_archive_busybox_reads(tmp_path):
     listed = subprocess.run(["busybox", "cpio", "-t"], stdin=out.open("rb"), capture_output=True, text=True)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == ["bin", "m", "init", "bin/busybox", "m/nvidia.ko"]
+
+
+def test_markers_are_found_where_a_kernel_message_shares_their_serial_line():
+    """init's echo and the kernel's printk share the serial console: one may land in the middle of the other."""
+    console = ("[    4.9] random: crng init done\rGPUALIGN insmod drm\n"
+               "GPUALIGN rc drm 0[    5.2] nvidia: loading out-of-tree module taints kernel.\n"
+               "GPUALIGN insmod nvidia\n[    6.0] NVRM: No NVIDIA GPU found.GPUALIGN rc nvidia 19\nGPUALIGN done\n")
+    verdict = kernel_console.read("6.1.0-50-amd64", console)
+    assert verdict.ok and [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 19)]

@@ -27,6 +27,7 @@ _REFUSED = re.compile(r"Unknown symbol|disagrees about version of symbol|Invalid
                       r"Kernel panic")
 _INSMOD = re.compile(rf"^{MARK} insmod (?P<name>\S+)$")
 _RC = re.compile(rf"^{MARK} rc (?P<name>\S+) (?P<rc>-?\d+)$")
+_MARKER = re.compile(rf"{MARK} (?:insmod \S+|rc \S+ -?\d+|done)")
 
 
 class Load(StrEnum):
@@ -77,10 +78,7 @@ def read(kernel: str, console: str, needs_nvidia: tuple[str, ...] = ()) -> Kerne
     current: str | None = None
     lines: list[str] = []
     done = False
-    for raw in console.splitlines():
-        line = _clean(raw)
-        if not line:
-            continue
+    for line in _lines(console):
         if (m := _INSMOD.match(line)) is not None:
             current, lines = m.group("name"), []
             continue
@@ -114,7 +112,7 @@ def _verdict(kernel: str, attempts: list[Attempt], done: bool, console: str,
             return KernelVerdict(kernel, Load.REFUSED, refused or a.lines[-3:] or
                                  (f"insmod {a.module}: exit {a.rc}",), tuple(attempts), needs_nvidia)
     if not done or not any(a.module == "nvidia" for a in attempts):
-        tail = tuple(line for line in (_clean(raw) for raw in console.splitlines()[-5:]) if line)
+        tail = tuple(_lines(console)[-5:])
         return KernelVerdict(kernel, Load.UNFINISHED, tail, tuple(attempts), needs_nvidia)
     return KernelVerdict(kernel, Load.REFUSED, ("nvidia.ko loaded without saying it found no GPU",),
                          tuple(attempts), needs_nvidia)
@@ -124,6 +122,20 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1bc")
 _STAMP = re.compile(r"^\[\s*\d+\.\d+\]\s*")
 
 
+def _lines(console: str) -> list[str]:
+    """The console's lines, each marker on a line of its own: the kernel's messages and init's echo share one
+    serial line, and one may land in the middle of the other."""
+    out: list[str] = []
+    for raw in re.split(r"[\r\n]+", console):
+        line = _clean(raw)
+        while (m := _MARKER.search(line)) is not None:
+            before, line = line[:m.start()].strip(), line[m.end():].strip()
+            out.extend(x for x in (before, m.group(0)) if x)
+        if line:
+            out.append(line)
+    return out
+
+
 def _clean(raw: str) -> str:
-    """A console line without terminal escapes, carriage returns or the kernel's timestamp."""
-    return _STAMP.sub("", _ANSI.sub("", raw).replace("\r", "")).strip()
+    """A console line without terminal escapes or the kernel's timestamp."""
+    return _STAMP.sub("", _ANSI.sub("", raw)).strip()
