@@ -16,6 +16,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -467,6 +468,16 @@ def test_bad_input_is_one_line_each_and_nothing_is_pushed(lab, tmp_path):
     no_buildah = run_cli("ensure", f"535-{OTHER}-debian12", "--ledger", ledger,
                          env={**lab.env, "PATH": str(tmp_path)}, timeout=60)
     assert no_buildah.code == 2 and "buildah is not installed" in no_buildah.err, no_buildah.err
+    # every build tool there but qemu: one line naming the package, and the switch that builds without it
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for tool in ("buildah", "mmdebstrap", "chroot", "depmod", "skopeo", "apt-get", "dpkg-deb", "gpgv"):
+        found = shutil.which(tool) or f"/usr/sbin/{tool}"
+        (tools / tool).symlink_to(found)
+    no_qemu = run_cli("ensure", f"535-{OTHER}-debian12", "--ledger", ledger,
+                      env={**lab.env, "PATH": str(tools)}, timeout=60)
+    assert no_qemu.code == 2 and no_qemu.err.count("\n") == 1, no_qemu.err
+    assert "qemu-system-x86_64 is not installed" in no_qemu.err and "--no-kernel-load" in no_qemu.err, no_qemu.err
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -10,7 +10,7 @@ from gpualign.base.errors import GpualignError
 def worded(err: GpualignError) -> str:
     if err.final:
         return err.message
-    from gpualign.ensure.refusals import NoModulesGiven, UpstreamUnreachable
+    from gpualign.ensure.refusals import NoKernelVM, NoModulesGiven, UpstreamUnreachable
     from gpualign.judging.refusals import NotBuiltHere
     from gpualign.kube.kubeconfig import NoCurrentContext, NoKubeconfig
     from gpualign.usecases.kernel_load import NoKernelNamed
@@ -23,6 +23,8 @@ def worded(err: GpualignError) -> str:
     )
 
     match err:
+        case NoKernelVM():
+            return f"{err.message}, or pass --no-kernel-load to build without it (the report then says so)"
         case NoKernelNamed():
             return f"{err.ref}: its tag names no kernel (BRANCH-KERNEL-OS): pass --kernel RELEASE"
         case NoKubeconfig(context=str(context)):

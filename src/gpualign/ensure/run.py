@@ -259,16 +259,15 @@ def require_tools(kernel_load: bool = False) -> None:
 
     from gpualign.ensure.refusals import NoKernelVM
 
-    if kernel_load:
-        if shutil.which("qemu-system-x86_64") is None:
-            raise NoKernelVM("qemu-system-x86_64", "qemu-system-x86")
-        if not os.path.exists("/bin/busybox"):
-            raise NoKernelVM("busybox", "busybox-static")
-
     for tool, why in (("buildah", "the driver image is assembled with buildah"),
                       ("mmdebstrap", "the build root is made with mmdebstrap"),
                       ("chroot", "the modules are compiled in the build root under chroot"),
                       ("depmod", "the image's module index is made with depmod (kmod)")):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
             raise BadInput(f"{tool} is not installed: {why} (scripts/install-debs installs it)")
+    if kernel_load:
+        if shutil.which("qemu-system-x86_64") is None:
+            raise NoKernelVM("qemu-system-x86_64", "qemu-system-x86")
+        if not os.path.exists("/bin/busybox"):
+            raise NoKernelVM("busybox", "busybox-static")
 
