@@ -6,6 +6,7 @@ Each identity is a ServiceAccount with a bound token (TokenRequest), written int
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,53 @@ def test_shipped_roles_are_read_only_where_they_say_so():
     assert {v for rule in builds["rules"] for v in rule["verbs"]} == {"get", "list", "patch"}
     assert [r["resources"] for r in builds["rules"] if "patch" in r["verbs"]] == [["jobs"]]
     assert Path(ROOT / "deploy" / "cli" / "upgrader.yaml").exists()
+
+
+def test_the_upgraders_may_repoint_a_driver_daemonsets_image_and_nothing_else(rbac):
+    """deploy/cli/upgrader-admission.yaml, on the lab's real API server: a member of the upgraders' group (gpu-ops)
+    bound to gpualign-cli-upgrade-driver may change a driver DaemonSet's image, as `upgrade --to-branch` does, and
+    nothing else: not another DaemonSet, not the container's command, not the pod's host namespaces or volumes."""
+    import time
+
+    lab, _ = rbac
+    lab.kubectl("create", "rolebinding", "t-driver-ops", "-n", "gpu-operator", "--clusterrole",
+                "gpualign-cli-upgrade-driver", "--group", "gpu-ops", check=True)
+    lab.kubectl("create", "clusterrolebinding", "t-reader-ops", "--clusterrole", "gpualign-cli-reader", "--group",
+                "gpu-ops", check=True)
+
+    def daemonset(name: str, labels: dict[str, str]) -> str:
+        return json.dumps({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {
+            "name": name, "namespace": "gpu-operator", "labels": labels},
+            "spec": {"selector": {"matchLabels": {"t": name}}, "updateStrategy": {"type": "OnDelete"},
+                     "template": {"metadata": {"labels": {"t": name}}, "spec": {
+                         "containers": [{"name": "nvidia-driver-ctr", "image": "r/driver:535-6.1.0-50-amd64-debian12",
+                                         "command": ["nvidia-driver"], "args": ["init"]}]}}}})
+
+    for name, labels in (("t-driver", {"app.kubernetes.io/component": "nvidia-driver"}), ("t-other", {})):
+        applied = subprocess.run([str(lab.bin_dir / "kubectl"), "--kubeconfig", str(lab.kubeconfig), "apply", "-f",
+                                  "-"], input=daemonset(name, labels), capture_output=True, text=True, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+
+    def patch(name: str, body: dict) -> subprocess.CompletedProcess[str]:
+        return lab.kubectl("patch", "daemonset", name, "-n", "gpu-operator", "--type", "strategic", "-p",
+                           json.dumps(body), "--as", "alice", "--as-group", "gpu-ops", "--dry-run=server")
+
+    def container(**fields: object) -> dict:
+        return {"spec": {"template": {"spec": {"containers": [{"name": "nvidia-driver-ctr", **fields}]}}}}
+
+    image = container(image="r/driver:595-6.1.0-50-amd64-debian12")
+    deadline = time.monotonic() + 60
+    while "driver DaemonSets only" not in patch("t-other", image).stderr:  # the binding takes a few seconds
+        assert time.monotonic() < deadline, "the upgraders' policy never took effect"
+        time.sleep(1)
+    walked = patch("t-driver", image)
+    assert walked.returncode == 0, walked.stderr
+    for name, body, words in (
+            ("t-other", image, "driver DaemonSets only"),
+            ("t-driver", container(command=["sh", "-c", "id"]), "a driver container's image only"),
+            ("t-driver", {"spec": {"template": {"spec": {"hostPID": True}}}}, "not the pod's volumes, host"),
+            ("t-driver", {"spec": {"template": {"spec": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}}},
+             "not the pod's volumes, host"),
+            ("t-driver", {"metadata": {"labels": {"app.kubernetes.io/component": "other"}}}, "driver DaemonSets only")):
+        refused = patch(name, body)
+        assert refused.returncode != 0 and words in refused.stderr, (name, body, refused.stderr)
