@@ -127,6 +127,10 @@ def test_a_debian_node_joins_check_flags_ensure_builds_verifies_pushes_and_its_d
     labels = config["config"]["Labels"]
     env = dict(e.split("=", 1) for e in config["config"]["Env"])
     assert labels["version"] == f"535-{KERNEL}" and labels["io.gpualign.kernel"] == KERNEL
+    # the booted kernel's verdict, recorded in the image's own labels before it was pushed
+    loaded = json.loads(labels["io.gpualign.verified"])["kernel_load"]
+    assert (loaded["kernel"], loaded["verdict"], loaded["said"]) == (KERNEL, "accepted", ["NVRM: No NVIDIA GPU found."])
+    assert image["kernel_load"]["verdict"] == "accepted" and image["seconds"]["kernel_load"] > 0
     assert env["GPUALIGN_KERNEL"] == KERNEL and env["DRIVER_VERSION"].startswith("535.")
     assert config["config"]["Entrypoint"] == ["nvidia-driver", "init"] and not config["config"].get("Cmd")
     assert config["config"]["WorkingDir"] == "/drivers"

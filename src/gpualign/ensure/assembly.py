@@ -60,6 +60,8 @@ class Assembly:
         record: dict[str, object] = {"symbols": checked.symbols_checked, "modules": len(checked.results)}
         if opts.signing is not None:
             record["signed"] = opts.signing.describe()
+        if made.kernel_load is not None:  # the booted kernel's verdict, in the image's own labels
+            record["kernel_load"] = made.kernel_load
         key = image.modules_key(made.files)
         variant = f"signed-{opts.signing.describe()['cert_sha256'].replace(':', '')[:12].lower()}" \
             if opts.signing else ""
@@ -90,7 +92,8 @@ class Assembly:
             spec.tag, spec.kernel, spec.branch, made.driver_version, FLAVOURS[opts.flavour][0], made.origin,
             tuple((f.name, hashlib.sha256(f.read_bytes()).hexdigest()) for f in made.files),
             (*LIBS, *TOOLS), __version__, checked.symbols_checked, started, now,
-            {"secureBootSigner": opts.signing.signer} if opts.signing is not None else {})
+            {**({"secureBootSigner": opts.signing.signer} if opts.signing is not None else {}),
+             **({"kernelLoad": made.kernel_load} if made.kernel_load is not None else {})})
 
     def start_userspace(self, driver_version: str) -> None:
         """The user space's layer got beside the modules (pulled, or made from Debian) when they may be shared: with

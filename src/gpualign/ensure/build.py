@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 from gpualign.archive.apt import Archive
 from gpualign.base.errors import Unreachable
@@ -46,7 +47,7 @@ def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = 
         checked = steps.verify(made)
         if checked is None:
             continue  # shared modules refused by the kernel's checks: compile instead
-        steps.kernel_load(made)
+        made = dataclasses.replace(made, kernel_load=steps.kernel_load(made))
         steps.share(made)
         emit(Pushed(images.push(images.image(made, checked))))
         return
@@ -196,7 +197,7 @@ class Steps:
                                              f"{opts.signing.describe()['key_id']})" if opts.signing else ""))
         return checked
 
-    def kernel_load(self, made: Modules) -> None:
+    def kernel_load(self, made: Modules) -> dict[str, Any]:
         """The kernel decides: the modules loaded into their own kernel, booted in a VM (amd64; an arm64 kernel is
         not booted yet, and the check can be switched off: either is said, and the report's kernel_load names it).
         Refused: NotVerified, nothing pushed."""
@@ -205,8 +206,9 @@ class Steps:
         if not opts.kernel_load or arch != "amd64":
             why = "switched off for this run" if not opts.kernel_load else f"{arch} kernels are not booted yet"
             self.say(f"kernel load: skipped: {why}; the offline checks above vouch for the modules")
-            self.emit(KernelLoaded({"kernel": spec.kernel, "verdict": "skipped", "why": why}))
-            return
+            skipped = {"kernel": spec.kernel, "verdict": "skipped", "why": why}
+            self.emit(KernelLoaded(skipped))
+            return skipped
         t0 = time.monotonic()
         self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10-30 s)")
         verdict = self.kit.kernel_load(made.files, spec.kernel)
@@ -215,6 +217,8 @@ class Steps:
         if not verdict.ok:
             raise NotVerified(f"{spec.tag}: {verdict.line()}; nothing pushed")
         self.say(verdict.line())
+        record = verdict.as_dict()
+        return {k: record[k] for k in ("kernel", "verdict", "said", "seconds", "accel")}
 
     # -- sharing -------------------------------------------------------------------------------------------------
     def share(self, made: Modules) -> None:

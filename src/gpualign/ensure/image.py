@@ -102,9 +102,12 @@ ENTRYPOINT = ["nvidia-driver", "init"]
 WORKDIR = "/drivers"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 RUN_CONFIG = ("--entrypoint", json.dumps(ENTRYPOINT), "--cmd", "", "--workingdir", WORKDIR, "--env", PATH_ENV)
+# what an image assembled before must share to be pushed again; RECORD names what its labels record (the booted
+# kernel's verdict, since images carry it): an image assembled before that recorded less is assembled anew
+RECORD = "kernel-load"
 LAYOUT = "dropin-" + hashlib.sha256(Path(__file__).with_name("nvidia-driver.sh").read_bytes()
                                     + repr((BASE_KEY, RUN_CONFIG, userspace.LIBS, userspace.TOOLS,
-                                            userspace.OWN_VERSION)).encode()).hexdigest()[:12]
+                                            userspace.OWN_VERSION, RECORD)).encode()).hexdigest()[:12]
 NVIDIA_DRIVER = Path(__file__).with_name("nvidia-driver.sh")  # the operator's contract: `nvidia-driver init`
 
 

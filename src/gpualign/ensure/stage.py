@@ -53,6 +53,7 @@ class Modules:
     unsigned: list[Path]  # what is shared, once verified
     driver_version: str
     origin: ModuleOrigin
+    kernel_load: dict[str, Any] | None = None  # the booted kernel's verdict on them, once asked (the image records it)
 
 
 @dataclass
