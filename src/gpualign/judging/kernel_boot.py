@@ -182,7 +182,8 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
                "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-monitor", "none"]
         started = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=timeout)
+            # batch work: the VM yields the CPU to what answers people and clusters (a controller, a walk)
+            proc = subprocess.run(cmd, capture_output=True, timeout=timeout, preexec_fn=_lower_priority)
             out = proc.stdout.decode(errors="replace")
         except subprocess.TimeoutExpired as err:
             out = (err.stdout or b"").decode(errors="replace") + f"\n(no end after {timeout:.0f} s)"
@@ -191,6 +192,10 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
     import dataclasses
 
     return dataclasses.replace(verdict, seconds=seconds, accel=accel)
+
+
+def _lower_priority() -> None:
+    os.nice(10)
 
 
 def _init_script(names: list[str]) -> bytes:
