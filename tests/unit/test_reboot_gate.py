@@ -123,3 +123,13 @@ def test_no_ledger_holds_every_node():
     nodes = _nodes(_debian("a", "6.1.0-50-amd64"))
     judged = tonight.judge(archive_next.read(nodes, Recorded()), nodes, _pods(nodes), None, RULES, {})
     assert [(v.hold, "no ledger" in v.why) for v in judged.nodes] == [(Hold.UNJUDGED, True)]
+
+
+def test_an_image_whose_registry_does_not_answer_holds_its_nodes():
+    """A present image nobody could read is never judged right: its nodes are held (unjudged), not let through."""
+    nodes = _nodes(_debian("a", "6.1.0-50-amd64"))
+    read = archive_next.read(nodes, Recorded())
+    tag = f"535-{read.kernels['a']}-debian12"
+    registry = Ledger(frozenset({tag}), ("registry://127.0.0.1:1/nvidia/driver",))
+    judged = tonight.judge(read, nodes, _pods(nodes), registry, RULES, {})
+    assert [(v.hold, "not judged" in v.why) for v in judged.nodes] == [(Hold.UNJUDGED, True)]

@@ -132,7 +132,11 @@ def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_c
     wrong = {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
     for image, unchecked in found.unverified.items():  # never checked is work to do, as check and the walk hold it
         wrong.setdefault(image.rpartition(":")[2], Unverified(f"modules not verified: {unchecked}"))
+    unread = "; ".join(found.warnings) or "its registry did not answer"
     for n in present:  # an image that lacks the architecture of a node that will need it is wrong for that node
+        if f"{repo}:{n.tag}" not in found.platforms and n.tag not in wrong:  # its config was never read: no judgement
+            wrong[n.tag] = Unverified(f"not judged: {unread}")
+            continue
         for arch in n.archs:
             why = found.wrong_for(f"{repo}:{n.tag}", arch)
             if why and n.tag not in wrong:
