@@ -245,7 +245,10 @@ def test_v26_each_nvidiadriver_carries_its_own_upgrade_policy():
     assert config is not None and config.per_driver_upgrades
     walks = {s.name: config.operator_walks(s) for s in config.sources}
     assert walks == {"fallback": True, "infer": True, "train": False}  # absent: on, as the operator defaults it
-    assert next(s for s in config.sources if s.name == "infer").upgrade_policy == oc.UpgradePolicy(True, 3, "25%")
+    assert next(s for s in config.sources if s.name == "infer").upgrade_policy == \
+        oc.UpgradePolicy(True, 3, "25%", raw={"maxParallelUpgrades": 3})
+    infer = node(pool="infer")
+    assert config.walk_policy_for(infer.labels) == {"maxParallelUpgrades": 3}  # the gate reads its drain settings
 
 
 def test_before_v26_the_clusterpolicys_upgrade_policy_governs_every_nvidiadriver():

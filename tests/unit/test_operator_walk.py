@@ -5,37 +5,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from gpualign.controller.gate import GATED, GATED_SINCE, HELD_WARNED, decide
 from gpualign.model import operator_config as oc
 from gpualign.upgrade import states as S
 from gpualign.upgrade.observe import blocker
 from gpualign.upgrade.operator_walk import refusal, walked_by_operator
 from tests.support.builders import pod
-
-
-def test_the_gate_sets_the_skip_label_with_its_mark_and_lifts_only_its_own():
-    patch = decide({}, {}, image_missing=True, target="reg/driver:595-k-ubuntu22.04")
-    assert patch is not None and patch["labels"] == {S.SKIP_LABEL: "true"}
-    assert patch["annotations"][GATED] == "target image reg/driver:595-k-ubuntu22.04 missing from the ledger"
-    assert patch["annotations"][GATED_SINCE].endswith("Z") and patch["annotations"][HELD_WARNED] is None
-    gated = {S.SKIP_LABEL: "true"}
-    assert decide(gated, {GATED: "x"}, image_missing=True, target="t") is None  # already held
-    assert decide(gated, {GATED: "x"}, image_missing=False, target=None) == \
-        {"labels": {S.SKIP_LABEL: None}, "annotations": {GATED: None, GATED_SINCE: None, HELD_WARNED: None}}
-    assert decide(gated, {}, image_missing=True, target="t") is None  # someone else's: not claimed
-    assert decide(gated, {}, image_missing=False, target=None) is None  # someone else's: never removed
-
-
-@given(st.booleans(), st.booleans(), st.booleans())
-def test_the_gate_never_removes_a_skip_label_it_did_not_set(skip, ours, missing):
-    labels = {S.SKIP_LABEL: "true"} if skip else {}
-    annotations = {GATED: "x"} if ours else {}
-    patch = decide(labels, annotations, image_missing=missing, target="t")
-    if patch and patch["labels"].get(S.SKIP_LABEL, "keep") is None:
-        assert ours
 
 
 def test_blockers_read_from_the_cluster_for_the_operators_walk():

@@ -39,6 +39,10 @@ OS_NEXT = "gpualign.io/os.next"
 GATED = "gpualign.io/upgrade-gated"  # the gate's own mark: the skip label on this node is gpualign's
 GATED_SINCE = "gpualign.io/upgrade-gated-since"  # when the gate took the node (RFC 3339)
 HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning was given for this hold
+# The gate holds every node the operator walks until it has judged the node's turn (fail closed): ARMED marks a skip
+# label the gate set on a node no upgrade is asked of yet; RELEASED marks a node it let into the operator's walk.
+ARMED = "gpualign.io/upgrade-armed"
+RELEASED = "gpualign.io/upgrade-released"
 
 # Driver pods, as the GPU Operator labels them.
 DRIVER_COMPONENT = "app.kubernetes.io/component"

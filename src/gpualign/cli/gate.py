@@ -13,11 +13,13 @@ from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt
 
 app = typer.Typer(
-    help="The gate beside the GPU Operator (`gpualign controller --gate-operator-upgrades`) holds a node out of "
-         "the operator's upgrade walk with the operator's skip label, nvidia.com/gpu-driver-upgrade.skip=true, "
-         "while its target image is missing, and marks it gpualign.io/upgrade-gated. A controller running without "
-         "the gate releases those labels by itself; these commands do it without a controller (after the "
-         "controller is removed, for one). An admin's own skip label, with no gpualign mark, is never touched.",
+    help="The gate beside the GPU Operator (`gpualign controller --gate-operator-upgrades`) keeps the operator's "
+         "skip label, nvidia.com/gpu-driver-upgrade.skip=true, on every node the operator drives: armed "
+         "(gpualign.io/upgrade-armed) while no upgrade is asked of it, held (gpualign.io/upgrade-gated, with why) "
+         "while its target image is missing or wrong or its GPU pods may not leave, and lifted when the operator "
+         "asks and nothing holds it. A controller running without the gate releases those labels by itself; these "
+         "commands do it without a controller (after the controller is removed, for one). An admin's own skip "
+         "label, with no gpualign mark, is never touched.",
     no_args_is_help=True,
     cls=Group,
 )
@@ -31,8 +33,9 @@ def list_held(
     context: ContextOpt = None,
     request_timeout: RequestTimeoutOpt = None,
 ) -> None:
-    """The GPU nodes the gate holds now, each with why (its target image is missing from the ledger) and since
-    when. It reads only."""
+    """The GPU nodes the gate holds now, each with why (its target image is missing or wrong, a PDB allows no
+    disruption, a GPU holder the operator would not move) and since when; then those it keeps armed. It reads
+    only."""
     from gpualign.cli.fleet import parse_timeout
     from gpualign.cli.table import render
     from gpualign.controller.gate_holds import holds
@@ -41,7 +44,7 @@ def list_held(
 
     found = holds(kubeconfig, context, selector, parse_timeout(request_timeout))
     cluster, nodes = found.cluster, found.nodes
-    rows = [{"node": r.node, "why": r.held_for, "since": r.since,
+    rows = [{"node": r.node, "state": "armed" if r.armed else "held", "why": r.held_for, "since": r.since,
              "held_seconds": round(since(r.since)) if r.since else None} for r in nodes]
     if output in (Output.json, Output.yaml):
         emit_data(report("GateList", {"cluster": cluster}, {"nodes": rows}), output)
@@ -49,8 +52,9 @@ def list_held(
     if not rows:
         stdout.print("the gate holds no node")
         return
-    print(render(["NODE", "HELD FOR", "WHY"],
-                 [[r.node, duration(since(r.since)) if r.since else "-", r.held_for] for r in nodes]))
+    print(render(["NODE", "STATE", "SINCE", "WHY"],
+                 [[r.node, "armed" if r.armed else "held", duration(since(r.since)) if r.since else "-",
+                   r.held_for] for r in sorted(nodes, key=lambda r: (r.armed, r.node))]))
 
 
 @app.command("release")

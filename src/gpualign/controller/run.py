@@ -17,6 +17,7 @@ from prometheus_client import Gauge
 
 from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
+from gpualign.controller import gate
 from gpualign.controller.board import board_view, fleet_view
 from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
 from gpualign.controller.caches import Caches
@@ -30,6 +31,7 @@ from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reboot_gate import RebootGate
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
+from gpualign.controller.walk_admission import WalkAdmission
 from gpualign.judging.signature_check import configured_trusted
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
@@ -38,8 +40,12 @@ from gpualign.kube.watch import Watcher
 from gpualign.ledger.sources import Ledger, RepoLedgers
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.dra_floor import DRIVER as DRA_DRIVER
+from gpualign.model.facts import NodeFacts
 from gpualign.model.operator_config import OperatorConfig
 from gpualign.model.tags import Rules
+from gpualign.upgrade import states as S
+from gpualign.upgrade.gate_admission import operator_policy
+from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 log = logging.getLogger("gpualign.controller")
 
@@ -110,13 +116,20 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
     findings = Findings(on_missing=[_missing_gauge(metrics.image_missing, say_missing), *wakes],
                         on_ahead_missing=[_missing_gauge(metrics.next_kernel_missing, say_ahead_missing), *wakes])
     ledger = LedgerView(load_ledger, judge_image or (lambda _i, _a, _m: None))
+    writer = GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after)
     reconciler = Reconciler(
         kube, rules, branches, opts.repository, work, caches, findings, ledger,
-        Publisher(kube, retry=work.put_one),
-        GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after),
+        Publisher(kube, retry=work.put_one), writer,
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
         is_leader=is_leader, on_checked=metrics.check_duration.observe,
         restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
+
+    if reconciler.gating:
+        def walk_policy(facts: NodeFacts) -> UpgradePolicy:
+            config = reconciler.operator
+            return operator_policy(config.walk_policy_for(facts.labels) if config is not None else {})
+
+        writer.admission = WalkAdmission(kube, caches.node_list, walk_policy)
 
     watch: Any = None  # the archive watch, made below once the ledger was first read
     gate: RebootGate | None = None  # the reboot gate, made below with the archive watch
@@ -210,6 +223,15 @@ def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threadin
                 field_selector=f"spec.driver={DRA_DRIVER}", absent_retry=300.0,
                 on_sync=caches.sync_slices, on_event=caches.slice_event, stop=stop, name="watch-resourceslices"),
     ]
+    if reconciler.gating:
+        # A budget that grows back lets a held node into the walk: the nodes asking are looked at again
+        def budgets_changed(*_: object) -> None:
+            reconciler.work.put([f.name for f in caches.node_list()
+                                 if f.labels.get(S.STATE_LABEL) == S.REQUIRED and gate.GATED in f.annotations])
+
+        watchers.append(Watcher(kube, "/apis/policy/v1/poddisruptionbudgets", label_selector=None,
+                                metadata_only=False, on_sync=budgets_changed, on_event=budgets_changed, stop=stop,
+                                name="watch-pdbs"))
     if with_operator:
         # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
         # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.

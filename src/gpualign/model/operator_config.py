@@ -66,6 +66,7 @@ class UpgradePolicy:
     auto_upgrade: bool = True
     max_parallel: int = 1
     max_unavailable: str = "25%"
+    raw: Mapping[str, Any] = field(default_factory=dict, hash=False)  # as written: its podDeletion and drain
 
     @classmethod
     def read(cls, raw: Any) -> UpgradePolicy:
@@ -74,7 +75,7 @@ class UpgradePolicy:
         parallel = raw.get("maxParallelUpgrades")
         return cls(auto_upgrade=raw.get("autoUpgrade", True) is not False,
                    max_parallel=int(parallel) if isinstance(parallel, int) and parallel >= 0 else 1,
-                   max_unavailable=_str(raw.get("maxUnavailable")) or "25%")
+                   max_unavailable=_str(raw.get("maxUnavailable")) or "25%", raw=dict(raw))
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,15 @@ class OperatorConfig:
     warnings: tuple[str, ...] = ()
     auto_upgrade: bool = False  # spec.driver.upgradePolicy.autoUpgrade: the operator's own upgrade walk is on
     upgrade_policy: bool = False  # whether the ClusterPolicy has spec.driver.upgradePolicy at all
+    walk_policy: Mapping[str, Any] = field(default_factory=dict, hash=False)  # that upgradePolicy, as written
+
+    def walk_policy_for(self, labels: Mapping[str, str]) -> Mapping[str, Any]:
+        """The upgradePolicy the operator walks a node by, as written: its NVIDIADriver's (v26), else the
+        ClusterPolicy's."""
+        if self.per_driver_upgrades:
+            source, _ = self.source_for(labels)
+            return source.upgrade_policy.raw if source is not None and source.upgrade_policy is not None else {}
+        return self.walk_policy
 
     @property
     def per_driver_upgrades(self) -> bool:
@@ -272,8 +282,9 @@ def read(cluster_policies: Sequence[Mapping[str, Any]], nvidia_drivers: Sequence
     cp_name = cp_source.origin.split("/", 1)[1]
     driver = ((first.get("spec") or {}).get("driver") or {}) if isinstance(first.get("spec"), Mapping) else {}
     policy = driver.get("upgradePolicy") if isinstance(driver, Mapping) else None
-    walk = {"auto_upgrade": isinstance(policy, Mapping) and policy.get("autoUpgrade") is True,
-            "upgrade_policy": isinstance(policy, Mapping)}
+    written: Mapping[str, Any] = dict(policy) if isinstance(policy, Mapping) else {}
+    walk: dict[str, Any] = {"auto_upgrade": written.get("autoUpgrade") is True,
+                            "upgrade_policy": isinstance(policy, Mapping), "walk_policy": written}
     if crd_mode and cp_source.problem is None:
         sources = tuple(from_nvidia_driver(o) for o in
                         sorted(nvidia_drivers, key=lambda o: _str((o.get("metadata") or {}).get("name"))))

@@ -163,10 +163,12 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
         else:
             lines.append(f"blocked after cordon: {st.blocker}{lasting}")
     if ns.view.skip:
-        from gpualign.base.labels import GATED
+        from gpualign.base.labels import ARMED, GATED
 
-        who = ("gpualign's gate set it: its target image is missing from the ledger" if ns.annotations.get(GATED)
-               else "set by someone else: gpualign leaves it")
+        gated = ns.annotations.get(GATED)
+        who = (f"gpualign's gate set it: {gated}" if gated else
+               "gpualign's gate set it, armed: it judges the node's image and PDBs when the operator asks to "
+               "upgrade it" if ARMED in ns.annotations else "set by someone else: gpualign leaves it")
         lines.append(f"skipped: the node carries {S.SKIP_LABEL}=true ({who})")
     if st.no_driver and st.blocker_kind != NO_DRIVER:
         lines.append(f"no driver: {st.no_driver}")
