@@ -425,8 +425,9 @@ def operator_story() -> None:
     wait("gpu-c1 upgraded", lambda: node_labels("gpu-c1").get(state) == "upgrade-done")
 
     say("18. With gpualign's gate. The rhel pool moves to 595; its image is missing too. `gpualign controller")
-    say("    --gate-operator-upgrades` puts the operator's own skip label on gpu-r1 first, so the operator never")
-    say("    cordons it; and gpualign's own walk refuses to be a second walker:")
+    say("    --gate-operator-upgrades` keeps the operator's own skip label on every node it drives, and lifts it only")
+    say("    when a node's image is judged and its PDBs let it drain: the operator never cordons gpu-r1. And")
+    say("    gpualign's own walk refuses to be a second walker:")
     ENV_CTL = dict(ENV, POD_NAME="demo")
     run(kubectl, "create", "namespace", "gpualign-system")
     log = open(STATE.parent / "demo-controller.log", "w")  # noqa: SIM115
@@ -441,7 +442,9 @@ def operator_story() -> None:
         wait("the controller watching", lambda: _metric(port, "gpualign_leader") == 1.0
              and (_metric(port, "gpualign_gpu_nodes") or 0) > 0)
         run(kubectl, "patch", "nvidiadriver", "rhel", "--type", "merge", "-p", '{"spec":{"version":"595"}}')
-        wait("gpu-r1 gated", lambda: node_labels("gpu-r1").get(skip) == "true")
+        wait("gpu-r1 gated", lambda: "upgrade-gated" in " ".join(run(
+            kubectl, "get", "node", "gpu-r1", "-o", "jsonpath={.metadata.annotations}", show=False,
+            echo=False).stdout.split()))
         time.sleep(3)  # the operator's walk has had its chance
         run(kubectl, "get", "node", "gpu-r1", "-L", state, "-L", skip, "-L", driver)
         if "SchedulingDisabled" in run(kubectl, "get", "node", "gpu-r1", show=False, echo=False).stdout:
@@ -454,10 +457,52 @@ def operator_story() -> None:
         wait("gpu-r1 upgraded", lambda: node_labels("gpu-r1").get(state) == "upgrade-done"
              and node_labels("gpu-r1").get(driver) == "595.91.07")
         run(kubectl, "get", "node", "gpu-r1", "-L", state, "-L", skip, "-L", driver)
+        pdb_story(kubectl, state, skip, driver)
     finally:
         ctl.terminate()
         ctl.wait(timeout=20)
         log.close()
+
+
+def pdb_story(kubectl: str, state: str, skip: str, driver: str) -> None:
+    """Chapter 18, second half: the seed's half-state (a PDB refusing the drain of a cordoned node), prevented."""
+    import json
+    import tempfile
+
+    say("    The seed's half-state: a training job on gpu-a1 whose PDB allows no disruption, and a service on gpu-a2")
+    say("    whose PDB allows one. The train pool rolls back to 580. Left alone, the operator would cordon gpu-a1")
+    say("    and leave it stuck in pod deletion. The gate lets gpu-a2 (and gpu-c1) in, and holds gpu-a1, uncordoned:")
+    docs = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}}]
+    for name, node, budget in (("trainer", "gpu-a1", {"minAvailable": 1}), ("server", "gpu-a2",
+                                                                             {"maxUnavailable": 1})):
+        docs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "ml"},
+                     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                         "metadata": {"labels": {"app": name}},
+                         "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": [{
+                             "name": "t", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}})
+        docs.append({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                     "metadata": {"name": f"{name}-pdb", "namespace": "ml"},
+                     "spec": {**budget, "selector": {"matchLabels": {"app": name}}}})
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump({"apiVersion": "v1", "kind": "List", "items": docs}, f)
+    run(kubectl, "apply", "-f", f.name, show=False)
+    wait("the PDBs counting their pods", lambda: json.loads(run(
+        kubectl, "get", "pdb", "-n", "ml", "-o", "json", show=False, echo=False).stdout)["items"] and all(
+        (p.get("status") or {}).get("currentHealthy") == 1 for p in json.loads(run(
+            kubectl, "get", "pdb", "-n", "ml", "-o", "json", show=False, echo=False).stdout)["items"]))
+    run(kubectl, "patch", "nvidiadriver", "train", "--type", "merge", "-p", '{"spec":{"version":"580"}}')
+    wait("gpu-a2 walked back to 580", lambda: node_labels("gpu-a2").get(state) == "upgrade-done"
+         and node_labels("gpu-a2").get(driver) == "580.173.02", timeout=120)
+    run(kubectl, "get", "node", "gpu-a1", "gpu-a2", "-L", state, "-L", skip, "-L", driver)
+    if "SchedulingDisabled" in run(kubectl, "get", "node", "gpu-a1", show=False, echo=False).stdout:
+        raise StoryBroken("the operator cordoned gpu-a1 despite its PDB and the gate")
+    gpualign("why", "gpu-a1")
+    say("    The job's owner allows one disruption: the gate lets gpu-a1 in, and the operator walks it:")
+    run(kubectl, "-n", "ml", "patch", "pdb", "trainer-pdb", "--type", "merge", "-p", '{"spec":{"minAvailable":0}}')
+    wait("gpu-a1 walked back to 580", lambda: node_labels("gpu-a1").get(state) == "upgrade-done"
+         and node_labels("gpu-a1").get(driver) == "580.173.02", timeout=120)
+    run(kubectl, "get", "node", "gpu-a1", "-L", state, "-L", skip, "-L", driver)
 
 
 def controller_pod_story() -> None:

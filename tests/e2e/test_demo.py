@@ -29,6 +29,7 @@ def test_demo_tells_the_whole_story(tmp_path):
                    "was cordoned before the upgrade: left cordoned",
                    "nvidiadriver/train", "walked by the GPU Operator's upgrade controller",
                    "is ImagePullBackOff: image", "gpualign's gate set it", "refusing to walk gpu-r1",
+                   "gpualign's gate set it: waiting before cordon: PDB ml/trainer-pdb allows 0 disruptions",
                    "535-6.1.0-50-amd64-debian12: built → ", "symbol CRCs verified",
                    "deb-1   debian12   6.1.0-50-amd64   535      535-6.1.0-50-amd64-debian12   present   Running",
                    "wrong-image", "its modules would not load on 6.1.0-47-amd64", "CrashLoopBackOff",

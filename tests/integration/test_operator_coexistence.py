@@ -119,12 +119,14 @@ def test_the_operators_walk_and_the_gate_side_by_side_then_idle(tmp_path):
         print(json.dumps(report))
         assert sum(quiet.values()) == 0, report  # nothing at all while nothing changes
         said = [line for line in log_path.read_text().splitlines() if " gated" in line or " released" in line]
-        # per node: gate set + lifted, at most an alarm set + cleared
-        assert max(ours.values() or [0]) <= 4, (report, said)
+        # per node: the gate arms it, holds it (its image missing), lets it in, arms it again once walked; at most
+        # an alarm set + cleared
+        assert max(ours.values() or [0]) <= 6, (report, said)
         for name in (*TRAIN, "gpu-b1", "gpu-m1", "gpu-r1"):
-            for key, read in ((SKIP, lambda o: ((o.get("metadata") or {}).get("labels") or {}).get(SKIP)),
-                              (GATED, lambda o: ((o.get("metadata") or {}).get("annotations") or {}).get(GATED))):
-                assert transitions(recorder, name, read) <= 2, f"{key} flapped on {name}"
+            for key, read, most in (
+                    (SKIP, lambda o: ((o.get("metadata") or {}).get("labels") or {}).get(SKIP), 3),  # on, off, on
+                    (GATED, lambda o: ((o.get("metadata") or {}).get("annotations") or {}).get(GATED), 2)):
+                assert transitions(recorder, name, read) <= most, f"{key} flapped on {name}"
         assert not any(not (c.obj.get("spec") or {}).get("unschedulable") for c in recorder.of("node")
                        if c.name == "gpu-a2" and c.type != "DELETED"), "the admin's cordon on gpu-a2 was undone"
         events = [e for e in kube.list_raw("/api/v1/namespaces/default/events") if e.get("reason") in OURS]

@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
 SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 GATED = "gpualign.io/upgrade-gated"
+ARMED = "gpualign.io/upgrade-armed"
 DRIVER = "nvidia.com/cuda.driver-version.full"
 TRAIN = ("gpu-a1", "gpu-a2", "gpu-c1")
 
@@ -77,6 +78,9 @@ class Controller:
 def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
     kube = wlab.kube()
     recorder = Recorder(kube).start()
+    # An admin's own hold, set before the gate arms the node (on an armed node the label is the gate's: remove its
+    # gpualign.io/upgrade-armed mark to make it yours)
+    assert wlab.kubectl("label", "node", "gpu-r1", f"{SKIP}=true").returncode == 0
     ctl = Controller(wlab, "--gate-operator-upgrades")
     try:
         # gpu-m1 (infer, image never pushed) is gated as soon as the controller has looked
@@ -104,7 +108,6 @@ def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
         assert kube.get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/gpualign-upgrade") is None
 
         # Someone else's skip label is left alone, and never claimed.
-        assert wlab.kubectl("label", "node", "gpu-r1", f"{SKIP}=true").returncode == 0
         to_595(wlab, "rhel")  # its 595 image is missing too
         wait_for(lambda: "node gpu-r1: its skip label was set by someone else" in ctl.log_path.read_text(),
                  timeout=30, what="the gate looking at gpu-r1 with its image missing")
@@ -116,7 +119,10 @@ def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
         assert wlab.cli("lab", "push-image", "595-5.14.0-427.37.1.el9_4.x86_64-rhel9.4").code == 0
         wait_for(lambda: labels(wlab, "gpu-c1").get(STATE) == "upgrade-done"
                  and labels(wlab, "gpu-c1").get(DRIVER) == "595.91.07", timeout=90, what="gpu-c1 upgraded")
-        assert SKIP not in labels(wlab, "gpu-c1")
+        # walked, it is armed again for the next upgrade: held until the gate has judged that one too
+        wait_for(lambda: ARMED in (node(wlab, "gpu-c1")["metadata"].get("annotations") or {}), timeout=30,
+                 what="gpu-c1 armed again")
+        assert labels(wlab, "gpu-c1").get(SKIP) == "true"
         assert GATED not in (node(wlab, "gpu-c1")["metadata"].get("annotations") or {})
         assert labels(wlab, "gpu-r1").get(SKIP) == "true"  # the admin's label stays
         assert labels(wlab, "gpu-r1").get(DRIVER) == "580.173.02"
@@ -222,6 +228,77 @@ def test_a_pdb_refusal_and_the_operators_failure_are_named(wlab, tmp_path):
     assert "leaves upgrade-failed by itself once the node's driver pod is in sync and Ready" in why
 
 
+def apply_all(lab, tmp_path, manifests: list[dict]) -> None:
+    for m in manifests:
+        path = tmp_path / f"{m['kind']}-{m['metadata']['name']}.json"
+        path.write_text(json.dumps(m))
+        assert lab.kubectl("apply", "-f", str(path)).returncode == 0
+
+
+def trainer(name: str, node_name: str) -> dict:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"nodeSelector": {"kubernetes.io/hostname": node_name}, "containers": [{
+                    "name": "t", "image": "nvcr.io/nvidia/pytorch:25.01-py3",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+
+def budget(name: str, app: str, **spec: int) -> dict:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": name, "namespace": "ml"},
+            "spec": {**spec, "selector": {"matchLabels": {"app": app}}}}
+
+
+@pytest.mark.timeout(300)
+def test_the_gate_keeps_the_operator_off_a_node_a_strict_pdb_guards_and_lets_it_in_once_the_pdb_allows(
+        wlab, tmp_path):
+    """The seed's half-state, beside the operator: without the gate it cordons gpu-a1 and leaves it in pod deletion
+    (the test above). With the gate, the node whose PDB allows no disruption is never cordoned and keeps its driver,
+    the node whose PDB allows one is walked at once, and the held one is walked once its PDB allows."""
+    kube = wlab.kube()
+    assert wlab.cli("lab", "push-image", "595-6.8.0-1015-aws-ubuntu22.04").code == 0
+    apply_all(wlab, tmp_path, [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml"}},
+                               trainer("strict", "gpu-a1"), budget("strict-pdb", "strict", minAvailable=1),
+                               trainer("loose", "gpu-a2"), budget("loose-pdb", "loose", maxUnavailable=1)])
+    for name in ("strict-pdb", "loose-pdb"):
+        wait_for(lambda name=name: (kube.get(f"/apis/policy/v1/namespaces/ml/poddisruptionbudgets/{name}") or {})
+                 .get("status", {}).get("currentHealthy") == 1, timeout=60, what=f"{name} counting its pod")
+    recorder = Recorder(kube).start()
+    ctl = Controller(wlab, "--gate-operator-upgrades")
+    try:
+        wait_for(lambda: all(ARMED in (node(wlab, n)["metadata"].get("annotations") or {}) for n in TRAIN),
+                 timeout=30, what="the train pool armed")
+        to_595(wlab)
+        wait_for(lambda: all(labels(wlab, n).get(DRIVER) == "595.91.07"
+                             and labels(wlab, n).get(STATE) == "upgrade-done" for n in ("gpu-a2", "gpu-c1")),
+                 timeout=120, what="the operator walking the nodes whose pods may leave")
+        a1 = node(wlab, "gpu-a1")
+        assert a1["metadata"]["labels"].get(STATE) == "upgrade-required"
+        assert a1["metadata"]["labels"].get(SKIP) == "true" and a1["metadata"]["labels"][DRIVER] == "580.173.02"
+        assert "PDB ml/strict-pdb allows 0 disruptions" in a1["metadata"]["annotations"][GATED]
+        assert any("PDB ml/strict-pdb" in e["message"] for e in events(kube, "gpu-a1", "DriverUpgradeGated"))
+        why = wlab.cli("why", "gpu-a1").out
+        assert "gpualign's gate set it: waiting before cordon: PDB ml/strict-pdb allows 0" in why, why
+        status = wlab.cli("status", "-l", "kubernetes.io/hostname=gpu-a1")
+        assert "ml/strict-pdb" in status.out, status.out
+        listed = json.loads(wlab.cli("gate", "list", "-o", "json").out)["nodes"]
+        assert {r["node"]: r["state"] for r in listed}["gpu-a1"] == "held"
+
+        # The training job's owner lets one pod go: the gate lets gpu-a1 in, and the operator walks it.
+        patch = json.dumps({"spec": {"minAvailable": 0}})
+        assert wlab.kubectl("-n", "ml", "patch", "pdb", "strict-pdb", "--type", "merge", "-p", patch).returncode == 0
+        wait_for(lambda: labels(wlab, "gpu-a1").get(STATE) == "upgrade-done"
+                 and labels(wlab, "gpu-a1").get(DRIVER) == "595.91.07", timeout=120, what="gpu-a1 walked")
+    finally:
+        log = ctl.stop()
+        recorder.stop()
+    assert ever_cordoned(recorder, "gpu-a2"), "the loose node was walked"
+    cordoned_held = [c for c in recorder.of("node") if c.name == "gpu-a1" and (c.obj.get("spec") or {}).get(
+        "unschedulable") and ((c.obj.get("metadata") or {}).get("labels") or {}).get(SKIP) == "true"]
+    assert not cordoned_held, "gpu-a1 was cordoned while the gate held it"
+    assert "Traceback" not in log
+
+
 @pytest.mark.timeout(300)
 def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it_all(wlab):
     kube = wlab.kube()
@@ -260,14 +337,19 @@ def test_the_gates_labels_never_outlive_the_gate_and_an_admins_label_survives_it
         ctl.stop()
     listed = wlab.cli("gate", "list", "-o", "json")  # the review's #21: which nodes are held, without a dry run
     assert listed.code == 0, listed.err
-    assert [(n["node"], n["why"].startswith("target image")) for n in json.loads(listed.out)["nodes"]] == \
+    rows = json.loads(listed.out)["nodes"]
+    assert [(n["node"], n["why"].startswith("target image")) for n in rows if n["state"] == "held"] == \
         [("gpu-m1", True)]
+    armed = sorted(n["node"] for n in rows if n["state"] == "armed")  # every other node the operator drives
+    assert "gpu-a1" in armed and "gpu-b1" not in armed, rows  # gpu-b1's label is the admin's
     assert "gpu-m1" in wlab.cli("gate", "list").out
     dry = wlab.cli("gate", "release", "--dry-run")
     assert dry.code == 0 and "would release gpu-m1 (held: target image" in dry.out and "gpu-b1" not in dry.out
     assert labels(wlab, "gpu-m1").get(SKIP) == "true"
     res = wlab.cli("gate", "release")
-    assert res.code == 0 and "released gpu-m1" in res.out and "1 node(s) released" in res.out, res.out + res.err
+    assert res.code == 0 and "released gpu-m1" in res.out, res.out + res.err
+    assert f"{len(rows)} node(s) released" in res.out, res.out
+    assert all(SKIP not in labels(wlab, n) for n in armed)
     assert SKIP not in labels(wlab, "gpu-m1") and labels(wlab, "gpu-b1").get(SKIP) == "true"
     assert wlab.cli("gate", "release").out.strip() == "the gate holds no node"
     assert wlab.cli("gate", "list").out.strip() == "the gate holds no node"
@@ -316,8 +398,9 @@ def test_a_new_nvidiadriver_naming_a_new_repository_is_read_at_once_and_a_wrong_
         assert "gpualign_wrong_driver_images 1.0" in metrics, metrics
         time.sleep(5)  # past two ledger refreshes: gpu-s1's image was in the new repository all along
         assert not events(kube, "gpu-s1", "DriverImageMissing") and not events(kube, "gpu-s1", "DriverUpgradeGated")
-        s1 = node(wlab, "gpu-s1")
-        assert SKIP not in (s1["metadata"].get("labels") or {})
+        s1 = node(wlab, "gpu-s1")  # armed (no upgrade asked of it), never held
+        assert (s1["metadata"].get("labels") or {}).get(SKIP) == "true"
+        assert ARMED in s1["metadata"]["annotations"] and GATED not in s1["metadata"]["annotations"]
         assert "gpualign.io/driver-image-status" not in (s1["metadata"].get("annotations") or {})
     finally:
         log = ctl.stop()

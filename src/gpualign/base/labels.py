@@ -42,6 +42,8 @@ HELD_WARNED = "gpualign.io/upgrade-gated-warned"  # the held-too-long warning wa
 # The gate holds every node the operator walks until it has judged the node's turn (fail closed): ARMED marks a skip
 # label the gate set on a node no upgrade is asked of yet; RELEASED marks a node it let into the operator's walk.
 ARMED = "gpualign.io/upgrade-armed"
+GATED_KIND = "gpualign.io/upgrade-gated-kind"  # what holds it: image, pdb, unmovable, other
+GATED_PDB = "gpualign.io/upgrade-gated-pdb"  # the PodDisruptionBudget that holds it (namespace/name)
 RELEASED = "gpualign.io/upgrade-released"
 
 # Driver pods, as the GPU Operator labels them.

@@ -29,6 +29,7 @@ def fleet_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], 
     kinds: dict[str, str] = {}  # node -> its blocker's kind, as the walk wrote it (gpualign.upgrade.blockers)
     gated: dict[str, str] = {}
     gated_for: dict[str, float] = {}
+    gated_by: dict[str, tuple[str, str]] = {}  # node -> (the hold's kind, its PDB)
     for name, nf in facts.items():
         state = nf.labels.get(S.STATE_LABEL) or "none"
         counts[state] = counts.get(state, 0) + 1
@@ -39,6 +40,8 @@ def fleet_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], 
         if nf.labels.get(S.SKIP_LABEL) == "true" and nf.annotations.get(gate.GATED):
             gated[name] = nf.annotations[gate.GATED]
             gated_for[name] = since(nf.annotations.get(gate.GATED_SINCE))
+            gated_by[name] = (nf.annotations.get(gate.GATED_KIND) or gate.IMAGE,
+                              nf.annotations.get(gate.GATED_PDB) or "")
     # stuck: the driver is not running (its pod waits in ImagePullBackOff, CrashLoopBackOff, …), or the node is
     # in the walk (cordoned) and something blocks it. A node held before cordon still serves: not stuck.
     no_driver = {f.name: f.pod_state for f in findings if f.pod_state and f.pod_state not in RUNNING}
@@ -47,7 +50,7 @@ def fleet_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], 
     return {"nodes": dict(facts), "missing": missing, "wrong": wrong, "upgrade_counts": counts,
             "blocked": sorted(blocked), "blocked_kinds": kinds, "leader": 1 if leader else 0, "stuck": stuck,
             "gated": gated,
-            "gated_for": gated_for}
+            "gated_for": gated_for, "gated_by": gated_by}
 
 
 def board_view(findings: Iterable[NodeFinding], facts: Mapping[str, NodeFacts], *, leader: bool, updated: str,

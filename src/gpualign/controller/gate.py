@@ -25,13 +25,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from gpualign.base.labels import ARMED, GATED, GATED_SINCE, HELD_WARNED, RELEASED
+from gpualign.base.labels import ARMED, GATED, GATED_KIND, GATED_PDB, GATED_SINCE, HELD_WARNED, RELEASED
 from gpualign.upgrade import states as S
 
-__all__ = ["ARMED", "GATED", "GATED_SINCE", "HELD_WARNED", "RELEASED", "Posture", "decide", "posture", "release"]
+__all__ = ["ARMED", "GATED", "GATED_KIND", "GATED_PDB", "GATED_SINCE", "HELD_WARNED", "RELEASED", "Posture",
+           "decide", "posture", "release"]
 
 Patch = dict[str, dict[str, str | None]]
-MARKS = (GATED, GATED_SINCE, HELD_WARNED, ARMED, RELEASED)
+MARKS = (GATED, GATED_SINCE, HELD_WARNED, GATED_KIND, GATED_PDB, ARMED, RELEASED)
+IMAGE = "image"  # the kind of an image hold (the others are gpualign.upgrade.blockers' kinds)
 
 
 class Posture(enum.Enum):
@@ -63,9 +65,9 @@ def ours(annotations: Mapping[str, str]) -> bool:
 
 
 def decide(labels: Mapping[str, str], annotations: Mapping[str, str], where: Posture,
-           why: str = "") -> Patch | None:
-    """The metadata patch (labels, annotations) that brings the node to `where`, or None. A skip label the gate did
-    not set is someone else's: it is left, and never claimed."""
+           why: str = "", kind: str = "", pdb: str = "") -> Patch | None:
+    """The metadata patch (labels, annotations) that brings the node to `where`, or None; a hold's why, kind and
+    PDB are written with it. A skip label the gate did not set is someone else's: it is left, and never claimed."""
     skip = labels.get(S.SKIP_LABEL) == "true"
     mine = ours(annotations)
     if skip and not mine:
@@ -77,21 +79,19 @@ def decide(labels: Mapping[str, str], annotations: Mapping[str, str], where: Pos
         return {"labels": {} if skip else {S.SKIP_LABEL: "true"},
                 "annotations": {GATED: why, GATED_SINCE: since or _now(),
                                 HELD_WARNED: annotations.get(HELD_WARNED) if since else None,
-                                ARMED: None, RELEASED: None}}
+                                GATED_KIND: kind or None, GATED_PDB: pdb or None, ARMED: None, RELEASED: None}}
     if where is Posture.ARMED:
         if skip and ARMED in annotations and not set(annotations) & {GATED, RELEASED}:
             return None
         return {"labels": {} if skip else {S.SKIP_LABEL: "true"},
-                "annotations": {ARMED: _now(), GATED: None, GATED_SINCE: None, HELD_WARNED: None,
-                                RELEASED: None}}
+                "annotations": {**dict.fromkeys(MARKS), ARMED: _now()}}
     if where is Posture.FREE:
         return release(labels, annotations)
     if where is Posture.RELEASED:
         if not skip and RELEASED in annotations and not mine:
             return None
         return {"labels": {S.SKIP_LABEL: None} if skip else {},
-                "annotations": {GATED: None, GATED_SINCE: None, HELD_WARNED: None, ARMED: None,
-                                RELEASED: _now()}}
+                "annotations": {**dict.fromkeys(MARKS), RELEASED: _now()}}
     return None
 
 

@@ -62,18 +62,19 @@ class GateWriter:
                 held = self.admission.hold(facts, planned[0].split("/", 1)[0] if planned else None)
                 where = gate.posture(state, operator_node=True, image=None, walk=held.reason if held else None,
                                      released=False)
-                wrote = self._write(facts, where, held.reason if held else "")
+                wrote = self._write(facts, where, held.reason if held else "",
+                                    str(held.hold or "other") if held else "", held.subject if held else "")
                 if wrote and where is gate.Posture.RELEASED:
                     self.admission.admitted(facts.name)
         else:
             where = gate.posture(state, operator_node=planned is not None, image=image, walk=None, released=released)
-            wrote = self._write(facts, where, image or "")
+            wrote = self._write(facts, where, image or "", gate.IMAGE if image else "")
         if not wrote and where is gate.Posture.HELD and gate.GATED in annotations:
             self._held_long(facts, annotations[gate.GATED], for_image=image is not None)
 
-    def _write(self, facts: NodeFacts, where: gate.Posture, why: str) -> bool:
+    def _write(self, facts: NodeFacts, where: gate.Posture, why: str, kind: str = "", pdb: str = "") -> bool:
         """Write the gate's decision on the node; True when something was written."""
-        patch = gate.decide(facts.labels, facts.annotations, where, why)
+        patch = gate.decide(facts.labels, facts.annotations, where, why, kind, pdb)
         if patch is None:
             return False
         try:

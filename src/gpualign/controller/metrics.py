@@ -51,10 +51,12 @@ class FleetCollector(Collector):
         yield GaugeMetricFamily("gpualign_stuck_nodes", "GPU nodes with no running driver pod, or blocked in the walk",
                                 value=len(data.get("stuck") or []))
         held = GaugeMetricFamily("gpualign_gate_held_seconds",
-                                 "Seconds the gate has held a node out of the GPU Operator's upgrade walk",
-                                 labels=["node"])
+                                 "Seconds the gate has held a node out of the GPU Operator's upgrade walk, by what "
+                                 "holds it (kind: image, pdb, unmovable, other; pdb: the PodDisruptionBudget)",
+                                 labels=["node", "kind", "pdb"])
+        by = data.get("gated_by") or {}
         for node, seconds in sorted((data.get("gated_for") or {}).items()):
-            held.add_metric([node], seconds)
+            held.add_metric([node, *by.get(node, ("image", ""))], seconds)
         yield held
         yield GaugeMetricFamily("gpualign_gated_nodes",
                                 "GPU nodes the gate holds out of the GPU Operator's upgrade walk",
