@@ -345,7 +345,8 @@ def test_lab_scenarios_is_a_table_with_headers():
     lines = res.out.splitlines()
     assert res.code == 0 and lines[0].split() == ["SCENARIO", "FLEET"]
     assert [line.split()[0] for line in lines[1:]] == ["default", "empty", "operator-clusterpolicy",
-                                                       "operator-nvidiadriver", "operator-debian", "dra"]
+                                                       "operator-nvidiadriver", "operator-debian", "dra",
+                                                       "dra-driver-pods"]
     assert len({line.index(line.split()[1]) for line in lines}) == 1  # the second column starts at one place
 
 

@@ -134,8 +134,19 @@ def _dra() -> Scenario:
                                          ("dra-580", "580.65.06"))))
 
 
+def _dra_driver_pods() -> Scenario:
+    """GPUs published by NVIDIA's DRA driver, and the driver loaded by driver pods: a walk taints GPUs, not nodes."""
+    return Scenario(
+        name="dra-driver-pods",
+        description="two GPU nodes whose GPUs NVIDIA's DRA driver publishes in ResourceSlices (no GFD labels, no "
+                    "nvidia.com/gpu), their driver run by driver DaemonSet pods on branch 550: dra-p1 and dra-p2; "
+                    "the DeviceClasses gpu.nvidia.com and mig.nvidia.com; one CPU node; no workloads",
+        branch="550", workloads=False,
+        nodes=(NodeSpec("dra-p1", dra=True), NodeSpec("dra-p2", dra=True), NodeSpec("cpu-1", gpu=False)))
+
+
 SCENARIOS = {s.name: s for s in (_default(), _empty(), _operator_clusterpolicy(), _operator_nvidiadriver(),
-                                 _operator_debian(), _dra())}
+                                 _operator_debian(), _dra(), _dra_driver_pods())}
 
 
 def get(name: str) -> Scenario:

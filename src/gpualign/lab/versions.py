@@ -10,7 +10,7 @@ from pathlib import Path
 
 from gpualign.base.cache import cache_root
 
-KUBERNETES = "v1.36.3"
+KUBERNETES = "v1.37.2"
 ETCD = "v3.6.16"
 KWOK = "v0.8.0"
 

@@ -27,10 +27,12 @@ class GpuDevice:
     driver: DriverVersion | None
     cuda: str | None  # the CUDA version the driver supports (cudaDriverVersion), as published
     product: str | None
+    pool: str = ""  # the ResourceSlice's pool (NVIDIA's DRA driver names it after the node)
+    taints: tuple[str, ...] = ()  # the device's taints as the driver writes them: KEY[=VALUE]:EFFECT
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "driver": str(self.driver) if self.driver else None,
-                "cuda": self.cuda, "product": self.product}
+                "cuda": self.cuda, "product": self.product, **({"taints": list(self.taints)} if self.taints else {})}
 
 
 def _attribute(attributes: Mapping[str, Any], name: str) -> Any:
@@ -60,6 +62,8 @@ def devices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuDe
         if not isinstance(spec, Mapping) or spec.get("driver") != DRIVER or not spec.get("nodeName"):
             continue
         node = str(spec["nodeName"])
+        pool = spec.get("pool")
+        pool_name = str(pool.get("name") or "") if isinstance(pool, Mapping) else ""
         for device in spec.get("devices") or []:
             if not isinstance(device, Mapping):
                 continue
@@ -69,8 +73,19 @@ def devices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuDe
                 node, str(device.get("name") or "?"), str(kind or "gpu"),
                 _driver(_attribute(attributes, "driverVersion")),
                 str(c) if (c := _attribute(attributes, "cudaDriverVersion")) is not None else None,
-                str(p) if (p := _attribute(attributes, "productName")) is not None else None))
+                str(p) if (p := _attribute(attributes, "productName")) is not None else None,
+                pool_name, _taints(device.get("taints"))))
     return out
+
+
+def _taints(raw: Any) -> tuple[str, ...]:
+    """A device's taints (resource.k8s.io/v1 DeviceTaint: key, value, effect) as KEY[=VALUE]:EFFECT."""
+    out = []
+    for taint in raw if isinstance(raw, list) else []:
+        if isinstance(taint, Mapping) and taint.get("key"):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            out.append(f"{taint['key']}{value}:{taint.get('effect') or '?'}")
+    return tuple(out)
 
 
 def highest_driver(devices: Iterable[GpuDevice]) -> DriverVersion | None:

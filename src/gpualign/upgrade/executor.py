@@ -20,6 +20,7 @@ from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.model.driver_config import RESTART_IN_PLACE
 from gpualign.model.object_views import Pod, view
+from gpualign.upgrade import device_taint
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import TOLD, BlockKind
@@ -138,10 +139,22 @@ class Executor:
             # same write, so a restart cannot lose it.
             initial = "true" if ns.facts.unschedulable else "false"
             if ns.view.restart_only:  # as the GPU Operator does: cordoned (should the restart fail), nothing moved
+                if ns.device_pool is not None:
+                    self.move(ns, S.POD_RESTART, annotations={**self.unblock(), S.TARGET: ns.target_tag,
+                                                              S.DEVICE_TAINT: self.taint_devices(ns),
+                                                              S.RESTART_START: now_iso()},
+                              why=f"admitted, its GPUs tainted NoSchedule: {RESTART_IN_PLACE}")
+                    return
                 self.move(ns, S.POD_RESTART, annotations={**self.unblock(), S.TARGET: ns.target_tag,
                                                           S.INITIAL_UNSCHEDULABLE: initial,
                                                           S.RESTART_START: now_iso()}, unschedulable=True,
                           why=f"admitted and cordoned: {RESTART_IN_PLACE}")
+                return
+            if ns.device_pool is not None:  # its GPUs tainted, not the node: CPU work keeps scheduling there
+                self.move(ns, S.WAIT_FOR_JOBS, annotations={**self.unblock(), S.TARGET: ns.target_tag,
+                                                            S.DEVICE_TAINT: self.taint_devices(ns)},
+                          why="admitted; its GPUs tainted NoSchedule (DeviceTaintRule "
+                              f"{device_taint.rule_name(ns.name)}), the node left schedulable")
                 return
             self.move(ns, S.CORDON, annotations={**self.unblock(), S.TARGET: ns.target_tag,
                                                  S.INITIAL_UNSCHEDULABLE: initial}, unschedulable=True,
@@ -159,7 +172,17 @@ class Executor:
                 handler[ns.view.state](ns)
 
     # -- per state ----------------------------------------------------------------------------------------------
+    def taint_devices(self, ns: NodeState) -> str:
+        """Make the node's DeviceTaintRule (idempotent: applied), before the state that depends on it is written."""
+        made = device_taint.rule(ns.name, ns.device_pool or ns.name, ns.target_tag)
+        self.kube.apply_at(f"{device_taint.RULES}/{made['metadata']['name']}", made)
+        return str(made["metadata"]["name"])
+
     def cordon(self, ns: NodeState) -> None:
+        if ns.device_pool is not None or S.DEVICE_TAINT in ns.annotations:
+            taint = self.taint_devices(ns) if ns.device_pool is not None else ns.annotations[S.DEVICE_TAINT]
+            self.move(ns, S.WAIT_FOR_JOBS, annotations={S.DEVICE_TAINT: taint}, why="its GPUs tainted NoSchedule")
+            return
         initial = ns.annotations.get(S.INITIAL_UNSCHEDULABLE)
         if initial is None:  # remembered once, in the same write as the cordon: a restart cannot lose it
             initial = "true" if ns.facts.unschedulable else "false"
@@ -333,6 +356,11 @@ class Executor:
         if fresh is None:
             return
         ann = (fresh["metadata"].get("annotations") or {})
+        if rule := ann.get(S.DEVICE_TAINT):  # its GPUs were tainted, not the node: the rule goes, the node stays
+            self.kube.delete(f"{device_taint.RULES}/{rule}")
+            ns.node = fresh
+            self.finish(ns, unschedulable=None, why=f"its GPUs untainted (DeviceTaintRule {rule} deleted)")
+            return
         # k8s-operator-libs sets the initial state only when the node was cordoned before the walk ("true");
         # gpualign writes "false" as well: absent or "false", the walk cordoned it
         if ann.get(S.INITIAL_UNSCHEDULABLE) == "true":
@@ -342,7 +370,8 @@ class Executor:
         self.finish(ns, unschedulable=False, why="uncordoned")
 
     def finish(self, ns: NodeState, *, unschedulable: bool | None, why: str) -> None:
-        cleared: dict[str, str | None] = dict.fromkeys((*S.OURS, DRAIN_START, S.INITIAL_UNSCHEDULABLE))
+        cleared: dict[str, str | None] = dict.fromkeys((*S.OURS, DRAIN_START, S.INITIAL_UNSCHEDULABLE,
+                                                        S.DEVICE_TAINT))
         self.move(ns, S.DONE, annotations=cleared, unschedulable=unschedulable, why=why)
 
 

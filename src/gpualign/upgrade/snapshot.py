@@ -74,6 +74,9 @@ class NodeState:
     pool: Pool | None
     target_tag: str | None
     view: NodeView
+    # the pool NVIDIA's DRA driver publishes this node's GPUs in, when the walk taints them rather than cordoning
+    # the node (the cluster serves DeviceTaintRules: upgrade/device_taint.py); None: it cordons
+    device_pool: str | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +106,17 @@ def read_budgets(kube: Kube, snap: Snapshot) -> None:
     for name, state in snap.nodes.items():
         if name in need and not state.view.restart_only:  # a restart in place evicts nothing
             state.view = replace(state.view, pdb_demand=tuple(sorted(need[name].items())))
+
+
+def _serves_device_taints(kube: Kube) -> bool:
+    """Whether the cluster serves DeviceTaintRules (resource.k8s.io/v1, GA in Kubernetes 1.37): one discovery read."""
+    from gpualign.base.errors import GpualignError
+    from gpualign.upgrade.device_taint import API, serves_rules
+
+    try:
+        return serves_rules(kube.get(API))
+    except GpualignError:
+        return False
 
 
 def waiting_to_start(snap: Snapshot) -> bool:
@@ -193,8 +207,10 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
         nodes = [n for page in kube.list_pages("/api/v1/nodes", label_selector=target_selector(selector),
                                                decode=_walk_nodes) for n in page]
         pods, pools = driver_pods.result(), driver_pools.result()
-        dra = slices.result().drivers
+        devices = slices.result()
+        dra = devices.drivers
         maintained = held.result()
+    taints_devices = bool(devices.by_node) and _serves_device_taints(kube)
     states: dict[str, NodeState] = {}
     for node in nodes:
         facts = with_dra_driver(node_facts(node), dra)
@@ -219,7 +235,7 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
         view = NodeView(
             name=facts.name,
             state=facts.labels.get(S.STATE_LABEL, S.UNKNOWN),
-            unschedulable=facts.unschedulable,
+            unschedulable=facts.unschedulable or S.DEVICE_TAINT in ann,  # its GPUs tainted: unavailable as cordoned
             ready=_ready(node),
             skip=facts.labels.get(S.SKIP_LABEL) == "true",
             initial_unschedulable=ann.get(S.INITIAL_UNSCHEDULABLE),
@@ -230,7 +246,9 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
             maintenance=maintained.get(facts.name),
             restart_only=in_place,
         )
-        states[facts.name] = NodeState(node, facts, pod, pool, target, view)
+        pools_of = {d.pool for d in devices.by_node.get(facts.name, ()) if d.pool}
+        device_pool = next(iter(pools_of)) if taints_devices and len(pools_of) == 1 else None
+        states[facts.name] = NodeState(node, facts, pod, pool, target, view, device_pool)
     snap = Snapshot(states, pools)
     if budgets and waiting_to_start(snap):
         read_budgets(kube, snap)

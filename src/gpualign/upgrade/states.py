@@ -21,6 +21,8 @@ BLOCKER_KIND = "gpualign.io/upgrade-blocker-kind"  # what kind of thing BLOCKER 
 BLOCKED_SINCE = "gpualign.io/upgrade-blocked-since"
 STATE_SINCE = "gpualign.io/upgrade-state-since"
 TARGET = "gpualign.io/upgrade-target"
+# The DeviceTaintRule the walk made in place of a cordon, on a node whose GPUs are DRA devices (upgrade/device_taint.py)
+DEVICE_TAINT = "gpualign.io/upgrade-device-taint"
 DELETION_START = "gpualign.io/upgrade-pod-deletion-start-time"
 RESTART_START = "gpualign.io/upgrade-pod-restart-start-time"
 
