@@ -145,6 +145,23 @@ def test_check_and_why_read_a_dra_nodes_driver_from_its_slices(dra):
     assert why.code == 0 and "version 580.65.06" in why.out and "not a GPU node" not in why.out, why.out
 
 
+def test_why_names_the_health_taints_nvidias_dra_driver_puts_on_a_gpu(dra):
+    """NVIDIA's DRA driver taints a GPU its health checks fail (an XID error, a lost GPU): the API server keeps the
+    taint in the slice, and `why` reads it there."""
+    kube = dra.kube()
+    path = "/apis/resource.k8s.io/v1/resourceslices/dra-550b-gpu.nvidia.com"
+    sliced = kube.get(path)
+    assert sliced is not None
+    sliced["spec"]["devices"][0]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+        sliced["metadata"].pop(key, None)
+    kube.apply_at(path, sliced)
+    why = dra.cli("why", "dra-550b")
+    name = sliced["spec"]["devices"][0]["name"]
+    assert f"NVIDIA's DRA driver taints {name}: gpu.nvidia.com/xid=79:NoSchedule" in why.out, why.out
+    assert "taints" not in dra.cli("why", "dra-550a").out
+
+
 def test_a_deviceclass_per_floor_is_honoured_by_the_scheduler(dra):
     """A platform team hands out a class per CUDA floor; a claim through it needs no selector of its own."""
     made = dra.cli("cuda", "deviceclass", "--cuda", "12.8")

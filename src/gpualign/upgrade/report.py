@@ -183,6 +183,10 @@ def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,
             lines.append(st.building)
     elif not ledger_known and st.building and st.building not in (st.no_driver or ""):
         lines.append(st.building)  # no ledger read, yet the controller builds (or failed to build) its image
+    if rule := ns.annotations.get(S.DEVICE_TAINT):
+        lines.append(f"its GPUs are tainted NoSchedule by the upgrade (DeviceTaintRule {rule}), not the node: new "
+                     "GPU claims are not allocated there while other pods keep scheduling; the rule is deleted when "
+                     "the new driver is validated")
     if st.cordoned == "someone-else":
         lines.append("cordoned by someone else before the upgrade: gpualign will leave it cordoned")
     elif st.cordoned == "upgrade":

@@ -17,7 +17,7 @@ from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger.sources import Ledger
 from gpualign.model.audit import DriverPod
-from gpualign.model.dra_devices import highest_driver
+from gpualign.model.dra_devices import GpuDevice, highest_driver
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, normalize_branch
 from gpualign.upgrade import snapshot
@@ -146,11 +146,19 @@ def _why_of(node: str, available: Ledger | None, to_branch: str | None, rules: R
         if ns is None:
             return _Found(Why(cluster, _why_not_walked(node, kube), None), None, None)
         lines = explain(ns, ledger_known=ledger_known, derived=seen.derived.get(node), builds=seen.builds)
+        if ns.facts.driver_from_dra or ns.device_pool is not None:
+            lines.extend(device_health(dra_reads.read(kube).by_node.get(node, [])))
         if ns.pod is None and ns.pool is None:
             lines.append(_no_driver_pool(ns, kube))
         status = node_status(ns, ledger_known=ledger_known, derived=seen.derived.get(node),
                              builds=seen.builds).as_dict()
         return _Found(Why(cluster, lines, status), ns.facts, DriverPod.from_pod(ns.pod) if ns.pod else None)
+
+
+def device_health(devices: list[GpuDevice]) -> list[str]:
+    """The taints NVIDIA's DRA driver puts on a node's GPUs (gpu.nvidia.com/xid, gpu-lost, unmonitored: its health
+    checks), one line per tainted device: a tainted GPU takes no new claim whatever its driver."""
+    return [f"NVIDIA's DRA driver taints {d.name}: {', '.join(d.taints)}" for d in devices if d.taints]
 
 
 def _no_driver_pool(ns: Any, kube: Kube) -> str:
@@ -172,12 +180,16 @@ def _why_not_walked(node: str, kube: Kube) -> list[str]:
     if obj is None:
         raise BadInput(f"node {node!r} not found")
     facts = node_facts(obj)
+    health: list[str] = []
     if facts.gpu and facts.driver is None:  # no GFD label names it: NVIDIA's DRA driver may publish it
-        found = highest_driver(dra_reads.read(kube).by_node.get(node, []))
+        devices = dra_reads.read(kube).by_node.get(node, [])
+        found = highest_driver(devices)
         facts = with_dra_driver(facts, {node: found} if found else {})
+        health = device_health(devices)
     if not facts.gpu:
         return [f"{node} is not a GPU node (no {L.GPU_PRESENT}=true label, no NVIDIA PCI device labelled by NFD "
                 f"({L.PCI_NVIDIA}), and no GPU Operator driver pod): no driver upgrade applies to it."]
     driver = str(facts.driver) if facts.driver else "unknown"
     return [f"{node}'s driver is installed on the host ({L.DEPLOY_DRIVER}=false), version {driver}: the GPU "
-            "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling."]
+            "Operator deploys no driver pod there and no walk applies; upgrade it with the host's own tooling.",
+            *health]
