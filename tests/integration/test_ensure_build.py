@@ -802,7 +802,7 @@ def test_an_arm64_node_gets_an_index_naming_linux_arm64_cross_compiled_and_verif
     source across (an amd64 machine, Debian's aarch64 cross compiler) against the arm64 headers, checks the arm64
     user space under qemu-user, and pushes an image index naming linux/arm64 only. This test then reads the modules
     with the kernel's own tools against the arm64 kernel's Module.symvers, sees aarch64 ELF, and the lab's arm64
-    node loads them."""
+    node loads them. Before the push, Debian's own arm64 kernel, booted under qemu-system-aarch64, loaded them."""
     lab = story_lab
     kube = lab.kube()
     ledger = f"registry://{lab.registry}/nvidia/driver"
@@ -818,6 +818,9 @@ def test_an_arm64_node_gets_an_index_naming_linux_arm64_cross_compiled_and_verif
     assert res.code == 0, res.out + res.err
     (image,) = json.loads(res.out)["images"]
     assert image["action"] == "build" and image["verification"]["ok"], res.out
+    # the kernel decided: Debian's arm64 kernel, booted under qemu-system-aarch64, took the cross-compiled modules
+    assert image["kernel_load"]["verdict"] == "accepted", image["kernel_load"]
+    assert image["kernel_load"]["kernel"] == ARM64_KERNEL and "No NVIDIA GPU found" in image["kernel_load"]["said"][0]
 
     reg = client(lab.registry)
     index = reg.manifest(tag)

@@ -26,6 +26,14 @@ def test_trixies_kernel_takes_its_550_modules_as_far_as_no_gpu():
     assert [a.module for a in verdict.attempts] == ["drm", "nvidia"]
 
 
+def test_debians_arm64_kernel_takes_modules_cross_compiled_on_amd64_as_far_as_no_gpu():
+    """Recorded: 535.309.01 compiled on an amd64 builder for 6.1.0-50-arm64, booted in qemu-system-aarch64 (virt,
+    cpu max, TCG). NVIDIA's driver warns it has not been qualified on the emulated CPU, then finds no GPU."""
+    verdict = kernel_console.read("6.1.0-50-arm64", recorded("accepted-535-6.1.0-50-arm64.txt"))
+    assert verdict.ok and verdict.said == ("NVRM: No NVIDIA GPU found.",)
+    assert [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 19)]
+
+
 def test_the_kernel_that_took_nvidia_ko_as_far_as_no_gpu_accepts():
     verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"), ("nvidia-uvm",))
     assert verdict.ok and verdict.load is Load.ACCEPTED

@@ -198,19 +198,19 @@ class Steps:
         return checked
 
     def kernel_load(self, made: Modules) -> dict[str, Any]:
-        """The kernel decides: the modules loaded into their own kernel, booted in a VM (amd64; an arm64 kernel is
-        not booted yet, and the check can be switched off: either is said, and the report's kernel_load names it).
+        """The kernel decides: the modules loaded into their own kernel, booted in a VM (amd64 and arm64, each under
+        its own emulator; the check can be switched off, which is said, and the report's kernel_load names it).
         Refused: NotVerified, nothing pushed."""
         spec, opts = self.spec, self.opts
-        arch = self.archive.arch
-        if not opts.kernel_load or arch != "amd64":
-            why = "switched off for this run" if not opts.kernel_load else f"{arch} kernels are not booted yet"
+        if not opts.kernel_load:
+            why = "switched off for this run"
             self.say(f"kernel load: skipped: {why}; the offline checks above vouch for the modules")
             skipped = {"kernel": spec.kernel, "verdict": "skipped", "why": why}
             self.emit(KernelLoaded(skipped))
             return skipped
         t0 = time.monotonic()
-        self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10-30 s)")
+        self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10 s for "
+                 "amd64, 40 s for arm64)")
         verdict = self.kit.kernel_load(made.files, spec.kernel)
         self.emit(Timed("kernel_load", time.monotonic() - t0))
         self.emit(KernelLoaded(verdict.as_dict()))

@@ -251,9 +251,9 @@ def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:
         say(tag, f"attested: SBOM and provenance in {attestations[0]}, SBOM in {attestations[1]}")
 
 
-def require_tools(kernel_load: bool = False) -> None:
+def require_tools(kernel_load: frozenset[str] = frozenset()) -> None:
     """What a build needs on this machine, checked before any build starts (BadInput naming the first missing);
-    kernel_load: also what boots the kernel (qemu, busybox)."""
+    kernel_load: the architectures whose kernels are booted, and what boots them (qemu, busybox)."""
     import os
     import shutil
 
@@ -265,9 +265,12 @@ def require_tools(kernel_load: bool = False) -> None:
                       ("depmod", "the image's module index is made with depmod (kmod)")):
         if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
             raise BadInput(f"{tool} is not installed: {why} (scripts/install-debs installs it)")
-    if kernel_load:
-        if shutil.which("qemu-system-x86_64") is None:
-            raise NoKernelVM("qemu-system-x86_64", "qemu-system-x86")
-        if not os.path.exists("/bin/busybox"):
-            raise NoKernelVM("busybox", "busybox-static")
+    from gpualign.judging.kernel_boot import QEMU, QEMU_PACKAGES
+
+    for arch in sorted(kernel_load):
+        qemu = QEMU.get(arch, ("",))[0]
+        if qemu and shutil.which(qemu) is None:
+            raise NoKernelVM(qemu, QEMU_PACKAGES[arch])
+    if kernel_load and not os.path.exists("/bin/busybox"):
+        raise NoKernelVM("busybox", "busybox-static")
 

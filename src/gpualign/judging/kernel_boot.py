@@ -31,6 +31,7 @@ from gpualign.judging.kernel_console import KernelVerdict
 NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
 QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
         "arm64": ("qemu-system-aarch64", ["-machine", "virt", "-cpu", "max"], "ttyAMA0")}
+QEMU_PACKAGES = {"amd64": "qemu-system-x86", "arm64": "qemu-system-arm"}  # Debian's packages of those emulators
 BUSYBOX = Path("/bin/busybox")
 # TCG emulation by default: it boots Debian's kernels here in seconds, on any machine. KVM is asked for by name
 # (kvm): a nested /dev/kvm may open and still never run the guest, which would cost the whole timeout.
@@ -156,9 +157,9 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
     if qemu is None:
         raise BadInput(f"kernel {kernel}: gpualign boots amd64 and arm64 kernels, not {arch}")
     if shutil.which(qemu) is None:
-        raise BadInput(f"{qemu} is not installed: the kernel load check boots the kernel in it "
-                       "(scripts/install-debs installs it)")
-    if not BUSYBOX.exists():
+        raise BadInput(f"{qemu} is not installed: the kernel load check boots the kernel in it (Debian's "
+                       f"{QEMU_PACKAGES[arch]}; scripts/install-debs installs it)")
+    if arch == _host_arch() and not BUSYBOX.exists():
         raise BadInput(f"{BUSYBOX} is not installed (Debian's busybox-static): the kernel load check's VM runs it")
     ko = {p.stem: p for p in sorted(modules.glob("*.ko"))}
     if NVIDIA_CORE not in ko:
@@ -173,7 +174,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
         names = [_name(p) for p in order] + [NVIDIA_CORE]
         files = {f"m/{_name(p)}.ko": _module_bytes(tree.modules / p) for p in order}
         files[f"m/{NVIDIA_CORE}.ko"] = ko[NVIDIA_CORE].read_bytes()
-        _write_initramfs(initrd, files, _init_script(names))
+        _write_initramfs(initrd, files, _init_script(names), busybox_for(arch, kernel, cache))
         accel = accel or os.environ.get(ACCEL_ENV) or "tcg"
         if accel == "kvm" and (arch != _host_arch() or not os.access("/dev/kvm", os.R_OK | os.W_OK)):
             raise BadInput(f"${ACCEL_ENV}=kvm: /dev/kvm does not answer for {arch} here; leave it unset (TCG)")
@@ -214,11 +215,38 @@ def _module_bytes(path: Path) -> bytes:
     raise GpualignError(f"{path}: not in the kernel's package")
 
 
-def _write_initramfs(out: Path, files: dict[str, bytes], init: bytes) -> None:
+def busybox_for(arch: str, kernel: str, cache: Path) -> Path:
+    """A static busybox the kernel's architecture runs: this machine's own, or for another architecture Debian's
+    busybox-static of that architecture, read from the kernel's archive (verified as apt verifies it) and cached."""
+    if arch == _host_arch():
+        return BUSYBOX
+    from gpualign.archive.apt import Archive, ArchiveError, file_lock
+
+    found = cache / f"busybox-{arch}" / "busybox"
+    if found.exists():
+        return found
+    with file_lock(f"busybox-{arch}.lock"):
+        if found.exists():
+            return found
+        archive = Archive.for_kernel(kernel)
+        archive.update()
+        with tempfile.TemporaryDirectory(prefix="gpualign-busybox-") as tmp:
+            res = archive._apt("download", archive.target("busybox-static"), cwd=Path(tmp))
+            debs = list(Path(tmp).glob("*.deb"))
+            if res.returncode != 0 or not debs:
+                raise ArchiveError(f"busybox-static for {arch} is not in Debian's archive ({archive.describe()})")
+            _run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "root")], f"unpacking {debs[0].name}")
+            found.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(Path(tmp) / "root" / "bin" / "busybox", found.with_suffix(".part"))
+            found.with_suffix(".part").replace(found)
+    return found
+
+
+def _write_initramfs(out: Path, files: dict[str, bytes], init: bytes, busybox: Path = BUSYBOX) -> None:
     """A newc cpio archive: /init, /bin/busybox, and the modules."""
     entries: list[tuple[str, int, bytes]] = [("bin", 0o040755, b""), ("m", 0o040755, b""),
                                              ("init", 0o100755, init),
-                                             ("bin/busybox", 0o100755, BUSYBOX.read_bytes())]
+                                             ("bin/busybox", 0o100755, busybox.read_bytes())]
     entries += [(name, 0o100644, data) for name, data in files.items()]
     with out.open("wb") as handle:
         for ino, (name, mode, data) in enumerate([*entries, ("TRAILER!!!", 0, b"")], start=1):

@@ -137,8 +137,9 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
                 cannot_make(spec.tag, err)
         specs = [spec for spec in specs if spec.tag in planned]
         if any(p.action == TagAction.BUILD for p in planned.values()) and not req.dry_run:
-            run.require_tools(kernel_load=req.kernel_load and any(
-                p.action == TagAction.BUILD and kernel_arch(p.spec.kernel) == "amd64" for p in planned.values()))
+            run.require_tools(kernel_load=frozenset(
+                kernel_arch(p.spec.kernel) or "amd64" for p in planned.values() if p.action == TagAction.BUILD)
+                if req.kernel_load else frozenset())
         if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
