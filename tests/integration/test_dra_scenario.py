@@ -207,3 +207,53 @@ def test_the_controller_reads_a_dra_nodes_driver_from_its_slices_and_follows_the
         for device in item["spec"]["devices"]:
             device["attributes"]["driverVersion"] = {"version": "550.163.1"}
         kube.patch(f"{path}/{name}", {"spec": {"devices": item["spec"]["devices"]}})
+
+
+def test_pods_asking_for_an_extended_resource_get_only_the_devices_its_floored_class_maps(dra):
+    """DRA's extended-resource mapping (GA in Kubernetes 1.37): a pod that asks for nvidia.com/gpu, with no claim,
+    is allocated a DeviceClass's devices. `cuda deviceclass --extended-resource` floors the class, `cuda inject
+    --extended-resource` renames a workload's request to it, and `cuda policy --extended-resource NAME=CUDA` admits
+    such a pod without a nodeAffinity. Judged by the real scheduler and API server: only the 580 node's GPUs reach
+    CUDA 12.8, and the class's pods land there and nowhere else."""
+    kube = dra.kube()
+    assert dra.kubectl("-n", "ml", "delete", "deployment", "--all", "--wait=true").returncode == 0  # free GPUs
+    ours = "example.com/gpu-cuda-12.8"
+    for args in (("--extended-resource", ours, "--name", "ext-cuda-12-8"),
+                 ("--extended-resource", "nvidia.com/gpu", "--name", "any-gpu-cuda-12-8")):
+        made = dra.cli("cuda", "deviceclass", "--cuda", "12.8", *args)
+        assert made.code == 0, made.err
+        assert kubectl_apply(dra, made.out).returncode == 0
+    policy = dra.cli("cuda", "policy", "--extended-resource", f"{ours}=12.8", "--extended-resource",
+                     "nvidia.com/gpu=12.8")
+    assert policy.code == 0 and kubectl_apply(dra, policy.out).returncode == 0, policy.err
+
+    def deployment(name: str, resource: str, cuda: str | None = None) -> str:
+        import io
+
+        from ruamel.yaml import YAML
+
+        meta = {"labels": {"app": name}, **({"annotations": {"gpualign.io/cuda": cuda}} if cuda else {})}
+        obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "ml"},
+               "spec": {"replicas": 2, "selector": {"matchLabels": {"app": name}}, "template": {
+                   "metadata": meta, "spec": {"containers": [{
+                       "name": "main", "image": "nvcr.io/nvidia/cuda:12.8.1-base-ubuntu22.04",
+                       "resources": {"limits": {resource: "1"}}}]}}}}
+        out = io.StringIO()
+        YAML().dump(obj, out)
+        return out.getvalue()
+
+    # a workload written for nvidia.com/gpu, renamed to the floored class's resource by inject
+    injected = dra.cli("cuda", "inject", "--cuda", "12.8", "--extended-resource", ours, "-f", "-",
+                       input=deployment("ext", "nvidia.com/gpu"))
+    assert injected.code == 0 and ours in injected.out and "nodeAffinity" not in injected.out, injected.err
+    with explained(dra):
+        applied = kubectl_apply(dra, injected.out)
+        assert applied.returncode == 0, applied.stderr
+        assert {p["spec"]["nodeName"] for p in scheduled(kube, "ml", "ext", 2, timeout=60)} == {"dra-580"}
+        # nvidia.com/gpu itself, mapped by the class floored at 12.8: admitted with no nodeAffinity, on dra-580 only
+        plain = kubectl_apply(dra, deployment("plain", "nvidia.com/gpu"))
+        assert plain.returncode == 0, plain.stderr
+        assert {p["spec"]["nodeName"] for p in scheduled(kube, "ml", "plain", 2, timeout=60)} == {"dra-580"}
+    # a workload declaring CUDA 13.0 asks more than the class reaches: refused by the API server, naming the class
+    refused = kubectl_apply(dra, deployment("newer", ours, cuda="13.0"))
+    assert refused.returncode != 0 and "DeviceClass floor is lower" in refused.stderr, refused.stderr

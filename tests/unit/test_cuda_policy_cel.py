@@ -55,7 +55,8 @@ def floor(cuda: str, labels: str = "both") -> list:
 
 
 NO_FLOOR = ("has no driver floor: its nodeAffinity must bound the driver version from below in every term (Gt or In "
-            "on nvidia.com/cuda.driver-version.major; Exists admits any driver): gpualign cuda inject --cuda X")
+            "on nvidia.com/cuda.driver-version.major; Exists admits any driver), or on a DRA cluster it must ask only "
+            "for an extended resource a floored DeviceClass maps: gpualign cuda inject --cuda X")
 
 
 def no_floor(what: str) -> list[str]:
@@ -106,3 +107,46 @@ def test_declared_cuda_is_admitted_exactly_when_the_floor_reaches_it(floor_cuda,
         return (v.major, v.minor, v.rev or 0)
 
     assert admitted == (key(minimum_driver(floor_cuda)) >= key(minimum_driver(declared)))
+
+
+# -- pods floored by a DeviceClass's extended resource (DRA's extended-resource mapping, Kubernetes 1.37) ------------
+def evaluate_with(policy_spec: dict, obj: dict) -> list[str]:
+    programs = [(v["name"], ENV.program(ENV.compile(v["expression"]))) for v in policy_spec["variables"]]
+    checks = [(ENV.program(ENV.compile(v["expression"])), ENV.program(ENV.compile(v["messageExpression"])))
+              for v in policy_spec["validations"]]
+    cel_obj = celpy.json_to_cel(obj)
+    variables: dict = {}
+    for name, prg in programs:
+        variables[name] = prg.evaluate({"object": cel_obj, "variables": celpy.celtypes.MapType(
+            {celpy.celtypes.StringType(k): v for k, v in variables.items()})})
+    ctx = {"object": cel_obj, "variables": celpy.celtypes.MapType(
+        {celpy.celtypes.StringType(k): v for k, v in variables.items()})}
+    return [str(msg.evaluate(ctx)) for check, msg in checks if not check.evaluate(ctx)]
+
+
+CLASSED = policy({"nvidia.com/gpu": minimum_driver("12.4"), "example.com/gpu-cuda-12.8": minimum_driver("12.8")})[
+    "spec"]
+
+
+def test_a_pod_asking_only_for_what_a_floored_class_maps_needs_no_node_affinity():
+    assert evaluate_with(CLASSED, deployment()) == []  # nvidia.com/gpu, mapped by a class floored at CUDA 12.4
+    assert evaluate_with(CLASSED, deployment(gpu="example.com/gpu-cuda-12.8")) == []
+    assert evaluate(deployment()) != []  # without the mapping: no floor
+    # a runtime class alone, or a MIG resource no class maps, still needs its nodeAffinity floor
+    assert evaluate_with(CLASSED, deployment(gpu=None, runtime="nvidia")) != []
+    assert evaluate_with(CLASSED, deployment(gpu="nvidia.com/mig-1g.10gb")) != []
+
+
+def test_a_declared_cuda_above_the_classs_floor_is_refused_naming_the_class():
+    assert evaluate_with(CLASSED, deployment(gpu="example.com/gpu-cuda-12.8", cuda="12.8")) == []
+    assert evaluate_with(CLASSED, deployment(cuda="12.4")) == []
+    refused = evaluate_with(CLASSED, deployment(cuda="12.8"))  # nvidia.com/gpu's class is floored at 12.4 only
+    assert len(refused) == 1 and "DeviceClass floor is lower" in refused[0], refused
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(table().known)), st.sampled_from(sorted(table().known)))
+def test_a_class_floor_admits_exactly_the_cuda_versions_it_reaches(floor, declared):
+    spec = policy({"example.com/gpu": minimum_driver(floor)})["spec"]
+    admitted = evaluate_with(spec, deployment(gpu="example.com/gpu", cuda=declared)) == []
+    assert admitted == (minimum_driver(floor) >= minimum_driver(declared))

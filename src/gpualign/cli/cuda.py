@@ -104,26 +104,47 @@ def device_class_cmd(
     name: Annotated[str | None, typer.Option(
         "--name", metavar="NAME", help="the DeviceClass's name [default: nvidia-gpu-cuda-MAJOR-MINOR]")] = None,
     mig: Annotated[bool, typer.Option("--mig", help="MIG devices instead of whole GPUs")] = False,
+    extended_resource: ExtendedOpt = None,
     output: Annotated[str, typer.Option("--output", "-o", metavar="FORMAT", help="yaml or json")] = "yaml",
 ) -> None:
     """Print a DeviceClass (resource.k8s.io/v1) of NVIDIA GPUs whose driver is at least CUDA's minimum, for DRA:
     a claim through it (deviceClassName) is allocated only such devices, with no selector of its own.
 
+    With --extended-resource NAME (DRA's extended-resource mapping, GA in Kubernetes 1.37), a pod that asks for
+    NAME in its resources, with no claim, is allocated this class's devices: NAME nvidia.com/gpu floors every such
+    pod of the cluster (one class may map it); a name of your own (example.com/gpu-cuda-12.8) floors the pods that
+    ask for it, which `cuda inject --extended-resource NAME` writes.
+
     Example:
 
     \b
         gpualign cuda deviceclass --cuda 12.8 | kubectl apply -f -
+        gpualign cuda deviceclass --cuda 12.8 --extended-resource example.com/gpu-cuda-12.8 | kubectl apply -f -
     """
     if output not in ("yaml", "json"):
         raise BadInput(f"--output {output!r}: cuda deviceclass prints yaml or json (an object, not a table)")
     from gpualign.model.dra_floor import device_class
 
+    _check_extended(extended_resource)
     minimum = _minimum(cuda, minor_compat)
     assert cuda is not None
     kind = "mig" if mig else "gpu"
     chosen = name or f"nvidia-{kind}-cuda-{'-'.join(cuda.strip().split('.')[:2])}"
     print(f"# CUDA {cuda} needs driver >= {minimum}", file=sys.stderr)
-    emit_data(device_class(chosen, minimum, cuda, kind), Output(output))
+    emit_data(device_class(chosen, minimum, cuda, kind, extended_resource), Output(output))
+
+
+ExtendedOpt = Annotated[str | None, typer.Option(
+    "--extended-resource", metavar="NAME",
+    help="the extended resource a floored DeviceClass maps (Kubernetes 1.37: a pod asking for it is allocated "
+         "that class's devices through DRA)")]
+
+
+def _check_extended(name: str | None) -> None:
+    from gpualign.model.dra_floor import extended_resource_problem
+
+    if name is not None and (why := extended_resource_problem(name)):
+        raise BadInput(f"--extended-resource {name!r}: {why}")
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -168,6 +189,11 @@ def inject(
         "--device-class", metavar="NAME",
         help="a DeviceClass of yours whose devices are NVIDIA GPUs (repeatable; gpu.nvidia.com, mig.nvidia.com and "
              "the classes the input defines over NVIDIA's DRA driver are known)")] = None,
+    extended_resource: Annotated[str | None, typer.Option(
+        "--extended-resource", metavar="NAME",
+        help="on a DRA cluster (no GFD labels), pods asking for nvidia.com/gpu ask for NAME instead, the extended "
+             "resource of a floored DeviceClass (`cuda deviceclass --extended-resource NAME`), and get no "
+             "nodeAffinity")] = None,
 ) -> None:
     """Add the CUDA driver floor to every GPU pod template and every DRA claim for NVIDIA GPUs. Idempotent;
     comments and key order are kept.
@@ -193,6 +219,7 @@ def inject(
     from gpualign.model.manifests import inject as do_inject
 
     minimum = _minimum(cuda, minor_compat)
+    _check_extended(extended_resource)
     if not filename:
         raise BadInput("no manifests: pass -f FILE (or -f - for stdin)")
     if in_place and "-" in filename:
@@ -214,7 +241,7 @@ def inject(
                                        device_class or ())
     results: list[tuple[str, str]] = []
     for name, text in texts:
-        new, count, claims, left = do_inject(text, terms, source[name], minimum, classes)
+        new, count, claims, left = do_inject(text, terms, source[name], minimum, classes, extended_resource)
         for why in left:
             warn(why)
         if count == 0 and claims == 0:
@@ -366,6 +393,11 @@ def policy_cmd(
         "--device-class", metavar="NAME",
         help="a DeviceClass of yours whose devices are NVIDIA GPUs: its claims need a floor too (repeatable; "
              "gpu.nvidia.com and mig.nvidia.com always do)")] = None,
+    extended_resource: Annotated[list[str] | None, typer.Option(
+        "--extended-resource", metavar="NAME=CUDA",
+        help="an extended resource a DeviceClass floored at CUDA maps (`cuda deviceclass --cuda CUDA "
+             "--extended-resource NAME`): a pod asking only for such resources is floored by the class and needs "
+             "no nodeAffinity (repeatable)")] = None,
 ) -> None:
     """Print two ValidatingAdmissionPolicies and their bindings (YAML, for kubectl apply -f -): one refuses GPU pods
     and pod templates without a driver floor in their nodeAffinity, the other DRA claims (ResourceClaim,
@@ -394,11 +426,21 @@ def policy_cmd(
     text = namespace_selector if namespace_selector is not None else \
         default_selector(tuple(dict.fromkeys([*EXEMPT_NAMESPACES, *(exempt_namespace or [])])))
     selector = to_label_selector(text)
+    floors = {}
+    for item in extended_resource or []:
+        name, sep, version = item.partition("=")
+        if not sep or not version:
+            raise BadInput(f"--extended-resource {item!r}: expected NAME=CUDA, e.g. nvidia.com/gpu=12.8")
+        _check_extended(name)
+        try:
+            floors[name] = _minimum(version, False)
+        except BadInput as err:
+            raise BadInput(f"--extended-resource {item!r}: {err.message}") from None
     print(f"# applies to namespaces matching: {text or 'all'}", file=sys.stderr)
     yaml = YAML()
     yaml.width = 100000
     yaml.representer.ignore_aliases = lambda *_: True
-    yaml.dump_all([policy(), binding(mode.value, selector), claims_policy(device_class or []),
+    yaml.dump_all([policy(floors), binding(mode.value, selector), claims_policy(device_class or []),
                    binding(mode.value, selector, CLAIMS_NAME)], sys.stdout)
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from gpualign.base import labels as L
 from gpualign.model import dra_floor
 from gpualign.model.cuda import table
+from gpualign.model.version import DriverVersion
 
 ANNOTATION = "gpualign.io/cuda"
 NAME = "gpualign-cuda-driver-floor"
@@ -68,18 +69,39 @@ def cuda_map() -> str:
     return "{" + ", ".join(entries) + "}"
 
 
-def _variables() -> list[dict[str, str]]:
+def _extended_map(floors: dict[str, DriverVersion]) -> str:
+    """CEL: the extended resources floored DeviceClasses map, each to its minimum driver [major, minor, rev]."""
+    return "{" + ", ".join(f"'{name}': [{v.major}, {v.minor}, {v.rev or 0}]"
+                           for name, v in sorted(floors.items())) + "}"
+
+
+def _variables(extended: dict[str, DriverVersion] | None = None) -> list[dict[str, str]]:
     spec = ("object.kind == 'Pod' ? object.spec : object.kind == 'CronJob' ? "
             "object.spec.jobTemplate.spec.template.spec : object.spec.template.spec")
     tmeta = ("object.kind == 'Pod' ? object.metadata : object.kind == 'CronJob' ? "
              "object.spec.jobTemplate.spec.template.metadata : object.spec.template.metadata")
-    gpu_resource = "k.startsWith('nvidia.com/gpu') || k.startsWith('nvidia.com/mig-')"
+    gpu_resource = "k.startsWith('nvidia.com/gpu') || k.startsWith('nvidia.com/mig-') || k in variables.extended"
     containers = ("variables.spec.containers + (has(variables.spec.initContainers) ? "
                   "variables.spec.initContainers : [])")
-    is_gpu = (f"({containers}).exists(c, has(c.resources) && "
-              f"((has(c.resources.limits) && c.resources.limits.exists(k, {gpu_resource})) || "
-              f"(has(c.resources.requests) && c.resources.requests.exists(k, {gpu_resource})))) || "
+
+    def keys(test: str, quantifier: str = "exists") -> str:
+        """CEL: some (exists) or every (all) resource key of a container's limits and requests passes `test`."""
+        joiner = "||" if quantifier == "exists" else "&&"
+        return (f"((has(c.resources) && has(c.resources.limits) ? c.resources.limits.{quantifier}(k, {test}) : "
+                f"{'false' if quantifier == 'exists' else 'true'}) {joiner} "
+                f"(has(c.resources) && has(c.resources.requests) ? c.resources.requests.{quantifier}(k, {test}) : "
+                f"{'false' if quantifier == 'exists' else 'true'}))")
+
+    is_gpu = (f"({containers}).exists(c, {keys(gpu_resource)}) || "
               "(has(variables.spec.runtimeClassName) && variables.spec.runtimeClassName.contains('nvidia'))")
+    # floored by a DeviceClass: every GPU resource asked is one a floored class maps, and no runtime class alone
+    by_class = (f"({containers}).exists(c, {keys('k in variables.extended')}) && "
+                f"({containers}).all(c, {keys(f'!({gpu_resource}) || k in variables.extended', 'all')})")
+    m = "variables.minimum"
+    f = "variables.extended[k]"
+    class_reaches = (f"({containers}).all(c, " + keys(
+        f"!(k in variables.extended) || {f}[0] > {m}[0] || ({f}[0] == {m}[0] && ({f}[1] > {m}[1] || "
+        f"({f}[1] == {m}[1] && {f}[2] >= {m}[2])))", "all") + ")")
     terms = ("has(variables.spec.affinity) && has(variables.spec.affinity.nodeAffinity) && "
              "has(variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution) ? "
              "variables.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
@@ -99,7 +121,9 @@ def _variables() -> list[dict[str, str]]:
     return [
         {"name": "spec", "expression": spec},
         {"name": "tmeta", "expression": tmeta},
+        {"name": "extended", "expression": _extended_map(extended or {})},
         {"name": "isGpu", "expression": is_gpu},
+        {"name": "byClass", "expression": by_class},
         {"name": "terms", "expression": terms},
         {"name": "hasFloor", "expression": has_floor},
         {"name": "cuda", "expression": annotation},
@@ -107,29 +131,35 @@ def _variables() -> list[dict[str, str]]:
         {"name": "minimum", "expression": "variables.cuda in variables.table ? variables.table[variables.cuda] "
                                           ": [0, 0, 0]"},
         {"name": "floorReaches", "expression": f"variables.terms.all(t, has(t.matchExpressions) && ({ok}))"},
+        {"name": "classReaches", "expression": class_reaches},
     ]
 
 
-def policy() -> dict[str, Any]:
+def policy(extended: dict[str, DriverVersion] | None = None) -> dict[str, Any]:
+    """extended: the extended resources floored DeviceClasses map (`cuda deviceclass --extended-resource`), each to
+    its class's minimum driver: a pod asking only for those is floored by its class, and needs no nodeAffinity."""
     workloads = ["deployments", "statefulsets", "daemonsets", "replicasets"]
     return _policy(NAME, [_writes("", ["pods"]), _writes("apps", workloads), _writes("batch", ["jobs", "cronjobs"])],
-                   _variables(), [
-                {"expression": "!variables.isGpu || variables.hasFloor",
+                   _variables(extended), [
+                {"expression": "!variables.isGpu || variables.hasFloor || variables.byClass",
                  "messageExpression": "'GPU ' + (object.kind == 'Pod' ? 'pod' : object.kind) + ' ' + "
                                       "object.metadata.name + ' has no driver floor: its nodeAffinity must "
                                       "bound the driver version from below in every term (Gt or In on "
-                                      f"{L.DRIVER_CURRENT['major']}; Exists admits any driver): gpualign cuda "
-                                      "inject --cuda X'",
+                                      f"{L.DRIVER_CURRENT['major']}; Exists admits any driver), or on a DRA cluster "
+                                      "it must ask only for an extended resource a floored DeviceClass maps: "
+                                      "gpualign cuda inject --cuda X'",
                  "reason": "Invalid"},
                 {"expression": "!variables.isGpu || variables.cuda == '' || variables.cuda in variables.table",
                  "messageExpression": f"'{ANNOTATION}: unknown CUDA version ' + variables.cuda",
                  "reason": "Invalid"},
                 {"expression": "!variables.isGpu || variables.cuda == '' || !(variables.cuda in variables.table) "
-                               "|| !variables.hasFloor || variables.floorReaches",
+                               "|| (variables.byClass ? variables.classReaches : "
+                               "(!variables.hasFloor || variables.floorReaches))",
                  "messageExpression": "'GPU workload declares CUDA ' + variables.cuda + ', which needs driver >= ' "
                                       "+ string(variables.minimum[0]) + '.' + string(variables.minimum[1]) + "
-                                      "'.' + string(variables.minimum[2]) + ', but its nodeAffinity admits older "
-                                      "drivers: run gpualign cuda inject --cuda ' + variables.cuda",
+                                      "'.' + string(variables.minimum[2]) + ', but its ' + (variables.byClass ? "
+                                      "'DeviceClass floor is lower' : 'nodeAffinity admits older drivers') + ': run "
+                                      "gpualign cuda inject --cuda ' + variables.cuda",
                  "reason": "Invalid"},
     ])
 

@@ -104,13 +104,34 @@ def set_floor(request: MutableMapping[str, Any], minimum: DriverVersion, make_ma
     request["selectors"] = [*kept, selector]
 
 
-def device_class(name: str, minimum: DriverVersion, cuda: str, kind: str = "gpu") -> dict[str, Any]:
+def device_class(name: str, minimum: DriverVersion, cuda: str, kind: str = "gpu",
+                 extended_resource: str | None = None) -> dict[str, Any]:
     """A DeviceClass of NVIDIA's `kind` devices (gpu or mig) whose driver is at least `minimum`: a platform team
-    hands it out, and a claim through it needs no selector of its own."""
+    hands it out, and a claim through it needs no selector of its own. extended_resource: the resource a pod asks
+    for to be allocated this class's devices without a claim (DRA's extended-resource mapping, GA in Kubernetes
+    1.37): nvidia.com/gpu floors every such pod of the cluster, a name of one's own the pods that ask for it."""
+    spec: dict[str, Any] = {"selectors": [
+        {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == '{kind}'"}},
+        {"cel": {"expression": floor_expression(minimum)}}]}
+    if extended_resource:
+        spec["extendedResourceName"] = extended_resource
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "gpualign"},
                          "annotations": {"gpualign.io/cuda": cuda}},
-            "spec": {"selectors": [
-                {"cel": {"expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == "
-                                       f"'{kind}'"}},
-                {"cel": {"expression": floor_expression(minimum)}}]}}
+            "spec": spec}
+
+
+# What Kubernetes takes as an extended resource's name: a domain-prefixed name outside kubernetes.io, as a pod's
+# resources carry it (v1helper.IsExtendedResourceName).
+EXTENDED_RESOURCE = re.compile(r"(?=.{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/"
+                               r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def extended_resource_problem(name: str) -> str | None:
+    """Why `name` cannot be an extended resource's name, or None."""
+    if not EXTENDED_RESOURCE.fullmatch(name):
+        return "not a domain-prefixed resource name (e.g. example.com/gpu-cuda-12.8)"
+    domain = name.split("/", 1)[0]
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io") or domain == "requests":
+        return "kubernetes.io names are Kubernetes' own, not extended resources"
+    return None

@@ -184,11 +184,42 @@ def _claim_spec(obj: Any, source: str) -> tuple[str, CommentedMap] | None:
     return f"{source}:{line}: {kind} {name or '(unnamed)'}", node
 
 
+def ask_extended(spec: CommentedMap, name: str) -> bool:
+    """A pod spec's nvidia.com/gpu requests and limits, every container's, renamed to `name` (the extended resource
+    a floored DeviceClass maps): True when one was. Idempotent."""
+    renamed = False
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = c.get("resources") if isinstance(c, dict) else None
+        for part in ("limits", "requests"):
+            asked = resources.get(part) if isinstance(resources, dict) else None
+            if isinstance(asked, CommentedMap) and GPU_RESOURCE in asked:  # where it was, its comment kept
+                where = list(asked).index(GPU_RESOURCE)
+                comment = asked.ca.items.pop(GPU_RESOURCE, None)
+                asked.insert(where, name, asked.pop(GPU_RESOURCE))
+                if comment is not None:
+                    asked.ca.items[name] = comment
+                renamed = True
+    return renamed
+
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _asks(spec: CommentedMap, name: str) -> bool:
+    """Whether a container of the pod spec asks for `name` already (a second inject)."""
+    return any(isinstance(c, dict) and isinstance(c.get("resources"), dict) and any(
+        isinstance(c["resources"].get(p), dict) and name in c["resources"][p] for p in ("limits", "requests"))
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])])
+
+
 def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverVersion,
-           classes: frozenset[str] = dra_floor.NVIDIA_CLASSES) -> tuple[str, int, int, list[str]]:
+           classes: frozenset[str] = dra_floor.NVIDIA_CLASSES,
+           extended: str | None = None) -> tuple[str, int, int, list[str]]:
     """The new text, how many pod templates and how many DRA claim requests (for `classes`) got the floor, and what
     was left as it was, each with why (a template that asks for no GPU, one whose GPUs come from DRA claims, a claim
-    for other devices, a kind gpualign does not edit). Raises BadInput, writes nothing."""
+    for other devices, a kind gpualign does not edit). extended: pods asking for nvidia.com/gpu ask for this
+    extended resource instead (a floored DeviceClass maps it), with no nodeAffinity. Raises BadInput, writes
+    nothing."""
     y, docs = _load(text, source)
     count = claims = 0
     left: list[str] = []
@@ -212,6 +243,9 @@ def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverV
                 claims += 1
     for what, spec in specs:
         asks = gpu_request(spec)
+        if extended is not None and _asks(spec, extended):  # renamed by an earlier inject: floored by its class
+            count += 1
+            continue
         if asks is None:
             left.append(f"{what}: asks for no NVIDIA GPU (nvidia.com/gpu or mig resources, an nvidia runtimeClass, "
                         "resource claims): left as it is, free to run on any node")
@@ -223,6 +257,12 @@ def inject(text: str, terms: list[dict[str, Any]], source: str, minimum: DriverV
                 left.append(f"{what}: its GPUs come from resource claims (DRA), whose nodes carry no GFD labels: "
                             f"no nodeAffinity is added; the floor belongs in {', '.join(elsewhere)}, not in this "
                             "input: inject them too")
+        elif extended is not None and asks == "resources":
+            if ask_extended(spec, extended):
+                count += 1
+            else:
+                left.append(f"{what}: asks for GPUs by another name than {GPU_RESOURCE} (MIG resources): "
+                            f"left as it is; --extended-resource renames {GPU_RESOURCE} only")
         else:
             inject_into_spec(spec, terms)
             count += 1
