@@ -1,7 +1,7 @@
 """Pinned versions of the lab's binaries and where their builds are cached.
 
 Bump all three together: kwok v0.8.0 (the newest the module proxy serves) is built against Kubernetes 1.36 and drives
-1.37's API server as well, and etcd 3.6 is what 1.37 tests with.
+1.37's API server as well; 1.37 supports etcd 3.5.24 and later (kubeadm's default is 3.7.0), and the lab keeps 3.6.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from gpualign.base.json_types import JSON
 from gpualign.kube.client import Kube
 from gpualign.model.driver_config import RESTART_IN_PLACE
 from gpualign.model.object_views import Pod, view
-from gpualign.upgrade import device_taint
+from gpualign.upgrade import device_taint, gpu_taint
 from gpualign.upgrade import pods as P
 from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import TOLD, BlockKind
@@ -45,15 +45,17 @@ class Executor:
 
     # -- writes -------------------------------------------------------------------------------------------------
     def move(self, ns: NodeState, state: str, *, annotations: dict[str, str | None] | None = None,
-             unschedulable: bool | None = None, why: str = "") -> None:
-        """Set the state label (plus annotations / cordon) in one patch, guarded by resourceVersion."""
+             unschedulable: bool | None = None, taints: list[dict[str, Any]] | None = None, why: str = "") -> None:
+        """Set the state label (plus annotations / cordon / the node's taints) in one patch, guarded by
+        resourceVersion."""
         meta = ns.node["metadata"]
         ann: dict[str, str | None] = {S.STATE_SINCE: now_iso()}
         ann.update(annotations or {})
         patch: JSON = {"metadata": {"resourceVersion": meta["resourceVersion"], "labels": {S.STATE_LABEL: state},
                                     "annotations": ann}}
-        if unschedulable is not None:
-            patch["spec"] = {"unschedulable": unschedulable}
+        if unschedulable is not None or taints is not None:
+            patch["spec"] = {**({"unschedulable": unschedulable} if unschedulable is not None else {}),
+                             **({"taints": taints} if taints is not None else {})}
         self.kube.patch(f"/api/v1/nodes/{ns.name}", patch)
         with self._lock:
             self.transitions += 1
@@ -121,7 +123,7 @@ class Executor:
                 ns = snap.nodes[name]
                 if ns.view.restart_only:  # nothing is evicted from it
                     continue
-                unmovable = P.unmovable(self._pods_on(ns), self.policy)
+                unmovable = P.unmovable(self._pods_on(ns), self.policy, ns.driver_tolerations)
                 if unmovable:
                     ns.view = replace(ns.view, unmovable=tuple(unmovable))
 
@@ -238,11 +240,26 @@ class Executor:
                 refused.append((pod, message or f"HTTP {status}"))
         return refused
 
+    def _keep_daemonsets_off(self, ns: NodeState, pods: list[JSON]) -> list[Mapping[str, Any]]:
+        """DaemonSet pods holding a GPU leave through the walk's NoExecute taint (set once, kept until the new
+        driver is validated); the ones still on the node."""
+        holding = P.daemonset_gpu_pods(pods)
+        if holding and not gpu_taint.has_taint((ns.node.get("spec") or {}).get("taints")):
+            fresh = self.kube.get(f"/api/v1/nodes/{ns.name}") or ns.node
+            taints = gpu_taint.with_taint((fresh.get("spec") or {}).get("taints"), ns.target_tag)
+            ns.node = self.kube.patch(f"/api/v1/nodes/{ns.name}", {
+                "metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]}, "spec": {"taints": taints}})
+            self.say(ns.name, f"tainted {gpu_taint.KEY}:{gpu_taint.EFFECT}: DaemonSet pods holding a GPU ("
+                     + ", ".join(P.name(p) for p in holding[:3]) + (" …" if len(holding) > 3 else "")
+                     + ") leave, and stay off until the new driver is validated")
+        return holding
+
     def _move_pods(self, ns: NodeState, *, drain: bool) -> None:
         cfg = self.policy.drain if drain else self.policy.pod_deletion
         start_key = DRAIN_START if drain else S.DELETION_START
-        victims = P.to_move(self._pods_on(ns), drain=drain,
-                            selector=self.policy.drain.pod_selector if drain else "")
+        on_node = self._pods_on(ns)
+        held_by_daemonsets = self._keep_daemonsets_off(ns, on_node)
+        victims = P.to_move(on_node, drain=drain, selector=self.policy.drain.pod_selector if drain else "")
         # A pod kubectl drain would refuse (no controller without force, emptyDir data without deleteEmptyDir) is
         # never evicted: it is named, and the node fails once the timeout passes, as the operator's would.
         kept = [(v, why) for v in victims if (why := P.drain_refusal(v, force=cfg.force,
@@ -255,6 +272,14 @@ class Executor:
                 self.annotate(ns, {start_key: now_iso()})
             message = "refusing to evict " + kept[0][1] + (f" (and {len(kept) - 1} more)" if len(kept) > 1 else "")
             self._not_moved(ns, message, start, drain=drain)
+            return
+        if not victims and held_by_daemonsets:
+            start = ns.annotations.get(start_key)
+            if start is None:
+                self.annotate(ns, {start_key: now_iso()})
+            self._not_moved(ns, f"waiting for DaemonSet pod {P.name(held_by_daemonsets[0])} to leave (the "
+                            f"{gpu_taint.KEY} taint)" + (f" and {len(held_by_daemonsets) - 1} more"
+                                                         if len(held_by_daemonsets) > 1 else ""), start, drain=drain)
             return
         if not victims:
             self.move(ns, S.POD_RESTART, annotations={start_key: None, S.RESTART_START: now_iso(),
@@ -372,7 +397,11 @@ class Executor:
     def finish(self, ns: NodeState, *, unschedulable: bool | None, why: str) -> None:
         cleared: dict[str, str | None] = dict.fromkeys((*S.OURS, DRAIN_START, S.INITIAL_UNSCHEDULABLE,
                                                         S.DEVICE_TAINT))
-        self.move(ns, S.DONE, annotations=cleared, unschedulable=unschedulable, why=why)
+        taints = (ns.node.get("spec") or {}).get("taints")
+        untaint = gpu_taint.without_taint(taints) if gpu_taint.has_taint(taints) else None
+        self.move(ns, S.DONE, annotations=cleared, unschedulable=unschedulable, taints=untaint,
+                  why=why + ("; its DaemonSet GPU pods may come back" if untaint is not None else ""))
 
 
 DRAIN_START = "gpualign.io/upgrade-drain-start-time"
+

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpualign.base import labels as L
 from gpualign.base.json_types import ReadOnlyJSON as JSON
@@ -43,8 +43,21 @@ def skip_drain(pod: MovablePod) -> bool:
     return pod.metadata.labels.get(S.POD_DRAIN_SKIP) == "true"
 
 
+def daemonset_gpu_pods(pods: Iterable[JSON]) -> list[JSON]:
+    """The DaemonSet pods on a node that hold a GPU (the driver's own aside): eviction cannot move them (their
+    DaemonSet places new ones at once), so the walk keeps them off with a taint (gpualign.upgrade.gpu_taint)."""
+    out = []
+    for pod in pods:
+        read = view(pod, MovablePod)
+        if is_daemonset_pod(read) and not is_driver_pod(read) and not is_finished(read) and is_gpu_pod(pod) \
+                and "kubernetes.io/config.mirror" not in read.metadata.annotations:
+            out.append(pod)
+    return out
+
+
 def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JSON]:
-    """The pods pod-deletion (GPU pods) or drain (every pod, narrowed by podSelector) must evict from a node."""
+    """The pods pod-deletion (GPU pods) or drain (every pod, narrowed by podSelector) must evict from a node. A
+    DaemonSet pod is never evicted (its DaemonSet would place it again at once): see daemonset_gpu_pods."""
     sel = selectors.parse(selector)
     out = []
     for pod in pods:
@@ -54,8 +67,10 @@ def to_move(pods: Iterable[JSON], *, drain: bool, selector: str = "") -> list[JS
             continue
         if "kubernetes.io/config.mirror" in meta.annotations:
             continue
+        if is_daemonset_pod(read):
+            continue
         if drain:
-            if is_daemonset_pod(read) or not sel.matches(meta.labels):
+            if not sel.matches(meta.labels):
                 continue
         elif not is_gpu_pod(pod):
             continue
@@ -88,12 +103,25 @@ def drain_refusal(pod: JSON, *, force: bool, delete_empty_dir: bool, drain: bool
     return None
 
 
-def unmovable(pods: Iterable[JSON], policy: UpgradePolicy) -> list[str]:
+def unmovable(pods: Iterable[JSON], policy: UpgradePolicy,
+              driver_tolerations: list[Mapping[str, Any]] | None = None) -> list[str]:
     """Why each pod the walk would move from a node (pod deletion, then the drain when it is on) may not be
-    evicted, by kubectl drain's rules under the policy's force and deleteEmptyDir."""
+    evicted, by kubectl drain's rules under the policy's force and deleteEmptyDir; and why a DaemonSet pod holding
+    a GPU cannot be kept off (driver_tolerations: the driver DaemonSet's, when known)."""
+    from gpualign.upgrade import gpu_taint
+
     pods = list(pods)
     pd, dr = policy.pod_deletion, policy.drain
     out: list[str] = []
+    for pod in daemonset_gpu_pods(pods):
+        who = view(pod, MovablePod).metadata.ref
+        if gpu_taint.tolerates(gpu_taint.pod_tolerations(pod.get("spec"))):
+            out.append(f"DaemonSet pod {who} holds a GPU and tolerates every taint: the walk cannot keep it off "
+                       "the node while the driver is replaced")
+        elif driver_tolerations is not None and not gpu_taint.tolerates(driver_tolerations):
+            out.append(f"DaemonSet pod {who} holds a GPU; the walk keeps such pods off with the NoExecute taint "
+                       f"{gpu_taint.KEY}, which the driver's DaemonSet does not tolerate: add "
+                       f"{{key: {gpu_taint.KEY}, operator: Exists, effect: NoExecute}} to its tolerations")
     for pod in to_move(pods, drain=False):
         why = drain_refusal(pod, force=pd.force, delete_empty_dir=pd.delete_empty_dir, drain=False)
         if why and dr.enable:  # pod deletion would fail on it and fall back to the drain: the drain's rules decide

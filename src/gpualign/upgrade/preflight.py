@@ -83,7 +83,8 @@ def preflight(kube: Kube, snap: Snapshot, policy: UpgradePolicy) -> Preflight:
         if node in upgrading:
             by_node.setdefault(node, []).append(pod)
     victims = {n: P.to_move(ps, drain=drain, selector=drain_selector) for n, ps in by_node.items()}
-    unmovable = {n: why for n, ps in sorted(by_node.items()) if n in movable and (why := P.unmovable(ps, policy))}
+    unmovable = {n: why for n, ps in sorted(by_node.items()) if n in movable and (why := P.unmovable(
+        ps, policy, snap.nodes[n].driver_tolerations))}
     for n, why in unmovable.items():
         snap.nodes[n].view = replace(snap.nodes[n].view, unmovable=tuple(why))
     pdbs = kube.list_raw("/apis/policy/v1/poddisruptionbudgets")

@@ -86,6 +86,13 @@ class NodeState:
     def annotations(self) -> dict[str, str]:
         return dict(self.facts.annotations)
 
+    @property
+    def driver_tolerations(self) -> list[Any] | None:
+        """The tolerations of the node's driver DaemonSet's pods, None when no pool is known."""
+        if self.pool is None:
+            return None
+        return list((self.pool.obj["spec"]["template"].get("spec") or {}).get("tolerations") or [])
+
 
 @dataclass
 class Snapshot:
