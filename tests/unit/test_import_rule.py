@@ -63,8 +63,21 @@ def test_no_test_module_imports_another():
 
 
 def test_no_import_cycle():
-    """Over the imports that run, at module level or inside functions: a cycle hidden in a function is one too."""
+    """Over every import, at module level, inside functions and under TYPE_CHECKING: a cycle hidden in a function,
+    or made of a type-only import, is one too (two modules that need each other's names are one idea)."""
     assert structure.cycles() == []
+
+
+def test_the_reading_sees_a_cycle_made_of_a_type_only_import(tmp_path):
+    src = tmp_path / "gpualign"
+    (src / "ensure").mkdir(parents=True)
+    for f in ("__init__.py", "ensure/__init__.py"):
+        (src / f).write_text("")
+    (src / "ensure" / "compose.py").write_text("from gpualign.ensure.image import modules_dir\n")
+    (src / "ensure" / "image.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                             "    from gpualign.ensure.compose import RemoteUserSpace\n")
+    assert structure.cycles(src) == [["gpualign.ensure.compose", "gpualign.ensure.image"]]
+    assert structure.cycles(src, types_too=False) == []
 
 
 def test_the_reading_sees_a_cycle_through_a_function(tmp_path):

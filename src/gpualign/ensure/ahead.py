@@ -39,7 +39,7 @@ from gpualign.loaders.archive_reading import ensure_root
 
 if TYPE_CHECKING:
     from gpualign.archive.apt import Archive
-    from gpualign.ensure.compose import RemoteUserSpace
+    from gpualign.ensure.remote_userspace import RemoteUserSpace
     from gpualign.ensure.shared import Key
     from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient

@@ -33,7 +33,7 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -41,6 +41,7 @@ from gpualign import __version__
 from gpualign.ensure import image, userspace
 from gpualign.ensure.buildroot import BuildError
 from gpualign.ensure.image import modules_dir
+from gpualign.ensure.remote_userspace import RemoteUserSpace
 from gpualign.judging.signature_check import unsigned_digest
 from gpualign.ledger.registry import BlobMismatch
 from gpualign.loaders.archive_reading import ensure_root
@@ -61,25 +62,6 @@ class LayerRefused(BuildError):
     holds (the build makes the user space from Debian instead)."""
 
 
-@dataclass
-class RemoteUserSpace:
-    """A shared user-space image in the registry, its layers fetched and unpacked into a scratch tree."""
-
-    repo: str
-    reference: str  # host/repo:tag, for what is said
-    digest: str  # its manifest's
-    layers: list[dict[str, Any]]  # descriptors, as the image's manifest names them
-    config: dict[str, Any]
-    arch: str
-    blobs: dict[str, Path] = field(default_factory=dict)  # layer digest -> the file fetched
-    root: Path = Path()
-    checked: dict[str, object] = field(default_factory=dict)  # userspace.check's record
-    _scratch: tempfile.TemporaryDirectory[str] | None = None
-
-    def close(self) -> None:
-        if self._scratch is not None:
-            self._scratch.cleanup()
-            self._scratch = None
 
 
 def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version: str) -> RemoteUserSpace | None:

@@ -47,7 +47,7 @@ from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.makers import debian_suite, kernel_arch
 
 if TYPE_CHECKING:
-    from gpualign.ensure.compose import RemoteUserSpace
+    from gpualign.ensure.remote_userspace import RemoteUserSpace
 
 # The base: what nvidia-driver runs (sh, uname, sleep, grep, modprobe, flock, mount, findmnt), ldconfig for the
 # image's ld.so.cache, nvidia-persistenced's libtirpc; unpacked, not installed (mmdebstrap's extract
