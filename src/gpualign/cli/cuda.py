@@ -147,6 +147,22 @@ def _check_extended(name: str | None) -> None:
         raise BadInput(f"--extended-resource {name!r}: {why}")
 
 
+def _read_all(names: list[str]) -> list[tuple[str, str]]:
+    """(name, text) of each input (- is stdin): a file that cannot be read, or is not UTF-8, is bad input."""
+    texts: list[tuple[str, str]] = []
+    for name in names:
+        if name == "-":
+            texts.append((name, sys.stdin.read()))
+            continue
+        try:
+            texts.append((name, Path(name).read_text()))
+        except OSError as err:
+            raise BadInput(f"{name}: cannot read: {err.strerror}") from None
+        except UnicodeDecodeError:
+            raise BadInput(f"{name}: not UTF-8 text") from None
+    return texts
+
+
 def _write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -225,17 +241,7 @@ def inject(
     if in_place and "-" in filename:
         raise BadInput("--in-place cannot rewrite stdin")
     terms = selector_terms(minimum, labels.value)
-    texts: list[tuple[str, str]] = []
-    for name in _expand(filename):  # everything is read and checked before anything is written
-        if name == "-":
-            texts.append((name, sys.stdin.read()))
-            continue
-        try:
-            texts.append((name, Path(name).read_text()))
-        except OSError as err:
-            raise BadInput(f"{name}: cannot read: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise BadInput(f"{name}: not UTF-8 text") from None
+    texts = _read_all(_expand(filename))  # everything is read and checked before anything is written
     source = {name: "<stdin>" if name == "-" else name for name, _ in texts}
     classes = dra_floor.nvidia_classes([dc for name, text in texts for dc in device_classes(text, source[name])],
                                        device_class or ())

@@ -75,17 +75,9 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         stop: threading.Event | None = None, *, operator: OperatorConfig | None = None,
         follow_operator: bool = False, judge_image: Judge | None = None) -> None:
     stop = stop or threading.Event()
-    identity = opts.identity or socket.gethostname()
     work = WorkQueue()
     caches = Caches(requeue=work.put)
-    elector: LeaseElector | None = None
-    if opts.leader_elect:
-        # a new leader re-checks everything, so alarms raised while it stood by are published
-        elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, identity,
-                               lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
-                               retry_seconds=opts.retry_seconds, stop=stop,
-                               on_change=lambda leader: caches.requeue(caches.names()) if leader else None)
-        elector.check_writable()  # a missing namespace or forbidden Lease: exit 2 now, not a silent standby
+    elector = _elector(kube, opts, caches, stop)
 
     def is_leader() -> bool:
         return elector.leader if elector is not None else True
@@ -105,16 +97,7 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
     wake_builds = threading.Event()  # a node began to wait for a tag: the build trigger decides now
     wakes = [_wake(wake_builds)] if opts.builds is not None else []
 
-    def say_missing(node: str, tag: str) -> None:
-        log.warning("node %s needs driver image %s, missing from the ledger", node, tag)
-
-    def say_ahead_missing(node: str, tag: str) -> None:
-        ahead = findings.ahead_snapshot().get(node)
-        nxt = f"kernel {ahead.kernel if ahead else None}" + (f" on {ahead.os_next}" if ahead and ahead.os_next else "")
-        log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, tag)
-
-    findings = Findings(on_missing=[_missing_gauge(metrics.image_missing, say_missing), *wakes],
-                        on_ahead_missing=[_missing_gauge(metrics.next_kernel_missing, say_ahead_missing), *wakes])
+    findings = _findings(metrics, wakes)
     ledger = LedgerView(load_ledger, judge_image or (lambda _i, _a, _m: None))
     writer = GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after)
     reconciler = Reconciler(
@@ -125,11 +108,7 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
         restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
 
     if reconciler.gating:
-        def walk_policy(facts: NodeFacts) -> UpgradePolicy:
-            config = reconciler.operator
-            return operator_policy(config.walk_policy_for(facts.labels) if config is not None else {})
-
-        writer.admission = WalkAdmission(kube, caches.node_list, walk_policy)
+        writer.admission = _walk_admission(kube, caches, reconciler)
 
     watch: Any = None  # the archive watch, made below once the ledger was first read
     gate: RebootGate | None = None  # the reboot gate, made below with the archive watch
@@ -141,37 +120,14 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
                 **({"archive": watch.board()} if watch is not None else {}),
                 **({"reboot": [v.as_dict() for v in gate.snapshot()]} if gate is not None else {})}
 
-    trusted = configured_trusted()  # a bad key file: exit 2 now, before anything is served
-    if trusted:
-        log.info("driver images must be signed by %s (cosign's format): an unsigned one is never present",
-                 ", ".join(k.name for k in trusted))
-    else:
-        log.info("driver image signatures are not checked: set $GPUALIGN_TRUSTED_KEYS (the chart's "
-                 "signatures.trustedKeys) to count an image present only when a trusted key signed it")
+    _say_trust()  # a bad key file: exit 2 now, before anything is served
     server = serve(opts.listen, metrics.registry, board, unready)  # serving before the first (slow) ledger read
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
         reconciler.refresh_ledger()
     except GpualignError as err:
         log.error("ledger: %s (retrying every %.0fs)", err.message, opts.ledger_refresh)
-    if opts.builds is not None and opts.archive_every:
-        from gpualign.controller.archive_watch import ArchiveWatch
-        from gpualign.usecases.archive_next import debian_archive
-
-        index, seen = debian_archive()
-        watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=seen, every=opts.archive_every,
-                             on_change=wake_builds.set,
-                             on_landed=lambda pool, seconds: metrics.archive_to_image.observe(seconds))
-        metrics.watch_archive(watch.pending)
-        reconciler.on_ledger_changed.append(watch.rejudge)
-    gate = RebootGate(lambda name: caches.node(name)[0], caches.names, lambda n: findings.snapshot().get(n),
-                      lambda n: findings.ahead_snapshot().get(n), reconciler.future, unjudged=ledger.unjudged,
-                      archive=watch)
-    reconciler.after_check.append(gate.judge)
-    if watch is not None:
-        watch.on_read.append(gate.judge_all)
-    metrics.watch_reboots(gate.snapshot,
-                          lambda: (watch.read_at, watch.every) if watch is not None else None)
+    watch, gate = _archive_and_reboot_gate(opts, caches, reconciler, findings, metrics, wake_builds)
 
     def ahead() -> dict[str, NodeFinding]:
         return {**findings.ahead_snapshot(), **(watch.snapshot() if watch is not None else {})}
@@ -183,26 +139,107 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
                                listed=reconciler.in_ledger, ledger_name=", ".join(ledger.ledger.sources),
                                wake=wake_builds)
 
-    for w in _watchers(kube, caches, reconciler, stop, operator is not None):
+    loops: list[tuple[str, Callable[[threading.Event], None]]] = [
+        *((f"check-{i}", reconciler.worker) for i in range(opts.workers)),  # a burst of new nodes, in parallel
+        ("ledger", lambda until: _refresher(reconciler, opts.ledger_refresh, until)),
+        *([("builds", builder.run)] if builder is not None else []),
+        *([("archive", watch.run)] if watch is not None else [])]
+    _serve_until_stopped(_watchers(kube, caches, reconciler, stop, operator is not None), elector, loops, stop)
+    server.shutdown()
+
+
+def _archive_and_reboot_gate(opts: Options, caches: Caches, reconciler: Reconciler, findings: Findings,
+                             metrics: Metrics, wake_builds: threading.Event) -> tuple[Any, RebootGate]:
+    """The archive watch (--build-ahead-from-archive, with --build) and the reboot gate, judging each node after
+    each check and the whole fleet after each read of the archive; both exported as metrics."""
+    watch: Any = None
+    if opts.builds is not None and opts.archive_every:
+        from gpualign.controller.archive_watch import ArchiveWatch
+        from gpualign.usecases.archive_next import debian_archive
+
+        index, seen = debian_archive()
+        watch = ArchiveWatch(caches.node_list, reconciler.future, index, seen=seen, every=opts.archive_every,
+                             on_change=wake_builds.set,
+                             on_landed=lambda pool, seconds: metrics.archive_to_image.observe(seconds))
+        metrics.watch_archive(watch.pending)
+        reconciler.on_ledger_changed.append(watch.rejudge)
+    gate = RebootGate(lambda name: caches.node(name)[0], caches.names, lambda n: findings.snapshot().get(n),
+                      lambda n: findings.ahead_snapshot().get(n), reconciler.future,
+                      unjudged=reconciler.ledger.unjudged, archive=watch)
+    reconciler.after_check.append(gate.judge)
+    if watch is not None:
+        watch.on_read.append(gate.judge_all)
+    metrics.watch_reboots(gate.snapshot, lambda: (watch.read_at, watch.every) if watch is not None else None)
+    return watch, gate
+
+
+def _findings(metrics: Metrics, wakes: list[OnMissing]) -> Findings:
+    """The nodes' findings, whose missing images (now, and for the kernel each node boots next) are gauges, log
+    lines and wake-ups of the build trigger."""
+    def say_missing(node: str, tag: str) -> None:
+        log.warning("node %s needs driver image %s, missing from the ledger", node, tag)
+
+    def say_ahead_missing(node: str, tag: str) -> None:
+        ahead = findings.ahead_snapshot().get(node)
+        nxt = f"kernel {ahead.kernel if ahead else None}" + (f" on {ahead.os_next}" if ahead and ahead.os_next else "")
+        log.warning("node %s will boot %s next: its driver image %s is missing from the ledger", node, nxt, tag)
+
+    findings = Findings(on_missing=[_missing_gauge(metrics.image_missing, say_missing), *wakes],
+                        on_ahead_missing=[_missing_gauge(metrics.next_kernel_missing, say_ahead_missing), *wakes])
+    return findings
+
+
+def _walk_admission(kube: Kube, caches: Caches, reconciler: Reconciler) -> WalkAdmission:
+    """Who may join the GPU Operator's walk (the gate's PDB and GPU-holder rule), by the upgradePolicy the
+    operator's objects give each node now."""
+    def walk_policy(facts: NodeFacts) -> UpgradePolicy:
+        config = reconciler.operator
+        return operator_policy(config.walk_policy_for(facts.labels) if config is not None else {})
+
+    return WalkAdmission(kube, caches.node_list, walk_policy)
+
+
+def _elector(kube: Kube, opts: Options, caches: Caches, stop: threading.Event) -> LeaseElector | None:
+    """The Lease elector (None without --leader-elect). A new leader re-checks everything, so alarms raised while it
+    stood by are published. A missing namespace or a forbidden Lease stops the start (exit 2), never a silent
+    standby."""
+    if not opts.leader_elect:
+        return None
+    elector = LeaseElector(kube, opts.lease_namespace, opts.lease_name, opts.identity or socket.gethostname(),
+                           lease_seconds=opts.lease_seconds, renew_seconds=opts.renew_seconds,
+                           retry_seconds=opts.retry_seconds, stop=stop,
+                           on_change=lambda leader: caches.requeue(caches.names()) if leader else None)
+    elector.check_writable()
+    return elector
+
+
+def _say_trust() -> None:
+    """Which keys an image must be signed by, read (a bad key file is bad input) and said once."""
+    trusted = configured_trusted()
+    if trusted:
+        log.info("driver images must be signed by %s (cosign's format): an unsigned one is never present",
+                 ", ".join(k.name for k in trusted))
+    else:
+        log.info("driver image signatures are not checked: set $GPUALIGN_TRUSTED_KEYS (the chart's "
+                 "signatures.trustedKeys) to count an image present only when a trusted key signed it")
+
+
+def _serve_until_stopped(watchers: list[Watcher], elector: LeaseElector | None,
+                         loops: list[tuple[str, Callable[[threading.Event], None]]], stop: threading.Event) -> None:
+    """Start the watches, the election and each loop on its own thread, then wait for the stop (SIGTERM, SIGINT,
+    or the caller's event) and give the Lease up."""
+    for w in watchers:
         w.start()
     if elector:
         elector.start()
-    for i in range(opts.workers):  # writes are round trips: a burst of new nodes is alarmed in parallel
-        threading.Thread(target=reconciler.worker, args=(stop,), name=f"check-{i}", daemon=True).start()
-    threading.Thread(target=_refresher, args=(reconciler, opts.ledger_refresh, stop), name="ledger",
-                     daemon=True).start()
-    if builder is not None:
-        threading.Thread(target=builder.run, args=(stop,), name="builds", daemon=True).start()
-    if watch is not None:
-        threading.Thread(target=watch.run, args=(stop,), name="archive", daemon=True).start()
-
+    for name, loop in loops:
+        threading.Thread(target=loop, args=(stop,), name=name, daemon=True).start()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     stop.wait()
     if elector:
         elector.release()
-    server.shutdown()
 
 
 def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threading.Event,
