@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -229,122 +229,169 @@ def audit(given: AuditInput) -> Audit:
 
 
 Derived = dict[tuple[Any, ...], tuple[RequiredImage, str | None, bool, str | None, Making | None]]
+ONE_OS_TAG = ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver objects per OS "
+              "pool")
+NO_DAEMONSET = ("; the GPU Operator made no driver DaemonSet for this node, so no driver pod starts here whatever the "
+                "ledger holds (its log names the node pool it could not render): run the driver on the host (label "
+                "the node nvidia.com/gpu.deploy.driver=false) or move the node to an OS and kernel the operator "
+                "serves")
 
 
 def findings_of(given: AuditInput, derived: Derived | None = None) -> tuple[list[Finding], list[Finding]]:
     """The findings of `given.nodes`, in name order, and those of them whose image the ledger lacks (the missing
     images' nodes). Nodes are independent of each other: a fleet read page by page is decided page by page, and
     `assemble` makes one audit of the pages' findings. derived: each distinct (kernel, OS, expectation)'s image,
-    kept across the calls of one audit (a fleet has few)."""
-    nodes, ledger, rules, pods, expect = given.nodes, given.ledger, given.rules, given.pods, given.expect
-    planned, wrong, unverified, verified = given.planned, given.wrong, given.unverified, given.verified
-    platforms, flavours, daemonsets_read = given.platforms, given.flavours, given.daemonsets_read
-    resolve = expect or from_flags(given.branches or BranchPolicy(), repository=given.repository,
-                                   precompiled=given.precompiled, driver_version=given.driver_version)
-    operator_mode = planned is not None
+    kept across the calls of one audit (a fleet has few).
+
+    Each node in steps: host-managed, or its image derived (once per distinct kernel, OS and expectation), judged
+    against the ledger (present, wrong, missing), against the GPU Operator's own choice (a mismatch), and told with
+    what its driver pod shows."""
+    pods = given.pods
+    resolve = given.expect or from_flags(given.branches or BranchPolicy(), repository=given.repository,
+                                         precompiled=given.precompiled, driver_version=given.driver_version)
     findings: list[Finding] = []
     absent: list[Finding] = []  # nodes whose needed image is not in the ledger (missing, or behind a mismatch)
     # A fleet has few distinct (kernel, OS, expectation) triples: each one's image is derived, and looked up in its
     # ledger, once. The cached RequiredImage names the first node it was derived for; only its image parts are read.
     derived = {} if derived is None else derived
-    for facts in sorted((n for n in nodes if n.gpu), key=lambda n: n.name):
+    for facts in sorted((n for n in nodes_with_gpus(given.nodes)), key=lambda n: n.name):
         pod = pods.get(facts.name) if pods is not None else None
         driver = _text(facts.driver) if facts.driver else None
         exp: Expectation = resolve(facts, pod)
         if facts.host_driver or exp.host_managed or \
                 (pods is not None and pod is None and facts.labels.get(L.DEPLOY_DRIVER) != "true"):
-            why = exp.host_managed or ("the GPU Operator's driver-deploy label is false" if facts.host_driver
-                                       else "no driver pod")
-            host_os = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
-            findings.append(Finding(facts.name, facts.kernel, host_os, None, None, None, Status.HOST_MANAGED, False,
-                                    f"driver installed on the host ({why}; driver {driver or 'unknown'}): "
-                                    "version management there rests with the team", driver, None,
-                                    source=exp.origin, arch=facts.arch))
+            findings.append(_host_managed(facts, exp, given.rules, driver))
             continue
-        arch = facts.arch
-        key = (facts.kernel, facts.os_id, facts.os_version, facts.problems, exp, arch)
+        key = (facts.kernel, facts.os_id, facts.os_version, facts.problems, exp, facts.arch)
         if key not in derived:
-            if exp.problem:
-                req = RequiredImage(facts.name, None, None, facts.kernel, exp.branch, False, exp.problem)
-            else:
-                req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled,
-                                     driver_version=exp.driver_version)
-            image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None
-            modules = resolve_flavour(exp.module_type, req.branch) if req.tag else None
-            making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", arch, req.published,
-                               debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
-                if req.tag else None
-            derived[key] = (req, image,
-                            bool(req.tag and image and ledger.for_repository(exp.repository or "").has(req.tag)),
-                            modules, making)
+            derived[key] = _derive(facts, exp, given)
         req, image, in_ledger, modules, making = derived[key]
-        off_platform = platform_problem(image, arch, platforms) if image and platforms else None
-        off_flavour = flavour_mismatch(flavours.get(image), exp.module_type, req.branch,
-                                       making.why if making and making.maker is Maker.NONE else None) \
-            if image and flavours else None
-        why_wrong = None if not in_ledger or image is None else wrong[image] if wrong and image in wrong else \
-            off_platform or off_flavour or None
-        if req.tag is None or image is None:
-            status, reason = Status.UNKNOWN, req.reason
-        elif why_wrong is not None:
-            status, reason = Status.WRONG_IMAGE, f"present but wrong: {why_wrong}"
-        elif in_ledger:  # the advice (mirror it / build it) is for a missing image: a present one gets the facts
-            status = Status.PRESENT
-            reason = "in the ledger; " + req.reason
-            if unverified and image in unverified:
-                reason += f"; modules not verified: {unverified[image]}"
-            elif verified and image in verified:
-                reason += f"; modules verified ({verified[image]} symbol CRCs match kernel {facts.kernel})"
-        else:
-            status = Status.MISSING
-            reason = f"missing from the ledger; {_advice(req, making)}"
+        why_wrong = _why_wrong(given, image, in_ledger, exp, req, making, facts.arch)
+        status, reason = _against_ledger(given, facts, req, image, in_ledger, making, why_wrong)
         matches = None
         if pod is not None and facts.kernel:
             matches = f"-{facts.kernel}-" in f"-{pod.tag}-" or not exp.precompiled
             if not matches:
                 reason += f"; driver pod {pod.name} runs {pod.tag or pod.image}, built for another kernel"
         operator_image = None
-        if operator_mode:
-            plan = (planned or {}).get(facts.name)
-            operator_image = pod.image if pod is not None else (plan[1] if plan else None)
-            if image and operator_image and not _built_for(operator_image, facts.kernel, req.os_tag,
-                                                           exp.precompiled):
-                status = Status.OPERATOR_MISMATCH
-                reason = (f"the operator {'runs' if pod is not None else 'would deploy'} {operator_image} here, "
-                          f"but this node ({req.os_tag}, kernel {facts.kernel}) needs {image}"
-                          + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
-                             "objects per OS pool" if exp.one_os_tag else "")
-                          + ("" if in_ledger else f"; {req.tag} is also missing from the ledger"))
-            elif image and pod is not None and plan and plan[1] and \
-                    not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
-                # latent: the running pod is right, the next restart deploys the wrong image
-                status = Status.OPERATOR_MISMATCH
-                reason = (f"its DaemonSet {plan[0]} now names {plan[1]}, built for another OS or kernel: the next "
-                          f"driver restart deploys that here, but this node ({req.os_tag}, kernel {facts.kernel}) "
-                          f"needs {image}"
-                          + ("; ClusterPolicy mode takes one node's OS tag for every kernel: use NVIDIADriver "
-                             "objects per OS pool" if exp.one_os_tag else "") + f"; {reason}")
-        if operator_mode and daemonsets_read and pods is not None and pod is None and \
-                facts.name not in (planned or {}) and req.tag:
-            reason += ("; the GPU Operator made no driver DaemonSet for this node, so no driver pod starts here "
-                       "whatever the ledger holds (its log names the node pool it could not render): run the "
-                       "driver on the host (label the node nvidia.com/gpu.deploy.driver=false) or move the node to "
-                       "an OS and kernel the operator serves")
+        if given.planned is not None:
+            status, reason, operator_image = _against_operator(given.planned, facts, pod, req, image, in_ledger,
+                                                                exp, status, reason)
+            if given.daemonsets_read and pods is not None and pod is None and facts.name not in given.planned \
+                    and req.tag:
+                reason += NO_DAEMONSET
         if pod is not None and pod.failing and status not in (Status.MISSING, Status.OPERATOR_MISMATCH):
             reason += f"; but {pod.trouble()}"
             if status == Status.PRESENT and image and pod.waits_for(image):
                 reason += f"; {pod.restart_hint()}"
-        checked = None
-        if status == Status.PRESENT and image and (unverified or verified):
-            checked = False if unverified and image in unverified else True if verified and image in verified \
-                else None
-        finding = Finding(facts.name, facts.kernel, req.os_tag, req.branch, req.tag, image, status, req.published,
-                          reason, driver, pod, matches, exp.origin, operator_image, checked, arch, making, modules,
-                          exp.module_type if req.tag else None, why_wrong if status == Status.WRONG_IMAGE else None)
+        finding = Finding(
+            name=facts.name, kernel=facts.kernel, os_tag=req.os_tag, branch=req.branch, tag=req.tag, image=image,
+            status=status, published=req.published, reason=reason, driver=driver, driver_pod=pod,
+            pod_matches_kernel=matches, source=exp.origin, operator_image=operator_image,
+            verified=_checked(given, status, image), arch=facts.arch, making=making, modules=modules,
+            module_type=exp.module_type if req.tag else None,
+            wrong=why_wrong if status == Status.WRONG_IMAGE else None)
         findings.append(finding)
         if image and not in_ledger and status in (Status.MISSING, Status.OPERATOR_MISMATCH):
             absent.append(finding)
     return findings, absent
+
+
+def nodes_with_gpus(nodes: Iterable[NodeFacts]) -> Iterator[NodeFacts]:
+    return (n for n in nodes if n.gpu)
+
+
+def _host_managed(facts: NodeFacts, exp: Expectation, rules: Rules, driver: str | None) -> Finding:
+    """A node whose driver the host installs: no image to judge, and said why."""
+    why = exp.host_managed or ("the GPU Operator's driver-deploy label is false" if facts.host_driver
+                               else "no driver pod")
+    host_os = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
+    return Finding(name=facts.name, kernel=facts.kernel, os_tag=host_os, branch=None, tag=None, image=None,
+                   status=Status.HOST_MANAGED, published=False,
+                   reason=f"driver installed on the host ({why}; driver {driver or 'unknown'}): version management "
+                          "there rests with the team", driver=driver, driver_pod=None, source=exp.origin,
+                   arch=facts.arch)
+
+
+def _derive(facts: NodeFacts, exp: Expectation, given: AuditInput
+            ) -> tuple[RequiredImage, str | None, bool, str | None, Making | None]:
+    """The image a (kernel, OS, expectation) needs, whether its ledger has it, its modules' flavour and who makes
+    it: once per distinct triple."""
+    rules = given.rules
+    if exp.problem:
+        req = RequiredImage(facts.name, None, None, facts.kernel, exp.branch, False, exp.problem)
+    else:
+        req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled, driver_version=exp.driver_version)
+    image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None
+    modules = resolve_flavour(exp.module_type, req.branch) if req.tag else None
+    making = who_makes(req.os_tag or "", req.branch or "", req.kernel or "", facts.arch, req.published,
+                       debian=rules.debian, precompiled=exp.precompiled, flavour=modules or PROPRIETARY) \
+        if req.tag else None
+    in_ledger = bool(req.tag and image and given.ledger.for_repository(exp.repository or "").has(req.tag))
+    return req, image, in_ledger, modules, making
+
+
+def _why_wrong(given: AuditInput, image: str | None, in_ledger: bool, exp: Expectation, req: RequiredImage,
+               making: Making | None, arch: str) -> str | None:
+    """Why a present image is not what its tag says: judged wrong, for another platform, or another flavour."""
+    if not in_ledger or image is None:
+        return None
+    if given.wrong and image in given.wrong:
+        return given.wrong[image]
+    off_platform = platform_problem(image, arch, given.platforms) if given.platforms else None
+    off_flavour = flavour_mismatch(given.flavours.get(image), exp.module_type, req.branch,
+                                   making.why if making and making.maker is Maker.NONE else None) \
+        if given.flavours else None
+    return off_platform or off_flavour or None
+
+
+def _against_ledger(given: AuditInput, facts: NodeFacts, req: RequiredImage, image: str | None, in_ledger: bool,
+                    making: Making | None, why_wrong: str | None) -> tuple[Status, str]:
+    """unknown, wrong, present (with what its modules' check said) or missing (with who makes it)."""
+    if req.tag is None or image is None:
+        return Status.UNKNOWN, req.reason
+    if why_wrong is not None:
+        return Status.WRONG_IMAGE, f"present but wrong: {why_wrong}"
+    if not in_ledger:
+        return Status.MISSING, f"missing from the ledger; {_advice(req, making)}"
+    reason = "in the ledger; " + req.reason  # the advice (mirror it / build it) is for a missing image
+    if given.unverified and image in given.unverified:
+        reason += f"; modules not verified: {given.unverified[image]}"
+    elif given.verified and image in given.verified:
+        reason += f"; modules verified ({given.verified[image]} symbol CRCs match kernel {facts.kernel})"
+    return Status.PRESENT, reason
+
+
+def _against_operator(planned: Mapping[str, tuple[str, str]], facts: NodeFacts, pod: DriverPod | None,
+                      req: RequiredImage, image: str | None, in_ledger: bool, exp: Expectation, status: Status,
+                      reason: str) -> tuple[Status, str, str | None]:
+    """Beside the GPU Operator: the image it runs (or would deploy) against the one the node needs; a mismatch now,
+    or latent in its DaemonSet (the next restart deploys it)."""
+    plan = planned.get(facts.name)
+    operator_image = pod.image if pod is not None else (plan[1] if plan else None)
+    one_os = ONE_OS_TAG if exp.one_os_tag else ""
+    if image and operator_image and not _built_for(operator_image, facts.kernel, req.os_tag, exp.precompiled):
+        return Status.OPERATOR_MISMATCH, (
+            f"the operator {'runs' if pod is not None else 'would deploy'} {operator_image} here, but this node "
+            f"({req.os_tag}, kernel {facts.kernel}) needs {image}{one_os}"
+            + ("" if in_ledger else f"; {req.tag} is also missing from the ledger")), operator_image
+    if image and pod is not None and plan and plan[1] and \
+            not _built_for(plan[1], facts.kernel, req.os_tag, exp.precompiled):
+        # latent: the running pod is right, the next restart deploys the wrong image
+        return Status.OPERATOR_MISMATCH, (
+            f"its DaemonSet {plan[0]} now names {plan[1]}, built for another OS or kernel: the next driver restart "
+            f"deploys that here, but this node ({req.os_tag}, kernel {facts.kernel}) needs {image}{one_os}; "
+            f"{reason}"), operator_image
+    return status, reason, operator_image
+
+
+def _checked(given: AuditInput, status: Status, image: str | None) -> bool | None:
+    """A present image's modules: checked and passed (True), could not be checked (False), not asked (None)."""
+    if status != Status.PRESENT or not image or not (given.unverified or given.verified):
+        return None
+    if given.unverified and image in given.unverified:
+        return False
+    return True if given.verified and image in given.verified else None
 
 
 def assemble(findings: list[Finding], absent: list[Finding]) -> Audit:
