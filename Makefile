@@ -5,12 +5,17 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export GOTOOLCHAIN := local
 
-.PHONY: setup deps venv lab-bin image publish-image test test-unit demo lint docs bench chart clean
+.PHONY: setup setup-demo deps venv lab-bin lab-bin-demo image publish-image test test-unit demo lint docs bench chart clean
 
 # The lab binaries (Go, CPU-bound) and the images (mmdebstrap and buildah: mostly downloading and unpacking) are
 # made side by side.
 setup: deps venv
 	@$(MAKE) --no-print-directory -j2 lab-bin image
+
+# The demo needs the lab and Helm only: the tests' reference tools (cosign, policy-tester, toxiproxy, promtool) are
+# built by `make test`.
+setup-demo: deps venv
+	@$(MAKE) --no-print-directory -j2 lab-bin-demo image
 
 deps:
 	@scripts/install-debs
@@ -25,6 +30,9 @@ $(VENV)/.installed: pyproject.toml
 
 lab-bin: venv
 	$(BIN)/gpualign lab build
+
+lab-bin-demo: venv
+	$(BIN)/gpualign lab build --only etcd --only kwok --only kubernetes --only kubelet --only gpu-operator --only helm
 
 image: venv  # the container image, with buildah (cached; rebuilt when the source changes), and its SBOM
 	$(BIN)/python scripts/build_image.py
@@ -47,7 +55,7 @@ test: setup
 test-unit: venv
 	$(BIN)/pytest -n 2 --dist loadfile tests/unit
 
-demo: setup
+demo: setup-demo
 	$(BIN)/python scripts/demo.py
 
 bench: setup  # every benchmark, each on its own lab; about an hour here. Results go to bench/results/

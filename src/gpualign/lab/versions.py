@@ -89,3 +89,14 @@ POLICY_CONTROLLER_SUBDIR = f"policy-controller-{POLICY_CONTROLLER}"
 
 def policy_tester_binary(bin_dir: Path | None = None) -> Path:
     return (bin_dir or default_bin_dir()) / POLICY_CONTROLLER_SUBDIR / "policy-tester"
+
+
+# Prometheus' promtool (the module proxy serves v0.316.0, Prometheus 3.16): `promtool test rules` evaluates gpualign's
+# alerts with Prometheus' own rule engine, the proof that each way the reboot gate fails closed fires an alert.
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+PROMETHEUS = "v0.316.0"
+PROMTOOL_SUBDIR = f"promtool-{PROMETHEUS}"
+
+
+def promtool_binary(bin_dir: Path | None = None) -> Path:
+    return (bin_dir or default_bin_dir()) / PROMTOOL_SUBDIR / "promtool"
