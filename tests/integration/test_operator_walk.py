@@ -52,6 +52,11 @@ def to_595(lab, pool: str = "train") -> None:
     assert lab.kubectl("patch", "nvidiadriver", pool, "--type", "merge", "-p", patch).returncode == 0
 
 
+def walked_to_595(lab, names: tuple[str, ...], timeout: float, what: str) -> None:
+    wait_for(lambda: all(labels(lab, n).get(DRIVER) == "595.91.07" and labels(lab, n).get(STATE) == "upgrade-done"
+                         for n in names), timeout=timeout, what=what)
+
+
 def ever_cordoned(recorder: Recorder, name: str) -> bool:
     return any((c.obj.get("spec") or {}).get("unschedulable") for c in recorder.of("node") if c.name == name)
 
@@ -86,9 +91,7 @@ def test_the_gate_holds_the_operator_off_a_node_whose_image_is_missing(wlab):
         # gpu-m1 (infer, image never pushed) is gated as soon as the controller has looked
         wait_for(lambda: labels(wlab, "gpu-m1").get(SKIP) == "true", timeout=30, what="gpu-m1 gated")
         to_595(wlab)
-        wait_for(lambda: all(labels(wlab, n).get(DRIVER) == "595.91.07"
-                             and labels(wlab, n).get(STATE) == "upgrade-done" for n in ("gpu-a1", "gpu-a2")),
-                 timeout=90, what="the operator upgrading the nodes whose image exists")
+        walked_to_595(wlab, ("gpu-a1", "gpu-a2"), 90, "the operator upgrading the nodes whose image exists")
         c1 = node(wlab, "gpu-c1")
         assert c1["metadata"]["labels"].get(SKIP) == "true"
         assert "595-6.8.0-1015-aws-ubuntu22.04 missing" in c1["metadata"]["annotations"][GATED]
@@ -269,9 +272,7 @@ def test_the_gate_keeps_the_operator_off_a_node_a_strict_pdb_guards_and_lets_it_
         wait_for(lambda: all(ARMED in (node(wlab, n)["metadata"].get("annotations") or {}) for n in TRAIN),
                  timeout=30, what="the train pool armed")
         to_595(wlab)
-        wait_for(lambda: all(labels(wlab, n).get(DRIVER) == "595.91.07"
-                             and labels(wlab, n).get(STATE) == "upgrade-done" for n in ("gpu-a2", "gpu-c1")),
-                 timeout=120, what="the operator walking the nodes whose pods may leave")
+        walked_to_595(wlab, ("gpu-a2", "gpu-c1"), 120, "the operator walking the nodes whose pods may leave")
         a1 = node(wlab, "gpu-a1")
         assert a1["metadata"]["labels"].get(STATE) == "upgrade-required"
         assert a1["metadata"]["labels"].get(SKIP) == "true" and a1["metadata"]["labels"][DRIVER] == "580.173.02"

@@ -68,25 +68,29 @@ def test_no_import_cycle():
     assert structure.cycles() == []
 
 
-def test_the_reading_sees_a_cycle_made_of_a_type_only_import(tmp_path):
+def ensure_package(tmp_path, modules: dict[str, str]):
+    """A package gpualign/ensure/ holding `modules` (name -> source), for the reading to judge."""
     src = tmp_path / "gpualign"
     (src / "ensure").mkdir(parents=True)
     for f in ("__init__.py", "ensure/__init__.py"):
         (src / f).write_text("")
-    (src / "ensure" / "compose.py").write_text("from gpualign.ensure.image import modules_dir\n")
-    (src / "ensure" / "image.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                             "    from gpualign.ensure.compose import RemoteUserSpace\n")
+    for name, text in modules.items():
+        (src / "ensure" / f"{name}.py").write_text(text)
+    return src
+
+
+def test_the_reading_sees_a_cycle_made_of_a_type_only_import(tmp_path):
+    src = ensure_package(tmp_path, {
+        "compose": "from gpualign.ensure.image import modules_dir\n",
+        "image": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                 "    from gpualign.ensure.compose import RemoteUserSpace\n"})
     assert structure.cycles(src) == [["gpualign.ensure.compose", "gpualign.ensure.image"]]
     assert structure.cycles(src, types_too=False) == []
 
 
 def test_the_reading_sees_a_cycle_through_a_function(tmp_path):
-    src = tmp_path / "gpualign"
-    (src / "ensure").mkdir(parents=True)
-    for f in ("__init__.py", "ensure/__init__.py"):
-        (src / f).write_text("")
-    (src / "ensure" / "build.py").write_text("from gpualign.ensure.run import Options\n")
-    (src / "ensure" / "run.py").write_text("def one():\n    from gpualign.ensure.build import build\n")
-    (src / "ensure" / "types.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                             "    from gpualign.ensure.run import Options\n")
+    src = ensure_package(tmp_path, {
+        "build": "from gpualign.ensure.run import Options\n",
+        "run": "def one():\n    from gpualign.ensure.build import build\n",
+        "types": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpualign.ensure.run import Options\n"})
     assert structure.cycles(src) == [["gpualign.ensure.build", "gpualign.ensure.run"]]
