@@ -109,3 +109,19 @@ def test_the_walk_taints_a_dra_nodes_gpus_and_leaves_the_node_schedulable(dlab, 
     assert scheduled(kube, "ml", "after", 1, timeout=60)[0]["spec"]["nodeName"] == "dra-p1"
     status = dlab.cli("status", "-l", "kubernetes.io/hostname=dra-p1")
     assert "upgrade-done" in status.out, status.out
+
+
+def test_status_names_the_health_taints_nvidias_dra_driver_puts_on_a_walked_nodes_gpus(dlab):
+    kube = dlab.kube()
+    path = "/apis/resource.k8s.io/v1/resourceslices/dra-p2-gpu.nvidia.com"
+    sliced = kube.get(path)
+    assert sliced is not None
+    sliced["spec"]["devices"][1]["taints"] = [{"key": "gpu.nvidia.com/gpu-lost", "effect": "NoExecute"}]
+    for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation"):
+        sliced["metadata"].pop(key, None)
+    kube.apply_at(path, sliced)
+    data = json.loads(dlab.cli("status", "-o", "json").out)
+    tainted = {n["name"]: n["gpu_taints"] for n in data["nodes"] if n.get("gpu_taints")}
+    assert tainted == {"dra-p2": [f"{sliced['spec']['devices'][1]['name']} gpu.nvidia.com/gpu-lost:NoExecute"]}
+    assert data["gpu_tainted"] == 1
+    assert "GPUs tainted by NVIDIA's DRA driver: 1 node(s)" in dlab.cli("status").out

@@ -100,6 +100,8 @@ def _trouble(data: dict[str, Any]) -> str:
                                                   else ""))
     if data.get("gated"):
         parts.append(f"gated: {data['gated']}")
+    if data.get("gpu_tainted"):
+        parts.append(f"GPUs tainted by NVIDIA's DRA driver: {data['gpu_tainted']} node(s)")
     return ("  " + "  ".join(parts)) if parts else ""
 
 

@@ -44,6 +44,7 @@ class NodeStatus:
     # what kind of thing the blocker is (gpualign.upgrade.blockers.BlockKind), or NO_DRIVER when nothing holds the node
     # and its driver pod is simply not running
     blocker_kind: str | None = None
+    gpu_taints: list[str] | None = None  # NVIDIA's DRA driver's health taints, each "DEVICE KEY=VALUE:EFFECT"
 
     @property
     def stuck(self) -> bool:
@@ -125,7 +126,8 @@ def node_status(ns: NodeState, *, ledger_known: bool, derived: str | None = None
         running_tag=image_tag(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else None,
         target_tag=ns.target_tag, image_present=ns.view.image_present if ledger_known else None,
         blocker=blocker, blocked_seconds=since(ann.get(S.BLOCKED_SINCE)) if blocker and ann.get(S.BLOCKED_SINCE)
-        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver, building=building, blocker_kind=kind)
+        else None, hold=hold, walker=walker(ns), gated=gated, no_driver=no_driver, building=building, blocker_kind=kind,
+        gpu_taints=list(ns.gpu_taints) or None)
 
 
 def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] | None = None,
@@ -139,7 +141,8 @@ def fleet_status(snap: Snapshot, *, ledger_known: bool, derived: dict[str, str] 
     return {"nodes": [n.as_dict() for n in nodes],
             "counts": dict(sorted(counts.items(), key=lambda kv: order.get(kv[0], 99))),
             "stuck": sum(1 for n in nodes if n.stuck), "gated": sum(1 for n in nodes if n.gated),
-            "no_driver": sum(1 for n in nodes if n.no_driver)}
+            "no_driver": sum(1 for n in nodes if n.no_driver),
+            "gpu_tainted": sum(1 for n in nodes if n.gpu_taints)}
 
 
 def why(ns: NodeState, *, ledger_known: bool, derived: str | None = None,

@@ -77,6 +77,8 @@ class NodeState:
     # the pool NVIDIA's DRA driver publishes this node's GPUs in, when the walk taints them rather than cordoning
     # the node (the cluster serves DeviceTaintRules: upgrade/device_taint.py); None: it cordons
     device_pool: str | None = None
+    # the taints NVIDIA's DRA driver put on the node's GPUs (health checks): "gpu-0 gpu.nvidia.com/xid=79:NoSchedule"
+    gpu_taints: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -255,7 +257,8 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
         )
         pools_of = {d.pool for d in devices.by_node.get(facts.name, ()) if d.pool}
         device_pool = next(iter(pools_of)) if taints_devices and len(pools_of) == 1 else None
-        states[facts.name] = NodeState(node, facts, pod, pool, target, view, device_pool)
+        tainted = tuple(f"{d.name} {t}" for d in devices.by_node.get(facts.name, ()) for t in d.taints)
+        states[facts.name] = NodeState(node, facts, pod, pool, target, view, device_pool, tainted)
     snap = Snapshot(states, pools)
     if budgets and waiting_to_start(snap):
         read_budgets(kube, snap)
