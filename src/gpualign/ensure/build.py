@@ -210,7 +210,7 @@ class Steps:
             return skipped
         t0 = time.monotonic()
         self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10 s for "
-                 "amd64, 40 s for arm64)")
+                 "amd64, 20 s for arm64)")
         verdict = self.kit.kernel_load(made.files, spec.kernel)
         self.emit(Timed("kernel_load", time.monotonic() - t0))
         self.emit(KernelLoaded(verdict.as_dict()))
