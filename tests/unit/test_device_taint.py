@@ -43,3 +43,48 @@ def test_the_pool_and_the_drivers_health_taints_are_read_from_the_slice():
     assert {d.pool for d in devices} == {"dra-1"}
     assert devices[0].taints == ("gpu.nvidia.com/xid=79:NoSchedule", "gpu.nvidia.com/gpu-lost:NoExecute")
     assert devices[0].as_dict()["taints"] == list(devices[0].taints)
+
+
+def test_a_rule_the_walk_cannot_delete_holds_the_node_instead_of_calling_it_done():
+    """The end of a DRA node's walk deletes its rule; refused (RBAC), the walk must not finish with the GPUs still
+    tainted: it blocks, naming the rule. Deleted (or already gone), the node is done, never uncordoned."""
+    from gpualign.model.facts import node_facts
+    from gpualign.upgrade import states as S
+    from gpualign.upgrade import upgrade_policy as pol
+    from gpualign.upgrade.executor import Executor
+    from gpualign.upgrade.planner import NodeView
+    from gpualign.upgrade.snapshot import NodeState
+
+    node = {"metadata": {"name": "dra-p1", "resourceVersion": "7", "labels": {S.STATE_LABEL: S.UNCORDON},
+                         "annotations": {S.DEVICE_TAINT: "gpualign-upgrade-dra-p1"}}, "spec": {}}
+
+    class Cluster:
+        def __init__(self, answer: int) -> None:
+            self.answer, self.patches, self.deleted = answer, [], []
+
+        def get(self, _path: str) -> dict:
+            return node
+
+        def delete(self, path: str, **_: object) -> int:
+            self.deleted.append(path)
+            return self.answer
+
+        def patch(self, _path: str, body: dict) -> dict:
+            self.patches.append(body)
+            return {}
+
+        def event(self, *_: object, **__: object) -> None:
+            pass
+
+    view = NodeView("dra-p1", S.UNCORDON, False, target_tag="580-k")
+    for answer, done in ((403, False), (200, True), (404, True)):
+        cluster = Cluster(answer)
+        Executor(cluster, pol.UpgradePolicy()).uncordon(  # type: ignore[arg-type]
+            NodeState(node, node_facts(node), None, None, "580-k", view))
+        assert cluster.deleted == ["/apis/resource.k8s.io/v1/devicetaintrules/gpualign-upgrade-dra-p1"]
+        (written,) = cluster.patches
+        if done:
+            assert written["metadata"]["labels"][S.STATE_LABEL] == S.DONE and "spec" not in written
+        else:
+            assert S.STATE_LABEL not in (written["metadata"].get("labels") or {})
+            assert "could not be deleted (HTTP 403" in written["metadata"]["annotations"][S.BLOCKER]

@@ -54,3 +54,36 @@ def test_daemonset_gpu_pods_are_never_evicted_and_hold_a_node_only_when_they_can
     stubborn["spec"]["tolerations"] = [{"operator": "Exists"}]
     held = P.unmovable([stubborn], UpgradePolicy(), tolerating)
     assert len(held) == 1 and "tolerates every taint" in held[0]
+
+
+LABEL_VALUE = __import__("re").compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def archive_tags() -> list[str]:
+    """A precompiled image tag for every kernel whose headers Debian's archive carries (tests/data/debian-kernels.tsv,
+    recorded from the archive), in each branch's form: the tags a walk taints nodes and DRA devices for."""
+    from pathlib import Path
+
+    from gpualign.model.kernels import label_of
+
+    rows = (Path(__file__).parents[1] / "data" / "debian-kernels.tsv").read_text().splitlines()
+    kernels = {line.split("\t")[2].removeprefix("linux-headers-") for line in rows
+               if line.startswith(("bookworm", "trixie")) and "\tlinux-headers-" in line}
+    return sorted(f"{branch}-{label_of(k)}-debian{'13' if '+deb13' in k else '12'}"
+                  for k in kernels for branch in ("535", "595"))
+
+
+def test_every_archive_kernels_tag_is_a_taint_value_kubernetes_takes_and_names_the_tag():
+    tags = archive_tags()
+    assert len(tags) > 50
+    for tag in tags:
+        value = gpu_taint.taint_value(tag)
+        assert len(value) <= 63 and LABEL_VALUE.fullmatch(value), (tag, value)
+        if len(tag) <= 63 and LABEL_VALUE.fullmatch(tag):
+            assert value == tag  # the value names the image as it is
+
+
+@given(st.text(max_size=90))
+def test_any_target_makes_a_taint_value_kubernetes_takes(target):
+    value = gpu_taint.taint_value(target)
+    assert 0 < len(value) <= 63 and LABEL_VALUE.fullmatch(value)

@@ -16,6 +16,7 @@ import hashlib
 from typing import Any
 
 from gpualign.model.dra_floor import DRIVER
+from gpualign.upgrade.gpu_taint import taint_value
 
 API = "/apis/resource.k8s.io/v1"
 RULES = f"{API}/devicetaintrules"
@@ -39,7 +40,7 @@ def rule(node: str, pool: str, target: str | None) -> dict[str, Any]:
             "metadata": {"name": rule_name(node), "labels": {MANAGED: "gpualign"},
                          "annotations": {"gpualign.io/node": node, "gpualign.io/upgrade-target": target or ""}},
             "spec": {"deviceSelector": {"driver": DRIVER, "pool": pool},
-                     "taint": {"key": KEY, "value": target or "upgrading", "effect": "NoSchedule"}}}
+                     "taint": {"key": KEY, "value": taint_value(target), "effect": "NoSchedule"}}}
 
 
 def serves_rules(resource_list: Any) -> bool:

@@ -382,7 +382,11 @@ class Executor:
             return
         ann = (fresh["metadata"].get("annotations") or {})
         if rule := ann.get(S.DEVICE_TAINT):  # its GPUs were tainted, not the node: the rule goes, the node stays
-            self.kube.delete(f"{device_taint.RULES}/{rule}")
+            code = self.kube.delete(f"{device_taint.RULES}/{rule}")
+            if code not in (200, 202, 404):  # the GPUs would stay tainted after a walk called done
+                self.block(ns, f"its GPUs stay tainted: DeviceTaintRule {rule} could not be deleted (HTTP {code}; "
+                               "the walk needs delete on devicetaintrules)", BlockKind.OTHER)
+                return
             ns.node = fresh
             self.finish(ns, unschedulable=None, why=f"its GPUs untainted (DeviceTaintRule {rule} deleted)")
             return

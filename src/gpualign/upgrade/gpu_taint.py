@@ -14,6 +14,7 @@ cordon, named.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,10 +24,18 @@ KEY = "gpualign.io/driver-upgrade"
 EFFECT = "NoExecute"
 
 
+def taint_value(target: str | None) -> str:
+    """A taint's value naming the image tag a node moves to, as Kubernetes takes one (a label value: at most 63
+    characters of letters, digits, `-`, `_` and `.`, beginning and ending with a letter or digit); `upgrading` when
+    no tag is known. Shared by a node's taint and a DeviceTaintRule's."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "_", target or "")[:63]
+    cleaned = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", cleaned)
+    return cleaned or "upgrading"
+
+
 def taint(target: str | None) -> dict[str, str]:
-    """The walk's taint; its value names the image the node is moving to (a label value: at most 63 characters)."""
-    value = (target or "upgrading")[:63].rstrip("-_.") or "upgrading"
-    return {"key": KEY, "value": value, "effect": EFFECT}
+    """The walk's taint; its value names the image the node is moving to."""
+    return {"key": KEY, "value": taint_value(target), "effect": EFFECT}
 
 
 def tolerates(tolerations: Iterable[Mapping[str, Any]] | None, key: str = KEY, effect: str = EFFECT) -> bool:
