@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpualign.base.errors import BadInput
 from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.model import selectors
 from gpualign.model.gpu_pods import gpu_client, gpu_request
@@ -28,7 +29,7 @@ from gpualign.upgrade import states as S
 from gpualign.upgrade.blockers import BlockKind
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.planner import Action, NodeView, next_actions
-from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy
+from gpualign.upgrade.upgrade_policy import PDB_AWARE, UpgradePolicy, from_dict
 
 LEFT_HOLDING = "held before cordon: the GPU Operator's walk would leave a GPU holder on the node"
 
@@ -46,28 +47,27 @@ def node_of(pod: JSON) -> str:
 
 
 def left_holding(pods: Iterable[JSON], policy: UpgradePolicy, operator_namespace: str | None) -> list[str]:
-    """The pods on a node that hold a GPU and that the operator's walk would not move, each with why."""
-    out = []
-    for pod in pods:
-        read = view(pod, MovablePod)
-        meta = read.metadata
-        if meta.deletion_timestamp or P.is_finished(read) or P.is_driver_pod(read) or P.skip_drain(read):
+    """The pods on a node that hold a GPU and that the operator's walk would not move, each with why. The
+    operator's own operands (its namespace) and pods placed on gpu.deploy.client are paused by its driver manager."""
+    pods = list(pods)
+
+    def paused(pod: JSON) -> bool:
+        return view(pod, MovablePod).metadata.namespace == operator_namespace or gpu_client(pod.get("spec") or {})
+
+    out = [f"DaemonSet pod {view(pod, MovablePod).metadata.ref} holds a GPU "
+           f"({_how(gpu_request(pod.get('spec') or {}) or 'runtime')}), and the operator never evicts DaemonSet pods: "
+           "stop it (or move its DaemonSet off the node) before the driver is replaced"
+           for pod in P.daemonset_gpu_pods(pods) if not paused(pod)]
+    for pod in P.to_move(pods, drain=False):  # the GPU pods a walk would evict; the operator's deletion asks more
+        how = gpu_request(pod.get("spec") or {})
+        labels = view(pod, MovablePod).metadata.labels
+        if how in (None, "resources") or paused(pod) or (
+                policy.drain.enable and selectors.parse(policy.drain.pod_selector).matches(labels)):
             continue
-        if meta.namespace == operator_namespace or "kubernetes.io/config.mirror" in meta.annotations:
-            continue  # the operator's own operands: its driver manager stops them itself
-        spec = pod.get("spec") or {}
-        how = gpu_request(spec)
-        if how is None or gpu_client(spec):
-            continue  # not a GPU pod, or one the driver manager pauses (placed on gpu.deploy.client)
-        who = meta.ref
-        if P.is_daemonset_pod(read):
-            out.append(f"DaemonSet pod {who} holds a GPU ({_how(how)}), and the operator never evicts DaemonSet "
-                       "pods: stop it (or move its DaemonSet off the node) before the driver is replaced")
-        elif how != "resources" and not (policy.drain.enable and
-                                         selectors.parse(policy.drain.pod_selector).matches(meta.labels)):
-            out.append(f"pod {who} holds a GPU {_how(how)} without asking for nvidia.com/gpu, so the operator's "
-                       "pod deletion leaves it (it moves only pods that ask; gpu-operator #2570) and its drain "
-                       + ("does not select it" if policy.drain.enable else "is off (drain.enable: false)"))
+        out.append(f"pod {view(pod, MovablePod).metadata.ref} holds a GPU {_how(how)} without asking for "
+                   "nvidia.com/gpu, so the operator's pod deletion leaves it (it moves only pods that ask; "
+                   "gpu-operator #2570) and its drain "
+                   + ("does not select it" if policy.drain.enable else "is off (drain.enable: false)"))
     return out
 
 
@@ -107,9 +107,6 @@ def operator_policy(raw: Mapping[str, Any]) -> UpgradePolicy:
     """The operator's podDeletion, drain and waitForCompletion settings, as gpualign's walk reads the same fields.
     One it cannot read counts as the defaults (no force, no emptyDir deletion, no drain): the stricter reading, so
     the gate holds rather than lets a node in on a guess."""
-    from gpualign.base.errors import BadInput
-    from gpualign.upgrade.upgrade_policy import from_dict
-
     try:
         return from_dict({k: raw[k] for k in ("podDeletion", "drain", "waitForCompletion") if k in raw},
                          "the GPU Operator's upgradePolicy")

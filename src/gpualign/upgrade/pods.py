@@ -11,6 +11,7 @@ from gpualign.base.json_types import ReadOnlyJSON as JSON
 from gpualign.model import selectors
 from gpualign.model.gpu_pods import gpu_client, gpu_request
 from gpualign.model.object_views import LabelSelector, MovablePod, ObjectMeta, PodDisruptionBudget, view
+from gpualign.upgrade import gpu_taint
 from gpualign.upgrade import states as S
 
 if TYPE_CHECKING:  # a type only: status and why never load the policy's reader
@@ -108,8 +109,6 @@ def unmovable(pods: Iterable[JSON], policy: UpgradePolicy,
     """Why each pod the walk would move from a node (pod deletion, then the drain when it is on) may not be
     evicted, by kubectl drain's rules under the policy's force and deleteEmptyDir; and why a DaemonSet pod holding
     a GPU cannot be kept off (driver_tolerations: the driver DaemonSet's, when known)."""
-    from gpualign.upgrade import gpu_taint
-
     pods = list(pods)
     pd, dr = policy.pod_deletion, policy.drain
     out: list[str] = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpualign.base import labels as L
+from gpualign.base.errors import GpualignError
 from gpualign.base.json_types import JSON
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
@@ -23,6 +24,7 @@ from gpualign.model import selectors
 from gpualign.model.driver_config import restart_only
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
 from gpualign.model.tags import Rules, required_image
+from gpualign.upgrade import device_taint
 from gpualign.upgrade import states as S
 from gpualign.upgrade.budget import Budget, demands
 from gpualign.upgrade.maintenance import API, holders
@@ -119,11 +121,8 @@ def read_budgets(kube: Kube, snap: Snapshot) -> None:
 
 def _serves_device_taints(kube: Kube) -> bool:
     """Whether the cluster serves DeviceTaintRules (resource.k8s.io/v1, GA in Kubernetes 1.37): one discovery read."""
-    from gpualign.base.errors import GpualignError
-    from gpualign.upgrade.device_taint import API, serves_rules
-
     try:
-        return serves_rules(kube.get(API))
+        return device_taint.serves_rules(kube.get(device_taint.API))
     except GpualignError:
         return False
 
