@@ -83,7 +83,7 @@ def kernels_cache() -> Path:
 
 def kernel_tree(release: str, cache: Path) -> KernelTree:
     """The kernel's package unpacked under `cache` (once; a file lock keeps two runs from doing it twice)."""
-    from gpualign.archive.apt import Archive, ArchiveError, file_lock
+    from gpualign.archive.apt import file_lock
 
     root = cache / release
     tree = KernelTree(release, root)
@@ -92,18 +92,10 @@ def kernel_tree(release: str, cache: Path) -> KernelTree:
     with file_lock(f"kernel-{release}.lock"):
         if (root / ".complete").exists():
             return tree
-        archive = Archive.for_kernel(release)
         package = f"linux-image-{release}"
-        archive.update()
         with tempfile.TemporaryDirectory(prefix="gpualign-kernel-", dir=cache.parent if cache.parent.exists()
                                          else None) as tmp:
-            res = archive._apt("download", archive.target(package), cwd=Path(tmp))
-            debs = list(Path(tmp).glob("*.deb"))
-            if res.returncode != 0 or not debs:
-                raise ArchiveError(f"{package} is not in Debian's archive ({archive.describe()}): "
-                                   f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
-            unpacked = Path(tmp) / "root"
-            _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], f"unpacking {debs[0].name}")
+            unpacked = _unpacked(release, package, Path(tmp))
             merged = unpacked / "usr" / "lib" / "modules"  # trixie's kernels keep their modules under /usr
             if merged.is_dir() and not (unpacked / "lib" / "modules").exists():
                 (unpacked / "lib").mkdir(exist_ok=True)
@@ -115,6 +107,23 @@ def kernel_tree(release: str, cache: Path) -> KernelTree:
             shutil.move(str(unpacked), root)
         (root / ".complete").write_text(package + "\n")
     return tree
+
+
+def _unpacked(kernel: str, package: str, tmp: Path) -> Path:
+    """`package` of the kernel's archive (its release and architecture), downloaded as apt verifies it and unpacked
+    under tmp: the unpacked tree."""
+    from gpualign.archive.apt import Archive, ArchiveError
+
+    archive = Archive.for_kernel(kernel)
+    archive.update()
+    res = archive._apt("download", archive.target(package), cwd=tmp)
+    debs = list(tmp.glob("*.deb"))
+    if res.returncode != 0 or not debs:
+        raise ArchiveError(f"{package} is not in Debian's archive ({archive.describe()}): "
+                           f"{(res.stderr.strip().splitlines() or ['no .deb'])[-1]}")
+    unpacked = tmp / "root"
+    _run(["dpkg-deb", "-x", str(debs[0]), str(unpacked)], f"unpacking {debs[0].name}")
+    return unpacked
 
 
 def _run(cmd: list[str], what: str) -> None:
@@ -220,7 +229,7 @@ def busybox_for(arch: str, kernel: str, cache: Path) -> Path:
     busybox-static of that architecture, read from the kernel's archive (verified as apt verifies it) and cached."""
     if arch == _host_arch():
         return BUSYBOX
-    from gpualign.archive.apt import Archive, ArchiveError, file_lock
+    from gpualign.archive.apt import file_lock
 
     found = cache / f"busybox-{arch}" / "busybox"
     if found.exists():
@@ -228,16 +237,10 @@ def busybox_for(arch: str, kernel: str, cache: Path) -> Path:
     with file_lock(f"busybox-{arch}.lock"):
         if found.exists():
             return found
-        archive = Archive.for_kernel(kernel)
-        archive.update()
         with tempfile.TemporaryDirectory(prefix="gpualign-busybox-") as tmp:
-            res = archive._apt("download", archive.target("busybox-static"), cwd=Path(tmp))
-            debs = list(Path(tmp).glob("*.deb"))
-            if res.returncode != 0 or not debs:
-                raise ArchiveError(f"busybox-static for {arch} is not in Debian's archive ({archive.describe()})")
-            _run(["dpkg-deb", "-x", str(debs[0]), str(Path(tmp) / "root")], f"unpacking {debs[0].name}")
+            unpacked = _unpacked(kernel, "busybox-static", Path(tmp))
             found.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(Path(tmp) / "root" / "bin" / "busybox", found.with_suffix(".part"))
+            shutil.copy2(unpacked / "bin" / "busybox", found.with_suffix(".part"))
             found.with_suffix(".part").replace(found)
     return found
 
