@@ -150,3 +150,36 @@ def test_a_gpu_holder_the_operator_would_not_move_holds_the_node():
 def test_an_upgrade_policy_the_gate_cannot_read_counts_as_the_stricter_defaults():
     assert operator_policy({"podDeletion": {"force": "yes"}}) == UpgradePolicy()
     assert operator_policy({"maxParallelUpgrades": 3, "drain": {"enable": True}}).drain.enable
+
+
+def test_the_admission_holds_until_the_pdbs_are_read_and_follows_their_watch():
+    """Fail closed: before the PDBs' watch has listed them, no node is let in; after, each event is the budget it
+    judges by, with no LIST of its own."""
+    from gpualign.controller.walk_admission import WalkAdmission
+    from gpualign.model.facts import node_facts
+    from tests.support.builders import node
+
+    a1 = node_facts(node("gpu-a", **{S.STATE_LABEL: S.REQUIRED}))
+    trainer = gpu_pod("t-0", "gpu-a", "train")
+
+    class Cluster:
+        def pods(self, **_: object) -> list[dict]:
+            return [trainer]
+
+        def list_raw(self, path: str, **_: object) -> list[dict]:
+            raise AssertionError(f"listed {path}: the watch's PDBs are the ones to judge by")
+
+    admission = WalkAdmission(Cluster(), lambda: [a1], lambda _f: UpgradePolicy())  # type: ignore[arg-type]
+    with admission.turn():
+        unread = admission.hold(a1, None)
+    assert unread is not None and "have not been read yet" in unread.reason
+    admission.sync_pdbs([STRICT])
+    with admission.turn():
+        held = admission.hold(a1, None)
+    assert held is not None and held.subject == "ml/strict"
+    relaxed = pdb("strict", "train", 1, 1, 0, 1)
+    admission.pdb_event("MODIFIED", relaxed)
+    with admission.turn():
+        assert admission.hold(a1, None) is None
+    admission.pdb_event("DELETED", relaxed)
+    assert admission.pdbs == {}

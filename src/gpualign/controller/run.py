@@ -17,6 +17,7 @@ from prometheus_client import Gauge
 
 from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.controller import gate
 from gpualign.controller.board import board_view, fleet_view
 from gpualign.controller.build_trigger.trigger import BuildOptions, BuildTrigger
@@ -31,7 +32,7 @@ from gpualign.controller.pull_restart import PullRestarter
 from gpualign.controller.reboot_gate import RebootGate
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
-from gpualign.controller.walk_admission import WalkAdmission
+from gpualign.controller.walk_admission import PDBS, WalkAdmission
 from gpualign.judging.signature_check import configured_trusted
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
@@ -262,13 +263,23 @@ def _watchers(kube: Kube, caches: Caches, reconciler: Reconciler, stop: threadin
     ]
     if reconciler.gating:
         # A budget that grows back lets a held node into the walk: the nodes asking are looked at again
-        def budgets_changed(*_: object) -> None:
+        admission = reconciler.gate.admission
+        assert admission is not None  # made with the gate (run)
+
+        def asking() -> None:
             reconciler.work.put([f.name for f in caches.node_list()
                                  if f.labels.get(S.STATE_LABEL) == S.REQUIRED and gate.GATED in f.annotations])
 
-        watchers.append(Watcher(kube, "/apis/policy/v1/poddisruptionbudgets", label_selector=None,
-                                metadata_only=False, on_sync=budgets_changed, on_event=budgets_changed, stop=stop,
-                                name="watch-pdbs"))
+        def listed(items: list[JSON]) -> None:
+            admission.sync_pdbs(items)
+            asking()
+
+        def changed(kind: str, obj: JSON) -> None:
+            admission.pdb_event(kind, obj)
+            asking()
+
+        watchers.append(Watcher(kube, PDBS, label_selector=None, metadata_only=False, on_sync=listed,
+                                on_event=changed, stop=stop, name="watch-pdbs"))
     if with_operator:
         # The operator's objects: a version change re-checks every node at once, so the gate's skip label lands
         # before the operator's own walk (CR -> DaemonSet -> upgrade controller) can cordon a node.

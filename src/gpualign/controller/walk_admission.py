@@ -1,6 +1,7 @@
-"""The gate's admission on the cluster: reads the pods and PodDisruptionBudgets that decide whether a node may join
-the GPU Operator's walk (gpualign.upgrade.gate_admission), and lets nodes in one at a time, so two workers never
-spend the same disruption twice."""
+"""The gate's admission on the cluster: the PodDisruptionBudgets as the controller's watch shows them, and the pods
+of the node and of the nodes walking, read when a node asks; whether it may join the GPU Operator's walk is decided
+by gpualign.upgrade.gate_admission. Nodes are let in one at a time, so two workers never spend the same disruption
+twice."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from gpualign.base.errors import GpualignError
+from gpualign.base.json_types import JSON
 from gpualign.controller import gate
 from gpualign.kube.client import Kube
 from gpualign.model.facts import NodeFacts
@@ -23,7 +25,7 @@ from gpualign.upgrade.upgrade_policy import UpgradePolicy
 
 log = logging.getLogger("gpualign.controller")
 
-PDBS = "/apis/policy/v1/poddisruptionbudgets"
+PDBS = "/apis/policy/v1/poddisruptionbudgets"  # watched by the controller (controller/run.py), read from here
 # A node let in counts as walking from the moment the gate lets it in: the node's watch shows the release a moment
 # later, and the operator's cordon a moment after that.
 LET_IN_FOR = 30.0
@@ -38,10 +40,27 @@ class WalkAdmission:
     clock: Callable[[], float] = time.monotonic
     lock: threading.Lock = field(default_factory=threading.Lock)
     let_in: dict[str, float] = field(default_factory=dict)  # node -> when the gate let it in
+    # every PodDisruptionBudget, as the controller's watch shows it (namespace/name -> object); None until listed
+    pdbs: dict[str, JSON] | None = None
+
+    def sync_pdbs(self, items: list[JSON]) -> None:
+        """The PDBs' watch listed them all."""
+        with self.lock:
+            self.pdbs = {_key(p): p for p in items}
+
+    def pdb_event(self, kind: str, obj: JSON) -> None:
+        """One PDB changed (its status too: a budget that grows back)."""
+        with self.lock:
+            if self.pdbs is None:
+                return
+            if kind == "DELETED":
+                self.pdbs.pop(_key(obj), None)
+            else:
+                self.pdbs[_key(obj)] = obj
 
     @contextmanager
     def turn(self) -> Iterator[None]:
-        """One admission at a time: the decision and the write that acts on it."""
+        """One admission at a time: the decision and the write that acts on it (PDB events wait for it)."""
         with self.lock:
             yield
 
@@ -53,17 +72,25 @@ class WalkAdmission:
             f.labels.get(S.STATE_LABEL) in BEFORE_EVICTION or f.name in self.let_in or (
                 f.labels.get(S.STATE_LABEL) == S.REQUIRED and gate.RELEASED in f.annotations
                 and f.labels.get(S.SKIP_LABEL) != "true"))]
+        if self.pdbs is None:  # fail closed: nothing says the node's pods may leave
+            return Action(facts.name, "hold", "held before cordon: the PodDisruptionBudgets have not been read yet",
+                          BlockKind.OTHER)
+        pdbs = list(self.pdbs.values())
         try:
-            pdbs = self.kube.list_raw(PDBS)
             pods = []
             for name in (facts.name, *(w.name for w in walking)):
                 pods.extend(self.kube.pods(field_selector=f"spec.nodeName={name},{LIVE}"))
         except GpualignError as err:
-            return Action(facts.name, "hold", f"held before cordon: its pods and PodDisruptionBudgets could not be "
-                                              f"read ({err.message})", BlockKind.OTHER)
+            return Action(facts.name, "hold", f"held before cordon: its pods could not be read ({err.message})",
+                          BlockKind.OTHER)
         return walk_hold(facts.name, unschedulable=facts.unschedulable, walking=walking, pods=pods, pdbs=pdbs,
                          policy=self.policy(facts), operator_namespace=operator_namespace)
 
     def admitted(self, name: str) -> None:
         """The gate let this node in (call within `turn`, after the write)."""
         self.let_in[name] = self.clock()
+
+
+def _key(obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
