@@ -8,7 +8,8 @@ Target (issue 71, this 2-core machine, the kernel package cached): at most 20 s 
     .venv/bin/python bench/bench_kernel_load.py --kernel 6.1.0-50-amd64 --repeat 3 \
         --modules ~/.cache/gpualign/ensure/modules/535.309.01/6.1.0-50-amd64/proprietary/unsigned
 
-The modules are what `gpualign ensure` compiled and cached (the build test leaves them there).
+The modules are what `gpualign ensure` compiled and cached (the build test leaves them there). With
+--secure-boot-cert the kernel boots under UEFI Secure Boot (OVMF) and the modules must be signed by that key.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def main() -> int:
     ap.add_argument("--kernel", required=True, help="the kernel release to boot, e.g. 6.1.0-50-amd64")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("bench/results/kernel-load.json"))
+    ap.add_argument("--secure-boot-cert", type=Path, action="append", default=[], metavar="CERT",
+                    help="boot under UEFI Secure Boot trusting CERT for modules (the modules must be signed by it)")
     args = ap.parse_args()
     t0 = time.monotonic()
     kernel_tree(args.kernel, kernels_cache())
@@ -41,12 +44,14 @@ def main() -> int:
     runs = []
     for _ in range(args.repeat):
         started = time.monotonic()
-        verdict = boot_and_load(args.modules, args.kernel, kernels_cache())
+        verdict = boot_and_load(args.modules, args.kernel, kernels_cache(),
+                                trust=tuple(p.read_bytes() for p in args.secure_boot_cert))
         runs.append(time.monotonic() - started)
         print(f"{verdict.line()} (whole check {runs[-1]:.1f} s)", file=sys.stderr)
         if not verdict.ok:
             return 1
     result = {"kernel": args.kernel, "modules": str(args.modules), "accel": verdict.accel,
+              "secure_boot": verdict.as_dict()["secure_boot"],
               "package_first_read_s": round(package_seconds, 1), "runs_s": [round(r, 1) for r in runs],
               "median_s": round(statistics.median(runs), 1), "target_s": TARGET_SECONDS,
               "load_average": os.getloadavg()[0], "cpus": os.cpu_count()}

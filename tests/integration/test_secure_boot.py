@@ -157,6 +157,21 @@ def walk_through(lab, kube, unsigned: Path, ledger: str, key_a: Path, cert_a: Pa
         assert cms_verifies(payload, pkcs7, cert_a, tmp_path), ko
         assert not cms_verifies(payload, pkcs7, cert_b, tmp_path), ko
 
+    # the kernel decided too: Debian's signed kernel booted under UEFI Secure Boot (OVMF) with A in its MOK list,
+    # locked down, and loaded what A signed
+    assert image["kernel_load"]["verdict"] == "accepted", image["kernel_load"]
+    assert image["kernel_load"]["secure_boot"] == {"lockdown": "integrity", "trusted": ["gpualign fleet key A"]}
+    assert json.loads(labels["io.gpualign.verified"])["kernel_load"]["secure_boot"]["lockdown"] == "integrity"
+    # ... and the same kernel refuses the unsigned image, and A's modules where only B is enrolled, in its words
+    unsigned_ref, signed_ref = f"{lab.registry}/nvidia/driver:{TAG}", f"{lab.registry}/signed/driver:{TAG}"
+    refused = lab.cli("verify", unsigned_ref, "--secure-boot-cert", str(cert_a), "-o", "json", timeout=600)
+    assert refused.code == 1, refused.out + refused.err
+    assert json.loads(refused.out)["said"] == ["Loading of unsigned module is rejected",
+                                               "insmod: can't insert '/m/nvidia.ko': Key was rejected by service"]
+    foreign = lab.cli("verify", signed_ref, "--secure-boot-cert", str(cert_b), timeout=600)
+    assert foreign.code == 1 and "Loading of module with unavailable key is rejected" in foreign.out, foreign.out
+    assert "under Secure Boot (lockdown integrity, trusting another fleet key B)" in foreign.out
+
     again = lab.cli("ensure", TAG, "--ledger", signed_ledger, "--sign-key", str(key_a), "--sign-cert", str(cert_a))
     assert again.code == 0 and f"{TAG}: present (" in again.out  # idempotent
 

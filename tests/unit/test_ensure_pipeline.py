@@ -141,7 +141,7 @@ def kit(compiler: Compiler, images: Images, **more) -> Kit:
                **{"kernel_load": accepted_by_the_kernel, **more})
 
 
-def accepted_by_the_kernel(files: list[Path], kernel: str) -> KernelVerdict:
+def accepted_by_the_kernel(files: list[Path], kernel: str, trust: tuple[bytes, ...] = ()) -> KernelVerdict:
     """The kernel's verdict on modules that got as far as a machine without a GPU allows (the VM's words)."""
     return KernelVerdict(kernel, Load.ACCEPTED, ("NVRM: No NVIDIA GPU found.",))
 
@@ -213,18 +213,18 @@ def test_a_build_the_booted_kernel_refuses_pushes_nothing_and_one_it_accepts_say
     with pytest.raises(NotVerified, match=r"kernel 6\.1\.0-50-amd64 refused the modules: nvidia: disagrees about "
                                           r"version of symbol module_layout; nothing pushed"):
         run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
-                       kit(Compiler(), images, kernel_load=lambda files, kernel: refusing))
+                       kit(Compiler(), images, kernel_load=lambda files, kernel, trust: refusing))
     assert images.pushed == []
-    loaded: list[tuple[list[str], str]] = []
+    loaded: list[tuple[list[str], str, tuple[bytes, ...]]] = []
 
-    def booted(files: list[Path], kernel: str) -> KernelVerdict:
-        loaded.append(([f.name for f in files], kernel))
+    def booted(files: list[Path], kernel: str, trust: tuple[bytes, ...]) -> KernelVerdict:
+        loaded.append(([f.name for f in files], kernel, trust))
         return accepted_by_the_kernel(files, kernel)
 
     lines, say = said()
     out = run.ensure_one(TAG, options(client(BlobRegistry())), say, run.TagPlan(SPEC, TagAction.BUILD),
                          kit(Compiler(), Images(), kernel_load=booted))
-    assert out.done and loaded == [(["nvidia.ko"], SPEC.kernel)]
+    assert out.done and loaded == [(["nvidia.ko"], SPEC.kernel, ())]  # no signing key: no Secure Boot
     assert out.as_dict()["kernel_load"]["verdict"] == "accepted" and "kernel_load" in out.seconds
     assert "kernel 6.1.0-50-amd64 accepted the modules: NVRM: No NVIDIA GPU found." in lines
     skipped = run.ensure_one(TAG, options(client(BlobRegistry()), kernel_load=False), said()[1],

@@ -101,3 +101,29 @@ def test_markers_are_found_where_a_kernel_message_shares_their_serial_line():
                "GPUALIGN insmod nvidia\n[    6.0] NVRM: No NVIDIA GPU found.GPUALIGN rc nvidia 19\nGPUALIGN done\n")
     verdict = kernel_console.read("6.1.0-50-amd64", console)
     assert verdict.ok and [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 19)]
+
+
+# Recorded under UEFI Secure Boot (OVMF with Debian's signed 6.1.0-50-amd64 in its db, and one certificate in the
+# MOK list the kernel reads, as shim leaves it): the kernel locked itself down, and only what that key signed loaded.
+def test_under_secure_boot_a_module_signed_by_the_trusted_key_is_accepted_and_the_lockdown_is_read():
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded("secure-boot-accepted-signed-535-6.1.0-50-amd64.txt"))
+    assert verdict.ok and verdict.said == ("NVRM: No NVIDIA GPU found.",)
+    assert verdict.lockdown == "integrity" and verdict.lockdown in kernel_console.LOCKED
+    assert [a.module for a in verdict.attempts] == ["drm", "nvidia"]  # the lockdown marker is not an attempt
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("secure-boot-refused-unsigned-535-6.1.0-50-amd64.txt", "Loading of unsigned module is rejected"),
+    ("secure-boot-refused-foreign-key-535-6.1.0-50-amd64.txt", "Loading of module with unavailable key is rejected")])
+def test_under_secure_boot_an_unsigned_or_foreign_signed_module_is_refused_in_the_kernels_words(name, reason):
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded(name))
+    assert verdict.load is Load.REFUSED and verdict.lockdown == "integrity"
+    assert verdict.said == (reason, "insmod: can't insert '/m/nvidia.ko': Key was rejected by service"), verdict.said
+    assert [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 129)]  # the kernel's own drm: signed
+
+
+def test_a_boot_without_secure_boot_says_no_lockdown():
+    """What the kernel load check refuses to count as a signature check (kernel_boot raises NoSecureBoot)."""
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"))
+    assert verdict.ok and verdict.lockdown == "" and verdict.lockdown not in kernel_console.LOCKED
+    assert kernel_console.read("6.1.0-50-amd64", "GPUALIGN lockdown []\n").lockdown == ""

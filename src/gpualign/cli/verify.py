@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gpualign.base.errors import EXIT_FINDINGS
+from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, progress, report, stdout
 from gpualign.cli.options import DockerConfigOpt, InsecureRegistryOpt, Output, OutputOpt
 
@@ -17,6 +18,10 @@ def verify(
         "--kernel", metavar="RELEASE",
         help="boot this kernel release instead of the one the tag names (either spelling: 6.12.118+deb13-amd64 or "
              "NFD's 6.12.118_deb13-amd64), to ask whether the image would load there")] = None,
+    secure_boot_cert: Annotated[list[Path] | None, typer.Option(
+        "--secure-boot-cert", metavar="CERT",
+        help="boot under UEFI Secure Boot with this certificate (PEM or DER) enrolled as a node's MOK, so the kernel "
+             "locks down and refuses modules it did not sign (repeatable; amd64 kernels)")] = None,
     timeout: Annotated[float, typer.Option(
         "--timeout", metavar="SECONDS", min=10, help="give up on a VM that has not finished by then")] = 240.0,
     output: OutputOpt = Output.table,
@@ -35,11 +40,16 @@ def verify(
 
     Exit 0 when the kernel accepts the modules, 1 when it refuses them (or never finished), 2 on bad input (an
     image that is not there, a kernel Debian does not carry). Debian 12 and 13 kernels, amd64 (and arm64 under
-    qemu-system-aarch64)."""
+    qemu-system-aarch64).
+
+    With --secure-boot-cert the VM boots as a Secure Boot node does (OVMF, Debian's signed kernel, the certificate
+    in its MOK list): a module signed by another key, or by none, is refused with the kernel's "Key was rejected by
+    service"."""
     from gpualign.usecases.kernel_load import load_image
 
     progress(f"booting the kernel of {image} with its modules (a VM: about 10-60 s) ...")
-    verdict = load_image(image, kernel, docker_config, timeout)
+    trust = tuple(read_cert(p) for p in secure_boot_cert or ())
+    verdict = load_image(image, kernel, docker_config, timeout, trust=trust)
     if output in (Output.json, Output.yaml):
         emit_data(report("KernelLoad", {"image": image}, verdict.as_dict()), output)
     else:
@@ -53,6 +63,19 @@ def verify(
                     stdout.print(f"  {a.module}: {line}")
     if not verdict.ok:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def read_cert(path: Path) -> bytes:
+    from gpualign.judging.modsig import load_certs
+
+    if not path.is_file():
+        raise BadInput(f"--secure-boot-cert {path}: no such file")
+    try:
+        if load_certs(path.read_bytes()):
+            return path.read_bytes()
+    except ValueError:
+        pass
+    raise BadInput(f"--secure-boot-cert {path}: not an X.509 certificate (PEM or DER)")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,8 @@ import dataclasses
 import time
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding
+
 from gpualign.archive.apt import Archive
 from gpualign.base.errors import Unreachable
 from gpualign.ensure import buildroot, debian, image, shared
@@ -31,9 +33,10 @@ from gpualign.ensure.outcome import (
 )
 from gpualign.ensure.refusals import NoModulesGiven
 from gpualign.ensure.stage import Modules, NotVerified, Options, Say, prepare_image_inputs
-from gpualign.judging import kmod
+from gpualign.judging import kmod, secure_boot
 from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
+from gpualign.model.makers import kernel_arch
 
 
 def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = None) -> None:
@@ -209,16 +212,22 @@ class Steps:
             self.emit(KernelLoaded(skipped))
             return skipped
         t0 = time.monotonic()
+        booted_secure = opts.signing is not None and (kernel_arch(spec.kernel) or "amd64") == secure_boot.ARCH
+        trust = (opts.signing.cert.public_bytes(Encoding.DER),) if opts.signing and booted_secure else ()
         self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10 s for "
-                 "amd64, 20 s for arm64)")
-        verdict = self.kit.kernel_load(made.files, spec.kernel)
+                 "amd64, 20 s for arm64" + (f"; under Secure Boot trusting {opts.signing.signer}, about 20 s"
+                                           if opts.signing and booted_secure else "") + ")")
+        if opts.signing and not booted_secure:
+            self.say(f"kernel load: {spec.kernel} is booted without Secure Boot (Debian's arm64 firmware has no "
+                     "Secure Boot build); its signatures are verified offline above")
+        verdict = self.kit.kernel_load(made.files, spec.kernel, trust)
         self.emit(Timed("kernel_load", time.monotonic() - t0))
         self.emit(KernelLoaded(verdict.as_dict()))
         if not verdict.ok:
             raise NotVerified(f"{spec.tag}: {verdict.line()}; nothing pushed")
         self.say(verdict.line())
         record = verdict.as_dict()
-        return {k: record[k] for k in ("kernel", "verdict", "said", "seconds", "accel")}
+        return {k: record[k] for k in ("kernel", "verdict", "said", "seconds", "accel", "secure_boot")}
 
     # -- sharing -------------------------------------------------------------------------------------------------
     def share(self, made: Modules) -> None:

@@ -96,11 +96,12 @@ def _judged(image: str, kernel: str, arch: str, authfile: str | None, modules: s
                      archs=(arch,))
 
 
-# (the image's module files, the kernel release) -> the kernel's verdict, once booted (gpualign.judging.kernel_boot)
-KernelLoader = Callable[[list[Path], str], Any]
+# (the image's module files, the kernel release, certificates to boot under Secure Boot trusting: none, no Secure
+# Boot) -> the kernel's verdict, once booted (gpualign.judging.kernel_boot)
+KernelLoader = Callable[[list[Path], str, tuple[bytes, ...]], Any]
 
 
-def _boot(files: list[Path], kernel: str) -> Any:
+def _boot(files: list[Path], kernel: str, trust: tuple[bytes, ...] = ()) -> Any:
     import shutil
     import tempfile
 
@@ -109,7 +110,7 @@ def _boot(files: list[Path], kernel: str) -> Any:
     with tempfile.TemporaryDirectory(prefix="gpualign-load-") as tmp:
         for f in files:  # the files under their module names, as the image holds them
             shutil.copyfile(f, Path(tmp) / f.name)
-        return boot_and_load(Path(tmp), kernel, kernels_cache())
+        return boot_and_load(Path(tmp), kernel, kernels_cache(), trust=trust)
 
 
 def _skopeo(source: RegistryRef, target: RegistryRef, tag: str, digest: str, authfile: str | None) -> None:

@@ -251,9 +251,10 @@ def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:
         say(tag, f"attested: SBOM and provenance in {attestations[0]}, SBOM in {attestations[1]}")
 
 
-def require_tools(kernel_load: frozenset[str] = frozenset()) -> None:
+def require_tools(kernel_load: frozenset[str] = frozenset(), secure_boot: bool = False) -> None:
     """What a build needs on this machine, checked before any build starts (BadInput naming the first missing);
-    kernel_load: the architectures whose kernels are booted, and what boots them (qemu, busybox)."""
+    kernel_load: the architectures whose kernels are booted, and what boots them (qemu, busybox); secure_boot: the
+    modules are signed, so an amd64 kernel is booted under Secure Boot (OVMF)."""
     import os
     import shutil
 
@@ -273,4 +274,8 @@ def require_tools(kernel_load: frozenset[str] = frozenset()) -> None:
             raise NoKernelVM(qemu, QEMU_PACKAGES[arch])
     if kernel_load and not os.path.exists("/bin/busybox"):
         raise NoKernelVM("busybox", "busybox-static")
+    from gpualign.judging import secure_boot as sb
+
+    if secure_boot and sb.ARCH in kernel_load and not sb.CODE.exists():
+        raise NoKernelVM(str(sb.CODE), "ovmf")
 

@@ -51,7 +51,21 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
         v_branch, _, v_kernel = version.partition("-")
         if v_branch.isdigit() and (v_branch != spec.branch or label_of(v_kernel) != label_of(spec.kernel)):
             return f"its label version={version} names another build than {spec.branch}-{spec.kernel}"
-    return None
+    return kernel_refused(labels)
+
+
+def kernel_refused(labels: Mapping[str, str]) -> str | None:
+    """Why the image is wrong by the booted kernel's verdict it records (its io.gpualign.verified label's
+    kernel_load, gpualign.judging.kernel_boot), or None: accepted, switched off, or not recorded."""
+    try:
+        loaded = json.loads(labels.get("io.gpualign.verified") or "{}").get("kernel_load") or {}
+    except (ValueError, AttributeError):
+        return None
+    verdict = loaded.get("verdict") if isinstance(loaded, dict) else None
+    if verdict not in ("refused", "unfinished"):
+        return None
+    said = "; ".join(str(x) for x in loaded.get("said") or []) or "no reason recorded"
+    return f"its label io.gpualign.verified records that kernel {loaded.get('kernel') or '?'} {verdict} its modules: {said}"
 
 
 # Where driver images keep their modules: the drop-in layout (modprobe's own tree) and the modules-only one (KMM's).

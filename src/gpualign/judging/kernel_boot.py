@@ -15,6 +15,7 @@ no cpio, and the format is a 110-byte header per file.
 
 from __future__ import annotations
 
+import dataclasses
 import lzma
 import os
 import shutil
@@ -25,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.judging import kernel_console, kmod
+from gpualign.judging import kernel_console, kmod, secure_boot
 from gpualign.judging.kernel_console import KernelVerdict
+from gpualign.judging.secure_boot import NoSecureBoot
 
 NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
 QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
@@ -159,9 +161,16 @@ def load_order(tree: KernelTree, wanted: list[str]) -> list[str]:
 
 
 def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 240.0,
-                  accel: str | None = None) -> KernelVerdict:
-    """Boot `kernel` and load the .ko files in `modules` (an image's) into it: the kernel's verdict."""
+                  accel: str | None = None, trust: tuple[bytes, ...] = ()) -> KernelVerdict:
+    """Boot `kernel` and load the .ko files in `modules` (an image's) into it: the kernel's verdict.
+
+    trust: certificates (PEM or DER) to boot with under UEFI Secure Boot, held as a node's MOK list would hold them
+    (gpualign.judging.secure_boot): the kernel then locks itself down and refuses a module they did not sign. A
+    kernel that did not lock down is no verdict on signatures: NoSecureBoot, never a pass."""
     arch = _arch_of(kernel)
+    if trust and arch != secure_boot.ARCH:
+        raise NoSecureBoot(f"kernel {kernel}: Secure Boot in the VM is for amd64 kernels; Debian's arm64 firmware "
+                           "has no Secure Boot build to boot it with")
     qemu, machine, console = QEMU.get(arch, (None, [], ""))
     if qemu is None:
         raise BadInput(f"kernel {kernel}: gpualign boots amd64 and arm64 kernels, not {arch}")
@@ -176,6 +185,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
     core = kmod.read_file(ko[NVIDIA_CORE])
     wanted = [d for d in (core.field("depends") or "").split(",") if d]
     tree = kernel_tree(kernel, cache)
+    firmware = secure_boot.firmware_for(kernel, tree.vmlinuz, trust, cache) if trust else None
     order = load_order(tree, wanted)
     others = tuple(sorted(n for n in ko if n != NVIDIA_CORE))
     with tempfile.TemporaryDirectory(prefix="gpualign-initramfs-") as tmp:
@@ -183,12 +193,16 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
         names = [_name(p) for p in order] + [NVIDIA_CORE]
         files = {f"m/{_name(p)}.ko": _module_bytes(tree.modules / p) for p in order}
         files[f"m/{NVIDIA_CORE}.ko"] = ko[NVIDIA_CORE].read_bytes()
-        _write_initramfs(initrd, files, _init_script(names), busybox_for(arch, kernel, cache))
+        _write_initramfs(initrd, files, _init_script(names, lockdown=firmware is not None),
+                         busybox_for(arch, kernel, cache))
         accel = accel or os.environ.get(ACCEL_ENV) or "tcg"
         if accel == "kvm" and (arch != _host_arch() or not os.access("/dev/kvm", os.R_OK | os.W_OK)):
             raise BadInput(f"${ACCEL_ENV}=kvm: /dev/kvm does not answer for {arch} here; leave it unset (TCG)")
+        level = 5
+        if firmware is not None:  # and the kernel's notices: it gives its reason for a refused key at that level
+            machine, level = firmware.qemu_args(Path(tmp) / "vars.fd"), 6
         cmd = [qemu, *machine, "-accel", accel, "-m", "1024", "-smp", "1", "-kernel", str(tree.vmlinuz),
-               "-initrd", str(initrd), "-append", f"console={console} panic=-1 loglevel=5",
+               "-initrd", str(initrd), "-append", f"console={console} panic=-1 loglevel={level}",
                "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-monitor", "none"]
         started = time.monotonic()
         try:
@@ -199,8 +213,11 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
             out = (err.stdout or b"").decode(errors="replace") + f"\n(no end after {timeout:.0f} s)"
         seconds = time.monotonic() - started
     verdict = kernel_console.read(kernel, out, others)
-    import dataclasses
-
+    if firmware is not None:
+        if verdict.lockdown not in kernel_console.LOCKED:
+            raise NoSecureBoot(f"kernel {kernel} booted under Secure Boot did not lock down (lockdown: "
+                               f"{verdict.lockdown or 'not said'}): its module signature check was not made")
+        verdict = dataclasses.replace(verdict, trusted=firmware.trusted)
     return dataclasses.replace(verdict, seconds=seconds, accel=accel)
 
 
@@ -208,8 +225,17 @@ def _lower_priority() -> None:
     os.nice(10)
 
 
-def _init_script(names: list[str]) -> bytes:
-    loads = "".join(f'echo "{kernel_console.MARK} insmod {n}"\n/bin/busybox insmod /m/{n}.ko\n'
+# the kernel's lockdown state, as securityfs shows it ("none [integrity] confidentiality"): the word in brackets
+_LOCKDOWN_SAID = r"""/bin/busybox mount -t sysfs sysfs /sys
+/bin/busybox mount -t securityfs securityfs /sys/kernel/security
+echo "MARK lockdown [$(/bin/busybox sed -n 's/.*\[\(.*\)\].*/\1/p' /sys/kernel/security/lockdown)]"
+"""
+
+
+def _init_script(names: list[str], *, lockdown: bool = False) -> bytes:
+    """The VM's /init: each module loaded between markers; under Secure Boot, first the kernel's lockdown state."""
+    said = (_LOCKDOWN_SAID.replace("MARK", kernel_console.MARK)) if lockdown else ""
+    loads = said + "".join(f'echo "{kernel_console.MARK} insmod {n}"\n/bin/busybox insmod /m/{n}.ko\n'
                     f'echo "{kernel_console.MARK} rc {n} $?"\n' for n in names)
     return ("#!/bin/busybox sh\n/bin/busybox mkdir -p /proc /sys /dev\n"
             "/bin/busybox mount -t proc proc /proc\n/bin/busybox mount -t devtmpfs dev /dev\n"

@@ -22,12 +22,14 @@ from typing import Any
 MARK = "GPUALIGN"
 NO_GPU = "No NVIDIA GPU found"  # NVRM's words, the proprietary and the open modules alike, at the end of init
 _REFUSED = re.compile(r"Unknown symbol|disagrees about version of symbol|Invalid module format|version magic|"
-                      r"Key was rejected|Loading of unsigned module is rejected|"
+                      r"Key was rejected|Loading of [\w ]*module[\w ]* is rejected|"
                       r"BUG:|Oops|general protection fault|Call Trace|"
                       r"Kernel panic")
 _INSMOD = re.compile(rf"^{MARK} insmod (?P<name>\S+)$")
 _RC = re.compile(rf"^{MARK} rc (?P<name>\S+) (?P<rc>-?\d+)$")
-_MARKER = re.compile(rf"{MARK} (?:insmod \S+|rc \S+ -?\d+|done)")
+_LOCKDOWN = re.compile(rf"^{MARK} lockdown \[(?P<state>\w*)\]$")
+_MARKER = re.compile(rf"{MARK} (?:insmod \S+|rc \S+ -?\d+|lockdown \[\w*\]|done)")
+LOCKED = ("integrity", "confidentiality")  # lockdown states that enforce module signatures
 
 
 class Load(StrEnum):
@@ -52,6 +54,8 @@ class KernelVerdict:
     not_loaded: tuple[str, ...] = ()  # NVIDIA's modules that need nvidia.ko loaded, which needs a GPU
     seconds: float | None = None
     accel: str = ""  # kvm or tcg
+    lockdown: str = ""  # under Secure Boot, the kernel's lockdown state (integrity): it enforced signatures
+    trusted: tuple[str, ...] = ()  # under Secure Boot, the certificates it held for modules (their subjects)
     console: str = field(default="", repr=False, compare=False)  # everything the VM printed, for a record
 
     @property
@@ -61,6 +65,8 @@ class KernelVerdict:
     def line(self) -> str:
         said = "; ".join(self.said) if self.said else "(nothing)"
         took = f" in {self.seconds:.1f} s ({self.accel})" if self.seconds is not None else ""
+        if self.lockdown:
+            took += f" under Secure Boot (lockdown {self.lockdown}, trusting {', '.join(self.trusted) or 'no key'})"
         if self.ok:
             return f"kernel {self.kernel} accepted the modules{took}: {said}"
         return f"kernel {self.kernel} {self.load} the modules{took}: {said}"
@@ -69,7 +75,8 @@ class KernelVerdict:
         return {"kernel": self.kernel, "verdict": str(self.load), "said": list(self.said),
                 "attempts": [{"module": a.module, "rc": a.rc, "lines": list(a.lines)} for a in self.attempts],
                 "not_loaded": list(self.not_loaded), "seconds": round(self.seconds, 2) if self.seconds else None,
-                "accel": self.accel or None}
+                "accel": self.accel or None,
+                "secure_boot": {"lockdown": self.lockdown, "trusted": list(self.trusted)} if self.lockdown else None}
 
 
 def read(kernel: str, console: str, needs_nvidia: tuple[str, ...] = ()) -> KernelVerdict:
@@ -77,8 +84,11 @@ def read(kernel: str, console: str, needs_nvidia: tuple[str, ...] = ()) -> Kerne
     attempts: list[Attempt] = []
     current: str | None = None
     lines: list[str] = []
-    done = False
+    done, lockdown = False, ""
     for line in _lines(console):
+        if (m := _LOCKDOWN.match(line)) is not None:
+            lockdown = m.group("state")
+            continue
         if (m := _INSMOD.match(line)) is not None:
             current, lines = m.group("name"), []
             continue
@@ -95,7 +105,8 @@ def read(kernel: str, console: str, needs_nvidia: tuple[str, ...] = ()) -> Kerne
         attempts.append(Attempt(current, None, tuple(lines)))
     import dataclasses
 
-    return dataclasses.replace(_verdict(kernel, attempts, done, console, needs_nvidia), console=console)
+    return dataclasses.replace(_verdict(kernel, attempts, done, console, needs_nvidia), console=console,
+                               lockdown=lockdown)
 
 
 def _verdict(kernel: str, attempts: list[Attempt], done: bool, console: str,

@@ -139,7 +139,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
         if any(p.action == TagAction.BUILD for p in planned.values()) and not req.dry_run:
             run.require_tools(kernel_load=frozenset(
                 kernel_arch(p.spec.kernel) or "amd64" for p in planned.values() if p.action == TagAction.BUILD)
-                if req.kernel_load else frozenset())
+                if req.kernel_load else frozenset(), secure_boot=req.signing is not None)
         if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:

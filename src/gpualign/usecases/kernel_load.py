@@ -27,8 +27,9 @@ class NoKernelNamed(NotAnImage):
 
 
 def load_image(ref: str, kernel: str | None = None, docker_config: Path | None = None,
-               timeout: float = 240.0) -> KernelVerdict:
-    """HOST/REPO:TAG (registry:// optional) -> the kernel's verdict on its modules."""
+               timeout: float = 240.0, trust: tuple[bytes, ...] = ()) -> KernelVerdict:
+    """HOST/REPO:TAG (registry:// optional) -> the kernel's verdict on its modules (under Secure Boot trusting
+    `trust`'s certificates, when given)."""
     from gpualign.judging import tagspec
     from gpualign.judging.inspect import modules_of
     from gpualign.judging.kernel_boot import boot_and_load, kernels_cache
@@ -50,4 +51,4 @@ def load_image(ref: str, kernel: str | None = None, docker_config: Path | None =
         found = modules_of(client, tag, kernels_cache().parent / "images", arch)
     if found is None:
         return KernelVerdict(release, Load.REFUSED, (f"the image holds no kernel modules for {arch} to load",))
-    return boot_and_load(found[1], release, kernels_cache(), timeout=timeout)
+    return boot_and_load(found[1], release, kernels_cache(), timeout=timeout, trust=trust)

@@ -1,0 +1,65 @@
+"""The variable store the kernel load check boots OVMF with under Secure Boot, read back by virt-firmware as the
+firmware would read it: the kernel's signer in db, the trusted certificates in MokListRT under shim's GUID (where
+Debian's kernel looks, security/integrity/platform_certs/load_uefi.c), MokListTrustedRT set, Secure Boot on."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.x509.oid import NameOID
+
+from gpualign.base.errors import BadInput
+from gpualign.judging import secure_boot
+
+
+def cert(cn: str) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+    now = datetime.datetime.now(datetime.UTC)
+    made = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+    return made.public_bytes(Encoding.DER)
+
+
+@pytest.fixture
+def ovmf():
+    if not secure_boot.VARS.exists():
+        pytest.fail(f"{secure_boot.VARS} is not installed (Debian's ovmf; scripts/install-debs installs it)")
+
+
+def test_the_store_holds_the_kernels_signer_in_db_and_the_trusted_keys_as_shim_leaves_them(ovmf, tmp_path):
+    from virt.firmware.varstore.edk2 import Edk2VarStore
+
+    signer, fleet, other = cert("Debian Secure Boot Signer (stand-in)"), cert("fleet key A"), cert("fleet key B")
+    store = tmp_path / "vars.fd"
+    platform = secure_boot._platform_cert(tmp_path)
+    secure_boot.write_store(store, [signer], [fleet, other], platform)
+    read = Edk2VarStore(str(store)).get_varlist()
+    der = {name: [item.x509.public_bytes(Encoding.DER) for item in read[name].sigdb if item.x509]
+           for name in ("PK", "KEK", "db", "MokListRT")}
+    assert der["db"] == [signer]
+    assert der["MokListRT"] == [fleet, other]
+    assert str(read["MokListRT"].guid) == secure_boot.SHIM_LOCK and read["MokListRT"].attr == 0x7  # runtime: read by Linux
+    assert str(read["MokListTrustedRT"].guid) == secure_boot.SHIM_LOCK and read["MokListTrustedRT"].data == b"\x01"
+    assert read["SecureBootEnable"].data == b"\x01"
+    pk = x509.load_pem_x509_certificate(platform.read_bytes()).public_bytes(Encoding.DER)
+    assert der["PK"] == [pk] and der["KEK"] == [pk]  # no vendor's keys: only what is written here is trusted
+
+
+def test_a_kernel_image_without_a_signature_or_a_certificate_list_that_is_empty_is_refused(ovmf, tmp_path):
+    vmlinuz = tmp_path / "vmlinuz"
+    vmlinuz.write_bytes(b"MZ" + b"\0" * 200)
+    assert secure_boot.kernel_signers(vmlinuz.read_bytes()) == []
+    with pytest.raises(secure_boot.NoSecureBoot, match="its image carries no Secure Boot signature"):
+        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [cert("A")], tmp_path)
+    with pytest.raises(secure_boot.NoSecureBoot, match="no certificate to trust"):
+        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [], tmp_path)
+    with pytest.raises(BadInput, match="neither PEM nor DER"):
+        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [b"not a certificate"], tmp_path)
