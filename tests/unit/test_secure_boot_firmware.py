@@ -5,7 +5,6 @@ Debian's kernel looks, security/integrity/platform_certs/load_uefi.c), MokListTr
 from __future__ import annotations
 
 import datetime
-from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -46,7 +45,8 @@ def test_the_store_holds_the_kernels_signer_in_db_and_the_trusted_keys_as_shim_l
            for name in ("PK", "KEK", "db", "MokListRT")}
     assert der["db"] == [signer]
     assert der["MokListRT"] == [fleet, other]
-    assert str(read["MokListRT"].guid) == secure_boot.SHIM_LOCK and read["MokListRT"].attr == 0x7  # runtime: read by Linux
+    # non-volatile, boot service and runtime: Linux reads it after boot
+    assert str(read["MokListRT"].guid) == secure_boot.SHIM_LOCK and read["MokListRT"].attr == 0x7
     assert str(read["MokListTrustedRT"].guid) == secure_boot.SHIM_LOCK and read["MokListTrustedRT"].data == b"\x01"
     assert read["SecureBootEnable"].data == b"\x01"
     pk = x509.load_pem_x509_certificate(platform.read_bytes()).public_bytes(Encoding.DER)

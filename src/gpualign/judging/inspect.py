@@ -65,7 +65,8 @@ def kernel_refused(labels: Mapping[str, str]) -> str | None:
     if verdict not in ("refused", "unfinished"):
         return None
     said = "; ".join(str(x) for x in loaded.get("said") or []) or "no reason recorded"
-    return f"its label io.gpualign.verified records that kernel {loaded.get('kernel') or '?'} {verdict} its modules: {said}"
+    kernel = loaded.get("kernel") or "?"
+    return f"its label io.gpualign.verified records that kernel {kernel} {verdict} its modules: {said}"
 
 
 # Where driver images keep their modules: the drop-in layout (modprobe's own tree) and the modules-only one (KMM's).
