@@ -16,6 +16,8 @@ no cpio, and the format is a 110-byte header per file.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import lzma
 import os
 import shutil
@@ -24,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.judging import kernel_console, kmod, secure_boot
@@ -218,7 +221,43 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
             raise NoSecureBoot(f"kernel {kernel} booted under Secure Boot did not lock down (lockdown: "
                                f"{verdict.lockdown or 'not said'}): its module signature check was not made")
         verdict = dataclasses.replace(verdict, trusted=firmware.trusted)
-    return dataclasses.replace(verdict, seconds=seconds, accel=accel)
+    verdict = dataclasses.replace(verdict, seconds=seconds, accel=accel)
+    if verdict.load is not kernel_console.Load.UNFINISHED:  # a timeout on a busy machine is no verdict to keep
+        _keep(cache, verdict_key(ko[NVIDIA_CORE], kernel, trust), verdict)
+    return verdict
+
+
+def verdict_key(nvidia_ko: Path, kernel: str, trust: tuple[bytes, ...]) -> str:
+    """What a verdict depends on: the bytes of nvidia.ko (the module the kernel decides on; the others need a
+    GPU), the kernel release, and the certificates it trusted under Secure Boot (none: no Secure Boot)."""
+    digest = hashlib.sha256()
+    with nvidia_ko.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    for cert in sorted(secure_boot.der(c) for c in trust):
+        digest.update(b"|" + hashlib.sha256(cert).digest())
+    return f"{kernel}-{digest.hexdigest()[:32]}"
+
+
+def kept_verdict(modules: Path, kernel: str, cache: Path, trust: tuple[bytes, ...] = ()) -> dict[str, Any] | None:
+    """The verdict a boot of the same nvidia.ko in the same kernel with the same trust gave before (as_dict, with
+    its line), or None. A kernel's verdict on the same bytes does not change."""
+    core = modules / f"{NVIDIA_CORE}.ko"
+    if not core.exists():
+        return None
+    try:
+        return dict(json.loads((cache / "verdicts" / f"{verdict_key(core, kernel, trust)}.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _keep(cache: Path, key: str, verdict: KernelVerdict) -> None:
+    where = cache / "verdicts"
+    where.mkdir(parents=True, exist_ok=True)
+    record = verdict.as_dict() | {"ok": verdict.ok, "line": verdict.line()}
+    with tempfile.NamedTemporaryFile("w", dir=where, prefix=".verdict-", delete=False) as tmp:
+        json.dump(record, tmp)
+    Path(tmp.name).replace(where / f"{key}.json")
 
 
 def _lower_priority() -> None:

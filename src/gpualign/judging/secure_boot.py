@@ -86,7 +86,7 @@ def firmware_for(release: str, vmlinuz: Path, certs: Sequence[bytes], cache: Pat
         raise NoSecureBoot(f"{CODE} is not installed (Debian's ovmf): the kernel load check boots Secure Boot in it")
     if not certs:
         raise NoSecureBoot("Secure Boot was asked with no certificate to trust: every module would be refused")
-    der = [_der(c) for c in certs]
+    der = [der(c) for c in certs]
     signers = kernel_signers(vmlinuz.read_bytes())
     if not signers:
         raise NoSecureBoot(f"kernel {release}: its image carries no Secure Boot signature to boot it with")
@@ -142,7 +142,7 @@ def _platform_cert(where: Path) -> Path:
     return found
 
 
-def _der(cert: bytes) -> bytes:
+def der(cert: bytes) -> bytes:
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import Encoding
 

@@ -9,9 +9,11 @@ real node would:
   after 10 s, doubling up to 5 minutes (pkg/kubelet's imageBackOffPeriod and MaxImageBackOff), anew for a new pod.
 - the node's kernel has headers in Debian's archive (Debian 12's 6.1.0-N-amd64 and flavours) and the image holds
   kernel modules: the modules are checked as that kernel would at insmod (version magic, every symbol CRC against
-  its Module.symvers; lab/kernel_load.py); refused, the pod crash-loops with the kernel's message in its status and
-  a BackOff Event. A node annotated lab.gpualign.io/secure-boot-certs (Secure Boot, with the certificates its
-  kernel holds) also has each module's signature checked first ("Key was rejected by service"). An image without
+  its Module.symvers; lab/kernel_load.py), then loaded into that Debian kernel itself, booted in a VM
+  (lab/kernel_vm.py; the pod is Running, not Ready, meanwhile); refused, the pod crash-loops with the kernel's
+  message in its status and a BackOff Event. A node annotated lab.gpualign.io/secure-boot-certs (Secure Boot,
+  with the certificates its kernel holds) also has each module's signature checked first ("Key was rejected by
+  service"), and its kernel booted under Secure Boot trusting them. An image without
   modules (the lab's synthetic ones), or a node whose kernel has no headers here
   (Ubuntu, RHEL), is tag-only: pulling the tag is loading it.
 - before the kernel's checks, as gpualign's `nvidia-driver init` does: an image labelled with its flavour of modules
@@ -38,7 +40,7 @@ from gpualign.base import labels as L
 from gpualign.base.errors import GpualignError
 from gpualign.judging.inspect import checkable
 from gpualign.kube.client import Kube
-from gpualign.lab import dra, kernel_load, realnode
+from gpualign.lab import dra, kernel_load, kernel_vm, realnode
 from gpualign.lab.scenarios import NodeSpec
 from gpualign.lab.seed import driver_labels
 from gpualign.ledger.references import RegistryRef
@@ -103,6 +105,8 @@ class Simulator:
         self.decided: dict[str, tuple[Any, ...]] = {}  # pod uid+image -> (outcome, when[, restarts])
         self.loading: dict[str, float] = {}  # pod uid+image -> when its simulated driver load began
         self.archs: dict[str, str] = {}  # node -> its kubernetes.io/arch
+        self.vm = kernel_vm.KernelVM()  # real modules: the node's own kernel decides, booted in a VM
+        self.booting: set[str] = set()  # pod uid+image whose kernel is being booted
 
     def wait_after(self, outcome: tuple[Any, ...]) -> float:
         """Seconds before a pod is tried again after its last outcome (kind, when, failures): a crash-looping
@@ -162,7 +166,14 @@ class Simulator:
         # as the image's nvidia-driver init: the flavour the pod asks for first, then the kernel's load checks
         refusal = _flavour_refusal(image_env, containers[0] if containers else {}) if version is not None else None
         if refusal is None and version is not None:
-            refusal = self.kernel_refuses(image, node, version)
+            said = self.kernel_refuses(image, node, version)
+            if isinstance(said, kernel_vm.Booting):  # the container waits while the kernel decides
+                self._patch(path, _loading(containers, said.message, now))
+                if key not in self.booting:
+                    self.booting.add(key)
+                    said.future.add_done_callback(lambda _f: self._booted(key, pod))
+                return
+            refusal = said
         if refusal is not None:  # pulled, but the node's kernel would not load its modules: crash-loop
             restarts = int(outcome[2]) + 1 if outcome and outcome[0] == "crash" and len(outcome) > 2 else 1
             self._patch(path, _crashing(containers, refusal, restarts, now))
@@ -229,8 +240,9 @@ class Simulator:
             spec = NodeSpec(node, gpus=len(current["spec"].get("devices") or []), dra=True)
             self.kube.apply_at(path, dra.resource_slice(spec, version))
 
-    def kernel_refuses(self, image: str, node: str, version: str) -> str | None:
-        """The kernel's refusal of the image's modules on this node, or None (loaded, or a tag-only image)."""
+    def kernel_refuses(self, image: str, node: str, version: str) -> str | kernel_vm.Booting | None:
+        """The kernel's refusal of the image's modules on this node, or None (loaded, or a tag-only image), or
+        Booting while its own kernel, booted in a VM, has not decided yet."""
         host, repo, tag = split_image(image)
         node_obj = self.kube.get(f"/api/v1/nodes/{node}") or {}
         # the node's release (what its kernel checks the modules' version magic against), as the kubelet reports
@@ -242,13 +254,25 @@ class Simulator:
         if not checkable(kernel):
             return None
         client = RegistryClient(RegistryRef(host=host, repo=repo, scheme="http"), timeout=30.0)
+        trusted = kernel_load.enrolled(node_obj)
         try:
-            result = kernel_load.load(client, tag, kernel, version, kernel_load.enrolled(node_obj))
+            result = kernel_load.load(client, tag, kernel, version, trusted)
         except GpualignError as err:
             return f"pulling the modules failed: {err.message}"
         finally:
             client.close()
-        return None if result.loaded else result.message
+        if not result.loaded:
+            return result.message
+        if result.modules is None or kernel is None:
+            return None  # tag-only
+        decided = self.vm.decide(result.modules, kernel, trusted)  # then the node's own kernel, booted
+        if isinstance(decided, kernel_vm.Booting):
+            return decided
+        return None if decided.loaded else decided.message
+
+    def _booted(self, key: str, pod: dict[str, Any]) -> None:
+        self.booting.discard(key)
+        self.handle_safely(pod)
 
     def _loaded(self, key: str, pod: dict[str, Any]) -> None:
         if key in self.loading:  # not deleted meanwhile
@@ -313,6 +337,19 @@ def _flavour_refusal(image_env: dict[str, str], container: dict[str, Any]) -> st
     return init_refusal(image_env.get("GPUALIGN_KERNEL_MODULE_TYPE"), {**image_env, **pod_env},
                         pod_env.get("DRIVER_BRANCH") or image_env.get("DRIVER_BRANCH", ""),
                         image_env.get("GPUALIGN_KERNEL", "?"))
+
+
+def _loading(containers: list[dict[str, Any]], message: str, now: str) -> dict[str, Any]:
+    """The status of a driver container that is up and still loading its modules: Running, not Ready yet."""
+    return {"phase": "Running", "startTime": now, "hostIP": "10.0.0.1", "conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+        {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": message,
+         "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}],
+        "containerStatuses": [{"name": c["name"], "image": c["image"], "imageID": c["image"], "ready": False,
+                               "restartCount": 0, "started": True, "state": {"running": {"startedAt": now}}}
+                              for c in containers]}
 
 
 def _crashing(containers: list[dict[str, Any]], message: str, restarts: int, now: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography import x509
@@ -63,6 +64,7 @@ class Load:
     loaded: bool
     checked: bool  # False: tag-only (no modules in the image, or no headers for the node's kernel)
     message: str  # on failure, in the kernel's words (what dmesg and insmod would say)
+    modules: Path | None = None  # checked and loaded: the image's .ko files, for the booted kernel to judge next
 
 
 def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: str,
@@ -84,7 +86,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     if result.ok:
         signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
         return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match "
-                                f"{kernel}{signed}")
+                                f"{kernel}{signed}", directory)
     first = result.first_refusal() or "refused"
     module = first.split(":", 1)[0]
     return Load(False, True, f"insmod: ERROR: could not insert module {module}.ko: {insmod_words(first)}; "
