@@ -30,7 +30,7 @@ from gpualign.cli.options import (
 if TYPE_CHECKING:
     from gpualign.ensure.outcome import Outcome
     from gpualign.ensure.sign import SigningKey
-    from gpualign.judging.tagspec import TagSpec
+    from gpualign.model.driver_tag import TagSpec
 
 NVIDIA = "nvcr.io/nvidia/driver"  # where published images are mirrored from, unless --upstream names another
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -275,12 +275,12 @@ def _asked(flags: EnsureFlags) -> Asked | None:
 
 def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
     """Each tag read; a bad tag named is bad input, a report's is a failure and the others go on."""
-    from gpualign.judging import tagspec
+    from gpualign.model import driver_tag
 
     specs = []
     for t in dict.fromkeys(asked.tags):
         try:
-            specs.append(tagspec.parse(t))
+            specs.append(driver_tag.parse(t))
         except GpualignError as err:
             if t not in asked.reported:
                 raise
@@ -293,9 +293,11 @@ def _upstream_keys(paths: list[Path] | None) -> tuple[Any, ...]:
     is bad input before anything is asked."""
     if not paths:
         return ()
+    import os
+
     from gpualign.judging.signature_check import load_trusted
 
-    named = [p for path in paths for p in str(path).split(":") if p]
+    named = [p for path in paths for p in str(path).split(os.pathsep) if p]
     return load_trusted(named)
 
 

@@ -23,9 +23,9 @@ from gpualign.ensure.outcome import Emit, FetchedAhead, MadeFrom, Timed
 from gpualign.ensure.signatures import sign_shared
 from gpualign.ensure.stage import Modules, Options
 from gpualign.ensure.userspace import LIBS, TOOLS
-from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
 from gpualign.model.attestations import Evidence
+from gpualign.model.driver_tag import TagSpec
 
 
 @dataclass(frozen=True)

@@ -34,8 +34,8 @@ from gpualign.ensure.outcome import (
 from gpualign.ensure.refusals import NoModulesGiven
 from gpualign.ensure.stage import Modules, NotVerified, Options, Say, prepare_image_inputs
 from gpualign.judging import kmod, secure_boot
-from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
+from gpualign.model.driver_tag import TagSpec
 from gpualign.model.makers import kernel_arch
 
 

@@ -48,8 +48,8 @@ from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci
 
 if TYPE_CHECKING:
-    from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
+    from gpualign.model.driver_tag import TagSpec
 
 OCI_MANIFEST, OCI_INDEX, OCI_CONFIG, GZIP_LAYER = oci.OCI_MANIFEST, oci.OCI_INDEX, oci.OCI_CONFIG, oci.OCI_GZIP_LAYER
 GZIP_LAYERS, CONFIGS = oci.GZIP_LAYERS, oci.CONFIGS

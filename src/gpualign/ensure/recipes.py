@@ -30,7 +30,7 @@ from gpualign.archive.apt import configured_mirror, configured_security
 from gpualign.base.errors import BadInput
 from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
-from gpualign.judging.tagspec import TagSpec, parse
+from gpualign.model.driver_tag import TagSpec, parse
 from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}

@@ -28,9 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.judging.tagspec import try_parse
 from gpualign.model import debian_kernels
 from gpualign.model.cosign import attached_to
+from gpualign.model.driver_tag import try_parse
 from gpualign.model.kernels import label_of, release_of
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")

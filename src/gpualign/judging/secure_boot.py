@@ -86,16 +86,16 @@ def firmware_for(release: str, vmlinuz: Path, certs: Sequence[bytes], cache: Pat
         raise NoSecureBoot(f"{CODE} is not installed (Debian's ovmf): the kernel load check boots Secure Boot in it")
     if not certs:
         raise NoSecureBoot("Secure Boot was asked with no certificate to trust: every module would be refused")
-    der = [der(c) for c in certs]
+    held = [der(c) for c in certs]
     signers = kernel_signers(vmlinuz.read_bytes())
     if not signers:
         raise NoSecureBoot(f"kernel {release}: its image carries no Secure Boot signature to boot it with")
-    key = hashlib.sha256(b"".join(sorted(signers)) + b"|" + b"".join(sorted(der))).hexdigest()[:24]
+    key = hashlib.sha256(b"".join(sorted(signers)) + b"|" + b"".join(sorted(held))).hexdigest()[:24]
     store = cache / "secure-boot" / f"vars-{key}.fd"
-    trusted = tuple(_subject(c) for c in der)
+    trusted = tuple(_subject(c) for c in held)
     if not store.exists():
         store.parent.mkdir(parents=True, exist_ok=True)
-        write_store(store, signers, der, _platform_cert(cache / "secure-boot"))
+        write_store(store, signers, held, _platform_cert(cache / "secure-boot"))
     return Firmware(CODE, store, trusted)
 
 

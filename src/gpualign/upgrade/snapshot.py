@@ -23,6 +23,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
 from gpualign.model.driver_config import restart_only
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
+from gpualign.model.image_ref import tag_of
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import device_taint
 from gpualign.upgrade import states as S
@@ -35,8 +36,7 @@ HASH_LABEL = "controller-revision-hash"
 
 
 def image_tag(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else ""
+    return tag_of(image)
 
 
 @dataclass
