@@ -318,9 +318,11 @@ def upgrade(
     from gpualign.cli.fleet import parse_timeout
     from gpualign.usecases.upgrade_walk import NoLedger, UpgradeRequest, UpgradeSession
 
-    req = UpgradeRequest(selector, branch, list(ledger or []), pol, dry_run, ensure_images,
-                         AUTO if verify_modules is None else STRICT if verify_modules else OFF, load_rules(rules),
-                         docker_config, lock_namespace, timeout)
+    req = UpgradeRequest(selector=selector, branch=branch, ledger=list(ledger or []), policy=pol, dry_run=dry_run,
+                         ensure_images=ensure_images,
+                         modules=AUTO if verify_modules is None else STRICT if verify_modules else OFF,
+                         rules=load_rules(rules),
+                         docker_config=docker_config, lock_namespace=lock_namespace, timeout=timeout)
     flags = UpgradeFlags(req, signing, yes, output)
 
     def ensure_missing(ledger: list[str], tags: list[str], secure_boot: dict[str, list[str]]) -> None:

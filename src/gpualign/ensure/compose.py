@@ -105,7 +105,8 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
     if not isinstance(config, dict) or config.get("architecture") != arch or len(diff_ids) != len(layers):
         raise LayerRefused(f"{where}: its config is not an {arch} image of {len(layers)} layers")
     scratch = tempfile.TemporaryDirectory(prefix="gpualign-compose-", dir=_scratch_parent())
-    found_space = RemoteUserSpace(repo, where, digest, layers, config, arch, _scratch=scratch)
+    found_space = RemoteUserSpace(repo=repo, reference=where, digest=digest, layers=layers, config=config, arch=arch,
+                                  _scratch=scratch)
     try:
         found_space.root = Path(scratch.name) / "root"
         found_space.root.mkdir()

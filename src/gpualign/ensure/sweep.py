@@ -144,4 +144,5 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
                 out.append(tag)
         attachments.extend((name, tag) for tag, subject in sorted(attached.items())
                            if subject not in kept_digests and everything[tag] not in kept_digests)
-    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown), tuple(kept_for), tuple(attachments))
+    return Unused(images=tuple(images), modules=tuple(modules), shared_digest=tuple(shared), unknown=tuple(unknown),
+                  kept=tuple(kept_for), attachments=tuple(attachments))
