@@ -39,10 +39,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from gpualign.ensure import recipes
-from gpualign.judging import tagspec  # noqa: E402
 from gpualign.lab import docker_registry, processes  # noqa: E402
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient  # noqa: E402
+from gpualign.model import driver_tag  # noqa: E402
 from gpualign.model.makers import kernel_arch  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
@@ -204,7 +204,7 @@ def main() -> int:
             naive_base = make_naive_base(env, cache, work)
             naive_total, naive_rows = 0.0, {}
             for tag in tags:
-                spec = tagspec.parse(tag)
+                spec = driver_tag.parse(tag)
                 recipe = recipes.render(spec, "535")
                 ctx = work / "naive" / tag
                 ctx.mkdir(parents=True)

@@ -23,11 +23,11 @@ import pytest
 from gpualign.archive.apt import Archive
 from gpualign.ensure import debian, shared
 from gpualign.ensure.stage import verify_modules
-from gpualign.judging.tagspec import parse
 from gpualign.lab import docker_registry, processes
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
 from gpualign.loaders.archive_reading import ensure_root
+from gpualign.model.driver_tag import parse
 
 pytestmark = [pytest.mark.slow]
 

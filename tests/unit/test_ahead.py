@@ -13,9 +13,9 @@ import httpx2
 import pytest
 
 from gpualign.ensure import ahead, compose, shared
-from gpualign.judging.tagspec import parse
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
+from gpualign.model.driver_tag import parse
 from tests.support.blob_registry import BlobRegistry
 
 KERNEL = "6.12.118+deb12-amd64"

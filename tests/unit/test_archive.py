@@ -90,7 +90,7 @@ def test_an_air_gapped_fleets_mirror_is_read_by_builds_and_rendered_recipes(monk
     """Review 5's M6: Debian's archive was fixed at deb.debian.org in ensure and in the rendered recipes."""
     from gpualign.archive import apt as archive
     from gpualign.ensure import recipes
-    from gpualign.judging.tagspec import parse
+    from gpualign.model.driver_tag import parse
 
     monkeypatch.delenv(archive.MIRROR_ENV, raising=False)
     monkeypatch.delenv(archive.SECURITY_ENV, raising=False)

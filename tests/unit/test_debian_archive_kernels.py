@@ -19,7 +19,7 @@ from gpualign.controller.build_trigger.trigger import BUILDABLE
 from gpualign.judging import tagspec
 from gpualign.ledger.sources import Ledger
 from gpualign.loaders.rules import load_rules
-from gpualign.model import debian_kernels
+from gpualign.model import debian_kernels, driver_tag
 from gpualign.model.audit import AuditInput, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
@@ -87,10 +87,10 @@ def test_each_kernel_gets_one_decision_everywhere(suite, arch, release):
         tag = f"{branch}-{label}-{os_tag}"
         # ensure --dry-run: builds exactly what the decision builds, and refuses the rest with its reason
         if want is Reason.BUILDS:
-            assert tagspec.buildable_here(tagspec.parse(tag), arch, debian=table()) == release_.suite
+            assert tagspec.buildable_here(driver_tag.parse(tag), arch, debian=table()) == release_.suite
         else:
             with pytest.raises(BadInput, match="kernel"):
-                tagspec.buildable_here(tagspec.parse(tag), arch, debian=table())
+                tagspec.buildable_here(driver_tag.parse(tag), arch, debian=table())
         # check: the node running it; the build trigger makes a Job for check's action
         node = node_facts(builders.node("n", kernel=label, os_id="debian", os_version=os_tag[-2:], arch=arch))
         (finding,) = audit(AuditInput([node], Ledger(frozenset(), ("t",)), rules(), BranchPolicy(default=branch),
@@ -160,7 +160,7 @@ def test_the_review_kernels():
     """The kernels review 5 named, by their labels."""
     point = who_makes("debian13", "550", "6.12.115_deb13.1-amd64", "amd64", False, debian=table())
     assert point.maker is Maker.BUILD
-    assert tagspec.parse("550-6.12.115_deb13.1-amd64-debian13").kernel == "6.12.115+deb13.1-amd64"
+    assert driver_tag.parse("550-6.12.115_deb13.1-amd64-debian13").kernel == "6.12.115+deb13.1-amd64"
     rt = who_makes("debian13", "550", "6.12.116_deb13-rt-amd64", "amd64", False, debian=table())
     assert rt.reason is Reason.PREEMPT_RT and "run GPU nodes on 6.12.116+deb13-amd64" in rt.why
     assert who_makes("debian12", "535", "6.1.0-57-rt-amd64", "amd64", False, debian=table()).reason \

@@ -12,6 +12,7 @@ from gpualign.base.errors import BadInput
 from gpualign.judging import kmod, symvers, tagspec
 from gpualign.judging.verify import verify
 from gpualign.loaders.rules import load_rules
+from gpualign.model import driver_tag
 from tests.support.kmods import KERNEL, TABLE, VERMAGIC, fake_ko
 
 DEBIAN = load_rules(archive_reading=False).debian  # the rules' copy of Debian's archives
@@ -25,40 +26,40 @@ def module(name: str = "nvidia.ko", vermagic: str = VERMAGIC, version: str = "53
 
 
 def test_tags_are_taken_apart_and_refused_with_the_shape_expected():
-    spec = tagspec.parse("535-6.1.0-50-amd64-debian12")
+    spec = driver_tag.parse("535-6.1.0-50-amd64-debian12")
     assert (spec.branch, spec.kernel, spec.os_tag, spec.family) == ("535", "6.1.0-50-amd64", "debian12", "debian")
-    assert tagspec.parse("registry.local/nvidia/driver:580-5.15.0-124-generic-ubuntu22.04").kernel == \
+    assert driver_tag.parse("registry.local/nvidia/driver:580-5.15.0-124-generic-ubuntu22.04").kernel == \
         "5.15.0-124-generic"
     for bad in ("latest", "535-debian12", "5-6.1.0-50-amd64-debian12", "535-6.1.0-50-amd64-plan9"):
         with pytest.raises(BadInput, match="not a precompiled driver tag"):
-            tagspec.parse(bad)
+            driver_tag.parse(bad)
 
 
 def test_only_debian_is_built_here_and_each_refusal_says_why():
-    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-amd64-debian12"), debian=DEBIAN) == "bookworm"
+    assert tagspec.buildable_here(driver_tag.parse("535-6.1.0-50-amd64-debian12"), debian=DEBIAN) == "bookworm"
     with pytest.raises(BadInput, match="Debian bookworm carries NVIDIA 470, 525, 535, not 580"):
-        tagspec.buildable_here(tagspec.parse("580-6.1.0-50-amd64-debian12"), debian=DEBIAN)
+        tagspec.buildable_here(driver_tag.parse("580-6.1.0-50-amd64-debian12"), debian=DEBIAN)
     with pytest.raises(BadInput, match="ubuntu22.04 images are not built by gpualign: render the recipe"):
-        tagspec.buildable_here(tagspec.parse("580-5.15.0-124-generic-ubuntu22.04"), debian=DEBIAN)
+        tagspec.buildable_here(driver_tag.parse("580-5.15.0-124-generic-ubuntu22.04"), debian=DEBIAN)
     with pytest.raises(BadInput, match="gpualign has no recipe for sles15"):
-        tagspec.buildable_here(tagspec.parse("580-5.14.21-150500-default-sles15"), debian=DEBIAN)
+        tagspec.buildable_here(driver_tag.parse("580-5.14.21-150500-default-sles15"), debian=DEBIAN)
     with pytest.raises(BadInput, match="Debian trixie carries NVIDIA 535 only as nvidia-tesla-535-kernel-source"):
-        tagspec.buildable_here(tagspec.parse("535-6.12.117_deb13-amd64-debian13"), debian=DEBIAN)
-    assert tagspec.buildable_here(tagspec.parse("550-6.12.117_deb13-amd64-debian13"), debian=DEBIAN) == "trixie"
-    assert tagspec.buildable_here(tagspec.parse("535-6.1.0-50-arm64-debian12"), debian=DEBIAN) == "bookworm"
+        tagspec.buildable_here(driver_tag.parse("535-6.12.117_deb13-amd64-debian13"), debian=DEBIAN)
+    assert tagspec.buildable_here(driver_tag.parse("550-6.12.117_deb13-amd64-debian13"), debian=DEBIAN) == "trixie"
+    assert tagspec.buildable_here(driver_tag.parse("535-6.1.0-50-arm64-debian12"), debian=DEBIAN) == "bookworm"
     with pytest.raises(BadInput, match="gpualign builds debian12 images for amd64, arm64, not ppc64le"):
-        tagspec.buildable_here(tagspec.parse("535-6.1.0-50-powerpc64le-debian12"), debian=DEBIAN)
+        tagspec.buildable_here(driver_tag.parse("535-6.1.0-50-powerpc64le-debian12"), debian=DEBIAN)
     with pytest.raises(BadInput, match=r"kernel 6.12.12_bpo-amd64 \(6.12.12\+bpo-amd64\) is a backports kernel"):
-        tagspec.buildable_here(tagspec.parse("535-6.12.12_bpo-amd64-debian12"), debian=DEBIAN)
+        tagspec.buildable_here(driver_tag.parse("535-6.12.12_bpo-amd64-debian12"), debian=DEBIAN)
 
 
 def test_a_plus_is_not_a_tag_character_and_the_label_spelling_is_offered():
     """The review's #2: a '+' tag was taken, and looked for headers."""
     with pytest.raises(BadInput, match=r"not a valid image tag: '\+' cannot be in one \(write it as NFD labels the "
                                        r"kernel: 535-6.12.12_bpo-amd64-debian12\)"):
-        tagspec.parse("535-6.12.12+bpo-amd64-debian12")
+        driver_tag.parse("535-6.12.12+bpo-amd64-debian12")
     with pytest.raises(BadInput, match="not a valid image tag"):
-        tagspec.parse("535-" + "1" * 130 + "-debian12")
+        driver_tag.parse("535-" + "1" * 130 + "-debian12")
 
 
 def test_no_recipe_is_rendered_for_what_ensure_refuses():
@@ -67,8 +68,8 @@ def test_no_recipe_is_rendered_for_what_ensure_refuses():
     from gpualign.ensure import recipes
 
     with pytest.raises(BadInput, match="is a backports kernel"):
-        recipes.render(tagspec.parse("535-6.12.12_bpo-amd64-debian12"), "535.261.03")
-    assert recipes.render(tagspec.parse("535-6.1.0-50-amd64-debian12"), "535.261.03").runs_here
+        recipes.render(driver_tag.parse("535-6.12.12_bpo-amd64-debian12"), "535.261.03")
+    assert recipes.render(driver_tag.parse("535-6.1.0-50-amd64-debian12"), "535.261.03").runs_here
 
 
 def test_module_symvers_lines_and_a_bad_line_named():

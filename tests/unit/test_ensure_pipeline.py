@@ -32,15 +32,15 @@ from gpualign.ensure.outcome import (
     outcome_of,
 )
 from gpualign.ensure.stage import NotVerified, Options
-from gpualign.judging import tagspec
 from gpualign.judging.kernel_console import KernelVerdict, Load
 from gpualign.judging.verify import ModuleResult, Verification
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
+from gpualign.model import driver_tag
 from tests.support.blob_registry import BlobRegistry
 
 TAG = "580-6.1.0-50-amd64-debian12"
-SPEC = tagspec.parse(TAG)
+SPEC = driver_tag.parse(TAG)
 VERSION = "580.95.05"
 GOOD, BAD = b"\x7fELF compiled here", b"\x7fELF that the kernel refuses"
 
@@ -110,7 +110,8 @@ class Compiler:
         return Built(kernel, flavour, self.version, directory, 0.0 if cached else 42.0, cached, 0.0 if cached else 80.0)
 
 
-def verifier(files: list[Path], spec: tagspec.TagSpec, version: str, archive: object, signing: object) -> Verification:
+def verifier(files: list[Path], spec: driver_tag.TagSpec, version: str, archive: object,
+             signing: object) -> Verification:
     """The kernel's checks: modules whose bytes are BAD disagree about a symbol."""
     results = tuple(ModuleResult(f.name, 10, ("nv_symbol",) if f.read_bytes() == BAD else (),
                                  ("disagrees about version of symbol nv_symbol",) if f.read_bytes() == BAD else ())

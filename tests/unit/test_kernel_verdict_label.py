@@ -14,7 +14,7 @@ import pytest
 from gpualign.ensure.image import labels
 from gpualign.judging import kernel_console
 from gpualign.judging.inspect import by_labels
-from gpualign.judging.tagspec import parse
+from gpualign.model.driver_tag import parse
 
 CONSOLES = sorted((Path(__file__).resolve().parent.parent / "data" / "kernel-console").glob("*.txt"))
 TAG = "535-6.1.0-50-amd64-debian12"

@@ -45,7 +45,7 @@ def test_a_kernel_or_a_tag_finds_its_debian_release():
     """Debian 13's kernels are built, checked and imaged from trixie, Debian 12's (6.1 and 6.12) from bookworm."""
     from gpualign.archive.apt import Archive
     from gpualign.ensure import image
-    from gpualign.judging.tagspec import parse
+    from gpualign.model.driver_tag import parse
 
     assert Archive.for_kernel("6.12.118+deb13-amd64").suite == "trixie"
     assert Archive.for_kernel("6.12.118_deb13-amd64").suite == "trixie"  # NFD's spelling too

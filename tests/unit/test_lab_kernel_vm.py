@@ -83,7 +83,7 @@ def test_a_secure_boot_nodes_certificates_are_trusted_on_amd64_only():
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import Encoding
 
-    from tests.unit.test_secure_boot_firmware import cert
+    from tests.support.certs import self_signed_der as cert
 
     enrolled = [x509.load_der_x509_certificate(cert("fleet key A"))]
     assert trust_for("6.1.0-50-amd64", enrolled) == (enrolled[0].public_bytes(Encoding.DER),)

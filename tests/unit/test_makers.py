@@ -11,6 +11,7 @@ from gpualign.base.errors import BadInput
 from gpualign.judging import tagspec
 from gpualign.ledger.sources import Ledger
 from gpualign.loaders.rules import load_rules
+from gpualign.model import driver_tag
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
@@ -109,7 +110,7 @@ def test_check_never_says_build_for_a_tag_ensure_refuses(kernel, os_, branch, ar
     req = required_image(facts, branch, RULES)
     assert req.tag is not None
     making = who_makes(req.os_tag or "", branch, kernel, arch, req.published, debian=DEBIAN)
-    spec = tagspec.parse(req.tag)
+    spec = driver_tag.parse(req.tag)
     if making.maker is Maker.BUILD:
         release = DEBIAN.get(req.os_tag or "")
         assert release is not None and tagspec.buildable_here(spec, arch, debian=DEBIAN) == release.suite
@@ -177,7 +178,7 @@ def test_a_newer_archive_moves_the_decision_for_check_and_ensure_alike():
     moved = DEBIAN.with_sources("debian13", sources_from({**TRIXIE, "nvidia-kernel-source": "580.95.05-1"}),
                                 "Debian's archive on 2027-01-01")
     assert who_makes("debian13", "580", "6.12.117_deb13-amd64", "amd64", False, debian=moved).maker is Maker.BUILD
-    assert tagspec.buildable_here(tagspec.parse("580-6.12.117_deb13-amd64-debian13"), debian=moved) == "trixie"
+    assert tagspec.buildable_here(driver_tag.parse("580-6.12.117_deb13-amd64-debian13"), debian=moved) == "trixie"
     gone = who_makes("debian13", "550", "6.12.117_deb13-amd64", "amd64", False, debian=moved)
     assert gone.maker is Maker.NONE and "carries NVIDIA 535, 550, 580" not in gone.why
     assert "only as nvidia-open-kernel-source 550.163.01" in gone.why

@@ -12,11 +12,11 @@ import pytest
 
 from gpualign.base.errors import BadInput
 from gpualign.ensure import recipes
-from gpualign.judging import tagspec
+from gpualign.model import driver_tag
 
 
 def render(tag: str, version: str = "580.173.02", flavour: str = "proprietary") -> recipes.Recipe:
-    return recipes.render(tagspec.parse(tag), version, flavour=flavour)
+    return recipes.render(driver_tag.parse(tag), version, flavour=flavour)
 
 
 def stages(containerfile: str) -> list[str]:
@@ -69,7 +69,7 @@ def test_every_recipe_verifies_before_the_image_and_ends_in_the_same_image_shape
     for tag, version in (("580-5.15.0-124-generic-ubuntu22.04", "580.173.02"),
                          ("580-5.14.0-427.37.1.el9_4.x86_64-rhel9", "580.173.02"),
                          ("535-6.1.0-50-amd64-debian12", "535.309.01")):
-        spec = tagspec.parse(tag)
+        spec = driver_tag.parse(tag)
         r = recipes.render(spec, version)
         cf = r.files["Containerfile"]
         assert stages(cf)[1] == "builder" and re.search(r"^FROM builder AS verify$", cf, re.M), tag
@@ -122,16 +122,16 @@ def test_a_branch_newer_than_debian_carries_is_rendered_from_nvidias_own_reposit
     for tag, repo, dkms, flavour in (
             ("580-6.12.118_deb13-amd64-debian13", "repos/debian13/x86_64/", "nvidia-kernel-dkms", "proprietary"),
             ("595-6.1.0-57-arm64-debian12", "repos/debian12/sbsa/", "nvidia-kernel-open-dkms", "open")):
-        recipe = recipes.render(tagspec.parse(tag), "595.91.07", flavour=flavour, debian_table=table)
+        recipe = recipes.render(driver_tag.parse(tag), "595.91.07", flavour=flavour, debian_table=table)
         text = recipe.files["Containerfile"]
         assert not recipe.runs_here and recipe.family == "debian" and recipe.build_args == {
             "DRIVER_VERSION": "595.91.07"}
         assert f"ARG NVIDIA_REPOSITORY=https://developer.download.nvidia.com/compute/cuda/{repo}" in text
         assert f'"{dkms}=${{DRIVER_VERSION}}-*"' in text and "cuda-keyring_1.1-1_all.deb" in text
-        kernel = tagspec.parse(tag).kernel
+        kernel = driver_tag.parse(tag).kernel
         assert f"linux-headers-{kernel}" in text and f"verify-modules {kernel} " in text
         assert '"libcuda1=${DRIVER_VERSION}-*"' in text and "rendered, not built or verified here" in \
             recipe.notes[0]
     # a branch Debian carries is the recipe ensure runs here, from Debian's own source
-    here = recipes.render(tagspec.parse("550-6.12.118_deb13-amd64-debian13"), "550.163.01", debian_table=table)
+    here = recipes.render(driver_tag.parse("550-6.12.118_deb13-amd64-debian13"), "550.163.01", debian_table=table)
     assert here.runs_here and "developer.download.nvidia.com" not in here.files["Containerfile"]

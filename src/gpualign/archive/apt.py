@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from debian.deb822 import Deb822, PkgRelation
+
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.loaders import archive_reading
 from gpualign.loaders.archive_reading import ensure_root
@@ -261,13 +263,10 @@ class Archive:
             res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", *packages],
                                  capture_output=True, text=True, timeout=60)
         found: dict[str, str] = {}
-        package = None
-        for line in res.stdout.splitlines():
-            if line.startswith("Package:"):
-                package = line.split(":", 1)[1].strip()
-            elif line.startswith("Version:") and package is not None:
-                found.setdefault(package, line.split(":", 1)[1].strip())
-        qualified = {p.split(":", 1)[0]: p for p in packages if ":" in p}  # Package: names no architecture
+        for stanza in Deb822.iter_paragraphs(res.stdout):  # apt-cache show's records, as Debian's control files
+            if stanza.get("Package") and stanza.get("Version"):
+                found.setdefault(stanza["Package"], stanza["Version"])
+        qualified = {p.partition(":")[0]: p for p in packages if ":" in p}  # Package: names no architecture
         return {qualified.get(p, p): v for p, v in found.items()}
 
     def versions_of(self, packages: list[str]) -> dict[str, str | None]:
@@ -300,9 +299,9 @@ class Archive:
         with file_lock(f"apt-cache-{self.key}.lock"):
             res = subprocess.run(["apt-cache", *self._apt_opts(), "show", "--no-all-versions", self.target(package)],
                                  capture_output=True, text=True, timeout=60)
-        line = next((ln for ln in res.stdout.splitlines() if ln.startswith("Depends:")), "Depends:")
-        return [re.split(r"[\s(:]", alt.split("|")[0].strip(), maxsplit=1)[0]
-                for alt in line.split(":", 1)[1].split(",") if alt.strip()]
+        stanza = next(iter(Deb822.iter_paragraphs(res.stdout)), Deb822())
+        relations = PkgRelation.parse_relations(stanza.get("Depends", ""))
+        return [alternatives[0]["name"] for alternatives in relations if alternatives]  # the first of each
 
     def require_headers(self, kernel: str) -> str:
         """The headers package for a kernel release, or BadInput naming the suites looked in (and the releases that

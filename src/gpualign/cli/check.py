@@ -198,9 +198,12 @@ def check(
         reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
     rule_set = load_rules(rules)
     check_known_branches(branches, rule_set)
-    setup = Setup(branches, rule_set, load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
-                  list(ledger or []), flags_given, policy_given, repository, not no_precompiled, driver_version,
-                  operator_version, docker_config, verify_modules, warn=warn)
+    setup = Setup(branches=branches, rules=rule_set,
+                  available=load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
+                  ledger=list(ledger or []), flags_given=flags_given, policy_given=policy_given, repository=repository,
+                  precompiled=not no_precompiled, driver_version=driver_version,
+                  operator_version=operator_version, docker_config=docker_config, verify_modules=verify_modules,
+                  warn=warn)
     if reading is not None:  # one cluster, or a dump
         _report_one(reading, setup, selector, output, no_headers)
     else:

@@ -101,5 +101,5 @@ def _signatures() -> dict[str, Any]:
 
     from gpualign.model.cosign import TRUSTED_ENV  # not judging.signature_check: that loads cryptography
 
-    keys = [k for k in (os.environ.get(TRUSTED_ENV) or "").split(":") if k]
+    keys = [k for k in (os.environ.get(TRUSTED_ENV) or "").split(os.pathsep) if k]
     return {"checked": bool(keys), "trusted_keys": keys}

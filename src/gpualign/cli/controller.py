@@ -167,10 +167,12 @@ def controller(
                    listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
                    lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
                    renew_seconds=renew_deadline, retry_seconds=retry_period)
-    plan = Start(kubeconfig, context, list(ledger or []), docker_config,
-                 bool(driver_branch or branch_policy_file or old_policy or repository), rule_set, branches,
-                 operator_version, opts, builds if build else None, archive_ahead, archive_every,
-                 gate_operator_upgrades, lambda line: warn(f"--build: {line}"))
+    plan = Start(kubeconfig=kubeconfig, context=context, ledger=list(ledger or []), docker_config=docker_config,
+                 pinned=bool(driver_branch or branch_policy_file or old_policy or repository), rules=rule_set,
+                 branches=branches,
+                 operator_version=operator_version, options=opts, builds=builds if build else None,
+                 archive_ahead=archive_ahead, archive_every=archive_every,
+                 gate=gate_operator_upgrades, build_warning=lambda line: warn(f"--build: {line}"))
     try:
         start(plan, warn)
     except NoLedger:

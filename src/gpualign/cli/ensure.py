@@ -30,7 +30,7 @@ from gpualign.cli.options import (
 if TYPE_CHECKING:
     from gpualign.ensure.outcome import Outcome
     from gpualign.ensure.sign import SigningKey
-    from gpualign.judging.tagspec import TagSpec
+    from gpualign.model.driver_tag import TagSpec
 
 NVIDIA = "nvcr.io/nvidia/driver"  # where published images are mirrored from, unless --upstream names another
 HELP = """Make every driver image the fleet needs exist in the ledger repository, and prove each fits its kernel.
@@ -161,9 +161,12 @@ def ensure(
 ) -> None:
     if len(ledger or []) > 1:
         raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
-    flags = EnsureFlags(ledger[0] if ledger else None, list(tags or []), upstream, dry_run, jobs, flavour,
-                        modules_from, from_report, render, cuda_version, verify_modules, replace_wrong,
-                        shared_modules, lease, kubeconfig, context, output, docker_config)
+    flags = EnsureFlags(ledger=ledger[0] if ledger else None, tags=list(tags or []), upstream=upstream,
+                        dry_run=dry_run, jobs=jobs, flavour=flavour,
+                        modules_from=modules_from, from_report=from_report, render=render, cuda_version=cuda_version,
+                        verify_modules=verify_modules, replace_wrong=replace_wrong,
+                        shared_modules=shared_modules, lease=lease, kubeconfig=kubeconfig, context=context,
+                        output=output, docker_config=docker_config)
     flags.refuse_bad_input()
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
     asked = _asked(flags)
@@ -275,12 +278,12 @@ def _asked(flags: EnsureFlags) -> Asked | None:
 
 def _specs(asked: Asked, failed: Failed) -> list[TagSpec]:
     """Each tag read; a bad tag named is bad input, a report's is a failure and the others go on."""
-    from gpualign.judging import tagspec
+    from gpualign.model import driver_tag
 
     specs = []
     for t in dict.fromkeys(asked.tags):
         try:
-            specs.append(tagspec.parse(t))
+            specs.append(driver_tag.parse(t))
         except GpualignError as err:
             if t not in asked.reported:
                 raise
@@ -293,9 +296,11 @@ def _upstream_keys(paths: list[Path] | None) -> tuple[Any, ...]:
     is bad input before anything is asked."""
     if not paths:
         return ()
+    import os
+
     from gpualign.judging.signature_check import load_trusted
 
-    named = [p for path in paths for p in str(path).split(":") if p]
+    named = [p for path in paths for p in str(path).split(os.pathsep) if p]
     return load_trusted(named)
 
 
@@ -326,9 +331,12 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: Signi
         if flags.output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
-    req = Request(flags.ledger, flags.upstream, flags.docker_config, flags.dry_run, flags.jobs, flags.flavour,
-                  asked.flavours, flags.modules_from, signing, flags.lease, flags.kubeconfig, flags.context,
-                  flags.verify_modules, flags.replace_wrong, flags.shared_modules, frozenset(asked.reported),
+    req = Request(ledger=flags.ledger, upstream=flags.upstream, docker_config=flags.docker_config,
+                  dry_run=flags.dry_run, jobs=flags.jobs, flavour=flags.flavour,
+                  flavours=asked.flavours, modules_from=flags.modules_from, signing=signing, lease=flags.lease,
+                  kubeconfig=flags.kubeconfig, context=flags.context,
+                  verify_modules=flags.verify_modules, replace_wrong=flags.replace_wrong,
+                  shared_modules=flags.shared_modules, skippable=frozenset(asked.reported),
                   upstream_keys=upstream_keys, cosign_key=cosign_signer, kernel_load=kernel_load)
     try:
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)

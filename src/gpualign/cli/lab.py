@@ -427,10 +427,10 @@ def run_driver(
     labelled as the operator selects a GPU node of that kernel. Prints what nvidia-driver did; the pod, the labels
     and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
     from gpualign.cli.common import emit_data
-    from gpualign.judging import tagspec
     from gpualign.lab import cluster, driver_pod, realnode, versions
+    from gpualign.model import driver_tag
 
-    spec = tagspec.parse(tag)
+    spec = driver_tag.parse(tag)
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
     if "kubelet" not in state.procs:

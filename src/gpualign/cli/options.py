@@ -93,9 +93,9 @@ def _trust(keys: list[str] | None) -> list[str] | None:
         from gpualign.judging.signature_check import load_trusted
         from gpualign.model.cosign import TRUSTED_ENV
 
-        paths = [p for k in keys for p in k.split(":") if p]
+        paths = [p for k in keys for p in k.split(os.pathsep) if p]
         load_trusted(paths)
-        os.environ[TRUSTED_ENV] = ":".join(paths)
+        os.environ[TRUSTED_ENV] = os.pathsep.join(paths)
     return keys
 
 

@@ -147,7 +147,8 @@ def plan(
     available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
     repo = repository_for(repository, ledger, warn)
 
-    setup = PlanSetup(change, available, repo, rule_set, branches, docker_config, warn)
+    setup = PlanSetup(change=change, available=available, repository=repo, rules=rule_set, branches=branches,
+                      docker_config=docker_config, warn=warn)
 
     # with no branch named by a flag, a policy or the operator's objects, each node keeps the branch its driver pod
     # is deployed with, as check infers it: only then are the driver pods read

@@ -28,6 +28,7 @@ from gpualign.cli.options import (
     SignSecretOpt,
     TrustedKeyOpt,
 )
+from gpualign.model.image_ref import tag_of
 
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
     from rich.table import Table
@@ -114,8 +115,8 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
     from gpualign.base.errors import GpualignError
     from gpualign.cli.common import progress
-    from gpualign.judging import tagspec
     from gpualign.ledger.sources import is_registry
+    from gpualign.model import driver_tag
     from gpualign.usecases.ensure_images import NO_UPSTREAM, Request, ensure_images
 
     unsigned = {t: ns for t, ns in (secure_boot or {}).items() if t in tags} if signing is None else {}
@@ -128,7 +129,7 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     if len(registries) != 1:
         raise BadInput("--ensure needs exactly one registry ledger (--ledger registry://HOST/REPO) to put the "
                        f"missing images in; got {len(registries)}")
-    specs = [tagspec.parse(tag) for tag in tags]  # every tag's bad input before any work
+    specs = [driver_tag.parse(tag) for tag in tags]  # every tag's bad input before any work
     errors: list[GpualignError] = []
     made = ensure_images(Request(registries[0], NO_UPSTREAM, docker_config, dry_run, signing=signing), specs,
                          lambda t, m: progress(f"ensure {t}: {m}"), lambda _, err: errors.append(err))
@@ -146,7 +147,7 @@ def _print_preflight(pre: Preflight, snap: Snapshot, pdb_aware: bool = False) ->
                  f"{len(pre.already_done)} already on target")
     for name in pre.upgrades:
         ns = snap.nodes[name]
-        running = ns.pod["spec"]["containers"][0]["image"].rsplit(":", 1)[-1] if ns.pod else "no driver pod"
+        running = tag_of(ns.pod["spec"]["containers"][0]["image"]) if ns.pod else "no driver pod"
         problem = ns.view.image_problem
         image = "[green]image present[/]" if ns.view.image_present else \
             "[bold red]image not verified[/]" if problem is not None and problem.unverified else \
@@ -317,9 +318,11 @@ def upgrade(
     from gpualign.cli.fleet import parse_timeout
     from gpualign.usecases.upgrade_walk import NoLedger, UpgradeRequest, UpgradeSession
 
-    req = UpgradeRequest(selector, branch, list(ledger or []), pol, dry_run, ensure_images,
-                         AUTO if verify_modules is None else STRICT if verify_modules else OFF, load_rules(rules),
-                         docker_config, lock_namespace, timeout)
+    req = UpgradeRequest(selector=selector, branch=branch, ledger=list(ledger or []), policy=pol, dry_run=dry_run,
+                         ensure_images=ensure_images,
+                         modules=AUTO if verify_modules is None else STRICT if verify_modules else OFF,
+                         rules=load_rules(rules),
+                         docker_config=docker_config, lock_namespace=lock_namespace, timeout=timeout)
     flags = UpgradeFlags(req, signing, yes, output)
 
     def ensure_missing(ledger: list[str], tags: list[str], secure_boot: dict[str, list[str]]) -> None:

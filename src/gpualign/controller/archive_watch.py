@@ -79,8 +79,9 @@ class ArchiveWatch:
             buildable = finding.to_do in (Maker.BUILD, Maker.MIRROR)
             why = (finding.why_not_made or finding.reason or "") if not buildable else \
                 f"missing from the ledger ({finding.to_do} ahead)"
-            out.append(Pending(key.removeprefix(PREFIX), finding.pool.nodes, finding.kernel or "", finding.tag,
-                               buildable, why))
+            out.append(Pending(pool=key.removeprefix(PREFIX), nodes=finding.pool.nodes, kernel=finding.kernel or "",
+                               tag=finding.tag,
+                               buildable=buildable, why=why))
         return out
 
     def board(self) -> JSON:

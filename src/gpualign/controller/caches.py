@@ -24,6 +24,7 @@ from gpualign.base.json_types import JSON
 from gpualign.model.audit import DriverPod
 from gpualign.model.dra_devices import GpuDevice, devices_by_node, highest_driver
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
+from gpualign.model.image_ref import tag_of
 from gpualign.model.object_views import DaemonSet, view
 from gpualign.model.version import DriverVersion
 from gpualign.upgrade import states as S
@@ -253,7 +254,7 @@ class Caches:
             selector = spec.node_selector
             if selector and all(facts.labels.get(k) == v for k, v in selector.items()):
                 image = spec.containers[0].image if spec.containers else ""
-                tag = image.rsplit("/", 1)[-1].partition(":")[2]
+                tag = tag_of(image)
                 head = tag.split("-", 1)[0].split(".")[0]
                 return head if head.isdigit() else None
         return None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from gpualign.base.errors import GpualignError
 from gpualign.ledger.sources import Ledger, RepoLedgers, is_registry
+from gpualign.model.image_ref import ImageRef
 from gpualign.model.ledger import Unverified
 from gpualign.model.operator_config import OperatorConfig
 
@@ -41,8 +42,8 @@ class LedgerView:
         return changed or was_wrong
 
     def has(self, image: str) -> bool:
-        repo, _, tag = image.rpartition(":")
-        return self.ledger.for_repository(repo).has(tag)
+        ref = ImageRef.parse(image)
+        return self.ledger.for_repository(ref.name).has(ref.tag)
 
     def wrong(self, image: str, arch: str, module_type: str | None = None) -> str | None:
         """Why a present image is wrong by its own labels (asked of the registry once per image per ledger read),

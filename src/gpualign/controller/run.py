@@ -102,8 +102,9 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
     ledger = LedgerView(load_ledger, judge_image or (lambda _i, _a, _m: None))
     writer = GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after)
     reconciler = Reconciler(
-        kube, rules, branches, opts.repository, work, caches, findings, ledger,
-        Publisher(kube, retry=work.put_one), writer,
+        kube=kube, rules=rules, branches=branches, repository=opts.repository, work=work, caches=caches,
+        findings=findings, ledger=ledger,
+        publisher=Publisher(kube, retry=work.put_one), gate=writer,
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
         is_leader=is_leader, on_checked=metrics.check_duration.observe,
         restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)

@@ -15,11 +15,12 @@ from gpualign.controller.build_trigger import preflight
 from gpualign.controller.build_trigger.trigger import BuildOptions
 from gpualign.controller.run import Options, run
 from gpualign.judging.judge import judge
-from gpualign.judging.tagspec import try_parse
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger import sources
 from gpualign.model.branches import BranchPolicy
+from gpualign.model.driver_tag import try_parse
+from gpualign.model.image_ref import tag_of
 from gpualign.model.ledger import Unverified
 from gpualign.model.operator_config import OperatorConfig
 from gpualign.model.tags import Rules, for_operator
@@ -105,7 +106,7 @@ def judged_wrong(image: str, arch: str, module_type: str | None, docker_config: 
     """Why a present image is wrong for a node of `arch`, judged as plan judges it (gpualign.usecases.plan_images):
     by its labels and platforms against the kernel its tag names, and, when nothing in it says what it was built
     for, unverified, which is wrong too (never present). None when it is right."""
-    spec = try_parse(image.rpartition(":")[2])
+    spec = try_parse(tag_of(image))
     found = judge({image: (spec.kernel,) if spec else ()}, docker_config=docker_config, archs={image: (arch,)})
     if (why := found.wrong_for(image, arch, module_type)) is not None:
         return why

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from gpualign.archive.apt import Archive
     from gpualign.ensure.remote_userspace import RemoteUserSpace
     from gpualign.ensure.shared import Key
-    from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
+    from gpualign.model.driver_tag import TagSpec
 
 Say = Callable[[str], None]
 STALE_SECONDS = 86400.0  # a scratch directory this old was left by a run that was killed

@@ -23,9 +23,9 @@ from gpualign.ensure.outcome import Emit, FetchedAhead, MadeFrom, Timed
 from gpualign.ensure.signatures import sign_shared
 from gpualign.ensure.stage import Modules, Options
 from gpualign.ensure.userspace import LIBS, TOOLS
-from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
 from gpualign.model.attestations import Evidence
+from gpualign.model.driver_tag import TagSpec
 
 
 @dataclass(frozen=True)
@@ -89,11 +89,13 @@ class Assembly:
         started = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
         return Evidence(
-            spec.tag, spec.kernel, spec.branch, made.driver_version, FLAVOURS[opts.flavour][0], made.origin,
-            tuple((f.name, hashlib.sha256(f.read_bytes()).hexdigest()) for f in made.files),
-            (*LIBS, *TOOLS), __version__, checked.symbols_checked, started, now,
-            {**({"secureBootSigner": opts.signing.signer} if opts.signing is not None else {}),
-             **({"kernelLoad": made.kernel_load} if made.kernel_load is not None else {})})
+            tag=spec.tag, kernel=spec.kernel, branch=spec.branch, driver_version=made.driver_version,
+            module_source=FLAVOURS[opts.flavour][0], modules_from=made.origin,
+            modules=tuple((f.name, hashlib.sha256(f.read_bytes()).hexdigest()) for f in made.files),
+            userspace=(*LIBS, *TOOLS), builder=__version__, symbols_checked=checked.symbols_checked, started=started,
+            finished=now,
+            extra={**({"secureBootSigner": opts.signing.signer} if opts.signing is not None else {}),
+                   **({"kernelLoad": made.kernel_load} if made.kernel_load is not None else {})})
 
     def start_userspace(self, driver_version: str) -> None:
         """The user space's layer got beside the modules (pulled, or made from Debian) when they may be shared: with

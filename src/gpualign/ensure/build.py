@@ -34,8 +34,8 @@ from gpualign.ensure.outcome import (
 from gpualign.ensure.refusals import NoModulesGiven
 from gpualign.ensure.stage import Modules, NotVerified, Options, Say, prepare_image_inputs
 from gpualign.judging import kmod, secure_boot
-from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
+from gpualign.model.driver_tag import TagSpec
 from gpualign.model.makers import kernel_arch
 
 
@@ -45,7 +45,7 @@ def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = 
     archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # its release, its kernel's CPU
     images = kit.images(spec, opts, archive, emit, lambda message: say(spec.tag, message))
     for attempt in (opts, dataclasses.replace(opts, share_pull=False)):
-        steps = Steps(spec, attempt, archive, emit, say, kit, images)
+        steps = Steps(spec=spec, opts=attempt, archive=archive, emit=emit, say=say, kit=kit, images=images)
         made = steps.sign(steps.modules())
         checked = steps.verify(made)
         if checked is None:

@@ -86,7 +86,9 @@ class Root:
 
 def upstream(version: str) -> str:
     """A Debian version's upstream part: 535.261.03 for 535.261.03-1~deb12u1."""
-    return version.split(":", 1)[-1].split("-", 1)[0].split("+", 1)[0]
+    from debian.debian_support import Version
+
+    return str(Version(version).upstream_version).split("+", 1)[0]
 
 
 def cross_prefix(archive: Archive) -> str:

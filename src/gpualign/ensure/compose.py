@@ -48,8 +48,8 @@ from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci
 
 if TYPE_CHECKING:
-    from gpualign.judging.tagspec import TagSpec
     from gpualign.ledger.registry import RegistryClient
+    from gpualign.model.driver_tag import TagSpec
 
 OCI_MANIFEST, OCI_INDEX, OCI_CONFIG, GZIP_LAYER = oci.OCI_MANIFEST, oci.OCI_INDEX, oci.OCI_CONFIG, oci.OCI_GZIP_LAYER
 GZIP_LAYERS, CONFIGS = oci.GZIP_LAYERS, oci.CONFIGS
@@ -105,7 +105,8 @@ def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version
     if not isinstance(config, dict) or config.get("architecture") != arch or len(diff_ids) != len(layers):
         raise LayerRefused(f"{where}: its config is not an {arch} image of {len(layers)} layers")
     scratch = tempfile.TemporaryDirectory(prefix="gpualign-compose-", dir=_scratch_parent())
-    found_space = RemoteUserSpace(repo, where, digest, layers, config, arch, _scratch=scratch)
+    found_space = RemoteUserSpace(repo=repo, reference=where, digest=digest, layers=layers, config=config, arch=arch,
+                                  _scratch=scratch)
     try:
         found_space.root = Path(scratch.name) / "root"
         found_space.root.mkdir()

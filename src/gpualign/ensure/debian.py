@@ -142,7 +142,8 @@ def _cached(kernel: str, flavour: str, version: str, progress: Progress) -> Buil
     if not (out / ".complete").exists():
         return None
     progress(f"modules: cached ({version}, {kernel}, {flavour})")
-    return Built(kernel, flavour, version, out, 0.0, True)
+    return Built(kernel=kernel, flavour=flavour, driver_version=version, directory=out, compile_seconds=0.0,
+                 cached=True)
 
 
 def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs: int,
@@ -180,4 +181,5 @@ def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs
     shutil.rmtree(out, ignore_errors=True)
     os.replace(staging, out)
     shutil.rmtree(rootfs / work.lstrip("/"), ignore_errors=True)
-    return Built(kernel, flavour, version, out, took, False, cpu)
+    return Built(kernel=kernel, flavour=flavour, driver_version=version, directory=out, compile_seconds=took,
+                 cached=False, compile_cpu_seconds=cpu)

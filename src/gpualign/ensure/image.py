@@ -41,8 +41,8 @@ from gpualign.base.errors import BadInput, Refused
 from gpualign.ensure import shared_userspace, userspace
 from gpualign.ensure.buildroot import BuildError
 from gpualign.judging import kmod
-from gpualign.judging.tagspec import TagSpec
 from gpualign.loaders.archive_reading import ensure_root
+from gpualign.model.driver_tag import TagSpec
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.makers import debian_suite, kernel_arch
 

@@ -18,9 +18,9 @@ from gpualign.ensure.compose import Composed
 from gpualign.ensure.debian import Built
 from gpualign.ensure.outcome import Emit
 from gpualign.ensure.stage import Modules, Options, verify_modules
-from gpualign.judging.tagspec import TagSpec
 from gpualign.judging.verify import Verification
 from gpualign.ledger.references import RegistryRef
+from gpualign.model.driver_tag import TagSpec
 
 if TYPE_CHECKING:  # the signing modules (cryptography, asn1crypto) load only to sign
     from gpualign.ensure.sign import SigningKey

@@ -180,5 +180,6 @@ def outcome_of(tag: str, action: TagAction, reference: str, events: Iterable[Eve
                 unasked = why
             case KernelLoaded(record):
                 kernel_load = record
-    return Outcome(tag, action, done, digest, seconds, verification, reference, modules, shared, tuple(ahead),
-                   signature, attestations, evidence, unasked, kernel_load)
+    return Outcome(tag=tag, action=action, done=done, digest=digest, seconds=seconds, verification=verification,
+                   reference=reference, modules=modules, shared=shared, ahead=tuple(ahead), signature=signature,
+                   attestations=attestations, evidence=evidence, unasked=unasked, kernel_load=kernel_load)

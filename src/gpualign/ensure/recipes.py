@@ -30,7 +30,7 @@ from gpualign.archive.apt import configured_mirror, configured_security
 from gpualign.base.errors import BadInput
 from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
-from gpualign.judging.tagspec import TagSpec, parse
+from gpualign.model.driver_tag import TagSpec, parse
 from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
@@ -175,8 +175,8 @@ RUN for s in {sources}; do \\
     final = _final(spec, driver_version, f"{CUDA_BASE}:${{CUDA_VERSION}}-base-ubuntu{version}", userspace)
     files = {"Containerfile": builder + verify + f"\nARG CUDA_VERSION={cuda}" + final,
              "verify-modules": VERIFY, "nvidia-driver": NVIDIA_DRIVER.read_text()}
-    return Recipe(spec.tag, "ubuntu", False, files, {"CUDA_VERSION": cuda},
-                  ("Ubuntu images are not built by gpualign: build this recipe where Canonical's archive is "
+    return Recipe(tag=spec.tag, family="ubuntu", runs_here=False, files=files, build_args={"CUDA_VERSION": cuda},
+                  notes=("Ubuntu images are not built by gpualign: build this recipe where Canonical's archive is "
                    "reachable; its verify step refuses modules that do not fit the kernel.",
                    f"Canonical ships NVIDIA {b} for {k} only if {modules[-1]} exists in {codename}-updates; "
                    "otherwise the build fails at apt-get install, naming it."))
@@ -231,8 +231,8 @@ RUN git clone --depth 1 --single-branch -b rhel{major} {KMOD_SPEC} kmod && cd km
     files = {"Containerfile": builder + verify + f"\nARG CUDA_VERSION={cuda}" + final,
              "verify-modules": VERIFY, "nvidia-driver": NVIDIA_DRIVER.read_text()}
     args = {"CUDA_VERSION": cuda, "DRIVER_TOOLKIT_IMAGE": "$DRIVER_TOOLKIT_IMAGE"}
-    return Recipe(spec.tag, "rhel", False, files, args,
-                  ("RHEL images are not built by gpualign: build this recipe where Red Hat's archive and the "
+    return Recipe(tag=spec.tag, family="rhel", runs_here=False, files=files, build_args=args,
+                  notes=("RHEL images are not built by gpualign: build this recipe where Red Hat's archive and the "
                    "Driver Toolkit are reachable; its verify step refuses modules that do not fit the kernel.",
                    "Give the signing key as private_key.priv (PEM) and public_key.der (DER) in the build context: "
                    "Secure Boot nodes load the modules only if that certificate is enrolled."))
@@ -280,7 +280,7 @@ def _debian_recipe(spec: TagSpec, driver_version: str, builder: str, userspace: 
     final = _final(spec, driver_version, "${FINAL_BASE}", userspace)
     files = {"Containerfile": builder + verify + final, "verify-modules": VERIFY,
              "nvidia-driver": NVIDIA_DRIVER.read_text()}
-    return Recipe(spec.tag, "debian", runs_here, files, build_args, notes)
+    return Recipe(tag=spec.tag, family="debian", runs_here=runs_here, files=files, build_args=build_args, notes=notes)
 
 
 def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) -> Recipe:

@@ -39,6 +39,7 @@ from gpualign.ensure.signatures import attest, sign
 from gpualign.ensure.stage import Options, PresentButWrong, Say, UpstreamNotVouched, tag_lock
 from gpualign.judging import tagspec
 from gpualign.judging.judge import AUTO, NO_LABELS, STRICT, judge
+from gpualign.model import driver_tag
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -59,7 +60,7 @@ class PresentProblem:
 
 @dataclass(frozen=True)
 class TagPlan:
-    spec: tagspec.TagSpec
+    spec: driver_tag.TagSpec
     action: TagAction
     digest: str | None = None  # in the ledger, when present
     problem: PresentProblem | None = None  # why the present image fails the check (wrong, or replaced)
@@ -68,7 +69,7 @@ class TagPlan:
 
 def plan_one(tag: str, opts: Options) -> TagPlan:
     """What ensure would do for a tag: one manifest HEAD when it is present."""
-    spec = tagspec.parse(tag)
+    spec = driver_tag.parse(tag)
     problem = None
     try:
         digest = opts.target.digest(spec.tag)
@@ -86,7 +87,7 @@ def plan_one(tag: str, opts: Options) -> TagPlan:
     return _plan_missing(spec, digest, problem, opts)
 
 
-def _plan_missing(spec: tagspec.TagSpec, digest: str | None, problem: PresentProblem | None,
+def _plan_missing(spec: driver_tag.TagSpec, digest: str | None, problem: PresentProblem | None,
                   opts: Options) -> TagPlan:
     """A tag the ledger lacks (or holds wrong, to replace): mirrored when the upstream publishes it, else built."""
     if opts.upstream is not None and _upstream_has(opts.upstream, spec.tag):
@@ -112,7 +113,7 @@ def _upstream_has(upstream: RegistryClient, tag: str) -> bool:
         raise UpstreamUnreachable(err.message, tag) from None
 
 
-def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:
+def worth_fetching_ahead(spec: driver_tag.TagSpec, opts: Options) -> bool:
     """A build that will read Debian's archive and may take the registry's shared modules and user space: a Debian
     tag missing from the ledger, with no cached modules (ensure.ahead fetches them while the archive is read)."""
     return (not opts.dry_run and opts.share_pull and opts.modules_from is None and opts.upstream is None
@@ -120,7 +121,7 @@ def worth_fetching_ahead(spec: tagspec.TagSpec, opts: Options) -> bool:
             and opts.target.digest(spec.tag) is None and not compiled_before(spec, opts))
 
 
-def present_problem(spec: tagspec.TagSpec, opts: Options) -> PresentProblem | None:
+def present_problem(spec: driver_tag.TagSpec, opts: Options) -> PresentProblem | None:
     """Why the image in the ledger under the tag is not what ensure would make, or None: its labels (always), its
     modules against the tag's kernel (check_present), and with a signing key, whether it is signed by that key's
     certificate (a Secure Boot node refuses anything else). The judgement check and the walk make."""
@@ -185,7 +186,7 @@ def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None
     return outcome_of(spec.tag, action, reference, events)
 
 
-def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit) -> None:
+def _mirror(spec: driver_tag.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit) -> None:
     """Copy the upstream's image by its digest; the ledger must answer that digest after."""
     assert opts.upstream is not None
     t0 = time.monotonic()
@@ -203,7 +204,7 @@ def _mirror(spec: tagspec.TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit
     say(spec.tag, f"mirrored: {digest}")
 
 
-def _vouch_for_upstream(spec: tagspec.TagSpec, digest: str, opts: Options, say: Say, kit: Kit) -> None:
+def _vouch_for_upstream(spec: driver_tag.TagSpec, digest: str, opts: Options, say: Say, kit: Kit) -> None:
     """What is mirrored gets the team's signature, so it passes the judgement a build passes first: the upstream's
     own signature over the digest where its keys are given, then its labels and modules against the tag's kernel.
     Refused: nothing is copied."""

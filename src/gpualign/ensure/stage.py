@@ -18,8 +18,9 @@ from gpualign.base.errors import GpualignError, Refused
 from gpualign.ensure import image, userspace
 from gpualign.ensure.outcome import ModuleOrigin
 from gpualign.ensure.signatures import configured_key
-from gpualign.judging import kmod, symvers, tagspec
+from gpualign.judging import kmod, symvers
 from gpualign.judging.verify import verify
+from gpualign.model import driver_tag
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
     from gpualign.ensure import sign
@@ -87,7 +88,7 @@ def tag_lock(tag: str) -> AbstractContextManager[None]:
     return file_lock(f"{tag}.lock")
 
 
-def verify_modules(modules: list[Path], spec: tagspec.TagSpec, driver_version: str, archive: Archive,
+def verify_modules(modules: list[Path], spec: driver_tag.TagSpec, driver_version: str, archive: Archive,
                    signing: sign.SigningKey | None = None) -> Verification:
     """The kernel's load checks against the tag's kernel (its Module.symvers from the archive); with a signing key,
     also the signature check of a Secure Boot kernel that holds that key's certificate."""

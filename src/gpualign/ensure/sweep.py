@@ -28,9 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.judging.tagspec import try_parse
 from gpualign.model import debian_kernels
 from gpualign.model.cosign import attached_to
+from gpualign.model.driver_tag import try_parse
 from gpualign.model.kernels import label_of, release_of
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
@@ -144,4 +144,5 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
                 out.append(tag)
         attachments.extend((name, tag) for tag, subject in sorted(attached.items())
                            if subject not in kept_digests and everything[tag] not in kept_digests)
-    return Unused(tuple(images), tuple(modules), tuple(shared), tuple(unknown), tuple(kept_for), tuple(attachments))
+    return Unused(images=tuple(images), modules=tuple(modules), shared_digest=tuple(shared), unknown=tuple(unknown),
+                  kept=tuple(kept_for), attachments=tuple(attachments))

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from gpualign.archive.apt import Archive
 from gpualign.base.errors import BadInput, GpualignError
-from gpualign.judging import kmod, symvers, tagspec
+from gpualign.judging import kmod, symvers
 from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
+from gpualign.model import driver_tag
 from gpualign.model.kernels import label_of, release_of
 from gpualign.model.makers import kernel_arch
 
@@ -37,7 +38,7 @@ def checkable(kernel: str | None) -> bool:
 def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     """Why the image under `tag` is wrong by its own labels, or None."""
     try:
-        spec = tagspec.parse(tag)
+        spec = driver_tag.parse(tag)
     except BadInput:
         return None  # not a precompiled tag: nothing kernel-specific to compare
     kernel = labels.get("io.gpualign.kernel")

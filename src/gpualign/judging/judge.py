@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Any
 from gpualign.base.errors import GpualignError
 from gpualign.judging.inspect import by_labels, checkable, modules_verdict
 from gpualign.judging.signature_check import verify
-from gpualign.judging.tagspec import try_parse
 from gpualign.ledger.registry import connect
+from gpualign.model.driver_tag import try_parse
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.flavours import mismatch as flavour_mismatch
+from gpualign.model.image_ref import ImageRef, tag_of
 from gpualign.model.kernels import release_of
 from gpualign.model.ledger import Unsigned
 from gpualign.model.platforms import platform_problem
@@ -54,7 +55,7 @@ class Judgement:
         if module_type is None or image not in self.flavours:
             return None
 
-        spec = try_parse(image.rpartition(":")[2])
+        spec = try_parse(tag_of(image))
         return flavour_mismatch(self.flavours[image], module_type, spec.branch if spec else None)
 
 
@@ -64,8 +65,8 @@ NO_LABELS = ("its config carries no labels (neither gpualign's io.gpualign.kerne
 
 
 def _split(image: str) -> tuple[str, str]:
-    repo, _, tag = image.rpartition(":")
-    return repo, tag
+    ref = ImageRef.parse(image)
+    return ref.name, ref.tag
 
 
 Read = tuple[dict[str, Any], tuple[str, ...]]  # an image's config and the CPU architectures it holds

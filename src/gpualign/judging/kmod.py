@@ -131,7 +131,8 @@ def _parse(name: str, stream: BinaryIO, signature: Signature | None, size: int) 
     except ELFError as err:
         raise BadInput(f"{name}: not a readable ELF kernel module: {err}") from None
     machine = str(elf.header["e_machine"])
-    return Module(name, info, imports, exports, signature, size, ELF_ARCH.get(machine, machine))
+    return Module(name=name, info=info, imports=imports, exports=exports, signature=signature, size=size,
+                  arch=ELF_ARCH.get(machine, machine))
 
 
 def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
@@ -156,4 +157,5 @@ def _split_signature(data: bytes) -> tuple[bytes, Signature | None]:
         digest = modsig.content_digest(signed_by.digest_algorithm, payload)
     except modsig.Malformed as err:
         return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7, malformed=str(err))
-    return payload, Signature(id_type, signer_len, key_id_len, sig_len, pkcs7, signed_by, digest)
+    return payload, Signature(id_type=id_type, signer_len=signer_len, key_id_len=key_id_len, length=sig_len,
+                              pkcs7=pkcs7, signed_by=signed_by, content_digest=digest)

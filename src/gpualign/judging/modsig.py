@@ -89,8 +89,9 @@ def parse(pkcs7: bytes) -> SignedBy:
             for attr in attrs:
                 if attr["type"].native == "message_digest":
                     message_digest = bytes(attr["values"][0].native)
-        return SignedBy(issuer, issuer_der, issuer_cn, serial, skid, algorithm, bytes(signer["signature"].native),
-                        signed_attrs, message_digest)
+        return SignedBy(issuer=issuer, issuer_der=issuer_der, issuer_cn=issuer_cn, serial=serial, skid=skid,
+                        digest_algorithm=algorithm, signature=bytes(signer["signature"].native),
+                        signed_attrs=signed_attrs, message_digest=message_digest)
     except Malformed:
         raise
     except (ValueError, TypeError, KeyError, IndexError) as err:

@@ -113,7 +113,7 @@ def configured_trusted() -> tuple[TrustedKey, ...]:
 
 
 def _trusted_from(value: str) -> tuple[TrustedKey, ...]:
-    return load_trusted([p for p in value.split(":") if p])
+    return load_trusted([p for p in value.split(os.pathsep) if p])
 
 
 def unsigned(client: RegistryClient, reference: str, repo: str) -> str | None:

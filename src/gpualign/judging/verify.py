@@ -131,7 +131,8 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
             elif sym not in among:
                 mismatched.append(sym)
                 problems.append(f"{short}: Unknown symbol {sym} (kernel {kernel} does not export it)")
-        results.append(ModuleResult(m.name, checked, tuple(mismatched), tuple(problems),
-                                    sig.signer if sig else None, sig.key_id if sig else None,
-                                    sig.ok if sig else None))
+        results.append(ModuleResult(module=m.name, symbols_checked=checked, mismatched=tuple(mismatched),
+                                    problems=tuple(problems),
+                                    signer=sig.signer if sig else None, key_id=sig.key_id if sig else None,
+                                    signature_ok=sig.ok if sig else None))
     return Verification(kernel, driver_version, tuple(results), trusted is not None)

@@ -15,6 +15,7 @@ from gpualign.lab import cluster, operator, seed, versions
 from gpualign.lab.scenarios import DriverPool, NodeSpec, Scenario
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
+from gpualign.model.image_ref import tag_of
 
 Progress = Callable[[str], None]
 
@@ -85,7 +86,7 @@ def _same_branch(kube: Kube, daemonset: dict[str, Any], branch: str) -> None:
     if found is None:
         return
     image = found["spec"]["template"]["spec"]["containers"][0]["image"]
-    deployed = image.rsplit(":", 1)[-1].split("-", 1)[0]
+    deployed = tag_of(image).split("-", 1)[0]
     if deployed != branch:
         raise BranchConflict(meta["name"], deployed)
 

@@ -46,6 +46,7 @@ from gpualign.lab.seed import driver_labels
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient, config_env
 from gpualign.model.flavours import init_refusal
+from gpualign.model.image_ref import ImageRef
 from gpualign.model.kernels import Kernel
 
 SELECTOR = f"{L.DRIVER_COMPONENT}={L.DRIVER_COMPONENT_VALUE}"
@@ -88,9 +89,8 @@ def load_delay(pod: dict[str, Any]) -> float:
 
 def split_image(image: str) -> tuple[str, str, str]:
     """host/repo:tag → (host, repo, tag). An image without a registry host is 'docker.io'."""
-    name, _, tag = image.rpartition(":")
-    if not name or "/" in tag:
-        name, tag = image, "latest"
+    ref = ImageRef.parse(image)
+    name, tag = ref.name, ref.tag or "latest"
     host, _, repo = name.partition("/")
     if "." not in host and ":" not in host and host != "localhost":
         host, repo = "docker.io", name

@@ -7,6 +7,7 @@ The image lives in buildah's storage under the cache (scripts/build_image.py bui
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpualign import __version__
 from gpualign.base.errors import LabError
@@ -46,7 +47,8 @@ def chart_values(apiserver: str, registry: str, port: int) -> dict[str, Any]:
       is the lab machine itself);
     - no build ahead from Debian's archive: the lab's Debian nodes would each have their line's next kernel
       compiled; a test that shows it serves an archive of its own and turns it on."""
-    host, _, api_port = apiserver.removeprefix("https://").rpartition(":")
+    address = urlsplit(apiserver if "://" in apiserver else f"https://{apiserver}")
+    host, api_port = address.hostname or "", str(address.port or 443)
     return {
         "image": {"repository": f"{registry}/{REPOSITORY}", "tag": __version__},
         "hostNetwork": True, "apiServer": {"host": host, "port": api_port},

@@ -23,6 +23,7 @@ from pathlib import Path
 from gpualign.base.cache import cache_root
 from gpualign.base.errors import LabError
 from gpualign.model import oci
+from gpualign.model.image_ref import digest_hex, tag_of
 
 IMAGE = "gpualign.local/lab/pause:1"
 
@@ -100,9 +101,9 @@ def _oci_archive(program: bytes) -> bytes:
         "schemaVersion": 2, "mediaType": oci.OCI_INDEX,
         "manifests": [{"mediaType": oci.OCI_MANIFEST, **manifest_desc,
                        "annotations": {"io.containerd.image.name": IMAGE,
-                                       "org.opencontainers.image.ref.name": IMAGE.rsplit(":", 1)[1]}}],
+                                       "org.opencontainers.image.ref.name": tag_of(IMAGE)}}],
     }, sort_keys=True).encode()
     files = {"oci-layout": (b'{"imageLayoutVersion":"1.0.0"}', 0o644), "index.json": (index, 0o644)}
     for digest, content in ((layer_digest, layer), (config_digest, config), (manifest_digest, manifest)):
-        files[f"blobs/sha256/{digest.split(':', 1)[1]}"] = (content, 0o644)
+        files[f"blobs/sha256/{digest_hex(digest)}"] = (content, 0o644)
     return _tar(files)

@@ -8,12 +8,12 @@ from typing import Any
 
 from gpualign.base import labels as L
 from gpualign.base.errors import LabError
-from gpualign.judging.tagspec import try_parse
 from gpualign.kube.client import Kube
 from gpualign.lab.scenarios import NodeSpec, Scenario
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
 from gpualign.loaders.rules import load_rules
+from gpualign.model.driver_tag import try_parse
 from gpualign.model.kernels import label_of, release_of
 from gpualign.model.tags import os_tag, sanitize_kernel
 from gpualign.model.version import DriverVersion

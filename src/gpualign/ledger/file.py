@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from gpualign.base.errors import BadInput
+from gpualign.model.image_ref import ImageRef
 
 
 def split_ref(ref: str) -> tuple[str | None, str]:
@@ -16,18 +17,12 @@ def split_ref(ref: str) -> tuple[str | None, str]:
     ref = ref.strip()
     if "@" in ref:
         raise ValueError("a digest reference names no tag")
-    repo, _, last = ref.rpartition("/")
-    if ":" in last:
-        name, tag = last.split(":", 1)
-        return (f"{repo}/{name}" if repo else name), tag
+    parsed = ImageRef.parse(ref)
+    if parsed.tag:
+        return parsed.name, parsed.tag
     if "/" in ref:
         raise ValueError("an image reference without a tag")
     return None, ref
-
-
-def tag_of(ref: str) -> str:
-    """'nvcr.io/nvidia/driver:580-…' or '580-…' → '580-…'."""
-    return split_ref(ref)[1]
 
 
 def _entries_from_list(path: Path, items: object) -> list[str]:

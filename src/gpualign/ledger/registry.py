@@ -25,6 +25,7 @@ from gpualign.base.transport import FailureKind, TransportFailure
 from gpualign.ledger.exchange import Exchanges, Headers, Reply
 from gpualign.ledger.references import RegistryRef, parse_ref
 from gpualign.model import oci
+from gpualign.model.image_ref import sha256_hex
 
 if TYPE_CHECKING:
     import httpx2
@@ -289,8 +290,8 @@ class RegistryClient:
         """The manifest stored under `digest`, refused (BlobMismatch) unless its bytes hash to it: what was judged
         by its digest (a signature over it) is what is read, whatever the tag points at by now."""
         repo = repo or self.ref.repo
-        algorithm, _, want = digest.partition(":")
-        if algorithm != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", want):
+        want = sha256_hex(digest)
+        if want is None:
             raise Unreachable(f"registry {self.ref.host}: manifest digest {digest[:30]!r} is not sha256")
         resp = self._manifest_request("GET", digest, repo)
         if resp is None:
@@ -335,8 +336,8 @@ class RegistryClient:
         SHA-256 is `digest` (a registry serves what its storage holds: a blob changed there is caught here). The
         file is written beside `into` and renamed only once checked."""
         repo = repo or self.ref.repo
-        algorithm, _, want = digest.partition(":")
-        if algorithm != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", want):
+        want = sha256_hex(digest)
+        if want is None:
             raise Unreachable(f"registry {self.ref.host}: blob digest {digest[:30]!r} is not sha256")
         url = f"{self.ref.base}/v2/{repo}/blobs/{digest}"
         scope = f"repository:{repo}:pull"

@@ -319,7 +319,8 @@ def _derive(facts: NodeFacts, exp: Expectation, given: AuditInput
     it: once per distinct triple."""
     rules = given.rules
     if exp.problem:
-        req = RequiredImage(facts.name, None, None, facts.kernel, exp.branch, False, exp.problem)
+        req = RequiredImage(node=facts.name, tag=None, os_tag=None, kernel=facts.kernel, branch=exp.branch,
+                            published=False, reason=exp.problem)
     else:
         req = required_image(facts, exp.branch, rules, precompiled=exp.precompiled, driver_version=exp.driver_version)
     image = f"{exp.repository}:{req.tag}" if req.tag and exp.repository else None

@@ -66,5 +66,6 @@ def parse(release: str) -> DebianKernel | None:
         # a re-upload of one upstream release (6.12.74+deb13+1, package 6.12.74-2) follows its first upload
         abi = (int(upstream.split(".")[2]) if upstream.count(".") == 2 else 0, int(m.group("point") or 0),
                int(m.group("again") or 0))
-    return DebianKernel(release, series, built_for, m.group("variant") or "", arch, m.group("pages") or "",
-                        m.group("mark") == "bpo", abi)
+    return DebianKernel(release=release, series=series, built_for=built_for, variant=m.group("variant") or "",
+                        arch=arch, pages=m.group("pages") or "",
+                        backports=m.group("mark") == "bpo", abi=abi)

@@ -70,11 +70,11 @@ def devices_by_node(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[GpuDe
             attributes = device.get("attributes") or {}
             kind = _attribute(attributes, "type")
             out.setdefault(node, []).append(GpuDevice(
-                node, str(device.get("name") or "?"), str(kind or "gpu"),
-                _driver(_attribute(attributes, "driverVersion")),
-                str(c) if (c := _attribute(attributes, "cudaDriverVersion")) is not None else None,
-                str(p) if (p := _attribute(attributes, "productName")) is not None else None,
-                pool_name, _taints(device.get("taints"))))
+                node=node, name=str(device.get("name") or "?"), type=str(kind or "gpu"),
+                driver=_driver(_attribute(attributes, "driverVersion")),
+                cuda=str(c) if (c := _attribute(attributes, "cudaDriverVersion")) is not None else None,
+                product=str(p) if (p := _attribute(attributes, "productName")) is not None else None,
+                pool=pool_name, taints=_taints(device.get("taints"))))
     return out
 
 

@@ -19,7 +19,7 @@ from gpualign.model.flavours import resolve as resolve_flavour
 from gpualign.model.kernels import debian_release, label_of, release_of
 from gpualign.model.ledger import Ledger
 from gpualign.model.makers import DebianTable, Maker, Making, who_makes
-from gpualign.model.tags import Rules, kernel_flavour, required_image
+from gpualign.model.tags import RequiredImage, Rules, kernel_flavour, required_image
 
 
 @dataclass(frozen=True)
@@ -184,8 +184,7 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
     wrong = wrong or {}
     groups: dict[str, list[str]] = {}
     archs: dict[str, set[str]] = {}
-    info: dict[str, tuple[str, str, str, bool, str]] = {}
-    advice: dict[str, str] = {}
+    info: dict[str, RequiredImage] = {}  # tag -> what a node that needs it requires (the last one read)
     flavours: dict[str, str] = {}
     unknown: list[tuple[str, str]] = []
     why_unknown = dict(change.unknown)
@@ -222,10 +221,12 @@ def images_needed(nodes: Iterable[NodeFacts], change: Change, ledger: Ledger, ru
         archs.setdefault(req.tag, set()).add(facts.arch)
         module_type = change.module_type or branches.module_type_of(rule)
         flavours.setdefault(req.tag, resolve_flavour(module_type, req.branch))
-        info[req.tag] = (req.branch or "", req.kernel or "", req.os_tag or "", req.published, req.reason)
-        advice[req.tag] = req.advice
-    needed = tuple(Needed(tag, *info[tag][:3], info[tag][3], ledger.has(tag) and tag not in wrong, tuple(names),
-                          info[tag][4], wrong.get(tag) if ledger.has(tag) else None, tuple(sorted(archs[tag])),
-                          flavours[tag], rules.debian, advice[tag])
+        info[req.tag] = req
+    needed = tuple(Needed(tag=tag, branch=info[tag].branch or "", kernel=info[tag].kernel or "",
+                          os_tag=info[tag].os_tag or "", published=info[tag].published,
+                          in_ledger=ledger.has(tag) and tag not in wrong, nodes=tuple(names),
+                          reason=info[tag].reason, wrong=wrong.get(tag) if ledger.has(tag) else None,
+                          archs=tuple(sorted(archs[tag])), modules=flavours[tag], debian=rules.debian,
+                          advice=info[tag].advice)
                    for tag, names in sorted(groups.items()))
     return NeededImages(needed, tuple(unknown))

@@ -212,8 +212,10 @@ def from_cluster_policy(obj: Mapping[str, Any]) -> tuple[DriverSource, bool]:
     precompiled = driver.get("usePrecompiled") is True
     source = _image_parts(origin, driver, precompiled, "spec.driver.")
     module_type, problem = _module_type(origin, driver, "spec.driver.")
-    return DriverSource(source.origin, source.precompiled, source.repository, source.version, {}, source.digest,
-                        source.problem or problem, None, one_os_tag=True, module_type=module_type), \
+    return DriverSource(origin=source.origin, precompiled=source.precompiled, repository=source.repository,
+                        version=source.version, node_selector={}, digest=source.digest,
+                        problem=source.problem or problem, host_managed=None, one_os_tag=True,
+                        module_type=module_type), \
         driver.get("useNvidiaDriverCRD") is True
 
 
@@ -246,8 +248,10 @@ def from_nvidia_driver(obj: Mapping[str, Any]) -> DriverSource:
             default=default, upgrade_policy=policy)
     source = _image_parts(origin, spec, spec.get("usePrecompiled") is True, "spec.")
     module_type, problem = _module_type(origin, spec, "spec.")
-    return DriverSource(source.origin, source.precompiled, source.repository, source.version, selector,
-                        source.digest, source.problem or problem, module_type=module_type, default=default,
+    return DriverSource(origin=source.origin, precompiled=source.precompiled, repository=source.repository,
+                        version=source.version, node_selector=selector,
+                        digest=source.digest, problem=source.problem or problem, module_type=module_type,
+                        default=default,
                         upgrade_policy=policy)
 
 

@@ -105,7 +105,7 @@ _SAID = {BootSource.LABEL: "its gpualign.io/kernel.next", BootSource.ARCHIVE: "D
 def reboot_verdict(node: str, boot: NextBoot, image: ImageVerdict) -> RebootVerdict:
     """Ready only when the image of the kernel the node boots next is in the ledger and judged right."""
     def held(hold: Hold, why: str) -> RebootVerdict:
-        return RebootVerdict(node, boot.kernel, boot.source, image.tag, hold, why)
+        return RebootVerdict(node=node, kernel=boot.kernel, source=boot.source, tag=image.tag, hold=hold, why=why)
 
     if boot.kernel is None:
         return held(Hold.UNJUDGED, boot.unknown or "the kernel it boots next is not known")
@@ -124,8 +124,8 @@ def reboot_verdict(node: str, boot: NextBoot, image: ImageVerdict) -> RebootVerd
         if kind is Hold.UNJUDGED:
             return held(kind, f"{image.tag} is in the ledger but was never judged ({image.wrong})")
         return held(kind, f"{image.tag} is in the ledger but wrong ({image.wrong})")
-    return RebootVerdict(node, boot.kernel, boot.source, image.tag, None,
-                         f"{image.tag} is in the ledger and judged right")
+    return RebootVerdict(node=node, kernel=boot.kernel, source=boot.source, tag=image.tag, hold=None,
+                         why=f"{image.tag} is in the ledger and judged right")
 
 
 def _wrong_kind(why: str) -> Hold:

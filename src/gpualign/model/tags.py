@@ -155,34 +155,44 @@ def required_image(facts: NodeFacts, branch: str | None, rules: Rules, *, precom
     """Total: any facts give a RequiredImage; problems become the reason, never an exception."""
     ostag = os_tag(facts.os_id, facts.os_version, rules) if facts.os_id and facts.os_version else None
     if facts.problems:
-        return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False, "; ".join(facts.problems))
+        return RequiredImage(node=facts.name, tag=None, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                             published=False, reason="; ".join(facts.problems))
     if not branch:
-        return RequiredImage(facts.name, None, ostag, facts.kernel, None, False,
-                             "no driver branch: pass --driver-branch or a --branch-policy that selects this node")
+        return RequiredImage(node=facts.name, tag=None, os_tag=ostag, kernel=facts.kernel, branch=None,
+                             published=False, reason="no driver branch: pass --driver-branch or a --branch-policy "
+                                                     "that selects this node")
     assert ostag is not None and facts.kernel is not None
     if precompiled:
         tag = f"{branch}-{facts.kernel}-{ostag}"
         flavour = kernel_flavour(facts.kernel)
         series = ".".join(facts.kernel.split(".")[:2])
         if ostag not in rules.kernels:  # the OS first: NVIDIA publishes nothing precompiled for it at all
-            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"NVIDIA publishes no precompiled images for {ostag}", ": build it in-house")
+            return RequiredImage(node=facts.name, tag=tag, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                                 published=False,
+                                 reason=f"NVIDIA publishes no precompiled images for {ostag}",
+                                 advice=": build it in-house")
         if flavour is None or flavour not in rules.flavours:
             why = f"kernel flavour {flavour!r} is" if flavour else "this kernel's flavour is"
-            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"{why} not published precompiled by NVIDIA", ": build it in-house")
+            return RequiredImage(node=facts.name, tag=tag, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                                 published=False,
+                                 reason=f"{why} not published precompiled by NVIDIA", advice=": build it in-house")
         if series not in rules.kernels[ostag]:
-            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"kernel series {series} is not in NVIDIA's {ostag} matrix", ": build it in-house")
+            return RequiredImage(node=facts.name, tag=tag, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                                 published=False,
+                                 reason=f"kernel series {series} is not in NVIDIA's {ostag} matrix",
+                                 advice=": build it in-house")
         if branch not in rules.published_branches:
-            return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, False,
-                                 f"branch {branch} is not published precompiled", ": build it in-house")
-        return RequiredImage(facts.name, tag, ostag, facts.kernel, branch, True,
-                             f"NVIDIA publishes {ostag} kernel series {series}, branch {branch} precompiled "
-                             f"({rules.describe()})", ": mirror it, after checking the tag on NGC")
+            return RequiredImage(node=facts.name, tag=tag, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                                 published=False,
+                                 reason=f"branch {branch} is not published precompiled", advice=": build it in-house")
+        return RequiredImage(node=facts.name, tag=tag, os_tag=ostag, kernel=facts.kernel, branch=branch, published=True,
+                             reason=f"NVIDIA publishes {ostag} kernel series {series}, branch {branch} precompiled "
+                             f"({rules.describe()})", advice=": mirror it, after checking the tag on NGC")
     version = driver_version or rules.branches.get(branch)
     if not version:
-        return RequiredImage(facts.name, None, ostag, facts.kernel, branch, False,
-                             f"no full driver version known for branch {branch}: pass --driver-version")
-    return RequiredImage(facts.name, f"{version}-{ostag}", ostag, facts.kernel, branch, True,
-                         "regular (non-precompiled) driver image")
+        return RequiredImage(node=facts.name, tag=None, os_tag=ostag, kernel=facts.kernel, branch=branch,
+                             published=False,
+                             reason=f"no full driver version known for branch {branch}: pass --driver-version")
+    return RequiredImage(node=facts.name, tag=f"{version}-{ostag}", os_tag=ostag, kernel=facts.kernel, branch=branch,
+                         published=True,
+                         reason="regular (non-precompiled) driver image")

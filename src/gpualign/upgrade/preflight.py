@@ -94,5 +94,5 @@ def preflight(kube: Kube, snap: Snapshot, policy: UpgradePolicy) -> Preflight:
         if guarded:
             budget = Budget.from_pdb(pdb)
             verdicts.append(PdbVerdict(P.name(pdb), P.pdb_numbers(pdb), budget.allowed, guarded, budget.never_allows))
-    return Preflight(tuple(todo), tuple(done), missing, tuple(verdicts),
-                     {n: [P.name(p) for p in ps] for n, ps in sorted(victims.items())}, unmovable)
+    return Preflight(upgrades=tuple(todo), already_done=tuple(done), missing_images=missing, pdbs=tuple(verdicts),
+                     gpu_pods={n: [P.name(p) for p in ps] for n, ps in sorted(victims.items())}, unmovable=unmovable)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from gpualign.base.errors import ApiError, Unreachable
 from gpualign.kube.client import Kube
 from gpualign.ledger.sources import Ledger
+from gpualign.model.image_ref import repository_of
 from gpualign.model.tags import Rules
 from gpualign.upgrade import snapshot as snap_mod
 from gpualign.upgrade import states as S
@@ -66,7 +67,7 @@ def ensure_images(kube: Kube, snap: Snapshot, report: Callable[[str, str], None]
         tag = targets.pop()
         if pool.tag == tag:
             continue
-        repo = pool.image.rsplit(":", 1)[0] if ":" in pool.image.rsplit("/", 1)[-1] else pool.image
+        repo = repository_of(pool.image)
         template = pool.obj["spec"]["template"]["spec"]
         containers = [{"name": c["name"], "image": f"{repo}:{tag}"} for c in template["containers"][:1]]
         kube.patch(f"/apis/apps/v1/namespaces/{pool.namespace}/daemonsets/{pool.name}",

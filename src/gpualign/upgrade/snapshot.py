@@ -23,6 +23,7 @@ from gpualign.ledger.sources import Ledger
 from gpualign.model import selectors
 from gpualign.model.driver_config import restart_only
 from gpualign.model.facts import NodeFacts, node_facts, with_dra_driver
+from gpualign.model.image_ref import tag_of
 from gpualign.model.tags import Rules, required_image
 from gpualign.upgrade import device_taint
 from gpualign.upgrade import states as S
@@ -35,8 +36,7 @@ HASH_LABEL = "controller-revision-hash"
 
 
 def image_tag(image: str) -> str:
-    last = image.rsplit("/", 1)[-1]
-    return last.split(":", 1)[1] if ":" in last else ""
+    return tag_of(image)
 
 
 @dataclass
@@ -257,7 +257,8 @@ def take(kube: Kube, selector: str | None, *, ledger: Ledger | None, rules: Rule
         pools_of = {d.pool for d in devices.by_node.get(facts.name, ()) if d.pool}
         device_pool = next(iter(pools_of)) if taints_devices and len(pools_of) == 1 else None
         tainted = tuple(f"{d.name} {t}" for d in devices.by_node.get(facts.name, ()) for t in d.taints)
-        states[facts.name] = NodeState(node, facts, pod, pool, target, view, device_pool, tainted)
+        states[facts.name] = NodeState(node=node, facts=facts, pod=pod, pool=pool, target_tag=target, view=view,
+                                       device_pool=device_pool, gpu_taints=tainted)
     snap = Snapshot(states, pools)
     if budgets and waiting_to_start(snap):
         read_budgets(kube, snap)

@@ -123,8 +123,9 @@ def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, n
             for facts in members:
                 out.unknown[facts.name] = (f"no metapackage of {suite}, {suite}-updates or {suite}-security "
                                            f"follows kernel {facts.kernel}'s line (a backports kernel?)")
-        out.pools.append(PoolNext(os_tag, line[0], line[1], arch, line[3], tuple(sorted(f.name for f in members)),
-                                  tuple(sorted({f.kernel or "" for f in members})), nxt, since))
+        out.pools.append(PoolNext(os_tag=os_tag, series=line[0], variant=line[1], arch=arch, pages=line[3],
+                                  nodes=tuple(sorted(f.name for f in members)),
+                                  running=tuple(sorted({f.kernel or "" for f in members})), next=nxt, since=since))
     _keep(seen, firsts)
     return out
 

@@ -274,7 +274,8 @@ class Decider:
                 warnings.append(f"ClusterPolicy mode names every kernel's image with ONE OS tag, taken from whichever "
                                 f"GPU node the operator lists first; this fleet has {', '.join(ostags)}: nodes of the "
                                 "others get images built for another OS (use one NVIDIADriver per OS pool)")
-        return Checked(result, config, rule_set, tuple(ledger.sources), notes, warnings, dicts)
+        return Checked(audit=result, config=config, rules=rule_set, ledger_sources=tuple(ledger.sources), notes=notes,
+                       warnings=warnings, node_dicts=dicts)
 
 
 def off_platform(result: Audit, platforms: dict[str, tuple[str, ...]]) -> bool:

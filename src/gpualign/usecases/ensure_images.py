@@ -20,11 +20,11 @@ from gpualign.ensure.lease import Leases
 from gpualign.ensure.outcome import Outcome, TagAction
 from gpualign.ensure.sign import SigningKey, from_secret
 from gpualign.judging.judge import OFF, STRICT
-from gpualign.judging.tagspec import TagSpec
 from gpualign.kube.client import Kube
 from gpualign.ledger.references import BadReference
 from gpualign.ledger.registry import RegistryClient, connect
 from gpualign.loaders.rules import load_rules
+from gpualign.model.driver_tag import TagSpec
 from gpualign.model.expect import DEFAULT_REPOSITORY
 from gpualign.model.makers import SUITES, debian_suite, kernel_arch
 from gpualign.model.tags import Rules, published

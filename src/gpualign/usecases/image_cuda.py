@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpualign.base.errors import BadInput
 from gpualign.ledger.registry import config_env, connect
+from gpualign.model.image_ref import ImageRef
 
 
 class ImageUnusable(BadInput):
@@ -25,8 +26,9 @@ class NoCudaVersion(ImageUnusable):
 def cuda_of_image(ref: str, docker_config: Path | None = None) -> str:
     """HOST/REPO:TAG (registry:// or oci:// optional) -> its config's CUDA_VERSION."""
     text = ref.removeprefix("registry://").removeprefix("oci://")
-    name, sep, tag = text.rpartition(":")
-    if not sep or "/" in tag or "/" not in name:
+    parsed = ImageRef.parse(text)
+    name, tag = parsed.name, parsed.tag
+    if not tag or parsed.digest or "/" not in name:
         raise ImageUnusable(repr(ref), "expected HOST/REPO:TAG")
     with connect(f"registry://{name}", docker_config=docker_config) as client:
         config = client.image_config(tag)

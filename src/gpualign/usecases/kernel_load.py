@@ -9,6 +9,7 @@ from pathlib import Path
 from gpualign.base.errors import BadInput
 from gpualign.judging.kernel_console import KernelVerdict, Load
 from gpualign.ledger.registry import connect
+from gpualign.model.image_ref import ImageRef
 
 
 class NotAnImage(BadInput):
@@ -30,17 +31,18 @@ def load_image(ref: str, kernel: str | None = None, docker_config: Path | None =
                timeout: float = 240.0, trust: tuple[bytes, ...] = ()) -> KernelVerdict:
     """HOST/REPO:TAG (registry:// optional) -> the kernel's verdict on its modules (under Secure Boot trusting
     `trust`'s certificates, when given)."""
-    from gpualign.judging import tagspec
     from gpualign.judging.inspect import modules_of
     from gpualign.judging.kernel_boot import boot_and_load, kernels_cache
+    from gpualign.model import driver_tag
     from gpualign.model.kernels import release_of
     from gpualign.model.makers import kernel_arch
 
     text = ref.removeprefix("registry://").removeprefix("oci://")
-    name, sep, tag = text.rpartition(":")
-    if not sep or "/" in tag or "/" not in name:
+    parsed = ImageRef.parse(text)
+    name, tag = parsed.name, parsed.tag
+    if not tag or parsed.digest or "/" not in name:
         raise NotAnImage(repr(ref), "expected HOST/REPO:TAG")
-    spec = tagspec.try_parse(tag)
+    spec = driver_tag.try_parse(tag)
     if kernel is None and spec is None:
         raise NoKernelNamed(ref)
     release = release_of(kernel) if kernel else spec.kernel if spec else ""

@@ -81,8 +81,9 @@ def sweep(ledger: str, contexts: Sequence[str | None], *, kubeconfig: str | None
                         raise
                     done.append(f"{repo}:{tag}")
                     progress(f"deleted {client.ref.host}/{repo}:{tag} ({digest})")
-        return Sweep(ledger, client.ref.host, client.ref.repo, modules_repo, tuple(read), tuple(sorted(kernels)),
-                     dict(sorted(offered.items())), found)
+        return Sweep(ledger=ledger, host=client.ref.host, images_repo=client.ref.repo, modules_repo=modules_repo,
+                     clusters=tuple(read), kernels=tuple(sorted(kernels)),
+                     offered=dict(sorted(offered.items())), found=found)
 
 
 def offered_next(fleet: list[NodeFacts], warn: Say) -> dict[str, str]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from gpualign.ledger import sources
 from gpualign.ledger.sources import is_registry
 from gpualign.model.expect import DEFAULT_REPOSITORY
+from gpualign.model.image_ref import tag_of
 from gpualign.usecases.nodes import Say, quiet
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ def load_ledger(sources_given: list[str], docker_config: Path | None, *, missing
     ledger = sources.load(sources_given, docker_config=docker_config, missing_ok=missing_ok)
     count = len(ledger.fingerprint)
     say(f"ledger: {count:,} tags from {', '.join('<stdin>' if s == '-' else s for s in sources_given)}")
-    odd = sorted(t for t in ledger.fingerprint if not _DRIVER_TAG.match(t.rsplit(":", 1)[-1]))
+    odd = sorted(t for t in ledger.fingerprint if not _DRIVER_TAG.match(tag_of(t) or t))
     if odd and len(odd) == count:
         warn(f"no entry of the ledger looks like a driver image tag (<branch>-<kernel>-<os-tag> or "
              f"<version>-<os-tag>), e.g. {odd[0]!r}: is it the right file?")

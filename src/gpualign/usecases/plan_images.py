@@ -15,6 +15,7 @@ from gpualign.ledger.sources import is_registry
 from gpualign.model import selectors
 from gpualign.model.branches import BranchPolicy, BranchRule
 from gpualign.model.facts import node_facts
+from gpualign.model.image_ref import tag_of
 from gpualign.model.ledger import Unverified
 from gpualign.model.needed_images import images_needed
 from gpualign.usecases.nodes import Say, quiet
@@ -129,9 +130,9 @@ def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_c
                   archs={f"{repo}:{n.tag}": n.archs for n in present})
     for w in found.warnings:
         warn(w)
-    wrong = {image.rpartition(":")[2]: why for image, why in found.wrong.items()}
+    wrong = {tag_of(image): why for image, why in found.wrong.items()}
     for image, unchecked in found.unverified.items():  # never checked is work to do, as check and the walk hold it
-        wrong.setdefault(image.rpartition(":")[2], Unverified(f"modules not verified: {unchecked}"))
+        wrong.setdefault(tag_of(image), Unverified(f"modules not verified: {unchecked}"))
     unread = "; ".join(found.warnings) or "its registry did not answer"
     for n in present:  # an image that lacks the architecture of a node that will need it is wrong for that node
         if f"{repo}:{n.tag}" not in found.platforms and n.tag not in wrong:  # its config was never read: no judgement

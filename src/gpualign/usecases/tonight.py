@@ -130,8 +130,9 @@ def judge(archive: Tonight | None, nodes: Sequence[NodeFacts], pods: Mapping[str
 
     booted = boots(nodes, archive, archive_error)
     available = ledger or Ledger(frozenset(), ())
-    setup = PlanSetup(change_of(booted), available, repository_for(None, list(available.sources)), rules,
-                      BranchPolicy(), docker_config)
+    setup = PlanSetup(change=change_of(booted), available=available,
+                      repository=repository_for(None, list(available.sources)), rules=rules,
+                      branches=BranchPolicy(), docker_config=docker_config)
     needed = judged_needs(nodes, pods, setup)
     judged = ledger is not None
     return Judged(verdicts(booted, needed, judged), pools(archive, needed, judged, builds) if archive else [], needed)

@@ -19,6 +19,7 @@ from gpualign.judging.judge import judge
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.ledger.sources import Ledger, is_registry
+from gpualign.model.image_ref import tag_of
 from gpualign.model.ledger import Refusal
 from gpualign.model.tags import Rules
 from gpualign.upgrade import snapshot
@@ -163,15 +164,15 @@ class UpgradeSession:
             for w in verdict.warnings:
                 self.warn(w)
             for image, symbols in sorted(verdict.verified.items()):
-                self.progress(f"preflight: {image.rpartition(':')[2]}: modules verified ({symbols} symbol CRCs)")
+                self.progress(f"preflight: {tag_of(image)}: modules verified ({symbols} symbol CRCs)")
             if verdict.verified:
                 self.progress(f"preflight: {len(verdict.verified)} image(s) verified in "
                               f"{time.monotonic() - started:.1f}s")
             for image, why in verdict.wrong.items():
-                tag = image.rpartition(":")[2]
+                tag = tag_of(image)
                 found.setdefault(tag, Refusal(tag, why))
             for image, why in verdict.unverified.items():
-                tag = image.rpartition(":")[2]
+                tag = tag_of(image)
                 found.setdefault(tag, Refusal(tag, why, unverified=True))
         return found
 

@@ -173,8 +173,9 @@ def decide(wanted: Iterable[Wanted], jobs: Iterable[BuildJob], *, cap: int, now:
             continue
         slots -= 1
         create.append((w, attempt))  # a Job of its own: the attempt before it stays, with its log
-    return Decision(tuple(create), tuple(queued), tuple(backing_off), tuple(held), tuple(running), tuple(blocked),
-                    _stale(jobs, by_tag, wanted_tags, now, keep_failed, keep_attempts))
+    return Decision(create=tuple(create), queued=tuple(queued), backing_off=tuple(backing_off), held=tuple(held),
+                    running=tuple(running), blocked=tuple(blocked),
+                    stale=_stale(jobs, by_tag, wanted_tags, now, keep_failed, keep_attempts))
 
 
 def _stale(jobs: list[BuildJob], newest: dict[str, BuildJob], wanted: set[str], now: float, keep: float,

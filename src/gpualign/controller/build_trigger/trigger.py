@@ -129,8 +129,9 @@ class BuildTrigger:
             del self.waiting_since[key]
         self.refused = {t: (a, why, tuple(sorted(n))) for t, (a, why, n) in refused.items()}
         self.present = present
-        return [B.Wanted(tag, actions[tag], tuple(sorted(nodes)), min(self.waiting_since[(n, tag)] for n in nodes),
-                         archs[tag], images[tag], flavours[tag], ahead=tag not in now_running)
+        return [B.Wanted(tag=tag, action=actions[tag], nodes=tuple(sorted(nodes)),
+                         since=min(self.waiting_since[(n, tag)] for n in nodes),
+                         arch=archs[tag], image=images[tag], flavour=flavours[tag], ahead=tag not in now_running)
                 for tag, nodes in by_tag.items()]
 
     # -- one pass ------------------------------------------------------------------------------------------------
