@@ -139,7 +139,7 @@ class Images:
 
 def kit(compiler: Compiler, images: Images, **more) -> Kit:
     return Kit(compiler=compiler, verifier=verifier, images=lambda *_a: images,
-               **{"kernel_load": accepted_by_the_kernel, **more})
+               **{"kernel_load": accepted_by_the_kernel, "kernel_prepare": lambda kernel: None, **more})
 
 
 def accepted_by_the_kernel(files: list[Path], kernel: str, trust: tuple[bytes, ...] = ()) -> KernelVerdict:
@@ -403,3 +403,15 @@ def test_an_outcome_is_what_its_events_say_last(record):
     said_shared = [e for e in record if isinstance(e, Shared)]
     assert out.shared == (said_shared[-1] if said_shared else None)
     assert json.dumps(out.as_dict())  # the report's record stays plain data
+
+
+def test_the_kernels_package_is_got_as_the_build_starts_when_the_kernel_will_be_booted():
+    """Beside the compile, not after it: a cold build Job waits for the kernel's package only where it must."""
+    asked: list[str] = []
+    out = run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+                         kit(Compiler(), Images(), kernel_prepare=asked.append))
+    assert out.done and asked == [SPEC.kernel]
+    asked.clear()
+    run.ensure_one(TAG, options(client(BlobRegistry()), kernel_load=False), said()[1],
+                   run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images(), kernel_prepare=asked.append))
+    assert asked == []

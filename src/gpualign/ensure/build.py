@@ -43,6 +43,8 @@ def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = 
     """Make, verify and push one image (the caller holds the tag's locks); the digest is the `Pushed` event's."""
     kit = kit or Kit()
     archive = opts.archive.for_tag_kernel(spec.os_tag, spec.kernel)  # its release, its kernel's CPU
+    if opts.kernel_load:
+        kit.kernel_prepare(spec.kernel)  # the kernel's own package, got while the modules are made
     images = kit.images(spec, opts, archive, emit, lambda message: say(spec.tag, message))
     for attempt in (opts, dataclasses.replace(opts, share_pull=False)):
         steps = Steps(spec=spec, opts=attempt, archive=archive, emit=emit, say=say, kit=kit, images=images)

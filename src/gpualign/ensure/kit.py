@@ -101,6 +101,26 @@ def _judged(image: str, kernel: str, arch: str, authfile: str | None, modules: s
 KernelLoader = Callable[[list[Path], str, tuple[bytes, ...]], Any]
 
 
+# the kernel release -> nothing; its package (and a foreign architecture's busybox) got and unpacked, beside the
+# compile, so the boot after it waits for nothing it could have had before
+KernelPrepare = Callable[[str], None]
+
+
+def _prepare_kernel(kernel: str) -> None:
+    import threading
+
+    from gpualign.judging.kernel_boot import busybox_for, kernel_arch_of, kernel_tree, kernels_cache
+
+    def fetch() -> None:
+        try:
+            kernel_tree(kernel, kernels_cache())
+            busybox_for(kernel_arch_of(kernel), kernel, kernels_cache())
+        except Exception:  # noqa: BLE001 - the boot itself reads them again and says what failed
+            pass
+
+    threading.Thread(target=fetch, name=f"kernel-{kernel}", daemon=True).start()
+
+
 def _boot(files: list[Path], kernel: str, trust: tuple[bytes, ...] = ()) -> Any:
     import shutil
     import tempfile
@@ -125,3 +145,4 @@ class Kit:
     mirror: Mirror = _skopeo
     vouch: Vouch = _judged  # what a mirror's upstream image must pass before it is copied (and so signed)
     kernel_load: KernelLoader = _boot  # the modules loaded into their own kernel, booted, before the push
+    kernel_prepare: KernelPrepare = _prepare_kernel  # what that boot needs, got beside the compile

@@ -325,6 +325,10 @@ def _write_initramfs(out: Path, files: dict[str, bytes], init: bytes, busybox: P
             handle.write(data + b"\0" * ((-len(data)) % 4))
 
 
+def kernel_arch_of(kernel: str) -> str:
+    return _arch_of(kernel)
+
+
 def _arch_of(kernel: str) -> str:
     from gpualign.model.makers import kernel_arch
 
