@@ -10,7 +10,8 @@ Besides the rooms and their order, it counts what keeps the house from being cle
 import, type-only ones too), places that parse a sentence gpualign wrote, cli/'s imports of the transport clients,
 model/'s impurities, exit-code literals outside base/errors.py, own-module imports inside functions outside cli/,
 image references split by hand outside model/, constructors called with more than five positional arguments,
-functions over 80 lines, and the longest functions.
+string compares with a word of gpualign's vocabulary (a StrEnum's value), functions over 80 lines, and the longest
+functions.
 
 Every import counts: at module level, inside functions, and under TYPE_CHECKING (a type is a dependency too).
 A module's room is its folder under gpualign/ (base, model, loaders, ledger, kube, ensure, upgrade, usecases,
@@ -328,6 +329,50 @@ def positional_constructors(src: Path = SRC, over: int = 5) -> list[str]:
     return out
 
 
+def vocabulary(src: Path = SRC) -> dict[str, set[str]]:
+    """gpualign's vocabulary: every value of its StrEnums -> the enums that hold it."""
+    out: dict[str, set[str]] = {}
+    for _, p in modules(src).items():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ClassDef) and \
+                    any(ast.unparse(b) in ("StrEnum", "enum.StrEnum") for b in node.bases):
+                for item in node.body:
+                    if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant) and \
+                            isinstance(item.value.value, str):
+                        out.setdefault(item.value.value, set()).add(node.name)
+    return out
+
+
+def vocabulary_compares(src: Path = SRC) -> list[str]:
+    """Comparisons with a string literal that is a word of gpualign's vocabulary: `x == "open"`, `x != "none"`,
+    `x in ("build", "render")`: a StrEnum's value spelled as a string where its member belongs (issue 73: none).
+    A key or substring test (`"branch" in mapping`) is not a comparison of words, nor is the empty string. A word
+    that is also another vocabulary's (a Kubernetes phase, say) is counted: `-v` lists each place."""
+    words = vocabulary(src)
+    words.pop("", None)
+    out = []
+    for _, p in modules(src).items():
+        rel = str(p.relative_to(src.parent))
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not isinstance(node, ast.Compare):
+                continue
+            said: list[str] = []
+            sides = [node.left, *node.comparators]
+            for op, left, right in zip(node.ops, sides[:-1], sides[1:], strict=True):
+                if isinstance(op, (ast.Eq, ast.NotEq)):
+                    compared = [left, right]
+                elif isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.Set, ast.List)):
+                    compared = list(right.elts)
+                else:
+                    continue
+                said += [e.value for e in compared if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                         and e.value in words]
+            if said:
+                held = sorted(set().union(*(words[w] for w in said)))
+                out.append(f"{rel}:{node.lineno}: {', '.join(repr(w) for w in said)} ({', '.join(held)})")
+    return out
+
+
 _FLAG = re.compile(r"(?:^|[\s(`'\"])(--[a-z][a-z-]+)")
 
 
@@ -394,7 +439,8 @@ def summary(src: Path = SRC) -> dict[str, object]:
             "sentence_parsing": sentence_parsing(src), "cli_transport_imports": cli_transport_imports(src),
             "impure_model": impure_model(src), "exit_code_literals": exit_code_literals(src),
             "flag_words_outside_cli": flag_words(src), "hand_splits_outside_model": hand_splits(src),
-            "positional_constructors": positional_constructors(src), "functions_over_80_lines": long_functions(src),
+            "positional_constructors": positional_constructors(src), "vocabulary_compares": vocabulary_compares(src),
+            "functions_over_80_lines": long_functions(src),
             "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
 
 
@@ -435,6 +481,8 @@ def main() -> int:
                               "parsed by hand)", args.verbose),
                              ("positional_constructors", "constructors called with more than 5 positional "
                               "arguments", args.verbose),
+                             ("vocabulary_compares", "string compares with a word of gpualign's vocabulary (a "
+                              "StrEnum's value)", args.verbose),
                              ("functions_over_80_lines", "functions over 80 lines", True)):
         items = s[key]
         assert isinstance(items, list)

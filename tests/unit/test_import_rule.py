@@ -94,3 +94,22 @@ def test_the_reading_sees_a_cycle_through_a_function(tmp_path):
         "run": "def one():\n    from gpualign.ensure.build import build\n",
         "types": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gpualign.ensure.run import Options\n"})
     assert structure.cycles(src) == [["gpualign.ensure.build", "gpualign.ensure.run"]]
+
+
+def test_values_of_more_than_five_fields_are_built_by_keyword():
+    assert structure.positional_constructors() == []
+
+
+def test_no_word_of_the_vocabulary_is_compared_as_a_string():
+    """A StrEnum's value spelled as a string where its member belongs (`flavour == "open"`) is found."""
+    assert structure.vocabulary_compares() == []
+
+
+def test_the_reading_sees_a_vocabulary_word_compared_as_a_string_and_a_positional_constructor(tmp_path):
+    src = ensure_package(tmp_path, {
+        "words": "from enum import StrEnum\nclass Flavour(StrEnum):\n    OPEN = 'open'\n",
+        "use": "def f(flavour, mapping):\n    a = flavour == 'open'\n    b = flavour in ('open', 'x')\n"
+               "    c = 'open' in mapping\n    return Recipe(1, 2, 3, 4, 5, 6)\n"})
+    assert structure.vocabulary_compares(src) == ["gpualign/ensure/use.py:2: 'open' (Flavour)",
+                                                  "gpualign/ensure/use.py:3: 'open' (Flavour)"]
+    assert structure.positional_constructors(src) == ["gpualign/ensure/use.py:5: Recipe with 6 positional arguments"]

@@ -44,8 +44,10 @@ def test_the_pod_waits_for_the_booted_kernel_then_takes_its_verdict_which_is_kep
     assert decided == Decided(True, "kernel 6.1.0-50-amd64 accepted the modules: NVRM: No NVIDIA GPU found.")
     again = KernelVM(tmp_path / "cache", boot).decide(mods, "6.1.0-50-amd64", None)  # another process: kept
     assert again == decided and boots == [("6.1.0-50-amd64", ())]
+    release.clear()  # the next boot waits until it is let go, so the pod is seen waiting
     other = KernelVM(tmp_path / "cache", boot).decide(modules(tmp_path, b"\x7fELF other bytes"), "6.1.0-50-amd64", None)
     assert isinstance(other, Booting)  # other bytes: the kernel is asked again
+    release.set()
 
 
 def test_a_boot_that_fails_or_never_finishes_is_never_a_pass_and_is_tried_again(tmp_path):

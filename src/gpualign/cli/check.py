@@ -30,6 +30,7 @@ from gpualign.cli.options import (
     SelectorOpt,
     TrustedKeyOpt,
 )
+from gpualign.model.audit import Status
 
 if TYPE_CHECKING:
     from gpualign.usecases.check import Setup
@@ -57,7 +58,7 @@ def render_check(nodes: list[dict[str, Any]], missing: list[dict[str, Any]], wid
         pod_state = pod["state"] if pod else "-"
         if color:  # styled cells only where they are painted: plain rows are laid out in one join
             style = STATUS_STYLE.get(n["status"], "")
-            if n["status"] == "present" and (n.get("driver_pod_failing") or n.get("verified") is False):
+            if n["status"] == Status.PRESENT and (n.get("driver_pod_failing") or n.get("verified") is False):
                 style = "yellow"  # in the ledger, but its driver is not coming up, or its modules could not be checked
             status = Styled(status, style)
             if pod:
@@ -232,7 +233,7 @@ def _report_one(reading: Reading, setup: Setup, selector: str | None, output: Ou
         emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
     else:
         wide = output is Output.wide
-        hint = "" if wide or not any(f.status != "present" for f in checked.audit.findings) else \
+        hint = "" if wide or not any(f.status != Status.PRESENT for f in checked.audit.findings) else \
             "  (-o wide for the reasons)"
         if body["nodes"]:
             text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)

@@ -88,7 +88,7 @@ def affinity(cuda: CudaOpt = None, minor_compat: MinorOpt = False, labels: Label
     \b
         gpualign cuda affinity --cuda 12.4 -o yaml
     """
-    if output not in ("yaml", "json"):
+    if output not in (Output.yaml, Output.json):
         raise BadInput(f"--output {output!r}: cuda affinity prints yaml or json (it is an object, not a table)")
     from gpualign.model.cuda import node_affinity
 
@@ -121,7 +121,7 @@ def device_class_cmd(
         gpualign cuda deviceclass --cuda 12.8 | kubectl apply -f -
         gpualign cuda deviceclass --cuda 12.8 --extended-resource example.com/gpu-cuda-12.8 | kubectl apply -f -
     """
-    if output not in ("yaml", "json"):
+    if output not in (Output.yaml, Output.json):
         raise BadInput(f"--output {output!r}: cuda deviceclass prints yaml or json (an object, not a table)")
     from gpualign.model.dra_floor import device_class
 

@@ -26,6 +26,7 @@ from gpualign.cli.options import (
     SignSecretOpt,
     TrustedKeyOpt,
 )
+from gpualign.model.flavours import FLAVOURS
 
 if TYPE_CHECKING:
     from gpualign.ensure.outcome import Outcome
@@ -213,7 +214,7 @@ class EnsureFlags:
             raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
         if self.output is Output.wide:
             raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
-        if self.flavour is not None and self.flavour not in ("proprietary", "open"):
+        if self.flavour is not None and self.flavour not in FLAVOURS:
             raise BadInput(f"--flavour {self.flavour!r}: expected proprietary or open")
         if self.modules_from is not None and not self.modules_from.is_dir():
             raise BadInput(f"--modules-from {self.modules_from}: not a directory")

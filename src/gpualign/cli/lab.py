@@ -386,6 +386,9 @@ def chart_values(
     emit_data(own_image.chart_values(state.apiserver, state.registry, port or processes.free_port()), Output.yaml)
 
 
+AUDIT_LOG = "audit"  # `lab logs`' name for the API server's audit log, beside the components' own logs
+
+
 @app.command()
 def logs(
     component: Annotated[str, typer.Argument(help="a component of `gpualign lab status`: kubelet, containerd, "
@@ -399,7 +402,7 @@ def logs(
 
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir, allow_dead=True)
-    if component == "audit":
+    if component == AUDIT_LOG:
         log = str(sdir / "logs" / "audit.log")
     elif component in state.procs:
         log = state.procs[component].log

@@ -31,6 +31,7 @@ from gpualign.cli.options import (
     SelectorOpt,
     TrustedKeyOpt,
 )
+from gpualign.model.makers import Maker
 
 if TYPE_CHECKING:
     from gpualign.model.needed_images import Change
@@ -246,9 +247,9 @@ def _report_fleet(names: list[str], plan_of: Callable[..., tuple[dict[str, Any],
 def matrix(needed: list[dict[str, Any]]) -> tuple[dict[str, list[dict[str, str]]], list[str]]:
     """The GitHub Actions matrix of the images to make (in no ledger, with a maker), and a warning for each image
     left out because nothing can make it: a Job for it could only fail."""
-    entries = [_matrix_entry(n) for n in needed if not n["in_ledger"] and n["action"] != "none"]
+    entries = [_matrix_entry(n) for n in needed if not n["in_ledger"] and n["action"] != Maker.NONE]
     left_out = [f"{n['tag']}: not in the matrix: {n['action_reason']}" for n in needed
-                if not n["in_ledger"] and n["action"] == "none"]
+                if not n["in_ledger"] and n["action"] == Maker.NONE]
     return {"include": entries}, left_out
 
 

@@ -8,6 +8,8 @@ import html
 from typing import Any
 from urllib.parse import quote
 
+from gpualign.controller.build_trigger.decisions import BuildPhase
+from gpualign.model.audit import Status
 from gpualign.upgrade import states as S
 from gpualign.upgrade.report import duration
 
@@ -54,7 +56,7 @@ def render(data: dict[str, Any]) -> str:
              f'<b>{len(gated)}</b></div>']
     builds = data.get("builds")
     if builds is not None:  # the controller runs with --build
-        failed = sum(1 for j in builds["jobs"].values() if j["phase"] == "failed")
+        failed = sum(1 for j in builds["jobs"].values() if j["phase"] == BuildPhase.FAILED)
         cards.append(f'<div class="card {"bad" if failed else "ok"}"><span>builds: running · queued · failed</span>'
                      f'<b>{len(builds["running"])} · {len(builds["queued"])} · {failed}</b></div>')
     for state in sorted(by_state, key=lambda s: order.get(s, 99)):
@@ -72,7 +74,7 @@ def render(data: dict[str, Any]) -> str:
             row: dict[str, Any] = next((x for x in nodes if x["name"] == name), {})
             blocker = next((r for b, r, _ in data["blocked"] if b == name), "")
             why = blocker or (f"no driver: its image {row.get('image') or row.get('tag')} is {row.get('status')}"
-                              if row.get("status") == "missing" else "no driver")
+                              if row.get("status") == Status.MISSING else "no driver")
             parts.append(f"<tr><td>{_link(name)}</td><td class='state'>{e(row.get('upgrade_state') or 'none')}</td>"
                          f"<td class='{'' if row.get('pod_state') == 'Running' else 'blocker'}'>"
                          f"{e(row.get('pod_state') or '-')}</td>"
@@ -87,7 +89,7 @@ def render(data: dict[str, Any]) -> str:
     if builds and (builds["jobs"] or builds["queued"]):
         parts.append("<h2>Driver image builds</h2><table><tr><th>image tag</th><th>build</th></tr>")
         for tag, job in sorted(builds["jobs"].items()):
-            cls = "blocker" if job["phase"] == "failed" else ""
+            cls = "blocker" if job["phase"] == BuildPhase.FAILED else ""
             parts.append(f"<tr><td>{e(tag)}</td><td class='{cls}'>{e(job['line'])}</td></tr>")
         for tag in builds["queued"]:
             parts.append(f"<tr><td>{e(tag)}</td><td>queued: waiting for a build slot (--max-concurrent-builds)"
@@ -103,7 +105,7 @@ def render(data: dict[str, Any]) -> str:
         for p in archive["pools"]:
             tag = p["tag"] or ""
             job = ((builds or {}).get("jobs") or {}).get(tag)
-            if p["status"] == "present":
+            if p["status"] == Status.PRESENT:
                 status, cls = "present", ""
             elif p["reason"]:
                 status, cls = f"cannot be built: {p['reason']}", "blocker"
@@ -132,7 +134,7 @@ def render(data: dict[str, Any]) -> str:
                      "<th>node</th><th>kernel</th><th>driver</th><th>required image</th><th>status</th>"
                      "<th>driver pod</th></tr>")
         for n in sorted(by_state[state], key=lambda x: x["name"]):
-            cls = "missing" if n["status"] == "missing" else ""
+            cls = "missing" if n["status"] == Status.MISSING else ""
             pod_cls = "missing" if n["pod_state"] not in (None, "Running", "Pending", "ContainerCreating") else ""
             parts.append(f"<tr><td>{_link(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
                          f"<td>{e(n['driver'] or '-')}</td><td>{e(n['tag'] or '-')}</td>"
@@ -149,8 +151,8 @@ def node_lines(data: dict[str, Any], name: str) -> list[str] | None:
     n = next((x for x in data["nodes"] if x["name"] == name), None)
     if n is None:
         return None
-    state = n["upgrade_state"] or "none"
-    lines = [f"{name} is {'not upgrading' if state == 'none' else f'in {state}'}; kernel {n['kernel'] or '?'}, "
+    state = n["upgrade_state"]
+    lines = [f"{name} is {f'in {state}' if state else 'not upgrading'}; kernel {n['kernel'] or '?'}, "
              f"loaded driver {n['driver'] or 'unknown'}."]
     blocker = next((r for b, r, _ in data["blocked"] if b == name), None)
     if blocker:
@@ -161,9 +163,9 @@ def node_lines(data: dict[str, Any], name: str) -> list[str] | None:
     if n.get("pod_state") and n["pod_state"] not in ("Running", "Pending", "ContainerCreating"):
         lines.append(f"no driver: its driver pod is {n['pod_state']}")
     build = ((data.get("builds") or {}).get("jobs") or {}).get(n["tag"] or "")
-    if n["status"] == "missing" and build:
+    if n["status"] == Status.MISSING and build:
         lines.append(f"its driver image {n.get('image') or n['tag']} is missing from the ledger; {build['line']}")
-    elif n["status"] == "missing":
+    elif n["status"] == Status.MISSING:
         lines.append(f"its driver image {n.get('image') or n['tag']} is missing from the ledger: "
                      f"{n.get('action') or 'build'} it (gpualign ensure {n['tag']})")
     elif n["status"]:

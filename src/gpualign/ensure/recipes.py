@@ -31,6 +31,7 @@ from gpualign.base.errors import BadInput
 from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.model.driver_tag import TagSpec, parse
+from gpualign.model.flavours import Flavour
 from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
@@ -150,7 +151,7 @@ def ubuntu(spec: TagSpec, driver_version: str, cuda: str, flavour: str) -> Recip
         raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: NVIDIA's precompiled recipe covers Ubuntu "
                        f"{' and '.join(UBUNTU)}")
     b, k = spec.branch, spec.kernel
-    open_ = "-open" if flavour == "open" else ""
+    open_ = "-open" if flavour == Flavour.OPEN else ""
     modules = [f"linux-objects-nvidia-{b}-server{open_}-{k}", f"linux-signatures-nvidia-{k}",
                f"linux-modules-nvidia-{b}-server{open_}-{k}"]
     sources = " ".join(f"{codename}{s}" for s in ("", "-updates", "-security"))
@@ -197,7 +198,7 @@ def rhel(spec: TagSpec, driver_version: str, cuda: str, flavour: str) -> Recipe:
         raise BadInput(f"{spec.tag}: no recipe for {spec.os_tag}: the RHEL recipe covers RHEL 9")
     parts = rhel_kernel(spec.kernel)
     arch, k = parts["arch"], spec.kernel
-    path = "kernel-open" if flavour == "open" else "kernel"
+    path = "kernel-open" if flavour == Flavour.OPEN else "kernel"
     builder = f"""# Rendered by gpualign for {spec.tag}: NVIDIA's RHEL 9 precompiled recipe (kmod-nvidia
 # built with rpmbuild against the Driver Toolkit's kernel-devel, signed with your key), verified against the kernel
 # before the image is made. Build it with DRIVER_TOOLKIT_IMAGE set to the Driver Toolkit of this kernel, and
@@ -291,7 +292,7 @@ def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) 
     k, release = spec.kernel, spec.os_tag.removeprefix("debian")
     arch = kernel_arch(k) or "amd64"
     repo = nvidia_repository(spec.os_tag, arch)
-    dkms = "nvidia-kernel-open-dkms" if flavour == "open" else "nvidia-kernel-dkms"
+    dkms = "nvidia-kernel-open-dkms" if flavour == Flavour.OPEN else "nvidia-kernel-dkms"
     mirror, security = configured_mirror(), configured_security()
     keyring = ('RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates curl \\\n'
                ' && curl -fsSLo /tmp/cuda-keyring.deb "${NVIDIA_REPOSITORY}cuda-keyring_1.1-1_all.deb" \\\n'
@@ -343,7 +344,7 @@ def render(spec: TagSpec, driver_version: str, *, cuda: str = DEFAULT_CUDA, flav
            debian_table: DebianTable | None = None) -> Recipe:
     """The recipe for a tag (BadInput for an OS family without one). `debian_table`: the Debian releases as their
     archives carry them (Archive.debian_table); the rules' (with the archive's last reading) when not given."""
-    if flavour not in ("proprietary", "open"):
+    if flavour not in FLAVOURS:
         raise BadInput(f"flavour {flavour!r}: expected proprietary or open")
     if spec.family == "ubuntu":
         return ubuntu(spec, driver_version, cuda, flavour)

@@ -40,6 +40,7 @@ from gpualign.ensure.stage import Options, PresentButWrong, Say, UpstreamNotVouc
 from gpualign.judging import tagspec
 from gpualign.judging.judge import AUTO, NO_LABELS, STRICT, judge
 from gpualign.model import driver_tag
+from gpualign.model.flavours import Flavour
 from gpualign.model.makers import SUITES, open_problem
 
 if TYPE_CHECKING:  # the build's modules (pyelftools, cryptography, asn1crypto) load only when something is built
@@ -96,7 +97,7 @@ def _plan_missing(spec: driver_tag.TagSpec, digest: str | None, problem: Present
     table = opts.archive.debian_table(spec.os_tag)
     tagspec.buildable_here(spec, debian=table)
     release = table.get(spec.os_tag)
-    if opts.flavour == "open" and opts.modules_from is None and release is not None and \
+    if opts.flavour == Flavour.OPEN and opts.modules_from is None and release is not None and \
             (why := open_problem(release, spec.branch)) is not None:
         raise BadInput(f"{spec.tag}: {why}")
     if opts.dry_run and opts.modules_from is None and not compiled_before(spec, opts):

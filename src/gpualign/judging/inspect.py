@@ -13,11 +13,13 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
 
 from gpualign.archive.apt import Archive
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.judging import kmod, symvers
+from gpualign.judging.kernel_console import Load
 from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model import driver_tag
@@ -63,7 +65,7 @@ def kernel_refused(labels: Mapping[str, str]) -> str | None:
     except (ValueError, AttributeError):
         return None
     verdict = loaded.get("verdict") if isinstance(loaded, dict) else None
-    if verdict not in ("refused", "unfinished"):
+    if verdict not in (Load.REFUSED, Load.UNFINISHED):
         return None
     said = "; ".join(str(x) for x in loaded.get("said") or []) or "no reason recorded"
     kernel = loaded.get("kernel") or "?"
@@ -163,8 +165,15 @@ def modules_of(client: RegistryClient, tag: str, cache: Path, arch: str = "amd64
     return (digest, out) if list(out.glob("*.ko")) else None
 
 
+class ModulesVerdict(StrEnum):
+    OK = "ok"  # the modules would load, and the GPU Operator could run the image
+    WRONG = "wrong"  # the kernel would refuse a module
+    CONTRACT = "contract"  # the operator's pod would lack something it runs
+    NONE = "none"  # the image holds no modules
+
+
 def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
-                    secure_boot: bool = False) -> tuple[str, str | None]:
+                    secure_boot: bool = False) -> tuple[ModulesVerdict, str | None]:
     """("ok", symbols checked) when the image's modules would load on `kernel` and it is a driver container the GPU
     Operator can run; ("wrong", the kernel's first refusal, in modprobe's order); ("contract", what the operator's
     pod would lack: contract_problem); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
@@ -172,20 +181,20 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     refuses an unsigned module first (which keys it holds is the node's own: a signed module is judged on the rest)."""
     found = modules_of(client, tag, cache, kernel_arch(kernel) or "amd64")
     if found is None:
-        return "none", None
+        return ModulesVerdict.NONE, None
     table = symvers.parse(Archive.for_kernel(kernel).symvers(kernel).read_text(), f"Module.symvers of {kernel}")
     modules = [kmod.read_file(p) for p in sorted(found[1].glob("*.ko"))]
     unsigned = sorted(m.name.removesuffix(".ko") for m in modules if m.signature is None)
     if secure_boot and unsigned:
         first = min(unsigned, key=lambda n: ["nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm"].index(n)
                     if n in ("nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm") else 9)
-        return "wrong", (f"{first}: module is not signed, and the node has Secure Boot on: its kernel refuses it "
-                         "(Key was rejected by service)")
+        return ModulesVerdict.WRONG, (f"{first}: module is not signed, and the node has Secure Boot on: its kernel "
+                                      "refuses it (Key was rejected by service)")
     version = modules[0].field("version") or "" if modules else ""
     result = verify(modules, kernel, table, version)
     if not result.ok:
-        return "wrong", result.first_refusal()
+        return ModulesVerdict.WRONG, result.first_refusal()
     if (problem := contract_problem(found[1], version)) is not None:
-        return "contract", problem
-    return "ok", str(result.symbols_checked)
+        return ModulesVerdict.CONTRACT, problem
+    return ModulesVerdict.OK, str(result.symbols_checked)
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpualign.base.errors import GpualignError
-from gpualign.judging.inspect import by_labels, checkable, modules_verdict
+from gpualign.judging.inspect import ModulesVerdict, by_labels, checkable, modules_verdict
 from gpualign.judging.signature_check import verify
 from gpualign.ledger.registry import connect
 from gpualign.model.driver_tag import try_parse
@@ -32,7 +33,16 @@ from gpualign.model.platforms import platform_problem
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
 
-OFF, AUTO, STRICT = "off", "auto", "strict"  # module checks: none; where the kernel has headers; everywhere asked
+class ModuleCheck(StrEnum):
+    """How far an image's modules are checked: not at all (labels only), where the kernel has headers to judge
+    them against, or everywhere asked (a kernel without headers leaves the image unverified)."""
+
+    OFF = "off"
+    AUTO = "auto"
+    STRICT = "strict"
+
+
+OFF, AUTO, STRICT = ModuleCheck.OFF, ModuleCheck.AUTO, ModuleCheck.STRICT
 
 
 @dataclass
@@ -273,12 +283,12 @@ def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str
         except GpualignError as err:
             out.unverified[image] = f"its modules could not be checked against {kernel}: {err.message}"
             continue
-        if verdict in ("wrong", "contract"):
-            out.wrong[image] = (f"its modules would not load on {kernel}: {detail}" if verdict == "wrong" else
-                                f"the GPU Operator could not run it: {detail}")
+        if verdict in (ModulesVerdict.WRONG, ModulesVerdict.CONTRACT):
+            out.wrong[image] = (f"its modules would not load on {kernel}: {detail}"
+                                if verdict is ModulesVerdict.WRONG else f"the GPU Operator could not run it: {detail}")
             out.unverified.pop(image, None)
             return
-        if verdict == "none":
+        if verdict is ModulesVerdict.NONE:
             out.unverified[image] = (f"it holds no kernel modules under /lib/modules or /opt/lib/modules to check "
                                      f"against {kernel}")
         else:

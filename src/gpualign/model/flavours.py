@@ -10,9 +10,27 @@ image's own `nvidia-driver init`.
 
 from __future__ import annotations
 
-PROPRIETARY, OPEN, AUTO = "proprietary", "open", "auto"
-FLAVOURS = (PROPRIETARY, OPEN)
-MODULE_TYPES = (AUTO, OPEN, PROPRIETARY)
+from enum import StrEnum
+
+
+class Flavour(StrEnum):
+    """The kernel modules an image holds and a driver pod loads."""
+
+    PROPRIETARY = "proprietary"
+    OPEN = "open"
+
+
+class ModuleType(StrEnum):
+    """What the operator's kernelModuleType asks for: a flavour, or `auto` (the branch decides)."""
+
+    AUTO = "auto"
+    OPEN = "open"
+    PROPRIETARY = "proprietary"
+
+
+PROPRIETARY, OPEN, AUTO = Flavour.PROPRIETARY, Flavour.OPEN, ModuleType.AUTO
+FLAVOURS = tuple(Flavour)
+MODULE_TYPES = tuple(ModuleType)
 OPEN_BY_DEFAULT_FROM = 560  # the first branch whose `auto` means open modules
 LABEL = "io.gpualign.kernel-module-type"  # the image's: the flavour of the modules it holds
 

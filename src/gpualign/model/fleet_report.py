@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpualign.model.makers import Maker
+
 EXIT_UNREADABLE = 4
 
 
@@ -90,9 +92,9 @@ def merge_plan(reads: list[ClusterRead]) -> dict[str, Any]:
     merged = [needed[t] for t in sorted(needed)]
     return {"clusters": [cluster_entry(r) for r in reads], "needed": merged,
             # as one cluster's plan says them: what gpualign can make, and what nothing can (with why)
-            "to_build": [n["tag"] for n in merged if not n["in_ledger"] and n["action"] != "none"],
+            "to_build": [n["tag"] for n in merged if not n["in_ledger"] and n["action"] != Maker.NONE],
             "cannot_make": [{"tag": n["tag"], "reason": n["action_reason"], "kind": n["action_kind"]}
-                            for n in merged if not n["in_ledger"] and n["action"] == "none"],
+                            for n in merged if not n["in_ledger"] and n["action"] == Maker.NONE],
             "modules": {n["tag"]: n["modules"] for n in merged if not n["in_ledger"] and n.get("modules")},
             "unknown": unknown,
             "unreadable": [r.name for r in reads if not r.readable]}

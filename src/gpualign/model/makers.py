@@ -20,6 +20,7 @@ from enum import StrEnum
 from functools import lru_cache
 
 from gpualign.model import debian_kernels
+from gpualign.model.flavours import Flavour
 from gpualign.model.kernels import release_of
 
 
@@ -88,7 +89,7 @@ class DebianRelease:
 
     def version(self, branch: str, flavour: str = "proprietary") -> str | None:
         """The NVIDIA version a build of `branch` gets, for a flavour (None: the release does not build it)."""
-        package = OPEN_SOURCE if flavour == "open" else BUILT_SOURCE
+        package = OPEN_SOURCE if flavour == Flavour.OPEN else BUILT_SOURCE
         return next((s.version for s in self.sources if s.package == package and s.branch == branch), None)
 
     def carried_as(self, branch: str) -> list[Source]:
@@ -278,7 +279,7 @@ def _debian_making(release: DebianRelease, os_tag: str, branch: str, kernel: str
                                         "--render DIR): build it where that repository is reachable",
                           Reason.NVIDIA_REPOSITORY)
         return _none(Reason.BRANCH, _not_built(release, branch))
-    if flavour == "open":
+    if flavour == Flavour.OPEN:
         if (why := open_problem(release, branch)) is not None:
             return _none(Reason.OPEN_MODULES, why)
         return Making(Maker.BUILD, f"gpualign builds it from Debian {release.suite}'s NVIDIA {branch}, open "

@@ -17,6 +17,7 @@ from gpualign.base.errors import GpualignError
 from gpualign.ledger import sources
 from gpualign.model.audit import AuditInput, Status, assemble, audit, findings_of
 from gpualign.model.expect import from_flags, from_operator
+from gpualign.model.makers import Maker
 from gpualign.model.tags import for_operator
 from gpualign.usecases.ledgers import NVIDIA_REPOSITORY, repository_for
 from gpualign.usecases.nodes import Say, quiet
@@ -264,7 +265,7 @@ class Decider:
                 dicts = None  # other findings
         if (setup.flags_given or config is None) and \
                 repository_for(setup.repository, setup.ledger, setup.warn) == NVIDIA_REPOSITORY and \
-                any(action in ("build", "render") for _, _, _, action in result.missing_actions()):
+                any(action in (Maker.BUILD, Maker.RENDER) for _, _, _, action in result.missing_actions()):
             warnings.append("the images to build are named under nvcr.io/nvidia/driver, NVIDIA's registry, which you "
                             "cannot push to: pass --repository with your registry's repository (or a registry "
                             "ledger)")

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from gpualign.base import labels as L
 from gpualign.base.json_types import JSON
 from gpualign.controller.build_trigger.decisions import BuildFailure, BuildJob, BuildPhase, job_name
+from gpualign.model.flavours import Flavour
 from gpualign.model.object_views import Condition, view
 from gpualign.model.object_views import Job as JobView
 from gpualign.model.object_views import Pod as PodView
@@ -93,7 +94,7 @@ def build_job(tag: str, attempt: int, nodes: Sequence[str], settings: BuildSetti
     settings' node selector names another, and compiles across for `arch`). flavour: the kernel modules the
     nodes' driver pods load (gpualign.model.flavours)."""
     args = ["ensure", tag, "--ledger", settings.ledger]
-    if flavour != "proprietary":
+    if flavour != Flavour.PROPRIETARY:
         args += ["--flavour", flavour]
     if replace_wrong:
         args.append("--replace-wrong")
