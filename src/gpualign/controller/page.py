@@ -38,14 +38,31 @@ def _link(name: str) -> str:
 
 
 def render(data: dict[str, Any]) -> str:
-    e = html.escape
-    nodes = data["nodes"]
-    order = {s: i for i, s in enumerate(("none", *S.ORDER, S.FAILED))}
+    """The fleet board: its cards, then a section per question (stuck, missing, builds, tonight, gated, blocked),
+    then every node by the walk's state."""
     by_state: dict[str, list[dict[str, Any]]] = {}
-    for n in nodes:
+    for n in data["nodes"]:
         by_state.setdefault(n["upgrade_state"] or "none", []).append(n)
+    order = {s: i for i, s in enumerate(("none", *S.ORDER, S.FAILED))}
+    states = sorted(by_state, key=lambda s: order.get(s, 99))
+    e = html.escape
+    parts = [_head("gpualign fleet"), "<h1>gpualign fleet board</h1>",
+             f"<div class='sub'>cluster {e(str(data.get('cluster') or '?'))} · "
+             f"{'leader' if data['leader'] else 'standby replica'} · updated {e(data['updated'])} · refreshes every "
+             f"{REFRESH} s · ledger: {e(', '.join(data['ledger_sources']))}</div>",
+             f"<div class='cards'>{''.join(_cards(data, by_state, states))}</div>",
+             *_stuck(data), *_missing(data), *_builds(data.get("builds")), *_tonight(data),
+             *_gated(data.get("gated") or {}), *_blocked(data)]
+    for state in states:
+        parts += _nodes_in(state, by_state[state])
+    parts.append("</body></html>")
+    return "".join(parts)
+
+
+def _cards(data: dict[str, Any], by_state: dict[str, list[dict[str, Any]]], states: list[str]) -> list[str]:
+    e = html.escape
     stuck, gated = data.get("stuck") or [], data.get("gated") or {}
-    cards = [f'<div class="card"><span>GPU nodes</span><b>{len(nodes)}</b></div>',
+    cards = [f'<div class="card"><span>GPU nodes</span><b>{len(data["nodes"])}</b></div>',
              f'<div class="card {"bad" if data["missing"] else "ok"}"><span>missing images</span>'
              f'<b>{len(data["missing"])}</b></div>',
              f'<div class="card {"bad" if stuck else "ok"}"><span>stuck nodes (no driver, or blocked in the '
@@ -59,90 +76,109 @@ def render(data: dict[str, Any]) -> str:
         failed = sum(1 for j in builds["jobs"].values() if j["phase"] == BuildPhase.FAILED)
         cards.append(f'<div class="card {"bad" if failed else "ok"}"><span>builds: running · queued · failed</span>'
                      f'<b>{len(builds["running"])} · {len(builds["queued"])} · {failed}</b></div>')
-    for state in sorted(by_state, key=lambda s: order.get(s, 99)):
+    for state in states:
         cards.append(f'<div class="card"><span class="state">{e(GROUP.get(state, state))}</span>'
                      f'<b>{len(by_state[state])}</b></div>')
-    parts = [_head("gpualign fleet"), "<h1>gpualign fleet board</h1>",
-             f"<div class='sub'>cluster {e(str(data.get('cluster') or '?'))} · "
-             f"{'leader' if data['leader'] else 'standby replica'} · updated {e(data['updated'])} · refreshes every "
-             f"{REFRESH} s · ledger: {e(', '.join(data['ledger_sources']))}</div>",
-             f"<div class='cards'>{''.join(cards)}</div>"]
-    if stuck:
-        parts.append("<h2>Stuck nodes</h2><table><tr><th>node</th><th>state</th><th>driver pod</th><th>why</th>"
-                     "</tr>")
-        for name in stuck:
-            row: dict[str, Any] = next((x for x in nodes if x["name"] == name), {})
-            blocker = next((r for b, r, _ in data["blocked"] if b == name), "")
-            why = blocker or (f"no driver: its image {row.get('image') or row.get('tag')} is {row.get('status')}"
-                              if row.get("status") == Status.MISSING else "no driver")
-            parts.append(f"<tr><td>{_link(name)}</td><td class='state'>{e(row.get('upgrade_state') or 'none')}</td>"
-                         f"<td class='{'' if row.get('pod_state') == 'Running' else 'blocker'}'>"
-                         f"{e(row.get('pod_state') or '-')}</td>"
-                         f"<td class='blocker'>{e(why)}</td></tr>")
-        parts.append("</table>")
-    if data["missing"]:
-        parts.append("<h2>Missing driver images</h2><table><tr><th>image tag</th><th>nodes</th></tr>")
-        for tag, names in sorted(data["missing"].items()):
-            parts.append(f"<tr><td class='missing'>{e(tag)}</td><td>{', '.join(map(_link, sorted(names)))}</td>"
-                         "</tr>")
-        parts.append("</table>")
-    if builds and (builds["jobs"] or builds["queued"]):
-        parts.append("<h2>Driver image builds</h2><table><tr><th>image tag</th><th>build</th></tr>")
-        for tag, job in sorted(builds["jobs"].items()):
-            cls = "blocker" if job["phase"] == BuildPhase.FAILED else ""
-            parts.append(f"<tr><td>{e(tag)}</td><td class='{cls}'>{e(job['line'])}</td></tr>")
-        for tag in builds["queued"]:
-            parts.append(f"<tr><td>{e(tag)}</td><td>queued: waiting for a build slot (--max-concurrent-builds)"
-                         "</td></tr>")
-        parts.append("</table>")
-    archive = data.get("archive")
-    if archive is not None and (archive["pools"] or archive["error"]):
-        parts.append("<h2>Tonight: the kernels Debian's archive installs next</h2>")
-        if archive["error"]:
-            parts.append(f"<div class='sub blocker'>the archive could not be read: {e(archive['error'])}</div>")
-        parts.append("<table><tr><th>pool</th><th>nodes</th><th>next kernel</th><th>first read here</th>"
-                     "<th>image</th><th>status</th></tr>")
-        for p in archive["pools"]:
-            tag = p["tag"] or ""
-            job = ((builds or {}).get("jobs") or {}).get(tag)
-            if p["status"] == Status.PRESENT:
-                status, cls = "present", ""
-            elif p["reason"]:
-                status, cls = f"cannot be built: {p['reason']}", "blocker"
-            else:
-                status, cls = (job["line"] if job else f"missing: {p['action']} ahead"), "missing"
-            parts.append(f"<tr><td>{e(p['pool'])}</td><td>{len(p['nodes'])}</td><td>{e(p['next'])} "
-                         f"({e(p['suite'] or '')})</td><td>{e(p['since'] or '-')}</td><td>{e(tag or '-')}</td>"
-                         f"<td class='{cls}'>{e(status)}</td></tr>")
-        parts.append("</table>")
-    if gated:
-        parts.append("<h2>Gated: held off the GPU Operator's upgrade walk</h2><table><tr><th>node</th><th>why</th>"
-                     "</tr>")
-        for name, why in sorted(gated.items()):
-            parts.append(f"<tr><td>{_link(name)}</td><td>{e(why)}</td></tr>")
-        parts.append("</table>")
-    if data["blocked"]:
-        parts.append("<h2>Blocked upgrades</h2><table><tr><th>node</th><th>state</th><th>reason</th>"
-                     "<th>for</th></tr>")
-        for node, reason, seconds in data["blocked"]:
-            state = next((n["upgrade_state"] for n in nodes if n["name"] == node), "")
-            parts.append(f"<tr><td>{_link(node)}</td><td class='state'>{e(state or 'none')}</td>"
-                         f"<td class='blocker'>{e(reason)}</td><td>{e(duration(seconds))}</td></tr>")
-        parts.append("</table>")
-    for state in sorted(by_state, key=lambda s: order.get(s, 99)):
-        parts.append(f"<h2 class='state'>{e(GROUP.get(state, state))} ({len(by_state[state])})</h2><table><tr>"
-                     "<th>node</th><th>kernel</th><th>driver</th><th>required image</th><th>status</th>"
-                     "<th>driver pod</th></tr>")
-        for n in sorted(by_state[state], key=lambda x: x["name"]):
-            cls = "missing" if n["status"] == Status.MISSING else ""
-            pod_cls = "missing" if n["pod_state"] not in (None, "Running", "Pending", "ContainerCreating") else ""
-            parts.append(f"<tr><td>{_link(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
-                         f"<td>{e(n['driver'] or '-')}</td><td>{e(n['tag'] or '-')}</td>"
-                         f"<td class='{cls}'>{e(n['status'])}</td><td class='{pod_cls}'>{e(n['pod_state'] or '-')}"
-                         "</td></tr>")
-        parts.append("</table>")
-    parts.append("</body></html>")
-    return "".join(parts)
+    return cards
+
+
+def _stuck(data: dict[str, Any]) -> list[str]:
+    e, stuck, nodes = html.escape, data.get("stuck") or [], data["nodes"]
+    if not stuck:
+        return []
+    parts = ["<h2>Stuck nodes</h2><table><tr><th>node</th><th>state</th><th>driver pod</th><th>why</th></tr>"]
+    for name in stuck:
+        row: dict[str, Any] = next((x for x in nodes if x["name"] == name), {})
+        blocker = next((r for b, r, _ in data["blocked"] if b == name), "")
+        why = blocker or (f"no driver: its image {row.get('image') or row.get('tag')} is {row.get('status')}"
+                          if row.get("status") == Status.MISSING else "no driver")
+        parts.append(f"<tr><td>{_link(name)}</td><td class='state'>{e(row.get('upgrade_state') or 'none')}</td>"
+                     f"<td class='{'' if row.get('pod_state') == 'Running' else 'blocker'}'>"
+                     f"{e(row.get('pod_state') or '-')}</td>"
+                     f"<td class='blocker'>{e(why)}</td></tr>")
+    return [*parts, "</table>"]
+
+
+def _missing(data: dict[str, Any]) -> list[str]:
+    if not data["missing"]:
+        return []
+    parts = ["<h2>Missing driver images</h2><table><tr><th>image tag</th><th>nodes</th></tr>"]
+    for tag, names in sorted(data["missing"].items()):
+        parts.append(f"<tr><td class='missing'>{html.escape(tag)}</td>"
+                     f"<td>{', '.join(map(_link, sorted(names)))}</td></tr>")
+    return [*parts, "</table>"]
+
+
+def _builds(builds: dict[str, Any] | None) -> list[str]:
+    e = html.escape
+    if not builds or not (builds["jobs"] or builds["queued"]):
+        return []
+    parts = ["<h2>Driver image builds</h2><table><tr><th>image tag</th><th>build</th></tr>"]
+    for tag, job in sorted(builds["jobs"].items()):
+        cls = "blocker" if job["phase"] == BuildPhase.FAILED else ""
+        parts.append(f"<tr><td>{e(tag)}</td><td class='{cls}'>{e(job['line'])}</td></tr>")
+    for tag in builds["queued"]:
+        parts.append(f"<tr><td>{e(tag)}</td><td>queued: waiting for a build slot (--max-concurrent-builds)</td></tr>")
+    return [*parts, "</table>"]
+
+
+def _tonight(data: dict[str, Any]) -> list[str]:
+    e, archive, builds = html.escape, data.get("archive"), data.get("builds")
+    if archive is None or not (archive["pools"] or archive["error"]):
+        return []
+    parts = ["<h2>Tonight: the kernels Debian's archive installs next</h2>"]
+    if archive["error"]:
+        parts.append(f"<div class='sub blocker'>the archive could not be read: {e(archive['error'])}</div>")
+    parts.append("<table><tr><th>pool</th><th>nodes</th><th>next kernel</th><th>first read here</th>"
+                 "<th>image</th><th>status</th></tr>")
+    for p in archive["pools"]:
+        tag = p["tag"] or ""
+        job = ((builds or {}).get("jobs") or {}).get(tag)
+        if p["status"] == Status.PRESENT:
+            status, cls = "present", ""
+        elif p["reason"]:
+            status, cls = f"cannot be built: {p['reason']}", "blocker"
+        else:
+            status, cls = (job["line"] if job else f"missing: {p['action']} ahead"), "missing"
+        parts.append(f"<tr><td>{e(p['pool'])}</td><td>{len(p['nodes'])}</td><td>{e(p['next'])} "
+                     f"({e(p['suite'] or '')})</td><td>{e(p['since'] or '-')}</td><td>{e(tag or '-')}</td>"
+                     f"<td class='{cls}'>{e(status)}</td></tr>")
+    return [*parts, "</table>"]
+
+
+def _gated(gated: dict[str, str]) -> list[str]:
+    if not gated:
+        return []
+    parts = ["<h2>Gated: held off the GPU Operator's upgrade walk</h2><table><tr><th>node</th><th>why</th></tr>"]
+    parts += [f"<tr><td>{_link(name)}</td><td>{html.escape(why)}</td></tr>" for name, why in sorted(gated.items())]
+    return [*parts, "</table>"]
+
+
+def _blocked(data: dict[str, Any]) -> list[str]:
+    e = html.escape
+    if not data["blocked"]:
+        return []
+    parts = ["<h2>Blocked upgrades</h2><table><tr><th>node</th><th>state</th><th>reason</th><th>for</th></tr>"]
+    for node, reason, seconds in data["blocked"]:
+        state = next((n["upgrade_state"] for n in data["nodes"] if n["name"] == node), "")
+        parts.append(f"<tr><td>{_link(node)}</td><td class='state'>{e(state or 'none')}</td>"
+                     f"<td class='blocker'>{e(reason)}</td><td>{e(duration(seconds))}</td></tr>")
+    return [*parts, "</table>"]
+
+
+def _nodes_in(state: str, nodes: list[dict[str, Any]]) -> list[str]:
+    e = html.escape
+    parts = [f"<h2 class='state'>{e(GROUP.get(state, state))} ({len(nodes)})</h2><table><tr>"
+             "<th>node</th><th>kernel</th><th>driver</th><th>required image</th><th>status</th>"
+             "<th>driver pod</th></tr>"]
+    for n in sorted(nodes, key=lambda x: x["name"]):
+        cls = "missing" if n["status"] == Status.MISSING else ""
+        pod_cls = "missing" if n["pod_state"] not in (None, "Running", "Pending", "ContainerCreating") else ""
+        parts.append(f"<tr><td>{_link(n['name'])}</td><td>{e(n['kernel'] or '-')}</td>"
+                     f"<td>{e(n['driver'] or '-')}</td><td>{e(n['tag'] or '-')}</td>"
+                     f"<td class='{cls}'>{e(n['status'])}</td><td class='{pod_cls}'>{e(n['pod_state'] or '-')}"
+                     "</td></tr>")
+    return [*parts, "</table>"]
 
 
 def node_lines(data: dict[str, Any], name: str) -> list[str] | None:
