@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -31,6 +32,105 @@ if TYPE_CHECKING:
     from gpualign.model.operator_config import OperatorConfig
 
 
+LedgerRefreshOpt = Annotated[float, typer.Option(
+    metavar="SECONDS", help="seconds between re-reads of the ledger")]
+GateOperatorUpgradesOpt = Annotated[bool, typer.Option(
+    "--gate-operator-upgrades",
+    help="beside the GPU Operator's own upgrade walk: put its skip label (nvidia.com/gpu-driver-upgrade.skip="
+         "true) on any node whose target driver image is missing from the ledger, so the operator never cordons "
+         "it for an image it cannot pull; remove it (only labels the gate set) once the image is there")]
+GateWarnAfterOpt = Annotated[float, typer.Option(
+    metavar="SECONDS", help="a node the gate has held longer than this gets a warning Event "
+                            "(DriverUpgradeGatedLong, once per hold); gpualign_gate_held_seconds shows every "
+                            "hold's age")]
+RestartWaitingDriverPodsOpt = Annotated[bool, typer.Option(
+    "--restart-waiting-driver-pods",
+    help="when the ledger has the image a node's driver pod waits to pull (ImagePullBackOff, ErrImagePull), "
+         "delete that pod so its DaemonSet makes it again and it pulls at once, instead of after the kubelet's "
+         "back-off (up to 5 minutes); only a pod that never started, once each (needs get and delete on pods "
+         "in the driver's namespace)")]
+BuildOpt = Annotated[bool, typer.Option(
+    "--build", help="make the images GPU nodes wait for, with nobody typing: one Kubernetes Job per missing tag "
+                    "gpualign can make (mirror or build, as check's ACTION says), running `gpualign ensure TAG` "
+                    "in --build-image and pushing to the ledger's registry")]
+BuildImageOpt = Annotated[str | None, typer.Option(
+    envvar="GPUALIGN_IMAGE", metavar="IMAGE",
+    help="the image build Jobs run: gpualign's own, with its build tools [default: $GPUALIGN_IMAGE]")]
+BuildNamespaceOpt = Annotated[str | None, typer.Option(
+    metavar="NAMESPACE", help="namespace of the build Jobs [default: the Lease's]")]
+MaxConcurrentBuildsOpt = Annotated[int, typer.Option(
+    metavar="N", help="build Jobs running at once; the rest queue, oldest wait first")]
+BuildRetryAfterOpt = Annotated[float, typer.Option(
+    metavar="SECONDS", help="wait before retrying a build that failed for a passing reason; doubled at each "
+                            "failure, up to 30 minutes")]
+ArchiveAheadOpt = Annotated[bool, typer.Option(
+    "--build-ahead-from-archive/--no-build-ahead-from-archive",
+    help="with --build, read Debian's archive on a schedule and build, for each Debian pool, the image of the "
+         "kernel the archive will install next, before any node installs it (a node waiting now goes first); "
+         "$GPUALIGN_DEBIAN_MIRROR and $GPUALIGN_DEBIAN_KEYRING for a mirror of your own; needs gpgv and "
+         "Debian's keyring where the controller runs (the chart's image has both), and a writable "
+         "$GPUALIGN_CACHE")]
+ArchiveEveryOpt = Annotated[float, typer.Option(
+    "--archive-poll-seconds", metavar="SECONDS",
+    help="how often Debian's archive is read (each suite's InRelease asked whether it changed)")]
+BuildReplaceWrongOpt = Annotated[bool, typer.Option(
+    "--build-replace-wrong",
+    help="with --build, also make again an image that is in the ledger but fails the check (present but wrong: "
+         "its labels or modules name another kernel or branch), with ensure --replace-wrong; off by default, "
+         "since someone pushed it")]
+BuildPodSettingsOpt = Annotated[Path | None, typer.Option(
+    metavar="FILE", help="YAML for the build pods: nodeSelector, tolerations, resources, serviceAccountName, "
+                         "pushSecret (a Secret with .dockerconfigjson), signSecret (NAMESPACE/NAME), upstream, "
+                         "hostNetwork, ttlSecondsAfterFinished, activeDeadlineSeconds")]
+ListenOpt = Annotated[str, typer.Option(
+    metavar="HOST:PORT", help="address for /metrics, /healthz and the fleet board")]
+LeaderElectOpt = Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
+                                           help="hold a Lease so only one replica writes")]
+LeaseNamespaceOpt = Annotated[str, typer.Option(
+    envvar="POD_NAMESPACE", metavar="NAMESPACE", help="namespace of the Lease")]
+IdentityOpt = Annotated[str | None, typer.Option(
+    envvar="POD_NAME", metavar="NAME", help="this replica's name [default: the host name]")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerFlags:
+    """`gpualign controller`'s flags, as given."""
+
+    ledger: LedgerOpt
+    driver_branch: BranchOpt
+    branch_policy_file: BranchPolicyOpt
+    old_policy: OldPolicyOpt
+    rules: RulesOpt
+    operator_version: OperatorVersionOpt
+    repository: RepositoryOpt
+    docker_config: DockerConfigOpt
+    insecure_registry: InsecureRegistryOpt
+    trusted_key: TrustedKeyOpt
+    ledger_refresh: LedgerRefreshOpt
+    gate_operator_upgrades: GateOperatorUpgradesOpt
+    gate_warn_after: GateWarnAfterOpt
+    restart_waiting_driver_pods: RestartWaitingDriverPodsOpt
+    build: BuildOpt
+    build_image: BuildImageOpt
+    build_namespace: BuildNamespaceOpt
+    max_concurrent_builds: MaxConcurrentBuildsOpt
+    build_retry_after: BuildRetryAfterOpt
+    archive_ahead: ArchiveAheadOpt
+    archive_every: ArchiveEveryOpt
+    build_replace_wrong: BuildReplaceWrongOpt
+    build_pod_settings: BuildPodSettingsOpt
+    listen: ListenOpt
+    leader_elect: LeaderElectOpt
+    lease_namespace: LeaseNamespaceOpt
+    lease_name: str
+    identity: IdentityOpt
+    lease_duration: float
+    renew_deadline: float
+    retry_period: float
+    kubeconfig: KubeconfigOpt
+    context: ContextOpt
+
+
 def controller(
     ledger: LedgerOpt = None,
     driver_branch: BranchOpt = None,
@@ -42,65 +142,24 @@ def controller(
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
     trusted_key: TrustedKeyOpt = None,
-    ledger_refresh: Annotated[float, typer.Option(
-        metavar="SECONDS", help="seconds between re-reads of the ledger")] = 60.0,
-    gate_operator_upgrades: Annotated[bool, typer.Option(
-        "--gate-operator-upgrades",
-        help="beside the GPU Operator's own upgrade walk: put its skip label (nvidia.com/gpu-driver-upgrade.skip="
-             "true) on any node whose target driver image is missing from the ledger, so the operator never cordons "
-             "it for an image it cannot pull; remove it (only labels the gate set) once the image is there")] = False,
-    gate_warn_after: Annotated[float, typer.Option(
-        metavar="SECONDS", help="a node the gate has held longer than this gets a warning Event "
-                                "(DriverUpgradeGatedLong, once per hold); gpualign_gate_held_seconds shows every "
-                                "hold's age")] = 86400,
-    restart_waiting_driver_pods: Annotated[bool, typer.Option(
-        "--restart-waiting-driver-pods",
-        help="when the ledger has the image a node's driver pod waits to pull (ImagePullBackOff, ErrImagePull), "
-             "delete that pod so its DaemonSet makes it again and it pulls at once, instead of after the kubelet's "
-             "back-off (up to 5 minutes); only a pod that never started, once each (needs get and delete on pods "
-             "in the driver's namespace)")] = False,
-    build: Annotated[bool, typer.Option(
-        "--build", help="make the images GPU nodes wait for, with nobody typing: one Kubernetes Job per missing tag "
-                        "gpualign can make (mirror or build, as check's ACTION says), running `gpualign ensure TAG` "
-                        "in --build-image and pushing to the ledger's registry")] = False,
-    build_image: Annotated[str | None, typer.Option(
-        envvar="GPUALIGN_IMAGE", metavar="IMAGE",
-        help="the image build Jobs run: gpualign's own, with its build tools [default: $GPUALIGN_IMAGE]")] = None,
-    build_namespace: Annotated[str | None, typer.Option(
-        metavar="NAMESPACE", help="namespace of the build Jobs [default: the Lease's]")] = None,
-    max_concurrent_builds: Annotated[int, typer.Option(
-        metavar="N", help="build Jobs running at once; the rest queue, oldest wait first")] = 1,
-    build_retry_after: Annotated[float, typer.Option(
-        metavar="SECONDS", help="wait before retrying a build that failed for a passing reason; doubled at each "
-                                "failure, up to 30 minutes")] = 30.0,
-    archive_ahead: Annotated[bool, typer.Option(
-        "--build-ahead-from-archive/--no-build-ahead-from-archive",
-        help="with --build, read Debian's archive on a schedule and build, for each Debian pool, the image of the "
-             "kernel the archive will install next, before any node installs it (a node waiting now goes first); "
-             "$GPUALIGN_DEBIAN_MIRROR and $GPUALIGN_DEBIAN_KEYRING for a mirror of your own; needs gpgv and "
-             "Debian's keyring where the controller runs (the chart's image has both), and a writable "
-             "$GPUALIGN_CACHE")] = True,
-    archive_every: Annotated[float, typer.Option(
-        "--archive-poll-seconds", metavar="SECONDS",
-        help="how often Debian's archive is read (each suite's InRelease asked whether it changed)")] = 900.0,
-    build_replace_wrong: Annotated[bool, typer.Option(
-        "--build-replace-wrong",
-        help="with --build, also make again an image that is in the ledger but fails the check (present but wrong: "
-             "its labels or modules name another kernel or branch), with ensure --replace-wrong; off by default, "
-             "since someone pushed it")] = False,
-    build_pod_settings: Annotated[Path | None, typer.Option(
-        metavar="FILE", help="YAML for the build pods: nodeSelector, tolerations, resources, serviceAccountName, "
-                             "pushSecret (a Secret with .dockerconfigjson), signSecret (NAMESPACE/NAME), upstream, "
-                             "hostNetwork, ttlSecondsAfterFinished, activeDeadlineSeconds")] = None,
-    listen: Annotated[str, typer.Option(
-        metavar="HOST:PORT", help="address for /metrics, /healthz and the fleet board")] = "0.0.0.0:8080",
-    leader_elect: Annotated[bool, typer.Option("--leader-elect/--no-leader-elect",
-                                               help="hold a Lease so only one replica writes")] = True,
-    lease_namespace: Annotated[str, typer.Option(
-        envvar="POD_NAMESPACE", metavar="NAMESPACE", help="namespace of the Lease")] = "gpualign-system",
+    ledger_refresh: LedgerRefreshOpt = 60.0,
+    gate_operator_upgrades: GateOperatorUpgradesOpt = False,
+    gate_warn_after: GateWarnAfterOpt = 86400,
+    restart_waiting_driver_pods: RestartWaitingDriverPodsOpt = False,
+    build: BuildOpt = False,
+    build_image: BuildImageOpt = None,
+    build_namespace: BuildNamespaceOpt = None,
+    max_concurrent_builds: MaxConcurrentBuildsOpt = 1,
+    build_retry_after: BuildRetryAfterOpt = 30.0,
+    archive_ahead: ArchiveAheadOpt = True,
+    archive_every: ArchiveEveryOpt = 900.0,
+    build_replace_wrong: BuildReplaceWrongOpt = False,
+    build_pod_settings: BuildPodSettingsOpt = None,
+    listen: ListenOpt = "0.0.0.0:8080",
+    leader_elect: LeaderElectOpt = True,
+    lease_namespace: LeaseNamespaceOpt = "gpualign-system",
     lease_name: Annotated[str, typer.Option(metavar="NAME", help="name of the Lease")] = "gpualign-controller",
-    identity: Annotated[str | None, typer.Option(
-        envvar="POD_NAME", metavar="NAME", help="this replica's name [default: the host name]")] = None,
+    identity: IdentityOpt = None,
     lease_duration: Annotated[float, typer.Option(metavar="SECONDS", help="lease duration")] = 15.0,
     renew_deadline: Annotated[float, typer.Option(metavar="SECONDS", help="renew deadline")] = 10.0,
     retry_period: Annotated[float, typer.Option(metavar="SECONDS", help="retry period")] = 2.0,
@@ -122,6 +181,9 @@ def controller(
     \b
         gpualign controller --ledger registry://registry.local/nvidia/driver --ledger-refresh 60
     """
+    run_controller(ControllerFlags(**locals()))
+
+def run_controller(f: ControllerFlags) -> None:
     from gpualign.cli.inputs import branch_policy
     from gpualign.controller.build_trigger.preflight import BuildWillFail
     from gpualign.controller.run import Options
@@ -131,12 +193,12 @@ def controller(
     from gpualign.loaders.rules import load_rules
     from gpualign.usecases.ledgers import repository_for
 
-    host, sep, port = listen.rpartition(":")
+    host, sep, port = f.listen.rpartition(":")
     if not sep or not port.isdigit():
-        raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
-    if ledger_refresh <= 0:
+        raise BadInput(f"--listen {f.listen!r}: expected HOST:PORT")
+    if f.ledger_refresh <= 0:
         raise BadInput("--ledger-refresh: expected seconds > 0")
-    if gate_warn_after <= 0:
+    if f.gate_warn_after <= 0:
         raise BadInput("--gate-warn-after: expected seconds > 0")
     logging.basicConfig(level=log_level(os.environ.get("GPUALIGN_LOG_LEVEL", "INFO")),
                         format="%(asctime)s %(levelname)s %(message)s")
@@ -145,34 +207,36 @@ def controller(
     def warn(message: str) -> None:  # a long-running process: every line it writes is timestamped
         logging.getLogger("gpualign.controller").warning(message)
 
-    repo = repository_for(repository, ledger or [], warn)
-    if build_replace_wrong and not build:
+    repo = repository_for(f.repository, f.ledger or [], warn)
+    if f.build_replace_wrong and not f.build:
         raise BadInput("--build-replace-wrong makes images again through build Jobs: add --build")
-    if build:  # the flags alone first: a bad value is refused before anything is read
-        build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds, build_pod_settings,
-                      repo, build_retry_after)
-    branches = branch_policy(driver_branch, branch_policy_file, old_policy)
-    rule_set = load_rules(rules)
-    if ledger:
-        sources.load(ledger, docker_config=docker_config)  # bad ledger input is a usage error, before starting
+    if f.build:  # the flags alone first: a bad value is refused before anything is read
+        build_options(f.build_image, f.build_namespace or f.lease_namespace, f.max_concurrent_builds,
+                      f.build_pod_settings, repo, f.build_retry_after)
+    branches = branch_policy(f.driver_branch, f.branch_policy_file, f.old_policy)
+    rule_set = load_rules(f.rules)
+    if f.ledger:
+        sources.load(f.ledger, docker_config=f.docker_config)  # bad ledger input is a usage error, before starting
 
     def builds(operator: OperatorConfig | None) -> BuildOptions:
-        made = build_options(build_image, build_namespace or lease_namespace, max_concurrent_builds,
-                             build_pod_settings, build_target(repository, ledger or [], operator), build_retry_after)
-        made.replace_wrong = build_replace_wrong
+        made = build_options(f.build_image, f.build_namespace or f.lease_namespace, f.max_concurrent_builds,
+                             f.build_pod_settings, build_target(f.repository, f.ledger or [], operator),
+                             f.build_retry_after)
+        made.replace_wrong = f.build_replace_wrong
         return made
 
-    opts = Options(repository=repo, ledger_refresh=ledger_refresh, gate=gate_operator_upgrades,
-                   gate_warn_after=gate_warn_after, restart_waiting_pods=restart_waiting_driver_pods,
-                   listen=(host or "0.0.0.0", int(port)), leader_elect=leader_elect, lease_namespace=lease_namespace,
-                   lease_name=lease_name, identity=identity or "", lease_seconds=lease_duration,
-                   renew_seconds=renew_deadline, retry_seconds=retry_period)
-    plan = Start(kubeconfig=kubeconfig, context=context, ledger=list(ledger or []), docker_config=docker_config,
-                 pinned=bool(driver_branch or branch_policy_file or old_policy or repository), rules=rule_set,
+    opts = Options(repository=repo, ledger_refresh=f.ledger_refresh, gate=f.gate_operator_upgrades,
+                   gate_warn_after=f.gate_warn_after, restart_waiting_pods=f.restart_waiting_driver_pods,
+                   listen=(host or "0.0.0.0", int(port)), leader_elect=f.leader_elect,
+                   lease_namespace=f.lease_namespace,
+                   lease_name=f.lease_name, identity=f.identity or "", lease_seconds=f.lease_duration,
+                   renew_seconds=f.renew_deadline, retry_seconds=f.retry_period)
+    plan = Start(kubeconfig=f.kubeconfig, context=f.context, ledger=list(f.ledger or []), docker_config=f.docker_config,
+                 pinned=bool(f.driver_branch or f.branch_policy_file or f.old_policy or f.repository), rules=rule_set,
                  branches=branches,
-                 operator_version=operator_version, options=opts, builds=builds if build else None,
-                 archive_ahead=archive_ahead, archive_every=archive_every,
-                 gate=gate_operator_upgrades, build_warning=lambda line: warn(f"--build: {line}"))
+                 operator_version=f.operator_version, options=opts, builds=builds if f.build else None,
+                 archive_ahead=f.archive_ahead, archive_every=f.archive_every,
+                 gate=f.gate_operator_upgrades, build_warning=lambda line: warn(f"--build: {line}"))
     try:
         start(plan, warn)
     except NoLedger:
@@ -187,6 +251,7 @@ def controller(
         raise BadInput(f"{err.message} or pass --lease-namespace") from None
     except BuildWillFail as err:
         raise BadInput(f"--build: {_build_refusal(err)}") from None
+
 
 
 def register(app: typer.Typer) -> None:
@@ -277,7 +342,8 @@ def build_options(image: str | None, namespace: str, cap: int, settings_file: Pa
     settings = BuildSettings(
         image=image, ledger=f"registry://{repository}", namespace=namespace,
         service_account=str(pod.get("serviceAccountName") or "gpualign-builder"),
-        node_selector={str(k): str(v) for k, v in dict(pod.get("nodeSelector") or {}).items()},  # type: ignore[call-overload]
+        node_selector={str(k): str(v) for k,
+                       v in dict(pod.get("nodeSelector") or {}).items()},  # type: ignore[call-overload]
         tolerations=list(pod.get("tolerations") or []),  # type: ignore[call-overload]
         resources=dict(pod.get("resources") or {}),  # type: ignore[call-overload]
         push_secret=str(pod["pushSecret"]) if pod.get("pushSecret") else None,
