@@ -4,6 +4,7 @@ several clusters at once (one report)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -100,6 +101,49 @@ def summary_line(s: dict[str, int]) -> str:
                if s.get("unverified") else ""))
 
 
+NoPrecompiledOpt = Annotated[bool, typer.Option(
+    "--no-precompiled", help="regular images (<version>-<os-tag>), which compile the driver when the pod "
+                             "starts, instead of precompiled ones (<branch>-<kernel>-<os-tag>)")]
+DriverVersionOpt = Annotated[str | None, typer.Option(
+    "--driver-version", metavar="VERSION",
+    help="full driver version for --no-precompiled, e.g. 580.95.05 [default: the branch's pinned "
+         "version]")]
+VerifyModulesOpt = Annotated[bool, typer.Option(
+    "--verify-modules",
+    help="also pull each present image's kernel modules and check them as the node's kernel would at load "
+         "(version magic, every symbol CRC against its Module.symvers), for nodes whose kernel has headers in "
+         "Debian's archive (Debian 12 and 13); an image that would be refused is wrong-image, naming the module "
+         "and symbol")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckFlags:
+    """`gpualign check`'s flags, as given."""
+
+    ledger: LedgerOpt
+    driver_branch: BranchOpt
+    branch_policy_file: BranchPolicyOpt
+    old_policy: OldPolicyOpt
+    kernel_module_type: KernelModuleTypeOpt
+    selector: SelectorOpt
+    nodes_file: NodesFileOpt
+    no_precompiled: NoPrecompiledOpt
+    driver_version: DriverVersionOpt
+    rules: RulesOpt
+    operator_version: OperatorVersionOpt
+    repository: RepositoryOpt
+    docker_config: DockerConfigOpt
+    insecure_registry: InsecureRegistryOpt
+    trusted_key: TrustedKeyOpt
+    verify_modules: VerifyModulesOpt
+    output: OutputOpt
+    no_headers: NoHeadersOpt
+    kubeconfig: KubeconfigOpt
+    context: ContextsOpt
+    all_contexts: AllContextsOpt
+    request_timeout: RequestTimeoutOpt
+
+
 def check(
     ledger: LedgerOpt = None,
     driver_branch: BranchOpt = None,
@@ -108,25 +152,15 @@ def check(
     kernel_module_type: KernelModuleTypeOpt = None,
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
-    no_precompiled: Annotated[bool, typer.Option(
-        "--no-precompiled", help="regular images (<version>-<os-tag>), which compile the driver when the pod "
-                                 "starts, instead of precompiled ones (<branch>-<kernel>-<os-tag>)")] = False,
-    driver_version: Annotated[str | None, typer.Option(
-        "--driver-version", metavar="VERSION",
-        help="full driver version for --no-precompiled, e.g. 580.95.05 [default: the branch's pinned "
-             "version]")] = None,
+    no_precompiled: NoPrecompiledOpt = False,
+    driver_version: DriverVersionOpt = None,
     rules: RulesOpt = None,
     operator_version: OperatorVersionOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
     trusted_key: TrustedKeyOpt = None,
-    verify_modules: Annotated[bool, typer.Option(
-        "--verify-modules",
-        help="also pull each present image's kernel modules and check them as the node's kernel would at load "
-             "(version magic, every symbol CRC against its Module.symvers), for nodes whose kernel has headers in "
-             "Debian's archive (Debian 12 and 13); an image that would be refused is wrong-image, naming the module "
-             "and symbol")] = False,
+    verify_modules: VerifyModulesOpt = False,
     output: OutputOpt = Output.table,
     no_headers: NoHeadersOpt = False,
     kubeconfig: KubeconfigOpt = None,
@@ -159,6 +193,10 @@ def check(
         kubectl get nodes -o json | gpualign check --nodes-file - --ledger images.txt --driver-branch 580
         gpualign check --all-contexts --request-timeout 20s      # every cluster of $KUBECONFIG, one report
     """
+    run_check(CheckFlags(**locals()))
+
+
+def run_check(f: CheckFlags) -> None:
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import (
@@ -173,43 +211,45 @@ def check(
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading
 
-    stdin_once(ledger, nodes_file)
-    driver_version_flag(driver_version, no_precompiled, driver_branch)
-    module_type_flag(kernel_module_type)
-    timeout = fleet.parse_timeout(request_timeout)
-    if nodes_file and (all_contexts or len(set(context or [])) > 1):
+    stdin_once(f.ledger, f.nodes_file)
+    driver_version_flag(f.driver_version, f.no_precompiled, f.driver_branch)
+    module_type_flag(f.kernel_module_type)
+    timeout = fleet.parse_timeout(f.request_timeout)
+    if f.nodes_file and (f.all_contexts or len(set(f.context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    names = fleet.contexts(kubeconfig, context, all_contexts)
-    policy_given = branch_policy_file is not None or old_policy is not None
-    flags_given = bool(driver_branch or policy_given or no_precompiled or driver_version or repository or
-                       kernel_module_type)
-    if not ledger and (nodes_file or flags_given):
+    names = fleet.contexts(f.kubeconfig, f.context, f.all_contexts)
+    policy_given = f.branch_policy_file is not None or f.old_policy is not None
+    flags_given = bool(f.driver_branch or policy_given or f.no_precompiled or f.driver_version or f.repository or
+                       f.kernel_module_type)
+    if not f.ledger and (f.nodes_file or flags_given):
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable)"
-                       + ("" if nodes_file else "; flags such as --driver-branch override the GPU Operator's objects, "
-                          "and with them the repository they name, so the ledger must be named too"))
-    branches = branch_policy(driver_branch, branch_policy_file, old_policy)  # a wrong flag never starts a read
-    if kernel_module_type:
+                       + ("" if f.nodes_file else "; flags such as --driver-branch override the GPU Operator's "
+                          "objects, and with them the repository they name, so the ledger must be named too"))
+    branches = branch_policy(f.driver_branch, f.branch_policy_file, f.old_policy)  # a wrong flag never starts a read
+    if f.kernel_module_type:
         import dataclasses
 
-        branches = dataclasses.replace(branches, default_module_type=kernel_module_type)
+        branches = dataclasses.replace(branches, default_module_type=f.kernel_module_type)
     # One cluster (or dump): its read begins now, and its LISTs are on the wire while the rules and ledgers load.
-    reading = Reading(nodes_file, kubeconfig, context[0] if context else None, selector, with_operator=True,
-                      timeout=timeout, say=say_tty, warn=warn, stream=nodes_file is None) if names is None else None
+    reading = Reading(f.nodes_file, f.kubeconfig, f.context[0] if f.context else None, f.selector, with_operator=True,
+                      timeout=timeout, say=say_tty, warn=warn, stream=f.nodes_file is None) if names is None else None
     if reading is not None:
         reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
-    rule_set = load_rules(rules)
+    rule_set = load_rules(f.rules)
     check_known_branches(branches, rule_set)
     setup = Setup(branches=branches, rules=rule_set,
-                  available=load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None,
-                  ledger=list(ledger or []), flags_given=flags_given, policy_given=policy_given, repository=repository,
-                  precompiled=not no_precompiled, driver_version=driver_version,
-                  operator_version=operator_version, docker_config=docker_config, verify_modules=verify_modules,
+                  available=load_ledger(f.ledger, f.docker_config, say=say_tty, warn=warn) if f.ledger else None,
+                  ledger=list(f.ledger or []), flags_given=flags_given, policy_given=policy_given,
+                  repository=f.repository,
+                  precompiled=not f.no_precompiled, driver_version=f.driver_version,
+                  operator_version=f.operator_version, docker_config=f.docker_config, verify_modules=f.verify_modules,
                   warn=warn)
     if reading is not None:  # one cluster, or a dump
-        _report_one(reading, setup, selector, output, no_headers)
+        _report_one(reading, setup, f.selector, f.output, f.no_headers)
     else:
         assert names is not None
-        _report_fleet(names, setup, selector, kubeconfig, timeout, output, no_headers)
+        _report_fleet(names, setup, f.selector, f.kubeconfig, timeout, f.output, f.no_headers)
+
 
 
 def _report_one(reading: Reading, setup: Setup, selector: str | None, output: Output, no_headers: bool) -> None:

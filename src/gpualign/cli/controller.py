@@ -183,6 +183,7 @@ def controller(
     """
     run_controller(ControllerFlags(**locals()))
 
+
 def run_controller(f: ControllerFlags) -> None:
     from gpualign.cli.inputs import branch_policy
     from gpualign.controller.build_trigger.preflight import BuildWillFail

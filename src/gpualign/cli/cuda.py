@@ -6,6 +6,7 @@ import enum
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -265,12 +266,33 @@ def inject(
             sys.stdout.write(new if len(results) == 1 else new if new.startswith("---") else "---\n" + new)
 
 
+ImageOpt = Annotated[str | None, typer.Option(
+    "--image", metavar="REF", help="read CUDA_VERSION from this image's config via the registry API, e.g. "
+                    "registry://HOST/REPO:TAG or HOST/REPO:TAG")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaCheckFlags:
+    """`gpualign cuda check`'s flags, as given."""
+
+    cuda: CudaOpt
+    image: ImageOpt
+    minor_compat: MinorOpt
+    selector: SelectorOpt
+    nodes_file: NodesFileOpt
+    docker_config: DockerConfigOpt
+    insecure_registry: InsecureRegistryOpt
+    output: OutputOpt
+    no_headers: NoHeadersOpt
+    kubeconfig: KubeconfigOpt
+    context: ContextOpt
+    request_timeout: RequestTimeoutOpt
+
+
 @app.command("check")
 def check_cmd(
     cuda: CudaOpt = None,
-    image: Annotated[str | None, typer.Option(
-        "--image", metavar="REF", help="read CUDA_VERSION from this image's config via the registry API, e.g. "
-                        "registry://HOST/REPO:TAG or HOST/REPO:TAG")] = None,
+    image: ImageOpt = None,
     minor_compat: MinorOpt = False,
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
@@ -290,20 +312,25 @@ def check_cmd(
     \b
         gpualign cuda check --cuda 12.8
     """
+    run_cuda_check(CudaCheckFlags(**locals()))
+
+
+def run_cuda_check(f: CudaCheckFlags) -> None:
+    cuda = f.cuda
     from gpualign.cli.common import say_tty
     from gpualign.model.cuda import node_affinity
     from gpualign.model.nodeaffinity import required_matches
     from gpualign.usecases.nodes import read_nodes
 
-    if bool(cuda) == bool(image):
+    if bool(cuda) == bool(f.image):
         raise BadInput("pass exactly one of --cuda VERSION or --image REF")
-    if image:
-        cuda = _cuda_of_image(image, docker_config)
-    minimum = _minimum(cuda, minor_compat)
+    if f.image:
+        cuda = _cuda_of_image(f.image, f.docker_config)
+    minimum = _minimum(cuda, f.minor_compat)
     from gpualign.cli.fleet import parse_timeout
 
-    read = read_nodes(nodes_file, kubeconfig, context, selector, with_pods=False,
-                      timeout=parse_timeout(request_timeout), say=say_tty, warn=warn)
+    read = read_nodes(f.nodes_file, f.kubeconfig, f.context, f.selector, with_pods=False,
+                      timeout=parse_timeout(f.request_timeout), say=say_tty, warn=warn)
     inv = read.inventory
     devices = read.devices or {}
     aff = node_affinity(minimum, "both")
@@ -324,12 +351,12 @@ def check_cmd(
     lowest = min(drivers) if drivers else None
     data = {"cuda": cuda, "minimum_driver": str(minimum), "lowest_driver": str(lowest) if lowest else None,
             "able": [entry(n) for n in able], "unable": [entry(n) for n in unable]}
-    if output in (Output.json, Output.yaml):
-        emit_data(report("CudaCheckReport", read.source, data, cuda=True), output)
+    if f.output in (Output.json, Output.yaml):
+        emit_data(report("CudaCheckReport", read.source, data, cuda=True), f.output)
     else:
         from gpualign.cli.table import Styled, render, use_color
 
-        wide = output is Output.wide
+        wide = f.output is Output.wide
 
         def row(n: NodeFacts, can: bool) -> list[str | Styled]:
             shown = (f"{n.driver} (DRA)" if n.driver_from_dra else str(n.driver)) if n.driver else \
@@ -343,12 +370,13 @@ def check_cmd(
         rows = [row(n, True) for n in able] + [row(n, False) for n in unable]
         text = f"CUDA {cuda} needs driver >= {minimum}; the fleet's lowest driver is {lowest or 'unknown'}\n"
         text += render(["NODE", "CAN HOST", "DRIVER"] + (["KERNEL", "ARCH", "REASON"] if wide else []), rows,
-                       color=use_color(), no_headers=no_headers)
+                       color=use_color(), no_headers=f.no_headers)
         text += (f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
                  + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else "") + "\n")
         sys.stdout.write(text)
-    if unable or (selector and not inv.nodes):
+    if unable or (f.selector and not inv.nodes):
         raise typer.Exit(EXIT_FINDINGS)
+
 
 
 def _why_not_host(node: NodeFacts, minimum: DriverVersion, devices: list[GpuDevice] | None) -> str:

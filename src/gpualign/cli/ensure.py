@@ -77,81 +77,99 @@ Exit codes: 0 every image is in the ledger (or, with --dry-run, the plan was pri
 (it would not load on its kernel, a build step failed, the registry refused the push); 2 bad input."""
 
 
+LedgerOpt = Annotated[list[str] | None, typer.Option(
+    "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO "
+                                         "(required, except with --render; one)")]
+TagsOpt = Annotated[list[str] | None, typer.Argument(metavar="[TAG]...",
+                                                 help="driver image tags to ensure")]
+UpstreamOpt = Annotated[str | None, typer.Option(
+    "--upstream", metavar="REGISTRY",
+    help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
+         "tags NVIDIA publishes precompiled (ubuntu)]")]
+CosignKeyOpt = Annotated[str | None, typer.Option(
+    "--cosign-key", metavar="KEY", envvar="GPUALIGN_COSIGN_KEY",
+    help="sign every image pushed (and attest a build's SBOM and provenance) with this key, named as cosign "
+         "names keys: a key file from `cosign generate-key-pair` (its password in $COSIGN_PASSWORD) or an "
+         "unencrypted PEM ECDSA P-256 key; k8s://NAMESPACE/SECRET (cosign's Secret); or a KMS or Vault "
+         "reference (awskms://, gcpkms://, azurekms://, hashivault://), signed by cosign itself on PATH. "
+         "Only what ensure built and verified, or judged, is signed [default: unsigned]")]
+KernelLoadOpt = Annotated[bool, typer.Option(
+    "--kernel-load/--no-kernel-load",
+    help="boot each built image's own Debian kernel in a VM (qemu, TCG) and load its modules into it before the "
+         "push: the kernel's verdict goes into the report (kernel_load), and a refusal pushes nothing "
+         "(`gpualign verify` does the same for any image). --no-kernel-load is for where qemu cannot run: the "
+         "report then says the check was skipped")]
+UpstreamKeyOpt = Annotated[list[Path] | None, typer.Option(
+    "--upstream-key", metavar="PUB", envvar="GPUALIGN_UPSTREAM_KEYS",
+    help="a public key (cosign's PEM) the upstream signs its images with; repeatable (env: ':'-separated). "
+         "A mirror's upstream signature over its digest is then verified before anything is copied. Every "
+         "mirror is judged first either way (its labels, and its modules where the kernel has headers): "
+         "gpualign signs only what it built or judged")]
+JobsOpt = Annotated[int, typer.Option(
+    "--jobs", "-j", metavar="N", min=1,
+    help="work on up to N images at once, with N compile jobs in all (each image's make -j gets its share); "
+         "the CPU-bound compile of one image then overlaps another's downloads, image assembly and push")]
+FlavourOpt = Annotated[str | None, typer.Option(
+    "--flavour", metavar="FLAVOUR", autocompletion=complete.flavours,
+    help="the kernel modules to build: proprietary (nvidia-kernel-source) or open (nvidia-open-kernel-source), "
+         "as the GPU Operator's kernelModuleType asks; default: what the --from report says its nodes load "
+         "(check's `modules`), else proprietary")]
+ModulesFromOpt = Annotated[Path | None, typer.Option(
+    "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
+                                          "(they must pass the same checks)")]
+FromReportOpt = Annotated[Path | None, typer.Option(
+    "--from", metavar="FILE",
+    help="ensure what a report lists: `gpualign check -o json` (its missing images), `gpualign plan -o json` "
+         "(to_build) or `plan --build-matrix`; - for stdin")]
+RenderOpt = Annotated[Path | None, typer.Option(
+    "--render", metavar="DIR",
+    help="write each tag's recipe (Containerfile, its verify step and entrypoint) to DIR/TAG, to build "
+         "elsewhere with buildah bud or docker build; nothing is built or pushed. Ubuntu 22.04/24.04 and RHEL 9 "
+         "are rendered only; Debian 12 and 13 are the recipes ensure runs here")]
+CudaVersionOpt = Annotated[str, typer.Option(
+    "--cuda-version", metavar="VERSION", help="with --render: the CUDA base image version (nvcr.io/nvidia/cuda)")]
+VerifyModulesOpt = Annotated[bool, typer.Option(
+    "--verify-modules", help="also check the modules of a tag already in the ledger against its kernel, as "
+                             "check --verify-modules does (its labels, and with --sign-*, its signing "
+                             "certificate, are always checked); a present image that fails is reported, exit "
+                             "1")]
+ReplaceWrongOpt = Annotated[bool, typer.Option(
+    "--replace-wrong", help="make a present image that fails those checks again (mirror or build, verified) "
+                            "and push it over its tag")]
+SharedModulesOpt = Annotated[bool, typer.Option(
+    "--shared-modules/--no-shared-modules",
+    help="take modules another build compiled for the same source, kernel and flavour from REPO-modules in the "
+         "ledger's registry (checked as compiled ones), and share the ones this run compiles there; the same "
+         "for the image's user-space layer (REPO-userspace)")]
+LeaseOpt = Annotated[str | None, typer.Option(
+    "--lease", metavar="NAMESPACE",
+    help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "
+         "runs on other machines never build the same image twice (on one machine a file lock does that)")]
+
+
 def ensure(
-    ledger: Annotated[list[str] | None, typer.Option(
-        "--ledger", metavar="REGISTRY", help="the ledger repository to fill: registry://HOST[:PORT]/REPO "
-                                             "(required, except with --render; one)")] = None,
-    tags: Annotated[list[str] | None, typer.Argument(metavar="[TAG]...",
-                                                     help="driver image tags to ensure")] = None,
-    upstream: Annotated[str | None, typer.Option(
-        "--upstream", metavar="REGISTRY",
-        help=f"where published images are mirrored from, or 'none' [default: {NVIDIA}, asked only for the OS "
-             "tags NVIDIA publishes precompiled (ubuntu)]")] = None,
-    cosign_key: Annotated[str | None, typer.Option(
-        "--cosign-key", metavar="KEY", envvar="GPUALIGN_COSIGN_KEY",
-        help="sign every image pushed (and attest a build's SBOM and provenance) with this key, named as cosign "
-             "names keys: a key file from `cosign generate-key-pair` (its password in $COSIGN_PASSWORD) or an "
-             "unencrypted PEM ECDSA P-256 key; k8s://NAMESPACE/SECRET (cosign's Secret); or a KMS or Vault "
-             "reference (awskms://, gcpkms://, azurekms://, hashivault://), signed by cosign itself on PATH. "
-             "Only what ensure built and verified, or judged, is signed [default: unsigned]")] = None,
-    kernel_load: Annotated[bool, typer.Option(
-        "--kernel-load/--no-kernel-load",
-        help="boot each built image's own Debian kernel in a VM (qemu, TCG) and load its modules into it before the "
-             "push: the kernel's verdict goes into the report (kernel_load), and a refusal pushes nothing "
-             "(`gpualign verify` does the same for any image). --no-kernel-load is for where qemu cannot run: the "
-             "report then says the check was skipped")] = True,
-    upstream_key: Annotated[list[Path] | None, typer.Option(
-        "--upstream-key", metavar="PUB", envvar="GPUALIGN_UPSTREAM_KEYS",
-        help="a public key (cosign's PEM) the upstream signs its images with; repeatable (env: ':'-separated). "
-             "A mirror's upstream signature over its digest is then verified before anything is copied. Every "
-             "mirror is judged first either way (its labels, and its modules where the kernel has headers): "
-             "gpualign signs only what it built or judged")] = None,
+    ledger: LedgerOpt = None,
+    tags: TagsOpt = None,
+    upstream: UpstreamOpt = None,
+    cosign_key: CosignKeyOpt = None,
+    kernel_load: KernelLoadOpt = True,
+    upstream_key: UpstreamKeyOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
     = False,
-    jobs: Annotated[int, typer.Option(
-        "--jobs", "-j", metavar="N", min=1,
-        help="work on up to N images at once, with N compile jobs in all (each image's make -j gets its share); "
-             "the CPU-bound compile of one image then overlaps another's downloads, image assembly and push")] = 2,
-    flavour: Annotated[str | None, typer.Option(
-        "--flavour", metavar="FLAVOUR", autocompletion=complete.flavours,
-        help="the kernel modules to build: proprietary (nvidia-kernel-source) or open (nvidia-open-kernel-source), "
-             "as the GPU Operator's kernelModuleType asks; default: what the --from report says its nodes load "
-             "(check's `modules`), else proprietary")] = None,
-    modules_from: Annotated[Path | None, typer.Option(
-        "--modules-from", metavar="DIR", help="verify and push the .ko files in DIR instead of compiling "
-                                              "(they must pass the same checks)")] = None,
-    from_report: Annotated[Path | None, typer.Option(
-        "--from", metavar="FILE",
-        help="ensure what a report lists: `gpualign check -o json` (its missing images), `gpualign plan -o json` "
-             "(to_build) or `plan --build-matrix`; - for stdin")] = None,
-    render: Annotated[Path | None, typer.Option(
-        "--render", metavar="DIR",
-        help="write each tag's recipe (Containerfile, its verify step and entrypoint) to DIR/TAG, to build "
-             "elsewhere with buildah bud or docker build; nothing is built or pushed. Ubuntu 22.04/24.04 and RHEL 9 "
-             "are rendered only; Debian 12 and 13 are the recipes ensure runs here")] = None,
-    cuda_version: Annotated[str, typer.Option(
-        "--cuda-version", metavar="VERSION", help="with --render: the CUDA base image version (nvcr.io/nvidia/cuda)")]
+    jobs: JobsOpt = 2,
+    flavour: FlavourOpt = None,
+    modules_from: ModulesFromOpt = None,
+    from_report: FromReportOpt = None,
+    render: RenderOpt = None,
+    cuda_version: CudaVersionOpt
     = "12.9.1",
     sign_key: SignKeyOpt = None,
     sign_cert: SignCertOpt = None,
     sign_secret: SignSecretOpt = None,
-    verify_modules: Annotated[bool, typer.Option(
-        "--verify-modules", help="also check the modules of a tag already in the ledger against its kernel, as "
-                                 "check --verify-modules does (its labels, and with --sign-*, its signing "
-                                 "certificate, are always checked); a present image that fails is reported, exit "
-                                 "1")] = False,
-    replace_wrong: Annotated[bool, typer.Option(
-        "--replace-wrong", help="make a present image that fails those checks again (mirror or build, verified) "
-                                "and push it over its tag")] = False,
-    shared_modules: Annotated[bool, typer.Option(
-        "--shared-modules/--no-shared-modules",
-        help="take modules another build compiled for the same source, kernel and flavour from REPO-modules in the "
-             "ledger's registry (checked as compiled ones), and share the ones this run compiles there; the same "
-             "for the image's user-space layer (REPO-userspace)")] = True,
-    lease: Annotated[str | None, typer.Option(
-        "--lease", metavar="NAMESPACE",
-        help="hold a Lease per image in NAMESPACE on the cluster (--kubeconfig/--context) while it is made, so "
-             "runs on other machines never build the same image twice (on one machine a file lock does that)")]
+    verify_modules: VerifyModulesOpt = False,
+    replace_wrong: ReplaceWrongOpt = False,
+    shared_modules: SharedModulesOpt = True,
+    lease: LeaseOpt
     = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,

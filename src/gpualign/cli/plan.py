@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -53,28 +54,61 @@ def _tonight(nodes: Any, say: Any) -> Any:
     return tonight
 
 
+KernelOpt = Annotated[str | None, typer.Option(
+    "--kernel", metavar="KERNEL",
+    help="the kernel the nodes will run, e.g. 5.15.0-125-generic; or `next`: each node's own next kernel, the "
+         "one it announces (gpualign.io/kernel.next), else the one its line's metapackage installs, as Debian's "
+         "archive names it now (its InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your "
+         "own); -o json then says per node whether it may reboot tonight")]
+OsOpt = Annotated[str | None, typer.Option(
+    "--os", metavar="OS", help="the OS they will run, e.g. ubuntu24.04 (an OS change brings its own kernel: "
+                               "pass --kernel with it)")]
+DriverBranchOpt = Annotated[str | None, typer.Option(
+    "--driver-branch", metavar="BRANCH", help="the branch they will run, e.g. 595")]
+BuildMatrixOpt = Annotated[bool, typer.Option(
+    "--build-matrix", help="print the images to build as a GitHub Actions matrix: {\"include\": [{action, "
+                           "DRIVER_BRANCH, KERNEL_VERSION, OS_TAG, tag, modules}]} (modules: the "
+                           "kernel modules the nodes will load, open or proprietary)")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanFlags:
+    """`gpualign plan`'s flags, as given."""
+
+    ledger: LedgerOpt
+    kernel: KernelOpt
+    os_: OsOpt
+    driver_branch: DriverBranchOpt
+    branch_policy_file: BranchPolicyOpt
+    old_policy: OldPolicyOpt
+    kernel_module_type: KernelModuleTypeOpt
+    selector: SelectorOpt
+    nodes_file: NodesFileOpt
+    build_matrix: BuildMatrixOpt
+    rules: RulesOpt
+    repository: RepositoryOpt
+    docker_config: DockerConfigOpt
+    insecure_registry: InsecureRegistryOpt
+    trusted_key: TrustedKeyOpt
+    output: OutputOpt
+    no_headers: NoHeadersOpt
+    kubeconfig: KubeconfigOpt
+    context: ContextsOpt
+    all_contexts: AllContextsOpt
+    request_timeout: RequestTimeoutOpt
+
+
 def plan(
     ledger: LedgerOpt = None,
-    kernel: Annotated[str | None, typer.Option(
-        "--kernel", metavar="KERNEL",
-        help="the kernel the nodes will run, e.g. 5.15.0-125-generic; or `next`: each node's own next kernel, the "
-             "one it announces (gpualign.io/kernel.next), else the one its line's metapackage installs, as Debian's "
-             "archive names it now (its InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your "
-             "own); -o json then says per node whether it may reboot tonight")] = None,
-    os_: Annotated[str | None, typer.Option(
-        "--os", metavar="OS", help="the OS they will run, e.g. ubuntu24.04 (an OS change brings its own kernel: "
-                                   "pass --kernel with it)")] = None,
-    driver_branch: Annotated[str | None, typer.Option(
-        "--driver-branch", metavar="BRANCH", help="the branch they will run, e.g. 595")] = None,
+    kernel: KernelOpt = None,
+    os_: OsOpt = None,
+    driver_branch: DriverBranchOpt = None,
     branch_policy_file: BranchPolicyOpt = None,
     old_policy: OldPolicyOpt = None,
     kernel_module_type: KernelModuleTypeOpt = None,
     selector: SelectorOpt = None,
     nodes_file: NodesFileOpt = None,
-    build_matrix: Annotated[bool, typer.Option(
-        "--build-matrix", help="print the images to build as a GitHub Actions matrix: {\"include\": [{action, "
-                               "DRIVER_BRANCH, KERNEL_VERSION, OS_TAG, tag, modules}]} (modules: the "
-                               "kernel modules the nodes will load, open or proprietary)")] = False,
+    build_matrix: BuildMatrixOpt = False,
     rules: RulesOpt = None,
     repository: RepositoryOpt = None,
     docker_config: DockerConfigOpt = None,
@@ -105,6 +139,12 @@ def plan(
     \b
         gpualign plan -l pool=train --kernel 5.15.0-125-generic --ledger images.txt --build-matrix
     """
+    run_plan(PlanFlags(**locals()))
+
+
+def run_plan(f: PlanFlags) -> None:
+    ledger = f.ledger
+    repository = f.repository
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty
     from gpualign.cli.inputs import branch_policy, check_known_branches, module_type_flag, stdin_once
@@ -113,21 +153,21 @@ def plan(
     from gpualign.usecases.nodes import quiet, read_nodes
     from gpualign.usecases.plan_images import PlanSetup, from_operator, operator_branches, plan_cluster
 
-    stdin_once(ledger, nodes_file)
-    if not (kernel or os_ or driver_branch or kernel_module_type):
+    stdin_once(ledger, f.nodes_file)
+    if not (f.kernel or f.os_ or f.driver_branch or f.kernel_module_type):
         raise BadInput("nothing to plan: pass --kernel, --os, --driver-branch and/or --kernel-module-type")
-    module_type_flag(kernel_module_type)
-    if build_matrix and output is not Output.table:
-        raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {output.value}")
-    timeout = fleet.parse_timeout(request_timeout)
-    if nodes_file and (all_contexts or len(set(context or [])) > 1):
+    module_type_flag(f.kernel_module_type)
+    if f.build_matrix and f.output is not Output.table:
+        raise BadInput(f"--build-matrix prints a JSON matrix of its own: drop -o {f.output.value}")
+    timeout = fleet.parse_timeout(f.request_timeout)
+    if f.nodes_file and (f.all_contexts or len(set(f.context or [])) > 1):
         raise BadInput("--nodes-file reads one dump: drop --all-contexts or the extra --context")
-    if not ledger and (nodes_file or all_contexts or len(set(context or [])) > 1):
+    if not ledger and (f.nodes_file or f.all_contexts or len(set(f.context or [])) > 1):
         raise BadInput("no ledger: pass --ledger FILE or --ledger registry://HOST/REPO (repeatable); only a "
                        "single cluster's GPU Operator objects can stand in for it")
-    change, from_archive = _change_of(kernel, os_, driver_branch, kernel_module_type)
-    rule_set = load_rules(rules)
-    branches = branch_policy(None, branch_policy_file, old_policy)
+    change, from_archive = _change_of(f.kernel, f.os_, f.driver_branch, f.kernel_module_type)
+    rule_set = load_rules(f.rules)
+    branches = branch_policy(None, f.branch_policy_file, f.old_policy)
     if change.branch:
         from gpualign.model.branches import BranchPolicy
 
@@ -135,28 +175,28 @@ def plan(
     # every flag is judged above, before any cluster is read
     derived_branches = None
     if not ledger:  # as check does: beside the GPU Operator, its objects name the repository and the branches
-        ledger, derived_branches, repository = from_operator(kubeconfig, context[0] if context else None,
+        ledger, derived_branches, repository = from_operator(f.kubeconfig, f.context[0] if f.context else None,
                                                           repository, timeout, warn)
-    names = fleet.contexts(kubeconfig, context, all_contexts)
-    if derived_branches is None and not (branch_policy_file or old_policy or change.branch or nodes_file) and \
-            names is None and len(set(context or [])) <= 1:
+    names = fleet.contexts(f.kubeconfig, f.context, f.all_contexts)
+    if derived_branches is None and not (f.branch_policy_file or f.old_policy or change.branch or f.nodes_file) and \
+            names is None and len(set(f.context or [])) <= 1:
         # --ledger given: the branches still come from where check takes them, the GPU Operator's objects
-        derived_branches = operator_branches(kubeconfig, context[0] if context else None, timeout, warn)
-    if derived_branches is not None and not (branch_policy_file or old_policy):
+        derived_branches = operator_branches(f.kubeconfig, f.context[0] if f.context else None, timeout, warn)
+    if derived_branches is not None and not (f.branch_policy_file or f.old_policy):
         branches = derived_branches
     check_known_branches(branches, rule_set)
-    available = load_ledger(ledger, docker_config, say=say_tty, warn=warn)
+    available = load_ledger(ledger, f.docker_config, say=say_tty, warn=warn)
     repo = repository_for(repository, ledger, warn)
 
     setup = PlanSetup(change=change, available=available, repository=repo, rules=rule_set, branches=branches,
-                      docker_config=docker_config, warn=warn)
+                      docker_config=f.docker_config, warn=warn)
 
     # with no branch named by a flag, a policy or the operator's objects, each node keeps the branch its driver pod
     # is deployed with, as check infers it: only then are the driver pods read
     infer = not (change.branch or branches.default or branches.rules)
 
     def plan_of(nodes_from: str | None, announce: bool = True) -> tuple[dict[str, Any], bool, dict[str, Any]]:
-        read = read_nodes(nodes_file, kubeconfig, nodes_from, selector, with_pods=infer, timeout=timeout,
+        read = read_nodes(f.nodes_file, f.kubeconfig, nodes_from, f.selector, with_pods=infer, timeout=timeout,
                           say=say_tty if announce else quiet, warn=warn if announce else quiet)
         pools = None
         using = setup
@@ -169,7 +209,7 @@ def plan(
             pools = [p.as_dict() for p in archive.pools]
             booted = tonight_of.boots(read.inventory.nodes, archive)
             using = dataclasses.replace(setup, change=tonight_of.change_of(booted, setup.change))
-        planned = plan_cluster(read, using, selector)
+        planned = plan_cluster(read, using, f.selector)
         body = planned.as_dict()
         if pools is not None:
             body["archive"] = pools
@@ -178,19 +218,20 @@ def plan(
         return body, planned.clean, read.source
 
     if names is None:
-        body, clean, source = plan_of(context[0] if context else None)
-        if build_matrix:
+        body, clean, source = plan_of(f.context[0] if f.context else None)
+        if f.build_matrix:
             _write_matrix(body["needed"])
-        elif output in (Output.json, Output.yaml):
-            emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), output)
+        elif f.output in (Output.json, Output.yaml):
+            emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), f.output)
         else:
-            sys.stdout.write(_render(body["needed"], body["unknown"], repo, output is Output.wide, no_headers,
+            sys.stdout.write(_render(body["needed"], body["unknown"], repo, f.output is Output.wide, f.no_headers,
                                      fleet=False))
         if not clean:
             raise typer.Exit(EXIT_FINDINGS)
         return
-    _report_fleet(names, plan_of, repo, kubeconfig, timeout, list(available.sources), build_matrix, output,
-                  no_headers)
+    _report_fleet(names, plan_of, repo, f.kubeconfig, timeout, list(available.sources), f.build_matrix, f.output,
+                  f.no_headers)
+
 
 
 def _change_of(kernel: str | None, os_: str | None, driver_branch: str | None,

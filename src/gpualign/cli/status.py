@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -109,14 +110,46 @@ def _counts(counts: dict[str, int]) -> str:
     return "  ".join(f"{state}: {count}" for state, count in counts.items())
 
 
+FailOnStuckOpt = Annotated[bool, typer.Option(
+    "--fail-on-stuck", help="exit 1 when a node is stuck: its driver pod not running (ImagePullBackOff, "
+                            "CrashLoopBackOff), or cordoned by the upgrade with something blocking it")]
+TonightOpt = Annotated[bool, typer.Option(
+    "--tonight", help="also say, per GPU node, whether it may reboot tonight: the kernel it boots next (its "
+                      "gpualign.io/kernel.next, else what Debian's archive installs next on its line, the "
+                      "InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own) and that "
+                      "kernel's image judged as plan judges it (the ledger defaults to the GPU Operator's); per "
+                      "Debian pool, the image's build. Exit 1 while any node would reboot into a kernel without "
+                      "a good image")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusFlags:
+    """`gpualign status`'s flags, as given."""
+
+    selector: SelectorOpt
+    ledger: LedgerOpt
+    to_branch: ToBranchOpt
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")]
+    fail_on_stuck: FailOnStuckOpt
+    rules: RulesOpt
+    docker_config: DockerConfigOpt
+    insecure_registry: InsecureRegistryOpt
+    trusted_key: TrustedKeyOpt
+    output: OutputOpt
+    no_headers: NoHeadersOpt
+    kubeconfig: KubeconfigOpt
+    context: ContextsOpt
+    all_contexts: AllContextsOpt
+    request_timeout: RequestTimeoutOpt
+    tonight: TonightOpt
+
+
 def status(
     selector: SelectorOpt = None,
     ledger: LedgerOpt = None,
     to_branch: ToBranchOpt = None,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")] = False,
-    fail_on_stuck: Annotated[bool, typer.Option(
-        "--fail-on-stuck", help="exit 1 when a node is stuck: its driver pod not running (ImagePullBackOff, "
-                                "CrashLoopBackOff), or cordoned by the upgrade with something blocking it")] = False,
+    fail_on_stuck: FailOnStuckOpt = False,
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
@@ -127,13 +160,7 @@ def status(
     context: ContextsOpt = None,
     all_contexts: AllContextsOpt = False,
     request_timeout: RequestTimeoutOpt = None,
-    tonight: Annotated[bool, typer.Option(
-        "--tonight", help="also say, per GPU node, whether it may reboot tonight: the kernel it boots next (its "
-                          "gpualign.io/kernel.next, else what Debian's archive installs next on its line, the "
-                          "InRelease verified with gpgv; $GPUALIGN_DEBIAN_MIRROR for a mirror of your own) and that "
-                          "kernel's image judged as plan judges it (the ledger defaults to the GPU Operator's); per "
-                          "Debian pool, the image's build. Exit 1 while any node would reboot into a kernel without "
-                          "a good image")] = False,
+    tonight: TonightOpt = False,
 ) -> None:
     """One line per GPU node: upgrade state, time in it, who cordoned it, driver, target tag, image, blocker; and
     counts per state, to see at a glance where the fleet piles up. Reads the GPU Operator's own labels too.
@@ -148,69 +175,74 @@ def status(
     Exit 1 if any node is upgrade-failed (with --fail-on-stuck, also when one is stuck; with --tonight, also when one
     may not reboot tonight); for several clusters, 4 when some cluster could not be read (5 with failures
     elsewhere)."""
+    run_status(StatusFlags(**locals()))
+
+
+def run_status(f: StatusFlags) -> None:
     from gpualign.cli import fleet
     from gpualign.cli.common import say_tty, warn
     from gpualign.controller.build_trigger.jobs_api import read_cluster
     from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.upgrade_status import status_of
 
-    timeout = fleet.parse_timeout(request_timeout)
-    names = fleet.contexts(kubeconfig, context, all_contexts)
+    timeout = fleet.parse_timeout(f.request_timeout)
+    names = fleet.contexts(f.kubeconfig, f.context, f.all_contexts)
     from gpualign.loaders.rules import load_rules
 
-    available = load_ledger(ledger, docker_config, say=say_tty, warn=warn) if ledger else None
-    if tonight and available is None and names is None:
-        available = _operator_ledger(kubeconfig, context[0] if context else None, timeout, docker_config)
-    rule_set = load_rules(rules)  # once, not per cluster and per refresh
+    available = load_ledger(f.ledger, f.docker_config, say=say_tty, warn=warn) if f.ledger else None
+    if f.tonight and available is None and names is None:
+        available = _operator_ledger(f.kubeconfig, f.context[0] if f.context else None, timeout, f.docker_config)
+    rule_set = load_rules(f.rules)  # once, not per cluster and per refresh
     while True:
         if names is None:
-            data, cluster = status_of(selector, available, to_branch, rule_set, kubeconfig,
-                                      context[0] if context else None, timeout, read_builds=read_cluster,
-                                      tonight=tonight, docker_config=docker_config)
-            held = tonight and not all(v["ready"] for v in data.get("reboot") or [])
-            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"]) or \
+            data, cluster = status_of(f.selector, available, f.to_branch, rule_set, f.kubeconfig,
+                                      f.context[0] if f.context else None, timeout, read_builds=read_cluster,
+                                      tonight=f.tonight, docker_config=f.docker_config)
+            held = f.tonight and not all(v["ready"] for v in data.get("reboot") or [])
+            code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (f.fail_on_stuck and data["stuck"]) or \
                 held else 0
-            if output in (Output.json, Output.yaml):
-                emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": ledger or []}, data), output)
+            if f.output in (Output.json, Output.yaml):
+                emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": f.ledger or []}, data), f.output)
                 text = None
             else:
-                text = _status_table(data["nodes"], no_headers, wide=output is Output.wide) + "\n" + \
+                text = _status_table(data["nodes"], f.no_headers, wide=f.output is Output.wide) + "\n" + \
                     _counts(data["counts"]) + \
                     _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "") + _tonight_text(data)
         else:
             from gpualign.model.fleet_report import merge_status
 
-            if tonight:
+            if f.tonight:
                 raise BadInput("--tonight reads one cluster: drop --all-contexts or the extra --context")
 
             def one(name: str) -> tuple[dict[str, Any], bool, str | None]:
-                data, cluster = status_of(selector, available, to_branch, rule_set, kubeconfig, name, timeout,
+                data, cluster = status_of(f.selector, available, f.to_branch, rule_set, f.kubeconfig, name, timeout,
                                           read_builds=read_cluster)
-                bad = data["counts"].get("upgrade-failed") or (fail_on_stuck and data["stuck"])
+                bad = data["counts"].get("upgrade-failed") or (f.fail_on_stuck and data["stuck"])
                 return data, not bad, cluster["server"]
 
             several = fleet.read_fleet(names, one, timeout, merge_status)
             reads, merged, code = several.reads, several.merged, several.code
-            if output in (Output.json, Output.yaml):
-                several.emit("FleetUpgradeStatus", kubeconfig, ledger or [], output)
+            if f.output in (Output.json, Output.yaml):
+                several.emit("FleetUpgradeStatus", f.kubeconfig, f.ledger or [], f.output)
                 text = None
             else:
-                text = _status_table(merged["nodes"], no_headers, fleet=True, wide=output is Output.wide) + "\n"
+                text = _status_table(merged["nodes"], f.no_headers, fleet=True, wide=f.output is Output.wide) + "\n"
                 for r in reads:
                     text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name])
                                              + _trouble(merged["trouble"]["clusters"][r.name]) if r.readable
                                              else f"unreadable: {r.error}") + "\n"
                 text += f"total: {_counts(merged['counts']['total'])}{_trouble(merged['trouble']['total'])}\n"
         if text is not None:
-            if watch and sys.stdout.isatty():
+            if f.watch and sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
             sys.stdout.write(text)
             sys.stdout.flush()
-        if not watch:
+        if not f.watch:
             break
         time.sleep(2)
     if code:
         raise typer.Exit(code)
+
 
 
 def why(

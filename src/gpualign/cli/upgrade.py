@@ -206,59 +206,74 @@ def _walk_live(session: UpgradeSession, req: UpgradeRequest, ready: Prepared) ->
         return session.walk(req, ready, report, on_pass=lambda snap: live.update(_board(snap)))
 
 
+UpgradePolicyOpt = Annotated[Path | None, typer.Option(
+    "--upgrade-policy", metavar="FILE",
+    help="the GPU Operator's DriverUpgradePolicySpec as YAML (maxParallelUpgrades, maxUnavailable, "
+         "waitForCompletion, podDeletion, drain, validation, failedNodesHoldSlots)")]
+OldPolicyOpt = Annotated[Path | None, typer.Option(
+    "--policy", metavar="FILE", hidden=True, help="deprecated spelling of --upgrade-policy")]
+MaxParallelOpt = Annotated[int | None, typer.Option(
+    "--max-parallel", metavar="N", help="maxParallelUpgrades (0: any)")]
+MaxUnavailableOpt = Annotated[str | None, typer.Option(
+    "--max-unavailable", metavar="N|N%", help="maxUnavailable: a count or a percentage of GPU nodes")]
+EvictionTimeoutOpt = Annotated[int | None, typer.Option(
+    "--eviction-timeout", metavar="SECONDS",
+    help="seconds before a refused pod deletion / drain fails the node")]
+FailedFreesSlotOpt = Annotated[bool, typer.Option(
+    "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")]
+AdmissionOpt = Annotated[str | None, typer.Option(
+    "--admission", metavar="MODE",
+    help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU pods has a "
+         "disruption free that the nodes already in the walk have not spoken for (its pods then leave one "
+         "after another, as kubectl drain moves them), so a saturated PDB holds its nodes uncordoned instead "
+         "of stalling the walk; operator: the GPU Operator's order (by name)")]
+EnsureImagesOpt = Annotated[bool, typer.Option(
+    "--ensure", help="first make the missing target images exist in the (registry) ledger, as `gpualign "
+                     "ensure` does: mirrored or built, and verified against their kernels, before any node is "
+                     "cordoned; with --dry-run, say what it would do")]
+VerifyModulesOpt = Annotated[bool | None, typer.Option(
+    "--verify-modules/--no-verify-modules",
+    help="check each target image's kernel modules as the node's kernel would load them (version magic, every "
+         "symbol CRC against its Module.symvers) before any node is cordoned. Default: for nodes whose kernel "
+         "has headers in Debian's archive (Debian 12 and 13), about 2 s an image, cached by digest; a node whose "
+         "image would be refused, or cannot be checked, is held uncordoned. --verify-modules also holds nodes "
+         "whose kernel cannot be checked; --no-verify-modules trusts the image's labels alone")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="evict pods no controller recreates (they are lost for good), as kubectl drain --force and "
+                    "the operator's podDeletion.force/drain.force; without it a node with such a pod is held "
+                    "uncordoned, naming it")]
+DeleteEmptydirDataOpt = Annotated[bool, typer.Option(
+    "--delete-emptydir-data", help="evict pods with emptyDir volumes (their data is lost), as kubectl drain "
+                                   "--delete-emptydir-data and the operator's deleteEmptyDir")]
+TimeoutOpt = Annotated[float, typer.Option(
+    metavar="SECONDS", help="give up after this many seconds (0: never)")]
+LockNamespaceOpt = Annotated[str, typer.Option(
+    metavar="NAMESPACE", help="namespace of the Lease that keeps two walks from running at once")]
+
+
 def upgrade(
     selector: SelectorOpt = None,
     to_branch: ToBranchOpt = None,
     ledger: LedgerOpt = None,
-    upgrade_policy: Annotated[Path | None, typer.Option(
-        "--upgrade-policy", metavar="FILE",
-        help="the GPU Operator's DriverUpgradePolicySpec as YAML (maxParallelUpgrades, maxUnavailable, "
-             "waitForCompletion, podDeletion, drain, validation, failedNodesHoldSlots)")] = None,
-    old_policy: Annotated[Path | None, typer.Option(
-        "--policy", metavar="FILE", hidden=True, help="deprecated spelling of --upgrade-policy")] = None,
-    max_parallel: Annotated[int | None, typer.Option(
-        "--max-parallel", metavar="N", help="maxParallelUpgrades (0: any)")] = None,
-    max_unavailable: Annotated[str | None, typer.Option(
-        "--max-unavailable", metavar="N|N%", help="maxUnavailable: a count or a percentage of GPU nodes")] = None,
+    upgrade_policy: UpgradePolicyOpt = None,
+    old_policy: OldPolicyOpt = None,
+    max_parallel: MaxParallelOpt = None,
+    max_unavailable: MaxUnavailableOpt = None,
     drain: Annotated[bool | None, typer.Option("--drain/--no-drain", help="drain.enable")] = None,
-    eviction_timeout: Annotated[int | None, typer.Option(
-        "--eviction-timeout", metavar="SECONDS",
-        help="seconds before a refused pod deletion / drain fails the node")] = None,
-    failed_frees_slot: Annotated[bool, typer.Option(
-        "--failed-frees-slot", help="failed nodes do not hold parallelism slots (the operator's do)")] = False,
-    admission: Annotated[str | None, typer.Option(
-        "--admission", metavar="MODE",
-        help="pdb-aware (default): cordon a node only when every PodDisruptionBudget guarding its GPU pods has a "
-             "disruption free that the nodes already in the walk have not spoken for (its pods then leave one "
-             "after another, as kubectl drain moves them), so a saturated PDB holds its nodes uncordoned instead "
-             "of stalling the walk; operator: the GPU Operator's order (by name)")] = None,
+    eviction_timeout: EvictionTimeoutOpt = None,
+    failed_frees_slot: FailedFreesSlotOpt = False,
+    admission: AdmissionOpt = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="stop after the preflight and print the plan")] = False,
-    ensure_images: Annotated[bool, typer.Option(
-        "--ensure", help="first make the missing target images exist in the (registry) ledger, as `gpualign "
-                         "ensure` does: mirrored or built, and verified against their kernels, before any node is "
-                         "cordoned; with --dry-run, say what it would do")] = False,
-    verify_modules: Annotated[bool | None, typer.Option(
-        "--verify-modules/--no-verify-modules",
-        help="check each target image's kernel modules as the node's kernel would load them (version magic, every "
-             "symbol CRC against its Module.symvers) before any node is cordoned. Default: for nodes whose kernel "
-             "has headers in Debian's archive (Debian 12 and 13), about 2 s an image, cached by digest; a node whose "
-             "image would be refused, or cannot be checked, is held uncordoned. --verify-modules also holds nodes "
-             "whose kernel cannot be checked; --no-verify-modules trusts the image's labels alone")] = None,
-    force: Annotated[bool, typer.Option(
-        "--force", help="evict pods no controller recreates (they are lost for good), as kubectl drain --force and "
-                        "the operator's podDeletion.force/drain.force; without it a node with such a pod is held "
-                        "uncordoned, naming it")] = False,
-    delete_emptydir_data: Annotated[bool, typer.Option(
-        "--delete-emptydir-data", help="evict pods with emptyDir volumes (their data is lost), as kubectl drain "
-                                       "--delete-emptydir-data and the operator's deleteEmptyDir")] = False,
+    ensure_images: EnsureImagesOpt = False,
+    verify_modules: VerifyModulesOpt = None,
+    force: ForceOpt = False,
+    delete_emptydir_data: DeleteEmptydirDataOpt = False,
     sign_key: SignKeyOpt = None,
     sign_cert: SignCertOpt = None,
     sign_secret: SignSecretOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="start without asking")] = False,
-    timeout: Annotated[float, typer.Option(
-        metavar="SECONDS", help="give up after this many seconds (0: never)")] = 0,
-    lock_namespace: Annotated[str, typer.Option(
-        metavar="NAMESPACE", help="namespace of the Lease that keeps two walks from running at once")] = "kube-system",
+    timeout: TimeoutOpt = 0,
+    lock_namespace: LockNamespaceOpt = "kube-system",
     rules: RulesOpt = None,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
@@ -295,7 +310,11 @@ def upgrade(
     \b
         gpualign upgrade -l pool=train --to-branch 595 --ledger registry://reg/nvidia/driver --dry-run
     """
+    from gpualign.cli.ensure import signing_key
+    from gpualign.judging.judge import AUTO, OFF, STRICT
+    from gpualign.loaders.rules import load_rules
     from gpualign.model.tags import normalize_branch
+    from gpualign.usecases.upgrade_walk import UpgradeRequest
 
     if timeout < 0:
         raise BadInput(f"--timeout {timeout:g}: expected seconds >= 0 (0: never)")
@@ -309,21 +328,23 @@ def upgrade(
                   force, delete_emptydir_data)
     if (sign_key or sign_cert or sign_secret) and not ensure_images:
         raise BadInput("--sign-key/--sign-cert/--sign-secret sign the images --ensure builds: add --ensure")
-    from gpualign.cli.ensure import signing_key
-    from gpualign.judging.judge import AUTO, OFF, STRICT
-    from gpualign.loaders.rules import load_rules
-
     signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context) if ensure_images else None
-    from gpualign.cli.common import say_tty
-    from gpualign.cli.fleet import parse_timeout
-    from gpualign.usecases.upgrade_walk import NoLedger, UpgradeRequest, UpgradeSession
-
     req = UpgradeRequest(selector=selector, branch=branch, ledger=list(ledger or []), policy=pol, dry_run=dry_run,
                          ensure_images=ensure_images,
                          modules=AUTO if verify_modules is None else STRICT if verify_modules else OFF,
                          rules=load_rules(rules),
                          docker_config=docker_config, lock_namespace=lock_namespace, timeout=timeout)
-    flags = UpgradeFlags(req, signing, yes, output)
+    _walk(UpgradeFlags(request=req, signing=signing, yes=yes, output=output), kubeconfig, context, request_timeout)
+
+
+def _walk(flags: UpgradeFlags, kubeconfig: str | None, context: str | None, request_timeout: str | None) -> None:
+    """The walk asked for, in one session with the cluster: prepared (images ensured when asked), then dry-run's
+    plan, or the walk itself and its summary."""
+    from gpualign.cli.common import say_tty
+    from gpualign.cli.fleet import parse_timeout
+    from gpualign.usecases.upgrade_walk import NoLedger, UpgradeSession
+
+    req, signing = flags.request, flags.signing
 
     def ensure_missing(ledger: list[str], tags: list[str], secure_boot: dict[str, list[str]]) -> None:
         _ensure_missing(ledger, tags, req.dry_run, req.docker_config, signing, secure_boot)
