@@ -20,8 +20,7 @@ from gpualign.controller.findings import Findings
 from gpualign.controller.gate_writer import GateWriter
 from gpualign.controller.ledger_view import LedgerView
 from gpualign.controller.node_finding import NodeFinding
-from gpualign.controller.publisher import Publisher
-from gpualign.controller.pull_restart import PullRestarter
+from gpualign.controller.reactions import Checked, Reaction
 from gpualign.kube.client import Kube
 from gpualign.kube.inventory import read_operator_config
 from gpualign.model.audit import AuditInput, DriverPod, Status, audit
@@ -75,16 +74,14 @@ class Reconciler:
     caches: Caches
     findings: Findings
     ledger: LedgerView
-    publisher: Publisher
-    gate: GateWriter
+    gate: GateWriter  # the gate's writer: its admission and its overdue holds are the controller's loops' too
+    reactions: list[Reaction] = field(default_factory=list)  # what is done about a node once checked, in order
     operator: OperatorConfig | None = None  # the GPU Operator's driver configuration, when the cluster has one
     follow_operator: bool = False  # expectations from the operator's objects (no branch/repository flags given)
     gating: bool = False  # --gate-operator-upgrades, with an operator to gate
     is_leader: Callable[[], bool] = lambda: True
     on_checked: Callable[[float], None] = lambda _s: None
-    restarter: PullRestarter | None = None  # restarts a driver pod that waits for an image the ledger now has
     on_ledger_changed: list[Callable[[], None]] = field(default_factory=list)  # e.g. the archive's pools re-judged
-    after_check: list[Callable[[str], None]] = field(default_factory=list)  # e.g. the node's reboot verdict
     updated: str = ""
     node_locks: dict[str, threading.Lock] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -94,12 +91,9 @@ class Reconciler:
 
     def forget(self, name: str) -> None:
         """A GPU node is gone: nothing of it is kept (its metrics are removed through the findings' listeners)."""
-        self.publisher.forget(name)
         self.findings.forget(name)
-        if self.restarter is not None:
-            self.restarter.forget(name)
-        for hook in self.after_check:  # each asks the caches again, and finds the node gone
-            hook(name)
+        for reaction in self.reactions:
+            reaction.forget(name)
         with self.lock:
             self.node_locks.pop(name, None)
 
@@ -170,16 +164,11 @@ class Reconciler:
         finding = self._finding(facts, pod, branches, planned, expect)
         self.findings.record(name, finding)
         self._look_ahead(facts, branches, expect)
-        if self.is_leader():
-            self.publisher.publish(facts, finding)
-            if self.gating and operator is not None:
-                self.gate.apply(facts, finding, planned.get(name) if planned else None)
-            else:
-                self.gate.release_if_held(facts)
-            if self.restarter is not None:
-                self.restarter.apply(facts, finding)
-        for hook in self.after_check:
-            hook(name)
+        checked = Checked(facts, finding, planned.get(name) if planned else None)
+        leader = self.is_leader()
+        for reaction in self.reactions:
+            if leader or not reaction.leader_only:
+                reaction.react(checked)
         self.on_checked(time.perf_counter() - started)
         self.updated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 

@@ -29,6 +29,7 @@ from gpualign.controller.metrics import Metrics
 from gpualign.controller.node_finding import NodeFinding
 from gpualign.controller.publisher import Publisher
 from gpualign.controller.pull_restart import PullRestarter
+from gpualign.controller.reactions import Alarm, Gate, Rejudge, RestartWaiting
 from gpualign.controller.reboot_gate import RebootGate
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
@@ -103,11 +104,13 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
     writer = GateWriter(kube, caches, ledger, retry=work.put_one, warn_after=opts.gate_warn_after)
     reconciler = Reconciler(
         kube=kube, rules=rules, branches=branches, repository=opts.repository, work=work, caches=caches,
-        findings=findings, ledger=ledger,
-        publisher=Publisher(kube, retry=work.put_one), gate=writer,
+        findings=findings, ledger=ledger, gate=writer,
         operator=operator, follow_operator=follow_operator, gating=opts.gate and operator is not None,
-        is_leader=is_leader, on_checked=metrics.check_duration.observe,
-        restarter=PullRestarter(kube) if opts.restart_waiting_pods else None)
+        is_leader=is_leader, on_checked=metrics.check_duration.observe)
+    reconciler.reactions += [
+        Alarm(Publisher(kube, retry=work.put_one)),
+        Gate(writer, gating=lambda: reconciler.gating and reconciler.operator is not None),
+        *([RestartWaiting(PullRestarter(kube))] if opts.restart_waiting_pods else [])]
 
     if reconciler.gating:
         writer.admission = _walk_admission(kube, caches, reconciler)
@@ -168,7 +171,7 @@ def _archive_and_reboot_gate(opts: Options, caches: Caches, reconciler: Reconcil
     gate = RebootGate(lambda name: caches.node(name)[0], caches.names, lambda n: findings.snapshot().get(n),
                       lambda n: findings.ahead_snapshot().get(n), reconciler.future,
                       unjudged=reconciler.ledger.unjudged, archive=watch)
-    reconciler.after_check.append(gate.judge)
+    reconciler.reactions.append(Rejudge(gate.judge))
     if watch is not None:
         watch.on_read.append(gate.judge_all)
     metrics.watch_reboots(gate.snapshot, lambda: (watch.read_at, watch.every) if watch is not None else None)
