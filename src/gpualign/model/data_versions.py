@@ -6,7 +6,6 @@ from __future__ import annotations
 from functools import cache
 
 from gpualign import rules as data_files
-from gpualign.model.cuda import table
 
 
 @cache
@@ -20,9 +19,21 @@ def rules_version() -> str:
     return found.group(1) if found else "unknown"
 
 
+@cache
 def cuda_table_version() -> str:
-    """The newest CUDA toolkit the built-in minimum-driver table knows, e.g. 13.2."""
-    return table().known[-1]
+    """The newest CUDA toolkit the built-in minimum-driver table knows, e.g. 13.2: the largest key of its
+    `minimum_driver` mapping, read without loading the table (`--version` needs no YAML reader; a unit test holds
+    it equal to the loaded table's)."""
+    import re
+
+    text = data_files.text("cuda.yaml")
+    block = re.search(r"^minimum_driver:\n((?:[ \t]+.*\n|\s*#.*\n|\n)*)", text, re.M)
+    keys = re.findall(r"^[ \t]+[\"']?(\d+(?:\.\d+)*)[\"']?\s*:", block.group(1), re.M) if block else []
+    if not keys:  # a table written otherwise: loaded whole
+        from gpualign.model.cuda import table
+
+        return str(table().known[-1])
+    return str(max(keys, key=lambda k: tuple(int(p) for p in k.split("."))))
 
 
 def describe() -> str:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 
 def text(name: str) -> str:
     """A data file's text. Read beside this module when the package is installed as files (every wheel install):
-    importlib.resources, for a package inside a zip, costs every command its readers and zipfile at import."""
-    here = Path(__file__).with_name(name)
-    if here.is_file():
-        return here.read_text(encoding="utf-8")
+    importlib.resources, for a package inside a zip, costs every command its readers and zipfile at import (and
+    pathlib, `--version` its start-up)."""
+    here = os.path.join(os.path.dirname(__file__), name)
+    if os.path.isfile(here):
+        with open(here, encoding="utf-8") as handle:
+            return handle.read()
     from importlib import resources
 
     return resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
