@@ -115,11 +115,17 @@ def go_env() -> dict[str, str]:
 
 # Seconds a cold build of each target took on 2 cores (Go caches empty): the order to start them in when no
 # build-times.json is recorded yet, largest first.
-SIZE_HINT = {"kubernetes": 502.0, "gpu-operator": 213.0, "cosign": 200.0, "policy-controller": 180.0, "helm": 141.0,
-             "kwok": 133.0, "etcd": 74.0, "kubelet": 30.0, "toxiproxy": 11.0}
+# seconds each cold build took on 2 cores beside the others (a cold `make demo`, docs/benchmarks.md; cosign's and
+# policy-tester's from a cold `make test`): the order to build in, and what a first build says it will take
+SIZE_HINT = {"kubernetes": 905.0, "cosign": 333.0, "policy-controller": 320.0, "gpu-operator": 317.0,
+             "promtool": 297.0, "helm": 215.0, "kwok": 172.0, "etcd": 69.0, "kubelet": 41.0, "toxiproxy": 11.0}
 # A target built from another's module waits for it: built at once, both would compile the same packages (Go's
 # cache shares finished work, not work in progress).
 AFTER = {"kubelet": "kubernetes"}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def _recorded_times(bin_dir: Path) -> dict[str, float]:
@@ -202,8 +208,11 @@ def build(bin_dir: Path, *, force: bool = False, only: list[str] | None = None,
 
     def _one(target: Target) -> None:
         log = bin_dir.parent / f"build-{target.name}.log"
+        took = previous_times.get(target.name) or SIZE_HINT.get(target.name)
+        usually = f"about {_minutes(took)} {'last time' if target.name in previous_times else 'on 2 cores'}; " \
+            if took else ""
         progress(f"{target.name}: building {', '.join(target.binaries if force else missing(bin_dir, target))} "
-                 f"(log: {log})")
+                 f"({usually}log: {log})")
         seconds = build_target(target, bin_dir, log)
         timings[target.name] = round(seconds, 1)
         progress(f"{target.name}: built in {seconds:.0f}s")
