@@ -20,12 +20,13 @@ RUN python3 -m venv /opt/gpualign \
 # buildah (assembles and pushes the driver image), mmdebstrap and apt (the build root, the user space), kmod (depmod,
 # modinfo), skopeo (mirrors), qemu-user-static (an arm64 image's own ldconfig and nvidia-smi, run while it is
 # made), qemu-system-x86, qemu-system-arm and busybox-static (each image's own kernel, amd64 or arm64, booted with its
-# modules before the push), ovmf (that boot under UEFI Secure Boot when the modules are signed). It
+# modules before the push), ovmf and qemu-efi-aarch64 (that boot under UEFI Secure Boot when the modules are
+# signed). It
 # runs as root in a privileged container: docs/controller.md says why.
 FROM ${BUILDER_BASE} AS builder
 RUN if ! command -v buildah >/dev/null; then \
         apt-get update && apt-get install -y --no-install-recommends buildah mmdebstrap kmod skopeo apt \
-            debian-archive-keyring gpgv ca-certificates xz-utils qemu-system-x86 qemu-system-arm busybox-static ovmf \
+            debian-archive-keyring gpgv ca-certificates xz-utils qemu-system-x86 qemu-system-arm busybox-static ovmf qemu-efi-aarch64 \
         && rm -rf /var/lib/apt/lists/*; \
     fi
 COPY --from=build /opt/gpualign /opt/gpualign

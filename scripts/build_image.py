@@ -41,7 +41,7 @@ PACKAGES = ("python3", "python3-venv", "ca-certificates", "gpgv", "debian-archiv
 # what `ensure` runs besides Python (the Dockerfile's builder stage installs the same where it starts from python:)
 BUILDER_PACKAGES = ("python3", "python3-venv", "ca-certificates", "buildah", "mmdebstrap", "kmod", "skopeo", "apt",
                     "debian-archive-keyring", "gpgv", "xz-utils", "qemu-user-static", "qemu-system-x86",
-                    "qemu-system-arm", "busybox-static", "ovmf")
+                    "qemu-system-arm", "busybox-static", "ovmf", "qemu-efi-aarch64")
 EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*", "/usr/share/info/*")
 
 

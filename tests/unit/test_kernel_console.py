@@ -127,3 +127,22 @@ def test_a_boot_without_secure_boot_says_no_lockdown():
     verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"))
     assert verdict.ok and verdict.lockdown == "" and verdict.lockdown not in kernel_console.LOCKED
     assert kernel_console.read("6.1.0-50-amd64", "GPUALIGN lockdown []\n").lockdown == ""
+
+
+def test_nvidias_open_modules_get_as_far_as_no_gpu_too():
+    """Recorded: the open modules of 535.261.03 (Debian's nvidia-open-kernel-source) compiled for 6.1.0-50, loaded
+    into that kernel: the same NVRM words as the proprietary modules' at the end of init."""
+    verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-open-6.1.0-50-amd64.txt"))
+    assert verdict.ok and verdict.said == ("NVRM: No NVIDIA GPU found.",)
+    assert [(a.module, a.rc) for a in verdict.attempts] == [("drm", 0), ("nvidia", 19)]
+
+
+@pytest.mark.parametrize(("name", "ok", "said"), [
+    ("secure-boot-accepted-signed-535-6.1.0-50-arm64.txt", True, ("NVRM: No NVIDIA GPU found.",)),
+    ("secure-boot-refused-unsigned-535-6.1.0-50-arm64.txt", False,
+     ("Loading of unsigned module is rejected", "insmod: can't insert '/m/nvidia.ko': Key was rejected by service"))])
+def test_debians_arm64_kernel_under_secure_boot_in_aavmf_enforces_signatures_too(name, ok, said):
+    """Recorded: qemu-system-aarch64 with Debian's AAVMF, the arm64 kernel's own signer in db and one certificate
+    in the MOK list: the kernel locked down, loaded what that key signed, refused the unsigned module."""
+    verdict = kernel_console.read("6.1.0-50-arm64", recorded(name))
+    assert verdict.ok is ok and verdict.said == said and verdict.lockdown == "integrity"

@@ -44,8 +44,25 @@ def test_a_kernel_image_without_a_signature_or_a_certificate_list_that_is_empty_
     vmlinuz.write_bytes(b"MZ" + b"\0" * 200)
     assert secure_boot.kernel_signers(vmlinuz.read_bytes()) == []
     with pytest.raises(secure_boot.NoSecureBoot, match="its image carries no Secure Boot signature"):
-        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [cert("A")], tmp_path)
+        secure_boot.firmware_for("6.1.0-50-amd64", "amd64", vmlinuz, [cert("A")], tmp_path)
     with pytest.raises(secure_boot.NoSecureBoot, match="no certificate to trust"):
-        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [], tmp_path)
+        secure_boot.firmware_for("6.1.0-50-amd64", "amd64", vmlinuz, [], tmp_path)
     with pytest.raises(BadInput, match="neither PEM nor DER"):
-        secure_boot.firmware_for("6.1.0-50-amd64", vmlinuz, [b"not a certificate"], tmp_path)
+        secure_boot.firmware_for("6.1.0-50-amd64", "amd64", vmlinuz, [b"not a certificate"], tmp_path)
+
+
+def test_an_arm64_store_starts_from_aavmfs_and_trusts_no_vendors_key(tmp_path):
+    """AAVMF's empty store is blank flash, so its Secure Boot store (Microsoft's keys) is the template: every key of
+    it is replaced, db holding only the kernel's signer."""
+    from virt.firmware.varstore.edk2 import Edk2VarStore
+
+    edk2 = secure_boot.FIRMWARE["arm64"]
+    if not edk2.template.exists():
+        pytest.fail(f"{edk2.template} is not installed (Debian's {edk2.package}; scripts/install-debs installs it)")
+    signer, fleet = cert("Debian arm64 signer (stand-in)"), cert("fleet key A")
+    store = tmp_path / "vars.fd"
+    secure_boot.write_store(store, [signer], [fleet], secure_boot._platform_cert(tmp_path), edk2.template)
+    read = Edk2VarStore(str(store)).get_varlist()
+    assert [i.x509.public_bytes(Encoding.DER) for i in read["db"].sigdb if i.x509] == [signer]
+    assert [i.x509.public_bytes(Encoding.DER) for i in read["MokListRT"].sigdb if i.x509] == [fleet]
+    assert len([i for i in read["KEK"].sigdb if i.x509]) == 1  # the platform key alone, no Microsoft KEK

@@ -33,10 +33,9 @@ from gpualign.ensure.outcome import (
 )
 from gpualign.ensure.refusals import NoModulesGiven
 from gpualign.ensure.stage import Modules, NotVerified, Options, Say, prepare_image_inputs
-from gpualign.judging import kmod, secure_boot
+from gpualign.judging import kmod
 from gpualign.judging.verify import Verification
 from gpualign.model.driver_tag import TagSpec
-from gpualign.model.makers import kernel_arch
 
 
 def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = None) -> None:
@@ -214,14 +213,10 @@ class Steps:
             self.emit(KernelLoaded(skipped))
             return skipped
         t0 = time.monotonic()
-        booted_secure = opts.signing is not None and (kernel_arch(spec.kernel) or "amd64") == secure_boot.ARCH
-        trust = (opts.signing.cert.public_bytes(Encoding.DER),) if opts.signing and booted_secure else ()
+        trust = (opts.signing.cert.public_bytes(Encoding.DER),) if opts.signing else ()
         self.say(f"kernel load: booting Debian's {spec.kernel} in a VM and loading the modules (about 10 s for "
-                 "amd64, 20 s for arm64" + (f"; under Secure Boot trusting {opts.signing.signer}, about 20 s"
-                                           if opts.signing and booted_secure else "") + ")")
-        if opts.signing and not booted_secure:
-            self.say(f"kernel load: {spec.kernel} is booted without Secure Boot (Debian's arm64 firmware has no "
-                     "Secure Boot build); its signatures are verified offline above")
+                 "amd64, 20 s for arm64" + (f"; under Secure Boot trusting {opts.signing.signer}, a few seconds "
+                                           "more" if opts.signing else "") + ")")
         verdict = self.kit.kernel_load(made.files, spec.kernel, trust)
         self.emit(Timed("kernel_load", time.monotonic() - t0))
         self.emit(KernelLoaded(verdict.as_dict()))

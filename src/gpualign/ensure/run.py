@@ -256,7 +256,7 @@ def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:
 def require_tools(kernel_load: frozenset[str] = frozenset(), secure_boot: bool = False) -> None:
     """What a build needs on this machine, checked before any build starts (BadInput naming the first missing);
     kernel_load: the architectures whose kernels are booted, and what boots them (qemu, busybox); secure_boot: the
-    modules are signed, so an amd64 kernel is booted under Secure Boot (OVMF)."""
+    modules are signed, so the kernel is booted under Secure Boot (OVMF, AAVMF)."""
     import os
     import shutil
 
@@ -278,6 +278,8 @@ def require_tools(kernel_load: frozenset[str] = frozenset(), secure_boot: bool =
         raise NoKernelVM("busybox", "busybox-static")
     from gpualign.judging import secure_boot as sb
 
-    if secure_boot and sb.ARCH in kernel_load and not sb.CODE.exists():
-        raise NoKernelVM(str(sb.CODE), "ovmf")
+    for arch in sorted(kernel_load) if secure_boot else []:
+        edk2 = sb.FIRMWARE.get(arch)
+        if edk2 is not None and not (edk2.code.exists() and edk2.template.exists()):
+            raise NoKernelVM(str(edk2.code), edk2.package)
 

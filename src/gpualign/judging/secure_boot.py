@@ -6,15 +6,15 @@ which it trusts for modules (security/integrity/platform_certs/load_uefi.c, Debi
 With UEFI Secure Boot on, the kernel locks itself down (integrity) and refuses any module not signed by a key it
 holds: "Key was rejected by service".
 
-Here OVMF (Debian's `ovmf`: its Secure Boot build, which needs SMM, on qemu's q35) boots the kernel directly, and
-its variable store is written before the boot (virt-firmware reads and writes edk2's store) with:
+Here OVMF (Debian's `ovmf`: its Secure Boot build, which needs SMM, on qemu's q35) boots an amd64 kernel directly,
+and its variable store is written before the boot (virt-firmware reads and writes edk2's store) with:
 - PK and KEK: a platform key made for these VMs. Nothing is signed with it; it puts the firmware in user mode, where
   Secure Boot is enforced.
 - db: the certificate that signed the kernel's own image, read from its Authenticode signature, so the firmware
   verifies and boots Debian's kernel as Debian signed it (a kernel without a signature is refused here).
 - MokListRT with the certificates to trust for modules, and MokListTrustedRT = 1, as shim leaves them.
 
-amd64 only: Debian's arm64 firmware (AAVMF) has no Secure Boot build with a variable store of this kind.
+An arm64 kernel boots the same way in Debian's AAVMF (`qemu-efi-aarch64`), on qemu's `virt` machine.
 """
 
 from __future__ import annotations
@@ -29,9 +29,28 @@ from pathlib import Path
 
 from gpualign.base.errors import BadInput
 
-ARCH = "amd64"  # the kernels booted under Secure Boot: Debian's arm64 firmware has no Secure Boot build
 OVMF = Path("/usr/share/OVMF")
 CODE, VARS = OVMF / "OVMF_CODE_4M.secboot.fd", OVMF / "OVMF_VARS_4M.fd"  # Debian's ovmf: SB code, empty store
+
+
+@dataclass(frozen=True)
+class Edk2:
+    """One architecture's UEFI firmware, as Debian packages it, and how qemu boots it."""
+
+    package: str
+    code: Path  # the firmware, with Secure Boot
+    template: Path  # its empty variable store
+    machine: tuple[str, ...]  # the machine the firmware runs on (OVMF's Secure Boot needs SMM; ARM has none)
+
+
+FIRMWARE = {
+    "amd64": Edk2("ovmf", CODE, VARS, ("-machine", "q35,smm=on",
+                                       "-global", "driver=cfi.pflash01,property=secure,value=on")),
+    # AAVMF's empty store is blank flash the firmware formats at its first boot: its formatted Secure Boot store
+    # (Microsoft's keys) is the template, whose PK, KEK and db are replaced
+    "arm64": Edk2("qemu-efi-aarch64", Path("/usr/share/AAVMF/AAVMF_CODE.fd"),
+                  Path("/usr/share/AAVMF/AAVMF_VARS.ms.fd"), ("-machine", "virt", "-cpu", "max")),
+}
 SHIM_LOCK = "605dab50-e046-4300-abb6-3dd810dd8b23"  # shim's vendor GUID: MokListRT and MokListTrustedRT live under it
 OWNER = "a8c5c1f0-5b4e-4d6c-9e8f-6770616c6967"  # the owner GUID gpualign writes its signature-list entries under
 _NV_BS_RT = 0x7  # non-volatile, boot service and runtime access: the kernel reads the variable after boot
@@ -43,16 +62,16 @@ class NoSecureBoot(BadInput):
 
 @dataclass(frozen=True)
 class Firmware:
-    """OVMF's Secure Boot build and a variable store holding the keys (copied per boot: the VM writes to it)."""
+    """The firmware's Secure Boot build and a variable store holding the keys (copied per boot: the VM writes to
+    it)."""
 
-    code: Path
+    edk2: Edk2
     store: Path
     trusted: tuple[str, ...]  # the subjects of the certificates the kernel trusts for modules
 
     def qemu_args(self, scratch: Path) -> list[str]:
         shutil.copyfile(self.store, scratch)
-        return ["-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on",
-                "-drive", f"if=pflash,format=raw,unit=0,file={self.code},readonly=on",
+        return [*self.edk2.machine, "-drive", f"if=pflash,format=raw,unit=0,file={self.edk2.code},readonly=on",
                 "-drive", f"if=pflash,format=raw,unit=1,file={scratch}"]
 
 
@@ -79,11 +98,16 @@ def kernel_signers(vmlinuz: bytes) -> list[bytes]:
     return found
 
 
-def firmware_for(release: str, vmlinuz: Path, certs: Sequence[bytes], cache: Path) -> Firmware:
-    """The firmware that boots `vmlinuz` under Secure Boot trusting `certs` (DER or PEM) for modules; the variable
-    store is made once per kernel signer and certificate set and cached under cache/secure-boot/."""
-    if not CODE.exists() or not VARS.exists():
-        raise NoSecureBoot(f"{CODE} is not installed (Debian's ovmf): the kernel load check boots Secure Boot in it")
+def firmware_for(release: str, arch: str, vmlinuz: Path, certs: Sequence[bytes], cache: Path) -> Firmware:
+    """The firmware that boots `vmlinuz` (an `arch` kernel) under Secure Boot trusting `certs` (DER or PEM) for
+    modules; the variable store is made once per architecture, kernel signer and certificate set and cached under
+    cache/secure-boot/."""
+    edk2 = FIRMWARE.get(arch)
+    if edk2 is None:
+        raise NoSecureBoot(f"kernel {release}: gpualign boots amd64 and arm64 kernels under Secure Boot, not {arch}")
+    if not edk2.code.exists() or not edk2.template.exists():
+        raise NoSecureBoot(f"{edk2.code} is not installed (Debian's {edk2.package}): the kernel load check boots "
+                           "Secure Boot in it")
     if not certs:
         raise NoSecureBoot("Secure Boot was asked with no certificate to trust: every module would be refused")
     held = [der(c) for c in certs]
@@ -91,23 +115,24 @@ def firmware_for(release: str, vmlinuz: Path, certs: Sequence[bytes], cache: Pat
     if not signers:
         raise NoSecureBoot(f"kernel {release}: its image carries no Secure Boot signature to boot it with")
     key = hashlib.sha256(b"".join(sorted(signers)) + b"|" + b"".join(sorted(held))).hexdigest()[:24]
-    store = cache / "secure-boot" / f"vars-{key}.fd"
+    store = cache / "secure-boot" / f"vars-{arch}-{key}.fd"
     trusted = tuple(_subject(c) for c in held)
     if not store.exists():
         store.parent.mkdir(parents=True, exist_ok=True)
-        write_store(store, signers, held, _platform_cert(cache / "secure-boot"))
-    return Firmware(CODE, store, trusted)
+        write_store(store, signers, held, _platform_cert(cache / "secure-boot"), edk2.template)
+    return Firmware(edk2, store, trusted)
 
 
-def write_store(out: Path, signers: list[bytes], trusted: list[bytes], platform: Path) -> None:
+def write_store(out: Path, signers: list[bytes], trusted: list[bytes], platform: Path, template: Path = VARS) -> None:
     from virt.firmware.efi import efivar
     from virt.firmware.varstore.edk2 import Edk2VarStore
 
-    edk2 = Edk2VarStore(str(VARS))
+    edk2 = Edk2VarStore(str(template))
     variables = edk2.get_varlist()
     variables.enroll_platform_with_cert(str(platform), guid=OWNER, ms_kek="none")
+    db = variables.add_cert_prepare("db", replace=True)  # only the kernel's signer: no vendor's key is trusted
     for cert in signers:
-        variables.add_cert_prepare("db").sigdb_add_cert_data(OWNER, cert)
+        db.sigdb_add_cert_data(OWNER, cert)
     mok = efivar.EfiVar("MokListRT", guid=SHIM_LOCK, attr=_NV_BS_RT)  # a signature list, as its name says
     for cert in trusted:
         mok.sigdb_add_cert_data(SHIM_LOCK, cert)

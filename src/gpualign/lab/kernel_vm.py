@@ -1,7 +1,6 @@
 """The lab's driver pods for images holding real modules, judged by the real kernel: the image's nvidia.ko loaded into
 its node's own Debian kernel, booted in a VM (gpualign.judging.kernel_boot), after the offline checks passed
-(lab/kernel_load.py). A Secure Boot node's enrolled certificates are trusted as its MOK list (amd64; an arm64
-kernel boots without Secure Boot, its signatures checked offline).
+(lab/kernel_load.py). A Secure Boot node's enrolled certificates are trusted as its MOK list.
 
 A boot takes 10 to 50 s, so it runs in one worker beside the simulator's loop, and the pod waits meanwhile as a
 driver container waits while it loads its module. A kernel's verdict on the same nvidia.ko, with the same trust, does
@@ -75,8 +74,7 @@ class KernelVM:
 
 
 def trust_for(kernel: str, trusted: list[x509.Certificate] | None) -> tuple[bytes, ...]:
-    """The certificates to boot under Secure Boot with (DER), for a Secure Boot node whose kernel the VM can boot
-    under Secure Boot; else none."""
-    if trusted is None or (kernel_arch(kernel) or "amd64") != secure_boot.ARCH:
+    """The certificates to boot under Secure Boot with (DER), for a Secure Boot node; else none."""
+    if trusted is None or (kernel_arch(kernel) or "amd64") not in secure_boot.FIRMWARE:
         return ()
     return tuple(c.public_bytes(Encoding.DER) for c in trusted)
