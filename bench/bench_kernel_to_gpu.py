@@ -562,11 +562,20 @@ def cold_case(b: Bench, version: str, cores: int, kernel: str = SHARED_KERNEL) -
     b.wait_ready("cold-0", 1800, image_tag=tag(kernel))
     took = time.monotonic() - t0
     log = b.job_log(kernel)
+    if os.environ.get("BENCH_JOB_LOGS"):
+        Path(os.environ["BENCH_JOB_LOGS"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["BENCH_JOB_LOGS"]) / f"cold-{kernel}.log").write_text(log)
     m = re.search(r"compiled: \d+ modules in (\d+)s \((\d+) CPU-s\)", log)
     cpu = float(m.group(2)) if m else None
+    compile_s = float(m.group(1)) if m else None
     floor = cpu / cores if cpu else None
-    print(f"cold: {took:.1f}s (compile {cpu} CPU-s on {cores} cores: floor {floor}s)", file=sys.stderr, flush=True)
-    return {"total_s": round(took, 1), "compile_cpu_s": cpu, "cores": cores,
+    # everything but the compile itself: Job start, build root, archive reads, user space, kernel load, SBOM,
+    # provenance, push, the driver pod's pull (issue 71's goal: at most 30 s)
+    over = took - compile_s if compile_s is not None else None
+    print(f"cold: {took:.1f}s (compile {compile_s}s wall, {cpu} CPU-s on {cores} cores: floor {floor}s; "
+          f"{over if over is None else round(over, 1)}s over the compile)", file=sys.stderr, flush=True)
+    return {"total_s": round(took, 1), "compile_s": compile_s, "compile_cpu_s": cpu, "cores": cores,
+            "over_compile_s": round(over, 1) if over is not None else None, "over_compile_goal_s": 30,
             "floor_s": round(floor, 1) if floor else None, "goal_s": round(floor + 60, 1) if floor else None}
 
 

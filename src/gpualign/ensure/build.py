@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from cryptography.hazmat.primitives.serialization import Encoding
@@ -52,8 +53,10 @@ def build(spec: TagSpec, opts: Options, emit: Emit, say: Say, kit: Kit | None = 
         if checked is None:
             continue  # shared modules refused by the kernel's checks: compile instead
         made = dataclasses.replace(made, kernel_load=steps.kernel_load(made))
-        steps.share(made)
-        emit(Pushed(images.push(images.image(made, checked))))
+        with ThreadPoolExecutor(1, thread_name_prefix="share") as beside:  # the shared modules beside the image
+            sharing = beside.submit(steps.share, made)
+            emit(Pushed(images.push(images.image(made, checked))))
+            sharing.result()  # never fatal: a refusal is said
         return
     raise NotVerified(f"{spec.tag}: the compiled modules were refused as the shared ones were; nothing pushed")
 
