@@ -11,6 +11,7 @@ import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchOpt,
@@ -117,7 +118,7 @@ VerifyModulesOpt = Annotated[bool, typer.Option(
 
 
 @dataclass(frozen=True, kw_only=True)
-class CheckFlags:
+class CheckFlags(RegistryFlags, FleetReportFlags):
     """`gpualign check`'s flags, as given."""
 
     ledger: LedgerOpt
@@ -132,16 +133,7 @@ class CheckFlags:
     rules: RulesOpt
     operator_version: OperatorVersionOpt
     repository: RepositoryOpt
-    docker_config: DockerConfigOpt
-    insecure_registry: InsecureRegistryOpt
-    trusted_key: TrustedKeyOpt
     verify_modules: VerifyModulesOpt
-    output: OutputOpt
-    no_headers: NoHeadersOpt
-    kubeconfig: KubeconfigOpt
-    context: ContextsOpt
-    all_contexts: AllContextsOpt
-    request_timeout: RequestTimeoutOpt
 
 
 def check(

@@ -14,6 +14,7 @@ import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     BranchPolicyOpt,
@@ -72,7 +73,7 @@ BuildMatrixOpt = Annotated[bool, typer.Option(
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlanFlags:
+class PlanFlags(RegistryFlags, FleetReportFlags):
     """`gpualign plan`'s flags, as given."""
 
     ledger: LedgerOpt
@@ -87,15 +88,6 @@ class PlanFlags:
     build_matrix: BuildMatrixOpt
     rules: RulesOpt
     repository: RepositoryOpt
-    docker_config: DockerConfigOpt
-    insecure_registry: InsecureRegistryOpt
-    trusted_key: TrustedKeyOpt
-    output: OutputOpt
-    no_headers: NoHeadersOpt
-    kubeconfig: KubeconfigOpt
-    context: ContextsOpt
-    all_contexts: AllContextsOpt
-    request_timeout: RequestTimeoutOpt
 
 
 def plan(

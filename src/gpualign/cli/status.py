@@ -13,6 +13,7 @@ import typer
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli import complete
 from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
@@ -123,7 +124,7 @@ TonightOpt = Annotated[bool, typer.Option(
 
 
 @dataclass(frozen=True, kw_only=True)
-class StatusFlags:
+class StatusFlags(RegistryFlags, FleetReportFlags):
     """`gpualign status`'s flags, as given."""
 
     selector: SelectorOpt
@@ -132,15 +133,6 @@ class StatusFlags:
     watch: Annotated[bool, typer.Option("--watch", "-w", help="refresh every 2 s until interrupted")]
     fail_on_stuck: FailOnStuckOpt
     rules: RulesOpt
-    docker_config: DockerConfigOpt
-    insecure_registry: InsecureRegistryOpt
-    trusted_key: TrustedKeyOpt
-    output: OutputOpt
-    no_headers: NoHeadersOpt
-    kubeconfig: KubeconfigOpt
-    context: ContextsOpt
-    all_contexts: AllContextsOpt
-    request_timeout: RequestTimeoutOpt
     tonight: TonightOpt
 
 
