@@ -123,7 +123,7 @@ def test_under_secure_boot_an_unsigned_or_foreign_signed_module_is_refused_in_th
 
 
 def test_a_boot_without_secure_boot_says_no_lockdown():
-    """What the kernel load check refuses to count as a signature check (kernel_boot raises NoSecureBoot)."""
+    """What the kernel load check refuses to count as a signature check (kernel_boot raises NotEnforced)."""
     verdict = kernel_console.read("6.1.0-50-amd64", recorded("accepted-535-6.1.0-50-amd64.txt"))
     assert verdict.ok and verdict.lockdown == "" and verdict.lockdown not in kernel_console.LOCKED
     assert kernel_console.read("6.1.0-50-amd64", "GPUALIGN lockdown []\n").lockdown == ""

@@ -47,8 +47,8 @@ def verify(
     service"."""
     from gpualign.usecases.kernel_load import load_image
 
+    trust = tuple(read_cert(p) for p in secure_boot_cert or ())  # a bad file is bad input before anything starts
     progress(f"booting the kernel of {image} with its modules (a VM: about 10-60 s) ...")
-    trust = tuple(read_cert(p) for p in secure_boot_cert or ())
     verdict = load_image(image, kernel, docker_config, timeout, trust=trust)
     if output in (Output.json, Output.yaml):
         emit_data(report("KernelLoad", {"image": image}, verdict.as_dict()), output)

@@ -31,7 +31,7 @@ from typing import Any
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.judging import kernel_console, kmod, secure_boot
 from gpualign.judging.kernel_console import KernelVerdict
-from gpualign.judging.secure_boot import NoSecureBoot
+from gpualign.judging.secure_boot import NotEnforced
 
 NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
 QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
@@ -169,7 +169,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
 
     trust: certificates (PEM or DER) to boot with under UEFI Secure Boot, held as a node's MOK list would hold them
     (gpualign.judging.secure_boot): the kernel then locks itself down and refuses a module they did not sign. A
-    kernel that did not lock down is no verdict on signatures: NoSecureBoot, never a pass."""
+    kernel that did not lock down is no verdict on signatures: NotEnforced, never a pass."""
     arch = _arch_of(kernel)
     qemu, machine, console = QEMU.get(arch, (None, [], ""))
     if qemu is None:
@@ -215,7 +215,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
     verdict = kernel_console.read(kernel, out, others)
     if firmware is not None:
         if verdict.lockdown not in kernel_console.LOCKED:
-            raise NoSecureBoot(f"kernel {kernel} booted under Secure Boot did not lock down (lockdown: "
+            raise NotEnforced(f"kernel {kernel} booted under Secure Boot did not lock down (lockdown: "
                                f"{verdict.lockdown or 'not said'}): its module signature check was not made")
         verdict = dataclasses.replace(verdict, trusted=firmware.trusted)
     verdict = dataclasses.replace(verdict, seconds=seconds, accel=accel)

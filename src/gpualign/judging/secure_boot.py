@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpualign.base.errors import BadInput
+from gpualign.base.errors import BadInput, Failed
 
 OVMF = Path("/usr/share/OVMF")
 CODE, VARS = OVMF / "OVMF_CODE_4M.secboot.fd", OVMF / "OVMF_VARS_4M.fd"  # Debian's ovmf: SB code, empty store
@@ -58,6 +58,11 @@ _NV_BS_RT = 0x7  # non-volatile, boot service and runtime access: the kernel rea
 
 class NoSecureBoot(BadInput):
     """The kernel load check cannot boot this kernel under Secure Boot (the sentence says why)."""
+
+
+class NotEnforced(Failed):
+    """The kernel was booted under Secure Boot and did not lock down: its load is no verdict on signatures (exit 1,
+    never a pass)."""
 
 
 @dataclass(frozen=True)
