@@ -314,6 +314,31 @@ def hand_splits(src: Path = SRC) -> list[str]:
     return out
 
 
+# The functions that convert a kernel's spelling or read its release: outside model/, a kernel goes through
+# model.kernels.Kernel (made once where it is read: `Kernel.of`, `Kernel.from_label`, a TagSpec's `kernel_value`)
+_SPELLINGS = ("label_of", "release_of", "kernel_arch", "debian_release")
+
+
+def kernel_spellings(src: Path = SRC) -> list[str]:
+    """Calls of a kernel-spelling function (label_of, release_of, kernel_arch, debian_release) or a `+`/`_` swap
+    outside model/: a kernel's name converted at the call site instead of read from its `Kernel` value (issue 73)."""
+    out = []
+    for n, p in modules(src).items():
+        if room(n, src) == "model":
+            continue
+        rel = str(p.relative_to(src.parent))
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            swap = name == "replace" and len(node.args) == 2 and \
+                {getattr(a, "value", None) for a in node.args} == {"+", "_"}
+            if name in _SPELLINGS or swap:
+                out.append(f"{rel}:{node.lineno}: {ast.unparse(node.func)}")
+    return out
+
+
 def positional_constructors(src: Path = SRC, over: int = 5) -> list[str]:
     """Calls of a capitalised name (a class, by the house's naming) with more than `over` positional arguments:
     a value built by position, which a reordered field silently breaks (issue 73: by keyword)."""
@@ -439,6 +464,7 @@ def summary(src: Path = SRC) -> dict[str, object]:
             "sentence_parsing": sentence_parsing(src), "cli_transport_imports": cli_transport_imports(src),
             "impure_model": impure_model(src), "exit_code_literals": exit_code_literals(src),
             "flag_words_outside_cli": flag_words(src), "hand_splits_outside_model": hand_splits(src),
+            "kernel_spellings_outside_model": kernel_spellings(src),
             "positional_constructors": positional_constructors(src), "vocabulary_compares": vocabulary_compares(src),
             "functions_over_80_lines": long_functions(src),
             "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
@@ -479,6 +505,8 @@ def main() -> int:
                               args.verbose),
                              ("hand_splits_outside_model", "splits on ':' or '@' outside model/ (references "
                               "parsed by hand)", args.verbose),
+                             ("kernel_spellings_outside_model", "kernel spellings converted outside model/ (not "
+                              "through its Kernel value)", args.verbose),
                              ("positional_constructors", "constructors called with more than 5 positional "
                               "arguments", args.verbose),
                              ("vocabulary_compares", "string compares with a word of gpualign's vocabulary (a "

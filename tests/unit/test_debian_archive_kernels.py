@@ -24,7 +24,7 @@ from gpualign.model.audit import AuditInput, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
 from gpualign.model.fleet_report import ClusterRead, merge_plan
-from gpualign.model.kernels import label_of, release_of
+from gpualign.model.kernels import Kernel, debian_release, label_of, release_of
 from gpualign.model.makers import Maker, Reason, kernel_arch, who_makes
 from gpualign.model.needed_images import Change, images_needed
 from tests.support import builders
@@ -68,6 +68,19 @@ def test_every_kernel_debian_publishes_is_read_by_its_parts():
         assert release_of(label_of(release)) == release  # NFD's label reads back to the release
         named = OS_OF[suite.split("-")[0]].removeprefix("debian")
         assert parsed.built_for in (named, None)
+
+
+def test_every_kernel_debian_publishes_is_one_value_in_either_spelling():
+    """A release, its NFD label and the tag's kernel are one Kernel: the same names, architecture and parts."""
+    for _suite, arch, release in kernels():
+        label = label_of(release)
+        values = {Kernel.of(release), Kernel.of(label), Kernel.from_label(label),
+                  driver_tag.parse(f"535-{label}-debian12").kernel_value}
+        assert values == {Kernel(release, label)}, release
+        kernel = Kernel.of(label)
+        assert kernel.arch == kernel.arch_or_amd64 == arch and kernel.debian == debian_kernels.parse(release)
+        assert kernel.names(release) and kernel.names(label) and kernel.built_for == debian_release(release)
+        assert not kernel.names(f"{release}x")
 
 
 @pytest.mark.parametrize(("suite", "arch", "release"), kernels())

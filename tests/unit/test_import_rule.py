@@ -100,6 +100,21 @@ def test_values_of_more_than_five_fields_are_built_by_keyword():
     assert structure.positional_constructors() == []
 
 
+def test_a_kernel_is_spelled_only_through_its_value():
+    """Outside model/, no call site converts a kernel's `+`/`_` spelling or reads its architecture itself."""
+    assert structure.kernel_spellings() == []
+
+
+def test_the_reading_sees_a_kernel_spelled_at_its_call_site(tmp_path):
+    src = ensure_package(tmp_path, {
+        "use": "from gpualign.model.kernels import label_of\nfrom gpualign.model import makers\n"
+               "def f(k):\n    a = label_of(k)\n    b = makers.kernel_arch(k)\n    c = k.replace('_', '+')\n"
+               "    return k.replace('-', '_')\n"})
+    assert structure.kernel_spellings(src) == ["gpualign/ensure/use.py:4: label_of",
+                                               "gpualign/ensure/use.py:5: makers.kernel_arch",
+                                               "gpualign/ensure/use.py:6: k.replace"]
+
+
 def test_no_word_of_the_vocabulary_is_compared_as_a_string():
     """A StrEnum's value spelled as a string where its member belongs (`flavour == "open"`) is found."""
     assert structure.vocabulary_compares() == []

@@ -33,8 +33,8 @@ from gpualign.base.errors import BadInput, GpualignError
 from gpualign.loaders import archive_reading
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.loaders.rules import load_rules
-from gpualign.model.kernels import debian_release
-from gpualign.model.makers import debian_suite, kernel_arch, sources_from
+from gpualign.model.kernels import Kernel
+from gpualign.model.makers import debian_suite, sources_from
 
 if TYPE_CHECKING:
     from gpualign.model.makers import DebianTable, Source
@@ -148,7 +148,7 @@ class Archive:
 
     def for_tag_kernel(self, os_tag: str, kernel: str) -> Archive:
         """The archive a tag's image is built from: its OS's release, its kernel's architecture."""
-        return self.for_spec(os_tag).on_arch(kernel_arch(kernel))
+        return self.for_spec(os_tag).on_arch(Kernel.of(kernel).arch)
 
     def target(self, package: str) -> str:
         """A target package's name for apt: NAME:ARCH when cross-building, NAME otherwise."""
@@ -163,8 +163,9 @@ class Archive:
     def for_kernel(cls, release: str) -> Archive:
         """The archive that carries a Debian kernel's headers: its `+debNN` names the release (6.12.N+deb13-amd64:
         trixie); bookworm's otherwise (6.1.0-N-amd64, 6.12.N+deb12-amd64)."""
-        named = debian_release(release)
-        return (cls.for_os(f"debian{named}") if named else cls()).on_arch(kernel_arch(release))
+        kernel = Kernel.of(release)
+        built_for = kernel.built_for
+        return (cls.for_os(f"debian{built_for}") if built_for else cls()).on_arch(kernel.arch)
 
     def for_spec(self, os_tag: str) -> Archive:
         """This archive, on the suite of an OS tag's release (the mirrors kept)."""
@@ -308,9 +309,10 @@ class Archive:
         a label spelling could stand for, where the archive has several)."""
         package = f"linux-headers-{kernel}"
         if self.target_version(package) is None:
-            from gpualign.model.kernels import candidates, label_of
+            from gpualign.model.kernels import candidates
 
-            near = candidates(label_of(kernel), self.headers_releases(label_of(kernel).split("_")[0]))
+            label = Kernel.of(kernel).label
+            near = candidates(label, self.headers_releases(label.split("_")[0]))
             also = f"; it has {', '.join(near)}" if near else ""
             raise BadInput(f"kernel {kernel}: no headers package {package} in Debian's archive (looked in "
                            f"{self.describe()}){also}")

@@ -194,9 +194,7 @@ def run_controller(f: ControllerFlags) -> None:
     from gpualign.loaders.rules import load_rules
     from gpualign.usecases.ledgers import repository_for
 
-    host, sep, port = f.listen.rpartition(":")
-    if not sep or not port.isdigit():
-        raise BadInput(f"--listen {f.listen!r}: expected HOST:PORT")
+    listen = _address(f.listen)
     if f.ledger_refresh <= 0:
         raise BadInput("--ledger-refresh: expected seconds > 0")
     if f.gate_warn_after <= 0:
@@ -228,7 +226,7 @@ def run_controller(f: ControllerFlags) -> None:
 
     opts = Options(repository=repo, ledger_refresh=f.ledger_refresh, gate=f.gate_operator_upgrades,
                    gate_warn_after=f.gate_warn_after, restart_waiting_pods=f.restart_waiting_driver_pods,
-                   listen=(host or "0.0.0.0", int(port)), leader_elect=f.leader_elect,
+                   listen=listen, leader_elect=f.leader_elect,
                    lease_namespace=f.lease_namespace,
                    lease_name=f.lease_name, identity=f.identity or "", lease_seconds=f.lease_duration,
                    renew_seconds=f.renew_deadline, retry_seconds=f.retry_period)
@@ -380,3 +378,17 @@ def _secret_names(raw: object, where: Path | None) -> list[str]:
 
 def _mapping(raw: object) -> dict[str, object] | None:
     return {str(k): v for k, v in raw.items()} if isinstance(raw, dict) else None
+
+
+def _address(listen: str) -> tuple[str, int]:
+    """--listen's HOST:PORT (an empty host, or `[::]`-style brackets, as a URL's authority) as (host, port)."""
+    from urllib.parse import urlsplit
+
+    try:
+        authority = urlsplit(f"//{listen}")
+        port = authority.port
+    except ValueError:
+        port = None
+    if port is None or authority.path or authority.username is not None:
+        raise BadInput(f"--listen {listen!r}: expected HOST:PORT")
+    return authority.hostname or "0.0.0.0", port

@@ -28,7 +28,7 @@ from gpualign.base.json_types import JSON
 from gpualign.controller.node_finding import NodeFinding
 from gpualign.model.audit import Status
 from gpualign.model.facts import NodeFacts
-from gpualign.model.kernels import label_of
+from gpualign.model.kernels import Kernel
 from gpualign.model.makers import Maker
 from gpualign.usecases import archive_next
 
@@ -119,7 +119,7 @@ class ArchiveWatch:
         pools = {}
         for pool in tonight.pools:
             behind = [n for n in pool.nodes if pool.next is not None and
-                      by_name[n].kernel != label_of(pool.next.release)]
+                      by_name[n].kernel != Kernel.of(pool.next.release).label]
             if behind:
                 pools[PREFIX + pool.name] = (pool, by_name[behind[0]])
         with self.lock:
@@ -145,7 +145,7 @@ class ArchiveWatch:
         ahead: dict[str, NodeFinding] = {}
         for key, (pool, facts) in pools.items():
             assert pool.next is not None
-            ahead[key] = dataclasses.replace(self.future(facts, label_of(pool.next.release)),
+            ahead[key] = dataclasses.replace(self.future(facts, Kernel.of(pool.next.release).label),
                                              kernel=pool.next.release, pool=pool)
         now = self.clock()
         with self.lock:

@@ -17,7 +17,7 @@ from typing import Protocol
 from gpualign.base import labels as L
 from gpualign.controller.node_finding import NodeFinding
 from gpualign.model.facts import NodeFacts
-from gpualign.model.kernels import label_of
+from gpualign.model.kernels import Kernel
 from gpualign.model.reboot_gate import (
     BootSource,
     ImageVerdict,
@@ -82,9 +82,9 @@ class RebootGate:
         if boot.source is BootSource.RUNNING:
             finding = self.current(facts.name)
         elif boot.source is BootSource.LABEL:
-            finding = self.ahead(facts.name) or self.future(facts, label_of(boot.kernel))
+            finding = self.ahead(facts.name) or self.future(facts, Kernel.of(boot.kernel).label)
         else:
-            finding = self.future(facts, label_of(boot.kernel))
+            finding = self.future(facts, Kernel.of(boot.kernel).label)
         if finding is None:  # not checked yet: nothing judged it
             return reboot_verdict(facts.name, boot, ImageVerdict.unnamed("not checked yet"))
         image = image_of_finding(finding)

@@ -44,7 +44,7 @@ from gpualign.judging import kmod
 from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model.driver_tag import TagSpec
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
-from gpualign.model.makers import debian_suite, kernel_arch
+from gpualign.model.makers import debian_suite
 
 if TYPE_CHECKING:
     from gpualign.ensure.remote_userspace import RemoteUserSpace
@@ -72,7 +72,7 @@ EXTRA_HOOK = {"trixie": MERGED_USR}
 
 def arch_of(spec: TagSpec) -> str:
     """The image's architecture: its kernel's (6.1.0-50-arm64: arm64), amd64 where the kernel names none."""
-    return kernel_arch(spec.kernel) or "amd64"
+    return spec.kernel_value.arch_or_amd64
 
 
 def base_key(suite: str) -> str:

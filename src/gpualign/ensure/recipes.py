@@ -32,7 +32,7 @@ from gpualign.ensure.buildroot import FLAVOURS
 from gpualign.ensure.image import NVIDIA_DRIVER
 from gpualign.model.driver_tag import TagSpec, parse
 from gpualign.model.flavours import Flavour
-from gpualign.model.makers import DebianTable, kernel_arch, newer_than_carried, nvidia_repository
+from gpualign.model.makers import DebianTable, newer_than_carried, nvidia_repository
 
 UBUNTU = {"22.04": "jammy", "24.04": "noble"}
 UBUNTU_ARCHIVE = "http://archive.ubuntu.com/ubuntu"
@@ -91,7 +91,7 @@ class Recipe:
         arm64 builder; the stages' bases and packages are then arm64's)."""
         args = [f"--build-arg {k}={v}" for k, v in self.build_args.items()]
 
-        arch = kernel_arch(parse(self.tag).kernel)
+        arch = parse(self.tag).kernel_value.arch
         platform = [f"--platform linux/{arch}"] if arch and arch != "amd64" else []
         return " ".join(["buildah bud --layers", *platform, *args, f"-t {image}:{self.tag} {context}"])
 
@@ -290,7 +290,7 @@ def nvidia_debian(spec: TagSpec, driver_version: str, flavour: str, suite: str) 
     Debian's archive, and its user space at the same version. Rendered only: that repository is not reachable here,
     and NVIDIA's packages are not what ensure builds from."""
     k, release = spec.kernel, spec.os_tag.removeprefix("debian")
-    arch = kernel_arch(k) or "amd64"
+    arch = spec.kernel_value.arch_or_amd64
     repo = nvidia_repository(spec.os_tag, arch)
     dkms = "nvidia-kernel-open-dkms" if flavour == Flavour.OPEN else "nvidia-kernel-dkms"
     mirror, security = configured_mirror(), configured_security()

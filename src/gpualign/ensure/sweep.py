@@ -28,10 +28,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gpualign.model import debian_kernels
 from gpualign.model.cosign import attached_to
 from gpualign.model.driver_tag import try_parse
-from gpualign.model.kernels import label_of, release_of
+from gpualign.model.kernels import Kernel
 
 _MODULES_TAG = re.compile(r"(?P<version>\d+\.\d+(?:\.\d+)?)-(?P<kernel>.+)-(?P<flavour>[a-z]+)")
 # Ubuntu's and most distributions' releases: 5.15.0-124-generic, 6.8.0-1017-aws (upstream, ABI, flavour)
@@ -55,8 +54,8 @@ def modules_kernel(tag: str) -> str | None:
 def line_of(kernel: str) -> tuple[Line, tuple[int, ...]] | None:
     """A kernel's line and its place in it, in either spelling; None for a kernel of no known shape (its image is
     kept only while in use)."""
-    release = release_of(label_of(kernel))
-    debian = debian_kernels.parse(release)
+    named = Kernel.of(kernel)
+    release, debian = named.release, named.debian
     if debian is not None:
         return ("debian", debian.built_for or "", *debian.line), debian.abi
     m = _ABI_FLAVOUR.fullmatch(release)
@@ -70,15 +69,15 @@ def kept_kernels(kernels: Iterable[str], live: Iterable[str], keep_previous: int
     """Of `kernels` (a ledger's, in either spelling), those to keep, as NFD labels them, and why: "in use",
     "offered next" (Debian's archive installs it next on a pool), "fallback" or "newest of its line"; the rest may
     go."""
-    labels = {label_of(k) for k in kernels}
-    live_labels = {label_of(k) for k in live}
+    labels = {Kernel.of(k).label for k in kernels}
+    live_labels = {Kernel.of(k).label for k in live}
     by_line: dict[Line, list[tuple[tuple[int, ...], str]]] = {}
     for label in labels:
         found = line_of(label)
         if found is not None:
             by_line.setdefault(found[0], []).append((found[1], label))
     kept = dict.fromkeys(labels & live_labels, "in use")
-    for label in labels & {label_of(k) for k in offered}:
+    for label in labels & {Kernel.of(k).label for k in offered}:
         kept.setdefault(label, "offered next")
     for members in by_line.values():
         kept.setdefault(max(members)[1], "newest of its line")
@@ -110,8 +109,8 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
            kernels: Iterable[str], keep_previous: int = 1, offered: Iterable[str] = ()) -> Unused:
     """image_digests / module_digests: tag -> its manifest digest (None when unknown); kernels: every kernel a node
     runs or announces, in either spelling; offered: the kernels Debian's archive installs next on the pools."""
-    live = {label_of(k) for k in kernels}  # compared as NFD labels them, and tags hold them
-    offered = {label_of(k) for k in offered}
+    live = {Kernel.of(k).label for k in kernels}  # compared as NFD labels them, and tags hold them
+    offered = {Kernel.of(k).label for k in offered}
     images: list[str] = []
     modules: list[str] = []
     shared: list[str] = []
@@ -131,10 +130,10 @@ def unused(image_digests: Mapping[str, str | None], module_digests: Mapping[str,
             if kernel is None:
                 unknown.append(tag)
                 kept_digests.add(table[tag])
-            elif label_of(kernel) in keep:
+            elif (why := keep.get(Kernel.of(kernel).label)) is not None:
                 kept_digests.add(table[tag])
-                if keep[label_of(kernel)] != "in use":
-                    kept_for.append((tag, keep[label_of(kernel)]))
+                if why != "in use":
+                    kept_for.append((tag, why))
             else:
                 gone.append(tag)
         for tag in gone:

@@ -23,8 +23,7 @@ from gpualign.judging.kernel_console import Load
 from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
 from gpualign.model import driver_tag
-from gpualign.model.kernels import label_of, release_of
-from gpualign.model.makers import kernel_arch
+from gpualign.model.kernels import Kernel
 
 DEBIAN_KERNEL = re.compile(r"\d+\.\d+\.\d+(?:-\d+|\+deb1[23])-(?:cloud-|rt-)?(?:amd64|arm64)")
 
@@ -34,7 +33,7 @@ def checkable(kernel: str | None) -> bool:
     6.12.N+deb12-amd64, Debian 13's 6.12.N+deb13-amd64 (NFD's label, 6.12.N_deb13-amd64, read back), with their
     -cloud/-rt flavours, and each of them for arm64 (6.1.0-N-arm64). Modules can be checked against it here; others
     (Ubuntu, RHEL) cannot."""
-    return bool(kernel and DEBIAN_KERNEL.fullmatch(release_of(kernel)))
+    return bool(kernel and DEBIAN_KERNEL.fullmatch(Kernel.of(kernel).release))
 
 
 def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
@@ -44,7 +43,7 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     except BadInput:
         return None  # not a precompiled tag: nothing kernel-specific to compare
     kernel = labels.get("io.gpualign.kernel")
-    if kernel and label_of(kernel) != label_of(spec.kernel):  # either spelling of one kernel (gpualign.model.kernels)
+    if kernel and not spec.kernel_value.names(kernel):  # either spelling of one kernel (gpualign.model.kernels)
         return f"its label io.gpualign.kernel says it was built for kernel {kernel}, not {spec.kernel}"
     branch = labels.get("io.gpualign.driver-branch")
     if branch and branch != spec.branch:
@@ -52,7 +51,7 @@ def by_labels(tag: str, labels: Mapping[str, str]) -> str | None:
     version = labels.get("version")
     if version and "-" in version:
         v_branch, _, v_kernel = version.partition("-")
-        if v_branch.isdigit() and (v_branch != spec.branch or label_of(v_kernel) != label_of(spec.kernel)):
+        if v_branch.isdigit() and (v_branch != spec.branch or not spec.kernel_value.names(v_kernel)):
             return f"its label version={version} names another build than {spec.branch}-{spec.kernel}"
     return kernel_refused(labels)
 
@@ -179,7 +178,7 @@ def modules_verdict(client: RegistryClient, tag: str, kernel: str, cache: Path,
     pod would lack: contract_problem); ("none", None) when the image holds no modules. The kernel's Module.symvers comes
     from Debian's archive (its headers package). secure_boot: a node whose kernel enforces module signatures
     refuses an unsigned module first (which keys it holds is the node's own: a signed module is judged on the rest)."""
-    found = modules_of(client, tag, cache, kernel_arch(kernel) or "amd64")
+    found = modules_of(client, tag, cache, Kernel.of(kernel).arch_or_amd64)
     if found is None:
         return ModulesVerdict.NONE, None
     table = symvers.parse(Archive.for_kernel(kernel).symvers(kernel).read_text(), f"Module.symvers of {kernel}")

@@ -26,7 +26,7 @@ from gpualign.model.driver_tag import try_parse
 from gpualign.model.flavours import LABEL as FLAVOUR_LABEL
 from gpualign.model.flavours import mismatch as flavour_mismatch
 from gpualign.model.image_ref import ImageRef, tag_of
-from gpualign.model.kernels import release_of
+from gpualign.model.kernels import Kernel
 from gpualign.model.ledger import Unsigned
 from gpualign.model.platforms import platform_problem
 
@@ -272,7 +272,7 @@ def _configs(client: RegistryClient, tags: list[str], archs: Mapping[str, list[s
 def _modules(client: RegistryClient, image: str, tag: str, kernels: Iterable[str | None], modules: str, cache: Path,
              out: Judgement, secure_boot: bool = False) -> None:
     checked = 0
-    for kernel in sorted({release_of(k) for k in kernels if k}):  # a node's label spelling: checked as its release
+    for kernel in sorted({Kernel.of(k).release for k in kernels if k}):  # a node's label: checked as its release
         if not checkable(kernel):
             if modules == STRICT:
                 out.unverified[image] = (f"kernel {kernel} has no headers in Debian's archive to check its modules "

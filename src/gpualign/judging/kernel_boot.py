@@ -32,6 +32,7 @@ from gpualign.base.errors import BadInput, GpualignError
 from gpualign.judging import kernel_console, kmod, secure_boot
 from gpualign.judging.kernel_console import KernelVerdict
 from gpualign.judging.secure_boot import NotEnforced
+from gpualign.model.kernels import Kernel
 
 NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
 QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
@@ -327,9 +328,7 @@ def kernel_arch_of(kernel: str) -> str:
 
 
 def _arch_of(kernel: str) -> str:
-    from gpualign.model.makers import kernel_arch
-
-    return kernel_arch(kernel) or "amd64"
+    return Kernel.of(kernel).arch_or_amd64
 
 
 def _host_arch() -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpualign.judging.kmod import Module
-from gpualign.model.makers import kernel_arch
+from gpualign.model.kernels import Kernel
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -66,14 +66,19 @@ class Verification:
         header's CPU (elf_validity_check), then a symbol (a kernel with CONFIG_MODVERSIONS compares vermagic without
         its release and refuses on the CRCs), then anything else. check, ensure and the lab's kernel name this same
         refusal."""
+        refused = self.first_refused()
+        return refused[1] if refused else None if self.results else "no kernel module found"
+
+    def first_refused(self) -> tuple[str, str] | None:
+        """The module the kernel would refuse first and its refusal, as `first_refusal` names it."""
         def rank(problem: str) -> int:
             return 0 if "rejected by service" in problem or "(Bad message)" in problem else \
                 1 if "Invalid architecture" in problem else 2 if "symbol" in problem else 3
 
         for r in sorted(self.results, key=lambda r: (LOAD_ORDER.get(r.module, 9), r.module)):
             if r.problems:
-                return min(r.problems, key=rank)
-        return None if self.results else "no kernel module found"
+                return r.module, min(r.problems, key=rank)
+        return None
 
     def first_symbol(self) -> str | None:
         """The first refused symbol, in the kernel's words ("nvidia: disagrees about version of symbol …")."""
@@ -100,7 +105,7 @@ def verify(modules: Sequence[Module], kernel: str, symvers: Mapping[str, int], d
     """kernel: the release in the image's tag (uname -r on the node); symvers: that kernel's Module.symvers;
     trusted: with signatures enforced, the keys the kernel holds (None: signatures are not checked)."""
     among = frozenset().union(*(m.exports for m in modules)) if modules else frozenset()
-    arch = kernel_arch(kernel)
+    arch = Kernel.of(kernel).arch
     results = []
     for m in sorted(modules, key=lambda x: x.name):
         short = m.name.removesuffix(".ko")

@@ -32,7 +32,7 @@ from gpualign.judging import kmod, modsig, symvers
 from gpualign.judging.inspect import checkable, contract_problem, modules_of
 from gpualign.judging.verify import verify
 from gpualign.ledger.registry import RegistryClient
-from gpualign.model.makers import kernel_arch
+from gpualign.model.kernels import Kernel
 
 SECURE_BOOT = "lab.gpualign.io/secure-boot-certs"
 # insmod's words for the kernel's errno, by what was refused (kmod's insmod: its mod_strerror, else strerror)
@@ -74,7 +74,7 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
     if not checkable(kernel):
         return Load(True, False, "tag-only: no headers for this node's kernel in the lab")
     assert kernel is not None
-    found = modules_of(client, tag, cache_root() / "lab" / "driver-modules", kernel_arch(kernel) or "amd64")
+    found = modules_of(client, tag, cache_root() / "lab" / "driver-modules", Kernel.of(kernel).arch_or_amd64)
     if found is None:
         return Load(True, False, "tag-only: the image holds no kernel modules")
     _, directory = found
@@ -87,7 +87,6 @@ def load(client: RegistryClient, tag: str, kernel: str | None, driver_version: s
         signed = f", signatures verified by the {len(trusted)} enrolled key(s)" if trusted is not None else ""
         return Load(True, True, f"{len(modules)} modules loaded: {result.symbols_checked} symbol CRCs match "
                                 f"{kernel}{signed}", directory)
-    first = result.first_refusal() or "refused"
-    module = first.split(":", 1)[0]
-    return Load(False, True, f"insmod: ERROR: could not insert module {module}.ko: {insmod_words(first)}; "
+    module, first = result.first_refused() or ("nvidia.ko", result.first_refusal() or "refused")
+    return Load(False, True, f"insmod: ERROR: could not insert module {module}: {insmod_words(first)}; "
                              f"kernel: {first}")

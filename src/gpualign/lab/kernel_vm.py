@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from gpualign.base.errors import GpualignError
 from gpualign.judging import kernel_boot, secure_boot
 from gpualign.judging.kernel_console import Load
-from gpualign.model.makers import kernel_arch
+from gpualign.model.kernels import Kernel
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,6 @@ class KernelVM:
 
 def trust_for(kernel: str, trusted: list[x509.Certificate] | None) -> tuple[bytes, ...]:
     """The certificates to boot under Secure Boot with (DER), for a Secure Boot node; else none."""
-    if trusted is None or (kernel_arch(kernel) or "amd64") not in secure_boot.FIRMWARE:
+    if trusted is None or Kernel.of(kernel).arch_or_amd64 not in secure_boot.FIRMWARE:
         return ()
     return tuple(c.public_bytes(Encoding.DER) for c in trusted)

@@ -14,7 +14,7 @@ from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient
 from gpualign.loaders.rules import load_rules
 from gpualign.model.driver_tag import try_parse
-from gpualign.model.kernels import label_of, release_of
+from gpualign.model.kernels import Kernel
 from gpualign.model.tags import os_tag, sanitize_kernel
 from gpualign.model.version import DriverVersion
 
@@ -55,7 +55,8 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
                        "nvidia.com/gpu.count": str(spec.gpus), L.DEPLOY_DRIVER: "true"})
         capacity["nvidia.com/gpu"] = str(spec.gpus)
     # as NFD labels the kernel (`+` cannot be in a label: `_`), and as the kubelet reports its release (`+`)
-    labels.update({L.KERNEL: label_of(spec.kernel), L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
+    kernel = Kernel.of(spec.kernel)
+    labels.update({L.KERNEL: kernel.label, L.OS_ID: spec.os_id, L.OS_VERSION: spec.os_version,
                    L.OS_VERSION_MAJOR: spec.os_version.split(".")[0]})
     if spec.gpu and spec.driver and not spec.dra:
         labels.update({k: v for k, v in driver_labels(spec.driver).items() if v is not None})
@@ -66,7 +67,7 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
                      "annotations": {"kwok.x-k8s.io/node": "fake", **spec.annotations}},
         "spec": {},
         "status": {"capacity": capacity, "allocatable": dict(capacity),
-                   "nodeInfo": {"kernelVersion": release_of(spec.kernel), "architecture": spec.arch,
+                   "nodeInfo": {"kernelVersion": kernel.release, "architecture": spec.arch,
                                 "operatingSystem": "linux"}},
     }
 
@@ -78,7 +79,7 @@ def daemonset_name(kernel: str, ostag: str) -> str:
 def driver_daemonset(kernel: str, os_id: str, os_version: str, branch: str, registry: str) -> dict[str, Any]:
     """A GPU-operator-like precompiled driver DaemonSet for one kernel+OS pool (OnDelete). The kernel as NFD labels
     it: the operator selects nodes by that label and puts it in the tag."""
-    kernel = label_of(kernel)
+    kernel = Kernel.of(kernel).label
     ostag = os_tag(os_id, os_version, load_rules())
     tag = f"{branch}-{kernel}-{ostag}"
     name = daemonset_name(kernel, ostag)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from gpualign.base.errors import BadInput
 from gpualign.model.image_ref import ImageRef
-from gpualign.model.kernels import release_of
+from gpualign.model.kernels import Kernel, label_of, release_of
 
 _OS_TAG = re.compile(r"(ubuntu\d+\.\d+|rhel\d+(?:\.\d+)?|debian\d+|rocky\d+(?:\.\d+)?|sles\d+(?:\.\d+)?)")
 _TAG = re.compile(r"(?P<branch>\d{3,4})-(?P<kernel>.+)-(?P<os>[a-z]+[0-9.]+)")
@@ -25,6 +25,11 @@ class TagSpec:
     @property
     def family(self) -> str:
         return re.sub(r"[0-9.]+$", "", self.os_tag)
+
+    @property
+    def kernel_value(self) -> Kernel:
+        """The tag's kernel, by both its names and what its release says (its architecture, its Debian parts)."""
+        return Kernel(self.kernel, self.kernel_label or label_of(self.kernel))
 
 
 def parse(tag: str) -> TagSpec:

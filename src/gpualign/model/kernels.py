@@ -20,6 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpualign.model import debian_kernels
+
 _UNSAFE = re.compile(r"[^-A-Za-z0-9_.]")
 # Debian's releases that hold `+`: 6.12.117+deb13-amd64, 6.12.12+bpo-cloud-amd64, 6.12.117+deb12-rt-arm64
 # and a point release's ABI, 6.12.115+deb13.1-amd64
@@ -51,15 +53,31 @@ def release_of(label: str) -> str:
     return f"{m.group('version')}+{m.group('mark')}{again}{m.group('rest')}"
 
 
+# Where a release names no Debian kernel, its architecture as other distributions' kernels end
+_OTHER_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), "arm64"),
+               (re.compile(r".*-powerpc64le$"), "ppc64le"), (re.compile(r".*-s390x$"), "s390x"),
+               (re.compile(r".*-riscv64$"), "riscv64"), (re.compile(r".*-armmp(-lpae)?$"), "arm"),
+               (re.compile(r".*[._]x86_64$"), "amd64"), (re.compile(r".*[._]aarch64(_64k)?$"), "arm64"),
+               (re.compile(r".*-64k$"), "arm64"))
+
+
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel, by both its names."""
+    """One kernel, by both its names, and what its release says of it: its CPU architecture and, for Debian's, its
+    parts (series, variant, the Debian release it is built for). Made once where a kernel is read (a node's facts,
+    a tag, a flag) and carried from there: nothing outside model/ converts a spelling itself."""
 
     release: str  # uname -r, headers, version magic, /lib/modules
     label: str  # NFD's label, the tag's kernel
 
     @classmethod
     def from_label(cls, label: str) -> Kernel:
+        return cls(release_of(label), label)
+
+    @classmethod
+    def of(cls, either: str) -> Kernel:
+        """A kernel named in either spelling (a release, a label, a tag's kernel)."""
+        label = label_of(either)
         return cls(release_of(label), label)
 
     @classmethod
@@ -73,6 +91,34 @@ class Kernel:
     @property
     def spelled_twice(self) -> bool:
         return self.release != self.label
+
+    def names(self, either: str) -> bool:
+        """Whether `either` (in either spelling) names this kernel."""
+        return label_of(either) == self.label
+
+    @property
+    def debian(self) -> debian_kernels.DebianKernel | None:
+        """Its parts, for a Debian kernel; None for a release of another shape."""
+        return debian_kernels.parse(self.release)
+
+    @property
+    def arch(self) -> str | None:
+        """The CPU architecture its release names (6.1.0-50-amd64 → amd64), as Kubernetes spells it; None when it
+        names none."""
+        debian = self.debian
+        if debian is not None:
+            return debian.arch
+        return next((arch for pattern, arch in _OTHER_ARCH if pattern.fullmatch(self.label)), None)
+
+    @property
+    def arch_or_amd64(self) -> str:
+        """Its architecture, amd64 where its release names none (as NVIDIA's images and Debian's default are)."""
+        return self.arch or "amd64"
+
+    @property
+    def built_for(self) -> str | None:
+        """The Debian release its name says it is built for ("13" for 6.12.117+deb13-amd64, "12" for +bpo)."""
+        return debian_release(self.release)
 
 
 def candidates(label: str, releases: list[str]) -> list[str]:

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from gpualign.model import debian_kernels
 from gpualign.model.flavours import Flavour
-from gpualign.model.kernels import release_of
+from gpualign.model.kernels import Kernel, release_of
 
 
 class Maker(StrEnum):
@@ -143,13 +143,6 @@ RENDERED_RELEASES = {"ubuntu": ("ubuntu22.04", "ubuntu24.04"), "rhel": ("rhel9",
 # The CPU architecture a kernel's release names, where it names one (Debian: -amd64, -arm64, -powerpc64le, -s390x,
 # -riscv64, -armmp for armhf; RHEL: .x86_64, .aarch64; Ubuntu's -nvidia-64k kernels are arm64 only). Kubernetes
 # spells architectures as Go does.
-_KERNEL_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), "arm64"),
-                (re.compile(r".*-powerpc64le$"), "ppc64le"), (re.compile(r".*-s390x$"), "s390x"),
-                (re.compile(r".*-riscv64$"), "riscv64"), (re.compile(r".*-armmp(-lpae)?$"), "arm"),
-                (re.compile(r".*[._]x86_64$"), "amd64"), (re.compile(r".*[._]aarch64(_64k)?$"), "arm64"),
-                (re.compile(r".*-64k$"), "arm64"))
-
-
 def debian_suite(os_tag: str) -> str:
     """The suite whose archive builds an OS tag's images (debian13: trixie); bookworm for any other."""
     return SUITES.get(os_tag, "bookworm")
@@ -157,10 +150,7 @@ def debian_suite(os_tag: str) -> str:
 
 def kernel_arch(kernel: str) -> str | None:
     """The CPU architecture a kernel's release names (6.1.0-50-amd64 → amd64), or None when it names none."""
-    debian = debian_kernels.parse(release_of(kernel))
-    if debian is not None:
-        return debian.arch
-    return next((arch for pattern, arch in _KERNEL_ARCH if pattern.fullmatch(kernel)), None)
+    return Kernel.of(kernel).arch
 
 
 def family(os_tag: str) -> str:

@@ -18,9 +18,9 @@ from typing import Any, Protocol
 
 from gpualign.archive.apt import KEYRING
 from gpualign.archive.indexes import KEYRING_ENV, ArchiveIndex, IndexNotCarried
-from gpualign.model import debian_kernels, next_kernels
+from gpualign.model import next_kernels
 from gpualign.model.facts import NodeFacts
-from gpualign.model.kernels import release_of
+from gpualign.model.kernels import Kernel
 from gpualign.model.makers import SUITES
 
 
@@ -94,7 +94,7 @@ def read(nodes: Iterable[NodeFacts], index: Indexes, seen: Path | None = None, n
                 out.unknown[facts.name] = f"{facts.os_id or 'an unknown OS'}: only Debian's archive is read"
             continue
         os_tag = f"debian{facts.os_version.split('.')[0]}"
-        parsed = debian_kernels.parse(release_of(facts.kernel))
+        parsed = Kernel.from_label(facts.kernel).debian
         if parsed is None or os_tag not in SUITES:
             out.unknown[facts.name] = f"kernel {facts.kernel} on {os_tag}: not a Debian kernel of a release " \
                                       "gpualign reads"

@@ -26,7 +26,7 @@ from gpualign.ledger.registry import RegistryClient, connect
 from gpualign.loaders.rules import load_rules
 from gpualign.model.driver_tag import TagSpec
 from gpualign.model.expect import DEFAULT_REPOSITORY
-from gpualign.model.makers import SUITES, debian_suite, kernel_arch
+from gpualign.model.makers import SUITES, debian_suite
 from gpualign.model.tags import Rules, published
 
 NVIDIA = DEFAULT_REPOSITORY  # where published images are mirrored from, unless told otherwise
@@ -138,7 +138,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
         specs = [spec for spec in specs if spec.tag in planned]
         if any(p.action == TagAction.BUILD for p in planned.values()) and not req.dry_run:
             run.require_tools(kernel_load=frozenset(
-                kernel_arch(p.spec.kernel) or "amd64" for p in planned.values() if p.action == TagAction.BUILD)
+                p.spec.kernel_value.arch_or_amd64 for p in planned.values() if p.action == TagAction.BUILD)
                 if req.kernel_load else frozenset(), secure_boot=req.signing is not None)
         if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work

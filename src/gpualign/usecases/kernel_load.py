@@ -34,8 +34,7 @@ def load_image(ref: str, kernel: str | None = None, docker_config: Path | None =
     from gpualign.judging.inspect import modules_of
     from gpualign.judging.kernel_boot import boot_and_load, kernels_cache
     from gpualign.model import driver_tag
-    from gpualign.model.kernels import release_of
-    from gpualign.model.makers import kernel_arch
+    from gpualign.model.kernels import Kernel
 
     text = ref.removeprefix("registry://").removeprefix("oci://")
     parsed = ImageRef.parse(text)
@@ -45,8 +44,8 @@ def load_image(ref: str, kernel: str | None = None, docker_config: Path | None =
     spec = driver_tag.try_parse(tag)
     if kernel is None and spec is None:
         raise NoKernelNamed(ref)
-    release = release_of(kernel) if kernel else spec.kernel if spec else ""
-    arch = kernel_arch(release) or "amd64"
+    named = Kernel.of(kernel) if kernel else spec.kernel_value if spec else Kernel.of("")
+    release, arch = named.release, named.arch_or_amd64
     with connect(f"registry://{name}", docker_config=docker_config) as client:
         if client.digest(tag) is None:
             raise NotAnImage(ref, "not in the registry")
