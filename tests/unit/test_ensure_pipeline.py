@@ -148,7 +148,7 @@ def accepted_by_the_kernel(files: list[Path], kernel: str, trust: tuple[bytes, .
 
 
 def options(target: RegistryClient, **more) -> Options:
-    return Options(target, archive=Archive(), **{"cosign_key": None, **more})  # type: ignore[arg-type]
+    return Options(target=target, archive=Archive(), **{"cosign_key": None, **more})  # type: ignore[arg-type]
 
 
 def VOUCHED(image: str, kernel: str, arch: str, authfile: str | None, modules: str) -> None:  # noqa: N802

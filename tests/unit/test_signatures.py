@@ -87,7 +87,6 @@ def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(regis
     with pytest.raises(shared.SharedRefused, match="not signed by a trusted key"):
         shared.pull(registry, key, tmp_path / "cache-a")
     assert not (tmp_path / "cache-a").exists() or not any((tmp_path / "cache-a").glob("*.ko"))  # nothing taken
-    monkeypatch.setenv(signatures.KEY_ENV, str(ours))
-    shared.push(registry, key, [module])  # a builder with the key shares it signed
+    shared.push(registry, key, [module], signatures.load_private_key(ours))  # a builder with the key shares it signed
     pulled = shared.pull(registry, key, tmp_path / "cache-b")
     assert pulled is not None and [p.name for p in pulled] == ["nvidia.ko"]

@@ -13,6 +13,7 @@ import typer
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.cli import complete
 from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.flags import RegistryFlags
 from gpualign.cli.hints import settled, worded
 from gpualign.cli.options import (
     ContextOpt,
@@ -30,6 +31,7 @@ from gpualign.model.flavours import FLAVOURS
 
 if TYPE_CHECKING:
     from gpualign.ensure.outcome import Outcome
+    from gpualign.ensure.request import Request
     from gpualign.ensure.sign import SigningKey
     from gpualign.model.driver_tag import TagSpec
 
@@ -147,6 +149,9 @@ LeaseOpt = Annotated[str | None, typer.Option(
          "runs on other machines never build the same image twice (on one machine a file lock does that)")]
 
 
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
+
+
 def ensure(
     ledger: LedgerOpt = None,
     tags: TagsOpt = None,
@@ -154,8 +159,7 @@ def ensure(
     cosign_key: CosignKeyOpt = None,
     kernel_load: KernelLoadOpt = True,
     upstream_key: UpstreamKeyOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
-    = False,
+    dry_run: DryRunOpt = False,
     jobs: JobsOpt = 2,
     flavour: FlavourOpt = None,
     modules_from: ModulesFromOpt = None,
@@ -178,56 +182,64 @@ def ensure(
     insecure_registry: InsecureRegistryOpt = None,
     trusted_key: TrustedKeyOpt = None,
 ) -> None:
-    if len(ledger or []) > 1:
-        raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
-    flags = EnsureFlags(ledger=ledger[0] if ledger else None, tags=list(tags or []), upstream=upstream,
-                        dry_run=dry_run, jobs=jobs, flavour=flavour,
-                        modules_from=modules_from, from_report=from_report, render=render, cuda_version=cuda_version,
-                        verify_modules=verify_modules, replace_wrong=replace_wrong,
-                        shared_modules=shared_modules, lease=lease, kubeconfig=kubeconfig, context=context,
-                        output=output, docker_config=docker_config)
+    run_ensure(EnsureFlags(**locals()))
+
+
+def run_ensure(flags: EnsureFlags) -> None:
     flags.refuse_bad_input()
-    signing = signing_key(sign_key, sign_cert, sign_secret, kubeconfig, context)
+    signing = signing_key(flags.sign_key, flags.sign_cert, flags.sign_secret, flags.kubeconfig, flags.context)
     asked = _asked(flags)
     if asked is None:
         return
     failed = Failed()
     specs = _specs(asked, failed)
     if flags.render is not None:
-        _render(specs, flags.render, flags.ledger, flags.cuda_version, flags.flavour or "proprietary", flags.output)
+        _render(specs, flags.render, flags.the_ledger, flags.cuda_version, flags.flavour or "proprietary",
+                flags.output)
         return
-    if flags.ledger is None:
+    if flags.the_ledger is None:
         raise BadInput("--ledger is required: name the repository to fill (registry://HOST[:PORT]/REPO), or "
                        "--render DIR to write the recipes instead")
-    outcomes = _make(flags, specs, asked, signing, failed, _upstream_keys(upstream_key), _cosign_signer(cosign_key),
-                     kernel_load)
-    _finish(flags, outcomes, failed)
+    request = flags.request(asked, signing, _upstream_keys(flags.upstream_key), cosign_signer(flags.cosign_key))
+    _finish(flags, _make(flags, specs, request, failed), failed)
 
 
-@dataclass(frozen=True)
-class EnsureFlags:
-    """`ensure`'s flags, as given (signing and --insecure-registry are read where they are declared)."""
+@dataclass(frozen=True, kw_only=True)
+class EnsureFlags(RegistryFlags):
+    """`ensure`'s flags, as given (its parameters; --insecure-registry and --trusted-key are read where they are
+    declared)."""
 
-    ledger: str | None
-    tags: list[str]
-    upstream: str | None
-    dry_run: bool
-    jobs: int
-    flavour: str | None
-    modules_from: Path | None
-    from_report: Path | None
-    render: Path | None
-    cuda_version: str
-    verify_modules: bool
-    replace_wrong: bool
-    shared_modules: bool
-    lease: str | None
-    kubeconfig: str | None
-    context: str | None
-    output: Output
-    docker_config: Path | None
+    ledger: LedgerOpt
+    tags: TagsOpt
+    upstream: UpstreamOpt
+    cosign_key: CosignKeyOpt
+    kernel_load: KernelLoadOpt
+    upstream_key: UpstreamKeyOpt
+    dry_run: DryRunOpt
+    jobs: JobsOpt
+    flavour: FlavourOpt
+    modules_from: ModulesFromOpt
+    from_report: FromReportOpt
+    render: RenderOpt
+    cuda_version: CudaVersionOpt
+    sign_key: SignKeyOpt
+    sign_cert: SignCertOpt
+    sign_secret: SignSecretOpt
+    verify_modules: VerifyModulesOpt
+    replace_wrong: ReplaceWrongOpt
+    shared_modules: SharedModulesOpt
+    lease: LeaseOpt
+    kubeconfig: KubeconfigOpt
+    context: ContextOpt
+    output: OutputOpt
+
+    @property
+    def the_ledger(self) -> str | None:
+        return self.ledger[0] if self.ledger else None
 
     def refuse_bad_input(self) -> None:
+        if len(self.ledger or []) > 1:
+            raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
         if self.render is not None and self.dry_run:
             raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
         if self.output is Output.wide:
@@ -236,6 +248,20 @@ class EnsureFlags:
             raise BadInput(f"--flavour {self.flavour!r}: expected proprietary or open")
         if self.modules_from is not None and not self.modules_from.is_dir():
             raise BadInput(f"--modules-from {self.modules_from}: not a directory")
+
+    def request(self, asked: Asked, signing: SigningKey | None, upstream_keys: tuple[Any, ...],
+                cosign_signer: Any) -> Request:
+        """The run's one bag for ensure/ (the keys and the signer already loaded: bad input before any work)."""
+        from gpualign.ensure.request import Request
+
+        assert self.the_ledger is not None
+        return Request(ledger=self.the_ledger, upstream=self.upstream, docker_config=self.docker_config,
+                       dry_run=self.dry_run, jobs=self.jobs, flavour=self.flavour, flavours=asked.flavours,
+                       modules_from=self.modules_from, signing=signing, lease=self.lease,
+                       kubeconfig=self.kubeconfig, context=self.context, verify_modules=self.verify_modules,
+                       replace_wrong=self.replace_wrong, shared_modules=self.shared_modules,
+                       skippable=frozenset(asked.reported), upstream_keys=upstream_keys, cosign_key=cosign_signer,
+                       kernel_load=self.kernel_load)
 
 
 @dataclass
@@ -276,7 +302,7 @@ class Failed:
 
 def _asked(flags: EnsureFlags) -> Asked | None:
     """The tags named and those the --from report lists; None when a report lists none (said so)."""
-    asked = Asked(list(flags.tags))
+    asked = Asked(list(flags.tags or []))
     if flags.from_report is not None:
         from gpualign.base import yamlio
         from gpualign.ensure.inputs import flavours_from_report, tags_from_report
@@ -323,40 +349,25 @@ def _upstream_keys(paths: list[Path] | None) -> tuple[Any, ...]:
     return load_trusted(named)
 
 
-def _cosign_signer(reference: str | None) -> Any:
-    """The signer --cosign-key names, opened now (a wrong password or an unreadable key is bad input before any
-    work); None: nothing is signed."""
+def cosign_signer(reference: str | None) -> Any:
+    """The signer --cosign-key ($GPUALIGN_COSIGN_KEY) names, opened now (a wrong password or an unreadable key is
+    bad input before any work); None: nothing is signed."""
     if not reference:
         return None
-    import os
-
     from gpualign.ensure.cosign_keys import load_signer
-    from gpualign.model.cosign import KEY_ENV
 
-    os.environ.setdefault(KEY_ENV, reference)  # what a build shares (modules, a user space) is signed by it too
     return load_signer(reference)
 
 
-def _make(flags: EnsureFlags, specs: list[TagSpec], asked: Asked, signing: SigningKey | None,
-          failed: Failed, upstream_keys: tuple[Any, ...] = (), cosign_signer: Any = None,
-          kernel_load: bool = True) -> list[Outcome]:
+def _make(flags: EnsureFlags, specs: list[TagSpec], req: Request, failed: Failed) -> list[Outcome]:
     """Every image made (or found, or planned with --dry-run), up to --jobs at once; a failure stops only its own."""
     from gpualign.kube.lease import LeaseNamespaceMissing
-    from gpualign.usecases.ensure_images import Request, UpstreamUnusable, ensure_images
-
-    assert flags.ledger is not None
+    from gpualign.usecases.ensure_images import UpstreamUnusable, ensure_images
 
     def say(tag: str, message: str) -> None:
         if flags.output is Output.table:
             progress(f"{time.strftime('%H:%M:%S')} {tag}: {message}")
 
-    req = Request(ledger=flags.ledger, upstream=flags.upstream, docker_config=flags.docker_config,
-                  dry_run=flags.dry_run, jobs=flags.jobs, flavour=flags.flavour,
-                  flavours=asked.flavours, modules_from=flags.modules_from, signing=signing, lease=flags.lease,
-                  kubeconfig=flags.kubeconfig, context=flags.context,
-                  verify_modules=flags.verify_modules, replace_wrong=flags.replace_wrong,
-                  shared_modules=flags.shared_modules, skippable=frozenset(asked.reported),
-                  upstream_keys=upstream_keys, cosign_key=cosign_signer, kernel_load=kernel_load)
     try:
         return ensure_images(req, specs, say, failed.add, failed.cannot_make)
     except UpstreamUnusable as err:
@@ -371,7 +382,7 @@ def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None
 
     upstream, output = flags.upstream, flags.output
     if output in (Output.json, Output.yaml):
-        emit_data(report("EnsureReport", {"ledger": flags.ledger, "upstream": upstream or NVIDIA},
+        emit_data(report("EnsureReport", {"ledger": flags.the_ledger, "upstream": upstream or NVIDIA},
                          {"dry_run": flags.dry_run, "images": [o.as_dict() for o in outcomes],
                           "failed": [{"tag": t, "error": m} for t, m in failed.why.items()]}), output)
     if failed.errors:  # the images that were made are in the ledger; name them, then fail on the first error

@@ -113,11 +113,16 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
                     signing: SigningKey | None = None, secure_boot: dict[str, list[str]] | None = None) -> None:
     """--ensure: the missing target images, ensured into the one registry ledger before the walk (signed with
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
+    import os
+
     from gpualign.base.errors import GpualignError
     from gpualign.cli.common import progress
+    from gpualign.cli.ensure import cosign_signer
+    from gpualign.ensure.request import Request
     from gpualign.ledger.sources import is_registry
     from gpualign.model import driver_tag
-    from gpualign.usecases.ensure_images import NO_UPSTREAM, Request, ensure_images
+    from gpualign.model.cosign import KEY_ENV
+    from gpualign.usecases.ensure_images import NO_UPSTREAM, ensure_images
 
     unsigned = {t: ns for t, ns in (secure_boot or {}).items() if t in tags} if signing is None else {}
     if unsigned:
@@ -131,8 +136,10 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
                        f"missing images in; got {len(registries)}")
     specs = [driver_tag.parse(tag) for tag in tags]  # every tag's bad input before any work
     errors: list[GpualignError] = []
-    made = ensure_images(Request(registries[0], NO_UPSTREAM, docker_config, dry_run, signing=signing), specs,
-                         lambda t, m: progress(f"ensure {t}: {m}"), lambda _, err: errors.append(err))
+    request = Request(ledger=registries[0], upstream=NO_UPSTREAM, docker_config=docker_config, dry_run=dry_run,
+                      signing=signing, cosign_key=cosign_signer(os.environ.get(KEY_ENV)))  # as ensure signs
+    made = ensure_images(request, specs, lambda t, m: progress(f"ensure {t}: {m}"),
+                         lambda _, err: errors.append(err))
     if errors:  # the images made are in the ledger; the walk does not start
         raise errors[0]
     if dry_run:

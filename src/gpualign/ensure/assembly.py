@@ -169,7 +169,7 @@ class Assembly:
             if shared_userspace.has(opts.target, tag):
                 return
             image.push_userspace(name, where, tls_verify=opts.target.ref.scheme != "http", authfile=opts.authfile)
-            signed = sign_shared(opts.target, tag, shared_userspace.repository(opts.target.ref.repo))
+            signed = sign_shared(opts.target, tag, shared_userspace.repository(opts.target.ref.repo), opts.cosign_key)
             self.say(f"user space: pushed to {where} for later builds ({time.monotonic() - t0:.1f}s)"
                      + (", signed" if signed else ""))
         except (Unreachable, image.PushRefused, buildroot.BuildError) as err:

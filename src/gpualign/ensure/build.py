@@ -242,7 +242,7 @@ class Steps:
         try:
             if shared.has(opts.target, key):
                 return
-            where = shared.push(opts.target, key, made.unsigned)
+            where = shared.push(opts.target, key, made.unsigned, opts.cosign_key)
         except Unreachable as err:
             self.emit(Shared(SharedState.NOT_PUSHED, err.message))
             self.say(f"shared modules not pushed ({err.message}): later builds compile them again")

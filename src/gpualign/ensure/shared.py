@@ -48,6 +48,7 @@ from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci
 
 if TYPE_CHECKING:
+    from gpualign.ensure.cosign_keys import Signer
     from gpualign.ledger.registry import RegistryClient
 
 ARTIFACT_TYPE = "application/vnd.gpualign.driver-modules.v1"
@@ -88,9 +89,10 @@ def has(client: RegistryClient, key: Key) -> bool:
     return client.digest(key.tag, repository(client.ref.repo)) is not None
 
 
-def push(client: RegistryClient, key: Key, modules: list[Path]) -> str:
+def push(client: RegistryClient, key: Key, modules: list[Path], signer: Signer | None = None) -> str:
     """Share verified modules: one layer (a gzip'd tar of the .ko files, in name order, with fixed metadata, so the
-    same modules make the same artifact) and a config naming the key and each module's SHA-256. Returns where."""
+    same modules make the same artifact) and a config naming the key and each module's SHA-256, signed by `signer`
+    when given. Returns where."""
     repo = repository(client.ref.repo)
     files = sorted(modules, key=lambda p: p.name)
     sums = {ko.name: _sha256(ko) for ko in files}
@@ -117,7 +119,7 @@ def push(client: RegistryClient, key: Key, modules: list[Path]) -> str:
                         "io.gpualign.flavour": key.flavour},
     }, repo)
 
-    sign_shared(client, key.tag, repo)  # with a signing key, as cosign signs: other builds trust it by that key
+    sign_shared(client, key.tag, repo, signer)  # with a signing key, as cosign signs: other builds trust it by that key
     return where(client, key)
 
 

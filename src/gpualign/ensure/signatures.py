@@ -20,9 +20,6 @@ from gpualign.model import attestations, cosign
 if TYPE_CHECKING:
     from gpualign.ledger.registry import RegistryClient
 
-KEY_ENV = cosign.KEY_ENV
-
-
 def load_private_key(path: Path) -> Signer:
     """The signer of a key file (cosign's encrypted format, with $COSIGN_PASSWORD, or an unencrypted PEM)."""
     return load_signer(str(path))
@@ -49,15 +46,6 @@ def sign(client: RegistryClient, tag: str, key: Signer, repo: str | None = None)
         client.push_blob(blob, repo)
     client.push_manifest(where, manifest, repo)
     return where
-
-
-def configured_key() -> Signer | None:
-    """The key ensure signs what it pushes with ($GPUALIGN_COSIGN_KEY: a path or a reference, as cosign names
-    keys), or None: nothing is signed."""
-    import os
-
-    reference = os.environ.get(KEY_ENV)
-    return load_signer(reference) if reference else None
 
 
 def attest(client: RegistryClient, tag: str, key: Signer, evidence: Any,
@@ -108,7 +96,6 @@ def attach(client: RegistryClient, tag: str, key: Signer, statements: Statements
     return tags[0], tags[1]
 
 
-def sign_shared(client: RegistryClient, reference: str, repo: str) -> str | None:
-    """Sign what a build shares (modules, a user space) with $GPUALIGN_COSIGN_KEY, when one is set."""
-    key = configured_key()
+def sign_shared(client: RegistryClient, reference: str, repo: str, key: Signer | None) -> str | None:
+    """Sign what a build shares (modules, a user space) with the run's key, when it has one."""
     return sign(client, reference, key, repo) if key is not None else None

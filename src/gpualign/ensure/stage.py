@@ -17,7 +17,6 @@ from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import GpualignError, Refused
 from gpualign.ensure import image, userspace
 from gpualign.ensure.outcome import ModuleOrigin
-from gpualign.ensure.signatures import configured_key
 from gpualign.judging import kmod, symvers
 from gpualign.judging.verify import verify
 from gpualign.model import driver_tag
@@ -57,8 +56,10 @@ class Modules:
     kernel_load: dict[str, Any] | None = None  # the booted kernel's verdict on them, once asked (the image records it)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Options:
+    """How one tag is made (derived from a run's ensure.request.Request)."""
+
     target: RegistryClient
     upstream: RegistryClient | None = None
     dry_run: bool = False
@@ -75,13 +76,9 @@ class Options:
     share_pull: bool = True  # take modules another build compiled from the registry (ensure.shared), verified
     share_push: bool = True  # share the modules this build compiled, once verified
     ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
-    cosign_key: Any = field(default_factory=lambda: _configured_key())  # signs what is pushed, as cosign signs
+    cosign_key: Any = None  # signs what is pushed and what a build shares, as cosign signs; None: unsigned
     upstream_keys: tuple[Any, ...] = ()  # keys the upstream signs with (cosign's format): its signature checked first
     kernel_load: bool = True  # a build's modules loaded into their own kernel, booted in a VM, before the push
-
-
-def _configured_key() -> Any:
-    return configured_key()
 
 
 def tag_lock(tag: str) -> AbstractContextManager[None]:

@@ -7,26 +7,22 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.ensure import run, stage
 from gpualign.ensure.ahead import Ahead
 from gpualign.ensure.lease import Leases
 from gpualign.ensure.outcome import Outcome, TagAction
+from gpualign.ensure.request import Request
 from gpualign.ensure.sign import SigningKey, from_secret
-from gpualign.judging.judge import OFF, STRICT
 from gpualign.kube.client import Kube
 from gpualign.ledger.references import BadReference
 from gpualign.ledger.registry import RegistryClient, connect
 from gpualign.loaders.rules import load_rules
 from gpualign.model.driver_tag import TagSpec
 from gpualign.model.expect import DEFAULT_REPOSITORY
-from gpualign.model.makers import SUITES, debian_suite
 from gpualign.model.tags import Rules, published
 
 NVIDIA = DEFAULT_REPOSITORY  # where published images are mirrored from, unless told otherwise
@@ -42,32 +38,6 @@ class UpstreamUnusable(BadInput):
     def __init__(self, upstream: str, why: str) -> None:
         super().__init__(f"upstream {upstream!r}: {why}")
         self.upstream, self.why = upstream, why
-
-
-@dataclass(frozen=True)
-class Request:
-    """What to make, and how."""
-
-    ledger: str  # registry://HOST[:PORT]/REPO: the repository to fill
-    upstream: str | None = None  # mirrored from; None: NVIDIA's registry, for the tags it publishes; "none": never
-    docker_config: Path | None = None
-    dry_run: bool = False
-    jobs: int = 2  # images at once, and compile jobs in all
-    flavour: str | None = None  # every image's kernel modules; None: `flavours`' word for the tag, else proprietary
-    flavours: Mapping[str, str] = field(default_factory=dict)
-    modules_from: Path | None = None  # verify and push these modules instead of compiling
-    signing: SigningKey | None = None  # Secure Boot signing of every module
-    lease: str | None = None  # a namespace: a Lease per image on the cluster while it is made
-    kubeconfig: str | None = None
-    context: str | None = None
-    verify_modules: bool = False  # judge a present image's modules too
-    replace_wrong: bool = False
-    shared_modules: bool = True
-    # tags a report named: one gpualign cannot make is handed to `cannot_make`, and the others still go on
-    skippable: frozenset[str] = frozenset()
-    upstream_keys: tuple[Any, ...] = ()  # the upstream's public keys: a mirror's signature verified before the copy
-    cosign_key: Any = None  # what signs the images pushed (gpualign.ensure.cosign_keys); None: nothing is signed
-    kernel_load: bool = True  # each build's modules loaded into their own kernel, booted in a VM, before the push
 
 
 def ensure_images(req: Request, specs: Sequence[TagSpec], say: Say, failed: Failed,
@@ -94,7 +64,6 @@ def _upstream(req: Request) -> RegistryClient | None:
 def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: RegistryClient | None, say: Say,
           failed: Failed, cannot_make: Failed) -> list[Outcome]:
     explicit = req.upstream is not None and req.upstream != NO_UPSTREAM
-    authfile = str(req.docker_config) if req.docker_config else None
     outcomes: list[Outcome] = []
     leases, lease_kube = None, None
     options: dict[str, stage.Options] = {}
@@ -105,18 +74,8 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
             leases = Leases(lease_kube, req.lease, say)  # refused (BadInput) when no Lease can be held there
         # NVIDIA's registry is asked only for what the rules say it publishes (an air-gapped run is not sent to
         # nvcr.io for a tag it never had); an upstream named is asked for every tag
-        options = {spec.tag: stage.Options(target, up if explicit or _nvidia_publishes(spec) else None, req.dry_run,
-                                           jobs=max(1, req.jobs // in_flight),
-                                           flavour=req.flavour or req.flavours.get(spec.tag, "proprietary"),
-                                           modules_from=req.modules_from,
-                                           signing=req.signing, leases=leases, authfile=authfile,
-                                           check_present=STRICT if req.verify_modules else OFF,
-                                           replace_wrong=req.replace_wrong, share_pull=req.shared_modules,
-                                           upstream_keys=req.upstream_keys, cosign_key=req.cosign_key,
-                                           kernel_load=req.kernel_load,
-                                           share_push=req.shared_modules,
-                                           together=tuple(s.kernel for s in specs if s.os_tag in SUITES and
-                                                          debian_suite(s.os_tag) == debian_suite(spec.os_tag)))
+        options = {spec.tag: req.options(spec, specs, target=target, in_flight=in_flight, leases=leases,
+                                         upstream=up if explicit or _nvidia_publishes(spec) else None)
                    for spec in specs}
         # What an empty disk's first builds will take from the registry, fetched while the archive is read: for the
         # tags that start at once only (each guess holds a user space's unpacked tree; later tags start after the
