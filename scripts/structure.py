@@ -339,6 +339,21 @@ def kernel_spellings(src: Path = SRC) -> list[str]:
     return out
 
 
+def reports_printed_by_hand(src: Path = SRC) -> list[str]:
+    """Reports (gpualign's versioned documents, `report(...)`) printed outside cli/printers.py: a command that
+    renders its own formats instead of declaring its printers (issue 73)."""
+    out = []
+    for _, p in modules(src).items():
+        rel = str(p.relative_to(src.parent))
+        if rel.endswith("cli/printers.py"):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "emit_data" and node.args \
+                    and isinstance(node.args[0], ast.Call) and ast.unparse(node.args[0].func) == "report":
+                out.append(f"{rel}:{node.lineno}: emit_data(report(...))")
+    return out
+
+
 def positional_constructors(src: Path = SRC, over: int = 5) -> list[str]:
     """Calls of a capitalised name (a class, by the house's naming) with more than `over` positional arguments:
     a value built by position, which a reordered field silently breaks (issue 73: by keyword)."""
@@ -465,6 +480,7 @@ def summary(src: Path = SRC) -> dict[str, object]:
             "impure_model": impure_model(src), "exit_code_literals": exit_code_literals(src),
             "flag_words_outside_cli": flag_words(src), "hand_splits_outside_model": hand_splits(src),
             "kernel_spellings_outside_model": kernel_spellings(src),
+            "reports_printed_by_hand": reports_printed_by_hand(src),
             "positional_constructors": positional_constructors(src), "vocabulary_compares": vocabulary_compares(src),
             "functions_over_80_lines": long_functions(src),
             "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
@@ -505,6 +521,8 @@ def main() -> int:
                               args.verbose),
                              ("hand_splits_outside_model", "splits on ':' or '@' outside model/ (references "
                               "parsed by hand)", args.verbose),
+                             ("reports_printed_by_hand", "reports printed outside their command's printers",
+                              args.verbose),
                              ("kernel_spellings_outside_model", "kernel spellings converted outside model/ (not "
                               "through its Kernel value)", args.verbose),
                              ("positional_constructors", "constructors called with more than 5 positional "

@@ -115,6 +115,17 @@ def test_the_reading_sees_a_kernel_spelled_at_its_call_site(tmp_path):
                                                "gpualign/ensure/use.py:6: k.replace"]
 
 
+def test_every_report_is_printed_by_its_commands_printers():
+    assert structure.reports_printed_by_hand() == []
+
+
+def test_the_reading_sees_a_report_printed_by_hand(tmp_path):
+    src = ensure_package(tmp_path, {
+        "use": "from gpualign.cli.common import emit_data, report\n"
+               "def f(fmt):\n    emit_data(report('X', {}, {}), fmt)\n    emit_data({'a': 1}, fmt)\n"})
+    assert structure.reports_printed_by_hand(src) == ["gpualign/ensure/use.py:3: emit_data(report(...))"]
+
+
 def test_no_word_of_the_vocabulary_is_compared_as_a_string():
     """A StrEnum's value spelled as a string where its member belongs (`flavour == "open"`) is found."""
     assert structure.vocabulary_compares() == []

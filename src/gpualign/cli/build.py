@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS
-from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.common import progress, report, stdout
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt
+from gpualign.cli.printers import Printers, Shown
 from gpualign.controller.build_trigger.job import DEFAULT_NAMESPACE as DEFAULT_BUILD_NAMESPACE
+
+if TYPE_CHECKING:
+    from gpualign.usecases.ledger_sweep import Sweep
 
 app = typer.Typer(
     help="The controller's build trigger (`gpualign controller --build`) makes one Job per missing driver image it "
@@ -37,20 +41,12 @@ def list_builds(
     context: ContextOpt = None,
 ) -> None:
     """The build Jobs, one a tag: its phase, attempt, and for a failed one its kind and reason."""
-    from gpualign.cli.table import render
     from gpualign.controller.build_trigger.operations import listed
 
     read, cluster = listed(kubeconfig, context, namespace)  # a row a tag
     rows = [{"tag": b.tag, "job": b.name, "phase": b.phase, "attempt": b.attempt, "failure": b.failure,
              "reason": b.reason} for b in read]
-    if output in (Output.json, Output.yaml):
-        emit_data(report("BuildList", {"cluster": cluster}, {"namespace": namespace, "builds": rows}), output)
-        return
-    if not rows:
-        stdout.print(f"no build Jobs in {namespace}")
-        return
-    print(render(["TAG", "JOB", "PHASE", "ATTEMPT", "FAILURE", "REASON"],
-                 [[b.tag, b.name, b.phase, str(b.attempt), b.failure or "-", b.reason or "-"] for b in read]))
+    BUILD_LIST.print(output, report("BuildList", {"cluster": cluster}, {"namespace": namespace, "builds": rows}))
 
 
 @app.command("logs")
@@ -131,7 +127,7 @@ def gc(
 
     done = sweep(ledger, list(contexts or []), kubeconfig=kubeconfig, keep_previous=keep_previous, delete=yes,
                  read_archive=archive, progress=progress, warn=warn)
-    found, host = done.found, done.host
+    found = done.found
 
     def where(kind: str) -> str:
         return done.images_repo if kind == "images" else done.modules_repo
@@ -141,27 +137,49 @@ def gc(
             "attachments": [f"{where(kind)}:{t}" for kind, t in found.attachments],
             "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
-    if output in (Output.json, Output.yaml):
-        emit_data(report("LedgerSweep", {"ledger": ledger}, body), output)
-    else:
-        verb = "deleted" if yes else "would delete"
-        for tag in found.images:
-            print(f"{verb} {host}/{done.images_repo}:{tag}")
-        for tag in found.modules:
-            print(f"{verb} {host}/{done.modules_repo}:{tag}")
-        for kind, tag in found.attachments:
-            print(f"{verb} {host}/{where(kind)}:{tag} (a signature, attestation or SBOM of an image that goes)")
-        for tag, why in found.kept:
-            print(f"kept {tag}: {_KEPT[why]}")
-        for tag in found.shared_digest:
-            print(f"kept {tag}: another kept tag names the same manifest")
-        if not done.anything:
-            print(f"nothing to sweep: every image's kernel runs, is announced, is offered next, is a fallback or is "
-                  f"its line's newest in {', '.join(done.clusters)}")
-        elif not yes:
-            print("(a dry run: --yes deletes them)")
+    SWEEP.print(output, report("LedgerSweep", {"ledger": ledger}, body), done)
     if not yes and done.anything:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _builds_table(document: dict[str, Any], _shown: Shown) -> None:
+    if not document["builds"]:
+        stdout.print(f"no build Jobs in {document['namespace']}")
+        return
+    from gpualign.cli.table import render
+
+    print(render(["TAG", "JOB", "PHASE", "ATTEMPT", "FAILURE", "REASON"],
+                 [[b["tag"], b["job"], b["phase"], str(b["attempt"]), b["failure"] or "-", b["reason"] or "-"]
+                  for b in document["builds"]]))
+
+
+def _swept_text(document: dict[str, Any], _shown: Shown, done: Sweep) -> None:
+    """What goes (or went), what is kept and why, line by line."""
+    found, host, yes = done.found, done.host, not document["dry_run"]
+
+    def where(kind: str) -> str:
+        return done.images_repo if kind == "images" else done.modules_repo
+
+    verb = "deleted" if yes else "would delete"
+    for tag in found.images:
+        print(f"{verb} {host}/{done.images_repo}:{tag}")
+    for tag in found.modules:
+        print(f"{verb} {host}/{done.modules_repo}:{tag}")
+    for kind, tag in found.attachments:
+        print(f"{verb} {host}/{where(kind)}:{tag} (a signature, attestation or SBOM of an image that goes)")
+    for tag, why in found.kept:
+        print(f"kept {tag}: {_KEPT[why]}")
+    for tag in found.shared_digest:
+        print(f"kept {tag}: another kept tag names the same manifest")
+    if not done.anything:
+        print(f"nothing to sweep: every image's kernel runs, is announced, is offered next, is a fallback or is "
+              f"its line's newest in {', '.join(done.clusters)}")
+    elif not yes:
+        print("(a dry run: --yes deletes them)")
+
+
+BUILD_LIST = Printers(command="build list", table=_builds_table)
+SWEEP = Printers(command="build gc", table=_swept_text)
 
 
 _KEPT = {"offered next": "the kernel Debian's archive installs next on a pool",

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
-from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.common import report, warn
 from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
@@ -32,9 +32,11 @@ from gpualign.cli.options import (
     SelectorOpt,
     TrustedKeyOpt,
 )
+from gpualign.cli.printers import Printers, Shown
 from gpualign.model.audit import Status
 
 if TYPE_CHECKING:
+    from gpualign.model.fleet_report import ClusterRead
     from gpualign.usecases.check import Setup
     from gpualign.usecases.nodes import Reading
 
@@ -261,19 +263,7 @@ def _report_one(reading: Reading, setup: Setup, selector: str | None, output: Ou
     body = checked.as_dict()
     if not read.inventory.nodes:
         body["warnings"].append(no_gpu_nodes(selector))  # said on stderr as it was read
-    if output in (Output.json, Output.yaml):
-        emit_data(report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), output)
-    else:
-        wide = output is Output.wide
-        hint = "" if wide or not any(f.status != Status.PRESENT for f in checked.audit.findings) else \
-            "  (-o wide for the reasons)"
-        if body["nodes"]:
-            text = render_check(body["nodes"], body["missing"], wide, no_headers, fleet=False)
-            sys.stdout.write(text + "\n" + summary_line(body["summary"]) + hint + "\n")
-        else:  # as kubectl says it, on stderr, rather than a header over nothing
-            sys.stdout.flush()
-            print("No resources found", file=sys.stderr)
-            sys.stdout.write(summary_line(body["summary"]) + "\n")
+    CHECK.print(output, report("CheckReport", {**read.source, "ledger": body["ledger"]}, body), no_headers=no_headers)
     keep(reading, read, checked, body)  # freed by the OS at exit, not one by one as check returns
     if not checked.audit.clean or (selector and not read.inventory.nodes):
         raise typer.Exit(EXIT_FINDINGS)
@@ -299,22 +289,40 @@ def _report_fleet(names: list[str], setup: Setup, selector: str | None, kubeconf
         return body, clean, read.source["cluster"]["server"]
 
     several = fleet.read_fleet(names, one, timeout, merge_check)
-    reads, merged = several.reads, several.merged
-    if output in (Output.json, Output.yaml):
-        several.emit("FleetCheckReport", kubeconfig, setup.ledger, output)
-    else:
-        text = render_check(merged["nodes"], merged["missing"], output is Output.wide, no_headers, fleet=True) + "\n"
-        for r in reads:
-            text += f"{r.name}: " + (summary_line(merged["summary"]["clusters"][r.name]) if r.readable
-                                     else f"unreadable: {r.error}") + "\n"
-        text += f"total: {summary_line(merged['summary']['total'])}" if merged["summary"]["clusters"] else \
-            "total: no cluster could be read"
-        unreadable = merged["summary"]["unreadable"]
-        sys.stdout.write(text + (f"; {len(unreadable)} of {len(reads)} clusters unreadable" if unreadable else "")
-                         + "\n")
+    FLEET_CHECK.print(output, several.document("FleetCheckReport", kubeconfig, setup.ledger), several.reads,
+                      no_headers=no_headers)
     if several.code:
         raise typer.Exit(several.code)
 
 
 def register(app: typer.Typer) -> None:
     app.command("check", short_help="Which driver image every GPU node needs, and whether the ledger has it.")(check)
+
+
+def _check_table(document: dict[str, Any], shown: Shown) -> None:
+    """One cluster's check table, its summary and the hint to -o wide; "No resources found" on stderr without nodes."""
+    hint = "" if shown.wide or not any(n["status"] != Status.PRESENT for n in document["nodes"]) else \
+        "  (-o wide for the reasons)"
+    if document["nodes"]:
+        text = render_check(document["nodes"], document["missing"], shown.wide, shown.no_headers, fleet=False)
+        sys.stdout.write(text + "\n" + summary_line(document["summary"]) + hint + "\n")
+    else:  # as kubectl says it, on stderr, rather than a header over nothing
+        sys.stdout.flush()
+        print("No resources found", file=sys.stderr)
+        sys.stdout.write(summary_line(document["summary"]) + "\n")
+
+
+def _fleet_check_table(document: dict[str, Any], shown: Shown, reads: list[ClusterRead]) -> None:
+    """The fleet's check table, a summary line per cluster (or why it could not be read) and the total."""
+    summary = document["summary"]
+    text = render_check(document["nodes"], document["missing"], shown.wide, shown.no_headers, fleet=True) + "\n"
+    for r in reads:
+        text += f"{r.name}: " + (summary_line(summary["clusters"][r.name]) if r.readable
+                                 else f"unreadable: {r.error}") + "\n"
+    text += f"total: {summary_line(summary['total'])}" if summary["clusters"] else "total: no cluster could be read"
+    unreadable = summary["unreadable"]
+    sys.stdout.write(text + (f"; {len(unreadable)} of {len(reads)} clusters unreadable" if unreadable else "") + "\n")
+
+
+CHECK = Printers(command="check", table=_check_table)
+FLEET_CHECK = Printers(command="check", table=_fleet_check_table)

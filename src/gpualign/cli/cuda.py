@@ -8,7 +8,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,7 @@ from gpualign.cli.options import (
     OutputOpt,
     SelectorOpt,
 )
+from gpualign.cli.printers import DATA, Printers, Shown
 
 if TYPE_CHECKING:  # imported lazily at run time
     from gpualign.model.dra_devices import GpuDevice
@@ -89,7 +90,7 @@ def affinity(cuda: CudaOpt = None, minor_compat: MinorOpt = False, labels: Label
     \b
         gpualign cuda affinity --cuda 12.4 -o yaml
     """
-    if output not in (Output.yaml, Output.json):
+    if output not in DATA:  # an object, not a report: its own word for any other format
         raise BadInput(f"--output {output!r}: cuda affinity prints yaml or json (it is an object, not a table)")
     from gpualign.model.cuda import node_affinity
 
@@ -122,7 +123,7 @@ def device_class_cmd(
         gpualign cuda deviceclass --cuda 12.8 | kubectl apply -f -
         gpualign cuda deviceclass --cuda 12.8 --extended-resource example.com/gpu-cuda-12.8 | kubectl apply -f -
     """
-    if output not in (Output.yaml, Output.json):
+    if output not in DATA:  # an object, not a report: its own word for any other format
         raise BadInput(f"--output {output!r}: cuda deviceclass prints yaml or json (an object, not a table)")
     from gpualign.model.dra_floor import device_class
 
@@ -351,29 +352,8 @@ def run_cuda_check(f: CudaCheckFlags) -> None:
     lowest = min(drivers) if drivers else None
     data = {"cuda": cuda, "minimum_driver": str(minimum), "lowest_driver": str(lowest) if lowest else None,
             "able": [entry(n) for n in able], "unable": [entry(n) for n in unable]}
-    if f.output in (Output.json, Output.yaml):
-        emit_data(report("CudaCheckReport", read.source, data, cuda=True), f.output)
-    else:
-        from gpualign.cli.table import Styled, render, use_color
-
-        wide = f.output is Output.wide
-
-        def row(n: NodeFacts, can: bool) -> list[str | Styled]:
-            shown = (f"{n.driver} (DRA)" if n.driver_from_dra else str(n.driver)) if n.driver else \
-                "unknown (no GFD labels, no DRA devices)"
-            cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"), shown]
-            if wide:
-                why = "-" if can else _why_not_host(n, minimum, devices.get(n.name) if n.driver_from_dra else None)
-                cells += [n.kernel or "-", n.arch, why]
-            return cells
-
-        rows = [row(n, True) for n in able] + [row(n, False) for n in unable]
-        text = f"CUDA {cuda} needs driver >= {minimum}; the fleet's lowest driver is {lowest or 'unknown'}\n"
-        text += render(["NODE", "CAN HOST", "DRIVER"] + (["KERNEL", "ARCH", "REASON"] if wide else []), rows,
-                       color=use_color(), no_headers=f.no_headers)
-        text += (f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
-                 + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else "") + "\n")
-        sys.stdout.write(text)
+    CUDA_CHECK.print(f.output, report("CudaCheckReport", read.source, data, cuda=True), able, unable, devices,
+                     minimum, no_headers=f.no_headers)
     if unable or (f.selector and not inv.nodes):
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -481,3 +461,30 @@ def policy_cmd(
 def register(root: typer.Typer) -> None:
     root.add_typer(app, name="cuda", short_help="A CUDA version's driver floor as nodeAffinity, and the policy "
                                                 "that makes it mandatory.")
+
+
+def _cuda_check_table(document: dict[str, Any], shown: Shown, able: list[NodeFacts], unable: list[NodeFacts],
+                      devices: dict[str, Any], minimum: DriverVersion) -> None:
+    """Which nodes can host the workload and which cannot (-o wide: each one's kernel, architecture and why)."""
+    from gpualign.cli.table import Styled, render, use_color
+
+    def row(n: NodeFacts, can: bool) -> list[str | Styled]:
+        driver = (f"{n.driver} (DRA)" if n.driver_from_dra else str(n.driver)) if n.driver else \
+            "unknown (no GFD labels, no DRA devices)"
+        cells: list[str | Styled] = [n.name, Styled("yes", "green") if can else Styled("no", "bold red"), driver]
+        if shown.wide:
+            why = "-" if can else _why_not_host(n, minimum, devices.get(n.name) if n.driver_from_dra else None)
+            cells += [n.kernel or "-", n.arch, why]
+        return cells
+
+    rows = [row(n, True) for n in able] + [row(n, False) for n in unable]
+    text = (f"CUDA {document['cuda']} needs driver >= {minimum}; the fleet's lowest driver is "
+            f"{document['lowest_driver'] or 'unknown'}\n")
+    text += render(["NODE", "CAN HOST", "DRIVER"] + (["KERNEL", "ARCH", "REASON"] if shown.wide else []), rows,
+                   color=use_color(), no_headers=shown.no_headers)
+    text += (f"{len(able)} of {len(able) + len(unable)} GPU nodes can host it"
+             + (f"; {len(unable)} cannot: {', '.join(n.name for n in unable)}" if unable else "") + "\n")
+    sys.stdout.write(text)
+
+
+CUDA_CHECK = Printers(command="cuda check", table=_cuda_check_table)

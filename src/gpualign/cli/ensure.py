@@ -12,7 +12,7 @@ import typer
 
 from gpualign.base.errors import BadInput, GpualignError
 from gpualign.cli import complete
-from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.common import progress, report, stdout
 from gpualign.cli.flags import RegistryFlags
 from gpualign.cli.hints import settled, worded
 from gpualign.cli.options import (
@@ -27,6 +27,7 @@ from gpualign.cli.options import (
     SignSecretOpt,
     TrustedKeyOpt,
 )
+from gpualign.cli.printers import Printers, Shown
 from gpualign.model.flavours import FLAVOURS
 
 if TYPE_CHECKING:
@@ -242,8 +243,7 @@ class EnsureFlags(RegistryFlags):
             raise BadInput("--ledger given twice: ensure fills one repository; run it once per repository")
         if self.render is not None and self.dry_run:
             raise BadInput("--render writes recipes and builds nothing: drop --dry-run (or --render)")
-        if self.output is Output.wide:
-            raise BadInput("-o wide: ensure prints one line per image; use -o json or yaml for the report")
+        (RENDER if self.render is not None else ENSURE).refuse_unless_allowed(self.output)
         if self.flavour is not None and self.flavour not in FLAVOURS:
             raise BadInput(f"--flavour {self.flavour!r}: expected proprietary or open")
         if self.modules_from is not None and not self.modules_from.is_dir():
@@ -377,31 +377,34 @@ def _make(flags: EnsureFlags, specs: list[TagSpec], req: Request, failed: Failed
 
 
 def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None:
-    """The report (failures included, before exiting), then the first failure; else one line per image."""
+    """The report (failures included, before exiting), then the first failure."""
+    ENSURE.print(flags.output, report(
+        "EnsureReport", {"ledger": flags.the_ledger, "upstream": flags.upstream or NVIDIA},
+        {"dry_run": flags.dry_run, "images": [o.as_dict() for o in outcomes],
+         "failed": [{"tag": t, "error": m} for t, m in failed.why.items()]}), outcomes, failed)
+    if failed.errors:
+        raise failed.first()
+
+
+def _ensured_lines(document: dict[str, Any], _shown: Shown, outcomes: list[Outcome], failed: Failed) -> None:
+    """One line per image. With failures, the images that were made are in the ledger: they are named on stderr
+    before the run fails on the first error."""
     from gpualign.ensure.outcome import TagAction
 
-    upstream, output = flags.upstream, flags.output
-    if output in (Output.json, Output.yaml):
-        emit_data(report("EnsureReport", {"ledger": flags.the_ledger, "upstream": upstream or NVIDIA},
-                         {"dry_run": flags.dry_run, "images": [o.as_dict() for o in outcomes],
-                          "failed": [{"tag": t, "error": m} for t, m in failed.why.items()]}), output)
-    if failed.errors:  # the images that were made are in the ledger; name them, then fail on the first error
-        if output is Output.table:
-            for o in outcomes:
-                if o.action == TagAction.PRESENT:
-                    progress(f"{o.tag}: present ({o.digest})")
-                elif not o.done:  # a dry run: nothing was done
-                    progress(f"{o.tag}: would {o.action}")
-                else:
-                    progress(f"{o.tag}: {o.action} done ({o.digest})")
-        raise failed.first()
-    if output in (Output.json, Output.yaml):
+    if failed.errors:
+        for o in outcomes:
+            if o.action == TagAction.PRESENT:
+                progress(f"{o.tag}: present ({o.digest})")
+            elif not o.done:  # a dry run: nothing was done
+                progress(f"{o.tag}: would {o.action}")
+            else:
+                progress(f"{o.tag}: {o.action} done ({o.digest})")
         return
     for o in outcomes:
         if o.action == TagAction.PRESENT:
             stdout.print(f"{o.tag}: present ({o.digest})")
         elif not o.done:
-            source = f" from {upstream or NVIDIA}" if o.action == TagAction.MIRROR else ""
+            source = f" from {document['source']['upstream']}" if o.action == TagAction.MIRROR else ""
             unasked = (f" if the ledger lacks it (not asked: {o.unasked})" if o.unasked else "")
             stdout.print(f"{o.tag}: would {o.action}{source}{unasked}")
         else:
@@ -413,6 +416,21 @@ def _finish(flags: EnsureFlags, outcomes: list[Outcome], failed: Failed) -> None
             done = "built" if o.action == TagAction.BUILD else "mirrored"
             stdout.print(f"{o.tag}: {done} → {o.reference}@{o.digest}{figures}")
     sys.stdout.flush()
+
+
+def _rendered_lines(document: dict[str, Any], _shown: Shown) -> None:
+    """Where each recipe was written, its build command and its notes."""
+    for row in document["recipes"]:
+        stdout.print(f"{row['tag']}: {row['family']} recipe written to {row['directory']}/"
+                     + ("" if row["builtHere"] else " (rendered only: not built or verified here)"))
+        stdout.print(f"  build: {row['build']}", soft_wrap=True)
+        for note in row["notes"]:
+            stdout.print(f"  note: {note}", soft_wrap=True)
+
+
+ONE_LINE_EACH = "ensure prints one line per image; use -o json or yaml for the report"
+ENSURE = Printers(command="ensure", table=_ensured_lines, wide=False, wide_refused=ONE_LINE_EACH)
+RENDER = Printers(command="ensure --render", table=_rendered_lines, wide=False, wide_refused=ONE_LINE_EACH)
 
 
 def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, flavour: str, output: Output) -> None:
@@ -468,17 +486,7 @@ def _render(specs: list[TagSpec], into: Path, ledger: str | None, cuda: str, fla
         command = recipe.build_command(str(final), image)
         rows.append({"tag": recipe.tag, "family": recipe.family, "directory": str(final),
                      "builtHere": recipe.runs_here, "build": command, "notes": list(recipe.notes)})
-    if output in (Output.json, Output.yaml):
-        emit_data(report("RenderedRecipes", {"ledger": ledger}, {"recipes": rows}), output)
-        return
-    for row in rows:
-        stdout.print(f"{row['tag']}: {row['family']} recipe written to {row['directory']}/"
-                     + ("" if row["builtHere"] else " (rendered only: not built or verified here)"))
-        stdout.print(f"  build: {row['build']}", soft_wrap=True)
-        for note in row["notes"]:
-            stdout.print(f"  note: {note}", soft_wrap=True)
-
-
+    RENDER.print(output, report("RenderedRecipes", {"ledger": ledger}, {"recipes": rows}))
 
 
 def signing_key(key: Path | None, cert: Path | None, secret: str | None, kubeconfig: str | None,

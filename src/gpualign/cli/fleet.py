@@ -19,7 +19,6 @@ from gpualign.cli.common import warn
 from gpualign.cli.hints import worded
 
 if TYPE_CHECKING:  # the fleet's report is read only in fleet mode: one cluster never imports it
-    from gpualign.cli.options import Output
     from gpualign.model.fleet_report import ClusterRead
 
 ContextsOpt = Annotated[list[str] | None, typer.Option(
@@ -119,12 +118,12 @@ class Fleet:
 
         return exit_code(self.reads)
 
-    def emit(self, kind: str, kubeconfig: str | None, ledger: list[str], output: Output) -> None:
-        """The merged report as JSON or YAML, in gpualign's envelope, naming the kubeconfig and contexts read."""
-        from gpualign.cli.common import emit_data, report
+    def document(self, kind: str, kubeconfig: str | None, ledger: list[str]) -> dict[str, Any]:
+        """The merged report in gpualign's envelope, naming the kubeconfig and contexts read."""
+        from gpualign.cli.common import report
 
-        emit_data(report(kind, {"kubeconfig": kubeconfig_read(kubeconfig), "contexts": self.names, "ledger": ledger},
-                         self.merged), output)
+        return report(kind, {"kubeconfig": kubeconfig_read(kubeconfig), "contexts": self.names, "ledger": ledger},
+                      self.merged)
 
 
 def read_fleet(names: list[str], one: Callable[[str], tuple[dict[str, Any], bool, str | None]],

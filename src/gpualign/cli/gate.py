@@ -3,14 +3,15 @@ controller."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.common import report, stdout
 from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.groups import Group
 from gpualign.cli.options import ContextOpt, KubeconfigOpt, Output, OutputOpt, SelectorOpt
+from gpualign.cli.printers import Printers, Shown
 
 app = typer.Typer(
     help="The gate beside the GPU Operator (`gpualign controller --gate-operator-upgrades`) keeps the operator's "
@@ -37,24 +38,14 @@ def list_held(
     disruption, a GPU holder the operator would not move) and since when; then those it keeps armed. It reads
     only."""
     from gpualign.cli.fleet import parse_timeout
-    from gpualign.cli.table import render
     from gpualign.controller.gate_holds import holds
     from gpualign.upgrade.clock import since
-    from gpualign.upgrade.report import duration
 
     found = holds(kubeconfig, context, selector, parse_timeout(request_timeout))
     cluster, nodes = found.cluster, found.nodes
     rows = [{"node": r.node, "state": "armed" if r.armed else "held", "why": r.held_for, "since": r.since,
              "held_seconds": round(since(r.since)) if r.since else None} for r in nodes]
-    if output in (Output.json, Output.yaml):
-        emit_data(report("GateList", {"cluster": cluster}, {"nodes": rows}), output)
-        return
-    if not rows:
-        stdout.print("the gate holds no node")
-        return
-    print(render(["NODE", "STATE", "SINCE", "WHY"],
-                 [[r.node, "armed" if r.armed else "held", duration(since(r.since)) if r.since else "-",
-                   r.held_for] for r in sorted(nodes, key=lambda r: (r.armed, r.node))]))
+    GATE_LIST.print(output, report("GateList", {"cluster": cluster}, {"nodes": rows}))
 
 
 @app.command("release")
@@ -86,13 +77,35 @@ def release(
     cluster, done = release_held(kubeconfig, context, selector, dry_run=dry_run,
                                  timeout=parse_timeout(request_timeout),
                                  told=told)
-    if data:
-        rows = [{"node": r.node, "held": r.held_for, "released": r.released} for r in done]
-        emit_data(report("GateRelease", {"cluster": cluster}, {"dry_run": dry_run, "nodes": rows}), output)
-    elif not done:
+    rows = [{"node": r.node, "held": r.held_for, "released": r.released} for r in done]
+    GATE_RELEASE.print(output, report("GateRelease", {"cluster": cluster}, {"dry_run": dry_run, "nodes": rows}))
+
+
+def _held_table(document: dict[str, Any], _shown: Shown) -> None:
+    """The nodes held, then those armed, each with since when and why."""
+    from gpualign.cli.table import render
+    from gpualign.upgrade.clock import since
+    from gpualign.upgrade.report import duration
+
+    if not document["nodes"]:
         stdout.print("the gate holds no node")
-    elif not dry_run:
-        stdout.print(f"{sum(r.released for r in done)} node(s) released to the GPU Operator's upgrade walk")
+        return
+    print(render(["NODE", "STATE", "SINCE", "WHY"],
+                 [[r["node"], r["state"], duration(since(r["since"])) if r["since"] else "-", r["why"]]
+                  for r in sorted(document["nodes"], key=lambda r: (r["state"] == "armed", r["node"]))]))
+
+
+def _released_text(document: dict[str, Any], _shown: Shown) -> None:
+    """After each node's line (said as it was released): how many were, or that the gate held none."""
+    if not document["nodes"]:
+        stdout.print("the gate holds no node")
+    elif not document["dry_run"]:
+        stdout.print(f"{sum(r['released'] for r in document['nodes'])} node(s) released to the GPU Operator's "
+                     "upgrade walk")
+
+
+GATE_LIST = Printers(command="gate list", table=_held_table)
+GATE_RELEASE = Printers(command="gate release", table=_released_text)
 
 
 def register(root: typer.Typer) -> None:

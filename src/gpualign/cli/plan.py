@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
-from gpualign.cli.common import emit_data, report, warn
+from gpualign.cli.common import report, warn
 from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
@@ -33,9 +33,11 @@ from gpualign.cli.options import (
     SelectorOpt,
     TrustedKeyOpt,
 )
+from gpualign.cli.printers import Printers, Shown
 from gpualign.model.makers import Maker
 
 if TYPE_CHECKING:
+    from gpualign.model.fleet_report import ClusterRead
     from gpualign.model.needed_images import Change
 
 
@@ -213,11 +215,9 @@ def run_plan(f: PlanFlags) -> None:
         body, clean, source = plan_of(f.context[0] if f.context else None)
         if f.build_matrix:
             _write_matrix(body["needed"])
-        elif f.output in (Output.json, Output.yaml):
-            emit_data(report("PlanReport", {**source, "ledger": list(available.sources)}, body), f.output)
         else:
-            sys.stdout.write(_render(body["needed"], body["unknown"], repo, f.output is Output.wide, f.no_headers,
-                                     fleet=False))
+            PLAN.print(f.output, report("PlanReport", {**source, "ledger": list(available.sources)}, body), repo,
+                       no_headers=f.no_headers)
         if not clean:
             raise typer.Exit(EXIT_FINDINGS)
         return
@@ -261,18 +261,12 @@ def _report_fleet(names: list[str], plan_of: Callable[..., tuple[dict[str, Any],
         return body, clean, source["cluster"]["server"]
 
     several = fleet.read_fleet(names, one, timeout, merge_plan)
-    reads, merged = several.reads, several.merged
-    merged["repository"] = repo
+    several.merged["repository"] = repo
     if build_matrix:
-        _write_matrix(merged["needed"])
-    elif output in (Output.json, Output.yaml):
-        several.emit("FleetPlanReport", kubeconfig, ledger, output)
+        _write_matrix(several.merged["needed"])
     else:
-        text = _render(merged["needed"], merged["unknown"], repo, output is Output.wide, no_headers, fleet=True)
-        for r in reads:
-            if not r.readable:
-                text += f"{r.name}: unreadable: {r.error}\n"
-        sys.stdout.write(text)
+        FLEET_PLAN.print(output, several.document("FleetPlanReport", kubeconfig, ledger), repo, several.reads,
+                         no_headers=no_headers)
     if several.code:
         raise typer.Exit(several.code)
 
@@ -333,3 +327,21 @@ def _render(needed: list[dict[str, Any]], unknown: list[dict[str, Any]], repo: s
 def register(app: typer.Typer) -> None:
     app.command("plan", short_help="Before a kernel, OS or branch change: the images to mirror or build first.")(
         plan)
+
+
+def _plan_table(document: dict[str, Any], shown: Shown, repo: str) -> None:
+    sys.stdout.write(_render(document["needed"], document["unknown"], repo, shown.wide, shown.no_headers,
+                             fleet=False))
+
+
+def _fleet_plan_table(document: dict[str, Any], shown: Shown, repo: str, reads: list[ClusterRead]) -> None:
+    """The fleet's plan, then a line for each cluster that could not be read."""
+    text = _render(document["needed"], document["unknown"], repo, shown.wide, shown.no_headers, fleet=True)
+    for r in reads:
+        if not r.readable:
+            text += f"{r.name}: unreadable: {r.error}\n"
+    sys.stdout.write(text)
+
+
+PLAN = Printers(command="plan", table=_plan_table)
+FLEET_PLAN = Printers(command="plan", table=_fleet_plan_table)

@@ -9,6 +9,7 @@ import typer
 
 from gpualign.cli.common import emit_data
 from gpualign.cli.options import Output, RulesOpt
+from gpualign.cli.printers import Printers
 
 DocumentOutputOpt = Annotated[Output, typer.Option(
     "--output", "-o", metavar="FORMAT", help="yaml (the document, with its comments and sources) or json")]
@@ -25,11 +26,7 @@ def rules_cmd(rules: RulesOpt = None, output: DocumentOutputOpt = Output.yaml) -
     """
     from importlib import resources
 
-    if output in (Output.table, Output.wide):
-        from gpualign.base.errors import BadInput
-
-        raise BadInput(f"-o {output.value}: the rules are a document, printed as YAML (the default, with its "
-                       "comments and sources) or JSON (-o json)")
+    RULES.refuse_unless_allowed(output)
     if output is Output.json:
         from gpualign.base import yamlio
         from gpualign.loaders.rules import load_rules, merged_rules
@@ -52,3 +49,7 @@ def rules_cmd(rules: RulesOpt = None, output: DocumentOutputOpt = Output.yaml) -
 
 def register(app: typer.Typer) -> None:
     app.command("rules", short_help="Print the image naming rules check and plan follow.")(rules_cmd)
+
+
+RULES = Printers(command="rules", table_refused="the rules are a document, printed as YAML (the default, with its "
+                                                "comments and sources) or JSON (-o json)")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
 from gpualign.cli import complete
-from gpualign.cli.common import emit_data, report, stdout
+from gpualign.cli.common import report, stdout
 from gpualign.cli.flags import FleetReportFlags, RegistryFlags
 from gpualign.cli.fleet import AllContextsOpt, ContextsOpt, RequestTimeoutOpt
 from gpualign.cli.options import (
@@ -28,7 +28,11 @@ from gpualign.cli.options import (
     SelectorOpt,
     TrustedKeyOpt,
 )
+from gpualign.cli.printers import DATA, Printers, Shown
 from gpualign.cli.upgrade import ToBranchOpt
+
+if TYPE_CHECKING:
+    from gpualign.model.fleet_report import ClusterRead
 
 
 def _tonight_text(data: dict[str, Any]) -> str:
@@ -193,13 +197,8 @@ def run_status(f: StatusFlags) -> None:
             held = f.tonight and not all(v["ready"] for v in data.get("reboot") or [])
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (f.fail_on_stuck and data["stuck"]) or \
                 held else 0
-            if f.output in (Output.json, Output.yaml):
-                emit_data(report("UpgradeStatus", {"cluster": cluster, "ledger": f.ledger or []}, data), f.output)
-                text = None
-            else:
-                text = _status_table(data["nodes"], f.no_headers, wide=f.output is Output.wide) + "\n" + \
-                    _counts(data["counts"]) + \
-                    _trouble(data) + "\n" + (data["note"] + "\n" if data.get("note") else "") + _tonight_text(data)
+            more: tuple[Any, ...] = ()
+            document, printers = report("UpgradeStatus", {"cluster": cluster, "ledger": f.ledger or []}, data), STATUS
         else:
             from gpualign.model.fleet_report import merge_status
 
@@ -213,22 +212,13 @@ def run_status(f: StatusFlags) -> None:
                 return data, not bad, cluster["server"]
 
             several = fleet.read_fleet(names, one, timeout, merge_status)
-            reads, merged, code = several.reads, several.merged, several.code
-            if f.output in (Output.json, Output.yaml):
-                several.emit("FleetUpgradeStatus", f.kubeconfig, f.ledger or [], f.output)
-                text = None
-            else:
-                text = _status_table(merged["nodes"], f.no_headers, fleet=True, wide=f.output is Output.wide) + "\n"
-                for r in reads:
-                    text += f"{r.name}: " + (_counts(merged["counts"]["clusters"][r.name])
-                                             + _trouble(merged["trouble"]["clusters"][r.name]) if r.readable
-                                             else f"unreadable: {r.error}") + "\n"
-                text += f"total: {_counts(merged['counts']['total'])}{_trouble(merged['trouble']['total'])}\n"
-        if text is not None:
-            if f.watch and sys.stdout.isatty():
-                sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            code = several.code
+            document, printers = several.document("FleetUpgradeStatus", f.kubeconfig, f.ledger or []), FLEET_STATUS
+            more = (several.reads,)
+        if f.watch and f.output not in DATA and sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[2J")  # clear the screen, as `watch` does
+        printers.print(f.output, document, *more, no_headers=f.no_headers)
+        sys.stdout.flush()
         if not f.watch:
             break
         time.sleep(2)
@@ -274,19 +264,42 @@ def why(
                    read_builds=read_cluster, tonight=tonight, docker_config=docker_config)
     cluster, lines, status = found.cluster, found.lines, found.status
     held = tonight and status is not None and not (status.get("reboot") or {}).get("ready")
-    if output in (Output.json, Output.yaml):
-        emit_data(report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},
-                         {"node": node, "explanation": lines, "status": status}), output)
-        if held:
-            raise typer.Exit(EXIT_FINDINGS)
-        return
-    for line in lines:
-        stdout.print(line)
-    if output is Output.wide and status is not None:  # the node's row of `status -o wide`, every column
-        sys.stdout.write("\n" + _status_table([status], wide=True))
-        sys.stdout.flush()
+    WHY.print(output, report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},
+                             {"node": node, "explanation": lines, "status": status}))
     if held:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _status_text(document: dict[str, Any], shown: Shown) -> None:
+    """One cluster's status table, its counts, what is in trouble, its note, and tonight's verdicts."""
+    sys.stdout.write(_status_table(document["nodes"], shown.no_headers, wide=shown.wide) + "\n" +
+                     _counts(document["counts"]) + _trouble(document) + "\n" +
+                     (document["note"] + "\n" if document.get("note") else "") + _tonight_text(document))
+
+
+def _fleet_status_text(document: dict[str, Any], shown: Shown, reads: list[ClusterRead]) -> None:
+    """The fleet's status table, each cluster's counts (or why it could not be read) and the total."""
+    text = _status_table(document["nodes"], shown.no_headers, fleet=True, wide=shown.wide) + "\n"
+    for r in reads:
+        text += f"{r.name}: " + (_counts(document["counts"]["clusters"][r.name])
+                                 + _trouble(document["trouble"]["clusters"][r.name]) if r.readable
+                                 else f"unreadable: {r.error}") + "\n"
+    text += f"total: {_counts(document['counts']['total'])}{_trouble(document['trouble']['total'])}\n"
+    sys.stdout.write(text)
+
+
+def _why_text(document: dict[str, Any], shown: Shown) -> None:
+    """The node's explanation, line by line; -o wide adds its row of `status -o wide`, every column."""
+    for line in document["explanation"]:
+        stdout.print(line)
+    if shown.wide and document["status"] is not None:
+        sys.stdout.write("\n" + _status_table([document["status"]], wide=True))
+        sys.stdout.flush()
+
+
+STATUS = Printers(command="status", table=_status_text)
+FLEET_STATUS = Printers(command="status", table=_fleet_status_text)
+WHY = Printers(command="why", table=_why_text)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,12 +6,12 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
-from gpualign.cli.common import emit_data, progress, report, stdout, warn
+from gpualign.cli.common import progress, report, stdout, warn
 from gpualign.cli.fleet import RequestTimeoutOpt
 from gpualign.cli.options import (
     ContextOpt,
@@ -28,6 +28,7 @@ from gpualign.cli.options import (
     SignSecretOpt,
     TrustedKeyOpt,
 )
+from gpualign.cli.printers import Printers, Shown
 from gpualign.model.image_ref import tag_of
 
 if TYPE_CHECKING:  # imported lazily at run time: `status` and `why` never load the executor
@@ -98,8 +99,7 @@ def _admission(snap: Snapshot, pol: UpgradePolicy) -> tuple[list[list[str]], dic
     return rounds, {node: a.reason for node, a in held.items()}
 
 
-def _print_order(snap: Snapshot, pol: UpgradePolicy) -> None:
-    rounds, held = _admission(snap, pol)
+def _print_order(rounds: list[list[str]], held: dict[str, str], pol: UpgradePolicy) -> None:
     how = ("PDB-aware: a node is cordoned only when its evictions can go one after another now"
            if pol.admission == "pdb-aware" else "the operator's: by name, whatever the PDBs say")
     stdout.print(f"[bold]order[/bold] ({how}; maxParallelUpgrades {pol.max_parallel_upgrades or 'any'}):")
@@ -384,16 +384,21 @@ class UpgradeFlags:
 def _dry_run(session: UpgradeSession, flags: UpgradeFlags, ready: Prepared) -> None:
     """The preflight and the order the walk would take (exit 1 when the preflight is not clean)."""
     pol, snap, pre = flags.request.policy, ready.snap, ready.pre
-    if flags.output in (Output.json, Output.yaml):
-        rounds, held = _admission(snap, pol)
-        emit_data(report("UpgradePlan", {"cluster": session.cluster, "ledger": list(ready.available.sources)},
-                         {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}}),
-                  flags.output)
-    else:
-        _print_preflight(pre, snap, pol.admission == "pdb-aware")
-        _print_order(snap, pol)
+    rounds, held = _admission(snap, pol)
+    UPGRADE_PLAN.print(flags.output, report(
+        "UpgradePlan", {"cluster": session.cluster, "ledger": list(ready.available.sources)},
+        {**pre.as_dict(), "admission": {"mode": pol.admission, "order": rounds, "held": held}}), pre, snap, pol)
     if not pre.clean:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _plan_text(document: dict[str, Any], _shown: Shown, pre: Preflight, snap: Snapshot, pol: UpgradePolicy) -> None:
+    """The preflight, then the order the walk would take."""
+    _print_preflight(pre, snap, pol.admission == "pdb-aware")
+    _print_order(document["admission"]["order"], document["admission"]["held"], pol)
+
+
+UPGRADE_PLAN = Printers(command="upgrade --dry-run", table=_plan_text)
 
 
 def _walked(session: UpgradeSession, flags: UpgradeFlags, ready: Prepared) -> Outcome:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpualign.base.errors import EXIT_FINDINGS, BadInput
-from gpualign.cli.common import emit_data, progress, report, stdout
+from gpualign.cli.common import progress, report, stdout
 from gpualign.cli.options import DockerConfigOpt, InsecureRegistryOpt, Output, OutputOpt
+from gpualign.cli.printers import Printers, Shown
+
+if TYPE_CHECKING:
+    from gpualign.judging.kernel_console import KernelVerdict
 
 
 def verify(
@@ -50,17 +54,7 @@ def verify(
     trust = tuple(read_cert(p) for p in secure_boot_cert or ())  # a bad file is bad input before anything starts
     progress(f"booting the kernel of {image} with its modules (a VM: about 10-60 s) ...")
     verdict = load_image(image, kernel, docker_config, timeout, trust=trust)
-    if output in (Output.json, Output.yaml):
-        emit_data(report("KernelLoad", {"image": image}, verdict.as_dict()), output)
-    else:
-        stdout.print(verdict.line())
-        if verdict.not_loaded:
-            stdout.print(f"not loaded: {', '.join(verdict.not_loaded)} (they import nvidia.ko's symbols, and "
-                         "nvidia.ko stops where a machine without a GPU must)")
-        if not verdict.ok:
-            for a in verdict.attempts:
-                for line in a.lines:
-                    stdout.print(f"  {a.module}: {line}")
+    VERIFY.print(output, report("KernelLoad", {"image": image}, verdict.as_dict()), verdict)
     if not verdict.ok:
         raise typer.Exit(EXIT_FINDINGS)
 
@@ -80,3 +74,18 @@ def read_cert(path: Path) -> bytes:
 
 def register(app: typer.Typer) -> None:
     app.command("verify", short_help="Load an image's modules into their own kernel, booted in a VM.")(verify)
+
+
+def _verdict_text(_document: dict[str, Any], _shown: Shown, verdict: KernelVerdict) -> None:
+    """The kernel's verdict in a line, the modules not loaded, and on a refusal what the kernel said of each."""
+    stdout.print(verdict.line())
+    if verdict.not_loaded:
+        stdout.print(f"not loaded: {', '.join(verdict.not_loaded)} (they import nvidia.ko's symbols, and "
+                     "nvidia.ko stops where a machine without a GPU must)")
+    if not verdict.ok:
+        for a in verdict.attempts:
+            for line in a.lines:
+                stdout.print(f"  {a.module}: {line}")
+
+
+VERIFY = Printers(command="verify", table=_verdict_text)
