@@ -14,14 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-
 from gpualign.base.errors import BadInput
 from gpualign.model import cosign
 
 if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     from gpualign.ledger.registry import RegistryClient
 
 TRUSTED_ENV = cosign.TRUSTED_ENV
@@ -42,6 +40,12 @@ _PEM = re.compile(rb"-----BEGIN PUBLIC KEY-----.+?-----END PUBLIC KEY-----", re.
 
 def load_trusted(paths: Iterable[str]) -> tuple[TrustedKey, ...]:
     """The public keys in each PEM file (one or several, as a bundle), each named by its file (and place)."""
+    paths = list(paths)
+    if not paths:
+        return ()
+    from cryptography.hazmat.primitives import serialization  # only where keys are named (cryptography: ~20 ms)
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     out = []
     for path in paths:
         try:
@@ -73,6 +77,10 @@ class Verdict:
 def verify(client: RegistryClient, digest: str, trusted: Sequence[TrustedKey], repo: str | None = None) -> Verdict:
     """Whether a trusted key signed the image `digest`: a signature layer whose payload names this digest and
     verifies with the key."""
+    from cryptography.exceptions import InvalidSignature  # only where keys are named (cryptography: ~20 ms)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     repo = repo or client.ref.repo
     manifest = client.manifest(cosign.signature_tag(digest), repo)
     if manifest is None:
