@@ -33,7 +33,7 @@ from gpualign.cli.options import (
     TrustedKeyOpt,
 )
 from gpualign.cli.printers import Printers, Shown
-from gpualign.model.audit import Status
+from gpualign.model.node_status import Status
 
 if TYPE_CHECKING:
     from gpualign.model.fleet_report import ClusterRead
@@ -200,9 +200,6 @@ def run_check(f: CheckFlags) -> None:
         module_type_flag,
         stdin_once,
     )
-    from gpualign.loaders.rules import load_rules
-    from gpualign.usecases.check import Setup
-    from gpualign.usecases.ledgers import load_ledger
     from gpualign.usecases.nodes import Reading
 
     stdin_once(f.ledger, f.nodes_file)
@@ -229,6 +226,10 @@ def run_check(f: CheckFlags) -> None:
                       timeout=timeout, say=say_tty, warn=warn, stream=f.nodes_file is None) if names is None else None
     if reading is not None:
         reading.wait_connected()  # its LISTs go out first; what loads below then overlaps their transfer
+    from gpualign.loaders.rules import load_rules  # (the rules' reader, the audit: imported beside the LISTs)
+    from gpualign.usecases.check import Setup
+    from gpualign.usecases.ledgers import load_ledger
+
     rule_set = load_rules(f.rules)
     check_known_branches(branches, rule_set)
     setup = Setup(branches=branches, rules=rule_set,

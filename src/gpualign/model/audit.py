@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from enum import StrEnum
 from functools import cached_property, lru_cache
 from operator import attrgetter
 from typing import Any
@@ -20,21 +19,10 @@ from gpualign.model.flavours import mismatch as flavour_mismatch
 from gpualign.model.flavours import resolve as resolve_flavour
 from gpualign.model.ledger import Ledger, RepoLedgers, Unsigned
 from gpualign.model.makers import Maker, Making, who_makes
+from gpualign.model.node_status import Status
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import RequiredImage, Rules, os_tag, required_image
 from gpualign.model.version import DriverVersion
-
-
-class Status(StrEnum):
-    """What check finds of a GPU node's driver image (its STATUS column and JSON `status`)."""
-
-    PRESENT = "present"
-    MISSING = "missing"
-    UNKNOWN = "unknown"  # no tag can be named (its reason says why)
-    HOST_MANAGED = "host-managed"  # the driver is installed on the host, not by a driver pod
-    OPERATOR_MISMATCH = "operator-mismatch"  # the operator deploys (or would) an image built for another kernel or OS
-    WRONG_IMAGE = "wrong-image"  # in the ledger under the right tag, but not what the tag says (present but wrong)
-
 
 __all__ = ["DriverPod", "Audit", "AuditInput", "Finding", "Status", "audit"]
 
