@@ -183,7 +183,7 @@ def test_shared_modules_the_kernel_refuses_are_dropped_and_compiled_here(tmp_pat
     share_from_another_build(target, BAD, tmp_path)
     compiler, images = Compiler(), Images()
     lines, say = said()
-    out = run.ensure_one(TAG, options(target), say, run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
+    out = run.ensure_one(SPEC, options(target), say, run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
     assert compiler.compiles == 1 and images.getting_userspace
     assert out.done and out.action == TagAction.BUILD and out.modules == ModuleOrigin.COMPILED
     where = shared.where(target, shared.Key(VERSION, SPEC.kernel, "proprietary"))
@@ -201,7 +201,7 @@ def test_shared_modules_the_kernel_accepts_are_taken_without_a_compile(tmp_path)
     target = client(BlobRegistry())
     share_from_another_build(target, GOOD, tmp_path)
     compiler, images = Compiler(), Images()
-    out = run.ensure_one(TAG, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
+    out = run.ensure_one(SPEC, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
     assert compiler.compiles == 0 and out.modules == ModuleOrigin.SHARED
     assert out.shared == Shared(SharedState.PULLED) and "shared_pull" in out.seconds and out.done
 
@@ -213,7 +213,7 @@ def test_a_build_the_booted_kernel_refuses_pushes_nothing_and_one_it_accepts_say
     images = Images()
     with pytest.raises(NotVerified, match=r"kernel 6\.1\.0-50-amd64 refused the modules: nvidia: disagrees about "
                                           r"version of symbol module_layout; nothing pushed"):
-        run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+        run.ensure_one(SPEC, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
                        kit(Compiler(), images, kernel_load=lambda files, kernel, trust: refusing))
     assert images.pushed == []
     loaded: list[tuple[list[str], str, tuple[bytes, ...]]] = []
@@ -223,12 +223,12 @@ def test_a_build_the_booted_kernel_refuses_pushes_nothing_and_one_it_accepts_say
         return accepted_by_the_kernel(files, kernel)
 
     lines, say = said()
-    out = run.ensure_one(TAG, options(client(BlobRegistry())), say, run.TagPlan(SPEC, TagAction.BUILD),
+    out = run.ensure_one(SPEC, options(client(BlobRegistry())), say, run.TagPlan(SPEC, TagAction.BUILD),
                          kit(Compiler(), Images(), kernel_load=booted))
     assert out.done and loaded == [(["nvidia.ko"], SPEC.kernel, ())]  # no signing key: no Secure Boot
     assert out.as_dict()["kernel_load"]["verdict"] == "accepted" and "kernel_load" in out.seconds
     assert "kernel 6.1.0-50-amd64 accepted the modules: NVRM: No NVIDIA GPU found." in lines
-    skipped = run.ensure_one(TAG, options(client(BlobRegistry()), kernel_load=False), said()[1],
+    skipped = run.ensure_one(SPEC, options(client(BlobRegistry()), kernel_load=False), said()[1],
                              run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images(), kernel_load=refusing))
     assert skipped.done and skipped.as_dict()["kernel_load"] == {"kernel": SPEC.kernel, "verdict": "skipped",
                                                                  "why": "switched off for this run"}
@@ -246,7 +246,7 @@ def test_compiled_modules_the_kernel_refuses_push_nothing():
     images = Images()
     with pytest.raises(NotVerified, match=r"would not load on 6\.1\.0-50-amd64: disagrees about version of symbol "
                                           r"nv_symbol .*1 of 10 symbols refused\); nothing pushed"):
-        run.ensure_one(TAG, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD), kit(Broken(), images))
+        run.ensure_one(SPEC, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD), kit(Broken(), images))
     assert images.pushed == []
     assert not shared.has(target, shared.Key(VERSION, SPEC.kernel, "proprietary"))  # nothing refused is shared
 
@@ -254,7 +254,7 @@ def test_compiled_modules_the_kernel_refuses_push_nothing():
 def test_modules_of_another_branch_are_refused_before_anything_is_checked():
     images = Images()
     with pytest.raises(NotVerified, match="the modules are NVIDIA 535.261.03, not branch 580; nothing pushed"):
-        run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+        run.ensure_one(SPEC, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
                        kit(Compiler(version="535.261.03"), images))
     assert images.pushed == []
 
@@ -262,7 +262,7 @@ def test_modules_of_another_branch_are_refused_before_anything_is_checked():
 def test_a_share_the_registry_refuses_is_said_and_the_image_still_lands():
     target = client(Refusing("nvidia/driver-modules"))
     lines, say = said()
-    out = run.ensure_one(TAG, options(target), say, run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images()))
+    out = run.ensure_one(SPEC, options(target), say, run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images()))
     assert out.done and out.modules == ModuleOrigin.COMPILED
     assert out.shared is not None and out.shared.state == SharedState.NOT_PUSHED and "403" in out.shared.why
     assert any(line.startswith("shared modules not pushed (") for line in lines)
@@ -270,7 +270,7 @@ def test_a_share_the_registry_refuses_is_said_and_the_image_still_lands():
 
 def test_a_compile_is_shared_for_later_builds():
     target = client(BlobRegistry())
-    out = run.ensure_one(TAG, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+    out = run.ensure_one(SPEC, options(target), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
                          kit(Compiler(), Images()))
     assert out.shared == Shared(SharedState.PUSHED)
     assert shared.has(target, shared.Key(VERSION, SPEC.kernel, "proprietary"))
@@ -280,7 +280,7 @@ def test_no_share_asked_for_takes_and_gives_nothing(tmp_path):
     target = client(BlobRegistry())
     share_from_another_build(target, GOOD, tmp_path)
     compiler = Compiler()
-    out = run.ensure_one(TAG, options(target, share_pull=False, share_push=False), said()[1],
+    out = run.ensure_one(SPEC, options(target, share_pull=False, share_push=False), said()[1],
                          run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, Images()))
     assert compiler.compiles == 1 and out.shared is None and out.modules == ModuleOrigin.COMPILED
 
@@ -305,7 +305,7 @@ def test_a_tag_made_while_the_run_waited_is_not_built_again():
     made = push_tag(fake, target, TAG, b"made by another run")
     compiler, images = Compiler(), Images()
     lines, say = said()
-    out = run.ensure_one(TAG, options(target), say, plan, kit(compiler, images))
+    out = run.ensure_one(SPEC, options(target), say, plan, kit(compiler, images))
     assert (out.action, out.digest, out.done) == (TagAction.PRESENT, made, True)
     assert compiler.compiles == 0 and images.pushed == []
     assert lines[-1] == "present in the ledger (made by another run meanwhile): nothing to do"
@@ -332,7 +332,7 @@ def test_a_mirror_lands_the_digest_it_copied():
     upstream, target = client(upstream_fake, "nvcr.test"), client(target_fake)
     source = push_tag(upstream_fake, upstream, TAG, b"NVIDIA's image")
     compiler = Compiler()
-    out = run.ensure_one(TAG, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
+    out = run.ensure_one(SPEC, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
                          kit(compiler, Images(), mirror=mirroring(upstream_fake, target_fake), vouch=VOUCHED))
     assert (out.action, out.digest, out.done) == (TagAction.MIRROR, source, True)
     assert target.digest(TAG) == source and compiler.compiles == 0 and "mirror" in out.seconds
@@ -354,7 +354,7 @@ def test_an_upstream_image_nothing_vouches_for_is_not_copied_and_not_signed():
 
     with pytest.raises(UpstreamNotVouched, match="is unverified: its config carries no labels: not mirrored, not "
                                                  "signed"):
-        run.ensure_one(TAG, options(target, upstream=upstream, cosign_key=NEVER_SIGNS), said()[1],
+        run.ensure_one(SPEC, options(target, upstream=upstream, cosign_key=NEVER_SIGNS), said()[1],
                        run.TagPlan(SPEC, TagAction.MIRROR),
                        kit(Compiler(), Images(), mirror=mirroring(upstream_fake, target_fake), vouch=unlabelled))
     assert asked == [(f"nvcr.test/nvidia/driver:{TAG}", SPEC.kernel)]
@@ -366,14 +366,14 @@ def test_a_mirror_that_lands_another_digest_is_refused():
     upstream, target = client(upstream_fake, "nvcr.test"), client(target_fake)
     source = push_tag(upstream_fake, upstream, TAG, b"NVIDIA's image")
     with pytest.raises(PushRefused, match=f"the ledger answers digest sha256:[0-9a-f]+ after mirroring {source}"):
-        run.ensure_one(TAG, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
+        run.ensure_one(SPEC, options(target, upstream=upstream), said()[1], run.TagPlan(SPEC, TagAction.MIRROR),
                        kit(Compiler(), Images(), mirror=mirroring(upstream_fake, target_fake, b"something else"),
                            vouch=VOUCHED))
 
 
 def test_a_dry_run_makes_nothing():
     compiler, images = Compiler(), Images()
-    out = run.ensure_one(TAG, options(client(BlobRegistry()), dry_run=True), said()[1],
+    out = run.ensure_one(SPEC, options(client(BlobRegistry()), dry_run=True), said()[1],
                          run.TagPlan(SPEC, TagAction.BUILD), kit(compiler, images))
     assert not out.done and out.digest is None and compiler.compiles == 0 and images.pushed == []
 
@@ -408,10 +408,10 @@ def test_an_outcome_is_what_its_events_say_last(record):
 def test_the_kernels_package_is_got_as_the_build_starts_when_the_kernel_will_be_booted():
     """Beside the compile, not after it: a cold build Job waits for the kernel's package only where it must."""
     asked: list[str] = []
-    out = run.ensure_one(TAG, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
+    out = run.ensure_one(SPEC, options(client(BlobRegistry())), said()[1], run.TagPlan(SPEC, TagAction.BUILD),
                          kit(Compiler(), Images(), kernel_prepare=asked.append))
     assert out.done and asked == [SPEC.kernel]
     asked.clear()
-    run.ensure_one(TAG, options(client(BlobRegistry()), kernel_load=False), said()[1],
+    run.ensure_one(SPEC, options(client(BlobRegistry()), kernel_load=False), said()[1],
                    run.TagPlan(SPEC, TagAction.BUILD), kit(Compiler(), Images(), kernel_prepare=asked.append))
     assert asked == []

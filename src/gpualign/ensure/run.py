@@ -68,9 +68,8 @@ class TagPlan:
     unasked: str | None = None  # a dry run's: why the ledger was not asked whether it holds the tag
 
 
-def plan_one(tag: str, opts: Options) -> TagPlan:
-    """What ensure would do for a tag: one manifest HEAD when it is present."""
-    spec = driver_tag.parse(tag)
+def plan_one(spec: driver_tag.TagSpec, opts: Options) -> TagPlan:
+    """What ensure would do for a tag (read once, where it was given): one manifest HEAD when it is present."""
     problem = None
     try:
         digest = opts.target.digest(spec.tag)
@@ -151,9 +150,10 @@ def present_problem(spec: driver_tag.TagSpec, opts: Options) -> PresentProblem |
     return None
 
 
-def ensure_one(tag: str, opts: Options, say: Say, planned: TagPlan | None = None, kit: Kit | None = None) -> Outcome:
+def ensure_one(spec: driver_tag.TagSpec, opts: Options, say: Say, planned: TagPlan | None = None,
+               kit: Kit | None = None) -> Outcome:
     """Make the tag exist as planned: its outcome is the fold of what the run's stages emit."""
-    plan = planned or plan_one(tag, opts)
+    plan = planned or plan_one(spec, opts)
     spec, action = plan.spec, plan.action
     reference = f"{opts.target.ref.image}:{spec.tag}"
     if action == TagAction.PRESENT:

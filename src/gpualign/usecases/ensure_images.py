@@ -89,7 +89,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
         planned: dict[str, run.TagPlan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
             try:
-                planned[spec.tag] = run.plan_one(spec.tag, options[spec.tag])
+                planned[spec.tag] = run.plan_one(spec, options[spec.tag])
             except GpualignError as err:
                 if spec.tag not in req.skippable:
                     raise
@@ -102,12 +102,12 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
         if in_flight == 1 or all(p.action == TagAction.PRESENT for p in planned.values()):
             for spec in specs:  # a failure does not stop the others: each image is its own work
                 try:
-                    outcomes.append(run.ensure_one(spec.tag, options[spec.tag], say, planned[spec.tag]))
+                    outcomes.append(run.ensure_one(spec, options[spec.tag], say, planned[spec.tag]))
                 except GpualignError as err:
                     failed(spec.tag, err)
         else:
             with ThreadPoolExecutor(in_flight, thread_name_prefix="ensure") as pool:
-                futures = [pool.submit(run.ensure_one, spec.tag, options[spec.tag], say, planned[spec.tag])
+                futures = [pool.submit(run.ensure_one, spec, options[spec.tag], say, planned[spec.tag])
                            for spec in specs]
                 for spec, future in zip(specs, futures, strict=True):
                     try:
