@@ -21,7 +21,6 @@ from gpualign.cli.options import (
     InsecureRegistryOpt,
     KubeconfigOpt,
     Output,
-    OutputOpt,
     SignCertOpt,
     SignKeyOpt,
     SignSecretOpt,
@@ -151,6 +150,9 @@ LeaseOpt = Annotated[str | None, typer.Option(
 
 
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="print what it would do for each tag; change nothing")]
+EnsureOutputOpt = Annotated[Output, typer.Option(
+    "--output", "-o", metavar="FORMAT",
+    help="table (one line per image), json or yaml (the report, failures included)")]
 
 
 def ensure(
@@ -178,7 +180,7 @@ def ensure(
     = None,
     kubeconfig: KubeconfigOpt = None,
     context: ContextOpt = None,
-    output: OutputOpt = Output.table,
+    output: EnsureOutputOpt = Output.table,
     docker_config: DockerConfigOpt = None,
     insecure_registry: InsecureRegistryOpt = None,
     trusted_key: TrustedKeyOpt = None,
@@ -232,7 +234,7 @@ class EnsureFlags(RegistryFlags):
     lease: LeaseOpt
     kubeconfig: KubeconfigOpt
     context: ContextOpt
-    output: OutputOpt
+    output: EnsureOutputOpt
 
     @property
     def the_ledger(self) -> str | None:
