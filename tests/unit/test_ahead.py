@@ -77,7 +77,7 @@ def fetched(monkeypatch) -> list[tuple[str, str]]:
     """compose.fetch replaced: the tags asked for, each answered by a Remote of that tag."""
     asked: list[tuple[str, str]] = []
 
-    def fetch(_client, repo, tag, _arch, version):
+    def fetch(_client, repo, tag, _arch, version, _trusted=()):
         asked.append((tag, version))
         return Remote(tag)
 

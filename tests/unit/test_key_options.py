@@ -36,3 +36,29 @@ def test_an_encrypted_key_without_its_password_is_refused_in_one_line(tmp_path):
                   "--cosign-key", str(key))
     assert res.code == 2 and res.err.count("\n") == 1, res.err
     assert "needs its password in $COSIGN_PASSWORD" in res.err, res.err
+
+
+def test_the_trusted_keys_are_loaded_once_by_the_command_line_and_handed_on(tmp_path):
+    """--trusted-key (repeatable) and $GPUALIGN_TRUSTED_KEYS (':'-separated) name the same keys; the command line
+    loads them and hands them to what judges images: nothing below it reads the environment for them."""
+    import os
+
+    from gpualign.cli.options import trusted_keys
+
+    _, team = key_pair(tmp_path, "team")
+    _, other = key_pair(tmp_path, "other")
+    loaded = trusted_keys([f"{team}{os.pathsep}{other}"])
+    assert [k.path for k in loaded] == [str(team), str(other)]
+    assert trusted_keys([str(team), str(other)]) == loaded and trusted_keys(None) == () == trusted_keys([])
+
+
+def test_only_the_command_line_reads_the_trusted_keys_variable():
+    from pathlib import Path
+
+    import gpualign
+
+    root = Path(gpualign.__file__).parent
+    readers = [str(p.relative_to(root)) for p in root.rglob("*.py")
+               if p.parts[len(root.parts)] != "cli" and p.relative_to(root) != Path("model/cosign.py")
+               and "TRUSTED_ENV" in p.read_text()]
+    assert readers == []

@@ -83,10 +83,10 @@ def test_with_trusted_keys_a_build_takes_only_shared_modules_signed_by_one(regis
     module.write_bytes(b"\x7fELF not really a module")
     key = shared.Key("535.261.03", "6.1.0-50-amd64", "proprietary")
     shared.push(registry, key, [module])  # no signing key: shared unsigned
-    monkeypatch.setenv(signature_check.TRUSTED_ENV, str(ours_pub))
+    trusted = signature_check.load_trusted([str(ours_pub)])
     with pytest.raises(shared.SharedRefused, match="not signed by a trusted key"):
-        shared.pull(registry, key, tmp_path / "cache-a")
+        shared.pull(registry, key, tmp_path / "cache-a", trusted)
     assert not (tmp_path / "cache-a").exists() or not any((tmp_path / "cache-a").glob("*.ko"))  # nothing taken
     shared.push(registry, key, [module], signatures.load_private_key(ours))  # a builder with the key shares it signed
-    pulled = shared.pull(registry, key, tmp_path / "cache-b")
+    pulled = shared.pull(registry, key, tmp_path / "cache-b", trusted)
     assert pulled is not None and [p.name for p in pulled] == ["nvidia.ko"]

@@ -31,6 +31,7 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 from gpualign.cli.printers import Printers, Shown
 from gpualign.model.node_status import Status
@@ -238,7 +239,7 @@ def run_check(f: CheckFlags) -> None:
                   repository=f.repository,
                   precompiled=not f.no_precompiled, driver_version=f.driver_version,
                   operator_version=f.operator_version, docker_config=f.docker_config, verify_modules=f.verify_modules,
-                  warn=warn)
+                  warn=warn, trusted=trusted_keys(f.trusted_key))
     if reading is not None:  # one cluster, or a dump
         _report_one(reading, setup, f.selector, f.output, f.no_headers)
     else:

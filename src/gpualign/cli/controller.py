@@ -24,6 +24,7 @@ from gpualign.cli.options import (
     RepositoryOpt,
     RulesOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 
 if TYPE_CHECKING:
@@ -229,7 +230,7 @@ def run_controller(f: ControllerFlags) -> None:
                    listen=listen, leader_elect=f.leader_elect,
                    lease_namespace=f.lease_namespace,
                    lease_name=f.lease_name, identity=f.identity or "", lease_seconds=f.lease_duration,
-                   renew_seconds=f.renew_deadline, retry_seconds=f.retry_period)
+                   renew_seconds=f.renew_deadline, retry_seconds=f.retry_period, trusted=trusted_keys(f.trusted_key))
     plan = Start(kubeconfig=f.kubeconfig, context=f.context, ledger=list(f.ledger or []), docker_config=f.docker_config,
                  pinned=bool(f.driver_branch or f.branch_policy_file or f.old_policy or f.repository), rules=rule_set,
                  branches=branches,

@@ -25,6 +25,7 @@ from gpualign.cli.options import (
     SignKeyOpt,
     SignSecretOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 from gpualign.cli.printers import Printers, Shown
 from gpualign.model.flavours import FLAVOURS
@@ -263,7 +264,7 @@ class EnsureFlags(RegistryFlags):
                        kubeconfig=self.kubeconfig, context=self.context, verify_modules=self.verify_modules,
                        replace_wrong=self.replace_wrong, shared_modules=self.shared_modules,
                        skippable=frozenset(asked.reported), upstream_keys=upstream_keys, cosign_key=cosign_signer,
-                       kernel_load=self.kernel_load)
+                       kernel_load=self.kernel_load, trusted=trusted_keys(self.trusted_key))
 
 
 @dataclass

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import enum
+import functools
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -86,17 +87,36 @@ InsecureRegistryOpt = Annotated[list[str] | None, typer.Option(
 
 
 def _trust(keys: list[str] | None) -> list[str] | None:
-    """The keys named are loaded now (a bad one is bad input, in one line) and become this run's trusted keys."""
+    """The keys named are loaded now (a bad one is bad input, in one line, before any work), and the run's report
+    names them ($GPUALIGN_TRUSTED_KEYS, which gpualign.cli.common reads)."""
     if keys:
         import os
 
-        from gpualign.judging.signature_check import load_trusted
         from gpualign.model.cosign import TRUSTED_ENV
 
-        paths = [p for k in keys for p in k.split(os.pathsep) if p]
-        load_trusted(paths)
+        paths = _key_paths(keys)
+        trusted_keys(keys)
         os.environ[TRUSTED_ENV] = os.pathsep.join(paths)
     return keys
+
+
+def _key_paths(keys: list[str]) -> tuple[str, ...]:
+    import os
+
+    return tuple(p for k in keys for p in k.split(os.pathsep) if p)
+
+
+def trusted_keys(keys: list[str] | None) -> tuple[Any, ...]:
+    """The keys --trusted-key (or $GPUALIGN_TRUSTED_KEYS) names, loaded: what the command hands on to judge images
+    and shared artifacts by; none: signatures are not checked."""
+    return _loaded(_key_paths(keys)) if keys else ()
+
+
+@functools.cache
+def _loaded(paths: tuple[str, ...]) -> tuple[Any, ...]:
+    from gpualign.judging.signature_check import load_trusted  # cryptography: only where keys are named
+
+    return load_trusted(paths)
 
 
 TrustedKeyOpt = Annotated[list[str] | None, typer.Option(

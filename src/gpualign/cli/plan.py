@@ -32,6 +32,7 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 from gpualign.cli.printers import Printers, Shown
 from gpualign.model.makers import Maker
@@ -183,7 +184,7 @@ def run_plan(f: PlanFlags) -> None:
     repo = repository_for(repository, ledger, warn)
 
     setup = PlanSetup(change=change, available=available, repository=repo, rules=rule_set, branches=branches,
-                      docker_config=f.docker_config, warn=warn)
+                      docker_config=f.docker_config, warn=warn, trusted=trusted_keys(f.trusted_key))
 
     # with no branch named by a flag, a policy or the operator's objects, each node keeps the branch its driver pod
     # is deployed with, as check infers it: only then are the driver pods read

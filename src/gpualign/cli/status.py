@@ -27,6 +27,7 @@ from gpualign.cli.options import (
     RulesOpt,
     SelectorOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 from gpualign.cli.printers import DATA, Printers, Shown
 from gpualign.cli.upgrade import ToBranchOpt
@@ -193,7 +194,8 @@ def run_status(f: StatusFlags) -> None:
         if names is None:
             data, cluster = status_of(f.selector, available, f.to_branch, rule_set, f.kubeconfig,
                                       f.context[0] if f.context else None, timeout, read_builds=read_cluster,
-                                      tonight=f.tonight, docker_config=f.docker_config)
+                                      tonight=f.tonight, docker_config=f.docker_config,
+                                      trusted=trusted_keys(f.trusted_key))
             held = f.tonight and not all(v["ready"] for v in data.get("reboot") or [])
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (f.fail_on_stuck and data["stuck"]) or \
                 held else 0
@@ -261,7 +263,8 @@ def why(
     if tonight and available is None:
         available = _operator_ledger(kubeconfig, context, timeout, docker_config)
     found = why_of(node, available, to_branch, load_rules(rules), kubeconfig, context, timeout,
-                   read_builds=read_cluster, tonight=tonight, docker_config=docker_config)
+                   read_builds=read_cluster, tonight=tonight, docker_config=docker_config,
+                   trusted=trusted_keys(trusted_key))
     cluster, lines, status = found.cluster, found.lines, found.status
     held = tonight and status is not None and not (status.get("reboot") or {}).get("ready")
     WHY.print(output, report("Why", {"cluster": cluster, "ledger": list(available.sources) if available else []},

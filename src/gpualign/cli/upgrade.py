@@ -27,6 +27,7 @@ from gpualign.cli.options import (
     SignKeyOpt,
     SignSecretOpt,
     TrustedKeyOpt,
+    trusted_keys,
 )
 from gpualign.cli.printers import Printers, Shown
 from gpualign.model.image_ref import tag_of
@@ -110,7 +111,8 @@ def _print_order(rounds: list[list[str]], held: dict[str, str], pol: UpgradePoli
 
 
 def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_config: Path | None,
-                    signing: SigningKey | None = None, secure_boot: dict[str, list[str]] | None = None) -> None:
+                    signing: SigningKey | None = None, secure_boot: dict[str, list[str]] | None = None,
+                    trusted: tuple[Any, ...] = ()) -> None:
     """--ensure: the missing target images, ensured into the one registry ledger before the walk (signed with
     `signing`; an image a Secure Boot node needs is never built unsigned)."""
     import os
@@ -137,7 +139,8 @@ def _ensure_missing(ledger: list[str], tags: list[str], dry_run: bool, docker_co
     specs = [driver_tag.parse(tag) for tag in tags]  # every tag's bad input before any work
     errors: list[GpualignError] = []
     request = Request(ledger=registries[0], upstream=NO_UPSTREAM, docker_config=docker_config, dry_run=dry_run,
-                      signing=signing, cosign_key=cosign_signer(os.environ.get(KEY_ENV)))  # as ensure signs
+                      signing=signing, cosign_key=cosign_signer(os.environ.get(KEY_ENV)),  # as ensure signs
+                      trusted=trusted)
     made = ensure_images(request, specs, lambda t, m: progress(f"ensure {t}: {m}"),
                          lambda _, err: errors.append(err))
     if errors:  # the images made are in the ledger; the walk does not start
@@ -340,7 +343,8 @@ def upgrade(
                          ensure_images=ensure_images,
                          modules=AUTO if verify_modules is None else STRICT if verify_modules else OFF,
                          rules=load_rules(rules),
-                         docker_config=docker_config, lock_namespace=lock_namespace, timeout=timeout)
+                         docker_config=docker_config, lock_namespace=lock_namespace, timeout=timeout,
+                         trusted=trusted_keys(trusted_key))
     _walk(UpgradeFlags(request=req, signing=signing, yes=yes, output=output), kubeconfig, context, request_timeout)
 
 
@@ -354,7 +358,7 @@ def _walk(flags: UpgradeFlags, kubeconfig: str | None, context: str | None, requ
     req, signing = flags.request, flags.signing
 
     def ensure_missing(ledger: list[str], tags: list[str], secure_boot: dict[str, list[str]]) -> None:
-        _ensure_missing(ledger, tags, req.dry_run, req.docker_config, signing, secure_boot)
+        _ensure_missing(ledger, tags, req.dry_run, req.docker_config, signing, secure_boot, req.trusted)
 
     with UpgradeSession(kubeconfig, context, parse_timeout(request_timeout), say=say_tty, warn=warn,
                         progress=progress) as session:

@@ -34,7 +34,6 @@ from gpualign.controller.reboot_gate import RebootGate
 from gpualign.controller.reconciler import Reconciler, WorkQueue
 from gpualign.controller.server import serve
 from gpualign.controller.walk_admission import PDBS, WalkAdmission
-from gpualign.judging.signature_check import configured_trusted
 from gpualign.kube import dra_reads
 from gpualign.kube.client import Kube
 from gpualign.kube.lease import LeaseElector
@@ -70,6 +69,7 @@ class Options:
     builds: BuildOptions | None = None  # --build: the build trigger
     restart_waiting_pods: bool = False  # --restart-waiting-driver-pods: a driver pod waiting for an image now there
     archive_every: float | None = None  # --build-ahead-from-archive: seconds between reads of Debian's archive
+    trusted: tuple[Any, ...] = ()  # the keys a present image must be signed by (none: signatures not checked)
 
 
 def run(kube: Kube, rules: Rules, branches: BranchPolicy,
@@ -125,7 +125,7 @@ def run(kube: Kube, rules: Rules, branches: BranchPolicy,
                 **({"archive": watch.board()} if watch is not None else {}),
                 **({"reboot": [v.as_dict() for v in gate.snapshot()]} if gate is not None else {})}
 
-    _say_trust()  # a bad key file: exit 2 now, before anything is served
+    _say_trust(opts.trusted)
     server = serve(opts.listen, metrics.registry, board, unready)  # serving before the first (slow) ledger read
     log.info("serving /metrics and the fleet board on http://%s:%d", *server.server_address[:2])
     try:
@@ -218,9 +218,8 @@ def _elector(kube: Kube, opts: Options, caches: Caches, stop: threading.Event) -
     return elector
 
 
-def _say_trust() -> None:
-    """Which keys an image must be signed by, read (a bad key file is bad input) and said once."""
-    trusted = configured_trusted()
+def _say_trust(trusted: tuple[Any, ...]) -> None:
+    """Which keys an image must be signed by, said once."""
     if trusted:
         log.info("driver images must be signed by %s (cosign's format): an unsigned one is never present",
                  ", ".join(k.name for k in trusted))

@@ -9,6 +9,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpualign.base.errors import BadInput
 from gpualign.controller.build_trigger import preflight
@@ -99,15 +100,18 @@ def start(plan: Start, warn: Warn) -> None:
                                              docker_config=plan.docker_config)
 
         run(kube, rules, plan.branches, load_ledger, opts, operator=config, follow_operator=follow,
-            judge_image=lambda image, arch, module_type: judged_wrong(image, arch, module_type, plan.docker_config))
+            judge_image=lambda image, arch, module_type: judged_wrong(image, arch, module_type, plan.docker_config,
+                                                                      opts.trusted))
 
 
-def judged_wrong(image: str, arch: str, module_type: str | None, docker_config: Path | None) -> str | None:
+def judged_wrong(image: str, arch: str, module_type: str | None, docker_config: Path | None,
+                 trusted: tuple[Any, ...] = ()) -> str | None:
     """Why a present image is wrong for a node of `arch`, judged as plan judges it (gpualign.usecases.plan_images):
     by its labels and platforms against the kernel its tag names, and, when nothing in it says what it was built
     for, unverified, which is wrong too (never present). None when it is right."""
     spec = try_parse(tag_of(image))
-    found = judge({image: (spec.kernel,) if spec else ()}, docker_config=docker_config, archs={image: (arch,)})
+    found = judge({image: (spec.kernel,) if spec else ()}, docker_config=docker_config, archs={image: (arch,)},
+                  trusted=trusted)
     if (why := found.wrong_for(image, arch, module_type)) is not None:
         return why
     return Unverified(f"modules not verified: {found.unverified[image]}") if image in found.unverified else None

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpualign.ensure import compose, image, shared, shared_userspace
 from gpualign.ensure.shared import Key
@@ -78,6 +78,7 @@ class Ahead:
     flavour: str
     say: Say
     scratch: Path = Path()
+    trusted: tuple[Any, ...] = ()  # keys what is taken must be signed by (none: not checked)
     modules_key: Key | None = None  # the guess, once made
     modules: list[Path] | None = None  # pulled into scratch/modules, when the guess was
     modules_seconds: float = 0.0
@@ -89,14 +90,15 @@ class Ahead:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def start(cls, spec: TagSpec, target: RegistryClient, flavour: str, archive: Archive, say: Say) -> Ahead:
+    def start(cls, spec: TagSpec, target: RegistryClient, flavour: str, archive: Archive, say: Say,
+              trusted: tuple[Any, ...] = ()) -> Ahead:
         parent = ensure_root() / "ahead"
         parent.mkdir(parents=True, exist_ok=True)
         for left in parent.glob("build-*"):  # a run killed before it closed (a build takes minutes, not a day)
             with contextlib.suppress(OSError):
                 if time.time() - left.stat().st_mtime > STALE_SECONDS:
                     shutil.rmtree(left, ignore_errors=True)
-        ahead = cls(spec, target, flavour, say, Path(tempfile.mkdtemp(prefix="build-", dir=parent)))
+        ahead = cls(spec, target, flavour, say, Path(tempfile.mkdtemp(prefix="build-", dir=parent)), trusted)
         ahead._run(ahead._guess_and_pull, "modules")
         ahead._run(ahead._fetch_userspace, "userspace")
         ahead._run(lambda: archive.symvers(spec.kernel), "symvers")  # Archive.symvers: one download, whoever asks
@@ -123,7 +125,7 @@ class Ahead:
         self.say(f"ahead: {shared.where(self.target, self.modules_key)} and its user space fetched while Debian's "
                  "archive is read (taken only if the archive names the same version)")
         t0 = time.monotonic()
-        self.modules = shared.pull(self.target, self.modules_key, self.scratch / "modules")
+        self.modules = shared.pull(self.target, self.modules_key, self.scratch / "modules", self.trusted)
         self.modules_seconds = time.monotonic() - t0
 
     def _fetch_userspace(self) -> None:
@@ -137,7 +139,7 @@ class Ahead:
             return
         tag = max(candidates, key=lambda t: str((self.target.image_config(t, repo) or {}).get("created", "")))
         t0 = time.monotonic()
-        remote = compose.fetch(self.target, repo, tag, arch, self.modules_key.version)
+        remote = compose.fetch(self.target, repo, tag, arch, self.modules_key.version, self.trusted)
         if remote is None:
             return
         with self._lock:

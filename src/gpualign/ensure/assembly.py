@@ -144,7 +144,7 @@ class Assembly:
                 return image.UserSpaceLayer("", packages, arch, remote)
             try:
                 remote = compose.fetch(opts.target, shared_userspace.repository(opts.target.ref.repo), tag, arch,
-                                       driver_version)
+                                       driver_version, opts.trusted)
                 if remote is not None:
                     pulled = time.monotonic() - t0
                     self.emit(Timed("userspace_pull", pulled))

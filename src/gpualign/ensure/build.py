@@ -144,7 +144,7 @@ class Steps:
                      f"{time.monotonic() - t0:.1f}s; compiled by another build; checked here as if compiled)")
             return
         try:
-            got = shared.pull(opts.target, key, into)
+            got = shared.pull(opts.target, key, into, opts.trusted)
         except (shared.SharedRefused, Unreachable) as err:
             self.emit(Shared(SharedState.REFUSED, err.message))
             self.say(f"shared modules: {err.message}: compiling instead")

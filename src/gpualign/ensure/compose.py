@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -48,6 +48,7 @@ from gpualign.loaders.archive_reading import ensure_root
 from gpualign.model import oci
 
 if TYPE_CHECKING:
+    from gpualign.judging.signature_check import TrustedKey
     from gpualign.ledger.registry import RegistryClient
     from gpualign.model.driver_tag import TagSpec
 
@@ -64,15 +65,17 @@ class LayerRefused(BuildError):
 
 
 
-def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version: str) -> RemoteUserSpace | None:
+def fetch(client: RegistryClient, repo: str, tag: str, arch: str, driver_version: str,
+          trusted: Sequence[TrustedKey] = ()) -> RemoteUserSpace | None:
     """The shared user space `repo:tag`, unpacked into a scratch tree beside gpualign's cache and its user space
     checked there at `driver_version`; None when the registry has no such image. LayerRefused when it is not what
-    it says, UserSpaceMismatch when its user space is not the driver's."""
+    it says (or, with `trusted` keys, not signed by one of them), UserSpaceMismatch when its user space is not the
+    driver's."""
     where = f"{client.ref.host}/{repo}:{tag}"
     digest = client.digest(tag, repo)
     if digest is None:
         return None
-    if (why := unsigned_digest(client, digest, repo)) is not None:
+    if (why := unsigned_digest(client, digest, repo, trusted)) is not None:
         raise LayerRefused(f"{where}: {why}")
     try:  # by the digest judged, and each platform's by the digest its index names: a tag moved since is not read
         manifest = client.manifest_at(digest, repo)

@@ -42,6 +42,7 @@ class Request:
     # tags a report named: one gpualign cannot make is handed to `cannot_make`, and the others still go on
     skippable: frozenset[str] = frozenset()
     upstream_keys: tuple[Any, ...] = ()  # the upstream's public keys: a mirror's signature verified before the copy
+    trusted: tuple[Any, ...] = ()  # keys a present image and what other builds shared must be signed by
     cosign_key: Any = None  # what signs the images pushed and what they share (ensure.cosign_keys); None: unsigned
     kernel_load: bool = True  # each build's modules loaded into their own kernel, booted in a VM, before the push
 
@@ -56,6 +57,7 @@ class Request:
                        check_present=STRICT if self.verify_modules else OFF, replace_wrong=self.replace_wrong,
                        share_pull=self.shared_modules, share_push=self.shared_modules,
                        upstream_keys=self.upstream_keys, cosign_key=self.cosign_key, kernel_load=self.kernel_load,
+                       trusted=self.trusted,
                        together=_built_together(spec, specs))
 
 

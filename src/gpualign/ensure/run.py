@@ -127,7 +127,7 @@ def present_problem(spec: driver_tag.TagSpec, opts: Options) -> PresentProblem |
     certificate (a Secure Boot node refuses anything else). The judgement check and the walk make."""
     image = f"{opts.target.ref.image}:{spec.tag}"
     found = judge({image: (spec.kernel,)}, docker_config=Path(opts.authfile) if opts.authfile else None,
-                  modules=opts.check_present)
+                  modules=opts.check_present, trusted=opts.trusted)
     if image in found.wrong:
         return PresentProblem(found.wrong[image])
     held = found.flavours.get(image)

@@ -34,7 +34,7 @@ import re
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +49,7 @@ from gpualign.model import oci
 
 if TYPE_CHECKING:
     from gpualign.ensure.cosign_keys import Signer
+    from gpualign.judging.signature_check import TrustedKey
     from gpualign.ledger.registry import RegistryClient
 
 ARTIFACT_TYPE = "application/vnd.gpualign.driver-modules.v1"
@@ -123,16 +124,16 @@ def push(client: RegistryClient, key: Key, modules: list[Path], signer: Signer |
     return where(client, key)
 
 
-def pull(client: RegistryClient, key: Key, into: Path) -> list[Path] | None:
+def pull(client: RegistryClient, key: Key, into: Path, trusted: Sequence[TrustedKey] = ()) -> list[Path] | None:
     """The shared modules for `key`, checked against their artifact and written into `into` (a module cache dir,
     made whole or not at all, marked as pulled); None when the registry has none. SharedRefused when the artifact
-    is not what it says."""
+    is not what it says, or, with `trusted` keys, not signed by one of them."""
     repo = repository(client.ref.repo)
     digest = client.digest(key.tag, repo)
     if digest is None:
         return None
     source = where(client, key)
-    if (why := unsigned_digest(client, digest, repo)) is not None:
+    if (why := unsigned_digest(client, digest, repo, trusted)) is not None:
         raise SharedRefused(f"{source}: {why}")
     try:  # by the digest judged: a tag moved since is not read
         manifest = client.manifest_at(digest, repo)

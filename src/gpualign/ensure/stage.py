@@ -78,6 +78,7 @@ class Options:
     ahead: Ahead | None = None  # the registry's modules and user space guessed and fetched while the archive is read
     cosign_key: Any = None  # signs what is pushed and what a build shares, as cosign signs; None: unsigned
     upstream_keys: tuple[Any, ...] = ()  # keys the upstream signs with (cosign's format): its signature checked first
+    trusted: tuple[Any, ...] = ()  # keys what is taken from the ledger must be signed by (none: not checked)
     kernel_load: bool = True  # a build's modules loaded into their own kernel, booted in a VM, before the push
 
 

@@ -127,7 +127,7 @@ class Ahead:
 def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | None = None,
           modules: str = OFF, cache: Path | None = None, secure_boot: Iterable[str] = (),
           archs: Mapping[str, Iterable[str]] | None = None, unlabelled: bool = True,
-          ahead: Ahead | None = None, trusted: tuple[Any, ...] | None = None) -> Judgement:
+          ahead: Ahead | None = None, trusted: tuple[Any, ...] = ()) -> Judgement:
     """needs: image reference (REPO:TAG) -> the kernels of the nodes that need it. modules: OFF (labels only),
     AUTO (also the modules, for kernels with headers to judge against) or STRICT (as AUTO, and a kernel without
     headers leaves the image unverified). secure_boot: the images some Secure Boot node needs: an image gpualign
@@ -135,13 +135,9 @@ def judge(needs: Mapping[str, Iterable[str | None]], *, docker_config: Path | No
     precompiled tag whose config has no labels at all, needed by a kernel whose modules could be checked here (as
     the walk checks them by default), is unverified when they were not checked (the walk passes False: its own
     module check, or the user's explicit opt-out, decides). ahead: configs already read (labels only). trusted: the
-    keys an image must be signed by (cosign's format; default $GPUALIGN_TRUSTED_KEYS; none: not checked): an image
+    keys an image must be signed by (cosign's format, as the command line loaded them; none: not checked): an image
     without such a signature over its digest is wrong, never present."""
     secure = set(secure_boot)
-    if trusted is None:
-        from gpualign.judging.signature_check import configured_trusted
-
-        trusted = configured_trusted()
 
     if cache is None:
         from gpualign.loaders.archive_reading import ensure_root  # not archive.apt: that loads tarfile and more

@@ -1,13 +1,13 @@
 """Whether a trusted key signed an image, as cosign verifies it (gpualign.model.cosign for the format): read
 before a present image is called present, and before a build takes what another build shared. The keys to trust are
-PEM ECDSA P-256 public keys (what `cosign public-key` prints, or `openssl ec -in key.pem -pubout`), named in
-$GPUALIGN_TRUSTED_KEYS. gpualign.ensure.signatures signs."""
+PEM ECDSA P-256 public keys (what `cosign public-key` prints, or `openssl ec -in key.pem -pubout`), named by
+--trusted-key or $GPUALIGN_TRUSTED_KEYS and loaded by the command line (load_trusted), which hands them on.
+gpualign.ensure.signatures signs."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 
     from gpualign.ledger.registry import RegistryClient
 
-TRUSTED_ENV = cosign.TRUSTED_ENV
 
 
 @dataclass(frozen=True)
@@ -114,32 +113,9 @@ def verify(client: RegistryClient, digest: str, trusted: Sequence[TrustedKey], r
     return Verdict(None, "; ".join(dict.fromkeys(seen)) or "no signature layer")
 
 
-def configured_trusted() -> tuple[TrustedKey, ...]:
-    """The keys a present image must be signed by ($GPUALIGN_TRUSTED_KEYS, ':'-separated PEM files); none: signatures
-    are not checked."""
-    return _trusted_from(os.environ.get(TRUSTED_ENV) or "")
-
-
-def _trusted_from(value: str) -> tuple[TrustedKey, ...]:
-    return load_trusted([p for p in value.split(os.pathsep) if p])
-
-
-def unsigned(client: RegistryClient, reference: str, repo: str) -> str | None:
-    """Why `repo:reference` (an artifact another build shared: modules, a user space) may not be taken: not signed
-    by a key of $GPUALIGN_TRUSTED_KEYS; None when it is, or when no key is trusted here."""
-    trusted = configured_trusted()
-    if not trusted:
-        return None
-    digest = client.digest(reference, repo)
-    if digest is None:
-        return None
-    return unsigned_digest(client, digest, repo)
-
-
-def unsigned_digest(client: RegistryClient, digest: str, repo: str) -> str | None:
-    """Why the artifact `repo@digest` may not be taken (not signed by a trusted key); None when it is, or when no
-    key is trusted here. By digest: read the artifact by the same digest afterwards (RegistryClient.manifest_at)."""
-    trusted = configured_trusted()
+def unsigned_digest(client: RegistryClient, digest: str, repo: str, trusted: Sequence[TrustedKey]) -> str | None:
+    """Why the artifact `repo@digest` may not be taken (not signed by one of the `trusted` keys); None when it is, or
+    when no key is trusted. By digest: read the artifact by the same digest afterwards (RegistryClient.manifest_at)."""
     if not trusted:
         return None
     verdict = verify(client, digest, trusted, repo)

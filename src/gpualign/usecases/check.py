@@ -53,6 +53,7 @@ class Setup:
     operator_version: str | None
     docker_config: Path | None
     verify_modules: bool = False  # --verify-modules: pull present images' modules and check them as the kernel would
+    trusted: tuple[Any, ...] = ()  # the keys a present image must be signed by (none: signatures not checked)
     # registries read for the operator's repositories, shared by every cluster of one report (read once each)
     repositories_read: dict[str, Ledger] = field(default_factory=dict)
     repositories_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -255,7 +256,8 @@ class Decider:
             from gpualign.base import labels as L
 
             secure = frozenset(n.name for n in inv.nodes if n.labels.get(L.SECURE_BOOT) == "enabled")
-            found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure, ahead)
+            found = judge_present(result, setup.docker_config, warnings, setup.verify_modules, secure, ahead,
+                                  setup.trusted)
             if found.wrong or found.unverified or found.verified or off_platform(result, found.platforms) or \
                     off_flavour(result, found.flavours):
                 # the same audit, told what the images really are
@@ -301,7 +303,8 @@ def present_archs(findings: Iterable[Any]) -> dict[str, set[str]]:
 
 
 def judge_present(result: Any, docker_config: Path | None, warnings: list[str], modules: bool,
-           secure_boot: frozenset[str] = frozenset(), ahead: Ahead | None = None) -> Judgement:
+           secure_boot: frozenset[str] = frozenset(), ahead: Ahead | None = None,
+           trusted: tuple[Any, ...] = ()) -> Judgement:
     """The present images, judged as the upgrade preflight judges them: their labels always; with `modules`, their
     kernel modules against the kernel of each node that needs them (a node whose kernel has no headers to judge
     against is left unverified, and says so). ahead: configs read while the nodes were."""
@@ -314,7 +317,7 @@ def judge_present(result: Any, docker_config: Path | None, warnings: list[str], 
             needs.setdefault(f.image, set()).add(f.kernel)
     secure = {f.image for f in result.findings if f.image and f.name in secure_boot} if secure_boot else set()
     found = judge(needs, docker_config=docker_config, modules=STRICT if modules else OFF, secure_boot=secure,
-                  archs=present_archs(result.findings), ahead=ahead)
+                  archs=present_archs(result.findings), ahead=ahead, trusted=trusted)
     warnings.extend(found.warnings)
     return found
 

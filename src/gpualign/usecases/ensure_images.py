@@ -85,7 +85,7 @@ def _make(req: Request, specs: list[TagSpec], target: RegistryClient, up: Regist
             if run.worth_fetching_ahead(spec, opts):
                 opts.ahead = Ahead.start(spec, target, opts.flavour,
                                          opts.archive.for_tag_kernel(spec.os_tag, spec.kernel),
-                                         functools.partial(say, spec.tag))
+                                         functools.partial(say, spec.tag), opts.trusted)
         planned: dict[str, run.TagPlan] = {}
         for spec in specs:  # bad tags before any work; a report's tag gpualign cannot make is skipped, and failed
             try:

@@ -42,6 +42,7 @@ class PlanSetup:
     branches: BranchPolicy
     docker_config: Path | None = None
     warn: Say = quiet
+    trusted: tuple[Any, ...] = ()  # the keys a present image must be signed by (none: not checked)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def judged_needs(nodes: Sequence[NodeFacts], pods: Mapping[str, DriverPod] | Non
     check and the walk judge it: plan's answer, and `status --tonight`'s and `why`'s."""
     ledger = setup.available.for_repository(setup.repository)
     result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, pods=pods)
-    wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn)
+    wrong = wrong_in_ledger(result, setup.available, setup.repository, setup.docker_config, setup.warn,
+                            setup.trusted)
     if wrong:
         result = images_needed(nodes, setup.change, ledger, setup.rules, setup.branches, wrong, pods=pods)
     return result
@@ -120,14 +122,14 @@ def _branches(sources: list[Any]) -> BranchPolicy:
 
 
 def wrong_in_ledger(result: NeededImages, available: Ledger, repo: str, docker_config: Path | None,
-                    warn: Say = quiet) -> dict[str, str]:
+                    warn: Say = quiet, trusted: tuple[Any, ...] = ()) -> dict[str, str]:
     """tag -> why, for the needed images the (registry) ledger holds whose labels name another build: the same
     judgement check and the walk make (judging/judge.py)."""
     present = [n for n in result.needed if n.in_ledger]
     if not present or not any(is_registry(s) for s in available.sources):
         return {}
     found = judge({f"{repo}:{n.tag}": (n.kernel,) for n in present}, docker_config=docker_config,
-                  archs={f"{repo}:{n.tag}": n.archs for n in present})
+                  archs={f"{repo}:{n.tag}": n.archs for n in present}, trusted=trusted)
     for w in found.warnings:
         warn(w)
     wrong = {tag_of(image): why for image, why in found.wrong.items()}

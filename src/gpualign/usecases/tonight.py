@@ -122,7 +122,7 @@ class Judged:
 
 def judge(archive: Tonight | None, nodes: Sequence[NodeFacts], pods: Mapping[str, DriverPod],
           ledger: Ledger | None, rules: Rules, builds: Mapping[str, str], *, archive_error: str | None = None,
-          docker_config: Path | None = None) -> Judged:
+          docker_config: Path | None = None, trusted: tuple[Any, ...] = ()) -> Judged:
     """Each node on the kernel it boots next, its image judged as plan judges it (a present one by its labels,
     modules and signature, where the ledger is a registry); ledger None: nothing judged, every node held."""
     from gpualign.usecases.ledgers import repository_for
@@ -132,7 +132,7 @@ def judge(archive: Tonight | None, nodes: Sequence[NodeFacts], pods: Mapping[str
     available = ledger or Ledger(frozenset(), ())
     setup = PlanSetup(change=change_of(booted), available=available,
                       repository=repository_for(None, list(available.sources)), rules=rules,
-                      branches=BranchPolicy(), docker_config=docker_config)
+                      branches=BranchPolicy(), docker_config=docker_config, trusted=trusted)
     needed = judged_needs(nodes, pods, setup)
     judged = ledger is not None
     return Judged(verdicts(booted, needed, judged), pools(archive, needed, judged, builds) if archive else [], needed)

@@ -61,8 +61,8 @@ NO_STATE = ("no node carries nvidia.com/gpu-driver-upgrade-state: no upgrade wal
 
 def status_of(selector: str | None, available: Ledger | None, to_branch: str | None, rules: Rules,
               kubeconfig: str | None, context: str | None, timeout: float | None = None, *,
-              read_builds: BuildsReader, tonight: bool = False,
-              docker_config: Path | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+              read_builds: BuildsReader, tonight: bool = False, docker_config: Path | None = None,
+              trusted: tuple[Any, ...] = ()) -> tuple[dict[str, Any], dict[str, Any]]:
     """`gpualign status`: each GPU node's place in the driver upgrade, its blockers and its image's build (with
     tonight, each Debian pool's next kernel too); and which cluster was read."""
     with Kube(kubeconfig, context, timeout=timeout) as kube:
@@ -73,24 +73,26 @@ def status_of(selector: str | None, available: Ledger | None, to_branch: str | N
         data["note"] = NO_STATE
     if tonight:
         data["tonight"], data["reboot"], data["tonight_error"] = _tonight(snap, available, rules, builds,
-                                                                          docker_config)
+                                                                          docker_config, trusted)
     return data, cluster
 
 
 def _tonight(snap: Snapshot, available: Ledger | None, rules: Rules, builds: dict[str, str],
-             docker_config: Path | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
+             docker_config: Path | None = None,
+             trusted: tuple[Any, ...] = ()) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str | None]:
     """Each Debian pool's next kernel from the archive, with its image's state, and per node whether it may reboot
     tonight (the same judgement `plan --kernel next` makes); or why the archive was not read (its Debian nodes are
     then held: no judgement covers them)."""
     facts = [ns.facts for ns in snap.nodes.values()]
     pods = {name: DriverPod.from_pod(ns.pod) for name, ns in snap.nodes.items() if ns.pod}
-    judged, error = tonight_of(facts, pods, available, rules, builds, docker_config)
+    judged, error = tonight_of(facts, pods, available, rules, builds, docker_config, trusted)
     return ([{**p.as_dict(), "line": p.line()} for p in judged.pools], [v.as_dict() for v in judged.nodes],
             f"Debian's archive not read: {error}" if error else None)
 
 
 def tonight_of(facts: list[NodeFacts], pods: dict[str, DriverPod], available: Ledger | None, rules: Rules,
-               builds: dict[str, str], docker_config: Path | None = None) -> tuple[tonight_pools.Judged, str | None]:
+               builds: dict[str, str], docker_config: Path | None = None,
+               trusted: tuple[Any, ...] = ()) -> tuple[tonight_pools.Judged, str | None]:
     """Per node, may it reboot tonight: the kernel it boots next, its image judged as plan judges it. The archive is
     read when a Debian node is among them; (the judgement, why the archive could not be read)."""
     archive, error = None, None
@@ -102,7 +104,7 @@ def tonight_of(facts: list[NodeFacts], pods: dict[str, DriverPod], available: Le
             except GpualignError as err:
                 error = err.message
     return tonight_pools.judge(archive, facts, pods, available, rules, builds, archive_error=error,
-                               docker_config=docker_config), error
+                               docker_config=docker_config, trusted=trusted), error
 
 
 @dataclass(frozen=True)
@@ -114,14 +116,14 @@ class Why:
 
 def why_of(node: str, available: Ledger | None, to_branch: str | None, rules: Rules, kubeconfig: str | None,
            context: str | None, timeout: float | None = None, *, read_builds: BuildsReader, tonight: bool = False,
-           docker_config: Path | None = None) -> Why:
+           docker_config: Path | None = None, trusted: tuple[Any, ...] = ()) -> Why:
     """`gpualign why NODE`: why the node is where it is in the driver upgrade, over one connection; with tonight,
     also whether it may reboot tonight and, if not, why (the judgement `status --tonight` makes)."""
     found = _why_of(node, available, to_branch, rules, kubeconfig, context, timeout, read_builds=read_builds)
     if not tonight or found.facts is None:
         return found.why
     pods = {node: found.pod} if found.pod is not None else {}
-    judged, _ = tonight_of([found.facts], pods, available, rules, {}, docker_config)
+    judged, _ = tonight_of([found.facts], pods, available, rules, {}, docker_config, trusted)
     verdict = judged.nodes[0]
     line = f"tonight: {verdict.line().removeprefix(node + ': ')}"
     return Why(found.why.cluster, [*found.why.lines, line],

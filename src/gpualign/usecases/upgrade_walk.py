@@ -53,6 +53,7 @@ class UpgradeRequest:
     docker_config: Path | None
     lock_namespace: str
     timeout: float
+    trusted: tuple[Any, ...] = ()  # the keys a target image must be signed by (none: signatures not checked)
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ class UpgradeSession:
         """The ledger told which target images must not be walked to, and the snapshot read again with it: never
         cordon a node for an image that would not load there, or that could not be checked where checks were
         asked."""
-        refused = self._judge_targets(ledger, snap, req.docker_config, req.modules)
+        refused = self._judge_targets(ledger, snap, req.docker_config, req.modules, req.trusted)
         if not refused:
             return available, snap
         available = with_fields(available, refused=tuple(r for _, r in sorted(refused.items())))
@@ -144,7 +145,7 @@ class UpgradeSession:
                                          to_branch=req.branch, budgets=req.policy.admission == "pdb-aware")
 
     def _judge_targets(self, ledger: list[str], snap: Snapshot, docker_config: Path | None,
-                       modules: str) -> dict[str, Refusal]:
+                       modules: str, trusted: tuple[Any, ...] = ()) -> dict[str, Refusal]:
         """tag -> why the walk must not move a node to it: present but wrong (its labels; its modules, checked as
         the node's kernel would load them), or, with module checks asked for, not verified. The same judgement check
         makes (judging/judge.py)."""
@@ -160,7 +161,8 @@ class UpgradeSession:
             repo = source.split("://", 1)[1].rstrip("/")
             started = time.monotonic()
             verdict = judge({f"{repo}:{tag}": ks for tag, ks in kernels.items()}, docker_config=docker_config,
-                            modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure}, unlabelled=False)
+                            modules=modules, secure_boot={f"{repo}:{tag}" for tag in secure}, unlabelled=False,
+                            trusted=trusted)
             for w in verdict.warnings:
                 self.warn(w)
             for image, symbols in sorted(verdict.verified.items()):
