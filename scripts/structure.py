@@ -354,6 +354,32 @@ def reports_printed_by_hand(src: Path = SRC) -> list[str]:
     return out
 
 
+def environment_reads(src: Path = SRC) -> list[str]:
+    """Reads of the environment outside cli/ and lab/ (`os.environ.get`, `os.environ[...]`, `os.getenv`, `in
+    os.environ`): a setting the command line should read once and hand on (issue 73), or another tool's convention
+    read where it is used (KUBECONFIG, DOCKER_CONFIG, SSL_CERT_FILE)."""
+    out = []
+    for n, p in modules(src).items():
+        if room(n, src) in ("cli", "lab"):
+            continue
+        rel = str(p.relative_to(src.parent))
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if _reads_environment(node):
+                out.append(f"{rel}:{node.lineno}: {ast.unparse(node)[:70]}")
+    return sorted(out, key=lambda line: (line.split(":")[0], int(line.split(":")[1])))
+
+
+def _reads_environment(node: ast.AST) -> bool:
+    def environ(e: ast.AST) -> bool:
+        return ast.unparse(e) == "os.environ"
+
+    if isinstance(node, ast.Call):
+        return ast.unparse(node.func) in ("os.environ.get", "os.getenv")
+    if isinstance(node, ast.Subscript):
+        return environ(node.value) and isinstance(node.ctx, ast.Load)
+    return isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators)
+
+
 def positional_constructors(src: Path = SRC, over: int = 5) -> list[str]:
     """Calls of a capitalised name (a class, by the house's naming) with more than `over` positional arguments:
     a value built by position, which a reordered field silently breaks (issue 73: by keyword)."""
@@ -481,6 +507,7 @@ def summary(src: Path = SRC) -> dict[str, object]:
             "flag_words_outside_cli": flag_words(src), "hand_splits_outside_model": hand_splits(src),
             "kernel_spellings_outside_model": kernel_spellings(src),
             "reports_printed_by_hand": reports_printed_by_hand(src),
+            "environment_reads_outside_cli": environment_reads(src),
             "positional_constructors": positional_constructors(src), "vocabulary_compares": vocabulary_compares(src),
             "functions_over_80_lines": long_functions(src),
             "longest_functions": [f"{n:4} {where}" for n, where in longest_functions(src)]}
@@ -522,6 +549,8 @@ def main() -> int:
                              ("hand_splits_outside_model", "splits on ':' or '@' outside model/ (references "
                               "parsed by hand)", args.verbose),
                              ("reports_printed_by_hand", "reports printed outside their command's printers",
+                              args.verbose),
+                             ("environment_reads_outside_cli", "environment reads outside cli/ and lab/",
                               args.verbose),
                              ("kernel_spellings_outside_model", "kernel spellings converted outside model/ (not "
                               "through its Kernel value)", args.verbose),
