@@ -43,7 +43,7 @@ from gpualign.lab import docker_registry, processes  # noqa: E402
 from gpualign.ledger.references import RegistryRef
 from gpualign.ledger.registry import RegistryClient  # noqa: E402
 from gpualign.model import driver_tag  # noqa: E402
-from gpualign.model.makers import kernel_arch  # noqa: E402
+from gpualign.model.kernels import Kernel  # noqa: E402
 
 GPUALIGN = [sys.executable, "-m", "gpualign"]
 
@@ -80,7 +80,7 @@ def nodes_file(path: Path, kernels: list[str], version: str = "12") -> None:
         "feature.node.kubernetes.io/kernel-version.full": k, "feature.node.kubernetes.io/system-os_release.ID":
         "debian", "feature.node.kubernetes.io/system-os_release.VERSION_ID": version,
         "feature.node.kubernetes.io/system-os_release.VERSION_ID.major": version, "nvidia.com/gpu.present": "true",
-        "kubernetes.io/arch": kernel_arch(k) or "amd64"}}} for i, k in enumerate(kernels)]
+        "kubernetes.io/arch": Kernel.of(k).arch_or_amd64}}} for i, k in enumerate(kernels)]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
 
 

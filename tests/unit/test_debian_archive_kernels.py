@@ -25,7 +25,7 @@ from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
 from gpualign.model.fleet_report import ClusterRead, merge_plan
 from gpualign.model.kernels import Kernel, debian_release, label_of, release_of
-from gpualign.model.makers import Maker, Reason, kernel_arch, who_makes
+from gpualign.model.makers import Maker, Reason, who_makes
 from gpualign.model.needed_images import Change, images_needed
 from tests.support import builders
 from tests.support.debian_archive import OS_OF, kernels, read_suites, rules, table
@@ -64,7 +64,7 @@ def test_every_kernel_debian_publishes_is_read_by_its_parts():
     for suite, arch, release in kernels():
         parsed = debian_kernels.parse(release)
         assert parsed is not None, release
-        assert parsed.arch == arch and kernel_arch(release) == arch and kernel_arch(label_of(release)) == arch
+        assert parsed.arch == arch and Kernel.of(release).arch == arch and Kernel.of(label_of(release)).arch == arch
         assert release_of(label_of(release)) == release  # NFD's label reads back to the release
         named = OS_OF[suite.split("-")[0]].removeprefix("debian")
         assert parsed.built_for in (named, None)

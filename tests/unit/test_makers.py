@@ -15,7 +15,8 @@ from gpualign.model import driver_tag
 from gpualign.model.audit import AuditInput, Status, audit
 from gpualign.model.branches import BranchPolicy
 from gpualign.model.facts import node_facts
-from gpualign.model.makers import JOB_MAKERS, DebianTable, Maker, kernel_arch, sources_from, who_makes
+from gpualign.model.kernels import Kernel
+from gpualign.model.makers import JOB_MAKERS, DebianTable, Maker, sources_from, who_makes
 from gpualign.model.platforms import platform_problem
 from gpualign.model.tags import os_tag, required_image
 from tests.support import builders
@@ -93,8 +94,8 @@ def test_published_is_mirrored_and_only_build_and_mirror_get_jobs():
 
 
 def test_kernel_names_their_architecture():
-    assert kernel_arch("6.1.0-50-amd64") == "amd64" and kernel_arch("6.1.0-50-cloud-arm64") == "arm64"
-    assert kernel_arch("5.14.0-427.37.1.el9_4.aarch64") == "arm64" and kernel_arch("5.15.0-124-generic") is None
+    assert Kernel.of("6.1.0-50-amd64").arch == "amd64" and Kernel.of("6.1.0-50-cloud-arm64").arch == "arm64"
+    assert Kernel.of("5.14.0-427.37.1.el9_4.aarch64").arch == "arm64" and Kernel.of("5.15.0-124-generic").arch is None
 
 
 KERNELS = st.sampled_from(["6.1.0-50-amd64", "6.1.0-47-cloud-amd64", "6.1.0-50-arm64", "6.12.117_deb13-amd64",

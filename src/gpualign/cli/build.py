@@ -129,12 +129,9 @@ def gc(
                  read_archive=archive, progress=progress, warn=warn)
     found = done.found
 
-    def where(kind: str) -> str:
-        return done.images_repo if kind == "images" else done.modules_repo
-
     body = {"ledger": ledger, "clusters": list(done.clusters), "kernels": list(done.kernels), "dry_run": not yes,
             "offered": done.offered, "images": list(found.images), "modules": list(found.modules),
-            "attachments": [f"{where(kind)}:{t}" for kind, t in found.attachments],
+            "attachments": [f"{done.repository(kind)}:{t}" for kind, t in found.attachments],
             "kept": [{"tag": tag, "why": why} for tag, why in found.kept],
             "kept_shared_digest": list(found.shared_digest), "kept_unknown": list(found.unknown)}
     SWEEP.print(output, report("LedgerSweep", {"ledger": ledger}, body), done)
@@ -157,16 +154,13 @@ def _swept_text(document: dict[str, Any], _shown: Shown, done: Sweep) -> None:
     """What goes (or went), what is kept and why, line by line."""
     found, host, yes = done.found, done.host, not document["dry_run"]
 
-    def where(kind: str) -> str:
-        return done.images_repo if kind == "images" else done.modules_repo
-
     verb = "deleted" if yes else "would delete"
     for tag in found.images:
         print(f"{verb} {host}/{done.images_repo}:{tag}")
     for tag in found.modules:
         print(f"{verb} {host}/{done.modules_repo}:{tag}")
     for kind, tag in found.attachments:
-        print(f"{verb} {host}/{where(kind)}:{tag} (a signature, attestation or SBOM of an image that goes)")
+        print(f"{verb} {host}/{done.repository(kind)}:{tag} (a signature, attestation or SBOM of an image that goes)")
     for tag, why in found.kept:
         print(f"kept {tag}: {_KEPT[why]}")
     for tag in found.shared_digest:

@@ -109,12 +109,13 @@ KernelPrepare = Callable[[str], None]
 def _prepare_kernel(kernel: str) -> None:
     import threading
 
-    from gpualign.judging.kernel_boot import busybox_for, kernel_arch_of, kernel_tree, kernels_cache
+    from gpualign.judging.kernel_boot import busybox_for, kernel_tree, kernels_cache
+    from gpualign.model.kernels import Kernel
 
     def fetch() -> None:
         try:
             kernel_tree(kernel, kernels_cache())
-            busybox_for(kernel_arch_of(kernel), kernel, kernels_cache())
+            busybox_for(Kernel.of(kernel).arch_or_amd64, kernel, kernels_cache())
         except Exception:  # noqa: BLE001 - the boot itself reads them again and says what failed
             pass
 

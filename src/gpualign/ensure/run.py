@@ -220,20 +220,11 @@ def _vouch_for_upstream(spec: driver_tag.TagSpec, digest: str, opts: Options, sa
                                      f"key ({verdict.why}): not mirrored, not signed")
         say(spec.tag, f"upstream signature verified: {verdict.why or 'signed by its key'}")
     modules = STRICT if opts.check_present == STRICT else AUTO
-    why = kit.vouch(source, spec.kernel, _arch_of(spec.kernel), opts.authfile, modules)
+    why = kit.vouch(source, spec.kernel, spec.kernel_value.arch_or_amd64, opts.authfile, modules)
     if why is not None:
         raise UpstreamNotVouched(f"{spec.tag}: the upstream's image {source}@{digest} is {why}: not mirrored, not "
                                  "signed (gpualign signs only what it built or judged)")
     say(spec.tag, "upstream image judged: its labels and modules agree with its tag")
-
-
-def _arch_of(kernel: str) -> str:
-    """The CPU architecture a kernel runs on: Debian's say it; others (Ubuntu's, RHEL's) are amd64's here, as the
-    precompiled images NVIDIA publishes are."""
-    from gpualign.model import debian_kernels
-
-    parsed = debian_kernels.parse(kernel)
-    return parsed.arch if parsed is not None else "arm64" if kernel.endswith(("arm64", "aarch64")) else "amd64"
 
 
 def _sign(tag: str, made: Outcome, opts: Options, emit: Emit, say: Say) -> None:

@@ -171,7 +171,7 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
     trust: certificates (PEM or DER) to boot with under UEFI Secure Boot, held as a node's MOK list would hold them
     (gpualign.judging.secure_boot): the kernel then locks itself down and refuses a module they did not sign. A
     kernel that did not lock down is no verdict on signatures: NotEnforced, never a pass."""
-    arch = _arch_of(kernel)
+    arch = Kernel.of(kernel).arch_or_amd64
     qemu, machine, console = QEMU.get(arch, (None, [], ""))
     if qemu is None:
         raise BadInput(f"kernel {kernel}: gpualign boots amd64 and arm64 kernels, not {arch}")
@@ -321,14 +321,6 @@ def _write_initramfs(out: Path, files: dict[str, bytes], init: bytes, busybox: P
             handle.write(b"070701" + b"".join(f"{v:08X}".encode() for v in fields))
             handle.write(encoded + b"\0" * ((-(110 + len(encoded))) % 4))
             handle.write(data + b"\0" * ((-len(data)) % 4))
-
-
-def kernel_arch_of(kernel: str) -> str:
-    return _arch_of(kernel)
-
-
-def _arch_of(kernel: str) -> str:
-    return Kernel.of(kernel).arch_or_amd64
 
 
 def _host_arch() -> str:

@@ -53,7 +53,8 @@ def release_of(label: str) -> str:
     return f"{m.group('version')}+{m.group('mark')}{again}{m.group('rest')}"
 
 
-# Where a release names no Debian kernel, its architecture as other distributions' kernels end
+# Where a release names no Debian kernel, its architecture as other distributions' releases end (RHEL: .x86_64,
+# .aarch64; Ubuntu's -nvidia-64k kernels are arm64 only), spelled as Kubernetes (and Go) spell architectures
 _OTHER_ARCH = ((re.compile(r".*-amd64$"), "amd64"), (re.compile(r".*-arm64$"), "arm64"),
                (re.compile(r".*-powerpc64le$"), "ppc64le"), (re.compile(r".*-s390x$"), "s390x"),
                (re.compile(r".*-riscv64$"), "riscv64"), (re.compile(r".*-armmp(-lpae)?$"), "arm"),

@@ -140,17 +140,9 @@ SUITES = {"debian12": "bookworm", "debian13": "trixie"}
 RENDERED = ("ubuntu", "rhel")
 RENDERED_RELEASES = {"ubuntu": ("ubuntu22.04", "ubuntu24.04"), "rhel": ("rhel9",)}
 
-# The CPU architecture a kernel's release names, where it names one (Debian: -amd64, -arm64, -powerpc64le, -s390x,
-# -riscv64, -armmp for armhf; RHEL: .x86_64, .aarch64; Ubuntu's -nvidia-64k kernels are arm64 only). Kubernetes
-# spells architectures as Go does.
 def debian_suite(os_tag: str) -> str:
     """The suite whose archive builds an OS tag's images (debian13: trixie); bookworm for any other."""
     return SUITES.get(os_tag, "bookworm")
-
-
-def kernel_arch(kernel: str) -> str | None:
-    """The CPU architecture a kernel's release names (6.1.0-50-amd64 → amd64), or None when it names none."""
-    return Kernel.of(kernel).arch
 
 
 def family(os_tag: str) -> str:
@@ -199,13 +191,13 @@ def who_makes(os_tag: str, branch: str, kernel: str, arch: str | None, published
     own, else amd64), when it is not present. `published`: the rules say NVIDIA publishes it. `debian`: the
     releases gpualign builds and what their archives carry (Rules.debian: the archive as ensure read it last, else
     the rules' copy). `flavour`: the kernel modules the node's driver pod loads (gpualign.model.flavours)."""
-    arch = arch or kernel_arch(kernel) or "amd64"
+    named = Kernel.of(kernel).arch
+    arch = arch or named or "amd64"
     if published:
         return Making(Maker.MIRROR, "NVIDIA publishes it: mirror it (gpualign ensure)", Reason.PUBLISHED)
     if not precompiled:
         return _none(Reason.REGULAR_ONLY, f"NVIDIA's regular driver image for {os_tag} is not published for this "
                                           "version: gpualign builds precompiled images only")
-    named = kernel_arch(kernel)
     if named is not None and named != arch:
         return _none(Reason.ARCH, f"kernel {kernel} is an {named} kernel, but the node is {arch}")
     release = debian.get(os_tag)

@@ -33,6 +33,10 @@ class Sweep:
     offered: dict[str, str]  # pool -> the kernel Debian's archive installs next on it
     found: Unused  # with delete, all of it is gone (a deletion that fails stops the sweep)
 
+    def repository(self, kind: str) -> str:
+        """The repository of an attachment's kind: "images" or "modules"."""
+        return self.images_repo if kind == "images" else self.modules_repo
+
     @property
     def anything(self) -> bool:
         return bool(self.found.images or self.found.modules or self.found.attachments)
