@@ -91,6 +91,11 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
             node["reason"], node
         plain = run_cli("check", "--ledger", ledger, "--driver-branch", "580", "-o", "json", env=lab.env)
         assert json.loads(plain.out)["nodes"][0]["status"] == "present"  # no trusted key: signatures not checked
+        # plan judges the same image by the same keys, handed on by its command line as check's are
+        planned = run_cli("plan", "--ledger", ledger, "--driver-branch", "580", "-o", "json", env=trusted)
+        (needed,) = json.loads(planned.out)["needed"]
+        assert "unsigned: no signature by a trusted key" in (needed["wrong"] or "") and not needed["in_ledger"] \
+            and tag in json.loads(planned.out)["to_build"], needed
         client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
         try:
             signatures.sign(client, tag, signatures.load_private_key(tmp_path / "ours.key"))
