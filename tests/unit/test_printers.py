@@ -28,7 +28,7 @@ def test_the_commands_declare_their_printers():
     assert {"check.CHECK", "check.FLEET_CHECK", "plan.PLAN", "plan.FLEET_PLAN", "status.STATUS",
             "status.FLEET_STATUS", "status.WHY", "cuda.CUDA_CHECK", "verify.VERIFY", "gate.GATE_LIST",
             "gate.GATE_RELEASE", "build.BUILD_LIST", "build.SWEEP", "ensure.ENSURE", "ensure.RENDER",
-            "upgrade.UPGRADE_PLAN", "rules.RULES"} <= set(every_printers())
+            "upgrade.UPGRADE_PLAN", "rules.RULES", "lab.LAB_STATUS", "lab.RUN_DRIVER"} <= set(every_printers())
 
 
 @pytest.mark.parametrize("name", sorted(every_printers()))
@@ -65,3 +65,17 @@ def test_json_is_the_document_and_a_table_gets_how_it_is_shown_and_what_else_is_
     printers.print(Output.table, {"kind": "X"})
     assert seen == [({"kind": "X"}, Shown(wide=True, no_headers=True), ("reads",)),
                     ({"kind": "X"}, Shown(), ())]
+
+
+def test_lab_status_prints_its_document_and_its_table_from_the_same_dict(capsys):
+    """lab status as a table reads only what its json says: a dead component and a lab without a real node."""
+    lab_status = every_printers()["lab.LAB_STATUS"]
+    document = {"stateDir": "/s", "running": False, "scenario": None, "apiserver": "https://127.0.0.1:1",
+                "registry": "127.0.0.1:2", "realNode": None,
+                "components": [{"name": "etcd", "running": False, "pid": 7, "address": "127.0.0.1:3", "log": "/l",
+                                "upSeconds": 3723}]}
+    lab_status.print(Output.table, document)
+    text = capsys.readouterr().out
+    assert "lab in /s (scenario -)" in text and "DEAD" in text and "up 1h02m03s" in text and "no real node" in text
+    lab_status.print(Output.json, document)
+    assert json.loads(capsys.readouterr().out) == document

@@ -15,6 +15,7 @@ from gpualign.cli import complete
 from gpualign.cli.common import progress, stdout, warn
 from gpualign.cli.groups import Group
 from gpualign.cli.options import Output, OutputOpt
+from gpualign.cli.printers import Printers, Shown
 
 app = typer.Typer(
     help="The lab: etcd, kube-apiserver, controller-manager, scheduler and kwok as plain processes on 127.0.0.1, "
@@ -126,37 +127,36 @@ def down(state_dir: StateDirOpt = None) -> None:
 @app.command()
 def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> None:
     """What runs, where, and for how long. Exit 1 if the lab is down or any component died."""
-    from gpualign.cli.common import emit_data
     from gpualign.lab import cluster
 
+    LAB_STATUS.refuse_unless_allowed(output)
     sdir, _ = _dirs(state_dir, None)
     state = cluster.LabState.load(sdir)
-    data = output in (Output.json, Output.yaml)
     if not state or not state.procs:
-        if data:
-            emit_data({"stateDir": str(sdir), "running": False, "components": []}, output)
-        else:
-            stdout.print(f"no lab in {sdir}")
+        LAB_STATUS.print(output, {"stateDir": str(sdir), "running": False, "components": []})
         raise typer.Exit(EXIT_FINDINGS)
     now = time.time()
     alive = state.running()
-    if data:
-        emit_data({"stateDir": str(sdir), "running": all(alive.values()), "scenario": state.scenario,
-                   "apiserver": state.apiserver, "registry": state.registry,
-                   "realNode": cluster.real_node_status(state),
-                   "components": [{"name": n, "running": alive[n], "pid": p.pid, "address": p.address or None,
-                                   "log": str(p.log), "upSeconds": int(now - p.started)}
-                                  for n, p in state.procs.items()]}, output)
-        if not all(alive.values()):
-            raise typer.Exit(EXIT_FINDINGS)
+    LAB_STATUS.print(output, {
+        "stateDir": str(sdir), "running": all(alive.values()), "scenario": state.scenario,
+        "apiserver": state.apiserver, "registry": state.registry, "realNode": cluster.real_node_status(state),
+        "components": [{"name": n, "running": alive[n], "pid": p.pid, "address": p.address or None, "log": str(p.log),
+                        "upSeconds": int(now - p.started)} for n, p in state.procs.items()]})
+    if not all(alive.values()):
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _lab_status_text(document: dict[str, Any], _shown: Shown) -> None:
+    """The lab's components, one line each, and its real node."""
+    if not document["components"]:
+        stdout.print(f"no lab in {document['stateDir']}")
         return
-    stdout.print(f"lab in {sdir} (scenario {state.scenario or '-'})")
-    for name, proc in state.procs.items():
-        mark = "running" if alive[name] else "DEAD"
-        age = int(now - proc.started)
-        stdout.print(f"  {name:<24} {mark:<8} pid {proc.pid:<8} {proc.address or '-':<32} "
-                     f"up {age // 3600}h{age % 3600 // 60:02d}m{age % 60:02d}s")
-    node = cluster.real_node_status(state)
+    stdout.print(f"lab in {document['stateDir']} (scenario {document['scenario'] or '-'})")
+    for proc in document["components"]:
+        age = proc["upSeconds"]
+        stdout.print(f"  {proc['name']:<24} {'running' if proc['running'] else 'DEAD':<8} pid {proc['pid']:<8} "
+                     f"{proc['address'] or '-':<32} up {age // 3600}h{age % 3600 // 60:02d}m{age % 60:02d}s")
+    node = document["realNode"]
     if node:
         ready = {True: "Ready", False: "NOT READY", None: "unknown (API server unreachable)"}[node["ready"]]
         stdout.print(f"  real node {node['name']}: {ready}, {node['pods'] if node['pods'] is not None else '?'} pods, "
@@ -164,8 +164,10 @@ def status(state_dir: StateDirOpt = None, output: OutputOpt = Output.table) -> N
                      f"{node['bridge']}; logs: `gpualign lab logs kubelet|containerd`")
     else:
         stdout.print("  no real node (simulated nodes only): `gpualign lab up --real-node` starts one")
-    if not all(alive.values()):
-        raise typer.Exit(EXIT_FINDINGS)
+
+
+LAB_STATUS = Printers(command="lab status", table=_lab_status_text, wide=False)
+
 
 
 @app.command()
@@ -429,10 +431,10 @@ def run_driver(
     spec (its DaemonSet for the image's kernel when the lab runs the operator, else its manifest), on the node
     labelled as the operator selects a GPU node of that kernel. Prints what nvidia-driver did; the pod, the labels
     and what the spec made on the host are removed afterwards. See docs/ensure.md, "What is proven here"."""
-    from gpualign.cli.common import emit_data
-    from gpualign.lab import cluster, driver_pod, realnode, versions
+    from gpualign.lab import cluster, driver_pod
     from gpualign.model import driver_tag
 
+    RUN_DRIVER.refuse_unless_allowed(output)
     spec = driver_tag.parse(tag)
     sdir, _ = _dirs(state_dir, None)
     state = cluster.require(sdir)
@@ -442,17 +444,25 @@ def run_driver(
     ran = driver_pod.run_on_real_node(state, image, spec.kernel, spec.family, re.sub(r"^[a-z]+", "", spec.os_tag),
                                       namespace=namespace, timeout=timeout, progress=progress)
     container = ran.pod["spec"]["containers"][0]
-    if output in (Output.json, Output.yaml):
-        emit_data({"image": image, "source": ran.source, "command": container.get("command"),
-                   "args": container.get("args"), "exitCode": ran.exit_code, "seconds": round(ran.seconds, 2),
-                   "log": ran.log.splitlines()}, output)
-        return
-    stdout.print(f"{' '.join([*container.get('command', []), *container.get('args', [])])} in {image}, "
+    RUN_DRIVER.print(output, {"image": image, "source": ran.source, "command": container.get("command"),
+                              "args": container.get("args"), "exitCode": ran.exit_code,
+                              "seconds": round(ran.seconds, 2), "log": ran.log.splitlines()})
+
+
+def _ran_text(document: dict[str, Any], _shown: Shown) -> None:
+    """What nvidia-driver printed in the pod, under the command it ran; how it ended, on stderr."""
+    from gpualign.lab import realnode, versions
+
+    log = "\n".join(document["log"])
+    stdout.print(f"{' '.join([*(document['command'] or []), *(document['args'] or [])])} in {document['image']}, "
                  f"on {realnode.NAME} ({versions.KUBERNETES} kubelet):", markup=False, highlight=False)
-    sys.stdout.write(ran.log if ran.log.endswith("\n") or not ran.log else ran.log + "\n")
+    sys.stdout.write(log + "\n" if log else "")
     sys.stdout.flush()
-    ended = "still running" if ran.exit_code is None else f"exited {ran.exit_code}"
-    progress(f"the container {ended} {ran.seconds:.1f}s after the pod was created")
+    ended = "still running" if document["exitCode"] is None else f"exited {document['exitCode']}"
+    progress(f"the container {ended} {document['seconds']:.1f}s after the pod was created")
+
+
+RUN_DRIVER = Printers(command="lab run-driver", table=_ran_text, wide=False)
 
 
 def register(root: typer.Typer) -> None:
