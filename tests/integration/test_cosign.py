@@ -96,6 +96,15 @@ def test_with_a_trusted_key_an_unsigned_image_is_never_present_and_a_signed_one_
         (needed,) = json.loads(planned.out)["needed"]
         assert "unsigned: no signature by a trusted key" in (needed["wrong"] or "") and not needed["in_ledger"] \
             and tag in json.loads(planned.out)["to_build"], needed
+        # status --tonight and why --tonight hold the node on that image by the same keys; without them it may go
+        selector = "kubernetes.io/hostname=signed-1"
+        told = run_cli("status", "-l", selector, "--tonight", "--ledger", ledger, "-o", "json", env=trusted)
+        (verdict,) = json.loads(told.out)["reboot"]
+        assert told.code == 1 and (verdict["hold"], verdict["tag"]) == ("unsigned", tag), verdict
+        why = run_cli("why", "signed-1", "--tonight", "--ledger", ledger, env=trusted)
+        assert why.code == 1 and "held (unsigned)" in why.out, why.out
+        told = run_cli("status", "-l", selector, "--tonight", "--ledger", ledger, "-o", "json", env=lab.env)
+        assert told.code == 0 and json.loads(told.out)["reboot"][0]["ready"], told.out
         client = RegistryClient(RegistryRef(host=lab.registry, repo="nvidia/driver", scheme="http"))
         try:
             signatures.sign(client, tag, signatures.load_private_key(tmp_path / "ours.key"))

@@ -190,12 +190,13 @@ def run_status(f: StatusFlags) -> None:
     if f.tonight and available is None and names is None:
         available = _operator_ledger(f.kubeconfig, f.context[0] if f.context else None, timeout, f.docker_config)
     rule_set = load_rules(f.rules)  # once, not per cluster and per refresh
+    trusted = trusted_keys(f.trusted_key)
     while True:
         if names is None:
             data, cluster = status_of(f.selector, available, f.to_branch, rule_set, f.kubeconfig,
                                       f.context[0] if f.context else None, timeout, read_builds=read_cluster,
                                       tonight=f.tonight, docker_config=f.docker_config,
-                                      trusted=trusted_keys(f.trusted_key))
+                                      trusted=trusted)
             held = f.tonight and not all(v["ready"] for v in data.get("reboot") or [])
             code = EXIT_FINDINGS if data["counts"].get("upgrade-failed") or (f.fail_on_stuck and data["stuck"]) or \
                 held else 0
