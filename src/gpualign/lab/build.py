@@ -119,9 +119,10 @@ def go_env() -> dict[str, str]:
 # policy-tester's from a cold `make test`): the order to build in, and what a first build says it will take
 SIZE_HINT = {"kubernetes": 905.0, "cosign": 333.0, "policy-controller": 320.0, "gpu-operator": 317.0,
              "promtool": 297.0, "helm": 215.0, "kwok": 172.0, "etcd": 69.0, "kubelet": 41.0, "toxiproxy": 11.0}
-# A target built from another's module waits for it: built at once, both would compile the same packages (Go's
-# cache shares finished work, not work in progress).
-AFTER = {"kubelet": "kubernetes"}
+# A target that shares packages with another waits for it: built at once, both would compile the same packages (Go's
+# cache shares finished work, not work in progress). kubelet is built from Kubernetes' module; kwok's and Helm's
+# modules require every module they share with it at its versions (go/kwok/go.mod, go/helm/go.mod).
+AFTER = {"kubelet": "kubernetes", "kwok": "kubernetes", "helm": "kubernetes"}
 
 
 def _minutes(seconds: float) -> str:
