@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpualign.archive.apt import Archive, file_lock
 from gpualign.base.errors import BadInput
-from gpualign.ensure import buildroot
+from gpualign.ensure import buildroot, debug_info
 from gpualign.ensure.buildroot import FLAVOURS, BuildError
 from gpualign.ensure.compile_log import first_error
 from gpualign.loaders.archive_reading import ensure_root
@@ -153,6 +153,9 @@ def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs
     rootfs = root.rootfs
     out = modules_dir(kernel, flavour, version, None)
     across = f" ARCH={_KBUILD_ARCH[cross]} CROSS_COMPILE={cross}" if cross else ""
+    headers = rootfs / "usr" / "src" / f"linux-headers-{kernel}"
+    config = (headers / ".config").read_text(errors="replace") if (headers / ".config").is_file() else None
+    across += debug_info.make_flags(config, (headers / "vmlinux").exists())
     progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}{across}; a few CPU-minutes)")
     work = f"/build/{flavour}-{kernel}"  # kernels compile side by side in the one root
     script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "

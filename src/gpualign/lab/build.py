@@ -113,12 +113,12 @@ def go_env() -> dict[str, str]:
     return env
 
 
-# Seconds a cold build of each target took on 2 cores (Go caches empty): the order to start them in when no
-# build-times.json is recorded yet, largest first.
-# seconds each cold build took on 2 cores beside the others (a cold `make demo`, docs/benchmarks.md; cosign's and
-# policy-tester's from a cold `make test`): the order to build in, and what a first build says it will take
-SIZE_HINT = {"kubernetes": 905.0, "cosign": 333.0, "policy-controller": 320.0, "gpu-operator": 317.0,
-             "promtool": 297.0, "helm": 215.0, "kwok": 172.0, "etcd": 69.0, "kubelet": 41.0, "toxiproxy": 11.0}
+# Seconds each cold build took on 2 cores beside the others (Go caches empty; the demo's targets from
+# docs/benchmarks.md's cold `lab build`, kwok and Helm after Kubernetes; cosign's, policy-tester's and promtool's from
+# a cold `make test`): the order to start them in when no build-times.json is recorded yet, largest first, and what
+# a first build says it will take.
+SIZE_HINT = {"kubernetes": 703.0, "cosign": 333.0, "gpu-operator": 334.0, "policy-controller": 320.0,
+             "promtool": 297.0, "etcd": 69.0, "kubelet": 31.0, "helm": 27.0, "kwok": 25.0, "toxiproxy": 11.0}
 # A target that shares packages with another waits for it: built at once, both would compile the same packages (Go's
 # cache shares finished work, not work in progress). kubelet is built from Kubernetes' module; kwok's and Helm's
 # modules require every module they share with it at its versions (go/kwok/go.mod, go/helm/go.mod).
