@@ -20,6 +20,13 @@ def test_debians_6_1_kernel_compiles_without_debug_information():
     assert debug_info.make_flags(config, vmlinux_present=True) == ""  # kbuild would make BTF from the DWARF
 
 
+def test_debians_6_12_kernel_keeps_it_as_its_headers_ship_vmlinux():
+    """Debian 13's headers package holds vmlinux, so kbuild makes each module's BTF from its DWARF."""
+    config = (CONFIGS / "6.12.118+deb13-amd64.debug").read_text()
+    assert "ships vmlinux" in config.splitlines()[0]
+    assert debug_info.make_flags(config, vmlinux_present=True) == ""
+
+
 def test_symbol_versions_from_dwarf_keep_it_and_an_unknown_config_keeps_it():
     assert debug_info.make_flags("CONFIG_MODVERSIONS=y\nCONFIG_GENDWARFKSYMS=y\n", vmlinux_present=False) == ""
     assert debug_info.make_flags(None, vmlinux_present=False) == ""
