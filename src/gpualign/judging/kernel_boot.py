@@ -37,6 +37,10 @@ from gpualign.model.kernels import Kernel
 NVIDIA_CORE = "nvidia"  # the one NVIDIA module that loads without another NVIDIA module
 QEMU = {"amd64": ("qemu-system-x86_64", ["-machine", "q35"], "ttyS0"),
         "arm64": ("qemu-system-aarch64", ["-machine", "virt", "-cpu", "max"], "ttyAMA0")}
+# What the kernel's command line adds per architecture. x86: no_timer_check, as cloud images boot their VMs: an
+# emulated CPU starved by a busy host misses the IO-APIC timer's test interrupts at boot, and the kernel panics
+# ("IO-APIC + timer doesn't work!") before any module is loaded.
+KERNEL_ARGS = {"amd64": " no_timer_check", "arm64": ""}
 QEMU_PACKAGES = {"amd64": "qemu-system-x86", "arm64": "qemu-system-arm"}  # Debian's packages of those emulators
 BUSYBOX = Path("/bin/busybox")
 # TCG emulation by default: it boots Debian's kernels here in seconds, on any machine. KVM is asked for by name
@@ -202,8 +206,9 @@ def boot_and_load(modules: Path, kernel: str, cache: Path, *, timeout: float = 2
         level = 5
         if firmware is not None:  # and the kernel's notices: it gives its reason for a refused key at that level
             machine, level = firmware.qemu_args(Path(tmp) / "vars.fd"), 6
+        extra = KERNEL_ARGS.get(arch, "")
         cmd = [qemu, *machine, "-accel", accel, "-m", "1024", "-smp", "1", "-kernel", str(tree.vmlinuz),
-               "-initrd", str(initrd), "-append", f"console={console} panic=-1 loglevel={level}",
+               "-initrd", str(initrd), "-append", f"console={console} panic=-1 loglevel={level}{extra}",
                "-nographic", "-no-reboot", "-nodefaults", "-serial", "stdio", "-monitor", "none"]
         started = time.monotonic()
         try:
