@@ -139,3 +139,23 @@ def test_the_reading_sees_a_vocabulary_word_compared_as_a_string_and_a_positiona
     assert structure.vocabulary_compares(src) == ["gpualign/ensure/use.py:2: 'open' (Flavour)",
                                                   "gpualign/ensure/use.py:3: 'open' (Flavour)"]
     assert structure.positional_constructors(src) == ["gpualign/ensure/use.py:5: Recipe with 6 positional arguments"]
+
+
+def _variable(read: str) -> str:
+    """The variable a read names: `os.environ.get(X)`, `os.getenv(X)`, `os.environ[X]`, `X in os.environ`."""
+    import re
+
+    code = read.split(": ", 1)[1]
+    found = re.match(r"os\.(?:environ\.get|getenv)\(([^,)]+)|os\.environ\[([^]]+)\]|(\S+) (?:not )?in os\.environ",
+                     code)
+    assert found, read
+    return next(g for g in found.groups() if g)
+
+
+def test_each_setting_below_the_command_line_is_read_from_the_environment_in_one_place():
+    """What cli/ does not read and hand on (another tool's variable, the archive's mirror) is read in one place, so
+    no two places can disagree on its default."""
+    from collections import Counter
+
+    reads = Counter(_variable(read) for read in structure.environment_reads())
+    assert reads and [name for name, count in reads.items() if count > 1] == []

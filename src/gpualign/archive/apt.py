@@ -47,19 +47,24 @@ MIRROR_ENV = "GPUALIGN_DEBIAN_MIRROR"
 SECURITY_ENV = "GPUALIGN_DEBIAN_SECURITY_MIRROR"
 
 
+def mirror_set() -> str:
+    """$GPUALIGN_DEBIAN_MIRROR as set ("" when not): the one place it is read."""
+    return (os.environ.get(MIRROR_ENV) or "").rstrip("/")
+
+
 def configured_mirror() -> str:
     """Debian's archive as this machine reaches it: $GPUALIGN_DEBIAN_MIRROR, else deb.debian.org."""
-    return (os.environ.get(MIRROR_ENV) or DEFAULT_MIRROR).rstrip("/")
+    return mirror_set() or DEFAULT_MIRROR
 
 
 def configured_security() -> str:
     """Debian's security archive: $GPUALIGN_DEBIAN_SECURITY_MIRROR, else the mirror's sibling when a mirror is set
     (MIRROR/../debian-security, as deb.debian.org lays them out), else deb.debian.org's."""
-    if os.environ.get(SECURITY_ENV):
-        return os.environ[SECURITY_ENV].rstrip("/")
-    if os.environ.get(MIRROR_ENV):
-        return configured_mirror().rsplit("/", 1)[0] + "/debian-security"
-    return DEFAULT_SECURITY
+    security = os.environ.get(SECURITY_ENV)
+    if security:
+        return security.rstrip("/")
+    mirror = mirror_set()
+    return mirror.rsplit("/", 1)[0] + "/debian-security" if mirror else DEFAULT_SECURITY
 COMPONENTS = "main contrib non-free non-free-firmware"
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 REFRESH_SECONDS = 6 * 3600

@@ -54,11 +54,16 @@ class Fetched:
     not_modified: int = 0
 
 
+def keyring_set() -> str:
+    """$GPUALIGN_DEBIAN_KEYRING as set ("" when not): the one place it is read."""
+    return os.environ.get(KEYRING_ENV) or ""
+
+
 @dataclass
 class ArchiveIndex:
     mirror: str = field(default_factory=configured_mirror)
     security: str = field(default_factory=configured_security)
-    keyring: str = field(default_factory=lambda: os.environ.get(KEYRING_ENV) or KEYRING)
+    keyring: str = field(default_factory=lambda: keyring_set() or KEYRING)
     cache: Path = field(default_factory=lambda: ensure_root() / "archive-index")
     timeout: float = 30.0
     now: float | None = None  # the clock Valid-Until is judged by (None: time.time())

@@ -111,9 +111,14 @@ def load_signer(reference: str, *, password: bytes | None = None, kube: Any = No
     except OSError as err:
         raise BadInput(f"{path}: cannot read the signing key: {err.strerror}") from None
     beside = path.parent / "cosign.password"  # cosign's Secret, mounted whole: cosign.key beside cosign.password
-    if password is None and PASSWORD_ENV not in os.environ and beside.is_file():
+    if password is None and _password_given() is None and beside.is_file():
         password = beside.read_bytes()
     return LocalKey(private_key(pem, str(path), password), str(path))
+
+
+def _password_given() -> str | None:
+    """$COSIGN_PASSWORD as cosign reads it (None: not set; "" is a password): the one place it is read."""
+    return os.environ.get(PASSWORD_ENV)
 
 
 def private_key(pem: bytes, where: str, password: bytes | None = None) -> ec.EllipticCurvePrivateKey:
@@ -122,7 +127,7 @@ def private_key(pem: bytes, where: str, password: bytes | None = None) -> ec.Ell
     match = _ENCRYPTED.search(pem)
     if match is not None:
         if password is None:
-            given = os.environ.get(PASSWORD_ENV)
+            given = _password_given()
             if given is None:
                 raise BadInput(f"{where}: cosign's encrypted key needs its password in ${PASSWORD_ENV} (or a "
                                "cosign.password file beside it, as cosign's Secret holds it)")

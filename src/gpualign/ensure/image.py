@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpualign import __version__
-from gpualign.archive.apt import MIRROR_ENV, configured_mirror, file_lock
+from gpualign.archive.apt import file_lock, mirror_set
 from gpualign.base.cache import cache_root as gpualign_cache
 from gpualign.base.errors import BadInput, Refused
 from gpualign.ensure import shared_userspace, userspace
@@ -172,7 +172,7 @@ def _ensure_base(suite: str, arch: str) -> str:
         cmd = ["mmdebstrap", "--quiet", "--variant=extract", f"--architectures={arch}",
                f"--include={','.join(base_packages(suite))}",
                f"--extract-hook={EXTRA_HOOK.get(suite, '')}{BASE_HOOK}", suite, str(tar),
-               *([configured_mirror()] if os.environ.get(MIRROR_ENV) else [])]  # mmdebstrap's own default else
+               *([mirror] if (mirror := mirror_set()) else [])]  # mmdebstrap's own default else
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise BuildError(f"mmdebstrap (the driver image's base) failed: {proc.stderr.strip()[-300:]}")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpualign.archive.apt import KEYRING
-from gpualign.archive.indexes import KEYRING_ENV, ArchiveIndex, IndexNotCarried
+from gpualign.archive.indexes import KEYRING_ENV, ArchiveIndex, IndexNotCarried, keyring_set
 from gpualign.model import next_kernels
 from gpualign.model.facts import NodeFacts
 from gpualign.model.kernels import Kernel
@@ -76,10 +76,11 @@ def cannot_verify() -> str | None:
 
     if shutil.which("gpgv") is None:
         return "gpgv, the verifier apt uses, is not installed here (Debian's package gpgv)"
-    keyring = os.environ.get(KEYRING_ENV) or KEYRING
+    given = keyring_set()
+    keyring = given or KEYRING
     if not os.path.isfile(keyring):
-        return (f"the keyring {keyring} is missing" + (f" (${KEYRING_ENV})" if os.environ.get(KEYRING_ENV) else
-                                                       " (Debian's package debian-archive-keyring)"))
+        return f"the keyring {keyring} is missing" + (f" (${KEYRING_ENV})" if given else
+                                                      " (Debian's package debian-archive-keyring)")
     return None
 
 
