@@ -84,6 +84,17 @@ class Root:
         return kernel in self.kernels and (flavour is None or flavour in self.flavours)
 
 
+def headers(rootfs: Path, kernel: str) -> Path:
+    """Where a root holds a kernel's headers (linux-headers-<kernel>: its .config, Module.symvers, vmlinux)."""
+    return rootfs / "usr" / "src" / f"linux-headers-{kernel}"
+
+
+def kernel_config(rootfs: Path, kernel: str) -> str | None:
+    """The kernel's .config as its headers ship it, or None when they hold none."""
+    config = headers(rootfs, kernel) / ".config"
+    return config.read_text(errors="replace") if config.is_file() else None
+
+
 def upstream(version: str) -> str:
     """A Debian version's upstream part: 535.261.03 for 535.261.03-1~deb12u1."""
     from debian.debian_support import Version

@@ -153,9 +153,8 @@ def _compile(root: buildroot.Root, kernel: str, flavour: str, version: str, jobs
     rootfs = root.rootfs
     out = modules_dir(kernel, flavour, version, None)
     across = f" ARCH={_KBUILD_ARCH[cross]} CROSS_COMPILE={cross}" if cross else ""
-    headers = rootfs / "usr" / "src" / f"linux-headers-{kernel}"
-    config = (headers / ".config").read_text(errors="replace") if (headers / ".config").is_file() else None
-    across += debug_info.make_flags(config, (headers / "vmlinux").exists())
+    across += debug_info.make_flags(buildroot.kernel_config(rootfs, kernel),
+                                    (buildroot.headers(rootfs, kernel) / "vmlinux").exists())
     progress(f"compile: NVIDIA {version} {flavour} modules for {kernel} (make -j{jobs}{across}; a few CPU-minutes)")
     work = f"/build/{flavour}-{kernel}"  # kernels compile side by side in the one root
     script = (f"set -e; rm -rf {work}; mkdir -p {work}; cd {work}; tar -xf /usr/src/{tarball}; "

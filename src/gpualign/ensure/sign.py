@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from gpualign.base.errors import BadInput
-from gpualign.ensure.buildroot import BuildError
+from gpualign.ensure.buildroot import BuildError, kernel_config
 from gpualign.ensure.debian import Progress, _run, modules_dir
 from gpualign.judging import modsig
 
@@ -84,12 +84,9 @@ def from_files(key: Path, cert: Path) -> SigningKey:
 
 def kernel_hash(rootfs: Path, kernel: str) -> str:
     """CONFIG_MODULE_SIG_HASH of the kernel, from its headers' .config (sha256 when it does not say)."""
-    config = rootfs / "usr" / "src" / f"linux-headers-{kernel}" / ".config"
-    if config.is_file():
-        m = re.search(r'^CONFIG_MODULE_SIG_HASH="([a-z0-9]+)"', config.read_text(errors="replace"), re.M)
-        if m:
-            return m.group(1)
-    return "sha256"
+    config = kernel_config(rootfs, kernel)
+    m = re.search(r'^CONFIG_MODULE_SIG_HASH="([a-z0-9]+)"', config, re.M) if config is not None else None
+    return m.group(1) if m else "sha256"
 
 
 def sign_modules(rootfs: Path, kernel: str, flavour: str, driver_version: str, unsigned: list[Path],
